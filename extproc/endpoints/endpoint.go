@@ -1,0 +1,110 @@
+package endpoints
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Label keys with a meaning to the picker.
+const (
+	// RoleLabel is llm-d's pod label naming a server's disaggregation role:
+	// prefill | decode | both | encode.
+	RoleLabel = "llm-d.ai/role"
+)
+
+// Spec is an endpoint's identity: what discovery knows about it.
+type Spec struct {
+	// Name is unique within the pool (a pod name, or <pod>-rank-<i>).
+	Name string `json:"name"`
+	// Address is the ip:port the proxy connects to; metrics are scraped from
+	// http://<Address>/metrics unless MetricsURL is set.
+	Address string `json:"address"`
+	// Labels are carried from the pod (or the static file) for filters.
+	Labels map[string]string `json:"labels,omitempty"`
+	// MetricsURL overrides the scrape URL.
+	MetricsURL string `json:"metricsURL,omitempty"`
+	// KVEvents is a ZMQ endpoint (tcp://ip:port) the picker connects to for
+	// this server's KV-cache events; empty when the server publishes to the
+	// picker's central socket or not at all.
+	KVEvents string `json:"kvEvents,omitempty"`
+}
+
+// Metrics is one immutable snapshot of a model server's state as scraped.
+type Metrics struct {
+	WaitingQueueSize int
+	RunningRequests  int
+	// KVCacheUsage is the fraction of KV-cache blocks in use, 0..1.
+	KVCacheUsage float64
+	// ActiveLoRAs and WaitingLoRAs are adapter names from
+	// vllm:lora_requests_info; MaxLoRAs is how many may be resident at once.
+	ActiveLoRAs  map[string]struct{}
+	WaitingLoRAs map[string]struct{}
+	MaxLoRAs     int
+	// BlockSize and NumGPUBlocks come from vllm:cache_config_info (0 when
+	// the server does not export it).
+	BlockSize    int
+	NumGPUBlocks int
+	// UpdateTime is when this snapshot was taken; the zero time means the
+	// endpoint was never scraped successfully.
+	UpdateTime time.Time
+}
+
+// Endpoint is one routable model-server rank. Its identity is immutable;
+// metrics and the picker's own in-flight counters change concurrently and are
+// read without locks.
+type Endpoint struct {
+	spec    Spec
+	metrics atomic.Pointer[Metrics]
+
+	inflightRequests atomic.Int64
+	inflightTokens   atomic.Int64
+}
+
+// NewEndpoint returns an endpoint with an empty metrics snapshot.
+func NewEndpoint(spec Spec) *Endpoint {
+	e := &Endpoint{spec: spec}
+	e.metrics.Store(&Metrics{})
+	return e
+}
+
+// Spec returns the endpoint's identity. Callers must not modify Labels.
+func (e *Endpoint) Spec() Spec { return e.spec }
+
+// Name is shorthand for Spec().Name.
+func (e *Endpoint) Name() string { return e.spec.Name }
+
+// Address is shorthand for Spec().Address.
+func (e *Endpoint) Address() string { return e.spec.Address }
+
+// Label returns one label value.
+func (e *Endpoint) Label(key string) string { return e.spec.Labels[key] }
+
+// Metrics returns the latest snapshot; never nil. Callers must not modify it.
+func (e *Endpoint) Metrics() *Metrics { return e.metrics.Load() }
+
+// SetMetrics publishes a new snapshot. Only the endpoint's scraper calls it.
+func (e *Endpoint) SetMetrics(m *Metrics) { e.metrics.Store(m) }
+
+// MetricsAge is how old the snapshot is at now; a never-scraped endpoint is
+// infinitely stale.
+func (e *Endpoint) MetricsAge(now time.Time) time.Duration {
+	t := e.metrics.Load().UpdateTime
+	if t.IsZero() {
+		return time.Duration(1<<63 - 1)
+	}
+	return now.Sub(t)
+}
+
+// InflightRequests is the number of requests the picker has routed here whose
+// response has not finished.
+func (e *Endpoint) InflightRequests() int64 { return e.inflightRequests.Load() }
+
+// InflightTokens is the prompt+expected output tokens of those requests.
+func (e *Endpoint) InflightTokens() int64 { return e.inflightTokens.Load() }
+
+// AddInflight records a routed request (delta +1) or its completion (-1)
+// together with its token estimate.
+func (e *Endpoint) AddInflight(requests, tokens int64) {
+	e.inflightRequests.Add(requests)
+	e.inflightTokens.Add(tokens)
+}

@@ -1,0 +1,169 @@
+// Package metrics defines the picker's request and scheduler metrics under
+// the names users' dashboards already use: GIE's inference_objective_* and
+// inference_extension_*, and llm-d's llm_d_epp_*. Pool and endpoint gauges
+// live with the endpoint datastore that owns that state.
+//
+// Everything registers on a Registerer the binary passes in; nothing touches
+// the global Prometheus registry.
+package metrics
+
+import (
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/internal/openai"
+)
+
+// Metrics records per-request and per-decision observations.
+type Metrics struct {
+	requests      *prometheus.CounterVec
+	errors        *prometheus.CounterVec
+	ttft          []*prometheus.HistogramVec
+	tpot          []*prometheus.HistogramVec
+	itl           *prometheus.HistogramVec
+	inputTokens   *prometheus.HistogramVec
+	outputTokens  *prometheus.HistogramVec
+	cachedTokens  []*prometheus.HistogramVec
+	schedulerE2E  []prometheus.Histogram
+	pluginLatency []*prometheus.HistogramVec
+
+	// pluginObservers caches the label lookups of plugin timings, which run
+	// several times per request on the hot path. Bounded by the number of
+	// configured plugins × extension points.
+	mu              sync.RWMutex
+	pluginObservers map[pluginKey][]prometheus.Observer
+}
+
+type pluginKey struct {
+	point string
+	tn    scheduling.TypedName
+}
+
+// Bucket layouts.
+var (
+	// latencyBuckets cover time to first token and whole requests.
+	latencyBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+	// tokenLatencyBuckets cover per-token latencies.
+	tokenLatencyBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1}
+	// schedulerBuckets start at 100 µs as GIE's do, with finer steps below
+	// since kvgate's decisions take tens of microseconds.
+	schedulerBuckets = []float64{0.00001, 0.000025, 0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05, 0.1}
+	tokenBuckets     = prometheus.ExponentialBuckets(16, 2, 16)
+)
+
+var modelLabels = []string{"model_name", "target_model_name"}
+
+// New creates and registers the metrics on reg.
+func New(reg prometheus.Registerer) *Metrics {
+	hist := func(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+		h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
+		reg.MustRegister(h)
+		return h
+	}
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "inference_objective_request_total", Help: "Requests received, by model and priority.",
+		}, append(modelLabels, "priority")),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "inference_objective_request_error_total", Help: "Requests answered with an error by the picker, by error code.",
+		}, append(modelLabels, "error_code")),
+		pluginObservers: map[pluginKey][]prometheus.Observer{},
+	}
+	reg.MustRegister(m.requests, m.errors)
+	m.ttft = []*prometheus.HistogramVec{
+		hist("inference_objective_request_ttft_seconds", "Time to first token measured on the response stream.", latencyBuckets, modelLabels...),
+		hist("llm_d_epp_request_ttft_seconds", "Time to first token measured on the response stream.", latencyBuckets, modelLabels...),
+	}
+	m.tpot = []*prometheus.HistogramVec{
+		hist("inference_objective_request_tpot_seconds", "Time per output token after the first, measured on streamed responses.", tokenLatencyBuckets, modelLabels...),
+		hist("llm_d_epp_request_streaming_tpot_seconds", "Time per output token after the first, measured on streamed responses.", tokenLatencyBuckets, modelLabels...),
+	}
+	m.itl = hist("llm_d_epp_request_streaming_itl_seconds", "Gap between consecutive response chunks of streaming requests.", tokenLatencyBuckets, modelLabels...)
+	m.inputTokens = hist("inference_objective_input_tokens", "Prompt tokens per request as reported by the model server.", tokenBuckets, modelLabels...)
+	m.outputTokens = hist("inference_objective_output_tokens", "Completion tokens per request as reported by the model server.", tokenBuckets, modelLabels...)
+	m.cachedTokens = []*prometheus.HistogramVec{
+		hist("inference_objective_prompt_cached_tokens", "Prompt tokens served from the prefix cache, as reported by the model server.", tokenBuckets, modelLabels...),
+		hist("llm_d_epp_request_cached_tokens", "Prompt tokens served from the prefix cache, as reported by the model server.", tokenBuckets, modelLabels...),
+	}
+	for _, name := range []string{"inference_extension_scheduler_e2e_duration_seconds", "llm_d_epp_scheduler_e2e_duration_seconds"} {
+		h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: "Time to schedule one request, all profiles.", Buckets: schedulerBuckets})
+		reg.MustRegister(h)
+		m.schedulerE2E = append(m.schedulerE2E, h)
+	}
+	pluginLabels := []string{"extension_point", "plugin_type", "plugin_name"}
+	m.pluginLatency = []*prometheus.HistogramVec{
+		hist("inference_extension_plugin_duration_seconds", "Time spent in one plugin call.", schedulerBuckets, pluginLabels...),
+		hist("llm_d_epp_plugin_duration_seconds", "Time spent in one plugin call.", schedulerBuckets, pluginLabels...),
+	}
+	return m
+}
+
+// RequestReceived counts a request.
+func (m *Metrics) RequestReceived(model, target string, priority int) {
+	m.requests.WithLabelValues(model, target, strconv.Itoa(priority)).Inc()
+}
+
+// RequestError counts a request the picker answered with an error.
+func (m *Metrics) RequestError(model, target, code string) {
+	m.errors.WithLabelValues(model, target, code).Inc()
+}
+
+// SchedulerDuration records one scheduling decision.
+func (m *Metrics) SchedulerDuration(d time.Duration) {
+	for _, h := range m.schedulerE2E {
+		h.Observe(d.Seconds())
+	}
+}
+
+// PluginDuration records one plugin call; it has the scheduling.Observer
+// signature.
+func (m *Metrics) PluginDuration(point string, tn scheduling.TypedName, d time.Duration) {
+	k := pluginKey{point, tn}
+	m.mu.RLock()
+	obs, ok := m.pluginObservers[k]
+	m.mu.RUnlock()
+	if !ok {
+		for _, h := range m.pluginLatency {
+			obs = append(obs, h.WithLabelValues(point, tn.Type, tn.Name))
+		}
+		m.mu.Lock()
+		m.pluginObservers[k] = obs
+		m.mu.Unlock()
+	}
+	for _, o := range obs {
+		o.Observe(d.Seconds())
+	}
+}
+
+// TTFT records a time to first token.
+func (m *Metrics) TTFT(model, target string, d time.Duration) {
+	for _, h := range m.ttft {
+		h.WithLabelValues(model, target).Observe(d.Seconds())
+	}
+}
+
+// TPOT records the mean time per output token after the first, measured on
+// a streamed response.
+func (m *Metrics) TPOT(model, target string, d time.Duration) {
+	for _, h := range m.tpot {
+		h.WithLabelValues(model, target).Observe(d.Seconds())
+	}
+}
+
+// ITL records the gap between two response chunks of a streaming request.
+func (m *Metrics) ITL(model, target string, d time.Duration) {
+	m.itl.WithLabelValues(model, target).Observe(d.Seconds())
+}
+
+// Usage records the token counts a response reported.
+func (m *Metrics) Usage(model, target string, u openai.Usage) {
+	m.inputTokens.WithLabelValues(model, target).Observe(float64(u.PromptTokens))
+	m.outputTokens.WithLabelValues(model, target).Observe(float64(u.CompletionTokens))
+	for _, h := range m.cachedTokens {
+		h.WithLabelValues(model, target).Observe(float64(u.CachedTokens))
+	}
+}

@@ -1,0 +1,60 @@
+// Package all builds the registry of every plugin kvgate ships. Binaries call
+// Registry once at start-up; nothing is registered globally.
+package all
+
+import (
+	"github.com/kvgate/kvgate/extproc/plugins/kvcacheutil"
+	"github.com/kvgate/kvgate/extproc/plugins/loadaware"
+	"github.com/kvgate/kvgate/extproc/plugins/loraaffinity"
+	"github.com/kvgate/kvgate/extproc/plugins/picker"
+	"github.com/kvgate/kvgate/extproc/plugins/prefix"
+	"github.com/kvgate/kvgate/extproc/plugins/profilehandler"
+	"github.com/kvgate/kvgate/extproc/plugins/queue"
+	"github.com/kvgate/kvgate/extproc/plugins/rolefilter"
+	"github.com/kvgate/kvgate/extproc/plugins/runningrequests"
+	"github.com/kvgate/kvgate/extproc/plugins/tokenload"
+	"github.com/kvgate/kvgate/extproc/scheduling"
+)
+
+// Registry returns a new registry holding all built-in plugins and the
+// aliases GIE and llm-d configurations use.
+func Registry() *scheduling.Registry {
+	r := scheduling.NewRegistry()
+	for _, p := range []struct {
+		typ string
+		f   scheduling.Factory
+	}{
+		{queue.Type, queue.New},
+		{kvcacheutil.Type, kvcacheutil.New},
+		{runningrequests.Type, runningrequests.New},
+		{tokenload.Type, tokenload.New},
+		{loadaware.Type, loadaware.New},
+		{loraaffinity.Type, loraaffinity.New},
+		{prefix.Type, prefix.New},
+		{picker.MaxScoreType, picker.NewMaxScore},
+		{picker.RandomType, picker.NewRandom},
+		{picker.WeightedRandomType, picker.NewWeightedRandom},
+		{profilehandler.SingleType, profilehandler.NewSingle},
+		{rolefilter.DecodeType, rolefilter.NewDecode},
+		{rolefilter.PrefillType, rolefilter.NewPrefill},
+		{rolefilter.EncodeType, rolefilter.NewEncode},
+	} {
+		mustNot(r.Register(p.typ, p.f))
+	}
+	for alias, typ := range map[string]string{
+		runningrequests.Alias: runningrequests.Type,
+		"kv-cache-scorer":     kvcacheutil.Type, // GIE's earlier name
+	} {
+		mustNot(r.Alias(alias, typ))
+	}
+	return r
+}
+
+// mustNot turns a registration conflict — a programming error in the list
+// above, caught by this package's tests — into a crash at start-up rather
+// than a silently missing plugin.
+func mustNot(err error) {
+	if err != nil {
+		panic(err)
+	}
+}

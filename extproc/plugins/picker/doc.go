@@ -1,0 +1,39 @@
+// Package picker holds the pickers that turn scored candidates into targets:
+// max-score-picker, random-picker and weighted-random-picker.
+//
+// Parameters (all three):
+//
+//	maxNumOfEndpoints: int  targets returned, primary first then fallbacks (default 1)
+package picker
+
+import (
+	"fmt"
+
+	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/scheduling"
+)
+
+// Params are the pickers' parameters.
+type Params struct {
+	MaxNumOfEndpoints int `json:"maxNumOfEndpoints"`
+}
+
+func decode(raw []byte) (Params, error) {
+	p := Params{MaxNumOfEndpoints: 1}
+	if err := scheduling.DecodeParams(raw, &p); err != nil {
+		return p, err
+	}
+	if p.MaxNumOfEndpoints < 1 {
+		return p, fmt.Errorf("parameters.maxNumOfEndpoints must be at least 1, got %d", p.MaxNumOfEndpoints)
+	}
+	return p, nil
+}
+
+func targets(scored []scheduling.ScoredEndpoint, n int) *scheduling.ProfileResult {
+	n = min(n, len(scored))
+	res := &scheduling.ProfileResult{Targets: make([]*endpoints.Endpoint, n)}
+	for i := range n {
+		res.Targets[i] = scored[i].Endpoint
+	}
+	return res
+}

@@ -1,0 +1,189 @@
+// Package prefix is the approximate prefix-cache-scorer of GIE: without any
+// feedback from the servers, it remembers which prompt prefixes it routed
+// where and scores endpoints by how much of the request's prefix they were
+// sent before. The prompt text is cut into blocks of blockSize × 4 bytes and
+// hashed with chained xxhash64 (internal/prefixhash), seeded with the target
+// model and cache_salt; chat requests hash the whole conversation so that
+// every turn extends the previous turn's prefix.
+//
+// Score = consecutive matched blocks from the start / total blocks.
+//
+// Parameters (GIE's names; llm-d's older hashBlockSize is accepted too):
+//
+//	blockSize: int               bytes of prompt text per block (default 64)
+//	blockSizeTokens: int         tokens per block, × 4 bytes; overrides blockSize
+//	maxPrefixBlocksToMatch: int  leading blocks hashed (default 256)
+//	lruCapacityPerServer: int    blocks remembered per server (default 31250)
+//	autoTune: bool               take the block size (tokens) and capacity from
+//	                             the servers' vllm:cache_config_info when
+//	                             reported (default true)
+package prefix
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/internal/prefixhash"
+)
+
+// Type is the registered plugin type.
+const Type = "prefix-cache-scorer"
+
+// Defaults, as in GIE.
+const (
+	DefaultBlockChars       = 64
+	DefaultMaxPrefixBlocks  = 256
+	DefaultLRUCapacity      = 31250
+	stateKey                = Type + "/hashes"
+	maxSlotScratchEndpoints = 1 << 16
+)
+
+// Params are the plugin's parameters.
+type Params struct {
+	BlockSize              int   `json:"blockSize"`
+	BlockSizeTokens        int   `json:"blockSizeTokens"`
+	HashBlockSize          int   `json:"hashBlockSize"`
+	MaxPrefixBlocksToMatch int   `json:"maxPrefixBlocksToMatch"`
+	LRUCapacityPerServer   int   `json:"lruCapacityPerServer"`
+	AutoTune               *bool `json:"autoTune"`
+}
+
+// Scorer implements prefix-cache-scorer; it is also a PreRequest hook (to
+// record its routing) and drops the state of endpoints that leave the pool.
+type Scorer struct {
+	scheduling.Named
+	params  Params
+	auto    bool
+	index   *indexer
+	scratch sync.Pool
+}
+
+type scratch struct {
+	names   []string
+	matched []int
+	slot    []int32
+}
+
+// New is the plugin factory.
+func New(name string, raw json.RawMessage, _ *scheduling.Handle) (scheduling.Plugin, error) {
+	p := Params{BlockSize: DefaultBlockChars, MaxPrefixBlocksToMatch: DefaultMaxPrefixBlocks, LRUCapacityPerServer: DefaultLRUCapacity}
+	if err := scheduling.DecodeParams(raw, &p); err != nil {
+		return nil, err
+	}
+	for field, v := range map[string]int{"blockSize": p.BlockSize, "blockSizeTokens": p.BlockSizeTokens, "hashBlockSize": p.HashBlockSize, "maxPrefixBlocksToMatch": p.MaxPrefixBlocksToMatch, "lruCapacityPerServer": p.LRUCapacityPerServer} {
+		if v < 0 || (v == 0 && field != "blockSizeTokens" && field != "hashBlockSize") {
+			return nil, fmt.Errorf("parameters.%s must be positive, got %d", field, v)
+		}
+	}
+	switch {
+	case p.BlockSizeTokens > 0:
+		p.BlockSize = p.BlockSizeTokens * prefixhash.CharsPerToken
+	case p.HashBlockSize > 0:
+		p.BlockSize = p.HashBlockSize
+	}
+	s := &Scorer{
+		Named:  scheduling.NewNamed(Type, name),
+		params: p,
+		auto:   p.AutoTune == nil || *p.AutoTune,
+		index:  newIndexer(),
+	}
+	s.scratch.New = func() any { return new(scratch) }
+	return s, nil
+}
+
+// hashed is what Score leaves in the cycle state for PreRequest.
+type hashed struct {
+	hashes []uint64
+}
+
+// blockChars is the configured block size in bytes, or the servers' own
+// block size in tokens × 4 when auto-tuning and one of them reports it.
+func (s *Scorer) blockChars(eps []*endpoints.Endpoint) int {
+	if s.auto {
+		for _, e := range eps {
+			if bs := e.Metrics().BlockSize; bs > 0 {
+				return bs * prefixhash.CharsPerToken
+			}
+		}
+	}
+	return s.params.BlockSize
+}
+
+func (s *Scorer) capacity(e *endpoints.Endpoint) int {
+	if s.auto {
+		if n := e.Metrics().NumGPUBlocks; n > 0 {
+			return n
+		}
+	}
+	return s.params.LRUCapacityPerServer
+}
+
+// Hashes computes the request's prefix block hashes for blocks of blockChars
+// bytes; nil when the request carries no prompt text.
+func (s *Scorer) Hashes(req *scheduling.Request, blockChars int) []uint64 {
+	if req.Body == nil {
+		return nil
+	}
+	p := prefixhash.Params{BlockChars: blockChars, MaxBlocks: s.params.MaxPrefixBlocksToMatch}
+	return prefixhash.Blocks(p, prefixhash.Seed(req.TargetModel, req.Body.CacheSalt), req.Body.PromptText())
+}
+
+// Score implements scheduling.Scorer.
+func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint, scores []float64) {
+	h := s.Hashes(req, s.blockChars(eps))
+	cs.Write(stateKey, &hashed{hashes: h})
+	if len(h) == 0 {
+		return
+	}
+	sc := s.scratch.Get().(*scratch)
+	defer s.scratch.Put(sc)
+	sc.names = sc.names[:0]
+	for _, e := range eps {
+		sc.names = append(sc.names, e.Name())
+	}
+	if cap(sc.matched) < len(eps) {
+		sc.matched = make([]int, len(eps))
+	}
+	sc.matched = sc.matched[:len(eps)]
+	sc.slot = s.index.match(h, sc.names, sc.matched, sc.slot)
+	if cap(sc.slot) > maxSlotScratchEndpoints {
+		sc.slot = nil
+	}
+	clear(sc.names)
+	total := float64(len(h))
+	for i, m := range sc.matched {
+		scores[i] = float64(m) / total
+	}
+}
+
+// PreRequest implements scheduling.PreRequest: the primary target will now
+// hold this prompt's blocks.
+func (s *Scorer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, res *scheduling.Result) {
+	st, ok := scheduling.ReadAs[*hashed](cs, stateKey)
+	primary := res.Primary()
+	if !ok || primary == nil || len(primary.Targets) == 0 {
+		return
+	}
+	target := primary.Targets[0]
+	s.index.add(target.Name(), st.hashes, s.capacity(target))
+}
+
+// EndpointsRemoved implements scheduling.EndpointsRemoved.
+func (s *Scorer) EndpointsRemoved(names []string) {
+	for _, n := range names {
+		s.index.remove(n)
+	}
+}
+
+// IndexSize is the number of (block, server) entries remembered.
+func (s *Scorer) IndexSize() int { return s.index.size() }
+
+var (
+	_ scheduling.Scorer           = (*Scorer)(nil)
+	_ scheduling.PreRequest       = (*Scorer)(nil)
+	_ scheduling.EndpointsRemoved = (*Scorer)(nil)
+)

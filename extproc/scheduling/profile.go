@@ -1,0 +1,137 @@
+package scheduling
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/kvgate/kvgate/extproc/endpoints"
+)
+
+// Errors a scheduling cycle can end with; callers map them to HTTP statuses.
+var (
+	// ErrNoCandidates: the pool (after the proxy's subset hint) is empty.
+	ErrNoCandidates = errors.New("no candidate endpoints")
+	// ErrAllFiltered: the filters removed every candidate.
+	ErrAllFiltered = errors.New("filters removed all candidate endpoints")
+)
+
+// Extension points, as labelled in plugin duration metrics.
+const (
+	PointProfileHandler = "ProfileHandler"
+	PointFilter         = "Filter"
+	PointScorer         = "Scorer"
+	PointPicker         = "Picker"
+	PointPreRequest     = "PreRequest"
+	PointResponse       = "ResponseComplete"
+)
+
+// Observer receives the duration of each plugin call; nil disables timing.
+type Observer func(extensionPoint string, plugin TypedName, d time.Duration)
+
+// WeightedScorer is a scorer with its weight in a profile.
+type WeightedScorer struct {
+	Scorer
+	Weight float64
+}
+
+// Profile is one Filter → Score → Pick pipeline.
+type Profile struct {
+	Name    string
+	Filters []Filter
+	Scorers []WeightedScorer
+	Picker  Picker
+}
+
+// scratch holds the per-cycle buffers a profile run needs.
+type scratch struct {
+	candidates []*endpoints.Endpoint
+	total      []float64
+	one        []float64
+	scored     []ScoredEndpoint
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
+}
+
+// Run executes the profile over candidates, which it does not modify.
+func (p *Profile) Run(ctx context.Context, cs *CycleState, req *Request, candidates []*endpoints.Endpoint, observe Observer) (*ProfileResult, error) {
+	if len(candidates) == 0 {
+		return nil, ErrNoCandidates
+	}
+	sc := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(sc)
+
+	sc.candidates = append(sc.candidates[:0], candidates...)
+	eps := sc.candidates
+	for _, f := range p.Filters {
+		start := now(observe)
+		eps = f.Filter(ctx, cs, req, eps)
+		record(observe, PointFilter, f, start)
+		if len(eps) == 0 {
+			return nil, ErrAllFiltered
+		}
+	}
+
+	sc.total = grow(sc.total, len(eps))
+	for _, ws := range p.Scorers {
+		sc.one = grow(sc.one, len(eps))
+		start := now(observe)
+		ws.Score(ctx, cs, req, eps, sc.one)
+		record(observe, PointScorer, ws.Scorer, start)
+		for i, s := range sc.one {
+			sc.total[i] += ws.Weight * clamp01(s)
+		}
+	}
+
+	sc.scored = sc.scored[:0]
+	for i, e := range eps {
+		sc.scored = append(sc.scored, ScoredEndpoint{Endpoint: e, Score: sc.total[i]})
+	}
+	start := now(observe)
+	res := p.Picker.Pick(ctx, cs, req, sc.scored)
+	record(observe, PointPicker, p.Picker, start)
+	// The candidate buffer goes back to the pool: drop endpoint pointers so
+	// that removed endpoints can be collected.
+	clear(sc.candidates)
+	clear(sc.scored)
+	if res == nil || len(res.Targets) == 0 {
+		return nil, ErrAllFiltered
+	}
+	return res, nil
+}
+
+// clamp01 keeps a misbehaving scorer from dominating: scores outside [0, 1]
+// (or NaN) are pinned to the range.
+func clamp01(s float64) float64 {
+	switch {
+	case s > 1:
+		return 1
+	case s >= 0:
+		return s
+	default: // negative or NaN
+		return 0
+	}
+}
+
+func now(observe Observer) time.Time {
+	if observe == nil {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
+func record(observe Observer, point string, p Plugin, start time.Time) {
+	if observe != nil {
+		observe(point, p.TypedName(), time.Since(start))
+	}
+}

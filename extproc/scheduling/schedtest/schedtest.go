@@ -1,0 +1,48 @@
+// Package schedtest has helpers for testing scheduling plugins: endpoints
+// with given metrics, and running one scorer over them.
+package schedtest
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/scheduling"
+)
+
+// Endpoint returns an endpoint named name at a made-up address, holding m.
+func Endpoint(name string, m endpoints.Metrics, labels ...string) *endpoints.Endpoint {
+	spec := endpoints.Spec{Name: name, Address: fmt.Sprintf("10.0.0.%d:8000", len(name)), Labels: map[string]string{}}
+	for i := 0; i+1 < len(labels); i += 2 {
+		spec.Labels[labels[i]] = labels[i+1]
+	}
+	e := endpoints.NewEndpoint(spec)
+	e.SetMetrics(&m)
+	return e
+}
+
+// Score runs s over eps and returns the scores.
+func Score(s scheduling.Scorer, req *scheduling.Request, eps ...*endpoints.Endpoint) []float64 {
+	out := make([]float64, len(eps))
+	s.Score(context.Background(), scheduling.NewCycleState(), req, eps, out)
+	return out
+}
+
+// Build constructs a plugin with factory f from JSON parameters, failing
+// with a readable error.
+func Build[T scheduling.Plugin](f scheduling.Factory, params string) (T, error) {
+	var zero T
+	var raw []byte
+	if params != "" {
+		raw = []byte(params)
+	}
+	p, err := f("", raw, &scheduling.Handle{})
+	if err != nil {
+		return zero, err
+	}
+	t, ok := p.(T)
+	if !ok {
+		return zero, fmt.Errorf("factory built %T", p)
+	}
+	return t, nil
+}

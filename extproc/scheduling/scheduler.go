@@ -1,0 +1,73 @@
+package scheduling
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/kvgate/kvgate/extproc/endpoints"
+)
+
+// Scheduler runs the configured profiles for each request. It is immutable
+// after construction and safe for concurrent use; plugins own their state.
+type Scheduler struct {
+	handler  ProfileHandler
+	profiles map[string]*Profile
+	observe  Observer
+}
+
+// maxProfileRounds bounds the handler loop so that a handler that never
+// stops returning profiles cannot hang a request.
+const maxProfileRounds = 8
+
+// NewScheduler builds a scheduler; observe may be nil.
+func NewScheduler(handler ProfileHandler, profiles map[string]*Profile, observe Observer) *Scheduler {
+	return &Scheduler{handler: handler, profiles: profiles, observe: observe}
+}
+
+// Profiles returns the configured profiles by name. Callers must not modify it.
+func (s *Scheduler) Profiles() map[string]*Profile { return s.profiles }
+
+// Schedule picks endpoints for req among candidates.
+func (s *Scheduler) Schedule(ctx context.Context, cs *CycleState, req *Request, candidates []*endpoints.Endpoint) (*Result, error) {
+	if len(candidates) == 0 {
+		return nil, ErrNoCandidates
+	}
+	results := make(map[string]*ProfileResult, len(s.profiles))
+	var firstErr error
+	for round := 0; ; round++ {
+		if round == maxProfileRounds {
+			return nil, fmt.Errorf("profile handler %s did not finish after %d rounds", s.handler.TypedName(), maxProfileRounds)
+		}
+		start := now(s.observe)
+		next := s.handler.Pick(ctx, cs, req, s.profiles, results)
+		record(s.observe, PointProfileHandler, s.handler, start)
+		if len(next) == 0 {
+			break
+		}
+		for _, p := range next {
+			if _, done := results[p.Name]; done {
+				return nil, fmt.Errorf("profile handler %s chose profile %q twice", s.handler.TypedName(), p.Name)
+			}
+			res, err := p.Run(ctx, cs, req, candidates, s.observe)
+			if err != nil && firstErr == nil {
+				firstErr = err
+			}
+			// A failed profile is recorded as nil so that the handler can
+			// see it ran and decide (the P/D handler falls back to decode).
+			results[p.Name] = res
+		}
+	}
+	start := now(s.observe)
+	res, err := s.handler.ProcessResults(ctx, cs, req, results)
+	record(s.observe, PointProfileHandler, s.handler, start)
+	if err != nil {
+		return nil, err
+	}
+	if res.Primary() == nil {
+		if firstErr != nil {
+			return nil, firstErr
+		}
+		return nil, ErrAllFiltered
+	}
+	return res, nil
+}

@@ -1,0 +1,77 @@
+package scheduling
+
+import (
+	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/internal/openai"
+)
+
+// Request is what plugins see of an LLM request.
+type Request struct {
+	// ID is the x-request-id.
+	ID string
+	// IncomingModel is the model the client asked for; TargetModel is what
+	// the model server will receive (after any rewrite). A LoRA adapter is
+	// addressed by its name as the target model.
+	IncomingModel string
+	TargetModel   string
+	// Headers are the request headers, lower-case names.
+	Headers map[string]string
+	// Body is the parsed body; nil on the headers-only path, where the
+	// data-plane filter has already extracted what routing needs.
+	Body *openai.Request
+	// PromptTokens is the prompt length in tokens: exact when tokenized,
+	// else an estimate.
+	PromptTokens int
+	// MaxTokens is the requested output bound (0 = unknown).
+	MaxTokens int
+	// Priority comes from the request's InferenceObjective; negative means
+	// sheddable.
+	Priority int
+	// FairnessID groups requests into flows for fair queuing.
+	FairnessID string
+	// Stream marks a streaming request.
+	Stream bool
+}
+
+// TokenEstimate is the work a request brings: prompt plus expected output.
+func (r *Request) TokenEstimate() int64 {
+	return int64(r.PromptTokens) + int64(r.MaxTokens)
+}
+
+// ScoredEndpoint is a candidate with its total weighted score.
+type ScoredEndpoint struct {
+	Endpoint *endpoints.Endpoint
+	Score    float64
+}
+
+// ProfileResult is what one profile picked: the primary target first, then
+// fallbacks.
+type ProfileResult struct {
+	Targets []*endpoints.Endpoint
+}
+
+// Result is a scheduling decision: every profile that ran and which of them
+// is the primary (the one the request is sent to).
+type Result struct {
+	PrimaryProfile string
+	Profiles       map[string]*ProfileResult
+	// Headers are extra request headers plugins want sent upstream (for
+	// example x-prefiller-host-port), set during PreRequest.
+	Headers map[string]string
+}
+
+// Primary returns the primary profile's result; nil if it picked nothing.
+func (r *Result) Primary() *ProfileResult {
+	if r == nil {
+		return nil
+	}
+	return r.Profiles[r.PrimaryProfile]
+}
+
+// SetHeader records a header to send upstream.
+func (r *Result) SetHeader(name, value string) {
+	if r.Headers == nil {
+		r.Headers = make(map[string]string, 1)
+	}
+	r.Headers[name] = value
+}
