@@ -1,0 +1,289 @@
+package epp
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/kvgate/kvgate/extproc/config"
+	"github.com/kvgate/kvgate/extproc/director"
+	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/endpoints/poolmetrics"
+	"github.com/kvgate/kvgate/extproc/endpoints/scrape"
+	"github.com/kvgate/kvgate/extproc/endpoints/staticfile"
+	"github.com/kvgate/kvgate/extproc/metrics"
+	"github.com/kvgate/kvgate/extproc/plugins/all"
+	"github.com/kvgate/kvgate/extproc/saturation"
+	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/extproc/server"
+)
+
+// maxConcurrentStreams bounds in-flight ext_proc streams per connection.
+const maxConcurrentStreams = 10_000
+
+// Options are the picker's settings, one per flag.
+type Options struct {
+	ConfigFile             string
+	ConfigText             string
+	EndpointsFile          string
+	GRPCAddr               string
+	HealthAddr             string
+	MetricsAddr            string
+	RefreshMetricsInterval time.Duration
+	PoolName               string
+	MaxRequestBodyBytes    int
+	LogLevel               slog.Level
+}
+
+// DefaultOptions are the flag defaults.
+func DefaultOptions() Options {
+	return Options{
+		GRPCAddr:               ":9002",
+		HealthAddr:             ":9003",
+		MetricsAddr:            ":9090",
+		RefreshMetricsInterval: scrape.DefaultInterval,
+		PoolName:               "kvgate",
+		MaxRequestBodyBytes:    server.DefaultMaxBodyBytes,
+	}
+}
+
+// ParseFlags parses `kvgate epp` arguments.
+func ParseFlags(args []string, stderr io.Writer) (Options, error) {
+	o := DefaultOptions()
+	fs := flag.NewFlagSet("kvgate epp", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.ConfigFile, "config", "", "EndpointPickerConfig YAML file (default: GIE's default profile)")
+	fs.StringVar(&o.ConfigFile, "config-file", "", "alias of --config, as the GIE picker names it")
+	fs.StringVar(&o.ConfigText, "config-text", "", "EndpointPickerConfig YAML given inline")
+	fs.StringVar(&o.EndpointsFile, "endpoints", "", "static endpoints YAML file, watched for changes")
+	fs.StringVar(&o.GRPCAddr, "grpc-addr", o.GRPCAddr, "ext_proc gRPC listen address")
+	fs.StringVar(&o.HealthAddr, "health-addr", o.HealthAddr, "gRPC health service listen address")
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Prometheus /metrics listen address")
+	fs.DurationVar(&o.RefreshMetricsInterval, "refresh-metrics-interval", o.RefreshMetricsInterval, "interval between scrapes of each model server's /metrics")
+	fs.StringVar(&o.PoolName, "pool-name", o.PoolName, "pool name: the name label of pool metrics")
+	fs.IntVar(&o.MaxRequestBodyBytes, "max-request-body-bytes", o.MaxRequestBodyBytes, "largest request body the picker buffers")
+	fs.TextVar(&o.LogLevel, "log-level", o.LogLevel, "log level: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if o.ConfigFile != "" && o.ConfigText != "" {
+		return o, errors.New("--config and --config-text are exclusive")
+	}
+	if o.EndpointsFile == "" {
+		return o, errors.New("--endpoints is required (Kubernetes discovery is not configured)")
+	}
+	if o.RefreshMetricsInterval <= 0 {
+		return o, fmt.Errorf("--refresh-metrics-interval must be positive, got %v", o.RefreshMetricsInterval)
+	}
+	return o, nil
+}
+
+// Main runs `kvgate epp` with command-line args until ctx ends.
+func Main(ctx context.Context, args []string, stderr io.Writer) error {
+	o, err := ParseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.LogLevel}))
+	p, err := New(o, log)
+	if err != nil {
+		return err
+	}
+	return p.Run(ctx)
+}
+
+// Picker is an assembled Endpoint Picker.
+type Picker struct {
+	opts      Options
+	log       *slog.Logger
+	reg       *prometheus.Registry
+	ds        *endpoints.Datastore
+	source    endpoints.Source
+	scraper   *scrape.Scraper
+	built     *config.Built
+	server    *server.Server
+	listeners struct{ grpc, health, metrics net.Listener }
+}
+
+// New builds a picker and binds its listeners, so that a caller using port
+// 0 can read the chosen addresses before Run.
+func New(o Options, log *slog.Logger) (*Picker, error) {
+	cfg, err := loadConfig(o)
+	if err != nil {
+		return nil, err
+	}
+	p := &Picker{opts: o, log: log, reg: prometheus.NewRegistry(), ds: endpoints.NewDatastore()}
+	p.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := metrics.New(p.reg)
+
+	h := &scheduling.Handle{Log: log, Now: time.Now}
+	p.built, err = config.Build(cfg, all.Registry(), h, m.PluginDuration)
+	if err != nil {
+		return nil, err
+	}
+	p.ds.Subscribe(endpoints.ListenerFunc(p.endpointsChanged))
+	if err := poolmetrics.Register(p.reg, o.PoolName, p.ds); err != nil {
+		return nil, err
+	}
+	p.scraper = scrape.New(p.ds, scrape.Config{Pool: o.PoolName, Interval: o.RefreshMetricsInterval, Logger: log})
+	p.reg.MustRegister(p.scraper)
+	p.source = &staticfile.File{Path: o.EndpointsFile, Logger: log}
+
+	d := director.New(director.Options{
+		Pool:       p.ds,
+		Scheduler:  p.built.Scheduler,
+		Hooks:      director.Hooks{PreRequest: p.built.PreRequest, ResponseComplete: p.built.ResponseComplete},
+		Saturation: saturation.New(p.built.Saturation, time.Now),
+		Metrics:    m,
+		Logger:     log,
+	})
+	p.server = server.New(d, server.Options{MaxRequestBodyBytes: o.MaxRequestBodyBytes, Logger: log})
+
+	for _, l := range []struct {
+		addr string
+		dst  *net.Listener
+	}{{o.GRPCAddr, &p.listeners.grpc}, {o.HealthAddr, &p.listeners.health}, {o.MetricsAddr, &p.listeners.metrics}} {
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			p.closeListeners()
+			return nil, fmt.Errorf("listen %s: %w", l.addr, err)
+		}
+		*l.dst = ln
+	}
+	return p, nil
+}
+
+func loadConfig(o Options) (*config.Config, error) {
+	if o.ConfigText != "" {
+		return config.Parse([]byte(o.ConfigText))
+	}
+	return config.Load(o.ConfigFile)
+}
+
+// Addrs are the bound listener addresses: ext_proc, health, metrics.
+func (p *Picker) Addrs() (grpcAddr, healthAddr, metricsAddr string) {
+	return p.listeners.grpc.Addr().String(), p.listeners.health.Addr().String(), p.listeners.metrics.Addr().String()
+}
+
+// Datastore exposes the endpoint datastore (for tests and embedding).
+func (p *Picker) Datastore() *endpoints.Datastore { return p.ds }
+
+func (p *Picker) closeListeners() {
+	for _, ln := range []net.Listener{p.listeners.grpc, p.listeners.health, p.listeners.metrics} {
+		if ln != nil {
+			_ = ln.Close()
+		}
+	}
+}
+
+// endpointsChanged drops plugin state of endpoints that left the pool.
+func (p *Picker) endpointsChanged(c endpoints.Change) {
+	if len(c.Removed) == 0 {
+		return
+	}
+	names := make([]string, 0, len(c.Removed))
+	for _, e := range c.Removed {
+		if p.ds.Get(e.Name()) == nil { // a changed spec re-adds the name
+			names = append(names, e.Name())
+		}
+	}
+	for _, h := range p.built.EndpointsRemoved {
+		h.EndpointsRemoved(names)
+	}
+}
+
+// Run serves until ctx ends, then shuts down gracefully. It returns the
+// first error of any component.
+func (p *Picker) Run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+
+	// Each stream buffers at most one request body; bounding the streams
+	// bounds the picker's memory under a flood.
+	extproc := grpc.NewServer(grpc.MaxConcurrentStreams(maxConcurrentStreams))
+	p.server.Register(extproc)
+	healthSrv := health.NewServer()
+	healthGRPC := grpc.NewServer()
+	healthpb.RegisterHealthServer(healthGRPC, healthSrv)
+	// The ext_proc service answers on the main port too, so that Envoy's
+	// own gRPC health checks against :9002 work as with the GIE picker.
+	healthpb.RegisterHealthServer(extproc, healthSrv)
+	healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{Registry: p.reg}))
+	metricsSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+
+	g.Go(func() error { return p.ds.Run(ctx, p.source) })
+	g.Go(func() error { return p.scraper.Run(ctx) })
+	g.Go(func() error { return serveGRPC(extproc, p.listeners.grpc) })
+	g.Go(func() error { return serveGRPC(healthGRPC, p.listeners.health) })
+	g.Go(func() error {
+		if err := metricsSrv.Serve(p.listeners.metrics); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	g.Go(func() error {
+		// Ready once discovery has delivered a first set of endpoints.
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for len(p.ds.All()) == 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+		}
+		healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+		healthSrv.SetServingStatus("envoy.service.ext_proc.v3.ExternalProcessor", healthpb.HealthCheckResponse_SERVING)
+		p.log.Info("picker ready", "grpc", p.listeners.grpc.Addr().String(), "endpoints", len(p.ds.All()))
+		return nil
+	})
+	g.Go(func() error {
+		<-ctx.Done()
+		healthSrv.Shutdown()
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = metricsSrv.Shutdown(shutdown)
+		stopGRPC(shutdown, healthGRPC)
+		stopGRPC(shutdown, extproc)
+		return nil
+	})
+	p.log.Info("picker starting", "grpc", p.listeners.grpc.Addr().String(), "health", p.listeners.health.Addr().String(), "metrics", p.listeners.metrics.Addr().String())
+	return g.Wait()
+}
+
+func serveGRPC(s *grpc.Server, ln net.Listener) error {
+	if err := s.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return err
+	}
+	return nil
+}
+
+// stopGRPC drains in-flight streams, forcing them closed when ctx ends:
+// a streaming response may outlive any sensible grace period.
+func stopGRPC(ctx context.Context, s *grpc.Server) {
+	done := make(chan struct{})
+	go func() { s.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.Stop()
+	}
+}

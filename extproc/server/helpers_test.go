@@ -1,0 +1,103 @@
+package server
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+
+	"github.com/kvgate/kvgate/extproc/server/envoytest"
+)
+
+// testDirector routes every request to its endpoints (or fails with err)
+// and records what it observes.
+type testDirector struct {
+	endpoints []string
+	decide    func(req *Request) (*Decision, error) // overrides endpoints when set
+
+	mu      sync.Mutex
+	reqs    []*Request
+	started []int
+	chunks  [][]byte
+	done    []ResponseSummary
+	doneCh  chan ResponseSummary
+	// doneCtxCancelled records a ResponseDone whose context was already
+	// cancelled, which would break the director's cleanup.
+	doneCtxCancelled bool
+}
+
+func newTestDirector(endpoints ...string) *testDirector {
+	return &testDirector{endpoints: endpoints, doneCh: make(chan ResponseSummary, 16)}
+}
+
+func (d *testDirector) HandleRequest(ctx context.Context, req *Request) (*Decision, error) {
+	d.mu.Lock()
+	d.reqs = append(d.reqs, req)
+	d.mu.Unlock()
+	if d.decide != nil {
+		return d.decide(req)
+	}
+	return &Decision{Endpoints: d.endpoints}, nil
+}
+
+func (d *testDirector) ResponseStarted(ctx context.Context, req *Request, status int, headers map[string]string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.started = append(d.started, status)
+}
+
+func (d *testDirector) ResponseChunk(ctx context.Context, req *Request, chunk []byte) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.chunks = append(d.chunks, append([]byte(nil), chunk...))
+}
+
+func (d *testDirector) ResponseDone(ctx context.Context, req *Request, res ResponseSummary) {
+	d.mu.Lock()
+	d.done = append(d.done, res)
+	if ctx.Err() != nil {
+		d.doneCtxCancelled = true
+	}
+	d.mu.Unlock()
+	d.doneCh <- res
+}
+
+func (d *testDirector) request(t *testing.T) *Request {
+	t.Helper()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.reqs) != 1 {
+		t.Fatalf("director saw %d requests, want 1", len(d.reqs))
+	}
+	return d.reqs[0]
+}
+
+// waitDone returns the one ResponseDone of a test's request.
+func (d *testDirector) waitDone(t *testing.T) ResponseSummary {
+	t.Helper()
+	select {
+	case res := <-d.doneCh:
+		return res
+	case <-time.After(10 * time.Second):
+		t.Fatal("ResponseDone was not called")
+		return ResponseSummary{}
+	}
+}
+
+// startServer serves s on a real loopback listener and returns a client.
+func startServer(t testing.TB, s *Server, opts ...grpc.ServerOption) extprocv3.ExternalProcessorClient {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer(opts...)
+	s.Register(g)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	return envoytest.Dial(t, lis.Addr().String())
+}

@@ -1,0 +1,379 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	procmode "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kvgate/kvgate/extproc/inferr"
+	"github.com/kvgate/kvgate/internal/openai"
+)
+
+const (
+	fullDuplex = procmode.ProcessingMode_FULL_DUPLEX_STREAMED
+	noBody     = procmode.ProcessingMode_NONE
+
+	preallocBodyBytes = 1 << 20
+)
+
+// phase is where a stream is in the request/response exchange; each
+// ProcessingRequest is legal in exactly one or two phases.
+type phase uint8
+
+const (
+	awaitRequestHeaders phase = iota
+	readingRequestBody
+	awaitResponseHeaders
+	readingResponseBody
+	finished
+)
+
+// stream is the state of one ext_proc stream. It is owned by the goroutine
+// running Process for that stream.
+type stream struct {
+	srv *Server
+	ps  extprocv3.ExternalProcessor_ProcessServer
+	ctx context.Context
+
+	reqMode, respMode procmode.ProcessingMode_BodySendMode
+	observeOnly       bool // Envoy ignores responses; send none
+
+	phase      phase
+	req        *Request
+	generated  bool // req.ID was generated here
+	reqEnded   bool // no more request body or trailers will come
+	hadCLength bool
+
+	decided   bool
+	reported  bool
+	status    int
+	streaming bool
+	usage     openai.UsageScanner
+	served    string
+}
+
+func (st *stream) requestID() string {
+	if st.req == nil {
+		return ""
+	}
+	return st.req.ID
+}
+
+// handle processes one message; end is true when the stream is over from
+// the server's side (an immediate response was sent).
+func (st *stream) handle(msg *extprocv3.ProcessingRequest) (end bool, err error) {
+	if pc := msg.GetProtocolConfig(); pc != nil && st.phase == awaitRequestHeaders {
+		// Envoy sends the modes once, on the first message; they cannot
+		// change under a request already in flight.
+		st.reqMode, st.respMode = pc.GetRequestBodyMode(), pc.GetResponseBodyMode()
+	}
+	st.observeOnly = msg.GetObservabilityMode()
+	if served := servedEndpoint(msg.GetMetadataContext()); served != "" {
+		st.served = served
+	}
+	switch r := msg.GetRequest().(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		return st.onRequestHeaders(msg, r.RequestHeaders)
+	case *extprocv3.ProcessingRequest_RequestBody:
+		return st.onRequestBody(r.RequestBody)
+	case *extprocv3.ProcessingRequest_RequestTrailers:
+		return st.onRequestTrailers()
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		return false, st.onResponseHeaders(r.ResponseHeaders)
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		return false, st.onResponseBody(r.ResponseBody)
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		return false, st.onResponseTrailers()
+	default:
+		return false, status.Error(codes.InvalidArgument, "ext_proc: message carries no request, response, body or trailers")
+	}
+}
+
+func (st *stream) outOfOrder(what string) error {
+	return status.Errorf(codes.FailedPrecondition, "ext_proc: %s not expected in phase %s", what, st.phase)
+}
+
+func (st *stream) onRequestHeaders(msg *extprocv3.ProcessingRequest, h *extprocv3.HttpHeaders) (bool, error) {
+	if st.phase != awaitRequestHeaders {
+		return false, st.outOfOrder("request headers")
+	}
+	switch st.reqMode {
+	case fullDuplex, noBody:
+	default:
+		return false, status.Errorf(codes.Unimplemented,
+			"ext_proc: request body mode %s is not supported; use FULL_DUPLEX_STREAMED or NONE", st.reqMode)
+	}
+	st.req, st.generated = newRequest(h.GetHeaders(), msg.GetMetadataContext())
+	st.req.ReceivedAt = time.Now()
+	cl, hasCL := st.req.Headers["content-length"]
+	st.hadCLength = hasCL
+	if h.GetEndOfStream() || st.reqMode == noBody {
+		st.req.HeaderOnly = true
+		st.reqEnded = h.GetEndOfStream()
+		return st.decide(false)
+	}
+	st.phase = readingRequestBody
+	if n, err := strconv.ParseInt(cl, 10, 64); hasCL && err == nil && n > 0 {
+		// Refuse early what cannot fit rather than buffer up to the limit.
+		if n > int64(st.srv.maxBody) {
+			return true, st.immediate(tooLarge(st.srv.maxBody))
+		}
+		// Size the buffer for the announced body, but only up to what a
+		// typical prompt needs: the claim costs the client nothing until
+		// the bytes arrive.
+		st.req.Body = make([]byte, 0, min(n, preallocBodyBytes))
+	}
+	return false, nil
+}
+
+func (st *stream) onRequestBody(b *extprocv3.HttpBody) (bool, error) {
+	if st.phase != readingRequestBody {
+		return false, st.outOfOrder("request body")
+	}
+	chunk := b.GetBody()
+	if len(st.req.Body)+len(chunk) > st.srv.maxBody {
+		return true, st.immediate(tooLarge(st.srv.maxBody))
+	}
+	st.req.Body = append(st.req.Body, chunk...)
+	if !b.GetEndOfStream() {
+		return false, nil
+	}
+	return st.finishRequest(true)
+}
+
+func (st *stream) onRequestTrailers() (bool, error) {
+	if st.req == nil || st.reqEnded {
+		return false, st.outOfOrder("request trailers")
+	}
+	if st.phase == readingRequestBody {
+		// Trailers are how Envoy says a body without end_of_stream is
+		// complete.
+		if end, err := st.finishRequest(false); end || err != nil {
+			return end, err
+		}
+	}
+	st.reqEnded = true
+	return false, st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{
+		RequestTrailers: &extprocv3.TrailersResponse{},
+	}})
+}
+
+// finishRequest parses the complete body and decides. bodyEOS says whether
+// the body ended with end_of_stream (rather than with trailers).
+func (st *stream) finishRequest(bodyEOS bool) (bool, error) {
+	st.reqEnded = bodyEOS
+	if st.req.Body == nil {
+		st.req.Body = []byte{} // a body was announced, even if empty
+	}
+	if st.req.API != "" {
+		parsed, err := openai.Parse(st.req.API, st.req.Body)
+		if err != nil {
+			return true, st.immediate(&inferr.Error{Code: inferr.BadRequest, Msg: err.Error()})
+		}
+		st.req.Parsed = parsed
+	}
+	return st.decide(bodyEOS)
+}
+
+// decide asks the Director and answers Envoy with the decision: the headers
+// response, then (unless header-only) the body.
+func (st *stream) decide(bodyEOS bool) (bool, error) {
+	d, err := st.srv.director.HandleRequest(st.ctx, st.req)
+	if err == nil {
+		switch {
+		case d == nil:
+			err = inferr.New(inferr.Internal, "director returned no decision")
+		case len(d.Endpoints) == 0:
+			err = inferr.New(inferr.ServiceUnavailable, "no endpoints available for the request")
+		}
+	}
+	if err != nil {
+		if ctxErr := st.ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+			return true, status.FromContextError(ctxErr).Err()
+		}
+		return true, st.immediate(inferr.As(err))
+	}
+	st.decided = true
+	st.phase = awaitResponseHeaders
+
+	body := st.req.Body
+	rewritten := false
+	if p := st.req.Parsed; p != nil && d.TargetModel != "" && d.TargetModel != p.Model {
+		b, err := p.WithModel(d.TargetModel)
+		if err != nil {
+			return true, st.immediate(inferr.New(inferr.Internal, "rewriting the model: %v", err))
+		}
+		body, rewritten = b, true
+	}
+	dest := strings.Join(d.Endpoints, ",")
+	if err := st.send(decisionResponse(st.req, d, dest, st.generated, rewritten && st.hadCLength, len(body))); err != nil {
+		return false, err
+	}
+	if st.srv.log.Enabled(st.ctx, slog.LevelDebug) {
+		st.srv.log.LogAttrs(st.ctx, slog.LevelDebug, "request routed",
+			slog.String("request_id", st.req.ID), slog.String("endpoints", dest),
+			slog.Bool("model_rewritten", rewritten))
+	}
+	if st.req.HeaderOnly {
+		return false, nil
+	}
+	return false, st.sendBody(body, bodyEOS)
+}
+
+// sendBody re-sends the request body in chunks Envoy can take; the last
+// carries end_of_stream when the body had it. An empty body still gets one
+// (empty) chunk so that Envoy sees its end.
+func (st *stream) sendBody(body []byte, eos bool) error {
+	n := st.srv.chunk
+	for off := 0; ; off += n {
+		end := min(off+n, len(body))
+		last := end == len(body)
+		if err := st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+			RequestBody: streamedBody(body[off:end], last && eos),
+		}}); err != nil {
+			return err
+		}
+		if last {
+			return nil
+		}
+	}
+}
+
+func (st *stream) onResponseHeaders(h *extprocv3.HttpHeaders) error {
+	if st.phase != awaitResponseHeaders {
+		return st.outOfOrder("response headers")
+	}
+	headers := headerMap(h.GetHeaders())
+	st.status, _ = strconv.Atoi(headers[":status"])
+	st.streaming = strings.HasPrefix(headers["content-type"], "text/event-stream")
+	st.usage.Reset(st.streaming)
+	st.phase = readingResponseBody
+	if err := st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{}},
+	}}); err != nil {
+		return err
+	}
+	st.srv.director.ResponseStarted(st.ctx, st.req, st.status, headers)
+	if h.GetEndOfStream() {
+		st.report(true)
+	}
+	return nil
+}
+
+func (st *stream) onResponseBody(b *extprocv3.HttpBody) error {
+	if st.phase != readingResponseBody {
+		return st.outOfOrder("response body")
+	}
+	chunk, eos := b.GetBody(), b.GetEndOfStream()
+	// Pass the chunk on first: the client is waiting for it, the
+	// bookkeeping is not.
+	var resp *extprocv3.BodyResponse
+	if st.respMode == fullDuplex {
+		resp = streamedBody(chunk, eos)
+	} else {
+		resp = &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}}
+	}
+	if err := st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: resp}}); err != nil {
+		return err
+	}
+	_, _ = st.usage.Write(chunk)
+	st.srv.director.ResponseChunk(st.ctx, st.req, chunk)
+	if eos {
+		st.report(true)
+	}
+	return nil
+}
+
+func (st *stream) onResponseTrailers() error {
+	if st.phase != readingResponseBody {
+		return st.outOfOrder("response trailers")
+	}
+	if err := st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
+		ResponseTrailers: &extprocv3.TrailersResponse{},
+	}}); err != nil {
+		return err
+	}
+	st.report(true)
+	return nil
+}
+
+// closed handles Envoy half-closing the stream. With response body mode
+// NONE the response headers are the last thing Envoy sends, so a clean close
+// after them means the response went through.
+func (st *stream) closed() {
+	if st.phase == readingResponseBody && st.respMode == noBody {
+		st.report(true)
+	}
+}
+
+// abort releases a decided request whose response was not seen to its end.
+func (st *stream) abort() { st.report(false) }
+
+// report calls ResponseDone once per decided request.
+func (st *stream) report(complete bool) {
+	if !st.decided || st.reported {
+		return
+	}
+	st.reported = true
+	st.phase = finished
+	_ = st.usage.Close()
+	u, found := st.usage.Usage()
+	st.srv.director.ResponseDone(context.WithoutCancel(st.ctx), st.req, ResponseSummary{
+		Status:         st.status,
+		Usage:          u,
+		UsageFound:     found,
+		Streaming:      st.streaming,
+		Complete:       complete,
+		ServedEndpoint: st.served,
+	})
+}
+
+// immediate answers the request with an error instead of routing it.
+func (st *stream) immediate(e *inferr.Error) error {
+	st.phase = finished
+	if st.srv.log.Enabled(st.ctx, slog.LevelDebug) {
+		st.srv.log.LogAttrs(st.ctx, slog.LevelDebug, "request rejected",
+			slog.String("request_id", st.requestID()), slog.String("code", string(e.Code)),
+			slog.String("message", e.Msg))
+	}
+	return st.send(errorResponse(e))
+}
+
+func (st *stream) send(r *extprocv3.ProcessingResponse) error {
+	if st.observeOnly {
+		return nil
+	}
+	if err := st.ps.Send(r); err != nil {
+		return fmt.Errorf("ext_proc send: %w", err)
+	}
+	return nil
+}
+
+func tooLarge(limit int) *inferr.Error {
+	return &inferr.Error{Code: inferr.BadRequest, Status: 413,
+		Msg: fmt.Sprintf("request body exceeds %d bytes", limit)}
+}
+
+func (p phase) String() string {
+	switch p {
+	case awaitRequestHeaders:
+		return "awaiting request headers"
+	case readingRequestBody:
+		return "reading request body"
+	case awaitResponseHeaders:
+		return "awaiting response headers"
+	case readingResponseBody:
+		return "reading response body"
+	default:
+		return "finished"
+	}
+}

@@ -1,0 +1,53 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// englishText returns about n bytes of English prose (the vLLM test vector's
+// prompt, repeated).
+func englishText(tb testing.TB, n int) string {
+	tb.Helper()
+	raw, err := os.ReadFile(filepath.Join(sharedTestdata(tb), "vllm_kv_hash_qwen3.json"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var vec struct {
+		Prompt string `json:"prompt"`
+	}
+	if err := json.Unmarshal(raw, &vec); err != nil {
+		tb.Fatal(err)
+	}
+	var b strings.Builder
+	for b.Len() < n {
+		b.WriteString(vec.Prompt)
+		b.WriteString("\n\n")
+	}
+	return b.String()[:n]
+}
+
+func BenchmarkEncodeEnglish(b *testing.B) {
+	tok := qwen3(b)
+	text := englishText(b, 64<<10)
+	tok.Encode(text) // warm the word cache, as a long-running picker would be
+	b.SetBytes(int64(len(text)))
+	b.ResetTimer()
+	for b.Loop() {
+		tok.Encode(text)
+	}
+}
+
+func BenchmarkEncodeEnglishCold(b *testing.B) {
+	tok := qwen3(b)
+	text := englishText(b, 64<<10)
+	b.SetBytes(int64(len(text)))
+	for b.Loop() {
+		cold := *tok
+		cold.words = newWordCache(DefaultWordCacheSize)
+		cold.Encode(text)
+	}
+}
