@@ -1,0 +1,140 @@
+package kvhash
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+)
+
+// Size is the length of a block hash in bytes.
+const Size = sha256.Size
+
+// Hash is one block's full SHA-256 digest. The full 32 bytes, not the 64-bit
+// event value, chain into the next block.
+type Hash [Size]byte
+
+// Uint64 is the value vLLM publishes in KV events: the digest's last 8 bytes,
+// big-endian.
+func (h Hash) Uint64() uint64 { return binary.BigEndian.Uint64(h[Size-8:]) }
+
+// String is the digest in lowercase hex, as Python's bytes.hex() prints it.
+func (h Hash) String() string { return hex.EncodeToString(h[:]) }
+
+// Extra carries the request attributes that vLLM mixes into block hashes so
+// that identical token ids under a different adapter or salt never share KV.
+type Extra struct {
+	// LoRA is the adapter name; it enters every block's hash.
+	LoRA string
+	// CacheSalt isolates a tenant's prefixes; it enters block 0 only, which
+	// is enough because every later block chains on block 0.
+	CacheSalt string
+}
+
+// ErrBlockSize reports a block size that cannot cut a prompt into blocks.
+var ErrBlockSize = errors.New("kvhash: block size must be positive")
+
+// NoneHash is the parent of block 0 for a given PYTHONHASHSEED:
+// SHA256(CBOR(text(seed))).
+func NoneHash(seed string) Hash {
+	buf := appendHead(make([]byte, 0, 9+len(seed)), majorText, uint64(len(seed)))
+	buf = append(buf, seed...)
+	return sha256.Sum256(buf)
+}
+
+// Hasher hashes the blocks of token sequences for one seed and block size.
+// It reuses an encoding buffer between calls, so a Hasher must not be used by
+// several goroutines at once; give each goroutine its own (they are cheap).
+type Hasher struct {
+	none      Hash
+	blockSize int
+	buf       []byte
+}
+
+// New returns a Hasher for vLLM's PYTHONHASHSEED value seed and the server's
+// block size (vLLM's default is 16).
+func New(seed string, blockSize int) (*Hasher, error) {
+	if blockSize <= 0 {
+		return nil, fmt.Errorf("%w: got %d", ErrBlockSize, blockSize)
+	}
+	return &Hasher{none: NoneHash(seed), blockSize: blockSize}, nil
+}
+
+// None is the parent hash of block 0.
+func (h *Hasher) None() Hash { return h.none }
+
+// BlockSize is the number of tokens per block.
+func (h *Hasher) BlockSize() int { return h.blockSize }
+
+// BlockHashes returns the hashes of every full block of tokens.
+func (h *Hasher) BlockHashes(tokens []int, extra Extra) []Hash {
+	return h.AppendBlockHashes(make([]Hash, 0, len(tokens)/h.blockSize), tokens, extra)
+}
+
+// AppendBlockHashes continues a request's hash chain. done holds the hashes
+// of the request's first len(done) blocks (possibly none) and tokens is the
+// request's whole token sequence so far; the hashes of the full blocks after
+// them are appended to done. This lets a caller hash a growing sequence (a
+// decoding request) in time proportional to the new blocks only.
+func (h *Hasher) AppendBlockHashes(done []Hash, tokens []int, extra Extra) []Hash {
+	parent := h.none
+	if n := len(done); n > 0 {
+		parent = done[n-1]
+	}
+	for i := len(done); (i+1)*h.blockSize <= len(tokens); i++ {
+		parent = h.HashBlock(parent, tokens[i*h.blockSize:(i+1)*h.blockSize], i, extra)
+		done = append(done, parent)
+	}
+	return done
+}
+
+// AppendUint64s appends the event values of every full block of tokens to dst
+// and returns it. It is the allocation-free path for callers that only need
+// to compare with published events, such as the wasm filter.
+func (h *Hasher) AppendUint64s(dst []uint64, tokens []int, extra Extra) []uint64 {
+	parent := h.none
+	for i := 0; (i+1)*h.blockSize <= len(tokens); i++ {
+		parent = h.HashBlock(parent, tokens[i*h.blockSize:(i+1)*h.blockSize], i, extra)
+		dst = append(dst, parent.Uint64())
+	}
+	return dst
+}
+
+// HashBlock hashes one block given its parent's hash and its position in the
+// request (the cache salt applies to position 0 only). block may be of any
+// length; vLLM only hashes full blocks.
+func (h *Hasher) HashBlock(parent Hash, block []int, index int, extra Extra) Hash {
+	b := h.buf[:0]
+	b = append(b, majorArray|3)
+	b = appendHead(b, majorBytes, Size)
+	b = append(b, parent[:]...)
+	b = appendHead(b, majorArray, uint64(len(block)))
+	for _, t := range block {
+		b = appendInt(b, t)
+	}
+	salt := index == 0 && extra.CacheSalt != ""
+	switch n := boolInt(extra.LoRA != "") + boolInt(salt); n {
+	case 0:
+		b = append(b, cborNull)
+	default:
+		b = appendHead(b, majorArray, uint64(n))
+		if extra.LoRA != "" {
+			b = appendHead(b, majorText, uint64(len(extra.LoRA)))
+			b = append(b, extra.LoRA...)
+		}
+		if salt {
+			b = appendHead(b, majorText, uint64(len(extra.CacheSalt)))
+			b = append(b, extra.CacheSalt...)
+		}
+	}
+	h.buf = b
+	return sha256.Sum256(b)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

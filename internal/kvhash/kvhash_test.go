@@ -1,0 +1,204 @@
+package kvhash
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// vector is the part of shared/testdata/vllm_kv_hash_qwen3.json the tests
+// use: what a real vLLM emitted for the prompt's token ids.
+type vector struct {
+	Seed        string   `json:"hash_seed"`
+	BlockSize   int      `json:"block_size"`
+	TokenIDs    []int    `json:"token_ids"`
+	BlockHashes []uint64 `json:"block_hashes"`
+}
+
+func loadVector(tb testing.TB) vector {
+	tb.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			tb.Fatal("go.mod not found above the test directory")
+		}
+		dir = parent
+	}
+	path := filepath.Join(dir, "..", "shared", "testdata", "vllm_kv_hash_qwen3.json")
+	raw, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		tb.Skipf("test vector absent: %s", path)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var v vector
+	if err := json.Unmarshal(raw, &v); err != nil {
+		tb.Fatalf("parse %s: %v", path, err)
+	}
+	return v
+}
+
+func TestNoneHash(t *testing.T) {
+	const want = "9fa6eb003f14425eb9c8e6baacfbcaab26257357b829c7bfa74ffcc4f31c1780"
+	if got := NoneHash("42").String(); got != want {
+		t.Fatalf("NoneHash(42) = %s, want %s", got, want)
+	}
+}
+
+func TestVector(t *testing.T) {
+	v := loadVector(t)
+	h, err := New(v.Seed, v.BlockSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.BlockHashes) != 25 {
+		t.Fatalf("vector has %d hashes, want 25", len(v.BlockHashes))
+	}
+	full := h.BlockHashes(v.TokenIDs, Extra{})
+	u := h.AppendUint64s(nil, v.TokenIDs, Extra{})
+	if len(full) != len(v.BlockHashes) || len(u) != len(v.BlockHashes) {
+		t.Fatalf("got %d/%d hashes, want %d", len(full), len(u), len(v.BlockHashes))
+	}
+	for i, want := range v.BlockHashes {
+		if full[i].Uint64() != want || u[i] != want {
+			t.Errorf("block %d: got %d / %d, want %d", i, full[i].Uint64(), u[i], want)
+		}
+	}
+}
+
+// TestIncremental hashes a sequence in uneven pieces, as an engine does while
+// a request decodes, and expects the one-shot chain.
+func TestIncremental(t *testing.T) {
+	v := loadVector(t)
+	h, err := New(v.Seed, v.BlockSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra := Extra{LoRA: "alice", CacheSalt: "s"}
+	want := h.BlockHashes(v.TokenIDs, extra)
+	var got []Hash
+	for _, n := range []int{0, 7, 16, 17, 100, 101, 250, 399, 400} {
+		got = h.AppendBlockHashes(got, v.TokenIDs[:n], extra)
+		if len(got) != n/v.BlockSize {
+			t.Fatalf("after %d tokens: %d hashes, want %d", n, len(got), n/v.BlockSize)
+		}
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("block %d differs from the one-shot chain", i)
+		}
+	}
+}
+
+func TestExtraKeys(t *testing.T) {
+	v := loadVector(t)
+	h, err := New(v.Seed, v.BlockSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := v.TokenIDs[:64]
+	base := h.BlockHashes(tokens, Extra{})
+	tests := []struct {
+		name  string
+		extra Extra
+	}{
+		{"lora", Extra{LoRA: "alice"}},
+		{"salt", Extra{CacheSalt: "tenant-a"}},
+		{"lora and salt", Extra{LoRA: "alice", CacheSalt: "tenant-a"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := h.BlockHashes(tokens, tc.extra)
+			for i := range got {
+				if got[i] == base[i] {
+					t.Errorf("block %d unchanged by %+v", i, tc.extra)
+				}
+			}
+		})
+	}
+
+	// The salt enters block 0 only: hashing block 1 on the salted parent
+	// without extra keys must give the salted chain's block 1.
+	salted := h.BlockHashes(tokens, Extra{CacheSalt: "tenant-a"})
+	bs := h.BlockSize()
+	if got := h.HashBlock(salted[0], tokens[bs:2*bs], 1, Extra{CacheSalt: "tenant-a"}); got != salted[1] {
+		t.Error("salt leaked past block 0")
+	}
+	if got := h.HashBlock(salted[0], tokens[bs:2*bs], 1, Extra{}); got != salted[1] {
+		t.Error("block 1 of a salted chain should not depend on the salt")
+	}
+	// The LoRA name enters every block.
+	lora := h.BlockHashes(tokens, Extra{LoRA: "alice"})
+	if got := h.HashBlock(lora[0], tokens[bs:2*bs], 1, Extra{}); got == lora[1] {
+		t.Error("LoRA name missing from block 1")
+	}
+}
+
+// TestCBOR pins the encoder against hand-checked canonical CBOR (RFC 8949
+// Appendix A examples).
+func TestCBOR(t *testing.T) {
+	tests := []struct {
+		v    int
+		want string
+	}{
+		{0, "00"}, {23, "17"}, {24, "1818"}, {255, "18ff"}, {256, "190100"},
+		{65535, "19ffff"}, {65536, "1a00010000"}, {1 << 32, "1b0000000100000000"},
+		{-1, "20"}, {-100, "3863"},
+	}
+	for _, tc := range tests {
+		if got := hex.EncodeToString(appendInt(nil, tc.v)); got != tc.want {
+			t.Errorf("appendInt(%d) = %s, want %s", tc.v, got, tc.want)
+		}
+	}
+}
+
+func TestNewRejectsBlockSize(t *testing.T) {
+	for _, bs := range []int{0, -16} {
+		if _, err := New("42", bs); err == nil {
+			t.Errorf("New(42, %d) accepted", bs)
+		}
+	}
+}
+
+func TestShortSequences(t *testing.T) {
+	h, err := New("42", 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{0, 1, 15} {
+		if got := h.BlockHashes(make([]int, n), Extra{}); len(got) != 0 {
+			t.Errorf("%d tokens gave %d hashes", n, len(got))
+		}
+	}
+}
+
+// BenchmarkBlockHashes hashes a 6,000-token prompt, the size of the shared
+// prefixes in the llm-d precise-routing benchmark.
+func BenchmarkBlockHashes(b *testing.B) {
+	h, err := New("42", 16)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tokens := make([]int, 6000)
+	for i := range tokens {
+		tokens[i] = (i * 7919) % 151643
+	}
+	dst := make([]uint64, 0, len(tokens)/16)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		dst = h.AppendUint64s(dst[:0], tokens, Extra{})
+	}
+	blocks := float64(len(tokens) / 16)
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/blocks, "ns/block")
+}
