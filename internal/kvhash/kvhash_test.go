@@ -2,52 +2,13 @@ package kvhash
 
 import (
 	"encoding/hex"
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"testing"
+
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // vector is the part of shared/testdata/vllm_kv_hash_qwen3.json the tests
 // use: what a real vLLM emitted for the prompt's token ids.
-type vector struct {
-	Seed        string   `json:"hash_seed"`
-	BlockSize   int      `json:"block_size"`
-	TokenIDs    []int    `json:"token_ids"`
-	BlockHashes []uint64 `json:"block_hashes"`
-}
-
-func loadVector(tb testing.TB) vector {
-	tb.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			tb.Fatal("go.mod not found above the test directory")
-		}
-		dir = parent
-	}
-	path := filepath.Join(dir, "..", "shared", "testdata", "vllm_kv_hash_qwen3.json")
-	raw, err := os.ReadFile(path)
-	if os.IsNotExist(err) {
-		tb.Skipf("test vector absent: %s", path)
-	}
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var v vector
-	if err := json.Unmarshal(raw, &v); err != nil {
-		tb.Fatalf("parse %s: %v", path, err)
-	}
-	return v
-}
-
 func TestNoneHash(t *testing.T) {
 	const want = "9fa6eb003f14425eb9c8e6baacfbcaab26257357b829c7bfa74ffcc4f31c1780"
 	if got := NoneHash("42").String(); got != want {
@@ -56,7 +17,7 @@ func TestNoneHash(t *testing.T) {
 }
 
 func TestVector(t *testing.T) {
-	v := loadVector(t)
+	v := testutil.LoadHashVector(t)
 	h, err := New(v.Seed, v.BlockSize)
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +40,7 @@ func TestVector(t *testing.T) {
 // TestIncremental hashes a sequence in uneven pieces, as an engine does while
 // a request decodes, and expects the one-shot chain.
 func TestIncremental(t *testing.T) {
-	v := loadVector(t)
+	v := testutil.LoadHashVector(t)
 	h, err := New(v.Seed, v.BlockSize)
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +62,7 @@ func TestIncremental(t *testing.T) {
 }
 
 func TestExtraKeys(t *testing.T) {
-	v := loadVector(t)
+	v := testutil.LoadHashVector(t)
 	h, err := New(v.Seed, v.BlockSize)
 	if err != nil {
 		t.Fatal(err)

@@ -72,3 +72,13 @@ func AppendBlocks(dst []uint64, p Params, seed uint64, text string) []uint64 {
 	}
 	return dst
 }
+
+// TokenText packs token ids as 4 little-endian bytes each, so that prompts
+// given as token ids hash like text at the CharsPerToken estimate.
+func TokenText(ids []int) string {
+	b := make([]byte, 4*len(ids))
+	for i, id := range ids {
+		binary.LittleEndian.PutUint32(b[4*i:], uint32(id))
+	}
+	return string(b)
+}

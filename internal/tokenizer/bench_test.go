@@ -1,27 +1,17 @@
 package tokenizer
 
 import (
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // englishText returns about n bytes of English prose (the vLLM test vector's
 // prompt, repeated).
 func englishText(tb testing.TB, n int) string {
 	tb.Helper()
-	raw, err := os.ReadFile(filepath.Join(sharedTestdata(tb), "vllm_kv_hash_qwen3.json"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var vec struct {
-		Prompt string `json:"prompt"`
-	}
-	if err := json.Unmarshal(raw, &vec); err != nil {
-		tb.Fatal(err)
-	}
+	vec := testutil.LoadHashVector(tb)
 	var b strings.Builder
 	for b.Len() < n {
 		b.WriteString(vec.Prompt)

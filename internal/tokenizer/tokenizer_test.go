@@ -3,26 +3,16 @@ package tokenizer
 import (
 	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 func TestEncodeMatchesVLLMVector(t *testing.T) {
 	tok := qwen3(t)
-	raw, err := os.ReadFile(filepath.Join(sharedTestdata(t), "vllm_kv_hash_qwen3.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var vec struct {
-		Prompt   string `json:"prompt"`
-		TokenIDs []int  `json:"token_ids"`
-	}
-	if err := json.Unmarshal(raw, &vec); err != nil {
-		t.Fatal(err)
-	}
+	vec := testutil.LoadHashVector(t)
 	got := tok.Encode(vec.Prompt)
 	if len(got) < len(vec.TokenIDs) {
 		t.Fatalf("got %d ids, vector has %d", len(got), len(vec.TokenIDs))

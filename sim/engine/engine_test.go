@@ -1,15 +1,14 @@
 package engine
 
 import (
-	"encoding/json"
 	"errors"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 func TestPrefixHit(t *testing.T) {
@@ -278,14 +277,7 @@ func TestDeterminism(t *testing.T) {
 // TestVectorThroughEngine feeds the vLLM test vector's token ids through a
 // Qwen3-0.6B engine and expects the BlockStored event real vLLM emitted.
 func TestVectorThroughEngine(t *testing.T) {
-	var v struct {
-		Seed        string   `json:"hash_seed"`
-		BlockSize   int      `json:"block_size"`
-		TokenIDs    []int    `json:"token_ids"`
-		BlockHashes []uint64 `json:"block_hashes"`
-		Medium      string   `json:"medium"`
-	}
-	readShared(t, "testdata/vllm_kv_hash_qwen3.json", &v)
+	v := testutil.LoadHashVector(t)
 	clock := NewVirtualClock(epoch)
 	rec := &recorder{}
 	p, _ := LookupPreset("qwen3-0.6b-h100")
@@ -301,36 +293,6 @@ func TestVectorThroughEngine(t *testing.T) {
 	}
 	if ev.HasParent || ev.Medium != v.Medium || ev.BlockSize != v.BlockSize || !slices.Equal(ev.TokenIDs, v.TokenIDs) {
 		t.Errorf("event fields: parent=%v medium=%q block size=%d", ev.HasParent, ev.Medium, ev.BlockSize)
-	}
-}
-
-// readShared decodes a JSON file from the shared folder beside the
-// repository root, skipping when that folder is absent.
-func readShared(t *testing.T, rel string, v any) {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		if filepath.Dir(dir) == dir {
-			t.Fatal("go.mod not found")
-		}
-		dir = filepath.Dir(dir)
-	}
-	shared := filepath.Join(dir, "..", "shared")
-	if _, err := os.Stat(shared); os.IsNotExist(err) {
-		t.Skipf("%s absent", shared)
-	}
-	raw, err := os.ReadFile(filepath.Join(shared, rel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(raw, v); err != nil {
-		t.Fatal(err)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/loadaware"
 	"github.com/kvgate/kvgate/extproc/plugins/loraaffinity"
 	"github.com/kvgate/kvgate/extproc/plugins/picker"
+	"github.com/kvgate/kvgate/extproc/plugins/precise"
 	"github.com/kvgate/kvgate/extproc/plugins/prefix"
 	"github.com/kvgate/kvgate/extproc/plugins/profilehandler"
 	"github.com/kvgate/kvgate/extproc/plugins/queue"
@@ -31,6 +32,7 @@ func Registry() *scheduling.Registry {
 		{loadaware.Type, loadaware.New},
 		{loraaffinity.Type, loraaffinity.New},
 		{prefix.Type, prefix.New},
+		{precise.Type, precise.New},
 		{picker.MaxScoreType, picker.NewMaxScore},
 		{picker.RandomType, picker.NewRandom},
 		{picker.WeightedRandomType, picker.NewWeightedRandom},

@@ -4,7 +4,9 @@
 // sent before. The prompt text is cut into blocks of blockSize × 4 bytes and
 // hashed with chained xxhash64 (internal/prefixhash), seeded with the target
 // model and cache_salt; chat requests hash the whole conversation so that
-// every turn extends the previous turn's prefix.
+// every turn extends the previous turn's prefix. Prompts given as token ids
+// are hashed as 4 bytes per token, so a block is blockSize/4 tokens as for
+// text.
 //
 // Score = consecutive matched blocks from the start / total blocks.
 //
@@ -129,7 +131,11 @@ func (s *Scorer) Hashes(req *scheduling.Request, blockChars int) []uint64 {
 		return nil
 	}
 	p := prefixhash.Params{BlockChars: blockChars, MaxBlocks: s.params.MaxPrefixBlocksToMatch}
-	return prefixhash.Blocks(p, prefixhash.Seed(req.TargetModel, req.Body.CacheSalt), req.Body.PromptText())
+	text := req.Body.PromptText()
+	if text == "" && len(req.Body.PromptTokenIDs) > 0 {
+		text = prefixhash.TokenText(req.Body.PromptTokenIDs)
+	}
+	return prefixhash.Blocks(p, prefixhash.Seed(req.TargetModel, req.Body.CacheSalt), text)
 }
 
 // Score implements scheduling.Scorer.

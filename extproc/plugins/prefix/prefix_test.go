@@ -128,3 +128,23 @@ func TestPrefixChatConversation(t *testing.T) {
 		t.Fatalf("second turn scores %v: should match most of the conversation on b", got)
 	}
 }
+
+// Token-id prompts hash too, so that a shared token prefix matches.
+func TestPrefixTokenIDPrompt(t *testing.T) {
+	s, err := schedtest.Build[*Scorer](New, `{"blockSizeTokens": 2, "autoTune": false}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eps := []*endpoints.Endpoint{schedtest.Endpoint("a", endpoints.Metrics{})}
+	ids := func(body string) *scheduling.Request {
+		r, err := openai.Parse(openai.Completions, []byte(`{"model":"m","prompt":`+body+`}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &scheduling.Request{TargetModel: "m", Body: r}
+	}
+	route(t, s, ids("[1,2,3,4,5,6]"), eps, 0)
+	if got := schedtest.Score(s, ids("[1,2,3,4,9,9]"), eps...); got[0] != 2.0/3 {
+		t.Fatalf("scores %v, want [0.667]", got)
+	}
+}

@@ -5,6 +5,7 @@ package schedtest
 import (
 	"context"
 	"fmt"
+	"testing"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/scheduling"
@@ -45,4 +46,17 @@ func Build[T scheduling.Plugin](f scheduling.Factory, params string) (T, error) 
 		return zero, fmt.Errorf("factory built %T", p)
 	}
 	return t, nil
+}
+
+// ExpectScores fails the test unless got equals want within 1e-9.
+func ExpectScores(t testing.TB, got, want []float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("scores %v, want %v", got, want)
+	}
+	for i := range got {
+		if d := got[i] - want[i]; d > 1e-9 || d < -1e-9 {
+			t.Fatalf("scores %v, want %v", got, want)
+		}
+	}
 }

@@ -1,0 +1,211 @@
+// Package precise is the precise-prefix-cache-scorer: it scores endpoints by
+// how much of the request's prompt their KV cache really holds, as told by
+// the servers' own KV-cache events (extproc/kvevents → extproc/kvindex).
+//
+// The prompt is tokenized with the model's tokenizer (chat requests through
+// the chat template, as vLLM does) and hashed into vLLM-identical block
+// hashes (internal/kvhash, sha256_cbor; the LoRA adapter and cache_salt as
+// extra keys). Score = tier-weighted leading blocks held / prompt blocks.
+// Tokenization goes through a prefix cache, so a long shared system prompt
+// is tokenized once, not on every request.
+//
+// Parameters:
+//
+//	tokenizer: string       tokenizer.json, or the folder holding it (required
+//	                        unless every request sends token ids)
+//	blockSize: int          the servers' --block-size (default 16)
+//	hashSeed: string        the servers' PYTHONHASHSEED (default "")
+//	hashAlgo: string        the servers' --prefix-caching-hash-algo; only
+//	                        sha256_cbor (the default) is supported
+//	maxBlocksToMatch: int   leading blocks looked up (default 8192)
+//	prefixCacheBytes: int   memory for cached tokenizations (default 64 MiB)
+//
+// The KV index is the service "kvindex" of the plugin handle.
+package precise
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/kvindex"
+	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/internal/kvhash"
+	"github.com/kvgate/kvgate/internal/prompt"
+	"github.com/kvgate/kvgate/internal/tokenizer"
+)
+
+// Type is the registered plugin type.
+const Type = "precise-prefix-cache-scorer"
+
+// ServiceKVIndex is the handle service key of the shared *kvindex.Index.
+const ServiceKVIndex = "kvindex"
+
+// StateKey is where Score leaves the request's block hashes and token count
+// (a *Prompt) for later stages.
+const StateKey = Type + "/prompt"
+
+// Defaults.
+const (
+	DefaultBlockSize        = 16
+	DefaultMaxBlocksToMatch = 8192
+	DefaultPrefixCacheBytes = 64 << 20
+	HashAlgoSHA256CBOR      = "sha256_cbor"
+)
+
+// Params are the plugin's parameters.
+type Params struct {
+	Tokenizer        string `json:"tokenizer"`
+	BlockSize        int    `json:"blockSize"`
+	HashSeed         string `json:"hashSeed"`
+	HashAlgo         string `json:"hashAlgo"`
+	MaxBlocksToMatch int    `json:"maxBlocksToMatch"`
+	PrefixCacheBytes int    `json:"prefixCacheBytes"`
+}
+
+// Prompt is what the scorer computed for a request.
+type Prompt struct {
+	Tokens int
+	Hashes []uint64
+	// MatchedBlocks is the longest match among the candidates, in blocks.
+	MatchedBlocks int
+}
+
+// Scorer implements precise-prefix-cache-scorer.
+type Scorer struct {
+	scheduling.Named
+	params  Params
+	index   *kvindex.Index
+	tok     *tokenizer.Tokenizer
+	cache   *tokenizer.PrefixCache
+	hashers sync.Pool // *kvhash.Hasher: each reuses one buffer
+	scratch sync.Pool // *scratch
+}
+
+type scratch struct {
+	names  []string
+	scores []float64
+}
+
+// New is the plugin factory.
+func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plugin, error) {
+	p := Params{BlockSize: DefaultBlockSize, HashAlgo: HashAlgoSHA256CBOR, MaxBlocksToMatch: DefaultMaxBlocksToMatch, PrefixCacheBytes: DefaultPrefixCacheBytes}
+	if err := scheduling.DecodeParams(raw, &p); err != nil {
+		return nil, err
+	}
+	if p.HashAlgo != HashAlgoSHA256CBOR {
+		return nil, fmt.Errorf("parameters.hashAlgo: only %q is supported, got %q", HashAlgoSHA256CBOR, p.HashAlgo)
+	}
+	if p.MaxBlocksToMatch <= 0 || p.PrefixCacheBytes <= 0 {
+		return nil, fmt.Errorf("parameters.maxBlocksToMatch and prefixCacheBytes must be positive")
+	}
+	if _, err := kvhash.New(p.HashSeed, p.BlockSize); err != nil {
+		return nil, fmt.Errorf("parameters.blockSize: %w", err)
+	}
+	index, ok := scheduling.Service[*kvindex.Index](h, ServiceKVIndex)
+	if !ok {
+		return nil, fmt.Errorf("%s needs the KV-event index: run the picker with KV events enabled (--kv-events-addr or kvEvents endpoints)", Type)
+	}
+	s := &Scorer{Named: scheduling.NewNamed(Type, name), params: p, index: index}
+	if p.Tokenizer != "" {
+		dir := p.Tokenizer
+		if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+			dir = filepath.Dir(dir)
+		}
+		t, err := tokenizer.Load(dir)
+		if err != nil {
+			return nil, fmt.Errorf("parameters.tokenizer: %w", err)
+		}
+		s.tok = t
+		s.cache = tokenizer.NewPrefixCache(t, p.PrefixCacheBytes)
+	}
+	s.hashers.New = func() any {
+		hs, _ := kvhash.New(p.HashSeed, p.BlockSize) // validated above
+		return hs
+	}
+	s.scratch.New = func() any { return new(scratch) }
+	return s, nil
+}
+
+// Tokens returns the request's prompt token ids as the model server computes
+// them, or an error when they cannot be known.
+func (s *Scorer) Tokens(req *scheduling.Request) ([]int, error) {
+	if req.Body == nil {
+		return nil, fmt.Errorf("request has no body")
+	}
+	if len(req.Body.PromptTokenIDs) > 0 {
+		return req.Body.PromptTokenIDs, nil
+	}
+	if s.tok == nil {
+		return nil, fmt.Errorf("no tokenizer configured")
+	}
+	return prompt.Tokens(s.cache, s.tok, req.Body)
+}
+
+// Hashes returns the request's block hashes, at most maxBlocksToMatch.
+// adapter is the LoRA adapter the request addresses ("" for the base
+// model), an extra key of every block hash.
+func (s *Scorer) Hashes(tokens []int, adapter, cacheSalt string) []uint64 {
+	if n := s.params.MaxBlocksToMatch * s.params.BlockSize; len(tokens) > n {
+		tokens = tokens[:n]
+	}
+	h := s.hashers.Get().(*kvhash.Hasher)
+	defer s.hashers.Put(h)
+	return h.AppendUint64s(make([]uint64, 0, len(tokens)/s.params.BlockSize), tokens, kvhash.Extra{LoRA: adapter, CacheSalt: cacheSalt})
+}
+
+// Score implements scheduling.Scorer.
+func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint, scores []float64) {
+	tokens, err := s.Tokens(req)
+	if err != nil {
+		return // every candidate scores 0: nothing is known to be cached
+	}
+	salt := ""
+	if req.Body != nil {
+		salt = req.Body.CacheSalt
+	}
+	hashes := s.Hashes(tokens, adapterOf(req.TargetModel, eps), salt)
+	p := &Prompt{Tokens: len(tokens), Hashes: hashes}
+	cs.Write(StateKey, p)
+	if len(hashes) == 0 {
+		return
+	}
+	sc := s.scratch.Get().(*scratch)
+	defer s.scratch.Put(sc)
+	sc.names = sc.names[:0]
+	for _, e := range eps {
+		sc.names = append(sc.names, e.Address())
+	}
+	p.MatchedBlocks = s.index.Lookup(hashes, sc.names, scores)
+	clear(sc.names)
+	total := float64(len(hashes))
+	for i := range eps {
+		scores[i] /= total
+	}
+}
+
+// adapterOf reports whether target is a LoRA adapter rather than the base
+// model: an adapter is what some server lists in vllm:lora_requests_info.
+// vLLM keys adapter blocks by the adapter's name, so the hashes differ.
+func adapterOf(target string, eps []*endpoints.Endpoint) string {
+	for _, e := range eps {
+		m := e.Metrics()
+		if _, ok := m.ActiveLoRAs[target]; ok {
+			return target
+		}
+		if _, ok := m.WaitingLoRAs[target]; ok {
+			return target
+		}
+	}
+	return ""
+}
+
+// BlockSize is the configured block size in tokens.
+func (s *Scorer) BlockSize() int { return s.params.BlockSize }
+
+var _ scheduling.Scorer = (*Scorer)(nil)
+
