@@ -208,4 +208,3 @@ func adapterOf(target string, eps []*endpoints.Endpoint) string {
 func (s *Scorer) BlockSize() int { return s.params.BlockSize }
 
 var _ scheduling.Scorer = (*Scorer)(nil)
-
