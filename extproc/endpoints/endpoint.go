@@ -27,6 +27,10 @@ type Spec struct {
 	// this server's KV-cache events; empty when the server publishes to the
 	// picker's central socket or not at all.
 	KVEvents string `json:"kvEvents,omitempty"`
+	// KVEventsReplay is the server's replay ROUTER endpoint
+	// (--kv-events-replay-endpoint), used to refill missed events after a
+	// sequence gap; empty when it has none.
+	KVEventsReplay string `json:"kvEventsReplay,omitempty"`
 }
 
 // Metrics is one immutable snapshot of a model server's state as scraped.

@@ -25,8 +25,11 @@ import (
 	"github.com/kvgate/kvgate/extproc/endpoints/poolmetrics"
 	"github.com/kvgate/kvgate/extproc/endpoints/scrape"
 	"github.com/kvgate/kvgate/extproc/endpoints/staticfile"
+	"github.com/kvgate/kvgate/extproc/kvevents"
+	"github.com/kvgate/kvgate/extproc/kvindex"
 	"github.com/kvgate/kvgate/extproc/metrics"
 	"github.com/kvgate/kvgate/extproc/plugins/all"
+	"github.com/kvgate/kvgate/extproc/plugins/precise"
 	"github.com/kvgate/kvgate/extproc/saturation"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/server"
@@ -45,8 +48,11 @@ type Options struct {
 	MetricsAddr            string
 	RefreshMetricsInterval time.Duration
 	PoolName               string
-	MaxRequestBodyBytes    int
-	LogLevel               slog.Level
+	// KVEventsAddr is the ZMQ endpoint the picker binds for the model
+	// servers' KV-cache events (e.g. tcp://*:5557); empty for none.
+	KVEventsAddr        string
+	MaxRequestBodyBytes int
+	LogLevel            slog.Level
 }
 
 // DefaultOptions are the flag defaults.
@@ -75,6 +81,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Prometheus /metrics listen address")
 	fs.DurationVar(&o.RefreshMetricsInterval, "refresh-metrics-interval", o.RefreshMetricsInterval, "interval between scrapes of each model server's /metrics")
 	fs.StringVar(&o.PoolName, "pool-name", o.PoolName, "pool name: the name label of pool metrics")
+	fs.StringVar(&o.KVEventsAddr, "kv-events-addr", "", "ZMQ endpoint to bind for vLLM KV-cache events, e.g. tcp://*:5557 (servers publish with topic kv@<ip:port>@<model>)")
 	fs.IntVar(&o.MaxRequestBodyBytes, "max-request-body-bytes", o.MaxRequestBodyBytes, "largest request body the picker buffers")
 	fs.TextVar(&o.LogLevel, "log-level", o.LogLevel, "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
@@ -111,14 +118,19 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 
 // Picker is an assembled Endpoint Picker.
 type Picker struct {
-	opts      Options
-	log       *slog.Logger
-	reg       *prometheus.Registry
-	ds        *endpoints.Datastore
-	source    endpoints.Source
-	scraper   *scrape.Scraper
-	built     *config.Built
-	server    *server.Server
+	opts    Options
+	log     *slog.Logger
+	reg     *prometheus.Registry
+	ds      *endpoints.Datastore
+	source  endpoints.Source
+	scraper *scrape.Scraper
+	built   *config.Built
+	server  *server.Server
+	// kvIndex and kvEvents hold what the servers' KV-cache events say they
+	// cache; the subscriber lives from New until Run returns.
+	kvIndex   *kvindex.Index
+	kvEvents  *kvevents.Subscriber
+	stopKV    context.CancelFunc
 	listeners struct{ grpc, health, metrics net.Listener }
 }
 
@@ -133,11 +145,19 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	p.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(p.reg)
 
-	h := &scheduling.Handle{Log: log, Now: time.Now}
+	p.kvIndex = kvindex.New(kvindex.Config{})
+	h := &scheduling.Handle{Log: log, Now: time.Now, Services: map[string]any{precise.ServiceKVIndex: p.kvIndex}}
 	p.built, err = config.Build(cfg, all.Registry(), h, m.PluginDuration)
 	if err != nil {
 		return nil, err
 	}
+	kvCtx, stopKV := context.WithCancel(context.Background())
+	p.kvEvents, err = kvevents.New(kvCtx, p.kvIndex, kvevents.Config{Bind: o.KVEventsAddr, Registerer: p.reg, Logger: log})
+	if err != nil {
+		stopKV()
+		return nil, fmt.Errorf("--kv-events-addr: %w", err)
+	}
+	p.stopKV = stopKV
 	p.ds.Subscribe(endpoints.ListenerFunc(p.endpointsChanged))
 	if err := poolmetrics.Register(p.reg, o.PoolName, p.ds); err != nil {
 		return nil, err
@@ -163,6 +183,7 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 		ln, err := net.Listen("tcp", l.addr)
 		if err != nil {
 			p.closeListeners()
+			p.stopKVEvents()
 			return nil, fmt.Errorf("listen %s: %w", l.addr, err)
 		}
 		*l.dst = ln
@@ -193,19 +214,34 @@ func (p *Picker) closeListeners() {
 	}
 }
 
-// endpointsChanged drops plugin state of endpoints that left the pool.
+// KVEventsAddr is the bound KV-event socket address; nil without one.
+func (p *Picker) KVEventsAddr() net.Addr { return p.kvEvents.Addr() }
+
+func (p *Picker) stopKVEvents() {
+	_ = p.kvEvents.Close()
+	p.stopKV()
+}
+
+// endpointsChanged follows membership: a new endpoint's KV events are
+// subscribed to; an endpoint that left loses its KV-index entries and the
+// plugins' per-endpoint state.
 func (p *Picker) endpointsChanged(c endpoints.Change) {
-	if len(c.Removed) == 0 {
-		return
-	}
 	names := make([]string, 0, len(c.Removed))
 	for _, e := range c.Removed {
-		if p.ds.Get(e.Name()) == nil { // a changed spec re-adds the name
+		if p.ds.ByAddress(e.Address()) == nil { // a changed spec re-adds the address
+			p.kvEvents.EndpointRemoved(e.Address())
+		}
+		if p.ds.Get(e.Name()) == nil { // or the name
 			names = append(names, e.Name())
 		}
 	}
-	for _, h := range p.built.EndpointsRemoved {
-		h.EndpointsRemoved(names)
+	for _, e := range c.Added {
+		p.kvEvents.AddEndpoint(e.Address(), kvevents.Source{Events: e.Spec().KVEvents, Replay: e.Spec().KVEventsReplay})
+	}
+	if len(names) > 0 {
+		for _, h := range p.built.EndpointsRemoved {
+			h.EndpointsRemoved(names)
+		}
 	}
 }
 
@@ -263,6 +299,7 @@ func (p *Picker) Run(ctx context.Context) error {
 		_ = metricsSrv.Shutdown(shutdown)
 		stopGRPC(shutdown, healthGRPC)
 		stopGRPC(shutdown, extproc)
+		p.stopKVEvents()
 		return nil
 	})
 	p.log.Info("picker starting", "grpc", p.listeners.grpc.Addr().String(), "health", p.listeners.health.Addr().String(), "metrics", p.listeners.metrics.Addr().String())

@@ -1,0 +1,318 @@
+package endpoints
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+func names(eps []*Endpoint) []string {
+	out := make([]string, len(eps))
+	for i, e := range eps {
+		out[i] = e.Name()
+	}
+	return out
+}
+
+func spec(name, addr string, labels ...string) Spec {
+	s := Spec{Name: name, Address: addr}
+	if len(labels) > 0 {
+		s.Labels = map[string]string{}
+		for i := 0; i+1 < len(labels); i += 2 {
+			s.Labels[labels[i]] = labels[i+1]
+		}
+	}
+	return s
+}
+
+type recorder struct {
+	mu      sync.Mutex
+	changes []Change
+}
+
+func (r *recorder) EndpointsChanged(c Change) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.changes = append(r.changes, c)
+}
+
+func TestReplaceKeepsUnchangedEndpoints(t *testing.T) {
+	d := NewDatastore()
+	rec := &recorder{}
+	d.Subscribe(rec)
+
+	if err := d.Replace([]Spec{
+		spec("b", "10.0.0.2:8000", RoleLabel, "decode"),
+		spec("a", "10.0.0.1:8000"),
+		spec("c", "10.0.0.3:8000"),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	a, b, c := d.Get("a"), d.Get("b"), d.Get("c")
+	a.SetMetrics(&Metrics{WaitingQueueSize: 7, UpdateTime: time.Unix(1, 0)})
+	a.AddInflight(2, 100)
+	d.SetHealthy(c, false)
+
+	// a unchanged, b's labels change, c unchanged, d new.
+	if err := d.Replace([]Spec{
+		spec("a", "10.0.0.1:8000"),
+		spec("b", "10.0.0.2:8000", RoleLabel, "prefill"),
+		spec("c", "10.0.0.3:8000"),
+		spec("d", "10.0.0.4:8000"),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if d.Get("a") != a || a.Metrics().WaitingQueueSize != 7 || a.InflightRequests() != 2 {
+		t.Errorf("unchanged endpoint a lost its state")
+	}
+	if d.Get("b") == b || d.Get("b").Label(RoleLabel) != "prefill" {
+		t.Errorf("changed endpoint b was not replaced")
+	}
+	if d.Get("c") != c || d.Healthy(c) {
+		t.Errorf("unchanged endpoint c lost its unhealthy mark")
+	}
+	if got, want := names(d.All()), []string{"a", "b", "c", "d"}; !slices.Equal(got, want) {
+		t.Errorf("All = %v, want %v", got, want)
+	}
+	if got, want := names(d.Candidates()), []string{"a", "b", "d"}; !slices.Equal(got, want) {
+		t.Errorf("Candidates = %v, want %v", got, want)
+	}
+	if d.ByAddress("10.0.0.4:8000") != d.Get("d") || d.ByAddress("10.0.0.9:1") != nil {
+		t.Errorf("ByAddress mismatch")
+	}
+
+	want := []struct{ added, removed []string }{
+		{[]string{"a", "b", "c"}, nil},
+		{[]string{"b", "d"}, []string{"b"}},
+	}
+	if len(rec.changes) != len(want) {
+		t.Fatalf("got %d changes, want %d", len(rec.changes), len(want))
+	}
+	for i, w := range want {
+		got := rec.changes[i]
+		if !slices.Equal(names(got.Added), w.added) || !slices.Equal(names(got.Removed), w.removed) {
+			t.Errorf("change %d = +%v -%v, want +%v -%v", i, names(got.Added), names(got.Removed), w.added, w.removed)
+		}
+	}
+	if rec.changes[1].Removed[0] != b {
+		t.Errorf("removed endpoint is not the old value")
+	}
+
+	// An identical set is not a change.
+	if err := d.Replace(specsOf(d.All())); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.changes) != 2 {
+		t.Errorf("identical Replace notified listeners")
+	}
+}
+
+func specsOf(eps []*Endpoint) []Spec {
+	out := make([]Spec, len(eps))
+	for i, e := range eps {
+		out[i] = e.Spec()
+	}
+	return out
+}
+
+func TestReplaceRejectsInvalidSetWhole(t *testing.T) {
+	d := NewDatastore()
+	good := []Spec{spec("a", "10.0.0.1:8000")}
+	if err := d.Replace(good); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		specs []Spec
+		field string
+		is    error
+	}{
+		{"duplicate name", []Spec{spec("x", "10.0.0.1:1"), spec("x", "10.0.0.2:1")}, "name", ErrDuplicate},
+		{"duplicate address", []Spec{spec("x", "10.0.0.1:1"), spec("y", "10.0.0.1:1")}, "address", ErrDuplicate},
+		{"duplicate ipv6 address spelled differently", []Spec{spec("x", "[::1]:80"), spec("y", "[0::1]:80")}, "address", ErrDuplicate},
+		{"empty name", []Spec{spec("", "10.0.0.1:1")}, "name", ErrRequired},
+		{"empty address", []Spec{spec("x", "")}, "address", ErrRequired},
+		{"hostname", []Spec{spec("x", "pod-a:8000")}, "address", nil},
+		{"no port", []Spec{spec("x", "10.0.0.1")}, "address", nil},
+		{"port zero", []Spec{spec("x", "10.0.0.1:0")}, "address", nil},
+		{"bad metrics url", []Spec{{Name: "x", Address: "10.0.0.1:1", MetricsURL: "ftp://h/metrics"}}, "metricsURL", nil},
+		{"kv events without port", []Spec{{Name: "x", Address: "10.0.0.1:1", KVEvents: "tcp://10.0.0.1"}}, "kvEvents", nil},
+		{"empty label key", []Spec{{Name: "x", Address: "10.0.0.1:1", Labels: map[string]string{"": "v"}}}, "labels", nil},
+		{"name with space", []Spec{spec("a b", "10.0.0.1:1")}, "name", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := d.Replace(tt.specs)
+			var se *SpecError
+			if !errors.As(err, &se) || se.Field != tt.field {
+				t.Fatalf("err = %v, want SpecError on field %q", err, tt.field)
+			}
+			if tt.is != nil && !errors.Is(err, tt.is) {
+				t.Errorf("err = %v, want errors.Is %v", err, tt.is)
+			}
+			if got := names(d.All()); !slices.Equal(got, []string{"a"}) {
+				t.Errorf("membership changed to %v after rejected set", got)
+			}
+		})
+	}
+}
+
+func TestSetHealthy(t *testing.T) {
+	d := NewDatastore()
+	if err := d.Replace([]Spec{spec("a", "10.0.0.1:1"), spec("b", "10.0.0.2:1")}); err != nil {
+		t.Fatal(err)
+	}
+	a := d.Get("a")
+	d.SetHealthy(a, false)
+	if got := names(d.Candidates()); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("Candidates = %v", got)
+	}
+	if len(d.All()) != 2 {
+		t.Fatalf("unhealthy endpoint left All")
+	}
+	d.SetHealthy(a, true)
+	if got := names(d.Candidates()); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("Candidates = %v", got)
+	}
+
+	// A removed endpoint's late health report must not bring it back.
+	if err := d.Replace([]Spec{spec("b", "10.0.0.2:1")}); err != nil {
+		t.Fatal(err)
+	}
+	d.SetHealthy(a, true)
+	d.SetHealthy(a, false)
+	if got := names(d.Candidates()); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("Candidates = %v", got)
+	}
+}
+
+func TestCandidatesSliceIsNotClobberedByAppend(t *testing.T) {
+	d := NewDatastore()
+	if err := d.Replace([]Spec{spec("a", "10.0.0.1:1"), spec("b", "10.0.0.2:1")}); err != nil {
+		t.Fatal(err)
+	}
+	c := d.Candidates()
+	_ = append(c, NewEndpoint(spec("z", "10.0.0.9:1")))
+	if got := names(d.Candidates()); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("Candidates = %v after a caller's append", got)
+	}
+}
+
+func TestSubscribeReplaysCurrentMembershipAndUnsubscribes(t *testing.T) {
+	d := NewDatastore()
+	if err := d.Replace([]Spec{spec("a", "10.0.0.1:1")}); err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	unsub := d.Subscribe(rec)
+	if len(rec.changes) != 1 || !slices.Equal(names(rec.changes[0].Added), []string{"a"}) {
+		t.Fatalf("late subscriber got %v", rec.changes)
+	}
+	unsub()
+	if err := d.Replace(nil); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.changes) != 1 {
+		t.Fatalf("unsubscribed listener was called")
+	}
+}
+
+// Concurrent writers and readers: run under -race. Listener calls must be
+// serial and each must match a state the readers could observe.
+func TestConcurrentReplaceAndRead(t *testing.T) {
+	d := NewDatastore()
+	var inCall sync.Mutex
+	d.Subscribe(ListenerFunc(func(Change) {
+		if !inCall.TryLock() {
+			t.Error("listener called concurrently")
+			return
+		}
+		inCall.Unlock()
+	}))
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for w := range 2 {
+		wg.Go(func() {
+			for i := range 200 {
+				n := 1 + (i+w)%5
+				specs := make([]Spec, n)
+				for j := range n {
+					specs[j] = spec(fmt.Sprintf("ep-%d", j), fmt.Sprintf("10.0.0.%d:8000", j+1))
+				}
+				if err := d.Replace(specs); err != nil {
+					t.Error(err)
+				}
+				if e := d.Get("ep-0"); e != nil {
+					d.SetHealthy(e, i%2 == 0)
+				}
+			}
+		})
+	}
+	var readers sync.WaitGroup
+	readers.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			// Any snapshot a reader sees is internally consistent.
+			for _, e := range d.Candidates() {
+				if e.Name() == "" || e.Address() == "" {
+					t.Error("torn endpoint")
+				}
+			}
+			_ = d.ByAddress("10.0.0.1:8000")
+		}
+	})
+	wg.Wait()
+	close(stop)
+	readers.Wait()
+}
+
+func BenchmarkCandidates(b *testing.B) {
+	for _, n := range []int{16, 1024} {
+		b.Run(fmt.Sprintf("endpoints=%d", n), func(b *testing.B) {
+			d := NewDatastore()
+			specs := make([]Spec, n)
+			for i := range n {
+				specs[i] = spec(fmt.Sprintf("ep-%04d", i), fmt.Sprintf("10.%d.%d.%d:8000", i>>16&255, i>>8&255, i&255))
+			}
+			if err := d.Replace(specs); err != nil {
+				b.Fatal(err)
+			}
+			d.SetHealthy(d.Get("ep-0003"), false)
+			b.ReportAllocs()
+			var sink int
+			for b.Loop() {
+				sink += len(d.Candidates())
+			}
+			if sink == 0 {
+				b.Fatal("no candidates")
+			}
+		})
+	}
+}
+
+func BenchmarkReplace(b *testing.B) {
+	const n = 1024
+	specs := make([]Spec, n)
+	for i := range n {
+		specs[i] = spec(fmt.Sprintf("ep-%04d", i), fmt.Sprintf("10.0.%d.%d:8000", i>>8, i&255), RoleLabel, "decode")
+	}
+	d := NewDatastore()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		// Alternate one changed address so each call does real work.
+		i++
+		specs[0].Address = fmt.Sprintf("10.1.0.%d:8000", i&1+1)
+		if err := d.Replace(specs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(n), "endpoints")
+}

@@ -1,0 +1,289 @@
+package scrape
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvgate/kvgate/extproc/endpoints"
+)
+
+// Defaults; see Config.
+const (
+	DefaultInterval         = 50 * time.Millisecond
+	DefaultFailureThreshold = 5
+	DefaultMaxPageBytes     = 4 << 20
+)
+
+// Config tunes a Scraper. Zero fields take the defaults.
+type Config struct {
+	// Pool names the InferencePool in the scrape counters' "name" label.
+	Pool string
+	// Interval between scrapes of one endpoint (--refresh-metrics-interval,
+	// default 50 ms as in GIE).
+	Interval time.Duration
+	// Timeout bounds one scrape; default 4/5 of Interval, so a slow server
+	// costs at most one tick and scrapes of one endpoint never overlap. A
+	// value not below Interval is replaced by the default.
+	Timeout time.Duration
+	// FailureThreshold is how many consecutive failed scrapes take an
+	// endpoint out of the candidate set. The default, 5 (250 ms at 50 ms),
+	// lies just past the 200 ms after which the saturation detector already
+	// treats stale metrics as a full server: an endpoint is only removed once
+	// it has stopped attracting traffic anyway, and one slow /metrics answer
+	// (a GC pause, a busy Python event loop) never evicts it.
+	FailureThreshold int
+	// MaxPageBytes bounds a /metrics response; a larger page is an error.
+	MaxPageBytes int64
+	// Client is shared by every scrape loop; default NewClient(Timeout).
+	Client *http.Client
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Interval <= 0 {
+		c.Interval = DefaultInterval
+	}
+	if c.Timeout <= 0 || c.Timeout >= c.Interval {
+		c.Timeout = c.Interval * 4 / 5
+	}
+	if c.FailureThreshold <= 0 {
+		c.FailureThreshold = DefaultFailureThreshold
+	}
+	if c.MaxPageBytes <= 0 {
+		c.MaxPageBytes = DefaultMaxPageBytes
+	}
+	if c.Client == nil {
+		c.Client = NewClient(c.Timeout)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// NewClient returns the keep-alive client scrape loops share: one idle
+// connection per endpoint is kept, so a steady scrape reuses its TCP
+// connection instead of dialling 20 times a second.
+func NewClient(dialTimeout time.Duration) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		// Pod IPs are dialled directly; an environment proxy would be wrong.
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost: 2,
+		IdleConnTimeout:     90 * time.Second,
+	}}
+}
+
+// Scraper runs one scrape loop per endpoint of a datastore, started and
+// stopped as membership changes.
+//
+// Ownership: the loops map and stopped flag belong to mu; each loop owns its
+// endpoint's consecutive-failure count and is the only writer of that
+// endpoint's metrics and health.
+type Scraper struct {
+	ds   *endpoints.Datastore
+	cfg  Config
+	bufs sync.Pool // *bytes.Buffer, at most MaxPageBytes each
+
+	mu      sync.Mutex
+	runCtx  context.Context // set by Run
+	loops   map[*endpoints.Endpoint]context.CancelFunc
+	stopped bool
+	wg      sync.WaitGroup
+
+	running atomic.Int64 // live loop goroutines
+	stats   stats
+}
+
+// New returns a scraper for ds; Run starts it.
+func New(ds *endpoints.Datastore, cfg Config) *Scraper {
+	return &Scraper{
+		ds:    ds,
+		cfg:   cfg.withDefaults(),
+		loops: map[*endpoints.Endpoint]context.CancelFunc{},
+		bufs:  sync.Pool{New: func() any { return new(bytes.Buffer) }},
+	}
+}
+
+// ErrAlreadyRan is returned by a second call to Run.
+var ErrAlreadyRan = errors.New("scrape: Run called twice")
+
+// Run scrapes until ctx is done, then stops every loop and returns once
+// they have all exited.
+func (s *Scraper) Run(ctx context.Context) error {
+	s.mu.Lock()
+	if s.runCtx != nil {
+		s.mu.Unlock()
+		return ErrAlreadyRan
+	}
+	s.runCtx = ctx
+	s.mu.Unlock()
+
+	unsubscribe := s.ds.Subscribe(endpoints.ListenerFunc(s.endpointsChanged))
+	<-ctx.Done()
+	unsubscribe()
+
+	s.mu.Lock()
+	s.stopped = true
+	for _, cancel := range s.loops {
+		cancel()
+	}
+	clear(s.loops)
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}
+
+func (s *Scraper) endpointsChanged(c endpoints.Change) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return
+	}
+	for _, e := range c.Removed {
+		if cancel, ok := s.loops[e]; ok {
+			cancel()
+			delete(s.loops, e)
+		}
+	}
+	for _, e := range c.Added {
+		ctx, cancel := context.WithCancel(s.runCtx)
+		s.loops[e] = cancel
+		s.running.Add(1)
+		s.wg.Go(func() {
+			defer s.running.Add(-1)
+			s.loop(ctx, e)
+		})
+	}
+}
+
+func metricsURL(e *endpoints.Endpoint) string {
+	if u := e.Spec().MetricsURL; u != "" {
+		return u
+	}
+	return "http://" + e.Address() + "/metrics"
+}
+
+func (s *Scraper) loop(ctx context.Context, e *endpoints.Endpoint) {
+	url := metricsURL(e)
+	log := s.cfg.Logger.With("endpoint", e.Name(), "url", url)
+	failures := 0
+	scrape := func() {
+		err := s.scrapeOnce(ctx, e, url)
+		if ctx.Err() != nil {
+			return // stopping; the failure is ours, not the server's
+		}
+		s.stats.scrapes.Add(1)
+		var se *scrapeError
+		if errors.As(err, &se) {
+			s.stats.errors[se.reason].Add(1)
+		}
+		if err != nil {
+			failures++
+			if failures == s.cfg.FailureThreshold {
+				log.Warn("endpoint leaves the candidate set after failed scrapes", "failures", failures, "err", err)
+				s.ds.SetHealthy(e, false)
+			} else {
+				log.Debug("scrape failed", "failures", failures, "err", err)
+			}
+			return
+		}
+		if failures >= s.cfg.FailureThreshold {
+			log.Info("endpoint is back in the candidate set", "after_failures", failures)
+			s.ds.SetHealthy(e, true)
+		}
+		failures = 0
+	}
+
+	// Scrape at once so a new endpoint has metrics quickly, then spread the
+	// loops over the interval so a big pool is not scraped in bursts.
+	scrape()
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(rand.N(s.cfg.Interval)):
+	}
+	tick := time.NewTicker(s.cfg.Interval)
+	defer tick.Stop()
+	for {
+		scrape()
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// scrapeOnce fetches and parses one page and publishes the snapshot.
+func (s *Scraper) scrapeOnce(ctx context.Context, e *endpoints.Endpoint, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return fail(reasonRequest, err)
+	}
+	// The classic text format: what Parse reads, and what every
+	// prometheus_client serves without negotiation.
+	req.Header.Set("Accept", "text/plain;version=0.0.4")
+	resp, err := s.cfg.Client.Do(req)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fail(reasonTimeout, err)
+		}
+		return fail(reasonConnect, err)
+	}
+	defer func() {
+		// Drain a little so the connection can be reused.
+		_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
+		_ = resp.Body.Close()
+	}()
+	if resp.StatusCode != http.StatusOK {
+		return fail(reasonStatus, fmt.Errorf("HTTP %s", resp.Status))
+	}
+
+	buf := s.bufs.Get().(*bytes.Buffer)
+	defer s.bufs.Put(buf)
+	buf.Reset()
+	n, err := buf.ReadFrom(io.LimitReader(resp.Body, s.cfg.MaxPageBytes+1))
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return fail(reasonTimeout, err)
+	case err != nil:
+		return fail(reasonConnect, err)
+	case n > s.cfg.MaxPageBytes:
+		return fail(reasonTooLarge, fmt.Errorf("page larger than %d bytes", s.cfg.MaxPageBytes))
+	}
+	m, err := Parse(buf.Bytes())
+	switch {
+	case errors.Is(err, ErrNoMetrics):
+		return fail(reasonNoMetrics, err)
+	case err != nil:
+		return fail(reasonParse, err)
+	}
+	m.UpdateTime = time.Now()
+	e.SetMetrics(&m)
+	return nil
+}
+
+// scrapeError tags a failure with its counter reason.
+type scrapeError struct {
+	reason reason
+	err    error
+}
+
+func (e *scrapeError) Error() string { return e.reason.String() + ": " + e.err.Error() }
+func (e *scrapeError) Unwrap() error { return e.err }
+
+func fail(r reason, err error) error { return &scrapeError{r, err} }

@@ -1,0 +1,140 @@
+package staticfile
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/kvgate/kvgate/extproc/endpoints"
+)
+
+// DefaultDebounce is how long the directory must stay quiet after a change
+// before the file is re-read: long enough to coalesce an editor's
+// write-rename-chmod burst, short next to any human or controller edit.
+const DefaultDebounce = 100 * time.Millisecond
+
+// File is an endpoints.Source backed by a YAML file (see Parse).
+//
+// It watches the file's directory rather than the file: editors save by
+// writing a temporary file and renaming it over the original, and Kubernetes
+// updates a mounted ConfigMap by swapping a "..data" symlink, and neither
+// produces an event on a watch of the old file. Any event in the directory
+// schedules a re-read; content identical to the last applied set is ignored.
+type File struct {
+	// Path of the YAML file.
+	Path string
+	// Debounce; zero means DefaultDebounce.
+	Debounce time.Duration
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+var _ endpoints.Source = (*File)(nil)
+
+// Run applies the file's endpoints, then every valid edit, until ctx is
+// done. A missing or invalid file at start is an error, so that a
+// misconfigured picker fails loudly; later invalid edits (and deletions)
+// are logged and the previous set stays in force.
+func (f *File) Run(ctx context.Context, apply func([]endpoints.Spec) error) error {
+	log := f.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("file", f.Path)
+	debounce := f.Debounce
+	if debounce <= 0 {
+		debounce = DefaultDebounce
+	}
+
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("static endpoints: %w", err)
+	}
+	defer w.Close()
+	// Watch before the first read so that no edit falls between the two.
+	if err := w.Add(filepath.Dir(f.Path)); err != nil {
+		return fmt.Errorf("static endpoints: watch %s: %w", filepath.Dir(f.Path), err)
+	}
+
+	applied, n, err := f.load(nil, apply)
+	if err != nil {
+		return fmt.Errorf("static endpoints %s: %w", f.Path, err)
+	}
+	log.Info("static endpoints loaded", "endpoints", n)
+
+	timer := time.NewTimer(debounce)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case _, ok := <-w.Events:
+			if !ok {
+				return errors.New("static endpoints: watcher closed")
+			}
+			timer.Reset(debounce)
+		case err, ok := <-w.Errors:
+			if !ok {
+				return errors.New("static endpoints: watcher closed")
+			}
+			// An overflow loses events: re-read to be sure.
+			log.Warn("file watch error; re-reading", "err", err)
+			timer.Reset(debounce)
+		case <-timer.C:
+			data, n, err := f.load(applied, apply)
+			switch {
+			case err != nil:
+				log.Error("static endpoints not updated; keeping the previous set", "err", err)
+			case data != nil:
+				applied = data
+				log.Info("static endpoints updated", "endpoints", n)
+			}
+		}
+	}
+}
+
+// load reads and applies the file unless its content equals prev. It
+// returns the applied content and its endpoint count; nil content when
+// nothing changed.
+func (f *File) load(prev []byte, apply func([]endpoints.Spec) error) ([]byte, int, error) {
+	data, err := readFile(f.Path)
+	if err != nil {
+		return nil, 0, err
+	}
+	if prev != nil && bytes.Equal(data, prev) {
+		return nil, 0, nil
+	}
+	specs, err := Parse(data)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := apply(specs); err != nil {
+		return nil, 0, fmt.Errorf("rejected: %w", err)
+	}
+	return data, len(specs), nil
+}
+
+func readFile(path string) ([]byte, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	data, err := io.ReadAll(io.LimitReader(fh, MaxFileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxFileBytes {
+		return nil, fmt.Errorf("larger than %d bytes", MaxFileBytes)
+	}
+	return data, nil
+}

@@ -1,0 +1,133 @@
+package kvevents
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvgate/kvgate/extproc/kvindex"
+)
+
+// Reasons a received message was not applied, the reason label of
+// kvgate_kvevents_dropped_total.
+const (
+	dropQueueFull = "queue_full"
+	dropBadFrames = "bad_frames"
+	dropBadTopic  = "bad_topic"
+)
+
+// Replay outcomes, the result label of kvgate_kvevents_replays_total.
+const (
+	replayOK      = "ok"      // the gap was filled
+	replayPartial = "partial" // the publisher no longer held its start; cleared
+	replayFailed  = "failed"  // no answer or a broken stream; cleared
+)
+
+type metrics struct {
+	batches      prometheus.Counter
+	events       *prometheus.CounterVec
+	gaps         prometheus.Counter
+	restarts     prometheus.Counter
+	replays      *prometheus.CounterVec
+	decodeErrors prometheus.Counter
+	dropped      *prometheus.CounterVec
+	indexErrors  prometheus.Counter
+	forgotten    prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, idx *kvindex.Index, queued func() int) (*metrics, error) {
+	m := &metrics{
+		batches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvgate_kvevents_batches_total", Help: "KV event batches applied to the index.",
+		}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvgate_kvevents_events_total", Help: "KV events applied, by type (unknown: skipped types).",
+		}, []string{"type"}),
+		gaps: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvgate_kvevents_sequence_gaps_total", Help: "Gaps detected in publishers' sequence numbers.",
+		}),
+		restarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvgate_kvevents_publisher_restarts_total", Help: "Publishers seen restarting (sequence going back).",
+		}),
+		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvgate_kvevents_replays_total", Help: "Replay requests to publishers, by result (ok, partial, failed).",
+		}, []string{"result"}),
+		decodeErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvgate_kvevents_decode_errors_total", Help: "Batches that could not be decoded (the endpoint is cleared).",
+		}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvgate_kvevents_dropped_total", Help: "Messages not applied, by reason.",
+		}, []string{"reason"}),
+		indexErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvgate_kvevents_index_errors_total", Help: "Events the index refused (too many endpoints).",
+		}),
+		forgotten: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvgate_kvevents_forgotten_endpoints_total", Help: "Endpoint sequence states dropped to stay within MaxEndpoints.",
+		}),
+	}
+	for _, t := range []string{"BlockStored", "BlockRemoved", "AllBlocksCleared", "unknown"} {
+		m.events.WithLabelValues(t)
+	}
+	for _, r := range []string{replayOK, replayPartial, replayFailed} {
+		m.replays.WithLabelValues(r)
+	}
+	for _, r := range []string{dropQueueFull, dropBadFrames, dropBadTopic} {
+		m.dropped.WithLabelValues(r)
+	}
+	queue := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "kvgate_kvevents_queued_messages", Help: "Messages waiting in the subscriber's worker queues.",
+	}, func() float64 { return float64(queued()) })
+	for _, c := range []prometheus.Collector{
+		m.batches, m.events, m.gaps, m.restarts, m.replays, m.decodeErrors, m.dropped, m.indexErrors,
+		m.forgotten, queue, indexCollector{idx},
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("kvevents: register metrics: %w", err)
+		}
+	}
+	// GIE's approximate prefix scorer exports the same name for its own
+	// index; when it is registered already, that one stays.
+	if err := reg.Register(prefixIndexerSize{idx}); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if !errors.As(err, &are) {
+			return nil, fmt.Errorf("kvevents: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+var (
+	indexEntriesDesc   = prometheus.NewDesc("kvgate_kvindex_entries", "(block, endpoint) entries in the KV block index.", nil, nil)
+	indexBlocksDesc    = prometheus.NewDesc("kvgate_kvindex_blocks", "Distinct block hashes in the KV block index.", nil, nil)
+	indexBytesDesc     = prometheus.NewDesc("kvgate_kvindex_bytes", "Estimated memory held by the KV block index.", nil, nil)
+	indexEndpointsDesc = prometheus.NewDesc("kvgate_kvindex_endpoints", "Endpoints with entries in the KV block index.", nil, nil)
+	indexEvictionsDesc = prometheus.NewDesc("kvgate_kvindex_evictions_total", "Blocks evicted from the KV block index by its bound.", nil, nil)
+	gieIndexerSizeDesc = prometheus.NewDesc("inference_extension_prefix_indexer_size", "Size of the prefix indexer (KV block index entries).", nil, nil)
+)
+
+// indexCollector reads the index's stats once per scrape.
+type indexCollector struct{ idx *kvindex.Index }
+
+func (c indexCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{indexEntriesDesc, indexBlocksDesc, indexBytesDesc, indexEndpointsDesc, indexEvictionsDesc} {
+		ch <- d
+	}
+}
+
+func (c indexCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.idx.Stats()
+	ch <- prometheus.MustNewConstMetric(indexEntriesDesc, prometheus.GaugeValue, float64(st.Entries))
+	ch <- prometheus.MustNewConstMetric(indexBlocksDesc, prometheus.GaugeValue, float64(st.Blocks))
+	ch <- prometheus.MustNewConstMetric(indexBytesDesc, prometheus.GaugeValue, float64(st.Bytes))
+	ch <- prometheus.MustNewConstMetric(indexEndpointsDesc, prometheus.GaugeValue, float64(st.Endpoints))
+	ch <- prometheus.MustNewConstMetric(indexEvictionsDesc, prometheus.CounterValue, float64(st.Evictions))
+}
+
+type prefixIndexerSize struct{ idx *kvindex.Index }
+
+func (c prefixIndexerSize) Describe(ch chan<- *prometheus.Desc) { ch <- gieIndexerSizeDesc }
+
+func (c prefixIndexerSize) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(gieIndexerSizeDesc, prometheus.GaugeValue, float64(c.idx.Stats().Entries))
+}

@@ -1,0 +1,26 @@
+// Package kvindex maps vLLM KV-cache block hashes to the endpoints that hold
+// them and in which tier (GPU memory or CPU offload), fed by KV events and
+// read by the precise prefix scorer.
+//
+// The index is a bounded mirror of the model servers' caches: in steady
+// state their BlockRemoved events keep it small, and the bound with its
+// CLOCK eviction only matters when removals were lost. Size MaxEntries above
+// the cluster's total cached blocks (sum of num_gpu_blocks plus offload
+// blocks over all endpoints) so that eviction never drops a block a server
+// holds.
+//
+// Concurrency: the index is split into shards by block hash, each with one
+// RWMutex. A write (Add, Remove, an eviction) holds one shard exclusively
+// for one block; ClearEndpoint's sweep holds each shard for one pass over
+// it. Lookup takes every shard's read lock, in shard order, for its whole
+// walk: a prompt's blocks spread over all shards, and one lock round trip
+// per block would cost more than the walk itself. Writers therefore wait
+// for at most the lookups in flight, and taking the locks in one order
+// keeps lookups from deadlocking one another.
+//
+// Memory: each shard is one open-addressing table of 16-byte block records
+// holding up to three (endpoint, tiers) entries inline; blocks shared by
+// more endpoints spill the rest into a per-shard map. A lookup reads one
+// record per block, usually one cache line. See TestMemoryPerEntry for the
+// bytes per entry.
+package kvindex

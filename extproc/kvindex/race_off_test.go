@@ -1,0 +1,5 @@
+//go:build !race
+
+package kvindex
+
+const raceEnabled = false

@@ -1,0 +1,313 @@
+package kvindex
+
+import "sync"
+
+// An entry is one (block, endpoint) pair packed in 16 bits: the endpoint id
+// in the low bits and the tiers the endpoint holds the block in on top.
+const (
+	idBits     = 14
+	idMask     = 1<<idBits - 1
+	tierGPUBit = 1 << idBits
+	tierCPUBit = 2 << idBits
+	tierMask   = tierGPUBit | tierCPUBit
+)
+
+// A block's meta word: its entry count and the CLOCK reference bit.
+const (
+	countMask = idMask + 1 | idMask // up to MaxEndpoints+1 entries
+	refBit    = 1 << 15
+)
+
+// inlineEntries is how many entries fit in a block record before the rest
+// spill into the shard's spill map; 3 makes the record 16 bytes.
+const inlineEntries = 3
+
+// minSlots is a new shard's table size (a power of two).
+const minSlots = 1 << 10
+
+// block is one cached block and the endpoints holding it. Records live in
+// the hash table itself, so finding a block's endpoints costs one cache
+// line, and hold no pointers, so the garbage collector never scans them.
+type block struct {
+	hash   uint64
+	meta   uint16 // entry count (0: empty slot) and reference bit
+	inline [inlineEntries]uint16
+}
+
+// blockBytes is the size of a slot, for the byte estimate.
+const blockBytes = 16
+
+func (b *block) n() int { return int(b.meta & countMask) }
+
+// shard is one hash partition of the index. mu guards every field: readers
+// take it shared, writers exclusively.
+type shard struct {
+	mu sync.RWMutex
+
+	// slots is an open-addressing (linear probing) table of block records,
+	// at most three quarters full.
+	slots []block
+	used  int // live blocks
+
+	// spill holds, by block hash, the entries past inlineEntries of blocks
+	// that many endpoints share (typically the system prompt's blocks).
+	spill map[uint64][]uint16
+
+	// hand is the CLOCK eviction cursor over slots: a block stored since
+	// the hand last passed has its reference bit set and is spared once.
+	hand       int
+	entries    int
+	maxEntries int
+	evictions  uint64
+
+	_ [64]byte // keep neighbouring shards' locks off this cache line
+}
+
+func newShard(maxEntries int) *shard {
+	return &shard{
+		slots:      make([]block, minSlots),
+		spill:      make(map[uint64][]uint16),
+		maxEntries: maxEntries,
+	}
+}
+
+// find returns the slot of hash h (m = mix64(h)), or -1.
+func (s *shard) find(h, m uint64) int {
+	mask := len(s.slots) - 1
+	for i := int(m) & mask; ; i = (i + 1) & mask {
+		b := &s.slots[i]
+		if b.meta&countMask == 0 {
+			return -1
+		}
+		if b.hash == h {
+			return i
+		}
+	}
+}
+
+// insert places a new record for h (which must be absent) and returns its
+// slot, growing the table first when it is three quarters full.
+func (s *shard) insert(h, m uint64) int {
+	if (s.used+1)*4 > len(s.slots)*3 {
+		s.grow()
+	}
+	mask := len(s.slots) - 1
+	i := int(m) & mask
+	for s.slots[i].meta&countMask != 0 {
+		i = (i + 1) & mask
+	}
+	s.slots[i] = block{hash: h, meta: refBit}
+	s.used++
+	return i
+}
+
+// grow doubles the table. It copies the whole shard under the write lock:
+// at 10 million entries over 64 shards that is a few milliseconds, once per
+// doubling.
+func (s *shard) grow() {
+	old := s.slots
+	s.slots = make([]block, 2*len(old))
+	mask := len(s.slots) - 1
+	for _, b := range old {
+		if b.meta&countMask == 0 {
+			continue
+		}
+		i := int(mix64(b.hash)) & mask
+		for s.slots[i].meta&countMask != 0 {
+			i = (i + 1) & mask
+		}
+		s.slots[i] = b
+	}
+	s.hand = 0
+}
+
+// free empties slot i with backward-shift deletion, so linear probing needs
+// no tombstones: later records of the probe run move back into the hole.
+func (s *shard) free(i int) {
+	b := &s.slots[i]
+	s.entries -= b.n()
+	if b.n() > inlineEntries {
+		delete(s.spill, b.hash)
+	}
+	mask := len(s.slots) - 1
+	for j := i; ; {
+		j = (j + 1) & mask
+		nb := &s.slots[j]
+		if nb.meta&countMask == 0 {
+			break
+		}
+		home := int(mix64(nb.hash)) & mask
+		// The record at j may move back to i only if its home slot is not
+		// cyclically within (i, j].
+		if (i <= j && i < home && home <= j) || (i > j && (i < home || home <= j)) {
+			continue
+		}
+		s.slots[i] = *nb
+		i = j
+	}
+	s.slots[i] = block{}
+	s.used--
+}
+
+func (s *shard) entryAt(b *block, k int) uint16 {
+	if k < inlineEntries {
+		return b.inline[k]
+	}
+	return s.spill[b.hash][k-inlineEntries]
+}
+
+func (s *shard) setEntry(b *block, k int, e uint16) {
+	if k < inlineEntries {
+		b.inline[k] = e
+		return
+	}
+	s.spill[b.hash][k-inlineEntries] = e
+}
+
+func (s *shard) indexOf(b *block, id uint16) int {
+	n := b.n()
+	for k := range min(n, inlineEntries) {
+		if b.inline[k]&idMask == id {
+			return k
+		}
+	}
+	if n > inlineEntries {
+		for k, e := range s.spill[b.hash] {
+			if e&idMask == id {
+				return inlineEntries + k
+			}
+		}
+	}
+	return -1
+}
+
+func (s *shard) appendEntry(b *block, e uint16) {
+	n := b.n()
+	if n < inlineEntries {
+		b.inline[n] = e
+	} else {
+		s.spill[b.hash] = append(s.spill[b.hash], e)
+	}
+	b.meta++
+	s.entries++
+}
+
+// removeEntry drops entry k by moving the last entry into its place.
+func (s *shard) removeEntry(b *block, k int) {
+	last := b.n() - 1
+	s.setEntry(b, k, s.entryAt(b, last))
+	if last >= inlineEntries {
+		if sp := s.spill[b.hash][:last-inlineEntries]; len(sp) == 0 {
+			delete(s.spill, b.hash)
+		} else {
+			s.spill[b.hash] = sp
+		}
+	}
+	b.meta--
+	s.entries--
+}
+
+// add records that endpoint id holds block h in the tiers of bit and marks
+// the block referenced, then evicts while the shard is over its bound.
+func (s *shard) add(h, m uint64, id, bit uint16) {
+	i := s.find(h, m)
+	if i < 0 {
+		i = s.insert(h, m)
+	}
+	b := &s.slots[i]
+	b.meta |= refBit
+	if k := s.indexOf(b, id); k >= 0 {
+		s.setEntry(b, k, s.entryAt(b, k)|bit)
+	} else {
+		s.appendEntry(b, id|bit)
+	}
+	for s.entries > s.maxEntries {
+		s.evictOne()
+	}
+}
+
+// evictOne frees the first unreferenced block at or after the hand,
+// clearing the reference bits it passes (CLOCK, an approximation of least
+// recently stored). One full turn clears every bit, so it always ends.
+func (s *shard) evictOne() {
+	mask := len(s.slots) - 1
+	for {
+		b := &s.slots[s.hand]
+		if b.meta&countMask != 0 {
+			if b.meta&refBit == 0 {
+				s.free(s.hand)
+				s.evictions++
+				return
+			}
+			b.meta &^= refBit
+		}
+		s.hand = (s.hand + 1) & mask
+	}
+}
+
+// remove clears the tiers of bit for endpoint id on block h.
+func (s *shard) remove(h, m uint64, id, bit uint16) {
+	i := s.find(h, m)
+	if i < 0 {
+		return
+	}
+	b := &s.slots[i]
+	k := s.indexOf(b, id)
+	if k < 0 {
+		return
+	}
+	if e := s.entryAt(b, k) &^ bit; e&tierMask != 0 {
+		s.setEntry(b, k, e)
+		return
+	}
+	s.removeEntry(b, k)
+	if b.n() == 0 {
+		s.free(i)
+	}
+}
+
+// sweep drops endpoint id from every block of the shard. It holds the lock
+// for the whole pass: deletions move records, so a pass interleaved with
+// other writers could step over one.
+func (s *shard) sweep(id uint16) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := 0; i < len(s.slots); {
+		b := &s.slots[i]
+		if b.meta&countMask != 0 {
+			if k := s.indexOf(b, id); k >= 0 {
+				s.removeEntry(b, k)
+				if b.n() == 0 {
+					// A record from further on may move into slot i:
+					// look at it again.
+					s.free(i)
+					continue
+				}
+			}
+		}
+		i++
+	}
+}
+
+// bytes estimates the shard's memory: the table and the spill lists (a
+// map slot with its slice header counted as 72 bytes, the backing array
+// rounded up to the allocator's 8-byte size classes).
+func (s *shard) bytes() int64 {
+	n := int64(len(s.slots)) * blockBytes
+	for _, sp := range s.spill {
+		n += 72 + int64(cap(sp)*2+7)&^7
+	}
+	return n
+}
+
+// mix64 is the splitmix64 finalizer: it spreads hashes that are not uniform
+// (test sequences, truncated ids) over shards and table slots. The top bits
+// pick the shard and the low bits the slot.
+func mix64(h uint64) uint64 {
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return h
+}

@@ -1,0 +1,13 @@
+// Package kvevents is vLLM's KV-cache event stream: the msgpack wire format
+// of event batches in both of vLLM's encodings (array-like structs, and the
+// map form newer vLLM emits), and a ZMQ publisher with vLLM's framing and
+// replay protocol, used by kvgate's simulator. The picker's subscriber
+// lives in extproc/kvevents.
+//
+// Wire format (REFERENCE.md §5): a ZMQ PUB message has three frames, the
+// topic, an 8-byte big-endian sequence number counting from 0 per
+// publisher, and the msgpack payload, an EventBatch. Decoding accepts
+// either encoding for the envelope and for each event independently,
+// tolerates missing or extra trailing array fields, and skips (and counts)
+// events of unknown type.
+package kvevents
