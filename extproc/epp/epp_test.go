@@ -78,9 +78,15 @@ type fleet struct {
 	servers []*modelServer
 	metrics string
 	file    string
+	picker  *Picker
 }
 
 func startFleet(t *testing.T, config string, pages ...string) *fleet {
+	t.Helper()
+	return startFleetWith(t, func(o *Options) { o.ConfigText = config }, pages...)
+}
+
+func startFleetWith(t *testing.T, configure func(*Options), pages ...string) *fleet {
 	t.Helper()
 	f := &fleet{file: filepath.Join(t.TempDir(), "endpoints.yaml")}
 	var b strings.Builder
@@ -98,7 +104,7 @@ func startFleet(t *testing.T, config string, pages ...string) *fleet {
 	}
 	o := DefaultOptions()
 	o.EndpointsFile = f.file
-	o.ConfigText = config
+	configure(&o)
 	o.GRPCAddr, o.HealthAddr, o.MetricsAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	o.RefreshMetricsInterval = 10 * time.Millisecond
 	p, err := New(o, slog.New(slog.NewTextHandler(io.Discard, nil)))
@@ -114,6 +120,7 @@ func startFleet(t *testing.T, config string, pages ...string) *fleet {
 			t.Errorf("picker exited: %v", err)
 		}
 	})
+	f.picker = p
 	grpcAddr, _, metricsAddr := p.Addrs()
 	f.client = envoytest.Dial(t, grpcAddr)
 	f.metrics = "http://" + metricsAddr + "/metrics"
