@@ -273,6 +273,6 @@ func (d *Director) ResponseDone(ctx context.Context, req *server.Request, sum se
 	}
 	res := &scheduling.Response{Endpoint: served, Status: sum.Status, Usage: sum.Usage, Complete: sum.Complete}
 	for _, h := range d.opts.Hooks.ResponseComplete {
-		h.ResponseComplete(ctx, st.sched, res)
+		h.ResponseComplete(ctx, st.cs, st.sched, res)
 	}
 }

@@ -30,6 +30,9 @@ type Metrics struct {
 	cachedTokens  []*prometheus.HistogramVec
 	schedulerE2E  []prometheus.Histogram
 	pluginLatency []*prometheus.HistogramVec
+	prefixHit     []*prometheus.HistogramVec
+	predicted     *prometheus.HistogramVec
+	predictionErr *prometheus.HistogramVec
 
 	// pluginObservers caches the label lookups of plugin timings, which run
 	// several times per request on the hot path. Bounded by the number of
@@ -53,6 +56,9 @@ var (
 	// since kvgate's decisions take tens of microseconds.
 	schedulerBuckets = []float64{0.00001, 0.000025, 0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05, 0.1}
 	tokenBuckets     = prometheus.ExponentialBuckets(16, 2, 16)
+	ratioBuckets     = prometheus.LinearBuckets(0, 0.1, 11)
+	// errorBuckets are symmetric: a prediction can miss either way.
+	errorBuckets = []float64{-8192, -2048, -512, -128, -32, -1, 0, 1, 32, 128, 512, 2048, 8192}
 )
 
 var modelLabels = []string{"model_name", "target_model_name"}
@@ -99,7 +105,28 @@ func New(reg prometheus.Registerer) *Metrics {
 		hist("inference_extension_plugin_duration_seconds", "Time spent in one plugin call.", schedulerBuckets, pluginLabels...),
 		hist("llm_d_epp_plugin_duration_seconds", "Time spent in one plugin call.", schedulerBuckets, pluginLabels...),
 	}
+	m.prefixHit = []*prometheus.HistogramVec{
+		hist("inference_extension_prefix_indexer_hit_ratio", "Share of a routed prompt the prefix plugin expected the chosen endpoint to have cached.", ratioBuckets, "plugin_type"),
+		hist("llm_d_epp_prefix_indexer_hit_ratio", "Share of a routed prompt the prefix plugin expected the chosen endpoint to have cached.", ratioBuckets, "plugin_type"),
+	}
+	m.predicted = hist("kvgate_prefix_predicted_cached_tokens", "Prompt tokens the prefix plugin expected the chosen endpoint to serve from cache.", tokenBuckets, "plugin_type")
+	m.predictionErr = hist("kvgate_prefix_prediction_error_tokens", "Cached tokens the server reported minus those the prefix plugin predicted.", errorBuckets, "plugin_type")
 	return m
+}
+
+// PrefixPredicted implements scheduling.PrefixRecorder.
+func (m *Metrics) PrefixPredicted(plugin scheduling.TypedName, predicted, prompt int) {
+	if prompt > 0 {
+		for _, h := range m.prefixHit {
+			h.WithLabelValues(plugin.Type).Observe(float64(predicted) / float64(prompt))
+		}
+	}
+	m.predicted.WithLabelValues(plugin.Type).Observe(float64(predicted))
+}
+
+// PrefixActual implements scheduling.PrefixRecorder.
+func (m *Metrics) PrefixActual(plugin scheduling.TypedName, predicted, actual int) {
+	m.predictionErr.WithLabelValues(plugin.Type).Observe(float64(actual - predicted))
 }
 
 // RequestReceived counts a request.

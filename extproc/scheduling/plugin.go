@@ -85,7 +85,7 @@ type Response struct {
 // ResponseComplete observes the end of every routed request exactly once.
 type ResponseComplete interface {
 	Plugin
-	ResponseComplete(ctx context.Context, req *Request, res *Response)
+	ResponseComplete(ctx context.Context, cs *CycleState, req *Request, res *Response)
 }
 
 // EndpointsRemoved is implemented by plugins that keep per-endpoint state,

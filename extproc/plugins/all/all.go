@@ -36,6 +36,7 @@ func Registry() *scheduling.Registry {
 		{picker.MaxScoreType, picker.NewMaxScore},
 		{picker.RandomType, picker.NewRandom},
 		{picker.WeightedRandomType, picker.NewWeightedRandom},
+		{picker.RoundRobinType, picker.NewRoundRobin},
 		{profilehandler.SingleType, profilehandler.NewSingle},
 		{rolefilter.DecodeType, rolefilter.NewDecode},
 		{rolefilter.PrefillType, rolefilter.NewPrefill},

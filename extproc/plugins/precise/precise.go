@@ -73,17 +73,22 @@ type Prompt struct {
 	Hashes []uint64
 	// MatchedBlocks is the longest match among the candidates, in blocks.
 	MatchedBlocks int
+	// matched holds the candidates' tier-weighted matched blocks by
+	// address; predicted is what PreRequest expected of the chosen one.
+	matched   map[string]float64
+	predicted int
 }
 
 // Scorer implements precise-prefix-cache-scorer.
 type Scorer struct {
 	scheduling.Named
-	params  Params
-	index   *kvindex.Index
-	tok     *tokenizer.Tokenizer
-	cache   *tokenizer.PrefixCache
-	hashers sync.Pool // *kvhash.Hasher: each reuses one buffer
-	scratch sync.Pool // *scratch
+	params   Params
+	index    *kvindex.Index
+	recorder scheduling.PrefixRecorder
+	tok      *tokenizer.Tokenizer
+	cache    *tokenizer.PrefixCache
+	hashers  sync.Pool // *kvhash.Hasher: each reuses one buffer
+	scratch  sync.Pool // *scratch
 }
 
 type scratch struct {
@@ -110,7 +115,7 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 	if !ok {
 		return nil, fmt.Errorf("%s needs the KV-event index: run the picker with KV events enabled (--kv-events-addr or kvEvents endpoints)", Type)
 	}
-	s := &Scorer{Named: scheduling.NewNamed(Type, name), params: p, index: index}
+	s := &Scorer{Named: scheduling.NewNamed(Type, name), params: p, index: index, recorder: scheduling.PrefixOf(h)}
 	if p.Tokenizer != "" {
 		dir := p.Tokenizer
 		if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
@@ -183,9 +188,37 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 	p.MatchedBlocks = s.index.Lookup(hashes, sc.names, scores)
 	clear(sc.names)
 	total := float64(len(hashes))
-	for i := range eps {
+	for i, e := range eps {
+		if scores[i] > 0 {
+			if p.matched == nil {
+				p.matched = make(map[string]float64, 4)
+			}
+			p.matched[e.Address()] = scores[i]
+		}
 		scores[i] /= total
 	}
+}
+
+// PreRequest implements scheduling.PreRequest: it records how many prompt
+// tokens the chosen endpoint is expected to serve from its cache.
+func (s *Scorer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, res *scheduling.Result) {
+	p, ok := scheduling.ReadAs[*Prompt](cs, StateKey)
+	primary := res.Primary()
+	if !ok || primary == nil || len(primary.Targets) == 0 {
+		return
+	}
+	p.predicted = int(p.matched[primary.Targets[0].Address()] * float64(s.params.BlockSize))
+	s.recorder.PrefixPredicted(s.TypedName(), p.predicted, p.Tokens)
+}
+
+// ResponseComplete implements scheduling.ResponseComplete: the server's
+// reported cached tokens check the prediction.
+func (s *Scorer) ResponseComplete(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, res *scheduling.Response) {
+	p, ok := scheduling.ReadAs[*Prompt](cs, StateKey)
+	if !ok || !res.Complete || res.Usage.PromptTokens == 0 {
+		return
+	}
+	s.recorder.PrefixActual(s.TypedName(), p.predicted, res.Usage.CachedTokens)
 }
 
 // adapterOf reports whether target is a LoRA adapter rather than the base
@@ -207,4 +240,8 @@ func adapterOf(target string, eps []*endpoints.Endpoint) string {
 // BlockSize is the configured block size in tokens.
 func (s *Scorer) BlockSize() int { return s.params.BlockSize }
 
-var _ scheduling.Scorer = (*Scorer)(nil)
+var (
+	_ scheduling.Scorer           = (*Scorer)(nil)
+	_ scheduling.PreRequest       = (*Scorer)(nil)
+	_ scheduling.ResponseComplete = (*Scorer)(nil)
+)

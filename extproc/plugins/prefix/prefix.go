@@ -58,10 +58,11 @@ type Params struct {
 // record its routing) and drops the state of endpoints that leave the pool.
 type Scorer struct {
 	scheduling.Named
-	params  Params
-	auto    bool
-	index   *indexer
-	scratch sync.Pool
+	params   Params
+	auto     bool
+	index    *indexer
+	recorder scheduling.PrefixRecorder
+	scratch  sync.Pool
 }
 
 type scratch struct {
@@ -71,7 +72,7 @@ type scratch struct {
 }
 
 // New is the plugin factory.
-func New(name string, raw json.RawMessage, _ *scheduling.Handle) (scheduling.Plugin, error) {
+func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plugin, error) {
 	p := Params{BlockSize: DefaultBlockChars, MaxPrefixBlocksToMatch: DefaultMaxPrefixBlocks, LRUCapacityPerServer: DefaultLRUCapacity}
 	if err := scheduling.DecodeParams(raw, &p); err != nil {
 		return nil, err
@@ -88,10 +89,11 @@ func New(name string, raw json.RawMessage, _ *scheduling.Handle) (scheduling.Plu
 		p.BlockSize = p.HashBlockSize
 	}
 	s := &Scorer{
-		Named:  scheduling.NewNamed(Type, name),
-		params: p,
-		auto:   p.AutoTune == nil || *p.AutoTune,
-		index:  newIndexer(),
+		Named:    scheduling.NewNamed(Type, name),
+		params:   p,
+		auto:     p.AutoTune == nil || *p.AutoTune,
+		index:    newIndexer(),
+		recorder: scheduling.PrefixOf(h),
 	}
 	s.scratch.New = func() any { return new(scratch) }
 	return s, nil
@@ -100,6 +102,11 @@ func New(name string, raw json.RawMessage, _ *scheduling.Handle) (scheduling.Plu
 // hashed is what Score leaves in the cycle state for PreRequest.
 type hashed struct {
 	hashes []uint64
+	// blockTokens converts matched blocks into tokens.
+	blockTokens int
+	// matched holds the candidates' matched blocks by name (non-zero only).
+	matched   map[string]int
+	predicted int
 }
 
 // blockChars is the configured block size in bytes, or the servers' own
@@ -140,8 +147,10 @@ func (s *Scorer) Hashes(req *scheduling.Request, blockChars int) []uint64 {
 
 // Score implements scheduling.Scorer.
 func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint, scores []float64) {
-	h := s.Hashes(req, s.blockChars(eps))
-	cs.Write(stateKey, &hashed{hashes: h})
+	chars := s.blockChars(eps)
+	h := s.Hashes(req, chars)
+	st := &hashed{hashes: h, blockTokens: max(1, chars/prefixhash.CharsPerToken)}
+	cs.Write(stateKey, st)
 	if len(h) == 0 {
 		return
 	}
@@ -163,6 +172,12 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 	total := float64(len(h))
 	for i, m := range sc.matched {
 		scores[i] = float64(m) / total
+		if m > 0 {
+			if st.matched == nil {
+				st.matched = make(map[string]int, 4)
+			}
+			st.matched[eps[i].Name()] = m
+		}
 	}
 }
 
@@ -175,7 +190,19 @@ func (s *Scorer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *sch
 		return
 	}
 	target := primary.Targets[0]
+	st.predicted = st.matched[target.Name()] * st.blockTokens
+	s.recorder.PrefixPredicted(s.TypedName(), st.predicted, len(st.hashes)*st.blockTokens)
 	s.index.add(target.Name(), st.hashes, s.capacity(target))
+}
+
+// ResponseComplete implements scheduling.ResponseComplete: the server's
+// reported cached tokens check the prediction.
+func (s *Scorer) ResponseComplete(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, res *scheduling.Response) {
+	st, ok := scheduling.ReadAs[*hashed](cs, stateKey)
+	if !ok || !res.Complete || res.Usage.PromptTokens == 0 {
+		return
+	}
+	s.recorder.PrefixActual(s.TypedName(), st.predicted, res.Usage.CachedTokens)
 }
 
 // EndpointsRemoved implements scheduling.EndpointsRemoved.
@@ -192,4 +219,5 @@ var (
 	_ scheduling.Scorer           = (*Scorer)(nil)
 	_ scheduling.PreRequest       = (*Scorer)(nil)
 	_ scheduling.EndpointsRemoved = (*Scorer)(nil)
+	_ scheduling.ResponseComplete = (*Scorer)(nil)
 )
