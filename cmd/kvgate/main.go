@@ -17,6 +17,7 @@ import (
 	"syscall"
 
 	"github.com/kvgate/kvgate/extproc/epp"
+	"github.com/kvgate/kvgate/sim/server"
 )
 
 // command runs one subcommand until ctx ends.
@@ -27,6 +28,7 @@ type command struct {
 
 var commands = map[string]command{
 	"epp":     {"Endpoint Picker: the Envoy ext_proc server", epp.Main},
+	"sim":     {"vLLM-compatible model-server simulator", server.Main},
 	"version": {"print the version", version},
 }
 

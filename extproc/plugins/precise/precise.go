@@ -14,7 +14,8 @@
 //	tokenizer: string       tokenizer.json, or the folder holding it (required
 //	                        unless every request sends token ids)
 //	blockSize: int          the servers' --block-size (default 16)
-//	hashSeed: string        the servers' PYTHONHASHSEED (default "")
+//	hashSeed: string        the servers' PYTHONHASHSEED (default "42", as
+//	                        kvgate sim and llm-d's examples use)
 //	hashAlgo: string        the servers' --prefix-caching-hash-algo; only
 //	                        sha256_cbor (the default) is supported
 //	maxBlocksToMatch: int   leading blocks looked up (default 8192)
@@ -52,6 +53,7 @@ const StateKey = Type + "/prompt"
 // Defaults.
 const (
 	DefaultBlockSize        = 16
+	DefaultHashSeed         = "42"
 	DefaultMaxBlocksToMatch = 8192
 	DefaultPrefixCacheBytes = 64 << 20
 	HashAlgoSHA256CBOR      = "sha256_cbor"
@@ -98,7 +100,7 @@ type scratch struct {
 
 // New is the plugin factory.
 func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plugin, error) {
-	p := Params{BlockSize: DefaultBlockSize, HashAlgo: HashAlgoSHA256CBOR, MaxBlocksToMatch: DefaultMaxBlocksToMatch, PrefixCacheBytes: DefaultPrefixCacheBytes}
+	p := Params{BlockSize: DefaultBlockSize, HashSeed: DefaultHashSeed, HashAlgo: HashAlgoSHA256CBOR, MaxBlocksToMatch: DefaultMaxBlocksToMatch, PrefixCacheBytes: DefaultPrefixCacheBytes}
 	if err := scheduling.DecodeParams(raw, &p); err != nil {
 		return nil, err
 	}
