@@ -17,6 +17,7 @@ import (
 	"syscall"
 
 	"github.com/kvgate/kvgate/extproc/epp"
+	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/sim/server"
 )
 
@@ -27,8 +28,11 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"epp":     {"Endpoint Picker: the Envoy ext_proc server", epp.Main},
-	"sim":     {"vLLM-compatible model-server simulator", server.Main},
+	"epp": {"Endpoint Picker: the Envoy ext_proc server", epp.Main},
+	"sim": {"vLLM-compatible model-server simulator", server.Main},
+	"gateway": {"local Envoy stand-in: HTTP proxy, ext_proc client, proxy-wasm host", func(ctx context.Context, args []string, _ io.Writer) error {
+		return gateway.Main(ctx, args)
+	}},
 	"version": {"print the version", version},
 }
 

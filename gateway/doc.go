@@ -1,0 +1,37 @@
+// Package gateway is kvgate's local stand-in for Envoy: an HTTP/1.1 and
+// h2c reverse proxy that runs the real proxy-wasm filter (on wazero, see
+// wasmhost) and then an ext_proc client with Envoy's semantics against the
+// picker, and forwards each request to the endpoint the picker chose.
+//
+// Per request, in order:
+//
+//  1. x-gateway-destination-endpoint sent by the client is dropped: only
+//     the picker chooses upstreams. x-kvgate-* headers are dropped too when
+//     no filter runs (the filter strips them itself otherwise).
+//  2. The filter sees the request headers and, while it pauses, the
+//     buffered body (bounded by Config.MaxRequestBuffer, 413 above it, as
+//     Envoy's buffer limit).
+//  3. ext_proc: request headers (values as raw_value) and, in
+//     FULL_DUPLEX_STREAMED mode, the body in chunks; the picker's header
+//     mutations, dynamic metadata, immediate responses and streamed body
+//     are applied. In NONE mode the body bypasses the picker (the fast
+//     path, when the filter has tagged the request).
+//  4. The upstream is the picker's x-gateway-destination-endpoint (header,
+//     else envoy.lb dynamic metadata): a comma list tried in order while
+//     connecting fails.
+//  5. Response headers (with envoy.lb x-gateway-destination-endpoint-served
+//     in the metadata context), the body streamed through the picker chunk
+//     by chunk, and trailers; every chunk is flushed to the client at once,
+//     so SSE events are never held back.
+//
+// When the picker cannot be reached or fails, FailureModeAllow decides as
+// Envoy's failure_mode_allow does: continue without it (to the fallback
+// endpoints) or answer 500 (504 on a message timeout).
+//
+// Where it differs from Envoy: the message timeout (Config.ExtProcTimeout)
+// also bounds each wait in FULL_DUPLEX_STREAMED mode, where Envoy has none;
+// request trailers are not sent to the picker (response trailers are, after
+// the body's end-of-stream chunk); mode_override is ignored.
+//
+// One access-log record per request goes to slog.
+package gateway

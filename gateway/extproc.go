@@ -1,0 +1,123 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// Errors of the ext_proc exchange; both mean the picker failed, and
+// FailureModeAllow decides what the client sees.
+var (
+	errProcessorTimeout = errors.New("ext_proc message timeout")
+	errProcessor        = errors.New("ext_proc stream failed")
+)
+
+// processor is the ext_proc stream of one request. Sends come from the
+// request goroutine and the body pump, serialized by sendMu; recvLoop is
+// the only receiver and hands messages over in order through msgs.
+type processor struct {
+	stream  extprocv3.ExternalProcessor_ProcessClient
+	cancel  context.CancelFunc
+	timeout time.Duration
+
+	sendMu sync.Mutex
+
+	msgs    chan *extprocv3.ProcessingResponse
+	recvErr error // written by recvLoop before it closes msgs
+}
+
+func openProcessor(ctx context.Context, client extprocv3.ExternalProcessorClient, timeout time.Duration) (*processor, error) {
+	sctx, cancel := context.WithCancel(ctx)
+	stream, err := client.Process(sctx)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("%w: open: %w", errProcessor, err)
+	}
+	// msgs is small: the picker answers in step with what is sent, so a
+	// few messages in flight suffice and a stalled reader stalls gRPC flow
+	// control rather than memory.
+	p := &processor{stream: stream, cancel: cancel, timeout: timeout, msgs: make(chan *extprocv3.ProcessingResponse, 8)}
+	go p.recvLoop(sctx)
+	return p, nil
+}
+
+func (p *processor) recvLoop(ctx context.Context) {
+	defer close(p.msgs)
+	for {
+		m, err := p.stream.Recv()
+		if err != nil {
+			p.recvErr = err
+			return
+		}
+		select {
+		case p.msgs <- m:
+		case <-ctx.Done():
+			p.recvErr = ctx.Err()
+			return
+		}
+	}
+}
+
+func (p *processor) send(req *extprocv3.ProcessingRequest) error {
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	if err := p.stream.Send(req); err != nil {
+		return fmt.Errorf("%w: send: %w", errProcessor, err)
+	}
+	return nil
+}
+
+// next waits for the picker's next message, at most the message timeout.
+func (p *processor) next(ctx context.Context) (*extprocv3.ProcessingResponse, error) {
+	t := time.NewTimer(p.timeout)
+	defer t.Stop()
+	select {
+	case m, ok := <-p.msgs:
+		if !ok {
+			err := p.recvErr
+			if err == nil || errors.Is(err, io.EOF) {
+				err = errors.New("stream closed by the picker")
+			}
+			return nil, fmt.Errorf("%w: %w", errProcessor, err)
+		}
+		return m, nil
+	case <-t.C:
+		return nil, errProcessorTimeout
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// close ends the stream; the picker sees the half-close, then the cancel
+// releases the receiver.
+func (p *processor) close() {
+	p.sendMu.Lock()
+	_ = p.stream.CloseSend()
+	p.sendMu.Unlock()
+	p.cancel()
+}
+
+// destination reads the picker's choice: the header it set, else the
+// envoy.lb dynamic metadata.
+func destination(hs headerList, md *structpb.Struct) string {
+	if v, ok := hs.get(headerDestination); ok && v != "" {
+		return v
+	}
+	if lb := md.GetFields()[metadataLB].GetStructValue(); lb != nil {
+		return lb.GetFields()[headerDestination].GetStringValue()
+	}
+	return ""
+}
+
+func servedMetadata(endpoint string) map[string]*structpb.Struct {
+	return map[string]*structpb.Struct{metadataLB: {Fields: map[string]*structpb.Value{
+		metadataServed: structpb.NewStringValue(endpoint),
+	}}}
+}

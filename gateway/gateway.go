@@ -1,0 +1,543 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/google/uuid"
+	"github.com/tetratelabs/wazero"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/kvgate/kvgate/gateway/wasmhost"
+	"github.com/kvgate/kvgate/internal/hints"
+)
+
+// BodyMode is how a body is sent to the picker (Envoy's BodySendMode, the
+// two kvgate uses).
+type BodyMode int
+
+const (
+	// FullDuplexStreamed sends the body in chunks as it arrives and takes
+	// the body to forward from the picker's streamed responses.
+	FullDuplexStreamed BodyMode = iota
+	// None keeps the body away from the picker.
+	None
+)
+
+// ParseBodyMode reads a --*-body-mode flag value.
+func ParseBodyMode(s string) (BodyMode, error) {
+	switch s {
+	case "full-duplex-streamed":
+		return FullDuplexStreamed, nil
+	case "none":
+		return None, nil
+	}
+	return 0, fmt.Errorf("body mode %q: want full-duplex-streamed or none", s)
+}
+
+func (m BodyMode) proto() extprocfilterv3.ProcessingMode_BodySendMode {
+	if m == None {
+		return extprocfilterv3.ProcessingMode_NONE
+	}
+	return extprocfilterv3.ProcessingMode_FULL_DUPLEX_STREAMED
+}
+
+// Config configures a Gateway. Zero durations and sizes take the defaults
+// noted.
+type Config struct {
+	// ExtProc is the picker's gRPC address (host:port).
+	ExtProc string
+	// Wasm is the filter module; nil runs no filter.
+	Wasm       []byte
+	WasmConfig []byte
+	// WasmVMConfig is the filter's VM configuration (precise mode: the
+	// tokenizer files).
+	WasmVMConfig []byte
+	// WasmVMs bounds the filter's VM pool (default 4).
+	WasmVMs   int
+	WasmCache wazero.CompilationCache
+	// FailureModeAllow lets requests continue when the picker fails, to
+	// Fallback.
+	FailureModeAllow bool
+	RequestBodyMode  BodyMode
+	ResponseBodyMode BodyMode
+	// ExtProcTimeout bounds the wait for each picker message (default 10s).
+	ExtProcTimeout time.Duration
+	// UpstreamTimeout bounds a whole upstream exchange; 0 means none.
+	UpstreamTimeout time.Duration
+	// Fallback endpoints (ip:port) take fail-open traffic, in order.
+	Fallback []string
+	// MaxRequestBuffer bounds the body bytes held for the filter and for a
+	// fail-open replay (default 16 MiB).
+	MaxRequestBuffer int
+	Logger           *slog.Logger
+}
+
+// Gateway is the request pipeline; it is an http.Handler safe for
+// concurrent use.
+type Gateway struct {
+	cfg       Config
+	conn      *grpc.ClientConn
+	client    extprocv3.ExternalProcessorClient
+	filter    *wasmhost.Host
+	transport *http.Transport
+	log       *slog.Logger
+}
+
+// New builds a Gateway: starts the filter's first VM (so a bad module or
+// plugin configuration fails here) and prepares the picker connection,
+// which is dialed lazily.
+func New(ctx context.Context, cfg Config) (*Gateway, error) {
+	if cfg.ExtProcTimeout <= 0 {
+		cfg.ExtProcTimeout = 10 * time.Second
+	}
+	if cfg.MaxRequestBuffer <= 0 {
+		cfg.MaxRequestBuffer = 16 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	g := &Gateway{cfg: cfg, log: cfg.Logger}
+	dialer := &net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}
+	g.transport = &http.Transport{
+		Proxy: nil, // never an environment proxy: the picker chose the host
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dialer.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, &dialError{err: err}
+			}
+			return c, nil
+		},
+		MaxIdleConns:        1024,
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+	if cfg.Wasm != nil {
+		h, err := wasmhost.New(ctx, wasmhost.Config{
+			Module: cfg.Wasm, PluginConfig: cfg.WasmConfig, VMConfig: cfg.WasmVMConfig, MaxVMs: cfg.WasmVMs,
+			CompilationCache: cfg.WasmCache, Logger: cfg.Logger,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("gateway: wasm filter: %w", err)
+		}
+		g.filter = h
+	}
+	if cfg.ExtProc != "" {
+		conn, err := grpc.NewClient(cfg.ExtProc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			g.Close()
+			return nil, fmt.Errorf("gateway: ext_proc %s: %w", cfg.ExtProc, err)
+		}
+		g.conn = conn
+		g.client = extprocv3.NewExternalProcessorClient(conn)
+	}
+	return g, nil
+}
+
+// Close releases the filter VMs, the picker connection and idle upstream
+// connections.
+func (g *Gateway) Close() {
+	if g.filter != nil {
+		_ = g.filter.Close(context.Background())
+	}
+	if g.conn != nil {
+		_ = g.conn.Close()
+	}
+	g.transport.CloseIdleConnections()
+}
+
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return "connect: " + e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
+
+// statusError is a failure with the status the client gets.
+type statusError struct {
+	status int
+	msg    string
+	err    error
+}
+
+func (e *statusError) Error() string {
+	if e.err != nil {
+		return e.msg + ": " + e.err.Error()
+	}
+	return e.msg
+}
+func (e *statusError) Unwrap() error { return e.err }
+
+// request is the state of one request as it moves through the pipeline;
+// it belongs to the ServeHTTP goroutine.
+type request struct {
+	headers   headerList
+	body      io.Reader
+	hasBody   bool
+	proc      *processor // nil without a picker or after failing open
+	pump      *bodyPump  // full duplex: the picker's body on its way upstream
+	endpoints []string
+	rec       *accessRecord
+}
+
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	in := &countingReader{r: r.Body}
+	rec := &accessRecord{start: time.Now(), method: r.Method, path: r.URL.RequestURI(), in: in}
+	defer g.logAccess(r.Context(), rec)
+	ctx := r.Context()
+
+	req := &request{
+		headers: requestHeaderList(r, g.filter == nil),
+		body:    in,
+		hasBody: r.ContentLength != 0,
+		rec:     rec,
+	}
+	rid, ok := req.headers.get(headerRequestID)
+	if !ok {
+		rid = uuid.NewString()
+		req.headers = append(req.headers, [2]string{headerRequestID, rid})
+	}
+	rec.requestID = rid
+
+	if g.filter != nil {
+		local, err := g.runFilter(ctx, req)
+		if err != nil {
+			g.fail(w, rec, err)
+			return
+		}
+		if local != nil {
+			rec.outcome = "filter_response"
+			writeLocal(w, rec, local.Status, local.Headers, local.Body)
+			return
+		}
+	}
+	if g.client != nil {
+		imm, err := g.requestPhase(ctx, req)
+		if err != nil {
+			g.fail(w, rec, err)
+			return
+		}
+		if imm != nil {
+			rec.outcome = "immediate_response"
+			g.writeImmediate(w, rec, imm)
+			return
+		}
+	} else {
+		req.endpoints = g.cfg.Fallback
+		rec.outcome = "no_picker"
+	}
+	rec.decided = time.Since(rec.start)
+	if req.proc != nil {
+		defer req.proc.close()
+	}
+	g.proxy(ctx, w, req)
+}
+
+// runFilter passes the request through the wasm filter, buffering the body
+// while the filter pauses. On return req.headers are the filter's and
+// req.body yields the whole body again.
+func (g *Gateway) runFilter(ctx context.Context, req *request) (*wasmhost.LocalResponse, error) {
+	vm, err := g.filter.Acquire(ctx)
+	if err != nil {
+		return nil, &statusError{status: http.StatusServiceUnavailable, msg: "wasm filter unavailable", err: err}
+	}
+	defer g.filter.Release(vm)
+	// Forged hints must not survive a filter failure: the filter strips
+	// them itself, so the gateway does it only when the filter did not run.
+	withoutHints := stripHints(req.headers)
+	s, err := vm.NewStream(ctx, req.headers)
+	if err != nil {
+		g.log.WarnContext(ctx, "wasm filter failed, request passes untagged", "err", err)
+		req.headers = withoutHints
+		return nil, nil
+	}
+	var buffered []byte
+	eof := !req.hasBody
+	act, err := s.OnRequestHeaders(ctx, eof)
+	chunk := make([]byte, 32<<10)
+	for err == nil && act == wasmhost.Pause && s.LocalResponse() == nil && !eof {
+		n, rerr := req.body.Read(chunk)
+		buffered = append(buffered, chunk[:n]...)
+		switch {
+		case errors.Is(rerr, io.EOF):
+			eof = true
+		case rerr != nil:
+			_ = s.Done(ctx)
+			return nil, &statusError{status: http.StatusBadRequest, msg: "reading request body", err: rerr}
+		}
+		if len(buffered) > g.cfg.MaxRequestBuffer {
+			_ = s.Done(ctx)
+			return nil, &statusError{status: http.StatusRequestEntityTooLarge, msg: "request body exceeds the buffer limit"}
+		}
+		if n > 0 || eof {
+			act, err = s.OnRequestBody(ctx, buffered, eof)
+		}
+	}
+	if err == nil {
+		err = s.Done(ctx)
+	}
+	if err != nil {
+		g.log.WarnContext(ctx, "wasm filter failed, request passes untagged", "err", err)
+		req.headers = withoutHints
+	} else {
+		req.headers = headerList(s.Headers())
+	}
+	switch {
+	case eof:
+		req.body = bytes.NewReader(buffered)
+	case len(buffered) > 0:
+		req.body = io.MultiReader(bytes.NewReader(buffered), req.body)
+	}
+	return s.LocalResponse(), nil
+}
+
+func stripHints(hs headerList) headerList {
+	out := make(headerList, 0, len(hs))
+	for _, kv := range hs {
+		if !hints.IsHintHeader(kv[0]) {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// requestPhase runs the request side of ext_proc. It returns the picker's
+// immediate response if it sent one; otherwise req is ready for proxy.
+func (g *Gateway) requestPhase(ctx context.Context, req *request) (*extprocv3.ImmediateResponse, error) {
+	p, err := openProcessor(ctx, g.client, g.cfg.ExtProcTimeout)
+	if err != nil {
+		return nil, g.failOpen(ctx, req, err)
+	}
+	err = p.send(&extprocv3.ProcessingRequest{
+		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+			Headers: req.headers.proto(), EndOfStream: !req.hasBody,
+		}},
+		ProtocolConfig: &extprocv3.ProtocolConfiguration{
+			RequestBodyMode: g.cfg.RequestBodyMode.proto(), ResponseBodyMode: g.cfg.ResponseBodyMode.proto(),
+		},
+	})
+	if err != nil {
+		p.close()
+		return nil, g.failOpen(ctx, req, err)
+	}
+	var sender *bodySender
+	if req.hasBody && g.cfg.RequestBodyMode == FullDuplexStreamed {
+		sender = startBodySender(ctx, p, req.body, g.cfg.MaxRequestBuffer)
+	}
+	m, err := p.next(ctx)
+	if err == nil {
+		switch m.GetResponse().(type) {
+		case *extprocv3.ProcessingResponse_ImmediateResponse, *extprocv3.ProcessingResponse_RequestHeaders:
+		default:
+			err = fmt.Errorf("%w: unexpected %T to request headers", errProcessor, m.GetResponse())
+		}
+	}
+	if err != nil {
+		p.close()
+		if sender != nil {
+			replay, ok := sender.abandon()
+			if !ok {
+				return nil, &statusError{status: http.StatusInternalServerError, msg: "picker failed after the body outgrew the replay buffer", err: err}
+			}
+			req.body = replay
+		}
+		return nil, g.failOpen(ctx, req, err)
+	}
+	if imm := m.GetImmediateResponse(); imm != nil {
+		p.close()
+		if sender != nil {
+			// No waiting for the rest of the upload: the sender ends on its
+			// own once its sends fail or the server closes the body.
+			sender.decided()
+		}
+		return imm, nil
+	}
+	req.headers = req.headers.apply(m.GetRequestHeaders().GetResponse().GetHeaderMutation())
+	req.endpoints = splitEndpoints(destination(req.headers, m.GetDynamicMetadata()))
+	req.proc = p
+	req.rec.outcome = "routed"
+	if sender != nil {
+		sender.decided()
+		req.pump = startBodyPump(ctx, p)
+		req.body = req.pump.reader
+	}
+	return nil, nil
+}
+
+// failOpen applies failure_mode_allow to a picker failure.
+func (g *Gateway) failOpen(ctx context.Context, req *request, cause error) error {
+	if !g.cfg.FailureModeAllow {
+		status := http.StatusInternalServerError
+		if errors.Is(cause, errProcessorTimeout) {
+			status = http.StatusGatewayTimeout
+		}
+		return &statusError{status: status, msg: "endpoint picker failed", err: cause}
+	}
+	g.log.WarnContext(ctx, "endpoint picker failed, failing open", "err", cause, "fallback", g.cfg.Fallback)
+	req.rec.outcome = "fail_open"
+	req.endpoints = g.cfg.Fallback
+	return nil
+}
+
+func splitEndpoints(v string) []string {
+	var eps []string
+	for _, ep := range strings.Split(v, ",") {
+		if ep = strings.TrimSpace(ep); ep != "" {
+			eps = append(eps, ep)
+		}
+	}
+	return eps
+}
+
+// proxy forwards the request and streams the response back, through the
+// picker's response phase when there is one.
+func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, req *request) {
+	rec := req.rec
+	if len(req.endpoints) == 0 {
+		g.fail(w, rec, &statusError{status: http.StatusServiceUnavailable, msg: "no healthy upstream"})
+		return
+	}
+	uctx := ctx
+	if g.cfg.UpstreamTimeout > 0 {
+		var cancel context.CancelFunc
+		uctx, cancel = context.WithTimeout(ctx, g.cfg.UpstreamTimeout)
+		defer cancel()
+	}
+	resp, ep, err := g.forward(uctx, req)
+	if req.pump != nil {
+		// The upstream answered (or failed): what it has not read of the
+		// request body it never will.
+		req.pump.stop()
+	}
+	if err != nil {
+		g.fail(w, rec, err)
+		return
+	}
+	defer resp.Body.Close()
+	rec.endpoint = ep
+	rec.upstream = time.Since(rec.start)
+	if req.proc == nil {
+		g.writeResponse(w, rec, responseHeaderList(resp), resp.Body, resp.Trailer)
+		return
+	}
+	if req.pump != nil {
+		// The picker's request-body messages come before any answer to
+		// the response headers; the pump must have taken them all.
+		if err := req.pump.wait(); err != nil {
+			g.fail(w, rec, &statusError{status: statusFor(err), msg: "endpoint picker failed on the request body", err: err})
+			return
+		}
+	}
+	g.responsePhase(ctx, w, req, resp, ep)
+}
+
+// forward tries the endpoints in order while connecting fails and the body
+// is untouched (a retry after the body was read would lose it).
+func (g *Gateway) forward(ctx context.Context, req *request) (*http.Response, string, error) {
+	method, _ := req.headers.get(":method")
+	path, _ := req.headers.get(":path")
+	authority, _ := req.headers.get(":authority")
+	body := &touchReader{r: req.body}
+	var lastErr error
+	for _, ep := range req.endpoints {
+		if _, _, err := net.SplitHostPort(ep); err != nil {
+			lastErr = fmt.Errorf("endpoint %q: %w", ep, err)
+			continue
+		}
+		var rb io.Reader = http.NoBody
+		if req.hasBody {
+			rb = body
+		}
+		u, err := http.NewRequestWithContext(ctx, method, "http://"+ep+path, rb)
+		if err != nil {
+			return nil, "", &statusError{status: http.StatusBadRequest, msg: "bad request line", err: err}
+		}
+		u.Header = make(http.Header, len(req.headers))
+		req.headers.toHTTP(u.Header)
+		u.Host = authority
+		u.ContentLength = contentLength(req)
+		if req.hasBody {
+			u.Body = io.NopCloser(body) // retries must not find it closed
+		}
+		resp, err := g.transport.RoundTrip(u)
+		if err == nil {
+			return resp, ep, nil
+		}
+		lastErr = err
+		var de *dialError
+		if !errors.As(err, &de) || body.touched.Load() {
+			break
+		}
+		g.log.WarnContext(ctx, "upstream connect failed, trying the next endpoint", "endpoint", ep, "err", err)
+	}
+	return nil, "", &statusError{status: http.StatusServiceUnavailable, msg: "upstream connect error", err: lastErr}
+}
+
+// contentLength is the body length to announce upstream: the header's, or
+// unknown (chunked) when there is none.
+func contentLength(req *request) int64 {
+	if !req.hasBody {
+		return 0
+	}
+	if v, ok := req.headers.get("content-length"); ok {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+			return n
+		}
+	}
+	return -1
+}
+
+// responsePhase sends the upstream response through the picker: headers
+// (with the served endpoint in metadata), body chunks, trailers.
+func (g *Gateway) responsePhase(ctx context.Context, w http.ResponseWriter, req *request, resp *http.Response, ep string) {
+	rec, p := req.rec, req.proc
+	rh := responseHeaderList(resp)
+	bodyless := resp.ContentLength == 0
+	err := p.send(&extprocv3.ProcessingRequest{
+		Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+			Headers: rh.proto(), EndOfStream: bodyless,
+		}},
+		MetadataContext: &corev3.Metadata{FilterMetadata: servedMetadata(ep)},
+	})
+	var m *extprocv3.ProcessingResponse
+	if err == nil {
+		m, err = p.next(ctx)
+	}
+	if err != nil {
+		if !g.cfg.FailureModeAllow {
+			g.fail(w, rec, &statusError{status: statusFor(err), msg: "endpoint picker failed on the response", err: err})
+			return
+		}
+		g.writeResponse(w, rec, rh, resp.Body, resp.Trailer)
+		return
+	}
+	if imm := m.GetImmediateResponse(); imm != nil {
+		g.writeImmediate(w, rec, imm)
+		return
+	}
+	rh = rh.apply(m.GetResponseHeaders().GetResponse().GetHeaderMutation())
+	if bodyless || g.cfg.ResponseBodyMode == None {
+		g.writeResponse(w, rec, rh, resp.Body, resp.Trailer)
+		return
+	}
+	g.streamThroughPicker(ctx, w, rec, p, rh, resp)
+}
+
+func statusFor(err error) int {
+	if errors.Is(err, errProcessorTimeout) {
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusInternalServerError
+}

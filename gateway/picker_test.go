@@ -1,0 +1,180 @@
+package gateway_test
+
+import (
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// testPicker is a small ext_proc server playing the picker's part of the
+// protocol: it routes every request to endpoints (or answers immediately
+// with status), echoes bodies back in streamed responses and records what
+// it saw.
+type testPicker struct {
+	extprocv3.UnimplementedExternalProcessorServer
+	endpoints string
+	immediate int // when non-zero, answer request headers with this status
+	// failOnBody aborts the stream once the whole request body arrived.
+	failOnBody bool
+	// stall never answers.
+	stall bool
+
+	// seen gets each request when its stream ends; buffered so that the
+	// picker never waits for a test that does not look.
+	seen chan pickerSaw
+}
+
+// pickerSaw is one request as the picker saw it.
+type pickerSaw struct {
+	headers  map[string]string
+	mode     extprocfilterv3.ProcessingMode_BodySendMode
+	body     []byte
+	served   string
+	respBody []byte
+}
+
+func startPicker(t testing.TB, p *testPicker) string {
+	t.Helper()
+	p.seen = make(chan pickerSaw, 64)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	extprocv3.RegisterExternalProcessorServer(s, p)
+	go func() { _ = s.Serve(ln) }()
+	t.Cleanup(s.Stop)
+	return ln.Addr().String()
+}
+
+// next returns the next request the picker finished with.
+func (p *testPicker) next(t testing.TB) pickerSaw {
+	t.Helper()
+	select {
+	case s := <-p.seen:
+		return s
+	case <-time.After(10 * time.Second): // a hang guard, not a timing assertion
+		t.Fatal("picker saw no request")
+		return pickerSaw{}
+	}
+}
+
+func headerMap(m *corev3.HeaderMap) map[string]string {
+	out := map[string]string{}
+	for _, h := range m.GetHeaders() {
+		out[h.GetKey()] = string(h.GetRawValue())
+	}
+	return out
+}
+
+func (p *testPicker) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
+	var saw pickerSaw
+	defer func() {
+		select {
+		case p.seen <- saw:
+		default:
+		}
+	}()
+	decide := func() error {
+		if p.immediate != 0 {
+			return stream.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
+				ImmediateResponse: &extprocv3.ImmediateResponse{
+					Status: &typev3.HttpStatus{Code: typev3.StatusCode(p.immediate)},
+					Body:   []byte("inference error: 429 - saturated"),
+				},
+			}})
+		}
+		md, _ := structpb.NewStruct(map[string]any{"envoy.lb": map[string]any{"x-gateway-destination-endpoint": p.endpoints}})
+		return stream.Send(&extprocv3.ProcessingResponse{
+			Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
+				Response: &extprocv3.CommonResponse{
+					ClearRouteCache: true,
+					HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{
+						Header:       &corev3.HeaderValue{Key: "x-gateway-destination-endpoint", RawValue: []byte(p.endpoints)},
+						AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+					}}},
+				},
+			}},
+			DynamicMetadata: md,
+		})
+	}
+	streamed := func(b []byte, eos bool) *extprocv3.CommonResponse {
+		return &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{
+			StreamedResponse: &extprocv3.StreamedBodyResponse{Body: b, EndOfStream: eos},
+		}}}
+	}
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		switch r := req.GetRequest().(type) {
+		case *extprocv3.ProcessingRequest_RequestHeaders:
+			if p.stall {
+				continue
+			}
+			saw.headers = headerMap(r.RequestHeaders.GetHeaders())
+			saw.mode = req.GetProtocolConfig().GetRequestBodyMode()
+			if r.RequestHeaders.GetEndOfStream() || saw.mode == extprocfilterv3.ProcessingMode_NONE {
+				if err := decide(); err != nil {
+					return err
+				}
+			}
+		case *extprocv3.ProcessingRequest_RequestBody:
+			// Like GIE: buffer to end of stream, decide, then send the
+			// body back.
+			saw.body = append(saw.body, r.RequestBody.GetBody()...)
+			if !r.RequestBody.GetEndOfStream() || p.stall {
+				continue
+			}
+			if p.failOnBody {
+				return status.Error(codes.Internal, "picker crashed")
+			}
+			if err := decide(); err != nil {
+				return err
+			}
+			if p.immediate != 0 {
+				return nil
+			}
+			if err := stream.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+				RequestBody: &extprocv3.BodyResponse{Response: streamed(saw.body, true)},
+			}}); err != nil {
+				return err
+			}
+		case *extprocv3.ProcessingRequest_ResponseHeaders:
+			saw.served = req.GetMetadataContext().GetFilterMetadata()["envoy.lb"].GetFields()["x-gateway-destination-endpoint-served"].GetStringValue()
+			if err := stream.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
+				ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{
+					HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{
+						Header: &corev3.HeaderValue{Key: "x-picker-saw-response", RawValue: []byte("true")},
+					}}},
+				}},
+			}}); err != nil {
+				return err
+			}
+		case *extprocv3.ProcessingRequest_ResponseBody:
+			// Chunks go straight back: the picker must never hold up a
+			// stream.
+			saw.respBody = append(saw.respBody, r.ResponseBody.GetBody()...)
+			if err := stream.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{
+				ResponseBody: &extprocv3.BodyResponse{Response: streamed(r.ResponseBody.GetBody(), r.ResponseBody.GetEndOfStream())},
+			}}); err != nil {
+				return err
+			}
+		}
+	}
+}

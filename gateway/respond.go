@@ -1,0 +1,222 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+)
+
+// accessRecord collects one request's access-log fields; it belongs to the
+// ServeHTTP goroutine.
+type accessRecord struct {
+	start     time.Time
+	method    string
+	path      string
+	requestID string
+	endpoint  string
+	outcome   string
+	status    int
+	decided   time.Duration // until the upstream was known
+	upstream  time.Duration // until the upstream's response headers
+	in        *countingReader
+	out       int64
+	err       error
+}
+
+func (g *Gateway) logAccess(ctx context.Context, rec *accessRecord) {
+	attrs := []slog.Attr{
+		slog.String("method", rec.method),
+		slog.String("path", rec.path),
+		slog.Int("status", rec.status),
+		slog.String("endpoint", rec.endpoint),
+		slog.String("outcome", rec.outcome),
+		slog.String("request_id", rec.requestID),
+		slog.Float64("decision_ms", ms(rec.decided)),
+		slog.Float64("upstream_ms", ms(rec.upstream)),
+		slog.Float64("total_ms", ms(time.Since(rec.start))),
+		slog.Int64("bytes_in", rec.in.n.Load()),
+		slog.Int64("bytes_out", rec.out),
+	}
+	if rec.err != nil {
+		attrs = append(attrs, slog.String("err", rec.err.Error()))
+	}
+	g.log.LogAttrs(ctx, slog.LevelInfo, "access", attrs...)
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// fail answers with err's status before any response byte was written.
+func (g *Gateway) fail(w http.ResponseWriter, rec *accessRecord, err error) {
+	status := http.StatusInternalServerError
+	msg := "internal error"
+	var se *statusError
+	if errors.As(err, &se) {
+		status, msg = se.status, se.msg
+	}
+	rec.err = err
+	if rec.outcome == "" || rec.outcome == "routed" || rec.outcome == "fail_open" {
+		rec.outcome = "error"
+	}
+	writeLocal(w, rec, status, [][2]string{{"content-type", "text/plain; charset=utf-8"}}, []byte(msg+"\n"))
+}
+
+// abort ends a response whose headers are already out: the client must
+// see a broken stream, not a clean end. http.ErrAbortHandler is net/http's
+// way to do that (connection closed, HTTP/2 stream reset) without a stack
+// trace in the log.
+func abort(rec *accessRecord, err error) {
+	rec.err = err
+	rec.outcome = "aborted"
+	panic(http.ErrAbortHandler)
+}
+
+func writeLocal(w http.ResponseWriter, rec *accessRecord, status int, headers [][2]string, body []byte) {
+	h := w.Header()
+	headerList(headers).toHTTP(h)
+	h.Set("content-length", strconv.Itoa(len(body)))
+	rec.status = status
+	w.WriteHeader(status)
+	n, _ := w.Write(body)
+	rec.out += int64(n)
+}
+
+func (g *Gateway) writeImmediate(w http.ResponseWriter, rec *accessRecord, imm *extprocv3.ImmediateResponse) {
+	status := int(imm.GetStatus().GetCode())
+	if status < 200 || status > 599 {
+		status = http.StatusOK
+	}
+	headers := headerList(nil).apply(imm.GetHeaders())
+	if imm.GetDetails() != "" {
+		rec.err = errors.New(imm.GetDetails())
+	}
+	writeLocal(w, rec, status, headers, imm.GetBody())
+}
+
+// writeHead writes the status line and headers of a proxied response.
+func writeHead(w http.ResponseWriter, rec *accessRecord, rh headerList) {
+	status := http.StatusBadGateway
+	if v, ok := rh.get(":status"); ok {
+		if n, err := strconv.Atoi(v); err == nil && n >= 100 && n <= 599 {
+			status = n
+		}
+	}
+	rh.toHTTP(w.Header())
+	rec.status = status
+	w.WriteHeader(status)
+}
+
+// writeResponse copies a response straight through, flushing every chunk.
+func (g *Gateway) writeResponse(w http.ResponseWriter, rec *accessRecord, rh headerList, body io.Reader, trailer http.Header) {
+	writeHead(w, rec, rh)
+	rc := http.NewResponseController(w)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := body.Read(buf)
+		if n > 0 {
+			if err := writeFlush(w, rc, rec, buf[:n]); err != nil {
+				abort(rec, err)
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			abort(rec, err)
+		}
+	}
+	for name, values := range trailer {
+		for _, v := range values {
+			w.Header().Add(http.TrailerPrefix+name, v)
+		}
+	}
+}
+
+// writeFlush writes one chunk and flushes it: an SSE event must reach the
+// client when the model server sends it.
+func writeFlush(w http.ResponseWriter, rc *http.ResponseController, rec *accessRecord, b []byte) error {
+	n, err := w.Write(b)
+	rec.out += int64(n)
+	if err != nil {
+		return err
+	}
+	return rc.Flush()
+}
+
+// streamThroughPicker sends the response body to the picker chunk by chunk
+// and writes what it streams back (FULL_DUPLEX_STREAMED), then trailers.
+func (g *Gateway) streamThroughPicker(ctx context.Context, w http.ResponseWriter, rec *accessRecord, p *processor, rh headerList, resp *http.Response) {
+	// The picker may rewrite the body, so its length is no longer known.
+	writeHead(w, rec, rh.without("content-length"))
+	rc := http.NewResponseController(w)
+	sent := make(chan error, 1)
+	go func() { sent <- sendResponseBody(p, resp.Body) }()
+	for {
+		m, err := p.next(ctx)
+		if err != nil {
+			abort(rec, err)
+		}
+		sr := m.GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse()
+		if sr == nil {
+			abort(rec, errors.New("ext_proc: want a streamed response body"))
+		}
+		if len(sr.GetBody()) > 0 {
+			if err := writeFlush(w, rc, rec, sr.GetBody()); err != nil {
+				abort(rec, err)
+			}
+		}
+		if sr.GetEndOfStream() {
+			break
+		}
+	}
+	if err := <-sent; err != nil {
+		abort(rec, err)
+	}
+	// resp.Trailer is complete now that the body is read.
+	if len(resp.Trailer) == 0 {
+		return
+	}
+	tl := trailerList(resp.Trailer)
+	err := p.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseTrailers{
+		ResponseTrailers: &extprocv3.HttpTrailers{Trailers: tl.proto()},
+	}})
+	var m *extprocv3.ProcessingResponse
+	if err == nil {
+		m, err = p.next(ctx)
+	}
+	if err != nil {
+		abort(rec, err)
+	}
+	for _, kv := range tl.apply(m.GetResponseTrailers().GetHeaderMutation()) {
+		w.Header().Add(http.TrailerPrefix+kv[0], kv[1])
+	}
+}
+
+func sendResponseBody(p *processor, body io.Reader) error {
+	buf := make([]byte, chunkSize)
+	for {
+		n, err := body.Read(buf)
+		if n > 0 {
+			if serr := p.send(responseBody(buf[:n], false)); serr != nil {
+				return serr
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return p.send(responseBody(nil, true))
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func responseBody(b []byte, eos bool) *extprocv3.ProcessingRequest {
+	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{
+		ResponseBody: &extprocv3.HttpBody{Body: b, EndOfStream: eos},
+	}}
+}
