@@ -13,7 +13,10 @@ type config struct {
 	Mode string `json:"mode"`
 	// BlockSize is in tokens; approximate mode hashes BlockSize×4 bytes.
 	BlockSize int `json:"blockSize"`
-	// MaxPrefixBlocks bounds the hashed blocks (GIE's default is 256).
+	// MaxPrefixBlocks bounds the hashed blocks. The default follows the
+	// picker scorer the mode feeds: 256 (GIE's prefix-cache-scorer) in
+	// approximate mode, 8192 (precise-prefix-cache-scorer's
+	// maxBlocksToMatch) in precise mode; both sides must agree.
 	MaxPrefixBlocks int `json:"maxPrefixBlocks"`
 	// MaxBodyBytes bounds the buffered body; larger requests pass untagged.
 	MaxBodyBytes int `json:"maxBodyBytes"`
@@ -26,11 +29,13 @@ type config struct {
 	mode hints.Mode
 }
 
+// defaultMaxPrefixBlocks per mode; see config.MaxPrefixBlocks.
+var defaultMaxPrefixBlocks = map[hints.Mode]int{hints.Approximate: 256, hints.Precise: 8192}
+
 func defaultConfig() config {
 	return config{
 		Mode:            "approximate",
 		BlockSize:       16,
-		MaxPrefixBlocks: 256,
 		MaxBodyBytes:    8 << 20,
 		DenseBlocks:     256,
 		mode:            hints.Approximate,
@@ -52,6 +57,9 @@ func parseConfig(data []byte) (config, error) {
 	var err error
 	if c.mode, err = hints.ParseMode(c.Mode); err != nil {
 		return config{}, fmt.Errorf("plugin configuration: %w", err)
+	}
+	if c.MaxPrefixBlocks == 0 {
+		c.MaxPrefixBlocks = defaultMaxPrefixBlocks[c.mode]
 	}
 	switch {
 	case c.BlockSize < 1 || c.BlockSize > hints.MaxBlockSize:

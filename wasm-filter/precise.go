@@ -9,6 +9,7 @@ import (
 	"github.com/kvgate/kvgate/internal/hints"
 	"github.com/kvgate/kvgate/internal/kvhash"
 	"github.com/kvgate/kvgate/internal/openai"
+	"github.com/kvgate/kvgate/internal/prompt"
 	"github.com/kvgate/kvgate/internal/tokenizer"
 )
 
@@ -80,30 +81,8 @@ func newPrecise(c config, tok *tokenizer.Tokenizer) (*precise, error) {
 	}, nil
 }
 
-func (p *precise) tokens(r *openai.Request) ([]int, error) {
-	switch r.API {
-	case openai.Completions:
-		if len(r.PromptTokenIDs) > 0 {
-			return r.PromptTokenIDs, nil
-		}
-		return p.cache.Encode(r.Prompt), nil
-	case openai.ChatCompletions:
-		msgs := make([]tokenizer.Message, len(r.Messages))
-		for i, m := range r.Messages {
-			msgs[i] = tokenizer.Message{Role: m.Role, Content: m.Text()}
-		}
-		text, err := p.tok.ApplyChatTemplate(msgs, true)
-		if err != nil {
-			return nil, err
-		}
-		return p.cache.Encode(text), nil
-	default:
-		return p.cache.Encode(r.Input), nil
-	}
-}
-
 func (p *precise) hash(r *openai.Request) (hints.Prefix, int, error) {
-	ids, err := p.tokens(r)
+	ids, err := prompt.Tokens(p.cache, p.tok, r)
 	if err != nil {
 		return hints.Prefix{}, 0, err
 	}

@@ -46,15 +46,14 @@ type approximate struct {
 }
 
 func (a approximate) hash(r *openai.Request) (hints.Prefix, int, error) {
-	text := r.PromptText()
-	seed := prefixhash.Seed(r.Model, r.CacheSalt)
-	p, err := hints.NewPrefix(hints.Approximate, a.blockSize, seed, prefixhash.Blocks(a.params, seed, text), a.dense)
+	seed, hashes := prefixhash.Request(a.params, r)
+	p, err := hints.NewPrefix(hints.Approximate, a.blockSize, seed, hashes, a.dense)
 	if err != nil {
 		return hints.Prefix{}, 0, err
 	}
-	promptLen := hints.EstimateTokens(len(text))
+	promptLen := hints.EstimateTokens(len(r.PromptText()))
 	if len(r.PromptTokenIDs) > 0 {
-		// A token-id prompt has no text to hash, but its length is exact.
+		// A token-id prompt's length is exact.
 		promptLen = len(r.PromptTokenIDs)
 	}
 	return p, promptLen, nil

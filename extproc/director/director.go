@@ -14,6 +14,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/saturation"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/server"
+	"github.com/kvgate/kvgate/internal/hints"
 )
 
 // Pool is what the director needs of the endpoint datastore.
@@ -45,6 +46,11 @@ type Options struct {
 	Saturation *saturation.Detector
 	// Objectives resolves priorities; nil means every request has priority 0.
 	Objectives Objectives
+	// TrustFilterHints makes requests without a body route on the
+	// x-kvgate-* headers kvgate's wasm filter sets (the headers-only fast
+	// path). Only safe behind a proxy that runs the filter, which strips
+	// client-sent copies: otherwise a client could forge its routing.
+	TrustFilterHints bool
 	// Metrics may be nil.
 	Metrics *metrics.Metrics
 	// Now is the clock for latency measurements; default time.Now.
@@ -78,9 +84,6 @@ const (
 	DroppedSaturated = "saturated"
 	DroppedFiltered  = "filtered"
 )
-
-// charsPerToken estimates prompt tokens from text when no tokenizer ran.
-const charsPerToken = 4
 
 // requestState is one request's lifecycle state, owned by its stream.
 type requestState struct {
@@ -176,8 +179,10 @@ func (d *Director) schedulingRequest(req *server.Request) *scheduling.Request {
 		sr.MaxTokens = p.MaxTokens
 		sr.PromptTokens = len(p.PromptTokenIDs)
 		if sr.PromptTokens == 0 {
-			sr.PromptTokens = (len(p.PromptText()) + charsPerToken - 1) / charsPerToken
+			sr.PromptTokens = hints.EstimateTokens(len(p.PromptText()))
 		}
+	} else if d.opts.TrustFilterHints {
+		d.applyHints(req, sr)
 	}
 	sr.TargetModel = sr.IncomingModel
 	if req.ModelRewrite != "" {
@@ -189,6 +194,27 @@ func (d *Director) schedulingRequest(req *server.Request) *scheduling.Request {
 		}
 	}
 	return sr
+}
+
+// applyHints fills sr from the wasm filter's headers. A request the filter
+// left untagged routes on load alone; a malformed tag (the filter and the
+// picker disagree on the format) is logged and ignored the same way.
+func (d *Director) applyHints(req *server.Request, sr *scheduling.Request) {
+	h, err := hints.Decode(func(name string) (string, bool) {
+		v, ok := req.Headers[name]
+		return v, ok
+	})
+	if err != nil {
+		if !errors.Is(err, hints.ErrNoHints) {
+			d.log.Warn("ignoring malformed filter headers", "request_id", req.ID, "error", err)
+		}
+		return
+	}
+	sr.IncomingModel = h.Model
+	sr.Stream = h.Stream
+	sr.PromptTokens = h.PromptLen
+	sr.MaxTokens = h.MaxTokens
+	sr.Prefix = h.Prefix
 }
 
 // subset applies the proxy's subset hint: nil allows all, empty allows

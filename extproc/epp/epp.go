@@ -51,6 +51,7 @@ type Options struct {
 	// KVEventsAddr is the ZMQ endpoint the picker binds for the model
 	// servers' KV-cache events (e.g. tcp://*:5557); empty for none.
 	KVEventsAddr        string
+	TrustFilterHeaders  bool
 	MaxRequestBodyBytes int
 	LogLevel            slog.Level
 }
@@ -82,6 +83,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.DurationVar(&o.RefreshMetricsInterval, "refresh-metrics-interval", o.RefreshMetricsInterval, "interval between scrapes of each model server's /metrics")
 	fs.StringVar(&o.PoolName, "pool-name", o.PoolName, "pool name: the name label of pool metrics")
 	fs.StringVar(&o.KVEventsAddr, "kv-events-addr", "", "ZMQ endpoint to bind for vLLM KV-cache events, e.g. tcp://*:5557 (servers publish with topic kv@<ip:port>@<model>)")
+	fs.BoolVar(&o.TrustFilterHeaders, "trust-filter-headers", false, "route requests without a body on the x-kvgate-* headers of kvgate's wasm filter (Envoy request body mode NONE); only behind a proxy that runs the filter")
 	fs.IntVar(&o.MaxRequestBodyBytes, "max-request-body-bytes", o.MaxRequestBodyBytes, "largest request body the picker buffers")
 	fs.TextVar(&o.LogLevel, "log-level", o.LogLevel, "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
@@ -167,12 +169,13 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	p.source = &staticfile.File{Path: o.EndpointsFile, Logger: log}
 
 	d := director.New(director.Options{
-		Pool:       p.ds,
-		Scheduler:  p.built.Scheduler,
-		Hooks:      director.Hooks{PreRequest: p.built.PreRequest, ResponseComplete: p.built.ResponseComplete},
-		Saturation: saturation.New(p.built.Saturation, time.Now),
-		Metrics:    m,
-		Logger:     log,
+		Pool:             p.ds,
+		Scheduler:        p.built.Scheduler,
+		Hooks:            director.Hooks{PreRequest: p.built.PreRequest, ResponseComplete: p.built.ResponseComplete},
+		Saturation:       saturation.New(p.built.Saturation, time.Now),
+		TrustFilterHints: o.TrustFilterHeaders,
+		Metrics:          m,
+		Logger:           log,
 	})
 	p.server = server.New(d, server.Options{MaxRequestBodyBytes: o.MaxRequestBodyBytes, Logger: log})
 

@@ -3,6 +3,7 @@ package kvindex
 import (
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 	"testing"
@@ -401,4 +402,24 @@ func heapInUse() int64 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return int64(ms.HeapAlloc)
+}
+
+func TestLookupRuns(t *testing.T) {
+	idx := New(Config{})
+	_ = idx.Add("a", TierGPU, []uint64{1, 2, 3})
+	_ = idx.Add("b", TierCPU, []uint64{1, 2})
+	_ = idx.Add("c", TierGPU, []uint64{2, 3})
+	out := make([]float64, 4)
+	runs := make([]int, 4)
+	matched := idx.LookupRuns([]uint64{1, 2, 3, 4}, []string{"a", "b", "c", "unknown"}, out, runs)
+	if matched != 3 {
+		t.Fatalf("matched %d, want 3", matched)
+	}
+	wantRuns := []int{3, 2, 0, 0}
+	wantOut := []float64{3, 1.6, 0, 0}
+	for i := range runs {
+		if runs[i] != wantRuns[i] || math.Abs(out[i]-wantOut[i]) > 1e-9 {
+			t.Fatalf("runs %v out %v, want %v %v", runs, out, wantRuns, wantOut)
+		}
+	}
 }

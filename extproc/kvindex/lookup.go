@@ -10,6 +10,8 @@ type lookupScratch struct {
 	pos    [MaxEndpoints + 1]int32 // candidate's position in endpoints
 	hit    [MaxEndpoints + 1]int32 // last block index the id matched, plus one
 	active []uint16
+	// initial keeps the candidates' ids for LookupRuns.
+	initial []uint16
 	// touched keeps the look-ahead reads from being optimised away.
 	touched uint16
 }
@@ -26,6 +28,20 @@ const lookAhead = 4
 // len(endpoints) values; a repeated endpoint scores only at its first
 // position.
 func (idx *Index) Lookup(hashes []uint64, endpoints []string, out []float64) int {
+	return idx.lookup(hashes, endpoints, out, nil)
+}
+
+// LookupRuns is Lookup that also sets runs[i] to the number of leading
+// hashes endpoints[i] holds, whatever their tier. A caller that looks up a
+// sample of a prompt's blocks needs the run length to find the last
+// matched sample's block index; out alone mixes tiers into the count.
+func (idx *Index) LookupRuns(hashes []uint64, endpoints []string, out []float64, runs []int) int {
+	runs = runs[:len(endpoints)]
+	clear(runs)
+	return idx.lookup(hashes, endpoints, out, runs)
+}
+
+func (idx *Index) lookup(hashes []uint64, endpoints []string, out []float64, runs []int) int {
 	out = out[:len(endpoints)]
 	clear(out)
 	sc := idx.scratch.Get().(*lookupScratch)
@@ -50,6 +66,9 @@ func (idx *Index) Lookup(hashes []uint64, endpoints []string, out []float64) int
 		active = append(active, id)
 	}
 	idx.epMu.RUnlock()
+	if runs != nil {
+		sc.initial = append(sc.initial[:0], active...)
+	}
 
 	// Holding every shard's read lock for the whole walk, taken in shard
 	// order so that lookups never deadlock one another, is cheaper than a
@@ -108,6 +127,13 @@ func (idx *Index) Lookup(hashes []uint64, endpoints []string, out []float64) int
 	}
 	sc.active = active[:0]
 	sc.touched = touched
+	if runs != nil {
+		// A candidate's hit mark is the 1-based index of the last block it
+		// matched before it dropped out (or the walk ended).
+		for _, id := range sc.initial {
+			runs[sc.pos[id]] = int(sc.hit[id])
+		}
+	}
 	return matched
 }
 

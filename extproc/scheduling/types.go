@@ -2,6 +2,7 @@ package scheduling
 
 import (
 	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/internal/hints"
 	"github.com/kvgate/kvgate/internal/openai"
 )
 
@@ -19,6 +20,9 @@ type Request struct {
 	// Body is the parsed body; nil on the headers-only path, where the
 	// data-plane filter has already extracted what routing needs.
 	Body *openai.Request
+	// Prefix is the prompt's prefix block hashes as the wasm filter sent
+	// them (headers-only path); nil otherwise.
+	Prefix *hints.Prefix
 	// PromptTokens is the prompt length in tokens: exact when tokenized,
 	// else an estimate.
 	PromptTokens int
@@ -74,4 +78,27 @@ func (r *Result) SetHeader(name, value string) {
 		r.Headers = make(map[string]string, 1)
 	}
 	r.Headers[name] = value
+}
+
+// DefaultDenseBlocks is how many leading prefix blocks are matched exactly
+// before matching thins out to a sample (see internal/hints); the wasm
+// filter's default, so that both paths into the picker sample alike.
+const DefaultDenseBlocks = 256
+
+// SampledMatch turns a lookup over a prefix sample into matched blocks: runs
+// is how many leading samples a candidate holds, and chaining means it holds
+// every block up to the last of them.
+func SampledMatch(p *hints.Prefix, runs int) int {
+	if runs <= 0 {
+		return 0
+	}
+	return p.Samples[runs-1].Index + 1
+}
+
+// SampleHashes appends the sample's hashes in order.
+func SampleHashes(dst []uint64, p *hints.Prefix) []uint64 {
+	for _, s := range p.Samples {
+		dst = append(dst, s.Hash)
+	}
+	return dst
 }

@@ -3,8 +3,6 @@ package wasmhost_test
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/kvgate/kvgate/gateway/wasmhost"
@@ -16,19 +14,7 @@ import (
 // preciseHost runs the filter in precise mode with the Qwen3 tokenizer.
 func preciseHost(tb testing.TB, seed string) *wasmhost.Host {
 	tb.Helper()
-	dir := testutil.TokenizerDir(tb)
-	tj, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cj, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	vmConfig, err := json.Marshal(map[string]json.RawMessage{"tokenizer": tj, "tokenizerConfig": cj})
-	if err != nil {
-		tb.Fatal(err)
-	}
+	vmConfig := wasmtest.PreciseVMConfig(tb, testutil.TokenizerDir(tb))
 	h, err := wasmhost.New(context.Background(), wasmhost.Config{
 		Module: wasmtest.Filter(tb), CompilationCache: wasmtest.Cache(tb), MaxVMs: 1,
 		VMConfig:     vmConfig,
@@ -48,8 +34,8 @@ func TestRealFilterPrecise(t *testing.T) {
 	vec := testutil.LoadHashVector(t)
 	h := preciseHost(t, vec.Seed)
 	body, _ := json.Marshal(map[string]any{"model": vec.Model, "prompt": vec.Prompt})
-	out, _ := run(t, h, [][2]string{{":method", "POST"}, {":path", "/v1/completions"}}, body, 4096)
-	got, err := hints.Decode(lookup(out))
+	out, _ := wasmtest.Run(t, h, [][2]string{{":method", "POST"}, {":path", "/v1/completions"}}, body, 4096)
+	got, err := hints.Decode(wasmtest.Lookup(out))
 	if err != nil {
 		t.Fatalf("%v (headers %v)", err, out)
 	}

@@ -22,62 +22,18 @@ func newHost(t testing.TB, pluginConfig string, maxVMs int) *wasmhost.Host {
 	return h
 }
 
-// run passes one request through the filter as the gateway does: headers,
-// then the body in chunks while the filter pauses.
-func run(t testing.TB, h *wasmhost.Host, headers [][2]string, body []byte, chunk int) ([][2]string, *wasmhost.LocalResponse) {
-	t.Helper()
-	ctx := context.Background()
-	vm, err := h.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Release(vm)
-	s, err := vm.NewStream(ctx, headers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	act, err := s.OnRequestHeaders(ctx, len(body) == 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for end := min(chunk, len(body)); act == wasmhost.Pause && s.LocalResponse() == nil && len(body) > 0; end = min(end+chunk, len(body)) {
-		if act, err = s.OnRequestBody(ctx, body[:end], end == len(body)); err != nil {
-			t.Fatal(err)
-		}
-		if end == len(body) {
-			break
-		}
-	}
-	out := append([][2]string(nil), s.Headers()...)
-	if err := s.Done(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return out, s.LocalResponse()
-}
-
-func lookup(hs [][2]string) func(string) (string, bool) {
-	return func(k string) (string, bool) {
-		for _, kv := range hs {
-			if kv[0] == k {
-				return kv[1], true
-			}
-		}
-		return "", false
-	}
-}
-
 func TestRealFilterTagsAndStrips(t *testing.T) {
 	h := newHost(t, `{"mode":"approximate","blockSize":16}`, 2)
 	body := []byte(`{"model":"qwen","stream":true,"prompt":"` + strings.Repeat("abcdefgh", 40) + `"}`)
 	for _, chunk := range []int{len(body), 50} {
-		out, local := run(t, h, [][2]string{
+		out, local := wasmtest.Run(t, h, [][2]string{
 			{":method", "POST"}, {":path", "/v1/completions"}, {"content-type", "application/json"},
 			{"x-kvgate-model", "forged"}, {"x-kvgate-prefix", "forged"},
 		}, body, chunk)
 		if local != nil {
 			t.Fatalf("local response %+v", local)
 		}
-		got, err := hints.Decode(lookup(out))
+		got, err := hints.Decode(wasmtest.Lookup(out))
 		if err != nil {
 			t.Fatalf("chunk %d: %v (headers %v)", chunk, err, out)
 		}
@@ -85,8 +41,8 @@ func TestRealFilterTagsAndStrips(t *testing.T) {
 			t.Fatalf("hints %+v prefix %+v", got, got.Prefix)
 		}
 	}
-	out, _ := run(t, h, [][2]string{{":path", "/healthz"}, {"x-kvgate-model", "forged"}}, nil, 1)
-	if _, ok := lookup(out)("x-kvgate-model"); ok {
+	out, _ := wasmtest.Run(t, h, [][2]string{{":path", "/healthz"}, {"x-kvgate-model", "forged"}}, nil, 1)
+	if _, ok := wasmtest.Lookup(out)("x-kvgate-model"); ok {
 		t.Fatalf("forged header kept: %v", out)
 	}
 }
@@ -154,8 +110,8 @@ func TestConcurrentRequests(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out, _ := run(t, h, [][2]string{{":path", "/v1/chat/completions"}}, body, 16)
-			if _, err := hints.Decode(lookup(out)); err != nil {
+			out, _ := wasmtest.Run(t, h, [][2]string{{":path", "/v1/chat/completions"}}, body, 16)
+			if _, err := hints.Decode(wasmtest.Lookup(out)); err != nil {
 				t.Error(err)
 			}
 		}()

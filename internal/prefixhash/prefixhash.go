@@ -11,6 +11,8 @@ import (
 	"encoding/binary"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/kvgate/kvgate/internal/openai"
 )
 
 // CharsPerToken is the estimate GIE uses to turn a token block size into a
@@ -81,4 +83,21 @@ func TokenText(ids []int) string {
 		binary.LittleEndian.PutUint32(b[4*i:], uint32(id))
 	}
 	return string(b)
+}
+
+// Text is the text r's prefix is hashed over: its prompt text, or, for a
+// prompt of token ids, the ids packed by TokenText.
+func Text(r *openai.Request) string {
+	if text := r.PromptText(); text != "" || len(r.PromptTokenIDs) == 0 {
+		return text
+	}
+	return TokenText(r.PromptTokenIDs)
+}
+
+// Request returns the seed and block hashes of r's prefix. The filter and
+// the picker's approximate scorer both hash through here, so that their
+// hashes agree.
+func Request(p Params, r *openai.Request) (seed uint64, hashes []uint64) {
+	seed = Seed(r.Model, r.CacheSalt)
+	return seed, Blocks(p, seed, Text(r))
 }

@@ -20,6 +20,15 @@
 //	                        sha256_cbor (the default) is supported
 //	maxBlocksToMatch: int   leading blocks looked up (default 8192)
 //	prefixCacheBytes: int   memory for cached tokenizations (default 64 MiB)
+//	denseBlocks: int        leading blocks matched exactly; beyond them a
+//	                        thinning sample is matched (default 256, as the
+//	                        wasm filter; see internal/hints)
+//
+// On kvgate's headers-only path the wasm filter (precise mode) has already
+// tokenized and hashed the prompt; the scorer matches the x-kvgate-prefix
+// sample when its block size and seed agree, exactly as it matches a body.
+// The filter cannot tell a LoRA adapter from a base model, so adapter
+// requests are matched precisely only on the body path.
 //
 // The KV index is the service "kvindex" of the plugin handle.
 package precise
@@ -35,6 +44,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/kvindex"
 	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/internal/hints"
 	"github.com/kvgate/kvgate/internal/kvhash"
 	"github.com/kvgate/kvgate/internal/prompt"
 	"github.com/kvgate/kvgate/internal/tokenizer"
@@ -67,12 +77,12 @@ type Params struct {
 	HashAlgo         string `json:"hashAlgo"`
 	MaxBlocksToMatch int    `json:"maxBlocksToMatch"`
 	PrefixCacheBytes int    `json:"prefixCacheBytes"`
+	DenseBlocks      int    `json:"denseBlocks"`
 }
 
 // Prompt is what the scorer computed for a request.
 type Prompt struct {
 	Tokens int
-	Hashes []uint64
 	// MatchedBlocks is the longest match among the candidates, in blocks.
 	MatchedBlocks int
 	// matched holds the candidates' tier-weighted matched blocks by
@@ -87,28 +97,32 @@ type Scorer struct {
 	params   Params
 	index    *kvindex.Index
 	recorder scheduling.PrefixRecorder
-	tok      *tokenizer.Tokenizer
-	cache    *tokenizer.PrefixCache
-	hashers  sync.Pool // *kvhash.Hasher: each reuses one buffer
-	scratch  sync.Pool // *scratch
+	// seedID identifies the hash seed in the filter's prefix header: the
+	// event value of vLLM's NONE_HASH.
+	seedID  uint64
+	tok     *tokenizer.Tokenizer
+	cache   *tokenizer.PrefixCache
+	hashers sync.Pool // *kvhash.Hasher: each reuses one buffer
+	scratch sync.Pool // *scratch
 }
 
 type scratch struct {
+	hashes []uint64
 	names  []string
-	scores []float64
+	runs   []int
 }
 
 // New is the plugin factory.
 func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plugin, error) {
-	p := Params{BlockSize: DefaultBlockSize, HashSeed: DefaultHashSeed, HashAlgo: HashAlgoSHA256CBOR, MaxBlocksToMatch: DefaultMaxBlocksToMatch, PrefixCacheBytes: DefaultPrefixCacheBytes}
+	p := Params{BlockSize: DefaultBlockSize, HashSeed: DefaultHashSeed, HashAlgo: HashAlgoSHA256CBOR, MaxBlocksToMatch: DefaultMaxBlocksToMatch, PrefixCacheBytes: DefaultPrefixCacheBytes, DenseBlocks: scheduling.DefaultDenseBlocks}
 	if err := scheduling.DecodeParams(raw, &p); err != nil {
 		return nil, err
 	}
 	if p.HashAlgo != HashAlgoSHA256CBOR {
 		return nil, fmt.Errorf("parameters.hashAlgo: only %q is supported, got %q", HashAlgoSHA256CBOR, p.HashAlgo)
 	}
-	if p.MaxBlocksToMatch <= 0 || p.PrefixCacheBytes <= 0 {
-		return nil, fmt.Errorf("parameters.maxBlocksToMatch and prefixCacheBytes must be positive")
+	if p.MaxBlocksToMatch <= 0 || p.PrefixCacheBytes <= 0 || p.DenseBlocks <= 0 || p.DenseBlocks > hints.MaxDense {
+		return nil, fmt.Errorf("parameters.maxBlocksToMatch and prefixCacheBytes must be positive, denseBlocks in [1, %d]", hints.MaxDense)
 	}
 	if _, err := kvhash.New(p.HashSeed, p.BlockSize); err != nil {
 		return nil, fmt.Errorf("parameters.blockSize: %w", err)
@@ -117,7 +131,8 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 	if !ok {
 		return nil, fmt.Errorf("%s needs the KV-event index: run the picker with KV events enabled (--kv-events-addr or kvEvents endpoints)", Type)
 	}
-	s := &Scorer{Named: scheduling.NewNamed(Type, name), params: p, index: index, recorder: scheduling.PrefixOf(h)}
+	s := &Scorer{Named: scheduling.NewNamed(Type, name), params: p, index: index, recorder: scheduling.PrefixOf(h),
+		seedID: kvhash.NoneHash(p.HashSeed).Uint64()}
 	if p.Tokenizer != "" {
 		dir := p.Tokenizer
 		if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
@@ -165,39 +180,67 @@ func (s *Scorer) Hashes(tokens []int, adapter, cacheSalt string) []uint64 {
 	return h.AppendUint64s(make([]uint64, 0, len(tokens)/s.params.BlockSize), tokens, kvhash.Extra{LoRA: adapter, CacheSalt: cacheSalt})
 }
 
-// Score implements scheduling.Scorer.
-func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint, scores []float64) {
+// Prefix returns the request's prefix as a block sample, with its prompt
+// length in tokens: hashed here from the body, or as the wasm filter sent
+// it on the headers-only path (used only when it was hashed with this
+// scorer's block size and seed). Both paths go through the same sampling,
+// so they score alike. nil when nothing can be matched.
+func (s *Scorer) Prefix(req *scheduling.Request, eps []*endpoints.Endpoint) (*hints.Prefix, int) {
+	if req.Body == nil {
+		if p := req.Prefix; p != nil && p.Mode == hints.Precise && p.BlockSize == s.params.BlockSize && p.Seed == s.seedID && p.Blocks > 0 {
+			return p, req.PromptTokens
+		}
+		return nil, 0
+	}
 	tokens, err := s.Tokens(req)
 	if err != nil {
-		return // every candidate scores 0: nothing is known to be cached
+		return nil, 0 // nothing is known to be cached
 	}
-	salt := ""
-	if req.Body != nil {
-		salt = req.Body.CacheSalt
+	hashes := s.Hashes(tokens, adapterOf(req.TargetModel, eps), req.Body.CacheSalt)
+	p, err := hints.NewPrefix(hints.Precise, s.params.BlockSize, s.seedID, hashes, s.params.DenseBlocks)
+	if err != nil || p.Blocks == 0 {
+		return nil, len(tokens)
 	}
-	hashes := s.Hashes(tokens, adapterOf(req.TargetModel, eps), salt)
-	p := &Prompt{Tokens: len(tokens), Hashes: hashes}
+	return &p, len(tokens)
+}
+
+// Score implements scheduling.Scorer.
+func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint, scores []float64) {
+	prefix, tokens := s.Prefix(req, eps)
+	p := &Prompt{Tokens: tokens}
 	cs.Write(StateKey, p)
-	if len(hashes) == 0 {
+	if prefix == nil {
 		return
 	}
 	sc := s.scratch.Get().(*scratch)
 	defer s.scratch.Put(sc)
+	sc.hashes = scheduling.SampleHashes(sc.hashes[:0], prefix)
 	sc.names = sc.names[:0]
 	for _, e := range eps {
 		sc.names = append(sc.names, e.Address())
 	}
-	p.MatchedBlocks = s.index.Lookup(hashes, sc.names, scores)
+	if cap(sc.runs) < len(eps) {
+		sc.runs = make([]int, len(eps))
+	}
+	sc.runs = sc.runs[:len(eps)]
+	s.index.LookupRuns(sc.hashes, sc.names, scores, sc.runs)
 	clear(sc.names)
-	total := float64(len(hashes))
+	total := float64(prefix.Blocks)
 	for i, e := range eps {
-		if scores[i] > 0 {
-			if p.matched == nil {
-				p.matched = make(map[string]float64, 4)
-			}
-			p.matched[e.Address()] = scores[i]
+		runs := sc.runs[i]
+		if runs == 0 {
+			scores[i] = 0
+			continue
 		}
-		scores[i] /= total
+		// scores[i] is the tier-weighted count of matched samples; the
+		// same weighting applies to the blocks they stand for.
+		blocks := float64(scheduling.SampledMatch(prefix, runs)) * scores[i] / float64(runs)
+		p.MatchedBlocks = max(p.MatchedBlocks, scheduling.SampledMatch(prefix, runs))
+		if p.matched == nil {
+			p.matched = make(map[string]float64, 4)
+		}
+		p.matched[e.Address()] = blocks
+		scores[i] = blocks / total
 	}
 }
 

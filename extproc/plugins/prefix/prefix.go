@@ -19,6 +19,13 @@
 //	autoTune: bool               take the block size (tokens) and capacity from
 //	                             the servers' vllm:cache_config_info when
 //	                             reported (default true)
+//	denseBlocks: int             leading blocks matched exactly; beyond them a
+//	                             thinning sample is matched (default 256, as
+//	                             the wasm filter; see internal/hints)
+//
+// On kvgate's headers-only path the wasm filter has already hashed the
+// prompt (x-kvgate-prefix); the scorer uses those hashes when they were made
+// with its block size, and scores them exactly as it scores a body.
 package prefix
 
 import (
@@ -29,6 +36,7 @@ import (
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/internal/hints"
 	"github.com/kvgate/kvgate/internal/prefixhash"
 )
 
@@ -52,6 +60,7 @@ type Params struct {
 	MaxPrefixBlocksToMatch int   `json:"maxPrefixBlocksToMatch"`
 	LRUCapacityPerServer   int   `json:"lruCapacityPerServer"`
 	AutoTune               *bool `json:"autoTune"`
+	DenseBlocks            int   `json:"denseBlocks"`
 }
 
 // Scorer implements prefix-cache-scorer; it is also a PreRequest hook (to
@@ -66,6 +75,7 @@ type Scorer struct {
 }
 
 type scratch struct {
+	hashes  []uint64
 	names   []string
 	matched []int
 	slot    []int32
@@ -73,11 +83,11 @@ type scratch struct {
 
 // New is the plugin factory.
 func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plugin, error) {
-	p := Params{BlockSize: DefaultBlockChars, MaxPrefixBlocksToMatch: DefaultMaxPrefixBlocks, LRUCapacityPerServer: DefaultLRUCapacity}
+	p := Params{BlockSize: DefaultBlockChars, MaxPrefixBlocksToMatch: DefaultMaxPrefixBlocks, LRUCapacityPerServer: DefaultLRUCapacity, DenseBlocks: scheduling.DefaultDenseBlocks}
 	if err := scheduling.DecodeParams(raw, &p); err != nil {
 		return nil, err
 	}
-	for field, v := range map[string]int{"blockSize": p.BlockSize, "blockSizeTokens": p.BlockSizeTokens, "hashBlockSize": p.HashBlockSize, "maxPrefixBlocksToMatch": p.MaxPrefixBlocksToMatch, "lruCapacityPerServer": p.LRUCapacityPerServer} {
+	for field, v := range map[string]int{"blockSize": p.BlockSize, "blockSizeTokens": p.BlockSizeTokens, "hashBlockSize": p.HashBlockSize, "maxPrefixBlocksToMatch": p.MaxPrefixBlocksToMatch, "lruCapacityPerServer": p.LRUCapacityPerServer, "denseBlocks": p.DenseBlocks} {
 		if v < 0 || (v == 0 && field != "blockSizeTokens" && field != "hashBlockSize") {
 			return nil, fmt.Errorf("parameters.%s must be positive, got %d", field, v)
 		}
@@ -101,7 +111,8 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 
 // hashed is what Score leaves in the cycle state for PreRequest.
 type hashed struct {
-	hashes []uint64
+	// prefix is the request's block sample; nil without a prompt.
+	prefix *hints.Prefix
 	// blockTokens converts matched blocks into tokens.
 	blockTokens int
 	// matched holds the candidates' matched blocks by name (non-zero only).
@@ -131,31 +142,39 @@ func (s *Scorer) capacity(e *endpoints.Endpoint) int {
 	return s.params.LRUCapacityPerServer
 }
 
-// Hashes computes the request's prefix block hashes for blocks of blockChars
-// bytes; nil when the request carries no prompt text.
-func (s *Scorer) Hashes(req *scheduling.Request, blockChars int) []uint64 {
-	if req.Body == nil {
-		return nil
+// Prefix returns the request's prefix as a block sample: hashed here from
+// the body, or as the wasm filter sent it on the headers-only path (used
+// only when it was hashed with this scorer's block size). Both paths go
+// through the same sampling, so they score alike. nil when there is
+// nothing to match.
+func (s *Scorer) Prefix(req *scheduling.Request, blockChars int) *hints.Prefix {
+	blockTokens := max(1, blockChars/prefixhash.CharsPerToken)
+	switch {
+	case req.Body != nil:
+		seed, hashes := prefixhash.Request(prefixhash.Params{BlockChars: blockChars, MaxBlocks: s.params.MaxPrefixBlocksToMatch}, req.Body)
+		p, err := hints.NewPrefix(hints.Approximate, blockTokens, seed, hashes, s.params.DenseBlocks)
+		if err != nil || p.Blocks == 0 {
+			return nil
+		}
+		return &p
+	case req.Prefix != nil && req.Prefix.Mode == hints.Approximate && req.Prefix.BlockSize*prefixhash.CharsPerToken == blockChars && req.Prefix.Blocks > 0:
+		return req.Prefix
 	}
-	p := prefixhash.Params{BlockChars: blockChars, MaxBlocks: s.params.MaxPrefixBlocksToMatch}
-	text := req.Body.PromptText()
-	if text == "" && len(req.Body.PromptTokenIDs) > 0 {
-		text = prefixhash.TokenText(req.Body.PromptTokenIDs)
-	}
-	return prefixhash.Blocks(p, prefixhash.Seed(req.TargetModel, req.Body.CacheSalt), text)
+	return nil
 }
 
 // Score implements scheduling.Scorer.
 func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint, scores []float64) {
 	chars := s.blockChars(eps)
-	h := s.Hashes(req, chars)
-	st := &hashed{hashes: h, blockTokens: max(1, chars/prefixhash.CharsPerToken)}
+	p := s.Prefix(req, chars)
+	st := &hashed{prefix: p, blockTokens: max(1, chars/prefixhash.CharsPerToken)}
 	cs.Write(stateKey, st)
-	if len(h) == 0 {
+	if p == nil {
 		return
 	}
 	sc := s.scratch.Get().(*scratch)
 	defer s.scratch.Put(sc)
+	sc.hashes = scheduling.SampleHashes(sc.hashes[:0], p)
 	sc.names = sc.names[:0]
 	for _, e := range eps {
 		sc.names = append(sc.names, e.Name())
@@ -164,13 +183,14 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 		sc.matched = make([]int, len(eps))
 	}
 	sc.matched = sc.matched[:len(eps)]
-	sc.slot = s.index.match(h, sc.names, sc.matched, sc.slot)
+	sc.slot = s.index.match(sc.hashes, sc.names, sc.matched, sc.slot)
 	if cap(sc.slot) > maxSlotScratchEndpoints {
 		sc.slot = nil
 	}
 	clear(sc.names)
-	total := float64(len(h))
-	for i, m := range sc.matched {
+	total := float64(p.Blocks)
+	for i, runs := range sc.matched {
+		m := scheduling.SampledMatch(p, runs)
 		scores[i] = float64(m) / total
 		if m > 0 {
 			if st.matched == nil {
@@ -191,8 +211,12 @@ func (s *Scorer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *sch
 	}
 	target := primary.Targets[0]
 	st.predicted = st.matched[target.Name()] * st.blockTokens
-	s.recorder.PrefixPredicted(s.TypedName(), st.predicted, len(st.hashes)*st.blockTokens)
-	s.index.add(target.Name(), st.hashes, s.capacity(target))
+	if st.prefix == nil {
+		s.recorder.PrefixPredicted(s.TypedName(), 0, 0)
+		return
+	}
+	s.recorder.PrefixPredicted(s.TypedName(), st.predicted, st.prefix.Blocks*st.blockTokens)
+	s.index.add(target.Name(), scheduling.SampleHashes(nil, st.prefix), s.capacity(target))
 }
 
 // ResponseComplete implements scheduling.ResponseComplete: the server's

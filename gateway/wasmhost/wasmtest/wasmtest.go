@@ -6,6 +6,8 @@
 package wasmtest
 
 import (
+	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +17,8 @@ import (
 	"testing"
 
 	"github.com/tetratelabs/wazero"
+
+	"github.com/kvgate/kvgate/gateway/wasmhost"
 )
 
 const filterPackage = "github.com/kvgate/kvgate/wasm-filter"
@@ -80,3 +84,69 @@ type buildError struct {
 
 func (e *buildError) Error() string { return e.err.Error() + ": " + e.msg }
 func (e *buildError) Unwrap() error { return e.err }
+
+// Run passes one request through a filter VM of h, the body in chunks of
+// chunk bytes, and returns the request headers as the filter left them and
+// its local response, if it sent one.
+func Run(tb testing.TB, h *wasmhost.Host, headers [][2]string, body []byte, chunk int) ([][2]string, *wasmhost.LocalResponse) {
+	tb.Helper()
+	ctx := context.Background()
+	vm, err := h.Acquire(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer h.Release(vm)
+	s, err := vm.NewStream(ctx, headers)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	act, err := s.OnRequestHeaders(ctx, len(body) == 0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for end := min(chunk, len(body)); act == wasmhost.Pause && s.LocalResponse() == nil && len(body) > 0; end = min(end+chunk, len(body)) {
+		if act, err = s.OnRequestBody(ctx, body[:end], end == len(body)); err != nil {
+			tb.Fatal(err)
+		}
+		if end == len(body) {
+			break
+		}
+	}
+	out := append([][2]string(nil), s.Headers()...)
+	if err := s.Done(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	return out, s.LocalResponse()
+}
+
+// Lookup reads a header list the way hints.Decode wants.
+func Lookup(hs [][2]string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		for _, kv := range hs {
+			if kv[0] == k {
+				return kv[1], true
+			}
+		}
+		return "", false
+	}
+}
+
+// PreciseVMConfig is the filter's VM configuration for precise mode: the
+// tokenizer files from dir, as Envoy's vm_config.configuration carries
+// them.
+func PreciseVMConfig(tb testing.TB, dir string) []byte {
+	tb.Helper()
+	tj, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cj, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	vmConfig, err := json.Marshal(map[string]json.RawMessage{"tokenizer": tj, "tokenizerConfig": cj})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return vmConfig
+}
