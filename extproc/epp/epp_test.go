@@ -36,7 +36,7 @@ func (m *modelServer) set(page string) {
 	m.mu.Unlock()
 }
 
-func startModelServer(t *testing.T, ip, page string) *modelServer {
+func startModelServer(t testing.TB, ip, page string) *modelServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", ip+":0")
 	if err != nil {
@@ -81,12 +81,12 @@ type fleet struct {
 	picker  *Picker
 }
 
-func startFleet(t *testing.T, config string, pages ...string) *fleet {
+func startFleet(t testing.TB, config string, pages ...string) *fleet {
 	t.Helper()
 	return startFleetWith(t, func(o *Options) { o.ConfigText = config }, pages...)
 }
 
-func startFleetWith(t *testing.T, configure func(*Options), pages ...string) *fleet {
+func startFleetWith(t testing.TB, configure func(*Options), pages ...string) *fleet {
 	t.Helper()
 	f := &fleet{file: filepath.Join(t.TempDir(), "endpoints.yaml")}
 	var b strings.Builder
@@ -104,9 +104,9 @@ func startFleetWith(t *testing.T, configure func(*Options), pages ...string) *fl
 	}
 	o := DefaultOptions()
 	o.EndpointsFile = f.file
-	configure(&o)
 	o.GRPCAddr, o.HealthAddr, o.MetricsAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	o.RefreshMetricsInterval = 10 * time.Millisecond
+	configure(&o)
 	p, err := New(o, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +140,7 @@ func startFleetWith(t *testing.T, configure func(*Options), pages ...string) *fl
 	return f
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
