@@ -1,6 +1,10 @@
 package scheduling
 
-import "github.com/kvgate/kvgate/extproc/endpoints"
+import (
+	"encoding/json"
+
+	"github.com/kvgate/kvgate/extproc/endpoints"
+)
 
 // InverseMinMax scores each candidate by where value(e) lies between the
 // smallest and largest value among candidates: the smallest scores 1, the
@@ -40,4 +44,14 @@ func NewNamed(typ, name string) Named {
 		name = typ
 	}
 	return Named{TN: TypedName{Type: typ, Name: name}}
+}
+
+// NoParams is the identity of a plugin that takes no parameters: it fails
+// when the configuration gives any, so that a misplaced parameter is not
+// silently ignored.
+func NoParams(typ, name string, params json.RawMessage) (Named, error) {
+	if err := DecodeParams(params, &struct{}{}); err != nil {
+		return Named{}, err
+	}
+	return NewNamed(typ, name), nil
 }

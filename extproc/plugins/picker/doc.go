@@ -18,15 +18,23 @@ type Params struct {
 	MaxNumOfEndpoints int `json:"maxNumOfEndpoints"`
 }
 
-func decode(raw []byte) (Params, error) {
+// base is what every picker has: its identity, how many targets it
+// returns, and its randomness.
+type base struct {
+	scheduling.Named
+	n    int
+	rand scheduling.Rand
+}
+
+func newBase(typ, name string, raw []byte, h *scheduling.Handle) (base, error) {
 	p := Params{MaxNumOfEndpoints: 1}
 	if err := scheduling.DecodeParams(raw, &p); err != nil {
-		return p, err
+		return base{}, err
 	}
 	if p.MaxNumOfEndpoints < 1 {
-		return p, fmt.Errorf("parameters.maxNumOfEndpoints must be at least 1, got %d", p.MaxNumOfEndpoints)
+		return base{}, fmt.Errorf("parameters.maxNumOfEndpoints must be at least 1, got %d", p.MaxNumOfEndpoints)
 	}
-	return p, nil
+	return base{Named: scheduling.NewNamed(typ, name), n: p.MaxNumOfEndpoints, rand: scheduling.RandOf(h)}, nil
 }
 
 func targets(scored []scheduling.ScoredEndpoint, n int) *scheduling.ProfileResult {

@@ -13,19 +13,15 @@ const MaxScoreType = "max-score-picker"
 
 // MaxScore picks the highest-scoring candidates. Ties are broken at random so
 // that equal endpoints share load instead of the first one taking it all.
-type MaxScore struct {
-	scheduling.Named
-	n    int
-	rand scheduling.Rand
-}
+type MaxScore struct{ base }
 
 // NewMaxScore is the plugin factory.
 func NewMaxScore(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plugin, error) {
-	p, err := decode(raw)
+	b, err := newBase(MaxScoreType, name, raw, h)
 	if err != nil {
 		return nil, err
 	}
-	return &MaxScore{Named: scheduling.NewNamed(MaxScoreType, name), n: p.MaxNumOfEndpoints, rand: scheduling.RandOf(h)}, nil
+	return &MaxScore{b}, nil
 }
 
 // Pick implements scheduling.Picker.

@@ -12,19 +12,15 @@ const RandomType = "random-picker"
 
 // Random ignores scores and picks uniformly: the baseline every smarter
 // policy is measured against.
-type Random struct {
-	scheduling.Named
-	n    int
-	rand scheduling.Rand
-}
+type Random struct{ base }
 
 // NewRandom is the plugin factory.
 func NewRandom(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plugin, error) {
-	p, err := decode(raw)
+	b, err := newBase(RandomType, name, raw, h)
 	if err != nil {
 		return nil, err
 	}
-	return &Random{Named: scheduling.NewNamed(RandomType, name), n: p.MaxNumOfEndpoints, rand: scheduling.RandOf(h)}, nil
+	return &Random{b}, nil
 }
 
 // Pick implements scheduling.Picker.

@@ -16,18 +16,17 @@ const RoundRobinType = "round-robin-picker"
 // classic load balancer's policy, a baseline that spreads requests evenly
 // by count but knows nothing of their size or of caches.
 type RoundRobin struct {
-	scheduling.Named
-	n    int
+	base
 	next atomic.Uint64
 }
 
 // NewRoundRobin is the plugin factory.
-func NewRoundRobin(name string, raw json.RawMessage, _ *scheduling.Handle) (scheduling.Plugin, error) {
-	p, err := decode(raw)
+func NewRoundRobin(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plugin, error) {
+	b, err := newBase(RoundRobinType, name, raw, h)
 	if err != nil {
 		return nil, err
 	}
-	return &RoundRobin{Named: scheduling.NewNamed(RoundRobinType, name), n: p.MaxNumOfEndpoints}, nil
+	return &RoundRobin{base: b}, nil
 }
 
 // Pick implements scheduling.Picker: the primary is the next candidate in

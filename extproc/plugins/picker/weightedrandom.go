@@ -17,19 +17,15 @@ const WeightedRandomType = "weighted-random-picker"
 // U^(1/score): the n largest keys are a weighted sample. It spreads load
 // where max-score would herd every request onto the momentary best.
 // Endpoints scoring 0 are chosen only when nothing else is left.
-type WeightedRandom struct {
-	scheduling.Named
-	n    int
-	rand scheduling.Rand
-}
+type WeightedRandom struct{ base }
 
 // NewWeightedRandom is the plugin factory.
 func NewWeightedRandom(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plugin, error) {
-	p, err := decode(raw)
+	b, err := newBase(WeightedRandomType, name, raw, h)
 	if err != nil {
 		return nil, err
 	}
-	return &WeightedRandom{Named: scheduling.NewNamed(WeightedRandomType, name), n: p.MaxNumOfEndpoints, rand: scheduling.RandOf(h)}, nil
+	return &WeightedRandom{b}, nil
 }
 
 // Pick implements scheduling.Picker. The scored slice's Score fields are

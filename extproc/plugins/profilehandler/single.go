@@ -20,10 +20,11 @@ type Single struct{ scheduling.Named }
 
 // NewSingle is the plugin factory.
 func NewSingle(name string, params json.RawMessage, _ *scheduling.Handle) (scheduling.Plugin, error) {
-	if err := scheduling.DecodeParams(params, &struct{}{}); err != nil {
+	n, err := scheduling.NoParams(SingleType, name, params)
+	if err != nil {
 		return nil, err
 	}
-	return &Single{scheduling.NewNamed(SingleType, name)}, nil
+	return &Single{n}, nil
 }
 
 // Pick implements scheduling.ProfileHandler.

@@ -30,10 +30,11 @@ type Filter struct {
 
 func factory(typ string, roles ...string) scheduling.Factory {
 	return func(name string, params json.RawMessage, _ *scheduling.Handle) (scheduling.Plugin, error) {
-		if err := scheduling.DecodeParams(params, &struct{}{}); err != nil {
+		n, err := scheduling.NoParams(typ, name, params)
+		if err != nil {
 			return nil, err
 		}
-		f := &Filter{Named: scheduling.NewNamed(typ, name), allowed: map[string]bool{}}
+		f := &Filter{Named: n, allowed: map[string]bool{}}
 		for _, r := range roles {
 			f.allowed[r] = true
 		}

@@ -29,10 +29,11 @@ type Scorer struct{ scheduling.Named }
 
 // New is the plugin factory.
 func New(name string, params json.RawMessage, _ *scheduling.Handle) (scheduling.Plugin, error) {
-	if err := scheduling.DecodeParams(params, &struct{}{}); err != nil {
+	n, err := scheduling.NoParams(Type, name, params)
+	if err != nil {
 		return nil, err
 	}
-	return &Scorer{scheduling.NewNamed(Type, name)}, nil
+	return &Scorer{n}, nil
 }
 
 // Score implements scheduling.Scorer.
