@@ -85,10 +85,7 @@ type Prompt struct {
 	Tokens int
 	// MatchedBlocks is the longest match among the candidates, in blocks.
 	MatchedBlocks int
-	// matched holds the candidates' tier-weighted matched blocks by
-	// address; predicted is what PreRequest expected of the chosen one.
-	matched   map[string]float64
-	predicted int
+	prediction    scheduling.Prediction
 }
 
 // Scorer implements precise-prefix-cache-scorer.
@@ -207,7 +204,7 @@ func (s *Scorer) Prefix(req *scheduling.Request, eps []*endpoints.Endpoint) (*hi
 // Score implements scheduling.Scorer.
 func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint, scores []float64) {
 	prefix, tokens := s.Prefix(req, eps)
-	p := &Prompt{Tokens: tokens}
+	p := &Prompt{Tokens: tokens, prediction: scheduling.Prediction{BlockTokens: s.params.BlockSize, PromptTokens: tokens}}
 	cs.Write(StateKey, p)
 	if prefix == nil {
 		return
@@ -236,10 +233,7 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 		// same weighting applies to the blocks they stand for.
 		blocks := float64(scheduling.SampledMatch(prefix, runs)) * scores[i] / float64(runs)
 		p.MatchedBlocks = max(p.MatchedBlocks, scheduling.SampledMatch(prefix, runs))
-		if p.matched == nil {
-			p.matched = make(map[string]float64, 4)
-		}
-		p.matched[e.Address()] = blocks
+		p.prediction.Matched(e, blocks)
 		scores[i] = blocks / total
 	}
 }
@@ -247,23 +241,17 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 // PreRequest implements scheduling.PreRequest: it records how many prompt
 // tokens the chosen endpoint is expected to serve from its cache.
 func (s *Scorer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, res *scheduling.Result) {
-	p, ok := scheduling.ReadAs[*Prompt](cs, StateKey)
-	primary := res.Primary()
-	if !ok || primary == nil || len(primary.Targets) == 0 {
-		return
+	if p, ok := scheduling.ReadAs[*Prompt](cs, StateKey); ok {
+		p.prediction.Predict(res, s.recorder, s.TypedName())
 	}
-	p.predicted = int(p.matched[primary.Targets[0].Address()] * float64(s.params.BlockSize))
-	s.recorder.PrefixPredicted(s.TypedName(), p.predicted, p.Tokens)
 }
 
 // ResponseComplete implements scheduling.ResponseComplete: the server's
 // reported cached tokens check the prediction.
 func (s *Scorer) ResponseComplete(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, res *scheduling.Response) {
-	p, ok := scheduling.ReadAs[*Prompt](cs, StateKey)
-	if !ok || !res.Complete || res.Usage.PromptTokens == 0 {
-		return
+	if p, ok := scheduling.ReadAs[*Prompt](cs, StateKey); ok {
+		p.prediction.Check(res, s.recorder, s.TypedName())
 	}
-	s.recorder.PrefixActual(s.TypedName(), p.predicted, res.Usage.CachedTokens)
 }
 
 // adapterOf reports whether target is a LoRA adapter rather than the base

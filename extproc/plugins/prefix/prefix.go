@@ -112,12 +112,8 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 // hashed is what Score leaves in the cycle state for PreRequest.
 type hashed struct {
 	// prefix is the request's block sample; nil without a prompt.
-	prefix *hints.Prefix
-	// blockTokens converts matched blocks into tokens.
-	blockTokens int
-	// matched holds the candidates' matched blocks by name (non-zero only).
-	matched   map[string]int
-	predicted int
+	prefix     *hints.Prefix
+	prediction scheduling.Prediction
 }
 
 // blockChars is the configured block size in bytes, or the servers' own
@@ -167,7 +163,10 @@ func (s *Scorer) Prefix(req *scheduling.Request, blockChars int) *hints.Prefix {
 func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint, scores []float64) {
 	chars := s.blockChars(eps)
 	p := s.Prefix(req, chars)
-	st := &hashed{prefix: p, blockTokens: max(1, chars/prefixhash.CharsPerToken)}
+	st := &hashed{prefix: p, prediction: scheduling.Prediction{BlockTokens: max(1, chars/prefixhash.CharsPerToken)}}
+	if p != nil {
+		st.prediction.PromptTokens = p.Blocks * st.prediction.BlockTokens
+	}
 	cs.Write(stateKey, st)
 	if p == nil {
 		return
@@ -190,14 +189,9 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 	clear(sc.names)
 	total := float64(p.Blocks)
 	for i, runs := range sc.matched {
-		m := scheduling.SampledMatch(p, runs)
-		scores[i] = float64(m) / total
-		if m > 0 {
-			if st.matched == nil {
-				st.matched = make(map[string]int, 4)
-			}
-			st.matched[eps[i].Name()] = m
-		}
+		m := float64(scheduling.SampledMatch(p, runs))
+		scores[i] = m / total
+		st.prediction.Matched(eps[i], m)
 	}
 }
 
@@ -205,28 +199,20 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 // hold this prompt's blocks.
 func (s *Scorer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, res *scheduling.Result) {
 	st, ok := scheduling.ReadAs[*hashed](cs, stateKey)
-	primary := res.Primary()
-	if !ok || primary == nil || len(primary.Targets) == 0 {
+	if !ok {
 		return
 	}
-	target := primary.Targets[0]
-	st.predicted = st.matched[target.Name()] * st.blockTokens
-	if st.prefix == nil {
-		s.recorder.PrefixPredicted(s.TypedName(), 0, 0)
-		return
+	if target := st.prediction.Predict(res, s.recorder, s.TypedName()); target != nil && st.prefix != nil {
+		s.index.add(target.Name(), scheduling.SampleHashes(nil, st.prefix), s.capacity(target))
 	}
-	s.recorder.PrefixPredicted(s.TypedName(), st.predicted, st.prefix.Blocks*st.blockTokens)
-	s.index.add(target.Name(), scheduling.SampleHashes(nil, st.prefix), s.capacity(target))
 }
 
 // ResponseComplete implements scheduling.ResponseComplete: the server's
 // reported cached tokens check the prediction.
 func (s *Scorer) ResponseComplete(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, res *scheduling.Response) {
-	st, ok := scheduling.ReadAs[*hashed](cs, stateKey)
-	if !ok || !res.Complete || res.Usage.PromptTokens == 0 {
-		return
+	if st, ok := scheduling.ReadAs[*hashed](cs, stateKey); ok {
+		st.prediction.Check(res, s.recorder, s.TypedName())
 	}
-	s.recorder.PrefixActual(s.TypedName(), st.predicted, res.Usage.CachedTokens)
 }
 
 // EndpointsRemoved implements scheduling.EndpointsRemoved.

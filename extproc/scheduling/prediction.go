@@ -1,0 +1,50 @@
+package scheduling
+
+import "github.com/kvgate/kvgate/extproc/endpoints"
+
+// Prediction is what a prefix scorer expects for one request, kept in the
+// cycle state: the blocks each candidate holds (from Score), what it then
+// predicted for the chosen endpoint (PreRequest), checked against the
+// server's reported cached tokens (ResponseComplete).
+type Prediction struct {
+	// BlockTokens converts blocks into tokens; PromptTokens is the prompt's
+	// length.
+	BlockTokens  int
+	PromptTokens int
+	matched      map[string]float64 // endpoint name → blocks, non-zero only
+	predicted    int
+}
+
+// Matched records that endpoint e holds blocks of the prompt (tier-weighted
+// blocks may be fractional).
+func (p *Prediction) Matched(e *endpoints.Endpoint, blocks float64) {
+	if blocks <= 0 {
+		return
+	}
+	if p.matched == nil {
+		p.matched = make(map[string]float64, 4)
+	}
+	p.matched[e.Name()] = blocks
+}
+
+// Predict records the prediction for res's primary target and returns that
+// target; nil when nothing was picked.
+func (p *Prediction) Predict(res *Result, rec PrefixRecorder, plugin TypedName) *endpoints.Endpoint {
+	primary := res.Primary()
+	if primary == nil || len(primary.Targets) == 0 {
+		return nil
+	}
+	target := primary.Targets[0]
+	p.predicted = int(p.matched[target.Name()] * float64(p.BlockTokens))
+	rec.PrefixPredicted(plugin, p.predicted, p.PromptTokens)
+	return target
+}
+
+// Check records how the prediction compares with what the server reported
+// for a completed response.
+func (p *Prediction) Check(res *Response, rec PrefixRecorder, plugin TypedName) {
+	if !res.Complete || res.Usage.PromptTokens == 0 {
+		return
+	}
+	rec.PrefixActual(plugin, p.predicted, res.Usage.CachedTokens)
+}
