@@ -16,6 +16,7 @@ import (
 	"sort"
 	"syscall"
 
+	"github.com/kvgate/kvgate/benchmarks"
 	"github.com/kvgate/kvgate/extproc/epp"
 	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/sim/server"
@@ -33,6 +34,7 @@ var commands = map[string]command{
 	"gateway": {"local Envoy stand-in: HTTP proxy, ext_proc client, proxy-wasm host", func(ctx context.Context, args []string, _ io.Writer) error {
 		return gateway.Main(ctx, args)
 	}},
+	"bench":   {"trace-driven cluster simulation with the real picker", benchmarks.Main},
 	"version": {"print the version", version},
 }
 

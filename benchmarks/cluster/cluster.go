@@ -1,0 +1,556 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/kvgate/kvgate/benchmarks/workload"
+	"github.com/kvgate/kvgate/extproc/config"
+	"github.com/kvgate/kvgate/extproc/director"
+	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/kvindex"
+	"github.com/kvgate/kvgate/extproc/plugins/all"
+	"github.com/kvgate/kvgate/extproc/saturation"
+	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/extproc/server"
+	"github.com/kvgate/kvgate/internal/kvhash"
+	"github.com/kvgate/kvgate/internal/openai"
+	"github.com/kvgate/kvgate/sim/engine"
+)
+
+// KVIndexService is the key under which the KV index is offered to plugins
+// in scheduling.Handle.Services.
+const KVIndexService = "kvindex"
+
+// Defaults for zero Options fields.
+const (
+	DefaultBlockSize      = 16
+	DefaultHashSeed       = "42"
+	DefaultScrapeInterval = 50 * time.Millisecond
+	DefaultKVEventDelay   = 10 * time.Millisecond
+	MaxReplicas           = 1024
+)
+
+// Options describes the simulated cluster.
+type Options struct {
+	Replicas int
+	Preset   engine.Preset
+	// BlockSize and HashSeed configure the engines' KV blocks and block
+	// hashes; the precise scorer must use the same values.
+	BlockSize int
+	HashSeed  string
+	// ScrapeInterval is how often each server's metrics are published to
+	// the picker; every server is scraped at its own phase.
+	ScrapeInterval time.Duration
+	// KVEventDelay is how long after the end of an engine step its KV
+	// events reach the KV index.
+	KVEventDelay time.Duration
+	// Seed seeds the picker's randomness and the scrape phases.
+	Seed uint64
+	// Model is the model name requests carry; default the preset's model.
+	Model string
+	// Progress, when set, is called as requests complete.
+	Progress func(done, total int)
+	Logger   *slog.Logger
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Replicas < 1 || o.Replicas > MaxReplicas {
+		return o, fmt.Errorf("replicas must be 1..%d, got %d", MaxReplicas, o.Replicas)
+	}
+	if o.BlockSize == 0 {
+		o.BlockSize = DefaultBlockSize
+	}
+	if o.HashSeed == "" {
+		o.HashSeed = DefaultHashSeed
+	}
+	if o.ScrapeInterval == 0 {
+		o.ScrapeInterval = DefaultScrapeInterval
+	}
+	if o.KVEventDelay == 0 {
+		o.KVEventDelay = DefaultKVEventDelay
+	}
+	if o.ScrapeInterval < 0 || o.KVEventDelay < 0 {
+		return o, errors.New("scrape interval and KV event delay must not be negative")
+	}
+	if o.Model == "" {
+		o.Model = o.Preset.Model.Name
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o, nil
+}
+
+// Policy is a picker configuration to evaluate.
+type Policy struct {
+	Name string
+	// Config is an EndpointPickerConfig document; it may use OracleType.
+	Config []byte
+}
+
+// RequestResult is what happened to one request.
+type RequestResult struct {
+	Arrival time.Duration
+	// TTFT and E2E are measured from arrival; zero when the request failed.
+	TTFT, E2E    time.Duration
+	PromptTokens int
+	CachedTokens int
+	OutputTokens int
+	// Replica is the server's index, -1 when the request was not routed.
+	Replica    int
+	OfferedQPS float64
+	// Err is why the request failed; "" on success.
+	Err string
+}
+
+// Result is one run of a workload under one policy.
+type Result struct {
+	Requests []RequestResult
+	// MaxQueueImbalance is the largest difference, at any scrape, between
+	// the longest and shortest true waiting queue across servers.
+	MaxQueueImbalance int
+	// Clipped counts prompts cut to fit the model's context.
+	Clipped int
+	// End is when the last request finished, from the start.
+	End time.Duration
+}
+
+// Run simulates reqs (sorted by arrival) under policy.
+func Run(ctx context.Context, opts Options, policy Policy, reqs []workload.Request) (*Result, error) {
+	s, err := newSim(opts, policy, reqs)
+	if err != nil {
+		return nil, err
+	}
+	return s.run(ctx)
+}
+
+// replica is one simulated server. The simulation goroutine owns it.
+type replica struct {
+	idx  int
+	eng  *engine.Engine
+	ep   *endpoints.Endpoint
+	addr string
+
+	busy    bool
+	stepEnd time.Time
+	// What the step in flight produces when it ends, copied out of the
+	// engine's reused StepResult.
+	firsts   []string
+	finished []engine.Finished
+	events   []engine.Event
+
+	nextScrape time.Time
+	// cache mirrors the engine's prefix cache exactly (every event applied
+	// at once) for the oracle: the truth the real picker only sees late.
+	cache map[uint64]struct{}
+	// backlog is the uncached prompt tokens of requests routed here that
+	// have not produced their first token, as the oracle estimated them,
+	// and pending counts those requests' blocks: the engine will compute
+	// them before any request routed here later, so they are as good as
+	// cached for it.
+	backlog int
+	pending map[uint64]int
+}
+
+type liveReq struct {
+	idx     int
+	req     *server.Request
+	rep     *replica
+	arrival time.Time
+	first   time.Time
+	oracle  oracleChoice
+}
+
+type kvDelivery struct {
+	due    time.Time
+	rep    *replica
+	events []engine.Event
+}
+
+type sim struct {
+	opts   Options
+	reqs   []workload.Request
+	clock  *engine.VirtualClock
+	start  time.Time
+	reps   []*replica
+	byAddr map[string]*replica
+	dir    *director.Director
+	index  *kvindex.Index
+	hasher *kvhash.Hasher
+	maxLen int
+
+	kvq     []kvDelivery // FIFO: due times are non-decreasing
+	live    map[string]*liveReq
+	oracled map[string]oracleChoice // request id → the oracle's view of its choice
+	res     Result
+	done    int
+}
+
+// start is an arbitrary fixed epoch: results must not depend on the wall
+// clock.
+var epoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func newSim(opts Options, policy Policy, reqs []workload.Request) (*sim, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	for i := 1; i < len(reqs); i++ {
+		if reqs[i].Arrival < reqs[i-1].Arrival {
+			return nil, fmt.Errorf("requests must be sorted by arrival: request %d arrives before request %d", i, i-1)
+		}
+	}
+	h, err := kvhash.New(opts.HashSeed, opts.BlockSize)
+	if err != nil {
+		return nil, err
+	}
+	s := &sim{
+		opts: opts, reqs: reqs, clock: engine.NewVirtualClock(epoch), start: epoch,
+		byAddr: make(map[string]*replica, opts.Replicas),
+		index:  kvindex.New(kvindex.Config{}),
+		hasher: h,
+		live:   make(map[string]*liveReq),
+	}
+	s.res.Requests = make([]RequestResult, len(reqs))
+	rng := rand.New(rand.NewPCG(opts.Seed, 0x9a7e))
+	specs := make([]endpoints.Spec, opts.Replicas)
+	for i := range opts.Replicas {
+		eng, err := engine.New(engine.Config{
+			Timing: opts.Preset.Timing, Clock: s.clock, BlockSize: opts.BlockSize, HashSeed: opts.HashSeed,
+			// vLLM's waiting queue is unbounded; the engine's bound only
+			// has to exceed any queue the workload can build.
+			MaxWaiting: max(1024, len(reqs)),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("replica %d: %w", i, err)
+		}
+		s.maxLen = eng.Config().MaxModelLen
+		r := &replica{
+			idx: i, eng: eng, addr: fmt.Sprintf("10.0.%d.%d:8000", i/250, i%250+1),
+			nextScrape: epoch,
+			cache:      make(map[uint64]struct{}),
+			pending:    make(map[uint64]int),
+		}
+		specs[i] = endpoints.Spec{Name: fmt.Sprintf("replica-%03d", i), Address: r.addr}
+		s.reps = append(s.reps, r)
+		s.byAddr[r.addr] = r
+	}
+	ds := endpoints.NewDatastore()
+	if err := ds.Replace(specs); err != nil {
+		return nil, err
+	}
+	for _, r := range s.reps {
+		r.ep = ds.ByAddress(r.addr)
+		s.scrape(r)
+		// Each server is scraped by its own loop, at its own phase.
+		r.nextScrape = epoch.Add(time.Duration(rng.Int64N(int64(opts.ScrapeInterval)) + 1))
+	}
+
+	cfg, err := config.Parse(policy.Config)
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: %w", policy.Name, err)
+	}
+	reg := all.Registry()
+	if err := reg.Register(OracleType, s.newOracle); err != nil {
+		return nil, err
+	}
+	handle := &scheduling.Handle{
+		Log:      opts.Logger,
+		Now:      s.clock.Now,
+		Rand:     rand.New(rand.NewPCG(opts.Seed, 0x91c4)), // used by this goroutine only
+		Services: map[string]any{KVIndexService: s.index},
+	}
+	built, err := config.Build(cfg, reg, handle, nil)
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: %w", policy.Name, err)
+	}
+	s.dir = director.New(director.Options{
+		Pool:       ds,
+		Scheduler:  built.Scheduler,
+		Hooks:      director.Hooks{PreRequest: built.PreRequest, ResponseComplete: built.ResponseComplete},
+		Saturation: saturation.New(built.Saturation, s.clock.Now),
+		Now:        s.clock.Now,
+		Logger:     opts.Logger,
+	})
+	return s, nil
+}
+
+// ErrStuck reports a simulation in which requests remain but nothing can
+// make progress; it indicates a bug, not a workload property.
+var ErrStuck = errors.New("simulation stuck")
+
+func (s *sim) run(ctx context.Context) (*Result, error) {
+	total := len(s.reqs)
+	next, reported := 0, 0
+	for s.done < total {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		t, ok := s.nextEvent(next)
+		if !ok {
+			return nil, fmt.Errorf("%w with %d of %d requests done", ErrStuck, s.done, total)
+		}
+		s.clock.Set(t)
+		// At equal times: outputs first, then what the picker learns, then
+		// new requests, then new steps, so that a step sees every request
+		// that arrived by its start.
+		for _, r := range s.reps {
+			if r.busy && !r.stepEnd.After(t) {
+				s.complete(ctx, r, t)
+			}
+		}
+		for len(s.kvq) > 0 && !s.kvq[0].due.After(t) {
+			s.deliver(s.kvq[0])
+			s.kvq[0] = kvDelivery{}
+			s.kvq = s.kvq[1:]
+		}
+		for _, r := range s.reps {
+			if !r.nextScrape.After(t) {
+				s.scrape(r)
+				for !r.nextScrape.After(t) {
+					r.nextScrape = r.nextScrape.Add(s.opts.ScrapeInterval)
+				}
+			}
+		}
+		for next < total && !s.start.Add(s.reqs[next].Arrival).After(t) {
+			s.arrive(ctx, next, t)
+			next++
+		}
+		for _, r := range s.reps {
+			if !r.busy {
+				s.step(r, t)
+			}
+		}
+		if s.opts.Progress != nil && (s.done >= reported+64 || s.done == total) {
+			reported = s.done
+			s.opts.Progress(s.done, total)
+		}
+	}
+	for _, r := range s.reps {
+		s.res.End = max(s.res.End, r.stepEnd.Sub(s.start))
+	}
+	return &s.res, nil
+}
+
+// nextEvent is the earliest pending event time. Scrapes alone do not count
+// as progress: with no arrival, step, delivery or wake-up pending, the
+// simulation cannot finish.
+func (s *sim) nextEvent(next int) (time.Time, bool) {
+	var t time.Time
+	ok := false
+	take := func(c time.Time) {
+		if !ok || c.Before(t) {
+			t, ok = c, true
+		}
+	}
+	if next < len(s.reqs) {
+		take(s.start.Add(s.reqs[next].Arrival))
+	}
+	for _, r := range s.reps {
+		if r.busy {
+			take(r.stepEnd)
+		} else if w, wok := r.eng.NextWake(); wok {
+			take(w)
+		}
+	}
+	if len(s.kvq) > 0 {
+		take(s.kvq[0].due)
+	}
+	if !ok {
+		return t, false
+	}
+	for _, r := range s.reps {
+		take(r.nextScrape)
+	}
+	return t, true
+}
+
+// scrape publishes the server's metrics to the picker, as the metrics
+// scraper does in production.
+func (s *sim) scrape(r *replica) {
+	m := r.eng.Metrics()
+	r.ep.SetMetrics(&endpoints.Metrics{
+		WaitingQueueSize: m.Waiting,
+		RunningRequests:  m.Running,
+		KVCacheUsage:     m.KVUsage,
+		BlockSize:        m.BlockSize,
+		NumGPUBlocks:     m.NumGPUBlocks,
+		UpdateTime:       s.clock.Now(),
+	})
+	if r.idx != 0 {
+		return
+	}
+	// Once per scrape interval, the truth behind the snapshots.
+	lo, hi := m.Waiting, m.Waiting
+	for _, o := range s.reps[1:] {
+		w := o.eng.Metrics().Waiting
+		lo, hi = min(lo, w), max(hi, w)
+	}
+	s.res.MaxQueueImbalance = max(s.res.MaxQueueImbalance, hi-lo)
+}
+
+// arrive routes request i through the director and hands it to the chosen
+// engine.
+func (s *sim) arrive(ctx context.Context, i int, now time.Time) {
+	w := &s.reqs[i]
+	rr := &s.res.Requests[i]
+	rr.Arrival, rr.OfferedQPS, rr.Replica = w.Arrival, w.OfferedQPS, -1
+	out := min(w.OutputTokens, s.maxLen-1)
+	prompt := w.Prompt(s.maxLen - out)
+	if len(prompt) < w.PromptLen() {
+		s.res.Clipped++
+	}
+	rr.PromptTokens = len(prompt)
+	id := "r" + strconv.Itoa(i)
+	req := &server.Request{
+		ID: id, Method: "POST", Path: "/v1/completions", API: openai.Completions,
+		Headers: map[string]string{"content-type": "application/json", "x-request-id": id},
+		Parsed: &openai.Request{
+			API: openai.Completions, Model: s.opts.Model, Stream: true, IncludeUsage: true,
+			PromptTokenIDs: prompt, MaxTokens: out,
+		},
+		FairnessID: "default-flow",
+		ReceivedAt: now,
+	}
+	dec, err := s.dir.HandleRequest(ctx, req)
+	if err != nil {
+		s.fail(rr, fmt.Errorf("picker: %w", err))
+		return
+	}
+	r := s.byAddr[dec.Endpoints[0]]
+	if r == nil {
+		s.fail(rr, fmt.Errorf("picker chose unknown endpoint %q", dec.Endpoints[0]))
+		return
+	}
+	rr.Replica = r.idx
+	if err := r.eng.Add(engine.Request{ID: id, Prompt: prompt, MaxTokens: out}); err != nil {
+		s.dir.ResponseDone(ctx, req, server.ResponseSummary{Status: 503, ServedEndpoint: r.addr})
+		delete(s.oracled, id)
+		s.fail(rr, fmt.Errorf("engine: %w", err))
+		return
+	}
+	// The engine holds its own copy; the picker is done with the body.
+	req.Parsed.PromptTokenIDs = nil
+	lr := &liveReq{idx: i, req: req, rep: r, arrival: now}
+	if c, ok := s.oracled[id]; ok {
+		lr.oracle = c
+		r.backlog += c.uncached
+		for _, h := range c.hashes {
+			r.pending[h]++
+		}
+		delete(s.oracled, id)
+	}
+	s.live[id] = lr
+}
+
+func (s *sim) fail(rr *RequestResult, err error) {
+	rr.Err = err.Error()
+	s.done++
+}
+
+// step starts the replica's next engine step, if it has work.
+func (s *sim) step(r *replica, now time.Time) {
+	res := r.eng.Step()
+	if res.Idle() {
+		return
+	}
+	r.busy = true
+	r.stepEnd = now.Add(res.Duration)
+	r.firsts = r.firsts[:0]
+	for _, t := range res.Tokens {
+		if t.Index == 0 {
+			r.firsts = append(r.firsts, t.ID)
+		}
+	}
+	r.finished = append(r.finished[:0], res.Finished...)
+	r.events = append(r.events[:0], res.Events...)
+	// The engine's cache changed when Step ran: the oracle sees it now.
+	// Only the oracle reads the mirror, so other policies skip its cost.
+	if s.oracled != nil {
+		applyEvents(r.cache, r.events)
+	}
+}
+
+// complete acts on the outputs of the replica's step that ended at now.
+func (s *sim) complete(ctx context.Context, r *replica, now time.Time) {
+	r.busy = false
+	chunk := []byte("data: {}\n\n")
+	for _, id := range r.firsts {
+		lr := s.live[id]
+		if lr == nil {
+			continue
+		}
+		lr.first = now
+		r.backlog -= lr.oracle.uncached
+		for _, h := range lr.oracle.hashes {
+			if r.pending[h]--; r.pending[h] <= 0 {
+				delete(r.pending, h)
+			}
+		}
+		lr.oracle = oracleChoice{}
+		s.dir.ResponseChunk(ctx, lr.req, chunk)
+	}
+	for _, f := range r.finished {
+		lr := s.live[f.ID]
+		if lr == nil {
+			continue
+		}
+		delete(s.live, f.ID)
+		s.dir.ResponseDone(ctx, lr.req, server.ResponseSummary{
+			Status: 200, UsageFound: true, Streaming: true, Complete: true, ServedEndpoint: r.addr,
+			Usage: openai.Usage{PromptTokens: f.Usage.PromptTokens, CompletionTokens: f.Usage.CompletionTokens, CachedTokens: f.Usage.CachedTokens},
+		})
+		rr := &s.res.Requests[lr.idx]
+		rr.TTFT = lr.first.Sub(lr.arrival)
+		rr.E2E = now.Sub(lr.arrival)
+		rr.CachedTokens = f.Usage.CachedTokens
+		rr.OutputTokens = f.Usage.CompletionTokens
+		s.done++
+	}
+	if len(r.events) > 0 {
+		// vLLM publishes a step's events when the step ends; they reach
+		// the index after the transport's delay. Completions happen in
+		// time order, so the queue stays sorted by due time.
+		s.kvq = append(s.kvq, kvDelivery{due: now.Add(s.opts.KVEventDelay), rep: r, events: r.events})
+		r.events = nil
+	}
+}
+
+// deliver applies KV events to the index, as the KV-event subscriber does.
+func (s *sim) deliver(d kvDelivery) {
+	for _, ev := range d.events {
+		switch e := ev.(type) {
+		case *engine.BlockStored:
+			if err := s.index.Add(d.rep.addr, kvindex.TierFromMedium(e.Medium), e.BlockHashes); err != nil {
+				s.opts.Logger.Warn("kv index add", "endpoint", d.rep.addr, "err", err)
+			}
+		case *engine.BlockRemoved:
+			s.index.Remove(d.rep.addr, kvindex.TierFromMedium(e.Medium), e.BlockHashes)
+		case *engine.AllBlocksCleared:
+			s.index.ClearEndpoint(d.rep.addr)
+		}
+	}
+}
+
+func applyEvents(cache map[uint64]struct{}, events []engine.Event) {
+	for _, ev := range events {
+		switch e := ev.(type) {
+		case *engine.BlockStored:
+			for _, h := range e.BlockHashes {
+				cache[h] = struct{}{}
+			}
+		case *engine.BlockRemoved:
+			for _, h := range e.BlockHashes {
+				delete(cache, h)
+			}
+		case *engine.AllBlocksCleared:
+			clear(cache)
+		}
+	}
+}

@@ -1,0 +1,125 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/kvgate/kvgate/benchmarks/workload"
+	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/sim/engine"
+)
+
+const head = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"
+
+var (
+	oraclePolicy  = Policy{Name: "oracle", Config: []byte(head + "plugins:\n- type: oracle-picker\n")}
+	precisePolicy = Policy{Name: "precise", Config: []byte(head + `plugins:
+- type: precise-prefix-cache-scorer
+  parameters: {hashSeed: "42"}
+`)}
+)
+
+func smallOpts(t *testing.T) Options {
+	t.Helper()
+	p, ok := engine.LookupPreset("qwen3-0.6b-h100")
+	if !ok {
+		t.Fatal("preset missing")
+	}
+	return Options{Replicas: 4, Preset: p, Seed: 3}
+}
+
+// repeated is a prompt sent twice, far enough apart for the first to have
+// finished and its KV events to have reached the index.
+func repeated() []workload.Request {
+	segs := []workload.Segment{{Key: 99, Len: 2000}}
+	return []workload.Request{
+		{Arrival: 0, Segments: segs, OutputTokens: 4},
+		{Arrival: 5 * time.Second, Segments: segs, OutputTokens: 4},
+	}
+}
+
+// Both the oracle (true caches) and the precise scorer (KV events through
+// the real kvindex) must send a repeated prompt back to the replica that
+// caches it.
+func TestRepeatedPromptFindsItsCache(t *testing.T) {
+	for _, p := range []Policy{oraclePolicy, precisePolicy} {
+		res, err := Run(context.Background(), smallOpts(t), p, repeated())
+		if err != nil {
+			var unknown *scheduling.UnknownTypeError
+			if errors.As(err, &unknown) {
+				t.Logf("%s: %v", p.Name, err)
+				continue
+			}
+			t.Fatalf("%s: %v", p.Name, err)
+		}
+		a, b := res.Requests[0], res.Requests[1]
+		if a.Err != "" || b.Err != "" {
+			t.Fatalf("%s: failed: %q %q", p.Name, a.Err, b.Err)
+		}
+		if b.Replica != a.Replica || b.CachedTokens < 1984 || a.CachedTokens != 0 {
+			t.Errorf("%s: replicas %d then %d, cached %d then %d", p.Name, a.Replica, b.Replica, a.CachedTokens, b.CachedTokens)
+		}
+		if b.TTFT >= a.TTFT {
+			t.Errorf("%s: cached TTFT %v not below cold %v", p.Name, b.TTFT, a.TTFT)
+		}
+	}
+}
+
+// Events that have not arrived yet are invisible: with a KV-event delay
+// longer than the gap between the requests, the precise scorer cannot know
+// where the prompt is cached, while the oracle still does.
+func TestKVEventDelayHidesCache(t *testing.T) {
+	opts := smallOpts(t)
+	opts.KVEventDelay = time.Hour
+	misses := 0
+	for seed := range uint64(8) {
+		opts.Seed = seed
+		res, err := Run(context.Background(), opts, precisePolicy, repeated())
+		if err != nil {
+			t.Skipf("precise scorer unavailable: %v", err)
+		}
+		if res.Requests[1].Replica != res.Requests[0].Replica {
+			misses++
+		}
+	}
+	// With 4 replicas and no information, 3 in 4 land elsewhere.
+	if misses == 0 {
+		t.Error("the delayed index still steered every repeat to its cache")
+	}
+}
+
+func TestOptionsAndPolicyErrors(t *testing.T) {
+	reqs := repeated()
+	bad := smallOpts(t)
+	bad.Replicas = 0
+	if _, err := Run(context.Background(), bad, oraclePolicy, reqs); err == nil {
+		t.Error("zero replicas accepted")
+	}
+	if _, err := Run(context.Background(), smallOpts(t), Policy{Name: "x", Config: []byte(head + "plugins:\n- type: no-such-plugin\n")}, reqs); err == nil {
+		t.Error("unknown plugin accepted")
+	}
+	unsorted := []workload.Request{reqs[1], reqs[0]}
+	if _, err := Run(context.Background(), smallOpts(t), oraclePolicy, unsorted); err == nil {
+		t.Error("unsorted requests accepted")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Run(ctx, smallOpts(t), oraclePolicy, reqs); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled run: %v", err)
+	}
+}
+
+// Prompts longer than the model's context are cut, not refused.
+func TestLongPromptsAreClipped(t *testing.T) {
+	opts := smallOpts(t)
+	reqs := []workload.Request{{Segments: []workload.Segment{{Key: 1, Len: 50000}}, OutputTokens: 3}}
+	res, err := Run(context.Background(), opts, oraclePolicy, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Clipped != 1 || res.Requests[0].Err != "" || res.Requests[0].PromptTokens != engine.Qwen3_0_6B.MaxModelLen-3 {
+		t.Fatalf("clipped %d, %+v", res.Clipped, res.Requests[0])
+	}
+}
