@@ -78,6 +78,21 @@ func (p *processor) send(req *extprocv3.ProcessingRequest) error {
 func (p *processor) next(ctx context.Context) (*extprocv3.ProcessingResponse, error) {
 	t := time.NewTimer(p.timeout)
 	defer t.Stop()
+	return p.wait(ctx, t.C, nil)
+}
+
+// errStopped is wait's answer when its stop channel closed first.
+var errStopped = errors.New("stopped waiting for the picker")
+
+// nextUntil waits for the picker's next message without a deadline, or
+// until stop closes (errStopped). While a response streams from a slow
+// upstream no reply is pending, and Envoy's message timeout does not run
+// then either.
+func (p *processor) nextUntil(ctx context.Context, stop <-chan struct{}) (*extprocv3.ProcessingResponse, error) {
+	return p.wait(ctx, nil, stop)
+}
+
+func (p *processor) wait(ctx context.Context, timeout <-chan time.Time, stop <-chan struct{}) (*extprocv3.ProcessingResponse, error) {
 	select {
 	case m, ok := <-p.msgs:
 		if !ok {
@@ -88,8 +103,10 @@ func (p *processor) next(ctx context.Context) (*extprocv3.ProcessingResponse, er
 			return nil, fmt.Errorf("%w: %w", errProcessor, err)
 		}
 		return m, nil
-	case <-t.C:
+	case <-timeout:
 		return nil, errProcessorTimeout
+	case <-stop:
+		return nil, errStopped
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -416,9 +417,12 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, req *request
 		defer cancel()
 	}
 	resp, ep, err := g.forward(uctx, req)
-	if req.pump != nil {
-		// The upstream answered (or failed): what it has not read of the
-		// request body it never will.
+	if err != nil && req.pump != nil {
+		// No upstream will read the rest of the request body. After a
+		// success the transport closes the body when it is done with it
+		// (see forward): an upstream may answer before the transport has
+		// read the body's end, and stopping the pump then would break the
+		// exchange.
 		req.pump.stop()
 	}
 	if err != nil {
@@ -468,11 +472,16 @@ func (g *Gateway) forward(ctx context.Context, req *request) (*http.Response, st
 		req.headers.toHTTP(u.Header)
 		u.Host = authority
 		u.ContentLength = contentLength(req)
+		var ab *attemptBody
 		if req.hasBody {
-			u.Body = io.NopCloser(body) // retries must not find it closed
+			ab = &attemptBody{touchReader: body, pump: req.pump}
+			u.Body = ab
 		}
 		resp, err := g.transport.RoundTrip(u)
 		if err == nil {
+			if ab != nil {
+				ab.responded()
+			}
 			return resp, ep, nil
 		}
 		lastErr = err
@@ -540,4 +549,44 @@ func statusFor(err error) int {
 		return http.StatusGatewayTimeout
 	}
 	return http.StatusInternalServerError
+}
+
+// attemptBody is the request body of one upstream attempt. The transport
+// closes it when it is done with the body, also when a dial fails. The
+// pump may stop once the transport is done with the body of an attempt
+// that read it or that got a response (in either order), never for one
+// that failed untouched: that body goes on to the next endpoint.
+type attemptBody struct {
+	*touchReader
+	pump *bodyPump
+
+	mu        sync.Mutex
+	closed    bool
+	succeeded bool
+}
+
+func (a *attemptBody) Close() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.closed = true
+	if a.touched.Load() || a.succeeded {
+		a.stopPump()
+	}
+	return nil
+}
+
+// responded records that this attempt got a response.
+func (a *attemptBody) responded() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.succeeded = true
+	if a.closed {
+		a.stopPump()
+	}
+}
+
+func (a *attemptBody) stopPump() {
+	if a.pump != nil {
+		a.pump.stop()
+	}
 }

@@ -473,3 +473,45 @@ func TestMainFlags(t *testing.T) {
 		}
 	}
 }
+
+// An upstream that answers as soon as it has read the body's Content-Length
+// bytes must not lose its response while the picker has yet to end the
+// body stream (the transport's last read of the body is still waiting).
+func TestUpstreamAnswersBeforeBodyStreamEnds(t *testing.T) {
+	// A response larger than the socket buffers is still in flight when
+	// the request body's stream ends.
+	answer := strings.Repeat("x", 4<<20)
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, answer)
+	})
+	picker := &testPicker{endpoints: up.addr(), lateEOS: 200 * time.Millisecond}
+	url := startGateway(t, gateway.Config{ExtProc: startPicker(t, picker), ResponseBodyMode: gateway.None})
+	for range 3 {
+		resp, body := post(t, http.DefaultClient, url+"/v1/completions", `{"model":"m","prompt":"hi"}`, nil)
+		if resp.StatusCode != http.StatusOK || body != answer {
+			t.Fatalf("status %d, %d of %d body bytes", resp.StatusCode, len(body), len(answer))
+		}
+	}
+}
+
+// A streamed response whose upstream pauses longer than the picker's
+// message timeout is not cut: no picker reply is pending during the pause.
+func TestSlowStreamOutlivesMessageTimeout(t *testing.T) {
+	events := []string{"data: {\"n\":1}\n\n", "data: {\"n\":2}\n\n", "data: [DONE]\n\n"}
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("content-type", "text/event-stream")
+		for i, ev := range events {
+			if i > 0 {
+				time.Sleep(300 * time.Millisecond)
+			}
+			_, _ = io.WriteString(w, ev)
+			w.(http.Flusher).Flush()
+		}
+	})
+	picker := &testPicker{endpoints: up.addr()}
+	url := startGateway(t, gateway.Config{ExtProc: startPicker(t, picker), ExtProcTimeout: 100 * time.Millisecond})
+	resp, body := post(t, http.DefaultClient, url+"/v1/completions", `{"model":"m","prompt":"hi","stream":true}`, nil)
+	if resp.StatusCode != http.StatusOK || body != strings.Join(events, "") {
+		t.Fatalf("status %d body %q", resp.StatusCode, body)
+	}
+}

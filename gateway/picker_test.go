@@ -29,6 +29,10 @@ type testPicker struct {
 	failOnBody bool
 	// stall never answers.
 	stall bool
+	// lateEOS re-sends the request body without end of stream and ends it
+	// with an empty chunk this much later, as a picker may: the upstream
+	// can answer before the body's end reaches the gateway.
+	lateEOS time.Duration
 
 	// seen gets each request when its stream ends; buffered so that the
 	// picker never waits for a test that does not look.
@@ -150,8 +154,16 @@ func (p *testPicker) Process(stream extprocv3.ExternalProcessor_ProcessServer) e
 			if p.immediate != 0 {
 				return nil
 			}
+			if p.lateEOS > 0 {
+				if err := stream.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
+					RequestBody: &extprocv3.BodyResponse{Response: streamed(saw.body, false)},
+				}}); err != nil {
+					return err
+				}
+				time.Sleep(p.lateEOS)
+			}
 			if err := stream.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{
-				RequestBody: &extprocv3.BodyResponse{Response: streamed(saw.body, true)},
+				RequestBody: &extprocv3.BodyResponse{Response: streamed(saw.body[:len(saw.body)*boolInt(p.lateEOS == 0)], true)},
 			}}); err != nil {
 				return err
 			}
@@ -177,4 +189,11 @@ func (p *testPicker) Process(stream extprocv3.ExternalProcessor_ProcessServer) e
 			}
 		}
 	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -154,10 +154,33 @@ func (g *Gateway) streamThroughPicker(ctx context.Context, w http.ResponseWriter
 	// The picker may rewrite the body, so its length is no longer known.
 	writeHead(w, rec, rh.without("content-length"))
 	rc := http.NewResponseController(w)
-	sent := make(chan error, 1)
-	go func() { sent <- sendResponseBody(p, resp.Body) }()
+	// The upstream body goes to the picker on its own goroutine; each
+	// chunk comes back here. Until the last chunk is sent no reply need be
+	// pending (the upstream may be slow), so the picker's message timeout
+	// applies only after that; a failed upstream read ends the loop at
+	// once instead of waiting for replies that will never come.
+	sendDone := make(chan struct{})
+	var sendErr error
+	go func() {
+		defer close(sendDone)
+		sendErr = sendResponseBody(p, resp.Body)
+	}()
+	sending := true
 	for {
-		m, err := p.next(ctx)
+		var m *extprocv3.ProcessingResponse
+		var err error
+		if sending {
+			m, err = p.nextUntil(ctx, sendDone)
+			if errors.Is(err, errStopped) {
+				sending = false
+				if sendErr != nil {
+					abort(rec, sendErr)
+				}
+				continue
+			}
+		} else {
+			m, err = p.next(ctx)
+		}
 		if err != nil {
 			abort(rec, err)
 		}
@@ -174,8 +197,8 @@ func (g *Gateway) streamThroughPicker(ctx context.Context, w http.ResponseWriter
 			break
 		}
 	}
-	if err := <-sent; err != nil {
-		abort(rec, err)
+	if <-sendDone; sendErr != nil {
+		abort(rec, sendErr)
 	}
 	// resp.Trailer is complete now that the body is read.
 	if len(resp.Trailer) == 0 {

@@ -17,6 +17,7 @@ import (
 	"syscall"
 
 	"github.com/kvgate/kvgate/benchmarks"
+	"github.com/kvgate/kvgate/demo"
 	"github.com/kvgate/kvgate/extproc/epp"
 	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/sim/server"
@@ -35,6 +36,7 @@ var commands = map[string]command{
 		return gateway.Main(ctx, args)
 	}},
 	"bench":   {"trace-driven cluster simulation with the real picker", benchmarks.Main},
+	"up":      {"the demo: a local fleet, picker and gateway, a workload and a policy comparison", demo.Main},
 	"version": {"print the version", version},
 }
 

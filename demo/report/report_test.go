@@ -1,0 +1,112 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvgate/kvgate/demo/workload"
+)
+
+func TestPercentile(t *testing.T) {
+	vals := []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	for _, tc := range []struct{ q, want float64 }{{0.5, 5}, {0.9, 9}, {0.99, 10}, {0, 1}, {1, 10}} {
+		if got := Percentile(vals, tc.q); got != tc.want {
+			t.Errorf("p%v = %v, want %v", tc.q, got, tc.want)
+		}
+	}
+	if !math.IsNaN(Percentile(nil, 0.5)) {
+		t.Error("empty input should give NaN")
+	}
+}
+
+func sampleRun(policy string) Run {
+	r := Run{Policy: policy, Wall: 10 * time.Second}
+	for i := range 10 {
+		r.Results = append(r.Results, workload.Result{Index: i, TTFT: time.Duration(i+1) * 100 * time.Millisecond,
+			Latency: 2 * time.Second, PromptTokens: 100, CachedTokens: 50, CompletionTokens: 10})
+	}
+	r.Results = append(r.Results, workload.Result{Index: 10, Err: "HTTP 500"})
+	r.Endpoints = []Endpoint{
+		{Name: "sim-0", Requests: 3, CacheHits: 30, CacheQueries: 100, Samples: []Sample{{T: time.Second, Waiting: 1, Running: 2}}},
+		{Name: "sim-1", Requests: 7, CacheHits: 60, CacheQueries: 100},
+	}
+	return r
+}
+
+func TestSummarize(t *testing.T) {
+	s := Summarize(sampleRun("p"))
+	want := Summary{Policy: "p", Requests: 11, Errors: 1, TTFTP50: 0.5, TTFTP90: 0.9, TTFTP99: 1.0,
+		RequestsPerSec: 5, OutputTokensPerSec: 50, HitRate: 0.45, ClientCachedRate: 0.5, Share: []float64{0.3, 0.7}}
+	got, _ := json.Marshal(s)
+	exp, _ := json.Marshal(want)
+	if string(got) != string(exp) {
+		t.Fatalf("summary\n got %s\nwant %s", got, exp)
+	}
+	// A run where everything failed has no percentiles and still encodes.
+	none := Summarize(Run{Policy: "x", Results: []workload.Result{{Err: "down"}}})
+	if _, err := json.Marshal(none); err != nil || none.TTFTP50 != 0 {
+		t.Fatalf("all-failed summary %+v: %v", none, err)
+	}
+	var b bytes.Buffer
+	if err := WriteTable(&b, []Summary{none}); err != nil || !strings.Contains(b.String(), "0/1") || !strings.Contains(b.String(), " - ") {
+		t.Fatalf("table for failed run:\n%s", b.String())
+	}
+}
+
+func TestWriteTable(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteTable(&b, []Summary{Summarize(sampleRun("round-robin")), Summarize(sampleRun("precise"))}); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"TTFT p50", "round-robin", "10/11", "500 ms", "900 ms", "5.0", "45.0%", "30% 70%"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestWriteHTMLIsSelfContainedAndEscaped(t *testing.T) {
+	runs := []Run{sampleRun("<b>rr</b>"), sampleRun("precise")}
+	var b bytes.Buffer
+	err := WriteHTML(&b, Page{Title: "t", Generated: time.Unix(0, 0), Setup: []string{"4 sims"}, Runs: runs,
+		Summaries: []Summary{Summarize(runs[0]), Summarize(runs[1])}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if strings.Contains(out, "<b>rr</b>") || !strings.Contains(out, "&lt;b&gt;rr&lt;/b&gt;") {
+		t.Error("policy name not escaped")
+	}
+	if n := strings.Count(out, "<svg"); n != 3 { // the CDF and one load plot per run
+		t.Errorf("%d plots, want 3", n)
+	}
+	for _, banned := range []string{"<script", "src=", "href="} {
+		if strings.Contains(out, banned) {
+			t.Errorf("report references %q: not self-contained", banned)
+		}
+	}
+}
+
+func TestNiceCeil(t *testing.T) {
+	for _, tc := range []struct{ in, want float64 }{{0, 1}, {0.3, 0.3}, {1, 1}, {1.2, 1.5}, {730, 800}, {4.9, 5}, {5600, 6000}, {math.Inf(1), 1}} {
+		if got := niceCeil(tc.in); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("niceCeil(%v) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestTicksFallOnRoundSteps(t *testing.T) {
+	for _, tc := range []struct {
+		max  float64
+		want int
+	}{{1, 5}, {8000, 4}, {6000, 6}, {60, 6}, {30, 6}, {1.5, 6}, {3, 6}, {2.5, 5}, {400, 4}} {
+		if got := ticks(tc.max); got != tc.want {
+			t.Errorf("ticks(%v) = %d, want %d", tc.max, got, tc.want)
+		}
+	}
+}

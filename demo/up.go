@@ -1,0 +1,380 @@
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/term"
+
+	"github.com/kvgate/kvgate/demo/report"
+	"github.com/kvgate/kvgate/demo/workload"
+)
+
+// Options are `kvgate up`'s flags.
+type Options struct {
+	Replicas    int
+	Requests    int
+	Policy      string
+	Baseline    string
+	NoCompare   bool
+	KeepRunning bool
+	Out         string
+	// Bin is the kvgate binary whose subcommands run the components
+	// (default: this executable).
+	Bin          string
+	Wasm         string
+	TokenizerDir string
+	Trace        string
+	TimeScale    float64
+	NumGPUBlocks int
+	Workload     workload.Options
+	// FailOpen starts the gateway with failure_mode_allow.
+	FailOpen bool
+	// GatewayArgs are extra `kvgate gateway` flags.
+	GatewayArgs []string
+}
+
+// DefaultOptions size the default run at about a minute on two cores.
+func DefaultOptions() Options {
+	return Options{
+		Replicas: 4, Requests: 200, Policy: PolicyPrecise, Baseline: PolicyRoundRobin,
+		TimeScale: 0.03, NumGPUBlocks: 600, Workload: workload.DefaultOptions(),
+	}
+}
+
+// ParseFlags parses `kvgate up` arguments and fills in the paths that
+// depend on where the binary and the repository are.
+func ParseFlags(args []string, stderr io.Writer) (Options, error) {
+	o := DefaultOptions()
+	fs := flag.NewFlagSet("kvgate up", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&o.Replicas, "replicas", o.Replicas, "simulated vLLM servers")
+	fs.IntVar(&o.Requests, "requests", o.Requests, "requests replayed per policy")
+	fs.StringVar(&o.Policy, "policy", o.Policy, "routing policy: precise, load or round-robin")
+	fs.StringVar(&o.Baseline, "baseline", o.Baseline, "policy the run is compared against")
+	fs.BoolVar(&o.NoCompare, "no-compare", false, "run only --policy")
+	fs.BoolVar(&o.KeepRunning, "keep-running", false, "leave the --policy fleet up after the run (Ctrl-C stops it)")
+	fs.StringVar(&o.Out, "out", "", "output folder (default out/up-<time> at the repository root)")
+	fs.StringVar(&o.Bin, "kvgate", "", "kvgate binary that runs the components (default: this one)")
+	fs.StringVar(&o.Wasm, "wasm", "", "proxy-wasm filter (default: kvgate-filter.wasm beside the binary)")
+	fs.StringVar(&o.TokenizerDir, "tokenizer", "", "Qwen3 tokenizer folder (default $KVGATE_TOKENIZER_DIR or .cache/tokenizers/qwen3)")
+	fs.StringVar(&o.Trace, "trace", "", "Mooncake trace (default ../shared/traces/mooncake_synthetic_trace.jsonl beside the repository)")
+	fs.Float64Var(&o.TimeScale, "time-scale", o.TimeScale, "simulator speed relative to an H100 (below 1: slower, so that the scaled-down prompts load the servers like full-size ones)")
+	fs.IntVar(&o.NumGPUBlocks, "num-gpu-blocks", o.NumGPUBlocks, "KV-cache blocks per server")
+	fs.DurationVar(&o.Workload.Duration, "duration", o.Workload.Duration, "span the trace's arrivals are compressed into")
+	fs.BoolVar(&o.FailOpen, "failure-mode-allow", false, "gateway falls back to the servers directly when the picker fails")
+	fs.Func("gateway-arg", "extra `kvgate gateway` flag (repeatable), e.g. --gateway-arg=--response-body-mode=none", func(v string) error {
+		o.GatewayArgs = append(o.GatewayArgs, v)
+		return nil
+	})
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	switch {
+	case o.Replicas < 1 || o.Replicas > 32:
+		return o, fmt.Errorf("--replicas %d: want 1..32", o.Replicas)
+	case o.Requests < 1:
+		return o, fmt.Errorf("--requests %d: want at least 1", o.Requests)
+	case !(o.TimeScale > 0):
+		return o, fmt.Errorf("--time-scale %v must be positive", o.TimeScale)
+	}
+	for _, p := range []string{o.Policy, o.Baseline} {
+		if _, ok := Policies[p]; !ok {
+			return o, fmt.Errorf("unknown policy %q", p)
+		}
+	}
+	return o, o.resolvePaths()
+}
+
+// resolvePaths fills the defaults that depend on the file system.
+func (o *Options) resolvePaths() error {
+	if o.Bin == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("locate kvgate: %w", err)
+		}
+		o.Bin = exe
+	}
+	if o.Wasm == "" {
+		o.Wasm = filepath.Join(filepath.Dir(o.Bin), "kvgate-filter.wasm")
+	}
+	root := repoRoot()
+	if o.TokenizerDir == "" {
+		o.TokenizerDir = os.Getenv("KVGATE_TOKENIZER_DIR")
+	}
+	if o.TokenizerDir == "" {
+		o.TokenizerDir = filepath.Join(root, ".cache", "tokenizers", "qwen3")
+	}
+	if o.Trace == "" {
+		o.Trace = filepath.Join(root, "..", "shared", "traces", "mooncake_synthetic_trace.jsonl")
+	}
+	if o.Out == "" {
+		o.Out = filepath.Join(root, "out", "up-"+time.Now().Format("20060102-150405"))
+	}
+	for what, p := range map[string]string{"--wasm (run make build)": o.Wasm, "--tokenizer (run make setup)": o.TokenizerDir, "--trace": o.Trace} {
+		if _, err := os.Stat(p); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	return nil
+}
+
+// repoRoot is the nearest folder above the working directory holding
+// go.mod, or the working directory itself.
+func repoRoot() string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "."
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			return wd
+		}
+	}
+}
+
+// Main is `kvgate up`.
+func Main(ctx context.Context, args []string, stderr io.Writer) error {
+	o, err := ParseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	return Run(ctx, o, os.Stdout, term.IsTerminal(int(os.Stdout.Fd())))
+}
+
+// Run executes a demo: one fresh fleet per policy, the same workload
+// through each, then the comparison. tty enables the progress bar.
+func Run(ctx context.Context, o Options, stdout io.Writer, tty bool) error {
+	f, err := os.Open(o.Trace)
+	if err != nil {
+		return fmt.Errorf("trace: %w", err)
+	}
+	entries, err := workload.ReadTrace(f, 0)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("trace %s: %w", o.Trace, err)
+	}
+	reqs := workload.Build(workload.Select(entries, o.Requests), o.Workload)
+	if err := os.MkdirAll(o.Out, 0o755); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	policies := []string{o.Policy}
+	if !o.NoCompare && o.Baseline != o.Policy {
+		// The baseline goes first so that --keep-running leaves the
+		// chosen policy's fleet up.
+		policies = []string{o.Baseline, o.Policy}
+	}
+	blocks := 0
+	for _, r := range reqs {
+		blocks += r.Blocks
+	}
+	fmt.Fprintf(stdout, "kvgate up: %d simulated %s servers, %d requests from %s (%d trace blocks), policies: %s\n",
+		o.Replicas, Model, len(reqs), filepath.Base(o.Trace), blocks, strings.Join(policies, ", "))
+	fmt.Fprintf(stdout, "output: %s\n", o.Out)
+
+	var runs []report.Run
+	for i, pol := range policies {
+		last := i == len(policies)-1
+		r, stack, err := runPolicy(ctx, o, pol, reqs, stdout, tty)
+		if err != nil {
+			return err
+		}
+		runs = append(runs, r)
+		if last && o.KeepRunning {
+			defer stack.Close()
+			defer func() { keepRunning(ctx, stack, stdout) }()
+			break
+		}
+		stack.Close()
+	}
+	sums := make([]report.Summary, len(runs))
+	for i, r := range runs {
+		sums[i] = report.Summarize(r)
+	}
+	fmt.Fprintln(stdout)
+	if err := report.WriteTable(stdout, sums); err != nil {
+		return err
+	}
+	if err := writeOutputs(o, runs, sums); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nreport:  %s\nresults: %s\nlogs:    %s\n", filepath.Join(o.Out, "report.html"),
+		filepath.Join(o.Out, "results.json"), filepath.Join(o.Out, "logs"))
+	for _, s := range sums {
+		if s.Errors > 0 {
+			return fmt.Errorf("%s: %d of %d requests failed (see results.json)", s.Policy, s.Errors, s.Requests)
+		}
+	}
+	return nil
+}
+
+// runPolicy starts a fleet for pol, replays reqs through it and returns the
+// run with the fleet still up.
+func runPolicy(ctx context.Context, o Options, pol string, reqs []workload.Request, stdout io.Writer, tty bool) (report.Run, *Stack, error) {
+	fmt.Fprintf(stdout, "\n[%s] starting %d sims, epp and gateway...\n", pol, o.Replicas)
+	start := time.Now()
+	stack, err := StartStack(ctx, StackConfig{
+		Bin: o.Bin, Wasm: o.Wasm, TokenizerDir: o.TokenizerDir, Replicas: o.Replicas, Policy: pol,
+		LogDir: filepath.Join(o.Out, "logs", pol), TimeScale: o.TimeScale, NumGPUBlocks: o.NumGPUBlocks,
+		HashSeed: "42", FailOpen: o.FailOpen, GatewayArgs: o.GatewayArgs, Ready: 60 * time.Second,
+		Progress: func(s string) { fmt.Fprintf(stdout, "[%s]   %s\n", pol, s) },
+	})
+	if err != nil {
+		return report.Run{}, nil, fmt.Errorf("%s fleet: %w", pol, err)
+	}
+	fmt.Fprintf(stdout, "[%s] fleet ready in %.1fs; replaying %d requests through %s\n", pol, time.Since(start).Seconds(), len(reqs), stack.GatewayURL)
+
+	// A component that dies ends the replay; its last lines are the error.
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case p := <-stack.Exited():
+			// On a terminal's Ctrl-C the children get the signal too;
+			// their exit is then no failure.
+			if ctx.Err() == nil {
+				cancel(p.AsError())
+			}
+		case <-rctx.Done():
+		}
+	}()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+	before := readCounters(rctx, client, stack.Sims)
+	pl := newPoller(stack.Sims, 250*time.Millisecond)
+	pctx, stopPoll := context.WithCancel(rctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	t0 := time.Now()
+	go func() {
+		defer wg.Done()
+		pl.run(pctx, t0)
+	}()
+	bar := newProgress(stdout, tty, pol, len(reqs))
+	results := workload.Replay(rctx, workload.Target{URL: stack.GatewayURL + "/v1/completions", Model: Model, Client: client}, reqs, bar.update)
+	wall := time.Since(t0)
+	stopPoll()
+	wg.Wait()
+	bar.finish(wall)
+	if err := context.Cause(rctx); err != nil {
+		stack.Close()
+		if ctx.Err() != nil {
+			return report.Run{}, nil, ctx.Err()
+		}
+		return report.Run{}, nil, fmt.Errorf("%s run: %w", pol, err)
+	}
+	after := readCounters(ctx, client, stack.Sims)
+	run := report.Run{Policy: pol, Wall: wall, Results: results}
+	for i, s := range stack.Sims {
+		run.Endpoints = append(run.Endpoints, report.Endpoint{
+			Name: s.Name, Requests: after[i].requests - before[i].requests,
+			PromptTokens: after[i].promptTokens - before[i].promptTokens,
+			CacheHits:    after[i].hits - before[i].hits, CacheQueries: after[i].queries - before[i].queries,
+			Samples: pl.samples(i),
+		})
+	}
+	return run, stack, nil
+}
+
+func writeOutputs(o Options, runs []report.Run, sums []report.Summary) error {
+	js, err := json.MarshalIndent(map[string]any{"options": o, "summaries": sums, "runs": runs}, "", " ")
+	if err != nil {
+		return fmt.Errorf("results.json: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(o.Out, "results.json"), js, 0o644); err != nil {
+		return fmt.Errorf("results.json: %w", err)
+	}
+	f, err := os.Create(filepath.Join(o.Out, "report.html"))
+	if err != nil {
+		return fmt.Errorf("report.html: %w", err)
+	}
+	setup := []string{
+		fmt.Sprintf("%d simulated vLLM servers (%s, preset qwen3-0.6b-h100, time scale %g, %d KV blocks of 16 tokens each)", o.Replicas, Model, o.TimeScale, o.NumGPUBlocks),
+		fmt.Sprintf("%d requests from the Mooncake trace: the most-shared prefix groups, each 512-token block as %d words of text (prompts capped at %d blocks), output capped at %d tokens, arrivals compressed into %s",
+			o.Requests, o.Workload.WordsPerBlock, o.Workload.MaxBlocks, o.Workload.MaxOutputTokens, o.Workload.Duration),
+		"each policy ran on a fresh fleet (empty caches), through kvgate gateway with the wasm filter and the kvgate Endpoint Picker",
+	}
+	for _, r := range runs {
+		setup = append(setup, fmt.Sprintf("%s: %s", r.Policy, Policies[r.Policy]))
+	}
+	err = report.WriteHTML(f, report.Page{Title: "kvgate up: routing policies compared", Generated: time.Now(), Setup: setup, Runs: runs, Summaries: sums})
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("report.html: %w", err)
+	}
+	return nil
+}
+
+// keepRunning prints how to use the fleet and waits for Ctrl-C or a
+// component's death.
+func keepRunning(ctx context.Context, s *Stack, stdout io.Writer) {
+	fmt.Fprintf(stdout, "\nThe fleet is up. Gateway: %s\nTry:\n  curl -sN %s/v1/completions -H 'Content-Type: application/json' \\\n    -d '{\"model\":%q,\"prompt\":\"The capital of France is\",\"max_tokens\":16,\"stream\":true}'\nPress Ctrl-C to stop.\n",
+		s.GatewayURL, s.GatewayURL, Model)
+	select {
+	case <-ctx.Done():
+	case p := <-s.Exited():
+		if ctx.Err() == nil {
+			fmt.Fprintln(stdout, p.AsError())
+		}
+	}
+	fmt.Fprintln(stdout, "stopping...")
+}
+
+// progress reports a replay: a redrawn bar on a terminal, a line per
+// quarter otherwise. update may be called from many goroutines.
+type progress struct {
+	mu    sync.Mutex
+	w     io.Writer
+	tty   bool
+	label string
+	total int
+	shown int
+	start time.Time
+}
+
+func newProgress(w io.Writer, tty bool, label string, total int) *progress {
+	return &progress{w: w, tty: tty, label: label, total: total, start: time.Now()}
+}
+
+func (p *progress) update(done int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if done <= p.shown {
+		return
+	}
+	p.shown = done
+	if p.tty {
+		const width = 40
+		n := width * done / p.total
+		fmt.Fprintf(p.w, "\r[%s] [%s%s] %d/%d %.0fs ", p.label, strings.Repeat("#", n), strings.Repeat(".", width-n), done, p.total, time.Since(p.start).Seconds())
+		return
+	}
+	if q := 4 * done / p.total; q > 4*(done-1)/p.total {
+		fmt.Fprintf(p.w, "[%s]   %d/%d requests done (%.0fs)\n", p.label, done, p.total, time.Since(p.start).Seconds())
+	}
+}
+
+func (p *progress) finish(wall time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.tty {
+		fmt.Fprintln(p.w)
+	}
+	fmt.Fprintf(p.w, "[%s] replay finished in %.1fs\n", p.label, wall.Seconds())
+}
