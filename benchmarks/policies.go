@@ -4,57 +4,28 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/kvgate/kvgate/benchmarks/cluster"
 	"github.com/kvgate/kvgate/extproc/config"
 )
 
-const header = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"
+// Policies are the built-in routing policies in their report order: the
+// named policies of extproc/config (the precise one hashing blocks as the
+// simulated servers do) and the bench-only oracle.
+var Policies = builtinPolicies()
 
-// Policies are the built-in routing policies in their report order. Each is
-// the EndpointPickerConfig a user would deploy for it.
-var Policies = []cluster.Policy{
-	{Name: "random", Config: []byte(header + "plugins:\n- type: random-picker\n")},
-	{Name: "round-robin", Config: []byte(header + "plugins:\n- type: round-robin-picker\n")},
-	{Name: "load", Config: []byte(header + `plugins:
-- type: queue-scorer
-- type: kv-cache-utilization-scorer
-- type: max-score-picker
-schedulingProfiles:
-- name: default
-  plugins:
-  - pluginRef: queue-scorer
-    weight: 2
-  - pluginRef: kv-cache-utilization-scorer
-    weight: 2
-  - pluginRef: max-score-picker
-`)},
-	{Name: "approx", Config: []byte(config.DefaultYAML)},
-	// llm-d's precise prefix-cache routing profile: GIE's default with the
-	// approximate scorer replaced by the KV-event-fed one, hashing blocks as
-	// the simulated servers do.
-	{Name: "precise", Config: []byte(header + `plugins:
-- type: queue-scorer
-- type: kv-cache-utilization-scorer
-- type: precise-prefix-cache-scorer
-  parameters:
-    blockSize: ` + strconv.Itoa(cluster.DefaultBlockSize) + `
-    hashSeed: "` + cluster.DefaultHashSeed + `"
-- type: max-score-picker
-schedulingProfiles:
-- name: default
-  plugins:
-  - pluginRef: queue-scorer
-    weight: 2
-  - pluginRef: kv-cache-utilization-scorer
-    weight: 2
-  - pluginRef: precise-prefix-cache-scorer
-    weight: 3
-  - pluginRef: max-score-picker
-`)},
-	{Name: "oracle", Config: []byte(header + "plugins:\n- type: " + cluster.OracleType + "\n")},
+func builtinPolicies() []cluster.Policy {
+	var out []cluster.Policy
+	for _, name := range config.PolicyNames {
+		raw, err := config.Policy(name, config.PolicyOptions{BlockSize: cluster.DefaultBlockSize, HashSeed: cluster.DefaultHashSeed})
+		if err != nil {
+			panic(err) // PolicyNames lists only names Policy knows
+		}
+		out = append(out, cluster.Policy{Name: name, Config: raw})
+	}
+	oracle := fmt.Sprintf("apiVersion: %s\nkind: %s\nplugins:\n- type: %s\n", config.APIVersionGIE, config.Kind, cluster.OracleType)
+	return append(out, cluster.Policy{Name: "oracle", Config: []byte(oracle)})
 }
 
 // DefaultPolicies is every built-in policy.

@@ -1,25 +1,25 @@
 package demo
 
 import (
-	"fmt"
-	"strconv"
+	"github.com/kvgate/kvgate/extproc/config"
 )
 
-// Policy names accepted by --policy.
+// Policy names accepted by --policy: the named policies of extproc/config,
+// which the cluster benchmark measures too.
 const (
-	PolicyPrecise    = "precise"
-	PolicyRoundRobin = "round-robin"
-	PolicyLoad       = "load"
+	PolicyPrecise    = config.PolicyPrecise
+	PolicyRoundRobin = config.PolicyRoundRobin
+	PolicyLoad       = config.PolicyLoad
 )
 
 // Policies lists the --policy values with what they mean.
 var Policies = map[string]string{
-	PolicyPrecise:    "precise prefix-cache scorer (KV events) + queue + KV-utilisation, max score",
-	PolicyLoad:       "queue + KV-utilisation scorers, max score (no cache awareness)",
-	PolicyRoundRobin: "round-robin picker (the classic load balancer)",
+	PolicyPrecise:       "precise prefix-cache scorer (KV events) + queue + KV-utilisation, max score",
+	config.PolicyApprox: "approximate prefix-cache scorer (GIE's default profile) + queue + KV-utilisation, max score",
+	PolicyLoad:          "queue + KV-utilisation scorers, max score (no cache awareness)",
+	PolicyRoundRobin:    "round-robin picker (the classic load balancer)",
+	config.PolicyRandom: "random picker",
 }
-
-const configHead = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n"
 
 // policyConfig is the EndpointPickerConfig of a policy. The precise scorer
 // must hash as the simulators do: same tokenizer, block size and seed.
@@ -27,58 +27,13 @@ const configHead = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: En
 // refuses the connection (a server that just died, before the picker's
 // scrapes notice).
 func policyConfig(policy, tokenizerDir, hashSeed string) (string, error) {
-	switch policy {
-	case PolicyPrecise:
-		return configHead + fmt.Sprintf(`plugins:
-- type: precise-prefix-cache-scorer
-  parameters:
-    tokenizer: %s
-    blockSize: 16
-    hashSeed: %s
-- type: queue-scorer
-- type: kv-cache-utilization-scorer
-- type: max-score-picker
-  parameters: {maxNumOfEndpoints: 2}
-schedulingProfiles:
-- name: default
-  plugins:
-  - pluginRef: precise-prefix-cache-scorer
-    weight: 3
-  - pluginRef: queue-scorer
-    weight: 2
-  - pluginRef: kv-cache-utilization-scorer
-    weight: 1
-  - pluginRef: max-score-picker
-`, strconv.Quote(tokenizerDir), strconv.Quote(hashSeed)), nil
-	case PolicyLoad:
-		return configHead + `plugins:
-- type: queue-scorer
-- type: kv-cache-utilization-scorer
-- type: max-score-picker
-  parameters: {maxNumOfEndpoints: 2}
-schedulingProfiles:
-- name: default
-  plugins:
-  - pluginRef: queue-scorer
-    weight: 2
-  - pluginRef: kv-cache-utilization-scorer
-    weight: 1
-  - pluginRef: max-score-picker
-`, nil
-	case PolicyRoundRobin:
-		return configHead + `plugins:
-- type: round-robin-picker
-  parameters: {maxNumOfEndpoints: 2}
-schedulingProfiles:
-- name: default
-  plugins:
-  - pluginRef: round-robin-picker
-`, nil
-	}
-	return "", fmt.Errorf("unknown policy %q (want %s, %s or %s)", policy, PolicyPrecise, PolicyLoad, PolicyRoundRobin)
+	raw, err := config.Policy(policy, config.PolicyOptions{Tokenizer: tokenizerDir, BlockSize: 16, HashSeed: hashSeed, Fallbacks: 1})
+	return string(raw), err
 }
 
 // readsBody reports whether a policy's picker needs the request body. The
 // others run on the headers-only fast path (--request-body-mode none):
 // the body goes straight to the model server, never through gRPC.
-func readsBody(policy string) bool { return policy == PolicyPrecise }
+func readsBody(policy string) bool {
+	return policy == PolicyPrecise || policy == config.PolicyApprox
+}

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/kvindex"
 	"github.com/kvgate/kvgate/extproc/plugins/all"
+	"github.com/kvgate/kvgate/extproc/plugins/precise"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/scheduling/schedtest"
 )
@@ -180,4 +182,33 @@ func FuzzParse(f *testing.F) {
 		}
 		_, _ = Build(c, reg, &scheduling.Handle{}, nil)
 	})
+}
+
+// Every named policy builds, and approx is GIE's default profile.
+func TestPolicies(t *testing.T) {
+	reg := all.Registry()
+	h := &scheduling.Handle{Services: map[string]any{precise.ServiceKVIndex: kvindex.New(kvindex.Config{})}}
+	for _, name := range PolicyNames {
+		raw, err := Policy(name, PolicyOptions{BlockSize: 16, HashSeed: "7", Fallbacks: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := Parse(raw)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, raw)
+		}
+		b, err := Build(c, reg, h, nil)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, raw)
+		}
+		if name == PolicyApprox {
+			got := shape(b.Scheduler.Profiles()["default"])
+			if got.scorers["prefix-cache-scorer"] != 3 || got.scorers["queue-scorer"] != 2 || got.scorers["kv-cache-utilization-scorer"] != 2 {
+				t.Fatalf("approx profile %+v", got)
+			}
+		}
+	}
+	if _, err := Policy("fastest", PolicyOptions{}); err == nil {
+		t.Fatal("unknown policy accepted")
+	}
 }
