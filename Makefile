@@ -13,7 +13,7 @@ GOFLAGS    ?=
 APT_PKGS   := nodejs npm
 export KVGATE_TOKENIZER_DIR := $(CURDIR)/$(CACHE)/tokenizers/qwen3
 
-.PHONY: all setup build wasm test test-short run bench lint fmt proto clean
+.PHONY: all setup envtest build wasm test test-short run bench bench-cluster lint fmt proto clean
 
 all: build
 
@@ -23,6 +23,13 @@ $(STAMP): go.mod go.sum scripts/setup.sh scripts/setup-tokenizer.sh
 	@mkdir -p $(CACHE) && touch $@
 
 setup: $(STAMP)
+
+# A real kube-apiserver (built from k8s.io/kubernetes), etcd, helm and the
+# third-party CRDs for the Kubernetes discovery and Helm chart tests, in
+# .cache/envtest. The first run builds for several minutes; later runs
+# return at once.
+envtest:
+	@bash scripts/envtest.sh
 
 build: setup
 	@mkdir -p $(BIN)
@@ -35,11 +42,12 @@ wasm:
 	@mkdir -p $(BIN)
 	GOEXPERIMENT=jsonv2 GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o $(BIN)/kvgate-filter.wasm ./wasm-filter
 
-# The whole suite, race detector on. KVGATE_REQUIRE_TOKENIZER turns the
-# tokenizer cross-check's "skip when node or the npm package is missing" into
-# a failure: after setup they must be there.
-test: build
-	KVGATE_REQUIRE_TOKENIZER=1 KVGATE_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test -race -timeout 15m ./...
+# The whole suite, race detector on. The KVGATE_REQUIRE_* variables turn
+# "skip when an asset is missing" (tokenizer files and node, the envtest
+# binaries) into failures: after setup they must be there. KVGATE_BIN_DIR
+# lets the end-to-end tests use the binaries just built.
+test: build envtest
+	KVGATE_REQUIRE_TOKENIZER=1 KVGATE_REQUIRE_ENVTEST=1 KVGATE_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test -race -timeout 20m ./...
 
 test-short: setup
 	$(GO) test -short ./...
@@ -50,6 +58,14 @@ run: build
 # Micro-benchmarks; figures are recorded in benchmarks/RESULTS.md.
 bench: setup
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 1s ./... | tee $(CACHE)/bench.txt
+
+# The cluster simulations of benchmarks/RESULTS.md.
+bench-cluster: build
+	$(BIN)/kvgate bench --trace ../shared/traces/mooncake_synthetic_trace.jsonl --replicas 8 \
+		--preset llama-3.1-8b-h100 --qps-scale 3 --seed 1 --out benchmarks/results/mooncake
+	$(BIN)/kvgate bench --workload shared-prefix --replicas 8 --preset qwen3-32b-tp2-h100 --groups 150 \
+		--prefix-tokens 6000 --suffix-tokens 1200 --output-tokens 300 --ramp 3,10,20,30,40,50,60 \
+		--stage-duration 30s --seed 1 --out benchmarks/results/llmd
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \

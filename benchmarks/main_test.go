@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvgate/kvgate/benchmarks/cluster"
 	"github.com/kvgate/kvgate/benchmarks/workload"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/sim/engine"
 )
 
@@ -132,7 +133,7 @@ func TestChatWithConfigFile(t *testing.T) {
 // replicas under the precise policy and reports simulated requests per
 // wall-clock second.
 func BenchmarkMooncake8Replicas(b *testing.B) {
-	f, err := os.Open(filepath.Join(sharedDir(b), "traces", "mooncake_synthetic_trace.jsonl"))
+	f, err := os.Open(filepath.Join(testutil.SharedDir(b), "traces", "mooncake_synthetic_trace.jsonl"))
 	if err != nil {
 		b.Skipf("trace absent: %v", err)
 	}
@@ -156,31 +157,6 @@ func BenchmarkMooncake8Replicas(b *testing.B) {
 			b.ReportMetric(float64(len(reqs)*b.N)/time.Since(start).Seconds(), "sim-req/s")
 		})
 	}
-}
-
-// sharedDir is the project's shared test data: the folder "shared" beside
-// the repository root (the directory holding go.mod).
-func sharedDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("repository root not found")
-		}
-		dir = parent
-	}
-	shared := filepath.Join(dir, "..", "shared")
-	if _, err := os.Stat(shared); err != nil {
-		t.Skip("shared test data absent")
-	}
-	return shared
 }
 
 func TestProgressBar(t *testing.T) {

@@ -11,32 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-// sharedDir finds /work/shared beside the repository root (the folder
-// holding go.mod).
-func sharedDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("repository root not found")
-		}
-		dir = parent
-	}
-	shared := filepath.Join(dir, "..", "shared")
-	if _, err := os.Stat(shared); err != nil {
-		t.Skip("shared test data absent")
-	}
-	return shared
-}
+	"github.com/kvgate/kvgate/internal/testutil"
+)
 
 func firstLines(t *testing.T, path string, n int) []byte {
 	t.Helper()
@@ -59,7 +36,7 @@ func firstLines(t *testing.T, path string, n int) []byte {
 }
 
 func TestLoadMooncakeRealTrace(t *testing.T) {
-	data := firstLines(t, filepath.Join(sharedDir(t), "traces", "mooncake_synthetic_trace.jsonl"), 200)
+	data := firstLines(t, filepath.Join(testutil.SharedDir(t), "traces", "mooncake_synthetic_trace.jsonl"), 200)
 	reqs, err := LoadMooncake(bytes.NewReader(data))
 	if err != nil {
 		t.Fatal(err)

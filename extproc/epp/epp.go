@@ -9,6 +9,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,6 +25,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/config"
 	"github.com/kvgate/kvgate/extproc/director"
 	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/endpoints/k8s"
 	"github.com/kvgate/kvgate/extproc/endpoints/poolmetrics"
 	"github.com/kvgate/kvgate/extproc/endpoints/scrape"
 	"github.com/kvgate/kvgate/extproc/endpoints/staticfile"
@@ -48,6 +52,13 @@ type Options struct {
 	MetricsAddr            string
 	RefreshMetricsInterval time.Duration
 	PoolName               string
+	// Kubernetes discovery, used when EndpointsFile is empty: the
+	// InferencePool PoolName in PoolNamespace, or without a pool the pods
+	// matching EndpointSelector on EndpointTargetPorts.
+	PoolNamespace       string
+	EndpointSelector    string
+	EndpointTargetPorts []int
+	Kubeconfig          string
 	// KVEventsAddr is the ZMQ endpoint the picker binds for the model
 	// servers' KV-cache events (e.g. tcp://*:5557); empty for none.
 	KVEventsAddr        string
@@ -81,7 +92,20 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.StringVar(&o.HealthAddr, "health-addr", o.HealthAddr, "gRPC health service listen address")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Prometheus /metrics listen address")
 	fs.DurationVar(&o.RefreshMetricsInterval, "refresh-metrics-interval", o.RefreshMetricsInterval, "interval between scrapes of each model server's /metrics")
-	fs.StringVar(&o.PoolName, "pool-name", o.PoolName, "pool name: the name label of pool metrics")
+	fs.StringVar(&o.PoolName, "pool-name", o.PoolName, "InferencePool to watch (without --endpoints); also the name label of pool metrics")
+	fs.StringVar(&o.PoolNamespace, "pool-namespace", "", "namespace of the InferencePool (default: the kubeconfig context's, or the pod's own)")
+	fs.StringVar(&o.EndpointSelector, "endpoint-selector", "", "without an InferencePool: label selector of the model-server pods")
+	fs.Func("endpoint-target-ports", "with --endpoint-selector: comma-separated ports of the model servers", func(s string) error {
+		for _, f := range strings.Split(s, ",") {
+			port, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				return fmt.Errorf("port %q: %w", f, err)
+			}
+			o.EndpointTargetPorts = append(o.EndpointTargetPorts, port)
+		}
+		return nil
+	})
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else in-cluster)")
 	fs.StringVar(&o.KVEventsAddr, "kv-events-addr", "", "ZMQ endpoint to bind for vLLM KV-cache events, e.g. tcp://*:5557 (servers publish with topic kv@<ip:port>@<model>)")
 	fs.BoolVar(&o.TrustFilterHeaders, "trust-filter-headers", false, "route requests without a body on the x-kvgate-* headers of kvgate's wasm filter (Envoy request body mode NONE); only behind a proxy that runs the filter")
 	fs.IntVar(&o.MaxRequestBodyBytes, "max-request-body-bytes", o.MaxRequestBodyBytes, "largest request body the picker buffers")
@@ -95,8 +119,8 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	if o.ConfigFile != "" && o.ConfigText != "" {
 		return o, errors.New("--config and --config-text are exclusive")
 	}
-	if o.EndpointsFile == "" {
-		return o, errors.New("--endpoints is required (Kubernetes discovery is not configured)")
+	if o.EndpointsFile != "" && (o.EndpointSelector != "" || len(o.EndpointTargetPorts) > 0) {
+		return o, errors.New("--endpoints and --endpoint-selector are exclusive: endpoints come from the file or from Kubernetes")
 	}
 	if o.RefreshMetricsInterval <= 0 {
 		return o, fmt.Errorf("--refresh-metrics-interval must be positive, got %v", o.RefreshMetricsInterval)
@@ -166,7 +190,17 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	}
 	p.scraper = scrape.New(p.ds, scrape.Config{Pool: o.PoolName, Interval: o.RefreshMetricsInterval, Logger: log})
 	p.reg.MustRegister(p.scraper)
-	p.source = &staticfile.File{Path: o.EndpointsFile, Logger: log}
+	var objectives director.Objectives
+	if o.EndpointsFile != "" {
+		p.source = &staticfile.File{Path: o.EndpointsFile, Logger: log}
+	} else {
+		disc, err := kubernetesSource(o, log)
+		if err != nil {
+			p.stopKVEvents()
+			return nil, err
+		}
+		p.source, objectives = disc, disc
+	}
 
 	d := director.New(director.Options{
 		Pool:             p.ds,
@@ -174,6 +208,7 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 		Hooks:            director.Hooks{PreRequest: p.built.PreRequest, ResponseComplete: p.built.ResponseComplete},
 		Saturation:       saturation.New(p.built.Saturation, time.Now),
 		TrustFilterHints: o.TrustFilterHeaders,
+		Objectives:       objectives,
 		Metrics:          m,
 		Logger:           log,
 	})
@@ -192,6 +227,24 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 		*l.dst = ln
 	}
 	return p, nil
+}
+
+// kubernetesSource discovers endpoints from an InferencePool, or from the
+// pods an --endpoint-selector matches, and resolves InferenceObjective
+// priorities.
+func kubernetesSource(o Options, log *slog.Logger) (*k8s.Discovery, error) {
+	k8s.RouteLogs(log)
+	ko := k8s.Options{PoolNamespace: o.PoolNamespace, Kubeconfig: o.Kubeconfig, Logger: log}
+	if o.EndpointSelector != "" {
+		ko.EndpointSelector, ko.TargetPorts = o.EndpointSelector, o.EndpointTargetPorts
+	} else {
+		ko.PoolName = o.PoolName
+	}
+	d, err := k8s.New(ko)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes discovery (or give --endpoints FILE): %w", err)
+	}
+	return d, nil
 }
 
 func loadConfig(o Options) (*config.Config, error) {
@@ -268,7 +321,8 @@ func (p *Picker) Run(ctx context.Context) error {
 	mux.Handle("/metrics", promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{Registry: p.reg}))
 	metricsSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 
-	g.Go(func() error { return p.ds.Run(ctx, p.source) })
+	src := &firstApply{Source: p.source, done: make(chan struct{})}
+	g.Go(func() error { return p.ds.Run(ctx, src) })
 	g.Go(func() error { return p.scraper.Run(ctx) })
 	g.Go(func() error { return serveGRPC(extproc, p.listeners.grpc) })
 	g.Go(func() error { return serveGRPC(healthGRPC, p.listeners.health) })
@@ -279,15 +333,12 @@ func (p *Picker) Run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error {
-		// Ready once discovery has delivered a first set of endpoints.
-		t := time.NewTicker(10 * time.Millisecond)
-		defer t.Stop()
-		for len(p.ds.All()) == 0 {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-t.C:
-			}
+		// Ready once discovery has delivered its first set of endpoints
+		// (possibly empty: an empty pool is known, not unknown).
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-src.done:
 		}
 		healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 		healthSrv.SetServingStatus("envoy.service.ext_proc.v3.ExternalProcessor", healthpb.HealthCheckResponse_SERVING)
@@ -326,4 +377,21 @@ func stopGRPC(ctx context.Context, s *grpc.Server) {
 	case <-ctx.Done():
 		s.Stop()
 	}
+}
+
+// firstApply tells when a source's first membership set was accepted.
+type firstApply struct {
+	endpoints.Source
+	once sync.Once
+	done chan struct{}
+}
+
+func (f *firstApply) Run(ctx context.Context, apply func([]endpoints.Spec) error) error {
+	return f.Source.Run(ctx, func(specs []endpoints.Spec) error {
+		err := apply(specs)
+		if err == nil {
+			f.once.Do(func() { close(f.done) })
+		}
+		return err
+	})
 }

@@ -16,6 +16,9 @@ import (
 
 	procmode "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/kvgate/kvgate/extproc/inferr"
@@ -403,4 +406,23 @@ func TestEndpointsFileWatched(t *testing.T) {
 		_, r := f.route(t, nil, completion, 1)
 		return f.destination(t, r) == extra.addr
 	})
+}
+
+// The health service reports SERVING once discovery delivered its first
+// set, on the health port and on the ext_proc port (for Envoy's checks).
+func TestHealthServing(t *testing.T) {
+	f := startFleet(t, "")
+	grpcAddr, healthAddr, _ := f.picker.Addrs()
+	for _, addr := range []string{healthAddr, grpcAddr} {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		c := healthpb.NewHealthClient(conn)
+		waitFor(t, "SERVING on "+addr, func() bool {
+			r, err := c.Check(context.Background(), &healthpb.HealthCheckRequest{})
+			return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING
+		})
+	}
 }

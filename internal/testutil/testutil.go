@@ -6,6 +6,7 @@ package testutil
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -15,17 +16,26 @@ import (
 // go.mod.
 func RepoRoot(tb testing.TB) string {
 	tb.Helper()
-	dir, err := os.Getwd()
+	dir, err := FindRepoRoot()
 	if err != nil {
 		tb.Fatal(err)
 	}
+	return dir
+}
+
+// FindRepoRoot is RepoRoot for callers without a testing.TB (TestMain).
+func FindRepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
+			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			tb.Fatal("go.mod not found above the test directory")
+			return "", errors.New("go.mod not found above the working directory")
 		}
 		dir = parent
 	}

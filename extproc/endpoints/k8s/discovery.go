@@ -36,8 +36,9 @@ import (
 // Pod-ready to routable latency and is kept far below a second.
 const coalesceWindow = 10 * time.Millisecond
 
-// ErrAlreadyRunning is returned by a second concurrent Run.
-var ErrAlreadyRunning = errors.New("kubernetes discovery is already running")
+// ErrAlreadyRunning is returned by any Run after the first: a Discovery
+// runs once.
+var ErrAlreadyRunning = errors.New("kubernetes discovery already ran")
 
 // Discovery is an endpoints.Source backed by Kubernetes, and the priority
 // resolver of InferenceObjectives for the same pool.
@@ -50,7 +51,7 @@ type Discovery struct {
 	cache  cache.Cache
 	direct client.Client // uncached, for the start-up checks only
 
-	running atomic.Bool
+	started atomic.Bool
 	// wake has capacity one: informer handlers only raise it, so a burst of
 	// events costs nothing and never blocks the informers.
 	wake            chan struct{}
@@ -159,21 +160,29 @@ func (d *Discovery) Priority(name string) (int, bool) {
 
 // Run watches the cluster and calls apply with the complete endpoint set
 // once the caches are in sync (even when it is empty) and after every change
-// to it, until ctx is done. It returns an error when discovery cannot start:
-// the InferencePool API is not installed, or the service account may not
-// read pods or the pool.
+// to it, until ctx is done; it returns nil then. It returns an error when
+// discovery cannot start (the InferencePool API is not installed, or the
+// service account may not read pods or the pool) and ErrAlreadyRunning when
+// called again.
 func (d *Discovery) Run(ctx context.Context, apply func([]endpoints.Spec) error) error {
-	if !d.running.CompareAndSwap(false, true) {
+	// The cache and its informers cannot be restarted, so a Discovery runs
+	// once; a new one is cheap.
+	if !d.started.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
 	}
-	defer d.running.Store(false)
 	if err := d.preflight(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // cancelled while starting: not a failure
+		}
 		return err
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if err := d.register(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	cacheDone := make(chan error, 1)

@@ -10,6 +10,8 @@ import (
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // RequireEnv is the environment variable that turns a missing envtest into a
@@ -22,30 +24,12 @@ var ErrNoAssets = errors.New("envtest binaries not found: run scripts/envtest.sh
 // Required reports whether tests must fail rather than skip without envtest.
 func Required() bool { return os.Getenv(RequireEnv) == "1" }
 
-// RepoRoot finds the repository root by walking up to go.mod.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("go.mod not found above the working directory")
-		}
-		dir = parent
-	}
-}
-
 // AssetsDir is where kube-apiserver and etcd are: $KUBEBUILDER_ASSETS when
 // set, otherwise .cache/envtest/bin of the repository.
 func AssetsDir() (string, error) {
 	dir := os.Getenv("KUBEBUILDER_ASSETS")
 	if dir == "" {
-		root, err := RepoRoot()
+		root, err := testutil.FindRepoRoot()
 		if err != nil {
 			return "", err
 		}
@@ -72,7 +56,7 @@ func ExtraCRDDir() (string, error) {
 // GIECRDDir is config/crd/bases of the gateway-api-inference-extension
 // module version in go.mod, so the CRDs always match the Go types.
 func GIECRDDir() (string, error) {
-	root, err := RepoRoot()
+	root, err := testutil.FindRepoRoot()
 	if err != nil {
 		return "", err
 	}
