@@ -34,11 +34,11 @@ var defaultMaxPrefixBlocks = map[hints.Mode]int{hints.Approximate: 256, hints.Pr
 
 func defaultConfig() config {
 	return config{
-		Mode:            "approximate",
-		BlockSize:       16,
-		MaxBodyBytes:    8 << 20,
-		DenseBlocks:     256,
-		mode:            hints.Approximate,
+		Mode:         "approximate",
+		BlockSize:    16,
+		MaxBodyBytes: 8 << 20,
+		DenseBlocks:  256,
+		mode:         hints.Approximate,
 	}
 }
 
