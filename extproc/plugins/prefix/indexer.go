@@ -2,6 +2,7 @@ package prefix
 
 import (
 	"container/list"
+	"slices"
 	"sync"
 )
 
@@ -22,6 +23,7 @@ type indexer struct {
 
 type serverLRU struct {
 	id    uint32
+	name  string
 	order *list.List // front = most recent; values are uint64 hashes
 	nodes map[uint64]*list.Element
 }
@@ -40,7 +42,7 @@ func (x *indexer) add(server string, hashes []uint64, capacity int) {
 	defer x.mu.Unlock()
 	s := x.servers[server]
 	if s == nil {
-		s = &serverLRU{order: list.New(), nodes: map[uint64]*list.Element{}}
+		s = &serverLRU{name: server, order: list.New(), nodes: map[uint64]*list.Element{}}
 		if n := len(x.freeIDs); n > 0 {
 			s.id, x.freeIDs = x.freeIDs[n-1], x.freeIDs[:n-1]
 			x.byID[s.id] = s
@@ -100,7 +102,14 @@ func (x *indexer) remove(server string) {
 
 // match writes, for each server in names, how many leading hashes it holds
 // consecutively from the first. slot is scratch the caller owns.
+//
+// Only the servers holding a matched block are looked up among the
+// candidates, lazily: most candidates hold nothing of a given prompt, and
+// resolving every one of them by name costs more than the whole match.
+// Candidates usually come sorted by name (the datastore's order), which
+// makes each lookup a binary search.
 func (x *indexer) match(hashes []uint64, names []string, matched []int, slot []int32) []int32 {
+	clear(matched[:len(names)])
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	if cap(slot) < len(x.byID) {
@@ -108,18 +117,24 @@ func (x *indexer) match(hashes []uint64, names []string, matched []int, slot []i
 	}
 	slot = slot[:len(x.byID)]
 	for i := range slot {
-		slot[i] = -1
+		slot[i] = unresolved
 	}
-	for i, n := range names {
-		matched[i] = 0
-		if s := x.servers[n]; s != nil {
-			slot[s.id] = int32(i)
+	sorted := slices.IsSorted(names)
+	position := func(id uint32) int32 {
+		if slot[id] == unresolved {
+			slot[id] = notCandidate
+			if s := x.byID[id]; s != nil {
+				if i, ok := find(names, s.name, sorted); ok {
+					slot[id] = int32(i)
+				}
+			}
 		}
+		return slot[id]
 	}
 	for depth, h := range hashes {
 		advanced := false
 		for _, id := range x.blocks[h] {
-			if c := slot[id]; c >= 0 && matched[c] == depth {
+			if c := position(id); c >= 0 && matched[c] == depth {
 				matched[c] = depth + 1
 				advanced = true
 			}
@@ -140,4 +155,20 @@ func (x *indexer) size() int {
 		n += s.order.Len()
 	}
 	return n
+}
+
+// Slot markers of match.
+const (
+	unresolved   = -2
+	notCandidate = -1
+)
+
+// find is the position of name in names.
+func find(names []string, name string, sorted bool) (int, bool) {
+	if sorted {
+		i, ok := slices.BinarySearch(names, name)
+		return i, ok
+	}
+	i := slices.Index(names, name)
+	return i, i >= 0
 }
