@@ -11,20 +11,23 @@ type Prediction struct {
 	// length.
 	BlockTokens  int
 	PromptTokens int
-	matched      map[string]float64 // endpoint name → blocks, non-zero only
-	predicted    int
+	// matched lists the candidates holding blocks; a slice, not a map: it
+	// is written once per candidate and read once, on the hot path.
+	matched   []heldBlocks
+	predicted int
+}
+
+type heldBlocks struct {
+	endpoint *endpoints.Endpoint
+	blocks   float64
 }
 
 // Matched records that endpoint e holds blocks of the prompt (tier-weighted
 // blocks may be fractional).
 func (p *Prediction) Matched(e *endpoints.Endpoint, blocks float64) {
-	if blocks <= 0 {
-		return
+	if blocks > 0 {
+		p.matched = append(p.matched, heldBlocks{e, blocks})
 	}
-	if p.matched == nil {
-		p.matched = make(map[string]float64, 4)
-	}
-	p.matched[e.Name()] = blocks
 }
 
 // Predict records the prediction for res's primary target and returns that
@@ -35,7 +38,12 @@ func (p *Prediction) Predict(res *Result, rec PrefixRecorder, plugin TypedName) 
 		return nil
 	}
 	target := primary.Targets[0]
-	p.predicted = int(p.matched[target.Name()] * float64(p.BlockTokens))
+	p.predicted = 0
+	for _, m := range p.matched {
+		if m.endpoint == target {
+			p.predicted = int(m.blocks * float64(p.BlockTokens))
+		}
+	}
 	rec.PrefixPredicted(plugin, p.predicted, p.PromptTokens)
 	return target
 }

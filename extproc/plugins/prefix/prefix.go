@@ -75,7 +75,6 @@ type Scorer struct {
 }
 
 type scratch struct {
-	hashes  []uint64
 	names   []string
 	matched []int
 	slot    []int32
@@ -111,8 +110,10 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 
 // hashed is what Score leaves in the cycle state for PreRequest.
 type hashed struct {
-	// prefix is the request's block sample; nil without a prompt.
+	// prefix is the request's block sample; nil without a prompt. hashes
+	// are its hashes in order, matched in Score and recorded in PreRequest.
 	prefix     *hints.Prefix
+	hashes     []uint64
 	prediction scheduling.Prediction
 }
 
@@ -173,7 +174,7 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 	}
 	sc := s.scratch.Get().(*scratch)
 	defer s.scratch.Put(sc)
-	sc.hashes = scheduling.SampleHashes(sc.hashes[:0], p)
+	st.hashes = scheduling.SampleHashes(make([]uint64, 0, len(p.Samples)), p)
 	sc.names = sc.names[:0]
 	for _, e := range eps {
 		sc.names = append(sc.names, e.Name())
@@ -182,7 +183,7 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 		sc.matched = make([]int, len(eps))
 	}
 	sc.matched = sc.matched[:len(eps)]
-	sc.slot = s.index.match(sc.hashes, sc.names, sc.matched, sc.slot)
+	sc.slot = s.index.match(st.hashes, sc.names, sc.matched, sc.slot)
 	if cap(sc.slot) > maxSlotScratchEndpoints {
 		sc.slot = nil
 	}
@@ -203,7 +204,7 @@ func (s *Scorer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *sch
 		return
 	}
 	if target := st.prediction.Predict(res, s.recorder, s.TypedName()); target != nil && st.prefix != nil {
-		s.index.add(target.Name(), scheduling.SampleHashes(nil, st.prefix), s.capacity(target))
+		s.index.add(target.Name(), st.hashes, s.capacity(target))
 	}
 }
 
