@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/demo/workload"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // The e2e tests run the real kvgate binary's components as processes over
@@ -407,26 +408,7 @@ func ownProcesses(t *testing.T) []int {
 	return pids
 }
 
-// syncBuffer collects a child's output, written by exec's copier while
-// the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func upCommand(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer) {
+func upCommand(t *testing.T, args ...string) (*exec.Cmd, *testutil.SyncBuffer) {
 	t.Helper()
 	if _, err := os.Stat(testTrace); err != nil {
 		t.Skipf("trace not available: %v", err)
@@ -435,7 +417,7 @@ func upCommand(t *testing.T, args ...string) (*exec.Cmd, *syncBuffer) {
 	cmd := exec.Command(testBin, append([]string{"up", "--out", out, "--kvgate", testBin, "--wasm", testWasm,
 		"--tokenizer", testTokDir, "--trace", testTrace}, args...)...)
 	cmd.Dir = repoRootDir
-	buf := &syncBuffer{}
+	buf := &testutil.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = buf, buf
 	t.Cleanup(func() {
 		if cmd.Process != nil && cmd.ProcessState == nil {

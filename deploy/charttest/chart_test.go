@@ -33,8 +33,7 @@ import (
 const releaseNamespace = "llm"
 
 var (
-	env        *k8stest.Env
-	skipReason string
+	suite k8stest.Suite
 	// crdFiles are the extra CRDs installed, by file name.
 	crdFiles = map[string]bool{}
 )
@@ -56,22 +55,7 @@ func runMain(m *testing.M) int {
 			}
 		}
 	}
-	e, err := k8stest.Start(extra...)
-	switch {
-	case errors.Is(err, k8stest.ErrNoAssets) && !k8stest.Required():
-		skipReason = err.Error()
-	case err != nil:
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	default:
-		env = e
-		defer func() {
-			if err := env.Stop(); err != nil {
-				fmt.Fprintln(os.Stderr, "stopping envtest:", err)
-			}
-		}()
-	}
-	return m.Run()
+	return suite.Main(m, extra...)
 }
 
 func chartDir(t testing.TB) string {
@@ -441,10 +425,7 @@ func crdFor(group string) string {
 
 func adminClient(t testing.TB) client.Client {
 	t.Helper()
-	if env == nil {
-		t.Skip(skipReason)
-	}
-	c, err := client.New(env.Config, client.Options{})
+	c, err := client.New(suite.Env(t).Config, client.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -549,7 +530,7 @@ func TestChartRBACRunsDiscovery(t *testing.T) {
 			}
 		}
 	}
-	cfg := env.ServiceAccountConfig(releaseNamespace, sa)
+	cfg := suite.Env(t).ServiceAccountConfig(releaseNamespace, sa)
 
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "vllm-0", Namespace: releaseNamespace, Labels: map[string]string{"app": "vllm"}},

@@ -5,10 +5,12 @@
 package testutil
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 )
 
@@ -107,4 +109,23 @@ func TokenizerDir(tb testing.TB) string {
 		SkipOrFail(tb, "tokenizer files not found in %s", dir)
 	}
 	return dir
+}
+
+// SyncBuffer is a bytes.Buffer that a process or logger may write while the
+// test reads it.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

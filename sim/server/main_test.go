@@ -1,40 +1,19 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"net/http"
 	"regexp"
-	"sync"
 	"testing"
 
 	"github.com/kvgate/kvgate/internal/testutil"
 )
 
-// syncBuffer is a bytes.Buffer safe for the server's log writes and the
-// test's reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestMainCommand runs `kvgate sim` from its command line, as the binary does,
 // and stops it with its context.
 func TestMainCommand(t *testing.T) {
 	dir := testutil.TokenizerDir(t)
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

@@ -3,7 +3,6 @@ package k8s_test
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -34,8 +33,7 @@ import (
 const waitLimit = 10 * time.Second
 
 var (
-	env        *k8stest.Env
-	skipReason string
+	suite k8stest.Suite
 	// objectivesCRD is false when the InferenceObjective CRD is not
 	// available here, which skips the priority test.
 	objectivesCRD bool
@@ -47,12 +45,6 @@ func TestMain(m *testing.M) {
 
 func runMain(m *testing.M) int {
 	k8s.RouteLogs(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
-	flag.Parse()
-	if f := flag.Lookup("test.fuzz"); f != nil && f.Value.String() != "" {
-		// Every fuzz worker runs TestMain; none needs a control plane.
-		skipReason = "fuzzing"
-		return m.Run()
-	}
 	var extra []string
 	if dir, err := k8stest.ExtraCRDDir(); err == nil {
 		crd := filepath.Join(dir, "inferenceobjectives.yaml")
@@ -61,22 +53,7 @@ func runMain(m *testing.M) int {
 			objectivesCRD = true
 		}
 	}
-	e, err := k8stest.Start(extra...)
-	switch {
-	case errors.Is(err, k8stest.ErrNoAssets) && !k8stest.Required():
-		skipReason = err.Error()
-	case err != nil:
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	default:
-		env = e
-		defer func() {
-			if err := env.Stop(); err != nil {
-				fmt.Fprintln(os.Stderr, "stopping envtest:", err)
-			}
-		}()
-	}
-	return m.Run()
+	return suite.Main(m, extra...)
 }
 
 // cluster is one test's namespace on the shared API server.
@@ -88,16 +65,13 @@ type cluster struct {
 
 func newCluster(t testing.TB) *cluster {
 	t.Helper()
-	if env == nil {
-		t.Skip(skipReason)
-	}
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, inferencev1.Install} {
 		if err := add(scheme); err != nil {
 			t.Fatal(err)
 		}
 	}
-	c, err := client.New(env.Config, client.Options{Scheme: scheme})
+	c, err := client.New(suite.Env(t).Config, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +249,7 @@ func names(specs []endpoints.Spec) []string {
 // start runs discovery until the test ends.
 func start(t testing.TB, opts k8s.Options, apply func([]endpoints.Spec) error) *k8s.Discovery {
 	t.Helper()
-	opts.RestConfig = env.Config
+	opts.RestConfig = suite.Env(t).Config
 	d, err := k8s.New(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -461,7 +435,7 @@ func TestDatastore(t *testing.T) {
 	k.createPod("a", map[string]string{"app": "vllm"})
 	k.setStatus("a", "10.4.0.1", true)
 
-	d, err := k8s.New(k8s.Options{PoolName: "pool", PoolNamespace: k.ns, RestConfig: env.Config})
+	d, err := k8s.New(k8s.Options{PoolName: "pool", PoolNamespace: k.ns, RestConfig: suite.Env(t).Config})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -504,7 +478,7 @@ func TestDatastore(t *testing.T) {
 
 func TestStartupErrors(t *testing.T) {
 	k := newCluster(t)
-	nobody := env.ServiceAccountConfig(k.ns, "nobody")
+	nobody := suite.Env(t).ServiceAccountConfig(k.ns, "nobody")
 	tests := []struct {
 		name string
 		cfg  *rest.Config
@@ -533,7 +507,7 @@ func TestStartupErrors(t *testing.T) {
 
 func TestRunTwice(t *testing.T) {
 	k := newCluster(t)
-	d, err := k8s.New(k8s.Options{EndpointSelector: "app=x", TargetPorts: []int{1}, PoolNamespace: k.ns, RestConfig: env.Config})
+	d, err := k8s.New(k8s.Options{EndpointSelector: "app=x", TargetPorts: []int{1}, PoolNamespace: k.ns, RestConfig: suite.Env(t).Config})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,11 +2,13 @@ package k8stest
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"testing"
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -118,4 +120,47 @@ func (e *Env) ServiceAccountConfig(namespace, name string) *rest.Config {
 		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
 	}
 	return cfg
+}
+
+// Suite is one test package's shared control plane.
+type Suite struct {
+	env  *Env
+	skip string
+}
+
+// Main is the body of a test package's TestMain: it starts a control plane
+// with the extra CRDs (none while fuzzing: every fuzz worker runs TestMain
+// and none needs one), runs the tests, stops it, and returns the exit code.
+// Without the envtest binaries the tests skip, or fail when Required.
+func (s *Suite) Main(m *testing.M, extraCRDs ...string) int {
+	flag.Parse()
+	if f := flag.Lookup("test.fuzz"); f != nil && f.Value.String() != "" {
+		s.skip = "fuzzing"
+		return m.Run()
+	}
+	e, err := Start(extraCRDs...)
+	switch {
+	case errors.Is(err, ErrNoAssets) && !Required():
+		s.skip = err.Error()
+	case err != nil:
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	default:
+		s.env = e
+		defer func() {
+			if err := e.Stop(); err != nil {
+				fmt.Fprintln(os.Stderr, "stopping envtest:", err)
+			}
+		}()
+	}
+	return m.Run()
+}
+
+// Env is the running control plane; the test skips without one.
+func (s *Suite) Env(tb testing.TB) *Env {
+	tb.Helper()
+	if s.env == nil {
+		tb.Skip(s.skip)
+	}
+	return s.env
 }
