@@ -185,25 +185,11 @@ func (p *exprParser) parseExpr() (expr, error) {
 }
 
 func (p *exprParser) parseOr() (expr, error) {
-	l, err := p.parseAnd()
-	for err == nil && p.acceptName("or") {
-		var r expr
-		if r, err = p.parseAnd(); err == nil {
-			l = binExpr{"or", l, r}
-		}
-	}
-	return l, err
+	return p.leftAssoc(p.parseAnd, func() string { return p.acceptNameOp("or") })
 }
 
 func (p *exprParser) parseAnd() (expr, error) {
-	l, err := p.parseNot()
-	for err == nil && p.acceptName("and") {
-		var r expr
-		if r, err = p.parseNot(); err == nil {
-			l = binExpr{"and", l, r}
-		}
-	}
-	return l, err
+	return p.leftAssoc(p.parseNot, func() string { return p.acceptNameOp("and") })
 }
 
 func (p *exprParser) parseNot() (expr, error) {
@@ -219,77 +205,72 @@ func (p *exprParser) parseNot() (expr, error) {
 }
 
 func (p *exprParser) parseCompare() (expr, error) {
-	l, err := p.parseMath1()
-	if err != nil {
-		return nil, err
-	}
-	for {
-		var op string
-		t := p.peek()
+	return p.leftAssoc(p.parseMath1, func() string {
+		if op := p.acceptAnyOp("==", "!=", "<", ">", "<=", ">="); op != "" {
+			return op
+		}
 		switch {
-		case t.kind == tkOp && (t.s == "==" || t.s == "!=" || t.s == "<" || t.s == ">" || t.s == "<=" || t.s == ">="):
-			op = t.s
-			p.pos++
 		case p.acceptName("in"):
-			op = "in"
+			return "in"
 		case p.isName("not") && p.pos+1 < len(p.toks) && p.toks[p.pos+1].kind == tkName && p.toks[p.pos+1].s == "in":
 			p.pos += 2
-			op = "not in"
-		default:
-			return l, nil
+			return "not in"
 		}
-		r, err := p.parseMath1()
-		if err != nil {
-			return nil, err
-		}
-		l = binExpr{op, l, r}
-	}
+		return ""
+	})
 }
 
 func (p *exprParser) parseMath1() (expr, error) {
-	l, err := p.parseConcat()
-	for err == nil && (p.isOp("+") || p.isOp("-")) {
-		op := p.next().s
-		var r expr
-		if r, err = p.parseConcat(); err == nil {
-			l = binExpr{op, l, r}
-		}
-	}
-	return l, err
+	return p.leftAssoc(p.parseConcat, func() string { return p.acceptAnyOp("+", "-") })
 }
 
 func (p *exprParser) parseConcat() (expr, error) {
-	l, err := p.parseMath2()
-	for err == nil && p.acceptOp("~") {
-		var r expr
-		if r, err = p.parseMath2(); err == nil {
-			l = binExpr{"~", l, r}
-		}
-	}
-	return l, err
+	return p.leftAssoc(p.parseMath2, func() string { return p.acceptAnyOp("~") })
 }
 
 func (p *exprParser) parseMath2() (expr, error) {
-	l, err := p.parsePow()
-	for err == nil && (p.isOp("*") || p.isOp("/") || p.isOp("//") || p.isOp("%")) {
-		op := p.next().s
+	return p.leftAssoc(p.parsePow, func() string { return p.acceptAnyOp("*", "/", "//", "%") })
+}
+
+func (p *exprParser) parsePow() (expr, error) {
+	return p.leftAssoc(p.parseUnary, func() string { return p.acceptAnyOp("**") })
+}
+
+// leftAssoc parses one precedence level of left-associative binary
+// operators: operand (op operand)*. accept consumes the operator at the
+// cursor and returns it, or returns "" where the level ends.
+func (p *exprParser) leftAssoc(operand func() (expr, error), accept func() string) (expr, error) {
+	l, err := operand()
+	for err == nil {
+		op := accept()
+		if op == "" {
+			break
+		}
 		var r expr
-		if r, err = p.parsePow(); err == nil {
+		if r, err = operand(); err == nil {
 			l = binExpr{op, l, r}
 		}
 	}
 	return l, err
 }
 
-func (p *exprParser) parsePow() (expr, error) {
-	l, err := p.parseUnary()
-	for err == nil && p.acceptOp("**") {
-		var r expr
-		if r, err = p.parseUnary(); err == nil {
-			l = binExpr{"**", l, r}
+// acceptAnyOp consumes the operator token at the cursor if it is one of
+// ops and returns it; "" otherwise.
+func (p *exprParser) acceptAnyOp(ops ...string) string {
+	for _, op := range ops {
+		if p.acceptOp(op) {
+			return op
 		}
 	}
-	return l, err
+	return ""
+}
+
+// acceptNameOp consumes the keyword operator n at the cursor.
+func (p *exprParser) acceptNameOp(n string) string {
+	if p.acceptName(n) {
+		return n
+	}
+	return ""
 }
 
 func (p *exprParser) parseUnary() (expr, error) {
