@@ -8,6 +8,7 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 )
@@ -25,6 +26,10 @@ type bodySender struct {
 	src  io.Reader
 	max  int
 	done chan struct{}
+	// sendingSince is when the send in progress began (unix ns), 0
+	// between sends: a send blocked for long means the picker stopped
+	// reading, while time spent reading the client is the client's.
+	sendingSince atomic.Int64
 
 	mu        sync.Mutex // guards the fields below
 	retaining bool
@@ -46,12 +51,12 @@ func (s *bodySender) run(ctx context.Context) {
 		if n > 0 {
 			s.keep(buf[:n])
 			// Send serializes before returning, so buf may be reused.
-			if s.p.send(requestBody(buf[:n], false)) != nil {
+			if s.send(requestBody(buf[:n], false)) != nil {
 				return
 			}
 		}
 		if errors.Is(err, io.EOF) {
-			_ = s.p.send(requestBody(nil, true))
+			_ = s.send(requestBody(nil, true))
 			return
 		}
 		if err != nil {
@@ -59,6 +64,21 @@ func (s *bodySender) run(ctx context.Context) {
 			return
 		}
 	}
+}
+
+func (s *bodySender) send(m *extprocv3.ProcessingRequest) error {
+	s.sendingSince.Store(time.Now().UnixNano())
+	defer s.sendingSince.Store(0)
+	return s.p.send(m)
+}
+
+// stalledFor is how long the send in progress has been blocked.
+func (s *bodySender) stalledFor() time.Duration {
+	since := s.sendingSince.Load()
+	if since == 0 {
+		return 0
+	}
+	return time.Since(time.Unix(0, since))
 }
 
 func requestBody(b []byte, eos bool) *extprocv3.ProcessingRequest {

@@ -115,7 +115,12 @@ func (p *processor) wait(ctx context.Context, timeout <-chan time.Time, stop <-c
 // close ends the stream; the picker sees the half-close, then the cancel
 // releases the receiver.
 func (p *processor) close() {
-	p.sendMu.Lock()
+	if !p.sendMu.TryLock() {
+		// A send is blocked on flow control (the picker stopped reading):
+		// only the cancel releases it.
+		p.cancel()
+		p.sendMu.Lock()
+	}
 	_ = p.stream.CloseSend()
 	p.sendMu.Unlock()
 	p.cancel()

@@ -249,7 +249,18 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // runFilter passes the request through the wasm filter, buffering the body
 // while the filter pauses. On return req.headers are the filter's and
 // req.body yields the whole body again.
+//
+// The body is read before a filter VM is taken: VMs are few (one per
+// worker), and a client uploading slowly must not hold one while it does.
 func (g *Gateway) runFilter(ctx context.Context, req *request) (*wasmhost.LocalResponse, error) {
+	var buffered []byte
+	eof := !req.hasBody
+	if req.hasBody {
+		var err error
+		if buffered, eof, err = readUpTo(req.body, g.cfg.MaxRequestBuffer+1); err != nil {
+			return nil, &statusError{status: http.StatusBadRequest, msg: "reading request body", err: err}
+		}
+	}
 	vm, err := g.filter.Acquire(ctx)
 	if err != nil {
 		return nil, &statusError{status: http.StatusServiceUnavailable, msg: "wasm filter unavailable", err: err}
@@ -264,27 +275,15 @@ func (g *Gateway) runFilter(ctx context.Context, req *request) (*wasmhost.LocalR
 		req.headers = withoutHints
 		return nil, nil
 	}
-	var buffered []byte
-	eof := !req.hasBody
-	act, err := s.OnRequestHeaders(ctx, eof)
-	chunk := make([]byte, 32<<10)
-	for err == nil && act == wasmhost.Pause && s.LocalResponse() == nil && !eof {
-		n, rerr := req.body.Read(chunk)
-		buffered = append(buffered, chunk[:n]...)
-		switch {
-		case errors.Is(rerr, io.EOF):
-			eof = true
-		case rerr != nil:
-			_ = s.Done(ctx)
-			return nil, &statusError{status: http.StatusBadRequest, msg: "reading request body", err: rerr}
-		}
-		if len(buffered) > g.cfg.MaxRequestBuffer {
+	act, err := s.OnRequestHeaders(ctx, !req.hasBody)
+	if err == nil && act == wasmhost.Pause && s.LocalResponse() == nil && req.hasBody {
+		// The filter wants the body; all of it is here unless it is over
+		// the buffer limit.
+		if !eof {
 			_ = s.Done(ctx)
 			return nil, &statusError{status: http.StatusRequestEntityTooLarge, msg: "request body exceeds the buffer limit"}
 		}
-		if n > 0 || eof {
-			act, err = s.OnRequestBody(ctx, buffered, eof)
-		}
+		act, err = s.OnRequestBody(ctx, buffered, true)
 	}
 	if err == nil {
 		err = s.Done(ctx)
@@ -337,7 +336,7 @@ func (g *Gateway) requestPhase(ctx context.Context, req *request) (*extprocv3.Im
 	if req.hasBody && g.cfg.RequestBodyMode == FullDuplexStreamed {
 		sender = startBodySender(ctx, p, req.body, g.cfg.MaxRequestBuffer)
 	}
-	m, err := p.next(ctx)
+	m, err := awaitDecision(ctx, p, sender)
 	if err == nil {
 		switch m.GetResponse().(type) {
 		case *extprocv3.ProcessingResponse_ImmediateResponse, *extprocv3.ProcessingResponse_RequestHeaders:
@@ -588,5 +587,40 @@ func (a *attemptBody) responded() {
 func (a *attemptBody) stopPump() {
 	if a.pump != nil {
 		a.pump.stop()
+	}
+}
+
+// readUpTo reads r until EOF or until it has limit bytes; eof tells which.
+func readUpTo(r io.Reader, limit int) (b []byte, eof bool, err error) {
+	b, err = io.ReadAll(io.LimitReader(r, int64(limit)))
+	if err != nil {
+		return nil, false, err
+	}
+	return b, len(b) < limit, nil
+}
+
+// awaitDecision waits for the picker's answer to the request headers. A
+// picker in full-duplex mode decides on the whole body, so the message
+// timeout runs only once the body is sent; while it is being sent, a send
+// blocked for longer than the timeout (the picker stopped reading) counts
+// as the picker timing out, and a slow client does not.
+func awaitDecision(ctx context.Context, p *processor, sender *bodySender) (*extprocv3.ProcessingResponse, error) {
+	if sender == nil {
+		return p.next(ctx)
+	}
+	tick := time.NewTicker(max(p.timeout/4, time.Millisecond))
+	defer tick.Stop()
+	for {
+		m, err := p.wait(ctx, tick.C, sender.done)
+		switch {
+		case errors.Is(err, errStopped):
+			return p.next(ctx)
+		case errors.Is(err, errProcessorTimeout):
+			if sender.stalledFor() > p.timeout {
+				return nil, err
+			}
+			continue
+		}
+		return m, err
 	}
 }

@@ -39,7 +39,7 @@ func requestHeaderList(r *http.Request, stripHints bool) headerList {
 	hs := headerList{{":method", r.Method}, {":path", r.URL.RequestURI()}, {":authority", r.Host}, {":scheme", scheme}}
 	for name, values := range r.Header {
 		lname := strings.ToLower(name)
-		if hopByHop[lname] || lname == headerDestination || lname == "host" || (stripHints && hints.IsHintHeader(lname)) {
+		if hopByHop[lname] || pickerOnly[lname] || lname == "host" || (stripHints && hints.IsHintHeader(lname)) {
 			continue
 		}
 		for _, v := range values {
@@ -162,4 +162,12 @@ func (hs headerList) apply(m *extprocv3.HeaderMutation) headerList {
 		}
 	}
 	return hs
+}
+
+// pickerOnly are the routing headers only the picker may set: a client
+// that sent them would choose its upstream (the destination) or where its
+// prompt's prefill leg goes (llm-d's routing sidecar reads the prefiller).
+var pickerOnly = map[string]bool{
+	headerDestination:       true,
+	"x-prefiller-host-port": true,
 }
