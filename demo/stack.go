@@ -131,6 +131,8 @@ func StartStack(ctx context.Context, c StackConfig) (_ *Stack, err error) {
 		"--endpoints", epFile, "--config-text", cfg,
 		"--grpc-addr", addr(grpcPort), "--health-addr", addr(healthPort), "--metrics-addr", addr(metricsPort),
 		"--kv-events-addr", "tcp://" + addr(kvPort), "--refresh-metrics-interval", "50ms",
+		// Within the supervisor's grace period, so that shutdown stays clean.
+		"--drain-timeout", "2s",
 	}}); err != nil {
 		return nil, err
 	}

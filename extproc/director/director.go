@@ -79,6 +79,10 @@ func New(opts Options) *Director {
 	return d
 }
 
+// maxTokensCharged caps a request's max_tokens in in-flight accounting: a
+// 4M-token context, the token-load scorer's saturation point.
+const maxTokensCharged = 4 << 20
+
 // DroppedReason values sent in x-llm-d-request-dropped-reason.
 const (
 	DroppedSaturated = "saturated"
@@ -119,7 +123,9 @@ func (d *Director) HandleRequest(ctx context.Context, req *server.Request) (*ser
 func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduling.Request) (*server.Decision, error) {
 	candidates := subset(d.opts.Pool.Candidates(), req.SubsetHint)
 	if len(candidates) == 0 {
-		if req.HeaderOnly && req.Parsed == nil {
+		// GIE's 500 is for a request that has no body at all; a request
+		// whose body the wasm filter described is an ordinary request.
+		if req.HeaderOnly && req.Parsed == nil && sr.IncomingModel == "" {
 			return nil, &inferr.Error{Code: inferr.Internal, Msg: "no endpoints available for a request without a body"}
 		}
 		return nil, inferr.New(inferr.ServiceUnavailable, "no candidate endpoints for the request")
@@ -184,6 +190,10 @@ func (d *Director) schedulingRequest(req *server.Request) *scheduling.Request {
 	} else if d.opts.TrustFilterHints {
 		d.applyHints(req, sr)
 	}
+	// A client's max_tokens counts toward the endpoint's in-flight load
+	// until the response ends; an absurd value must not make one endpoint
+	// look saturated (servers cap it at the context length anyway).
+	sr.MaxTokens = min(sr.MaxTokens, maxTokensCharged)
 	sr.TargetModel = sr.IncomingModel
 	if req.ModelRewrite != "" {
 		sr.TargetModel = req.ModelRewrite
@@ -218,8 +228,9 @@ func (d *Director) applyHints(req *server.Request, sr *scheduling.Request) {
 }
 
 // subset applies the proxy's subset hint: nil allows all, empty allows
-// none, otherwise endpoints whose IP (and port, when the hint has one)
-// appear in the hint.
+// none, otherwise the endpoints whose IP appears in the hint. The protocol
+// matches on IP: a hint entry's port (a service port, or one rank of a
+// data-parallel pod) does not narrow it further.
 func subset(eps []*endpoints.Endpoint, hint []string) []*endpoints.Endpoint {
 	if hint == nil {
 		return eps
@@ -227,18 +238,18 @@ func subset(eps []*endpoints.Endpoint, hint []string) []*endpoints.Endpoint {
 	if len(hint) == 0 {
 		return nil
 	}
-	allowed := make(map[string]bool, len(hint))
+	allowed := make(map[netip.Addr]bool, len(hint))
 	for _, h := range hint {
-		allowed[strings.TrimSpace(h)] = true
+		h = strings.TrimSpace(h)
+		if ap, err := netip.ParseAddrPort(h); err == nil {
+			allowed[ap.Addr().Unmap()] = true
+		} else if a, err := netip.ParseAddr(strings.Trim(h, "[]")); err == nil {
+			allowed[a.Unmap()] = true
+		}
 	}
 	var out []*endpoints.Endpoint
 	for _, e := range eps {
-		addr := e.Address()
-		if allowed[addr] {
-			out = append(out, e)
-			continue
-		}
-		if ap, err := netip.ParseAddrPort(addr); err == nil && allowed[ap.Addr().String()] {
+		if ap, err := netip.ParseAddrPort(e.Address()); err == nil && allowed[ap.Addr().Unmap()] {
 			out = append(out, e)
 		}
 	}

@@ -64,6 +64,10 @@ type Options struct {
 	KVEventsAddr        string
 	TrustFilterHeaders  bool
 	MaxRequestBodyBytes int
+	// DrainTimeout bounds the wait for in-flight streams at shutdown: an
+	// LLM response can stream for minutes, but a Kubernetes pod is killed
+	// 30 s after SIGTERM by default.
+	DrainTimeout time.Duration
 	LogLevel            slog.Level
 }
 
@@ -76,6 +80,7 @@ func DefaultOptions() Options {
 		RefreshMetricsInterval: scrape.DefaultInterval,
 		PoolName:               "kvgate",
 		MaxRequestBodyBytes:    server.DefaultMaxBodyBytes,
+		DrainTimeout:           25 * time.Second,
 	}
 }
 
@@ -109,6 +114,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.StringVar(&o.KVEventsAddr, "kv-events-addr", "", "ZMQ endpoint to bind for vLLM KV-cache events, e.g. tcp://*:5557 (servers publish with topic kv@<ip:port>@<model>)")
 	fs.BoolVar(&o.TrustFilterHeaders, "trust-filter-headers", false, "route requests without a body on the x-kvgate-* headers of kvgate's wasm filter (Envoy request body mode NONE); only behind a proxy that runs the filter")
 	fs.IntVar(&o.MaxRequestBodyBytes, "max-request-body-bytes", o.MaxRequestBodyBytes, "largest request body the picker buffers")
+	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, "at shutdown, how long in-flight requests may finish before their streams are cut")
 	fs.TextVar(&o.LogLevel, "log-level", o.LogLevel, "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -347,12 +353,15 @@ func (p *Picker) Run(ctx context.Context) error {
 	})
 	g.Go(func() error {
 		<-ctx.Done()
+		// NOT_SERVING first, so that the proxy stops sending new requests
+		// while the streams in flight drain; health and metrics stay up
+		// for the whole drain.
 		healthSrv.Shutdown()
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		drain, cancel := context.WithTimeout(context.Background(), p.opts.DrainTimeout)
 		defer cancel()
-		_ = metricsSrv.Shutdown(shutdown)
-		stopGRPC(shutdown, healthGRPC)
-		stopGRPC(shutdown, extproc)
+		stopGRPC(drain, extproc)
+		stopGRPC(drain, healthGRPC)
+		_ = metricsSrv.Shutdown(drain)
 		p.stopKVEvents()
 		return nil
 	})

@@ -281,6 +281,7 @@ func TestSubsetHint(t *testing.T) {
 	}{
 		{"ip:port", []string{f.servers[1].addr}, f.servers[1].addr},
 		{"ip only", []string{ip2}, f.servers[2].addr},
+		{"ip with another port: match on IP", []string{ip2 + ":1"}, f.servers[2].addr},
 		{"matches nothing", []string{"10.9.9.9"}, ""},
 		{"empty", []string{}, ""},
 	}
@@ -424,5 +425,19 @@ func TestHealthServing(t *testing.T) {
 			r, err := c.Check(context.Background(), &healthpb.HealthCheckRequest{})
 			return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING
 		})
+	}
+}
+
+// A client cannot name the prefiller: the picker removes its header unless
+// it sets one itself.
+func TestClientPrefillerHeaderRemoved(t *testing.T) {
+	f := startFleet(t, "", vllmMetrics(0, 0, ""))
+	_, r := f.route(t, []string{"x-prefiller-host-port", "10.9.9.9:6379"}, completion, 1)
+	removed := r.GetRequestHeaders().GetResponse().GetHeaderMutation().GetRemoveHeaders()
+	if len(removed) != 1 || removed[0] != "x-prefiller-host-port" {
+		t.Fatalf("remove_headers = %v", removed)
+	}
+	if _, set := envoytest.SetHeaders(t, r)["x-prefiller-host-port"]; set {
+		t.Fatal("client's prefiller passed on")
 	}
 }

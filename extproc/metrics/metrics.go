@@ -39,6 +39,33 @@ type Metrics struct {
 	// configured plugins × extension points.
 	mu              sync.RWMutex
 	pluginObservers map[pluginKey][]prometheus.Observer
+
+	// models bounds the model-name label values: the names come from
+	// clients, and each new one would create series for good.
+	modelMu sync.Mutex
+	models  map[string]struct{}
+}
+
+// MaxModelLabels is how many distinct model names get their own series;
+// later ones are counted under OtherModel.
+const (
+	MaxModelLabels = 256
+	OtherModel     = "other"
+)
+
+// model returns name as a label value, or OtherModel once the bound is
+// reached.
+func (m *Metrics) model(name string) string {
+	m.modelMu.Lock()
+	defer m.modelMu.Unlock()
+	if _, ok := m.models[name]; ok {
+		return name
+	}
+	if len(m.models) >= MaxModelLabels {
+		return OtherModel
+	}
+	m.models[name] = struct{}{}
+	return name
 }
 
 type pluginKey struct {
@@ -78,6 +105,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "inference_objective_request_error_total", Help: "Requests answered with an error by the picker, by error code.",
 		}, append(modelLabels, "error_code")),
 		pluginObservers: map[pluginKey][]prometheus.Observer{},
+		models:          map[string]struct{}{},
 	}
 	reg.MustRegister(m.requests, m.errors)
 	m.ttft = []*prometheus.HistogramVec{
@@ -131,12 +159,12 @@ func (m *Metrics) PrefixActual(plugin scheduling.TypedName, predicted, actual in
 
 // RequestReceived counts a request.
 func (m *Metrics) RequestReceived(model, target string, priority int) {
-	m.requests.WithLabelValues(model, target, strconv.Itoa(priority)).Inc()
+	m.requests.WithLabelValues(m.model(model), m.model(target), strconv.Itoa(priority)).Inc()
 }
 
 // RequestError counts a request the picker answered with an error.
 func (m *Metrics) RequestError(model, target, code string) {
-	m.errors.WithLabelValues(model, target, code).Inc()
+	m.errors.WithLabelValues(m.model(model), m.model(target), code).Inc()
 }
 
 // SchedulerDuration records one scheduling decision.
@@ -169,7 +197,7 @@ func (m *Metrics) PluginDuration(point string, tn scheduling.TypedName, d time.D
 // TTFT records a time to first token.
 func (m *Metrics) TTFT(model, target string, d time.Duration) {
 	for _, h := range m.ttft {
-		h.WithLabelValues(model, target).Observe(d.Seconds())
+		h.WithLabelValues(m.model(model), m.model(target)).Observe(d.Seconds())
 	}
 }
 
@@ -177,17 +205,18 @@ func (m *Metrics) TTFT(model, target string, d time.Duration) {
 // a streamed response.
 func (m *Metrics) TPOT(model, target string, d time.Duration) {
 	for _, h := range m.tpot {
-		h.WithLabelValues(model, target).Observe(d.Seconds())
+		h.WithLabelValues(m.model(model), m.model(target)).Observe(d.Seconds())
 	}
 }
 
 // ITL records the gap between two response chunks of a streaming request.
 func (m *Metrics) ITL(model, target string, d time.Duration) {
-	m.itl.WithLabelValues(model, target).Observe(d.Seconds())
+	m.itl.WithLabelValues(m.model(model), m.model(target)).Observe(d.Seconds())
 }
 
 // Usage records the token counts a response reported.
 func (m *Metrics) Usage(model, target string, u openai.Usage) {
+	model, target = m.model(model), m.model(target)
 	m.inputTokens.WithLabelValues(model, target).Observe(float64(u.PromptTokens))
 	m.outputTokens.WithLabelValues(model, target).Observe(float64(u.CompletionTokens))
 	for _, h := range m.cachedTokens {

@@ -15,9 +15,11 @@ import (
 // here.
 func newRequest(hm *corev3.HeaderMap, md *corev3.Metadata) (req *Request, generated bool) {
 	h := headerMap(hm)
-	// Only the picker names the destination; a client-sent value must not
-	// reach anything that might trust it.
+	// Only the picker names the destination and the prefiller; a
+	// client-sent value must not reach anything that might trust it (the
+	// P/D sidecar sends the prompt to the prefiller it names).
 	delete(h, HeaderDestination)
+	delete(h, HeaderPrefiller)
 	req = &Request{
 		ID:           h[HeaderRequestID],
 		Method:       h[":method"],

@@ -27,10 +27,15 @@ func decisionResponse(req *Request, d *Decision, dest string, setID, setLength b
 	if setLength {
 		set = append(set, setHeader("content-length", strconv.Itoa(bodyLen)))
 	}
+	mutation := &extprocv3.HeaderMutation{SetHeaders: set}
+	if _, ok := d.Headers[HeaderPrefiller]; !ok {
+		// A client's own value never reaches the decode pod's sidecar.
+		mutation.RemoveHeaders = []string{HeaderPrefiller}
+	}
 	return &extprocv3.ProcessingResponse{
 		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
 			Response: &extprocv3.CommonResponse{
-				HeaderMutation:  &extprocv3.HeaderMutation{SetHeaders: set},
+				HeaderMutation:  mutation,
 				ClearRouteCache: true,
 			},
 		}},

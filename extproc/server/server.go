@@ -22,6 +22,7 @@ const (
 	HeaderFairnessID     = "x-gateway-inference-fairness-id"
 	HeaderObjective      = "x-gateway-inference-objective"
 	HeaderModelRewrite   = "x-gateway-model-name-rewrite"
+	HeaderPrefiller      = "x-prefiller-host-port"
 	HeaderDroppedReason  = "x-llm-d-request-dropped-reason"
 	MetadataLB           = "envoy.lb"
 	MetadataSubsetHint   = "envoy.lb.subset_hint"

@@ -56,10 +56,6 @@ const Type = "precise-prefix-cache-scorer"
 // ServiceKVIndex is the handle service key of the shared *kvindex.Index.
 const ServiceKVIndex = "kvindex"
 
-// StateKey is where Score leaves the request's block hashes and token count
-// (a *Prompt) for later stages.
-const StateKey = Type + "/prompt"
-
 // Defaults.
 const (
 	DefaultBlockSize        = 16
@@ -97,6 +93,7 @@ type Scorer struct {
 	// seedID identifies the hash seed in the filter's prefix header: the
 	// event value of vLLM's NONE_HASH.
 	seedID  uint64
+	key     string
 	tok     *tokenizer.Tokenizer
 	cache   *tokenizer.PrefixCache
 	hashers sync.Pool // *kvhash.Hasher: each reuses one buffer
@@ -130,6 +127,7 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 	}
 	s := &Scorer{Named: scheduling.NewNamed(Type, name), params: p, index: index, recorder: scheduling.PrefixOf(h),
 		seedID: kvhash.NoneHash(p.HashSeed).Uint64()}
+	s.key = Type + "/" + s.TypedName().Name
 	if p.Tokenizer != "" {
 		dir := p.Tokenizer
 		if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
@@ -149,6 +147,10 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 	s.scratch.New = func() any { return new(scratch) }
 	return s, nil
 }
+
+// StateKey is where Score leaves the request's *Prompt for later stages;
+// per instance, since two instances may hash differently.
+func (s *Scorer) StateKey() string { return s.key }
 
 // Tokens returns the request's prompt token ids as the model server computes
 // them, or an error when they cannot be known.
@@ -205,7 +207,7 @@ func (s *Scorer) Prefix(req *scheduling.Request, eps []*endpoints.Endpoint) (*hi
 func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint, scores []float64) {
 	prefix, tokens := s.Prefix(req, eps)
 	p := &Prompt{Tokens: tokens, prediction: scheduling.Prediction{BlockTokens: s.params.BlockSize, PromptTokens: tokens}}
-	cs.Write(StateKey, p)
+	cs.Write(s.StateKey(), p)
 	if prefix == nil {
 		return
 	}
@@ -241,7 +243,7 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 // PreRequest implements scheduling.PreRequest: it records how many prompt
 // tokens the chosen endpoint is expected to serve from its cache.
 func (s *Scorer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, res *scheduling.Result) {
-	if p, ok := scheduling.ReadAs[*Prompt](cs, StateKey); ok {
+	if p, ok := scheduling.ReadAs[*Prompt](cs, s.StateKey()); ok {
 		p.prediction.Predict(res, s.recorder, s.TypedName())
 	}
 }
@@ -249,7 +251,7 @@ func (s *Scorer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *sch
 // ResponseComplete implements scheduling.ResponseComplete: the server's
 // reported cached tokens check the prediction.
 func (s *Scorer) ResponseComplete(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, res *scheduling.Response) {
-	if p, ok := scheduling.ReadAs[*Prompt](cs, StateKey); ok {
+	if p, ok := scheduling.ReadAs[*Prompt](cs, s.StateKey()); ok {
 		p.prediction.Check(res, s.recorder, s.TypedName())
 	}
 }

@@ -48,7 +48,6 @@ const (
 	DefaultBlockChars       = 64
 	DefaultMaxPrefixBlocks  = 256
 	DefaultLRUCapacity      = 31250
-	stateKey                = Type + "/hashes"
 	maxSlotScratchEndpoints = 1 << 16
 )
 
@@ -71,6 +70,7 @@ type Scorer struct {
 	auto     bool
 	index    *indexer
 	recorder scheduling.PrefixRecorder
+	key      string
 	scratch  sync.Pool
 }
 
@@ -104,6 +104,7 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 		index:    newIndexer(),
 		recorder: scheduling.PrefixOf(h),
 	}
+	s.key = Type + "/" + s.TypedName().Name
 	s.scratch.New = func() any { return new(scratch) }
 	return s, nil
 }
@@ -116,6 +117,10 @@ type hashed struct {
 	hashes     []uint64
 	prediction scheduling.Prediction
 }
+
+// stateKey is where this instance keeps a request's state: per instance,
+// since two configured instances (one per profile, say) hash differently.
+func (s *Scorer) stateKey() string { return s.key }
 
 // blockChars is the configured block size in bytes, or the servers' own
 // block size in tokens × 4 when auto-tuning and one of them reports it.
@@ -168,7 +173,7 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 	if p != nil {
 		st.prediction.PromptTokens = p.Blocks * st.prediction.BlockTokens
 	}
-	cs.Write(stateKey, st)
+	cs.Write(s.stateKey(), st)
 	if p == nil {
 		return
 	}
@@ -199,7 +204,7 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 // PreRequest implements scheduling.PreRequest: the primary target will now
 // hold this prompt's blocks.
 func (s *Scorer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, res *scheduling.Result) {
-	st, ok := scheduling.ReadAs[*hashed](cs, stateKey)
+	st, ok := scheduling.ReadAs[*hashed](cs, s.stateKey())
 	if !ok {
 		return
 	}
@@ -211,7 +216,7 @@ func (s *Scorer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *sch
 // ResponseComplete implements scheduling.ResponseComplete: the server's
 // reported cached tokens check the prediction.
 func (s *Scorer) ResponseComplete(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, res *scheduling.Response) {
-	if st, ok := scheduling.ReadAs[*hashed](cs, stateKey); ok {
+	if st, ok := scheduling.ReadAs[*hashed](cs, s.stateKey()); ok {
 		st.prediction.Check(res, s.recorder, s.TypedName())
 	}
 }
