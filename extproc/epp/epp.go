@@ -68,7 +68,7 @@ type Options struct {
 	// LLM response can stream for minutes, but a Kubernetes pod is killed
 	// 30 s after SIGTERM by default.
 	DrainTimeout time.Duration
-	LogLevel            slog.Level
+	LogLevel     slog.Level
 }
 
 // DefaultOptions are the flag defaults.

@@ -15,6 +15,9 @@ const (
 	dropQueueFull = "queue_full"
 	dropBadFrames = "bad_frames"
 	dropBadTopic  = "bad_topic"
+	// dropUnknownEndpoint: a central-socket message whose topic names no
+	// endpoint of the pool (a pod already removed, or a stray publisher).
+	dropUnknownEndpoint = "unknown_endpoint"
 )
 
 // Replay outcomes, the result label of kvgate_kvevents_replays_total.

@@ -283,6 +283,13 @@ func (s *Subscriber) read(ctx context.Context, sock zmq4.Socket, endpoint string
 				s.m.dropped.WithLabelValues(dropBadTopic).Inc()
 				continue
 			}
+			// Only the pool's endpoints may put entries in the index: a
+			// topic names any address, and entries (and index ids) of
+			// endpoints nobody will ever remove would only accumulate.
+			if !s.configured(ep) {
+				s.m.dropped.WithLabelValues(dropUnknownEndpoint).Inc()
+				continue
+			}
 		}
 		it := item{endpoint: ep, seq: binary.BigEndian.Uint64(msg.Frames[1]), payload: msg.Frames[2]}
 		select {
@@ -291,6 +298,14 @@ func (s *Subscriber) read(ctx context.Context, sock zmq4.Socket, endpoint string
 			s.m.dropped.WithLabelValues(dropQueueFull).Inc()
 		}
 	}
+}
+
+// configured reports whether endpoint was added and not removed.
+func (s *Subscriber) configured(endpoint string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.sources[endpoint]
+	return ok
 }
 
 func (s *Subscriber) workerOf(endpoint string) *worker {

@@ -148,7 +148,9 @@ func TestPublisherToIndex(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer pub.Close()
-				if !central {
+				if central {
+					f.sub.AddEndpoint(ep, Source{})
+				} else {
 					f.sub.AddEndpoint(ep, Source{Events: "tcp://" + pub.Addr().String()})
 				}
 				// Publish until the first batch lands: the slow joiner
@@ -358,14 +360,18 @@ func TestCentralDropsMalformed(t *testing.T) {
 	f := newFixture(t, Config{Bind: "tcp://127.0.0.1:*"})
 	bad := newRawPub(t, "not-a-kv-topic", "tcp://"+f.sub.Addr().String())
 	good := newRawPub(t, Topic("10.0.1.1:8000", "m"), "tcp://"+f.sub.Addr().String())
-	f.eventually("the subscriptions", func() bool { return bad.subscribed() && good.subscribed() })
+	stray := newRawPub(t, Topic("10.0.9.9:8000", "m"), "tcp://"+f.sub.Addr().String())
+	f.sub.AddEndpoint("10.0.1.1:8000", Source{})
+	f.eventually("the subscriptions", func() bool { return bad.subscribed() && good.subscribed() && stray.subscribed() })
 	bad.sendBatch(0, stored("", 1))
+	stray.sendBatch(0, stored("", 1))
 	good.send(0, []byte{0x01})
 	if err := good.sock.Send(zmq4.NewMsgFrom([]byte(good.topic), []byte{1})); err != nil {
 		t.Fatal(err)
 	}
 	f.eventually("the drops", func() bool {
 		return testutil.ToFloat64(f.sub.m.dropped.WithLabelValues(dropBadTopic)) == 1 &&
+			testutil.ToFloat64(f.sub.m.dropped.WithLabelValues(dropUnknownEndpoint)) == 1 &&
 			testutil.ToFloat64(f.sub.m.decodeErrors) == 1 &&
 			testutil.ToFloat64(f.sub.m.dropped.WithLabelValues(dropBadFrames)) == 1
 	})

@@ -105,6 +105,9 @@ func (w *worker) forgetOldest() {
 		}
 	}
 	delete(w.states, oldest)
+	// Without its sequence state nothing would notice the endpoint's
+	// missed events, so its entries go too.
+	w.s.idx.ClearEndpoint(oldest)
 	w.s.m.forgotten.Inc()
 }
 
