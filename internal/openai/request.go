@@ -71,6 +71,8 @@ type Request struct {
 
 	fields map[string]json.RawMessage
 	body   []byte // the parsed body, for WithModel
+	// chatText caches PromptText for chat requests.
+	chatText *string
 }
 
 // Parse decodes body as a request to api. Errors wrap ErrInvalidRequest.
@@ -196,11 +198,19 @@ func (r *Request) field(name string, v any) error {
 // PromptText is the text a prefix hash is computed over when no tokenizer is
 // used: the prompt, the responses/embeddings input, or, for chat, the
 // messages as compact JSON (role and content), so that every turn counts.
+//
+// The chat rendering is computed once and kept: the picker estimates the
+// prompt's length and hashes its prefix from the same text. A Request is
+// used by one goroutine at a time.
 func (r *Request) PromptText() string {
 	switch r.API {
 	case ChatCompletions:
-		b, _ := json.Marshal(r.Messages)
-		return string(b)
+		if r.chatText == nil {
+			b, _ := json.Marshal(r.Messages)
+			s := string(b)
+			r.chatText = &s
+		}
+		return *r.chatText
 	case Completions:
 		return r.Prompt
 	default:
