@@ -160,7 +160,7 @@ type replica struct {
 
 type liveReq struct {
 	idx     int
-	req     *server.Request
+	ex      server.Exchange
 	rep     *replica
 	arrival time.Time
 	first   time.Time
@@ -273,7 +273,7 @@ func newSim(opts Options, policy Policy, reqs []workload.Request) (*sim, error) 
 	s.dir = director.New(director.Options{
 		Pool:       ds,
 		Scheduler:  built.Scheduler,
-		Hooks:      director.Hooks{PreRequest: built.PreRequest, ResponseComplete: built.ResponseComplete},
+		Hooks:      director.Hooks{PreRequest: built.PreRequest, FirstToken: built.FirstToken, ResponseComplete: built.ResponseComplete},
 		Saturation: saturation.New(built.Saturation, s.clock.Now),
 		Now:        s.clock.Now,
 		Logger:     opts.Logger,
@@ -418,7 +418,7 @@ func (s *sim) arrive(ctx context.Context, i int, now time.Time) {
 		FairnessID: "default-flow",
 		ReceivedAt: now,
 	}
-	dec, err := s.dir.HandleRequest(ctx, req)
+	dec, ex, err := s.dir.HandleRequest(ctx, req)
 	if err != nil {
 		s.fail(rr, fmt.Errorf("picker: %w", err))
 		return
@@ -430,14 +430,14 @@ func (s *sim) arrive(ctx context.Context, i int, now time.Time) {
 	}
 	rr.Replica = r.idx
 	if err := r.eng.Add(engine.Request{ID: id, Prompt: prompt, MaxTokens: out}); err != nil {
-		s.dir.ResponseDone(ctx, req, server.ResponseSummary{Status: 503, ServedEndpoint: r.addr})
+		ex.ResponseDone(ctx, server.ResponseSummary{Status: 503, ServedEndpoint: r.addr})
 		delete(s.oracled, id)
 		s.fail(rr, fmt.Errorf("engine: %w", err))
 		return
 	}
 	// The engine holds its own copy; the picker is done with the body.
 	req.Parsed.PromptTokenIDs = nil
-	lr := &liveReq{idx: i, req: req, rep: r, arrival: now}
+	lr := &liveReq{idx: i, ex: ex, rep: r, arrival: now}
 	if c, ok := s.oracled[id]; ok {
 		lr.oracle = c
 		r.backlog += c.uncached
@@ -494,7 +494,7 @@ func (s *sim) complete(ctx context.Context, r *replica, now time.Time) {
 			}
 		}
 		lr.oracle = oracleChoice{}
-		s.dir.ResponseChunk(ctx, lr.req, chunk)
+		lr.ex.ResponseChunk(ctx, chunk)
 	}
 	for _, f := range r.finished {
 		lr := s.live[f.ID]
@@ -502,7 +502,7 @@ func (s *sim) complete(ctx context.Context, r *replica, now time.Time) {
 			continue
 		}
 		delete(s.live, f.ID)
-		s.dir.ResponseDone(ctx, lr.req, server.ResponseSummary{
+		lr.ex.ResponseDone(ctx, server.ResponseSummary{
 			Status: 200, UsageFound: true, Streaming: true, Complete: true, ServedEndpoint: r.addr,
 			Usage: openai.Usage{PromptTokens: f.Usage.PromptTokens, CompletionTokens: f.Usage.CompletionTokens, CachedTokens: f.Usage.CachedTokens},
 		})

@@ -18,6 +18,7 @@ type Built struct {
 	// Hooks are the plugins implementing each request-lifecycle extension.
 	PreRequest       []scheduling.PreRequest
 	ResponseComplete []scheduling.ResponseComplete
+	FirstToken       []scheduling.FirstToken
 	EndpointsRemoved []scheduling.EndpointsRemoved
 	Saturation       saturation.Config
 	FeatureGates     map[string]bool
@@ -130,6 +131,7 @@ func Build(c *Config, reg *scheduling.Registry, h *scheduling.Handle, observe sc
 		}
 	}
 
+	var stages scheduling.Stages
 	for _, p := range b.Plugins {
 		if x, ok := p.(scheduling.PreRequest); ok {
 			b.PreRequest = append(b.PreRequest, x)
@@ -140,8 +142,22 @@ func Build(c *Config, reg *scheduling.Registry, h *scheduling.Handle, observe sc
 		if x, ok := p.(scheduling.EndpointsRemoved); ok {
 			b.EndpointsRemoved = append(b.EndpointsRemoved, x)
 		}
+		if x, ok := p.(scheduling.FirstToken); ok {
+			b.FirstToken = append(b.FirstToken, x)
+		}
+		if x, ok := p.(scheduling.DataProducer); ok {
+			stages.Producers = append(stages.Producers, x)
+		}
+		if x, ok := p.(scheduling.Admitter); ok {
+			stages.Admitters = append(stages.Admitters, x)
+		}
 	}
-	b.Scheduler = scheduling.NewScheduler(handler, profiles, observe)
+	ordered, err := scheduling.OrderProducers(stages.Producers)
+	if err != nil {
+		return nil, fmt.Errorf("plugins: %w", err)
+	}
+	stages.Producers = ordered
+	b.Scheduler = scheduling.NewScheduler(handler, profiles, observe, stages)
 	return b, nil
 }
 
@@ -176,6 +192,12 @@ func buildProfile(where string, ps ProfileSpec, byName map[string]scheduling.Plu
 				return nil, fmt.Errorf("%s: profile %q has a second picker %q", at, ps.Name, ref.PluginRef)
 			}
 			prof.Picker = pk
+			used = true
+		}
+		switch p.(type) {
+		case scheduling.DataProducer, scheduling.Admitter:
+			// Bound by capability for every request; GIE's configs also
+			// list them in a profile.
 			used = true
 		}
 		if !used {

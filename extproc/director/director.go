@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,6 +34,7 @@ type Objectives interface {
 // Hooks are the request-lifecycle plugins of a configuration.
 type Hooks struct {
 	PreRequest       []scheduling.PreRequest
+	FirstToken       []scheduling.FirstToken
 	ResponseComplete []scheduling.ResponseComplete
 }
 
@@ -60,16 +62,17 @@ type Options struct {
 
 // Director implements server.Director.
 type Director struct {
-	opts Options
-	now  func() time.Time
-	log  *slog.Logger
+	opts    Options
+	now     func() time.Time
+	log     *slog.Logger
+	metrics *metrics.Metrics // nil-safe: a nil recorder records nothing
 }
 
 var _ server.Director = (*Director)(nil)
 
 // New returns a Director.
 func New(opts Options) *Director {
-	d := &Director{opts: opts, now: opts.Now, log: opts.Logger}
+	d := &Director{opts: opts, now: opts.Now, log: opts.Logger, metrics: opts.Metrics}
 	if d.now == nil {
 		d.now = time.Now
 	}
@@ -85,81 +88,61 @@ const maxTokensCharged = 4 << 20
 
 // DroppedReason values sent in x-llm-d-request-dropped-reason.
 const (
-	DroppedSaturated = "saturated"
-	DroppedFiltered  = "filtered"
+	DroppedSaturated   = "saturated"
+	DroppedFiltered    = "filtered"
+	DroppedNotAdmitted = "not-admitted"
 )
 
-// requestState is one request's lifecycle state, owned by its stream.
-type requestState struct {
-	sched    *scheduling.Request
-	cs       *scheduling.CycleState
-	result   *scheduling.Result
-	charged  *endpoints.Endpoint
-	tokens   int64
-	status   int
-	chunks   int
-	first    time.Time
-	last     time.Time
-	released bool
-}
-
 // HandleRequest implements server.Director.
-func (d *Director) HandleRequest(ctx context.Context, req *server.Request) (*server.Decision, error) {
+func (d *Director) HandleRequest(ctx context.Context, req *server.Request) (*server.Decision, server.Exchange, error) {
 	sr := d.schedulingRequest(req)
-	if d.opts.Metrics != nil {
-		d.opts.Metrics.RequestReceived(sr.IncomingModel, sr.TargetModel, sr.Priority)
-	}
-	dec, err := d.decide(ctx, req, sr)
+	d.metrics.RequestReceived(sr.IncomingModel, sr.TargetModel, sr.Priority)
+	dec, ex, err := d.decide(ctx, req, sr)
 	if err != nil {
 		e := inferr.As(err)
-		if d.opts.Metrics != nil {
-			d.opts.Metrics.RequestError(sr.IncomingModel, sr.TargetModel, string(e.Code))
-		}
-		return nil, e
+		d.metrics.RequestError(sr.IncomingModel, sr.TargetModel, string(e.Code))
+		return nil, nil, e
 	}
-	return dec, nil
+	return dec, ex, nil
 }
 
-func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduling.Request) (*server.Decision, error) {
+func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduling.Request) (*server.Decision, *exchange, error) {
 	candidates := subset(d.opts.Pool.Candidates(), req.SubsetHint)
 	if len(candidates) == 0 {
 		// GIE's 500 is for a request that has no body at all; a request
 		// whose body the wasm filter described is an ordinary request.
 		if req.HeaderOnly && req.Parsed == nil && sr.IncomingModel == "" {
-			return nil, &inferr.Error{Code: inferr.Internal, Msg: "no endpoints available for a request without a body"}
+			return nil, nil, &inferr.Error{Code: inferr.Internal, Msg: "no endpoints available for a request without a body"}
 		}
-		return nil, inferr.New(inferr.ServiceUnavailable, "no candidate endpoints for the request")
+		return nil, nil, inferr.New(inferr.ServiceUnavailable, "no candidate endpoints for the request")
 	}
 	if sr.Priority < 0 && d.opts.Saturation != nil && d.opts.Saturation.Saturated(candidates) {
-		return nil, &inferr.Error{Code: inferr.InferencePoolResourceExhausted, Msg: "pool is saturated and the request is sheddable", DroppedReason: DroppedSaturated}
+		return nil, nil, &inferr.Error{Code: inferr.InferencePoolResourceExhausted, Msg: "pool is saturated and the request is sheddable", DroppedReason: DroppedSaturated}
 	}
 
 	cs := scheduling.NewCycleState()
 	start := time.Now()
 	res, err := d.opts.Scheduler.Schedule(ctx, cs, sr, candidates)
-	if d.opts.Metrics != nil {
-		d.opts.Metrics.SchedulerDuration(time.Since(start))
-	}
+	d.metrics.SchedulerDuration(time.Since(start))
 	switch {
 	case errors.Is(err, scheduling.ErrNoCandidates):
-		return nil, inferr.New(inferr.ServiceUnavailable, "no candidate endpoints for the request")
+		return nil, nil, inferr.New(inferr.ServiceUnavailable, "no candidate endpoints for the request")
 	case errors.Is(err, scheduling.ErrAllFiltered):
-		return nil, &inferr.Error{Code: inferr.InferencePoolResourceExhausted, Msg: "no endpoint passed the scheduling filters", DroppedReason: DroppedFiltered}
+		return nil, nil, &inferr.Error{Code: inferr.InferencePoolResourceExhausted, Msg: "no endpoint passed the scheduling filters", DroppedReason: DroppedFiltered}
+	case errors.Is(err, scheduling.ErrNotAdmitted):
+		return nil, nil, &inferr.Error{Code: inferr.InferencePoolResourceExhausted, Msg: err.Error(), DroppedReason: DroppedNotAdmitted}
 	case err != nil:
-		return nil, inferr.New(inferr.Internal, "scheduling failed: %v", err)
+		return nil, nil, inferr.New(inferr.Internal, "scheduling failed: %v", err)
 	}
 	for _, h := range d.opts.Hooks.PreRequest {
 		hs := time.Now()
 		h.PreRequest(ctx, cs, sr, res)
-		if d.opts.Metrics != nil {
-			d.opts.Metrics.PluginDuration(scheduling.PointPreRequest, h.TypedName(), time.Since(hs))
-		}
+		d.metrics.PluginDuration(scheduling.PointPreRequest, h.TypedName(), time.Since(hs))
 	}
 
 	targets := res.Primary().Targets
-	st := &requestState{sched: sr, cs: cs, result: res, charged: targets[0], tokens: sr.TokenEstimate()}
-	st.charged.AddInflight(1, st.tokens)
-	req.State = st
+	ex := &exchange{d: d, sched: sr, cs: cs, received: req.ReceivedAt}
+	ex.charge = targets[0].Charge(int64(uncachedTokens(cs, sr, targets[0])), sr.TokenEstimate(), sr.TokenEstimate())
 
 	dec := &server.Decision{Endpoints: make([]string, len(targets)), Headers: res.Headers}
 	for i, t := range targets {
@@ -168,7 +151,18 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 	if req.ModelRewrite != "" {
 		dec.TargetModel = req.ModelRewrite
 	}
-	return dec, nil
+	return dec, ex, nil
+}
+
+// uncachedTokens is the prefill work the chosen endpoint must do: the
+// prompt less what the prefix producer says it holds, or the whole prompt
+// when no prefix plugin ran. The engine always computes the last token.
+func uncachedTokens(cs *scheduling.CycleState, sr *scheduling.Request, target *endpoints.Endpoint) int {
+	held := 0
+	if m, ok := scheduling.ReadAs[*scheduling.Prediction](cs, scheduling.PrefixMatchKey); ok {
+		held = m.HeldTokensOf(target)
+	}
+	return max(min(1, sr.PromptTokens), sr.PromptTokens-held)
 }
 
 // schedulingRequest is what plugins see of req.
@@ -198,12 +192,44 @@ func (d *Director) schedulingRequest(req *server.Request) *scheduling.Request {
 	if req.ModelRewrite != "" {
 		sr.TargetModel = req.ModelRewrite
 	}
+	sr.TTFTSLO = sloHeader(req.Headers, HeaderSLOTTFT, HeaderSLOTTFTDeprecated)
+	sr.TPOTSLO = sloHeader(req.Headers, HeaderSLOTPOT, HeaderSLOTPOTDeprecated)
 	if d.opts.Objectives != nil && req.Objective != "" {
 		if p, ok := d.opts.Objectives.Priority(req.Objective); ok {
 			sr.Priority = p
 		}
 	}
 	return sr
+}
+
+// SLO request headers, in milliseconds: llm-d's names, and the older names
+// it still accepts (the current name wins when both are sent).
+const (
+	HeaderSLOTTFT           = "x-llm-d-slo-ttft-ms"
+	HeaderSLOTPOT           = "x-llm-d-slo-tpot-ms"
+	HeaderSLOTTFTDeprecated = "x-slo-ttft-ms"
+	HeaderSLOTPOTDeprecated = "x-slo-tpot-ms"
+)
+
+// maxSLO bounds an SLO header: beyond a day it is no objective.
+const maxSLO = 24 * time.Hour
+
+// sloHeader reads an SLO from the current header name, else the deprecated
+// one. A malformed or non-positive value sets no SLO: the request is served
+// as one without.
+func sloHeader(h map[string]string, name, deprecated string) time.Duration {
+	v, ok := h[name]
+	if !ok {
+		v, ok = h[deprecated]
+	}
+	if !ok {
+		return 0
+	}
+	ms, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	if err != nil || !(ms > 0) {
+		return 0
+	}
+	return min(maxSLO, time.Duration(ms*float64(time.Millisecond)))
 }
 
 // applyHints fills sr from the wasm filter's headers. A request the filter
@@ -256,60 +282,93 @@ func subset(eps []*endpoints.Endpoint, hint []string) []*endpoints.Endpoint {
 	return out
 }
 
-// ResponseStarted implements server.Director.
-func (d *Director) ResponseStarted(_ context.Context, req *server.Request, status int, _ map[string]string) {
-	if st, ok := req.State.(*requestState); ok {
-		st.status = status
+// exchange is one routed request from its decision to the end of its
+// response: its scheduling state, its share of the endpoint's live load and
+// what the stream has shown. The server calls it on the stream's goroutine,
+// one event at a time, so it needs no lock.
+type exchange struct {
+	d        *Director
+	sched    *scheduling.Request
+	cs       *scheduling.CycleState
+	charge   endpoints.Charge
+	received time.Time
+	status   int
+	chunks   int
+	first    time.Time
+	last     time.Time
+	released bool
+}
+
+var _ server.Exchange = (*exchange)(nil)
+
+// ResponseStarted implements server.Exchange. When the proxy served the
+// request from a fallback, the load moves to the endpoint that has it.
+func (x *exchange) ResponseStarted(_ context.Context, head server.ResponseHead) {
+	x.status = head.Status
+	x.moveTo(head.ServedEndpoint)
+}
+
+func (x *exchange) moveTo(served string) {
+	if served == "" || x.charge.Endpoint() == nil || served == x.charge.Endpoint().Address() {
+		return
+	}
+	if e := x.d.opts.Pool.ByAddress(served); e != nil {
+		x.charge.Move(e)
 	}
 }
 
-// ResponseChunk implements server.Director: the first body chunk marks the
-// first token; later chunks of a stream measure inter-chunk latency.
-func (d *Director) ResponseChunk(_ context.Context, req *server.Request, chunk []byte) {
-	st, ok := req.State.(*requestState)
-	if !ok || len(chunk) == 0 {
+// ResponseChunk implements server.Exchange: the first body chunk marks the
+// first token, ending the request's prefill; later chunks of a stream
+// measure inter-chunk latency.
+func (x *exchange) ResponseChunk(ctx context.Context, chunk []byte) {
+	if len(chunk) == 0 {
 		return
 	}
-	now := d.now()
-	st.chunks++
-	if st.chunks == 1 {
-		st.first = now
-		if d.opts.Metrics != nil {
-			d.opts.Metrics.TTFT(st.sched.IncomingModel, st.sched.TargetModel, now.Sub(req.ReceivedAt))
+	now := x.d.now()
+	x.chunks++
+	if x.chunks == 1 {
+		x.first = now
+		x.charge.FirstToken()
+		ttft := now.Sub(x.received)
+		x.d.metrics.TTFT(x.sched.IncomingModel, x.sched.TargetModel, ttft)
+		res := &scheduling.Response{Endpoint: x.charge.Endpoint(), Status: x.status, TTFT: ttft}
+		for _, h := range x.d.opts.Hooks.FirstToken {
+			hs := time.Now()
+			h.FirstToken(ctx, x.cs, x.sched, res)
+			x.d.metrics.PluginDuration(scheduling.PointFirstToken, h.TypedName(), time.Since(hs))
 		}
-	} else if st.sched.Stream && d.opts.Metrics != nil {
-		d.opts.Metrics.ITL(st.sched.IncomingModel, st.sched.TargetModel, now.Sub(st.last))
+	} else if x.sched.Stream {
+		x.d.metrics.ITL(x.sched.IncomingModel, x.sched.TargetModel, now.Sub(x.last))
 	}
-	st.last = now
+	x.last = now
 }
 
-// ResponseDone implements server.Director.
-func (d *Director) ResponseDone(ctx context.Context, req *server.Request, sum server.ResponseSummary) {
-	st, ok := req.State.(*requestState)
-	if !ok || st.released {
+// ResponseDone implements server.Exchange.
+func (x *exchange) ResponseDone(ctx context.Context, sum server.ResponseSummary) {
+	if x.released {
 		return
 	}
-	st.released = true
-	st.charged.AddInflight(-1, -st.tokens)
+	x.released = true
+	x.moveTo(sum.ServedEndpoint)
+	served := x.charge.Endpoint()
+	x.charge.Release()
 
-	served := st.charged
-	if sum.ServedEndpoint != "" && sum.ServedEndpoint != served.Address() {
-		if e := d.opts.Pool.ByAddress(sum.ServedEndpoint); e != nil {
-			served = e
-		}
-	}
-	if m := d.opts.Metrics; m != nil && sum.Complete {
-		if sum.UsageFound {
-			m.Usage(st.sched.IncomingModel, st.sched.TargetModel, sum.Usage)
-			// Time per output token needs tokens spread over time: only a
-			// streamed response shows when its tokens were produced.
-			if n := sum.Usage.CompletionTokens; sum.Streaming && n > 1 && st.chunks > 0 {
-				m.TPOT(st.sched.IncomingModel, st.sched.TargetModel, st.last.Sub(st.first)/time.Duration(n-1))
-			}
-		}
-	}
 	res := &scheduling.Response{Endpoint: served, Status: sum.Status, Usage: sum.Usage, Complete: sum.Complete}
-	for _, h := range d.opts.Hooks.ResponseComplete {
-		h.ResponseComplete(ctx, st.cs, st.sched, res)
+	if x.chunks > 0 {
+		res.TTFT = x.first.Sub(x.received)
+	}
+	if sum.Complete && sum.UsageFound {
+		x.d.metrics.Usage(x.sched.IncomingModel, x.sched.TargetModel, sum.Usage)
+		// Time per output token needs tokens spread over time: only a
+		// streamed response shows when its tokens were produced.
+		if n := sum.Usage.CompletionTokens; sum.Streaming && n > 1 && x.chunks > 0 {
+			res.TPOT = x.last.Sub(x.first) / time.Duration(n-1)
+			x.d.metrics.TPOT(x.sched.IncomingModel, x.sched.TargetModel, res.TPOT)
+		}
+	}
+	for _, h := range x.d.opts.Hooks.ResponseComplete {
+		hs := time.Now()
+		h.ResponseComplete(ctx, x.cs, x.sched, res)
+		x.d.metrics.PluginDuration(scheduling.PointResponse, h.TypedName(), time.Since(hs))
 	}
 }

@@ -229,16 +229,16 @@ schedulingProfiles:
 						}
 					}
 				}
-				bd, err1 := bodyWorld.d.HandleRequest(context.Background(), bodyReq)
-				hd, err2 := hdrWorld.d.HandleRequest(context.Background(), hdrReq)
+				bd, bx, err1 := bodyWorld.d.HandleRequest(context.Background(), bodyReq)
+				hd, hx, err2 := hdrWorld.d.HandleRequest(context.Background(), hdrReq)
 				if err1 != nil || err2 != nil {
 					t.Fatalf("request %d: %v / %v", i, err1, err2)
 				}
 				if strings.Join(bd.Endpoints, ",") != strings.Join(hd.Endpoints, ",") {
 					t.Fatalf("request %d: headers path chose %v, body path %v", i, hd.Endpoints, bd.Endpoints)
 				}
-				bodyWorld.d.ResponseDone(context.Background(), bodyReq, server.ResponseSummary{Status: 200, Complete: true})
-				hdrWorld.d.ResponseDone(context.Background(), hdrReq, server.ResponseSummary{Status: 200, Complete: true})
+				bx.ResponseDone(context.Background(), server.ResponseSummary{Status: 200, Complete: true})
+				hx.ResponseDone(context.Background(), server.ResponseSummary{Status: 200, Complete: true})
 			}
 			if !matchedSome {
 				t.Fatal("no prefix ever matched: the corpus does not exercise the prefix scorer")

@@ -62,6 +62,7 @@ type Endpoint struct {
 
 	inflightRequests atomic.Int64
 	inflightTokens   atomic.Int64
+	load             liveLoad
 }
 
 // NewEndpoint returns an endpoint with an empty metrics snapshot.
@@ -86,8 +87,12 @@ func (e *Endpoint) Label(key string) string { return e.spec.Labels[key] }
 // Metrics returns the latest snapshot; never nil. Callers must not modify it.
 func (e *Endpoint) Metrics() *Metrics { return e.metrics.Load() }
 
-// SetMetrics publishes a new snapshot. Only the endpoint's scraper calls it.
-func (e *Endpoint) SetMetrics(m *Metrics) { e.metrics.Store(m) }
+// SetMetrics publishes a new snapshot and reconciles the live load with it.
+// Only the endpoint's scraper calls it.
+func (e *Endpoint) SetMetrics(m *Metrics) {
+	e.load.reconcile(m)
+	e.metrics.Store(m)
+}
 
 // MetricsAge is how old the snapshot is at now; a never-scraped endpoint is
 // infinitely stale.
@@ -105,10 +110,3 @@ func (e *Endpoint) InflightRequests() int64 { return e.inflightRequests.Load() }
 
 // InflightTokens is the prompt+expected output tokens of those requests.
 func (e *Endpoint) InflightTokens() int64 { return e.inflightTokens.Load() }
-
-// AddInflight records a routed request (delta +1) or its completion (-1)
-// together with its token estimate.
-func (e *Endpoint) AddInflight(requests, tokens int64) {
-	e.inflightRequests.Add(requests)
-	e.inflightTokens.Add(tokens)
-}

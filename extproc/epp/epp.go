@@ -31,6 +31,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/endpoints/staticfile"
 	"github.com/kvgate/kvgate/extproc/kvevents"
 	"github.com/kvgate/kvgate/extproc/kvindex"
+	"github.com/kvgate/kvgate/extproc/latency"
 	"github.com/kvgate/kvgate/extproc/metrics"
 	"github.com/kvgate/kvgate/extproc/plugins/all"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
@@ -179,6 +180,7 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 
 	p.kvIndex = kvindex.New(kvindex.Config{})
 	h := &scheduling.Handle{Log: log, Now: time.Now, Prefix: m, Services: map[string]any{precise.ServiceKVIndex: p.kvIndex}}
+	latency.WithRecorder(h.Services, m)
 	p.built, err = config.Build(cfg, all.Registry(), h, m.PluginDuration)
 	if err != nil {
 		return nil, err
@@ -211,7 +213,7 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	d := director.New(director.Options{
 		Pool:             p.ds,
 		Scheduler:        p.built.Scheduler,
-		Hooks:            director.Hooks{PreRequest: p.built.PreRequest, ResponseComplete: p.built.ResponseComplete},
+		Hooks:            director.Hooks{PreRequest: p.built.PreRequest, FirstToken: p.built.FirstToken, ResponseComplete: p.built.ResponseComplete},
 		Saturation:       saturation.New(p.built.Saturation, time.Now),
 		TrustFilterHints: o.TrustFilterHeaders,
 		Objectives:       objectives,
@@ -288,21 +290,19 @@ func (p *Picker) stopKVEvents() {
 // subscribed to; an endpoint that left loses its KV-index entries and the
 // plugins' per-endpoint state.
 func (p *Picker) endpointsChanged(c endpoints.Change) {
-	names := make([]string, 0, len(c.Removed))
+	gone := make([]string, 0, len(c.Removed))
 	for _, e := range c.Removed {
 		if p.ds.ByAddress(e.Address()) == nil { // a changed spec re-adds the address
 			p.kvEvents.EndpointRemoved(e.Address())
-		}
-		if p.ds.Get(e.Name()) == nil { // or the name
-			names = append(names, e.Name())
+			gone = append(gone, e.Address())
 		}
 	}
 	for _, e := range c.Added {
 		p.kvEvents.AddEndpoint(e.Address(), kvevents.Source{Events: e.Spec().KVEvents, Replay: e.Spec().KVEventsReplay})
 	}
-	if len(names) > 0 {
+	if len(gone) > 0 {
 		for _, h := range p.built.EndpointsRemoved {
-			h.EndpointsRemoved(names)
+			h.EndpointsRemoved(gone)
 		}
 	}
 }

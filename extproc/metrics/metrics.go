@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvgate/kvgate/extproc/latency"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/internal/openai"
 )
@@ -33,6 +34,9 @@ type Metrics struct {
 	prefixHit     []*prometheus.HistogramVec
 	predicted     *prometheus.HistogramVec
 	predictionErr *prometheus.HistogramVec
+	predTTFT      *prometheus.HistogramVec
+	predTPOT      *prometheus.HistogramVec
+	latencyErr    *prometheus.HistogramVec
 
 	// pluginObservers caches the label lookups of plugin timings, which run
 	// several times per request on the hot path. Bounded by the number of
@@ -139,11 +143,49 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	m.predicted = hist("kvgate_prefix_predicted_cached_tokens", "Prompt tokens the prefix plugin expected the chosen endpoint to serve from cache.", tokenBuckets, "plugin_type")
 	m.predictionErr = hist("kvgate_prefix_prediction_error_tokens", "Cached tokens the server reported minus those the prefix plugin predicted.", errorBuckets, "plugin_type")
+	m.predTTFT = hist("llm_d_epp_request_predicted_ttft_seconds", "Predicted time to first token of each routed request on its chosen endpoint.", latencyBuckets, modelLabels...)
+	m.predTPOT = hist("llm_d_epp_request_predicted_tpot_seconds", "Predicted time per output token of each routed request on its chosen endpoint.", tokenLatencyBuckets, modelLabels...)
+	m.latencyErr = hist("kvgate_latency_prediction_error_ratio", "(predicted - actual) / actual of the latency predictor, by latency type (ttft, tpot).", relativeErrorBuckets, "type")
 	return m
+}
+
+// relativeErrorBuckets span under- and over-prediction by up to 4x.
+var relativeErrorBuckets = []float64{-0.75, -0.5, -0.25, -0.1, -0.05, 0, 0.05, 0.1, 0.25, 0.5, 1, 2, 4}
+
+// Predicted implements latency.Recorder.
+func (m *Metrics) Predicted(_, model string, e latency.Estimate) {
+	if m == nil {
+		return
+	}
+	mn := m.model(model)
+	m.predTTFT.WithLabelValues(mn, mn).Observe(e.TTFT.Seconds())
+	if e.TPOT > 0 {
+		m.predTPOT.WithLabelValues(mn, mn).Observe(e.TPOT.Seconds())
+	}
+}
+
+// ObservedTTFT implements latency.Recorder.
+func (m *Metrics) ObservedTTFT(_, _ string, predicted, actual time.Duration) {
+	m.observedLatency("ttft", predicted, actual)
+}
+
+// ObservedTPOT implements latency.Recorder.
+func (m *Metrics) ObservedTPOT(_, _ string, predicted, actual time.Duration) {
+	m.observedLatency("tpot", predicted, actual)
+}
+
+func (m *Metrics) observedLatency(kind string, predicted, actual time.Duration) {
+	if m == nil || actual <= 0 || predicted <= 0 {
+		return
+	}
+	m.latencyErr.WithLabelValues(kind).Observe((predicted - actual).Seconds() / actual.Seconds())
 }
 
 // PrefixPredicted implements scheduling.PrefixRecorder.
 func (m *Metrics) PrefixPredicted(plugin scheduling.TypedName, predicted, prompt int) {
+	if m == nil {
+		return
+	}
 	if prompt > 0 {
 		for _, h := range m.prefixHit {
 			h.WithLabelValues(plugin.Type).Observe(float64(predicted) / float64(prompt))
@@ -154,21 +196,33 @@ func (m *Metrics) PrefixPredicted(plugin scheduling.TypedName, predicted, prompt
 
 // PrefixActual implements scheduling.PrefixRecorder.
 func (m *Metrics) PrefixActual(plugin scheduling.TypedName, predicted, actual int) {
+	if m == nil {
+		return
+	}
 	m.predictionErr.WithLabelValues(plugin.Type).Observe(float64(actual - predicted))
 }
 
 // RequestReceived counts a request.
 func (m *Metrics) RequestReceived(model, target string, priority int) {
+	if m == nil {
+		return
+	}
 	m.requests.WithLabelValues(m.model(model), m.model(target), strconv.Itoa(priority)).Inc()
 }
 
 // RequestError counts a request the picker answered with an error.
 func (m *Metrics) RequestError(model, target, code string) {
+	if m == nil {
+		return
+	}
 	m.errors.WithLabelValues(m.model(model), m.model(target), code).Inc()
 }
 
 // SchedulerDuration records one scheduling decision.
 func (m *Metrics) SchedulerDuration(d time.Duration) {
+	if m == nil {
+		return
+	}
 	for _, h := range m.schedulerE2E {
 		h.Observe(d.Seconds())
 	}
@@ -177,6 +231,9 @@ func (m *Metrics) SchedulerDuration(d time.Duration) {
 // PluginDuration records one plugin call; it has the scheduling.Observer
 // signature.
 func (m *Metrics) PluginDuration(point string, tn scheduling.TypedName, d time.Duration) {
+	if m == nil {
+		return
+	}
 	k := pluginKey{point, tn}
 	m.mu.RLock()
 	obs, ok := m.pluginObservers[k]
@@ -196,6 +253,9 @@ func (m *Metrics) PluginDuration(point string, tn scheduling.TypedName, d time.D
 
 // TTFT records a time to first token.
 func (m *Metrics) TTFT(model, target string, d time.Duration) {
+	if m == nil {
+		return
+	}
 	for _, h := range m.ttft {
 		h.WithLabelValues(m.model(model), m.model(target)).Observe(d.Seconds())
 	}
@@ -204,6 +264,9 @@ func (m *Metrics) TTFT(model, target string, d time.Duration) {
 // TPOT records the mean time per output token after the first, measured on
 // a streamed response.
 func (m *Metrics) TPOT(model, target string, d time.Duration) {
+	if m == nil {
+		return
+	}
 	for _, h := range m.tpot {
 		h.WithLabelValues(m.model(model), m.model(target)).Observe(d.Seconds())
 	}
@@ -211,11 +274,17 @@ func (m *Metrics) TPOT(model, target string, d time.Duration) {
 
 // ITL records the gap between two response chunks of a streaming request.
 func (m *Metrics) ITL(model, target string, d time.Duration) {
+	if m == nil {
+		return
+	}
 	m.itl.WithLabelValues(m.model(model), m.model(target)).Observe(d.Seconds())
 }
 
 // Usage records the token counts a response reported.
 func (m *Metrics) Usage(model, target string, u openai.Usage) {
+	if m == nil {
+		return
+	}
 	model, target = m.model(model), m.model(target)
 	m.inputTokens.WithLabelValues(model, target).Observe(float64(u.PromptTokens))
 	m.outputTokens.WithLabelValues(model, target).Observe(float64(u.CompletionTokens))

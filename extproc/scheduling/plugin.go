@@ -2,6 +2,7 @@ package scheduling
 
 import (
 	"context"
+	"time"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/internal/openai"
@@ -80,6 +81,10 @@ type Response struct {
 	Usage    openai.Usage
 	// Complete is false when the stream ended early (client gone, reset).
 	Complete bool
+	// TTFT is from the request's arrival to its first response chunk; TPOT
+	// the mean gap between output tokens of a streamed response (zero until
+	// known, and for responses that do not show it).
+	TTFT, TPOT time.Duration
 }
 
 // ResponseComplete observes the end of every routed request exactly once.
@@ -89,8 +94,10 @@ type ResponseComplete interface {
 }
 
 // EndpointsRemoved is implemented by plugins that keep per-endpoint state,
-// so that the state of endpoints leaving the pool is dropped.
+// so that the state of endpoints leaving the pool is dropped. Per-endpoint
+// state is keyed by address (ip:port), the identity the proxy, the KV events
+// and the KV index all speak; a name can move to another address.
 type EndpointsRemoved interface {
 	Plugin
-	EndpointsRemoved(names []string)
+	EndpointsRemoved(addresses []string)
 }

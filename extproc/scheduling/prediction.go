@@ -2,8 +2,14 @@ package scheduling
 
 import "github.com/kvgate/kvgate/extproc/endpoints"
 
+// PrefixMatchKey is the cycle-state key under which a prefix scorer, as a
+// data producer, leaves its *Prediction: the prompt tokens each candidate is
+// expected to hold, which the live load model and the latency predictor
+// turn into uncached prefill work.
+const PrefixMatchKey = "prefix-match"
+
 // Prediction is what a prefix scorer expects for one request, kept in the
-// cycle state: the blocks each candidate holds (from Score), what it then
+// cycle state: the blocks each candidate holds (when produced), what it then
 // predicted for the chosen endpoint (PreRequest), checked against the
 // server's reported cached tokens (ResponseComplete).
 type Prediction struct {
@@ -11,22 +17,69 @@ type Prediction struct {
 	// length.
 	BlockTokens  int
 	PromptTokens int
-	// matched lists the candidates holding blocks; a slice, not a map: it
-	// is written once per candidate and read once, on the hot path.
-	matched   []heldBlocks
-	predicted int
+	// candidates are the endpoints the match was computed over and held[i]
+	// the (tier-weighted, so possibly fractional) blocks candidates[i]
+	// holds. Slices, not a map: written once per candidate on the hot path
+	// and read in candidate order.
+	candidates []*endpoints.Endpoint
+	held       []float64
+	predicted  int
 }
 
-type heldBlocks struct {
-	endpoint *endpoints.Endpoint
-	blocks   float64
+// Reset starts a match over candidates, every one holding nothing.
+func (p *Prediction) Reset(candidates []*endpoints.Endpoint) {
+	p.candidates = candidates
+	if cap(p.held) < len(candidates) {
+		p.held = make([]float64, len(candidates))
+	}
+	p.held = p.held[:len(candidates)]
+	clear(p.held)
 }
 
-// Matched records that endpoint e holds blocks of the prompt (tier-weighted
-// blocks may be fractional).
-func (p *Prediction) Matched(e *endpoints.Endpoint, blocks float64) {
-	if blocks > 0 {
-		p.matched = append(p.matched, heldBlocks{e, blocks})
+// Matched records that candidates[i] holds blocks of the prompt.
+func (p *Prediction) Matched(i int, blocks float64) { p.held[i] = blocks }
+
+// Candidates are the endpoints of the match, in the producer's order.
+func (p *Prediction) Candidates() []*endpoints.Endpoint { return p.candidates }
+
+// HeldBlocks is what candidates[i] holds, in blocks.
+func (p *Prediction) HeldBlocks(i int) float64 { return p.held[i] }
+
+// HeldTokens is what candidates[i] holds, in prompt tokens.
+func (p *Prediction) HeldTokens(i int) int {
+	return min(p.PromptTokens, int(p.held[i]*float64(p.BlockTokens)))
+}
+
+// HeldTokensOf is what endpoint e holds, 0 when it was not a candidate.
+func (p *Prediction) HeldTokensOf(e *endpoints.Endpoint) int {
+	for i, c := range p.candidates {
+		if c == e {
+			return p.HeldTokens(i)
+		}
+	}
+	return 0
+}
+
+// ScoreSubset sets scores[i] to the held fraction of the prompt for eps[i].
+// eps is the candidates after filtering: a subsequence of the match's
+// candidates in the same order (filters keep order), so one merge pass
+// pairs them up; an endpoint the match never saw scores 0.
+func (p *Prediction) ScoreSubset(eps []*endpoints.Endpoint, scores []float64, totalBlocks int) {
+	if totalBlocks <= 0 {
+		return
+	}
+	j := 0
+	for i, e := range eps {
+		k := j
+		for k < len(p.candidates) && p.candidates[k] != e {
+			k++
+		}
+		if k == len(p.candidates) {
+			scores[i] = 0
+			continue
+		}
+		scores[i] = p.held[k] / float64(totalBlocks)
+		j = k + 1
 	}
 }
 
@@ -39,9 +92,9 @@ func (p *Prediction) Predict(res *Result, rec PrefixRecorder, plugin TypedName) 
 	}
 	target := primary.Targets[0]
 	p.predicted = 0
-	for _, m := range p.matched {
-		if m.endpoint == target {
-			p.predicted = int(m.blocks * float64(p.BlockTokens))
+	for i, c := range p.candidates {
+		if c == target {
+			p.predicted = int(p.held[i] * float64(p.BlockTokens))
 		}
 	}
 	rec.PrefixPredicted(plugin, p.predicted, p.PromptTokens)

@@ -10,9 +10,18 @@ import (
 // Scheduler runs the configured profiles for each request. It is immutable
 // after construction and safe for concurrent use; plugins own their state.
 type Scheduler struct {
-	handler  ProfileHandler
-	profiles map[string]*Profile
-	observe  Observer
+	handler   ProfileHandler
+	profiles  map[string]*Profile
+	observe   Observer
+	producers []DataProducer
+	admitters []Admitter
+}
+
+// Stages are the per-request steps that run before the profiles.
+type Stages struct {
+	// Producers run first, in this order (see OrderProducers).
+	Producers []DataProducer
+	Admitters []Admitter
 }
 
 // maxProfileRounds bounds the handler loop so that a handler that never
@@ -20,8 +29,8 @@ type Scheduler struct {
 const maxProfileRounds = 8
 
 // NewScheduler builds a scheduler; observe may be nil.
-func NewScheduler(handler ProfileHandler, profiles map[string]*Profile, observe Observer) *Scheduler {
-	return &Scheduler{handler: handler, profiles: profiles, observe: observe}
+func NewScheduler(handler ProfileHandler, profiles map[string]*Profile, observe Observer, stages Stages) *Scheduler {
+	return &Scheduler{handler: handler, profiles: profiles, observe: observe, producers: stages.Producers, admitters: stages.Admitters}
 }
 
 // Profiles returns the configured profiles by name. Callers must not modify it.
@@ -31,6 +40,19 @@ func (s *Scheduler) Profiles() map[string]*Profile { return s.profiles }
 func (s *Scheduler) Schedule(ctx context.Context, cs *CycleState, req *Request, candidates []*endpoints.Endpoint) (*Result, error) {
 	if len(candidates) == 0 {
 		return nil, ErrNoCandidates
+	}
+	for _, p := range s.producers {
+		start := now(s.observe)
+		p.Produce(ctx, cs, req, candidates)
+		record(s.observe, PointDataProducer, p, start)
+	}
+	for _, a := range s.admitters {
+		start := now(s.observe)
+		err := a.Admit(ctx, cs, req, candidates)
+		record(s.observe, PointAdmitter, a, start)
+		if err != nil {
+			return nil, fmt.Errorf("%w by %s: %w", ErrNotAdmitted, a.TypedName(), err)
+		}
 	}
 	results := make(map[string]*ProfileResult, len(s.profiles))
 	var firstErr error

@@ -102,7 +102,7 @@ func TestProfileRun(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			p := &scheduling.Profile{Name: "default", Filters: tc.filters, Scorers: tc.scorers, Picker: maxPicker(t, "3")}
-			s := scheduling.NewScheduler(single(t), map[string]*scheduling.Profile{"default": p}, nil)
+			s := scheduling.NewScheduler(single(t), map[string]*scheduling.Profile{"default": p}, nil, scheduling.Stages{})
 			in := append([]*endpoints.Endpoint(nil), eps...)
 			res, err := s.Schedule(context.Background(), scheduling.NewCycleState(), &scheduling.Request{}, in)
 			if !errors.Is(err, tc.err) {
@@ -129,7 +129,7 @@ func TestProfileRun(t *testing.T) {
 
 func TestScheduleNoCandidates(t *testing.T) {
 	p := &scheduling.Profile{Name: "default", Picker: maxPicker(t, "1")}
-	s := scheduling.NewScheduler(single(t), map[string]*scheduling.Profile{"default": p}, nil)
+	s := scheduling.NewScheduler(single(t), map[string]*scheduling.Profile{"default": p}, nil, scheduling.Stages{})
 	if _, err := s.Schedule(context.Background(), scheduling.NewCycleState(), &scheduling.Request{}, nil); !errors.Is(err, scheduling.ErrNoCandidates) {
 		t.Fatalf("err = %v", err)
 	}
@@ -153,7 +153,7 @@ func (endless) ProcessResults(context.Context, *scheduling.CycleState, *scheduli
 
 func TestScheduleHandlerMustFinish(t *testing.T) {
 	p := &scheduling.Profile{Name: "default", Picker: maxPicker(t, "1")}
-	s := scheduling.NewScheduler(endless{}, map[string]*scheduling.Profile{"default": p}, nil)
+	s := scheduling.NewScheduler(endless{}, map[string]*scheduling.Profile{"default": p}, nil, scheduling.Stages{})
 	eps := []*endpoints.Endpoint{schedtest.Endpoint("a", endpoints.Metrics{})}
 	if _, err := s.Schedule(context.Background(), scheduling.NewCycleState(), &scheduling.Request{}, eps); err == nil {
 		t.Fatal("a handler choosing a profile twice must fail the request")
@@ -166,7 +166,7 @@ func TestObserverSeesEveryPlugin(t *testing.T) {
 	seen := map[string]int{}
 	s := scheduling.NewScheduler(single(t), map[string]*scheduling.Profile{"default": p}, func(point string, tn scheduling.TypedName, _ time.Duration) {
 		seen[point+"/"+tn.Name]++
-	})
+	}, scheduling.Stages{})
 	eps := []*endpoints.Endpoint{schedtest.Endpoint("a", endpoints.Metrics{})}
 	if _, err := s.Schedule(context.Background(), scheduling.NewCycleState(), &scheduling.Request{}, eps); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,8 @@
 package scheduling
 
 import (
+	"time"
+
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/internal/hints"
 	"github.com/kvgate/kvgate/internal/openai"
@@ -35,6 +37,9 @@ type Request struct {
 	FairnessID string
 	// Stream marks a streaming request.
 	Stream bool
+	// TTFTSLO and TPOTSLO are the request's latency objectives
+	// (x-llm-d-slo-ttft-ms, x-llm-d-slo-tpot-ms); zero when not set.
+	TTFTSLO, TPOTSLO time.Duration
 }
 
 // TokenEstimate is the work a request brings: prompt plus expected output.

@@ -17,12 +17,12 @@ import (
 // the benchmark measures the protocol handler, not scheduling.
 type trivialDirector struct{}
 
-func (trivialDirector) HandleRequest(context.Context, *Request) (*Decision, error) {
-	return &Decision{Endpoints: []string{"10.0.0.1:8000"}}, nil
+func (trivialDirector) HandleRequest(context.Context, *Request) (*Decision, Exchange, error) {
+	return &Decision{Endpoints: []string{"10.0.0.1:8000"}}, trivialDirector{}, nil
 }
-func (trivialDirector) ResponseStarted(context.Context, *Request, int, map[string]string) {}
-func (trivialDirector) ResponseChunk(context.Context, *Request, []byte)                   {}
-func (trivialDirector) ResponseDone(context.Context, *Request, ResponseSummary)           {}
+func (trivialDirector) ResponseStarted(context.Context, ResponseHead) {}
+func (trivialDirector) ResponseChunk(context.Context, []byte)         {}
+func (trivialDirector) ResponseDone(context.Context, ResponseSummary) {}
 
 // BenchmarkRoundTrip drives complete requests over loopback gRPC the way
 // Envoy does: request headers and, on the compatible path, a small chat body

@@ -63,30 +63,36 @@ type countingDirector struct {
 	twice   bool
 }
 
-func (d *countingDirector) HandleRequest(ctx context.Context, req *Request) (*Decision, error) {
+func (d *countingDirector) HandleRequest(ctx context.Context, req *Request) (*Decision, Exchange, error) {
 	switch len(req.Body) % 4 {
 	case 1:
-		return nil, inferr.New(inferr.InferencePoolResourceExhausted, "busy")
+		return nil, nil, inferr.New(inferr.InferencePoolResourceExhausted, "busy")
 	case 2:
-		return nil, errors.New("plain failure")
+		return nil, nil, errors.New("plain failure")
 	}
 	d.mu.Lock()
 	d.decided++
 	d.mu.Unlock()
-	return &Decision{Endpoints: []string{"10.0.0.1:8000"}, TargetModel: req.ModelRewrite}, nil
+	return &Decision{Endpoints: []string{"10.0.0.1:8000"}, TargetModel: req.ModelRewrite}, &countingExchange{d: d}, nil
 }
 
-func (d *countingDirector) ResponseStarted(context.Context, *Request, int, map[string]string) {}
-func (d *countingDirector) ResponseChunk(context.Context, *Request, []byte)                   {}
+// countingExchange counts its ResponseDone calls in the director.
+type countingExchange struct {
+	d    *countingDirector
+	done bool
+}
 
-func (d *countingDirector) ResponseDone(_ context.Context, req *Request, _ ResponseSummary) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.done++
-	if req.State != nil {
-		d.twice = true
+func (x *countingExchange) ResponseStarted(context.Context, ResponseHead) {}
+func (x *countingExchange) ResponseChunk(context.Context, []byte)         {}
+
+func (x *countingExchange) ResponseDone(context.Context, ResponseSummary) {
+	x.d.mu.Lock()
+	defer x.d.mu.Unlock()
+	x.d.done++
+	if x.done {
+		x.d.twice = true
 	}
-	req.State = true
+	x.done = true
 }
 
 // messagesFrom turns fuzz bytes into an ext_proc message sequence: each

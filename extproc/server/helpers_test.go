@@ -34,29 +34,37 @@ func newTestDirector(endpoints ...string) *testDirector {
 	return &testDirector{endpoints: endpoints, doneCh: make(chan ResponseSummary, 16)}
 }
 
-func (d *testDirector) HandleRequest(ctx context.Context, req *Request) (*Decision, error) {
+func (d *testDirector) HandleRequest(ctx context.Context, req *Request) (*Decision, Exchange, error) {
 	d.mu.Lock()
 	d.reqs = append(d.reqs, req)
 	d.mu.Unlock()
 	if d.decide != nil {
-		return d.decide(req)
+		dec, err := d.decide(req)
+		if err != nil {
+			return nil, nil, err
+		}
+		return dec, testExchange{d}, nil
 	}
-	return &Decision{Endpoints: d.endpoints}, nil
+	return &Decision{Endpoints: d.endpoints}, testExchange{d}, nil
 }
 
-func (d *testDirector) ResponseStarted(ctx context.Context, req *Request, status int, headers map[string]string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.started = append(d.started, status)
+// testExchange records one request's response events in its director.
+type testExchange struct{ d *testDirector }
+
+func (x testExchange) ResponseStarted(ctx context.Context, head ResponseHead) {
+	x.d.mu.Lock()
+	defer x.d.mu.Unlock()
+	x.d.started = append(x.d.started, head.Status)
 }
 
-func (d *testDirector) ResponseChunk(ctx context.Context, req *Request, chunk []byte) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.chunks = append(d.chunks, append([]byte(nil), chunk...))
+func (x testExchange) ResponseChunk(ctx context.Context, chunk []byte) {
+	x.d.mu.Lock()
+	defer x.d.mu.Unlock()
+	x.d.chunks = append(x.d.chunks, append([]byte(nil), chunk...))
 }
 
-func (d *testDirector) ResponseDone(ctx context.Context, req *Request, res ResponseSummary) {
+func (x testExchange) ResponseDone(ctx context.Context, res ResponseSummary) {
+	d := x.d
 	d.mu.Lock()
 	d.done = append(d.done, res)
 	if ctx.Err() != nil {

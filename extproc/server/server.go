@@ -33,27 +33,42 @@ const (
 	DefaultBodyChunkSize = 62_000
 )
 
-// Director decides where each request goes and observes its response.
-// Implementations must be safe for concurrent use.
+// Director decides where each request goes. Implementations must be safe
+// for concurrent use.
 type Director interface {
 	// HandleRequest is called once per request, after the headers and (unless
-	// HeaderOnly) the whole body. It returns the decision, or an error: an
+	// HeaderOnly) the whole body. It returns the decision and the Exchange
+	// that owns the request's state from then on, or an error: an
 	// *inferr.Error reaches the client as that error; any other error is
 	// answered as Internal.
-	HandleRequest(ctx context.Context, req *Request) (*Decision, error)
-	// ResponseStarted, ResponseChunk and ResponseDone observe the response of
-	// a request that got a Decision, in that order; an aborted stream may
-	// skip straight to ResponseDone. They run on the stream's goroutine, so
-	// a slow call delays the response chunks behind it.
-	ResponseStarted(ctx context.Context, req *Request, status int, headers map[string]string)
+	HandleRequest(ctx context.Context, req *Request) (*Decision, Exchange, error)
+}
+
+// Exchange observes the response of one routed request. Its methods are
+// called in order, on the stream's goroutine (so a slow call delays the
+// response chunks behind it, and an Exchange needs no locking of its own):
+// ResponseStarted, ResponseChunk for each body chunk, then ResponseDone
+// exactly once. An aborted stream may skip straight to ResponseDone.
+type Exchange interface {
+	ResponseStarted(ctx context.Context, head ResponseHead)
 	// ResponseChunk sees each response body chunk after it has been passed
 	// on to the client; chunk is only valid during the call.
-	ResponseChunk(ctx context.Context, req *Request, chunk []byte)
-	// ResponseDone is called exactly once per decided request: at the end of
-	// the response, or when the stream is aborted or cancelled (Complete
-	// false, Usage partial or zero), so that in-flight accounting is always
-	// released. Its context is not cancelled with the stream.
-	ResponseDone(ctx context.Context, req *Request, res ResponseSummary)
+	ResponseChunk(ctx context.Context, chunk []byte)
+	// ResponseDone ends the exchange: at the end of the response, or when
+	// the stream is aborted or cancelled (Complete false, Usage partial or
+	// zero), so that in-flight accounting is always released. Its context
+	// is not cancelled with the stream.
+	ResponseDone(ctx context.Context, res ResponseSummary)
+}
+
+// ResponseHead is what the response's headers tell.
+type ResponseHead struct {
+	Status  int
+	Headers map[string]string
+	// ServedEndpoint is the endpoint Envoy reports it used (envoy.lb /
+	// x-gateway-destination-endpoint-served), when it has said so by now:
+	// a fallback, when it differs from the decision's primary.
+	ServedEndpoint string
 }
 
 // Request is one HTTP request as the picker sees it.
@@ -86,9 +101,6 @@ type Request struct {
 	// ModelRewrite is x-gateway-model-name-rewrite.
 	ModelRewrite string
 	ReceivedAt   time.Time
-	// State is the Director's own per-request state; the server never reads
-	// it.
-	State any
 }
 
 // Decision is where a request goes.

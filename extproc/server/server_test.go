@@ -216,6 +216,8 @@ func TestDirectorErrors(t *testing.T) {
 		status     int
 		code       inferr.Code
 		dropped    string
+		// wantDone: a decision was returned, so its exchange must end.
+		wantDone int
 	}{
 		{name: "saturated", err: &inferr.Error{Code: inferr.InferencePoolResourceExhausted, Msg: "saturated", DroppedReason: "saturated"},
 			status: 429, code: inferr.InferencePoolResourceExhausted, dropped: "saturated"},
@@ -223,7 +225,7 @@ func TestDirectorErrors(t *testing.T) {
 			status: 500, code: inferr.Internal},
 		{name: "wrapped", err: errors.Join(errors.New("ctx"), inferr.New(inferr.ServiceUnavailable, "none")), status: 503, code: inferr.ServiceUnavailable},
 		{name: "untyped", err: errors.New("boom"), status: 500, code: inferr.Internal},
-		{name: "empty decision", decision: &Decision{}, status: 503, code: inferr.ServiceUnavailable},
+		{name: "empty decision", decision: &Decision{}, status: 503, code: inferr.ServiceUnavailable, wantDone: 1},
 		{name: "nil decision", status: 500, code: inferr.Internal},
 	}
 	for _, tt := range tests {
@@ -245,8 +247,8 @@ func TestDirectorErrors(t *testing.T) {
 			if got != tt.dropped {
 				t.Errorf("dropped reason = %q, want %q", got, tt.dropped)
 			}
-			if len(d.done) != 0 {
-				t.Error("ResponseDone called for an undecided request")
+			if len(d.done) != tt.wantDone {
+				t.Errorf("ResponseDone called %d times, want %d", len(d.done), tt.wantDone)
 			}
 		})
 	}

@@ -53,7 +53,9 @@ type stream struct {
 	reqEnded   bool // no more request body or trailers will come
 	hadCLength bool
 
-	decided   bool
+	// exchange is the routed request's response observer; nil until a
+	// decision was made.
+	exchange  Exchange
 	reported  bool
 	status    int
 	streaming bool
@@ -187,12 +189,14 @@ func (st *stream) finishRequest(bodyEOS bool) (bool, error) {
 // decide asks the Director and answers Envoy with the decision: the headers
 // response, then (unless header-only) the body.
 func (st *stream) decide(bodyEOS bool) (bool, error) {
-	d, err := st.srv.director.HandleRequest(st.ctx, st.req)
+	d, ex, err := st.srv.director.HandleRequest(st.ctx, st.req)
 	if err == nil {
 		switch {
-		case d == nil:
+		case d == nil || ex == nil:
 			err = inferr.New(inferr.Internal, "director returned no decision")
 		case len(d.Endpoints) == 0:
+			// The director charged the request: end its exchange.
+			ex.ResponseDone(context.WithoutCancel(st.ctx), ResponseSummary{})
 			err = inferr.New(inferr.ServiceUnavailable, "no endpoints available for the request")
 		}
 	}
@@ -202,7 +206,7 @@ func (st *stream) decide(bodyEOS bool) (bool, error) {
 		}
 		return true, st.immediate(inferr.As(err))
 	}
-	st.decided = true
+	st.exchange = ex
 	st.phase = awaitResponseHeaders
 
 	body := st.req.Body
@@ -262,7 +266,7 @@ func (st *stream) onResponseHeaders(h *extprocv3.HttpHeaders) error {
 	}}); err != nil {
 		return err
 	}
-	st.srv.director.ResponseStarted(st.ctx, st.req, st.status, headers)
+	st.exchange.ResponseStarted(st.ctx, ResponseHead{Status: st.status, Headers: headers, ServedEndpoint: st.served})
 	if h.GetEndOfStream() {
 		st.report(true)
 	}
@@ -286,7 +290,7 @@ func (st *stream) onResponseBody(b *extprocv3.HttpBody) error {
 		return err
 	}
 	_, _ = st.usage.Write(chunk)
-	st.srv.director.ResponseChunk(st.ctx, st.req, chunk)
+	st.exchange.ResponseChunk(st.ctx, chunk)
 	if eos {
 		st.report(true)
 	}
@@ -320,14 +324,14 @@ func (st *stream) abort() { st.report(false) }
 
 // report calls ResponseDone once per decided request.
 func (st *stream) report(complete bool) {
-	if !st.decided || st.reported {
+	if st.exchange == nil || st.reported {
 		return
 	}
 	st.reported = true
 	st.phase = finished
 	_ = st.usage.Close()
 	u, found := st.usage.Usage()
-	st.srv.director.ResponseDone(context.WithoutCancel(st.ctx), st.req, ResponseSummary{
+	st.exchange.ResponseDone(context.WithoutCancel(st.ctx), ResponseSummary{
 		Status:         st.status,
 		Usage:          u,
 		UsageFound:     found,

@@ -26,8 +26,10 @@ func TestCollector(t *testing.T) {
 	ds.Get("b").SetMetrics(&endpoints.Metrics{WaitingQueueSize: 6, RunningRequests: 20, KVCacheUsage: 0.75, UpdateTime: now.Add(-2 * time.Second)})
 	ds.Get("c").SetMetrics(&endpoints.Metrics{WaitingQueueSize: 100, RunningRequests: 100, KVCacheUsage: 1, UpdateTime: now.Add(-time.Minute)})
 	ds.SetHealthy(ds.Get("c"), false)
-	ds.Get("a").AddInflight(3, 3000)
-	ds.Get("d").AddInflight(1, 512)
+	for range 3 {
+		ds.Get("a").Charge(0, 0, 1000)
+	}
+	ds.Get("d").Charge(0, 0, 512)
 
 	c := New("llama", ds)
 	c.now = func() time.Time { return now }

@@ -3,16 +3,22 @@
 package all
 
 import (
+	"github.com/kvgate/kvgate/extproc/plugins/inflightload"
 	"github.com/kvgate/kvgate/extproc/plugins/kvcacheutil"
+	"github.com/kvgate/kvgate/extproc/plugins/latencyscorer"
+	"github.com/kvgate/kvgate/extproc/plugins/latencyslo"
 	"github.com/kvgate/kvgate/extproc/plugins/loadaware"
 	"github.com/kvgate/kvgate/extproc/plugins/loraaffinity"
 	"github.com/kvgate/kvgate/extproc/plugins/picker"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
+	"github.com/kvgate/kvgate/extproc/plugins/predictedlatency"
+	"github.com/kvgate/kvgate/extproc/plugins/prefixaffinity"
 	"github.com/kvgate/kvgate/extproc/plugins/prefix"
 	"github.com/kvgate/kvgate/extproc/plugins/profilehandler"
 	"github.com/kvgate/kvgate/extproc/plugins/queue"
 	"github.com/kvgate/kvgate/extproc/plugins/rolefilter"
 	"github.com/kvgate/kvgate/extproc/plugins/runningrequests"
+	"github.com/kvgate/kvgate/extproc/plugins/sloheadroom"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenload"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 )
@@ -41,6 +47,12 @@ func Registry() *scheduling.Registry {
 		{rolefilter.DecodeType, rolefilter.NewDecode},
 		{rolefilter.PrefillType, rolefilter.NewPrefill},
 		{rolefilter.EncodeType, rolefilter.NewEncode},
+		{inflightload.Type, inflightload.New},
+		{predictedlatency.Type, predictedlatency.New},
+		{latencyscorer.Type, latencyscorer.New},
+		{prefixaffinity.Type, prefixaffinity.New},
+		{sloheadroom.Type, sloheadroom.New},
+		{latencyslo.Type, latencyslo.New},
 	} {
 		mustNot(r.Register(p.typ, p.f))
 	}

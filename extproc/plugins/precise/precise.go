@@ -23,6 +23,11 @@
 //	denseBlocks: int        leading blocks matched exactly; beyond them a
 //	                        thinning sample is matched (default 256, as the
 //	                        wasm filter; see internal/hints)
+//	speculativeIndexing: bool  count the prefix blocks of requests routed to
+//	                        an endpoint, not yet past their first token, as
+//	                        held there (default false, as llm-d; kvgate's
+//	                        precise policy turns it on)
+//	maxSpeculativeEntries: int  bound on those entries (default 1048576)
 //
 // On kvgate's headers-only path the wasm filter (precise mode) has already
 // tokenized and hashed the prompt; the scorer matches the x-kvgate-prefix
@@ -62,6 +67,7 @@ const (
 	DefaultHashSeed         = "42"
 	DefaultMaxBlocksToMatch = 8192
 	DefaultPrefixCacheBytes = 64 << 20
+	DefaultMaxSpeculative   = 1 << 20
 	HashAlgoSHA256CBOR      = "sha256_cbor"
 )
 
@@ -74,6 +80,9 @@ type Params struct {
 	MaxBlocksToMatch int    `json:"maxBlocksToMatch"`
 	PrefixCacheBytes int    `json:"prefixCacheBytes"`
 	DenseBlocks      int    `json:"denseBlocks"`
+	// SpeculativeIndexing and MaxSpeculativeEntries: see the package doc.
+	SpeculativeIndexing   bool `json:"speculativeIndexing"`
+	MaxSpeculativeEntries int  `json:"maxSpeculativeEntries"`
 }
 
 // Prompt is what the scorer computed for a request.
@@ -82,6 +91,11 @@ type Prompt struct {
 	// MatchedBlocks is the longest match among the candidates, in blocks.
 	MatchedBlocks int
 	prediction    scheduling.Prediction
+	prefix        *hints.Prefix
+	// speculated is where PreRequest recorded the sample as pending; ""
+	// when it did not (or it was released).
+	speculated string
+	hashes     []uint64
 }
 
 // Scorer implements precise-prefix-cache-scorer.
@@ -98,25 +112,27 @@ type Scorer struct {
 	cache   *tokenizer.PrefixCache
 	hashers sync.Pool // *kvhash.Hasher: each reuses one buffer
 	scratch sync.Pool // *scratch
+	pending *pending  // nil unless speculativeIndexing
 }
 
 type scratch struct {
-	hashes []uint64
-	names  []string
-	runs   []int
+	hashes  []uint64
+	names   []string
+	runs    []int
+	weights []float64
 }
 
 // New is the plugin factory.
 func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plugin, error) {
-	p := Params{BlockSize: DefaultBlockSize, HashSeed: DefaultHashSeed, HashAlgo: HashAlgoSHA256CBOR, MaxBlocksToMatch: DefaultMaxBlocksToMatch, PrefixCacheBytes: DefaultPrefixCacheBytes, DenseBlocks: scheduling.DefaultDenseBlocks}
+	p := Params{BlockSize: DefaultBlockSize, HashSeed: DefaultHashSeed, HashAlgo: HashAlgoSHA256CBOR, MaxBlocksToMatch: DefaultMaxBlocksToMatch, PrefixCacheBytes: DefaultPrefixCacheBytes, DenseBlocks: scheduling.DefaultDenseBlocks, MaxSpeculativeEntries: DefaultMaxSpeculative}
 	if err := scheduling.DecodeParams(raw, &p); err != nil {
 		return nil, err
 	}
 	if p.HashAlgo != HashAlgoSHA256CBOR {
 		return nil, fmt.Errorf("parameters.hashAlgo: only %q is supported, got %q", HashAlgoSHA256CBOR, p.HashAlgo)
 	}
-	if p.MaxBlocksToMatch <= 0 || p.PrefixCacheBytes <= 0 || p.DenseBlocks <= 0 || p.DenseBlocks > hints.MaxDense {
-		return nil, fmt.Errorf("parameters.maxBlocksToMatch and prefixCacheBytes must be positive, denseBlocks in [1, %d]", hints.MaxDense)
+	if p.MaxBlocksToMatch <= 0 || p.PrefixCacheBytes <= 0 || p.DenseBlocks <= 0 || p.DenseBlocks > hints.MaxDense || p.MaxSpeculativeEntries <= 0 {
+		return nil, fmt.Errorf("parameters.maxBlocksToMatch, prefixCacheBytes and maxSpeculativeEntries must be positive, denseBlocks in [1, %d]", hints.MaxDense)
 	}
 	if _, err := kvhash.New(p.HashSeed, p.BlockSize); err != nil {
 		return nil, fmt.Errorf("parameters.blockSize: %w", err)
@@ -145,6 +161,9 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 		return hs
 	}
 	s.scratch.New = func() any { return new(scratch) }
+	if p.SpeculativeIndexing {
+		s.pending = newPending(p.MaxSpeculativeEntries)
+	}
 	return s, nil
 }
 
@@ -203,13 +222,38 @@ func (s *Scorer) Prefix(req *scheduling.Request, eps []*endpoints.Endpoint) (*hi
 	return &p, len(tokens)
 }
 
-// Score implements scheduling.Scorer.
+// Produce implements scheduling.DataProducer: the match over every
+// candidate, once per request, for Score and for the live load model.
+func (s *Scorer) Produce(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) {
+	s.produce(cs, req, eps)
+}
+
+// Produces implements scheduling.DataDependencies.
+func (s *Scorer) Produces() []string { return []string{scheduling.PrefixMatchKey} }
+
+// Consumes implements scheduling.DataDependencies.
+func (s *Scorer) Consumes() []string { return nil }
+
+// Score implements scheduling.Scorer from the produced match; a scorer run
+// on its own (outside a scheduler) produces it first.
 func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint, scores []float64) {
+	p, ok := scheduling.ReadAs[*Prompt](cs, s.StateKey())
+	if !ok {
+		p = s.produce(cs, req, eps)
+	}
+	if p.prefix != nil {
+		p.prediction.ScoreSubset(eps, scores, p.prefix.Blocks)
+	}
+}
+
+func (s *Scorer) produce(cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) *Prompt {
 	prefix, tokens := s.Prefix(req, eps)
-	p := &Prompt{Tokens: tokens, prediction: scheduling.Prediction{BlockTokens: s.params.BlockSize, PromptTokens: tokens}}
+	p := &Prompt{Tokens: tokens, prediction: scheduling.Prediction{BlockTokens: s.params.BlockSize, PromptTokens: tokens}, prefix: prefix}
+	p.prediction.Reset(eps)
 	cs.Write(s.StateKey(), p)
+	cs.Write(scheduling.PrefixMatchKey, &p.prediction)
 	if prefix == nil {
-		return
+		return p
 	}
 	sc := s.scratch.Get().(*scratch)
 	defer s.scratch.Put(sc)
@@ -222,29 +266,57 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 		sc.runs = make([]int, len(eps))
 	}
 	sc.runs = sc.runs[:len(eps)]
-	s.index.LookupRuns(sc.hashes, sc.names, scores, sc.runs)
+	if cap(sc.weights) < len(eps) {
+		sc.weights = make([]float64, len(eps))
+	}
+	sc.weights = sc.weights[:len(eps)]
+	s.index.LookupRuns(sc.hashes, sc.names, sc.weights, sc.runs)
 	clear(sc.names)
-	total := float64(prefix.Blocks)
 	for i, e := range eps {
-		runs := sc.runs[i]
+		runs, weighted := sc.runs[i], sc.weights[i]
+		if s.pending != nil {
+			// Blocks being computed count in full: a later request
+			// routed there waits for them in the same queue.
+			if spec := s.pending.run(e.Address(), sc.hashes); spec > runs {
+				weighted += float64(spec - runs)
+				runs = spec
+			}
+		}
 		if runs == 0 {
-			scores[i] = 0
 			continue
 		}
-		// scores[i] is the tier-weighted count of matched samples; the
+		// weighted is the tier-weighted count of matched samples; the
 		// same weighting applies to the blocks they stand for.
-		blocks := float64(scheduling.SampledMatch(prefix, runs)) * scores[i] / float64(runs)
+		blocks := float64(scheduling.SampledMatch(prefix, runs)) * weighted / float64(runs)
 		p.MatchedBlocks = max(p.MatchedBlocks, scheduling.SampledMatch(prefix, runs))
-		p.prediction.Matched(e, blocks)
-		scores[i] = blocks / total
+		p.prediction.Matched(i, blocks)
 	}
+	return p
 }
 
 // PreRequest implements scheduling.PreRequest: it records how many prompt
-// tokens the chosen endpoint is expected to serve from its cache.
+// tokens the chosen endpoint is expected to serve from its cache and, with
+// speculative indexing, that the endpoint is now computing the prompt's
+// blocks.
 func (s *Scorer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, res *scheduling.Result) {
+	p, ok := scheduling.ReadAs[*Prompt](cs, s.StateKey())
+	if !ok {
+		return
+	}
+	target := p.prediction.Predict(res, s.recorder, s.TypedName())
+	if s.pending != nil && target != nil && p.prefix != nil {
+		p.hashes = scheduling.SampleHashes(make([]uint64, 0, len(p.prefix.Samples)), p.prefix)
+		if s.pending.add(target.Address(), p.hashes) {
+			p.speculated = target.Address()
+		}
+	}
+}
+
+// FirstToken implements scheduling.FirstToken: the prefill is over, the
+// server's own KV events now speak for its blocks.
+func (s *Scorer) FirstToken(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, _ *scheduling.Response) {
 	if p, ok := scheduling.ReadAs[*Prompt](cs, s.StateKey()); ok {
-		p.prediction.Predict(res, s.recorder, s.TypedName())
+		s.release(p)
 	}
 }
 
@@ -252,7 +324,27 @@ func (s *Scorer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *sch
 // reported cached tokens check the prediction.
 func (s *Scorer) ResponseComplete(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, res *scheduling.Response) {
 	if p, ok := scheduling.ReadAs[*Prompt](cs, s.StateKey()); ok {
+		s.release(p)
 		p.prediction.Check(res, s.recorder, s.TypedName())
+	}
+}
+
+// release withdraws a request's speculative entries, once.
+func (s *Scorer) release(p *Prompt) {
+	if p.speculated == "" {
+		return
+	}
+	s.pending.remove(p.speculated, p.hashes)
+	p.speculated, p.hashes = "", nil
+}
+
+// EndpointsRemoved implements scheduling.EndpointsRemoved.
+func (s *Scorer) EndpointsRemoved(addresses []string) {
+	if s.pending == nil {
+		return
+	}
+	for _, a := range addresses {
+		s.pending.forget(a)
 	}
 }
 
@@ -277,6 +369,9 @@ func (s *Scorer) BlockSize() int { return s.params.BlockSize }
 
 var (
 	_ scheduling.Scorer           = (*Scorer)(nil)
+	_ scheduling.DataProducer     = (*Scorer)(nil)
+	_ scheduling.FirstToken       = (*Scorer)(nil)
+	_ scheduling.EndpointsRemoved = (*Scorer)(nil)
 	_ scheduling.PreRequest       = (*Scorer)(nil)
 	_ scheduling.ResponseComplete = (*Scorer)(nil)
 )

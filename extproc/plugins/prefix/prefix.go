@@ -165,24 +165,49 @@ func (s *Scorer) Prefix(req *scheduling.Request, blockChars int) *hints.Prefix {
 	return nil
 }
 
-// Score implements scheduling.Scorer.
+// Produce implements scheduling.DataProducer: the match over every
+// candidate, once per request, for Score and for the live load model.
+func (s *Scorer) Produce(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) {
+	s.produce(cs, req, eps)
+}
+
+// Produces implements scheduling.DataDependencies.
+func (s *Scorer) Produces() []string { return []string{scheduling.PrefixMatchKey} }
+
+// Consumes implements scheduling.DataDependencies.
+func (s *Scorer) Consumes() []string { return nil }
+
+// Score implements scheduling.Scorer from the produced match; a scorer run
+// on its own (outside a scheduler) produces it first.
 func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint, scores []float64) {
+	st, ok := scheduling.ReadAs[*hashed](cs, s.stateKey())
+	if !ok {
+		st = s.produce(cs, req, eps)
+	}
+	if st.prefix != nil {
+		st.prediction.ScoreSubset(eps, scores, st.prefix.Blocks)
+	}
+}
+
+func (s *Scorer) produce(cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) *hashed {
 	chars := s.blockChars(eps)
 	p := s.Prefix(req, chars)
 	st := &hashed{prefix: p, prediction: scheduling.Prediction{BlockTokens: max(1, chars/prefixhash.CharsPerToken)}}
+	st.prediction.Reset(eps)
 	if p != nil {
 		st.prediction.PromptTokens = p.Blocks * st.prediction.BlockTokens
 	}
 	cs.Write(s.stateKey(), st)
+	cs.Write(scheduling.PrefixMatchKey, &st.prediction)
 	if p == nil {
-		return
+		return st
 	}
 	sc := s.scratch.Get().(*scratch)
 	defer s.scratch.Put(sc)
 	st.hashes = scheduling.SampleHashes(make([]uint64, 0, len(p.Samples)), p)
 	sc.names = sc.names[:0]
 	for _, e := range eps {
-		sc.names = append(sc.names, e.Name())
+		sc.names = append(sc.names, e.Address())
 	}
 	if cap(sc.matched) < len(eps) {
 		sc.matched = make([]int, len(eps))
@@ -193,12 +218,10 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 		sc.slot = nil
 	}
 	clear(sc.names)
-	total := float64(p.Blocks)
 	for i, runs := range sc.matched {
-		m := float64(scheduling.SampledMatch(p, runs))
-		scores[i] = m / total
-		st.prediction.Matched(eps[i], m)
+		st.prediction.Matched(i, float64(scheduling.SampledMatch(p, runs)))
 	}
+	return st
 }
 
 // PreRequest implements scheduling.PreRequest: the primary target will now
@@ -209,7 +232,7 @@ func (s *Scorer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *sch
 		return
 	}
 	if target := st.prediction.Predict(res, s.recorder, s.TypedName()); target != nil && st.prefix != nil {
-		s.index.add(target.Name(), st.hashes, s.capacity(target))
+		s.index.add(target.Address(), st.hashes, s.capacity(target))
 	}
 }
 
@@ -222,9 +245,9 @@ func (s *Scorer) ResponseComplete(_ context.Context, cs *scheduling.CycleState, 
 }
 
 // EndpointsRemoved implements scheduling.EndpointsRemoved.
-func (s *Scorer) EndpointsRemoved(names []string) {
-	for _, n := range names {
-		s.index.remove(n)
+func (s *Scorer) EndpointsRemoved(addresses []string) {
+	for _, a := range addresses {
+		s.index.remove(a)
 	}
 }
 
@@ -233,6 +256,7 @@ func (s *Scorer) IndexSize() int { return s.index.size() }
 
 var (
 	_ scheduling.Scorer           = (*Scorer)(nil)
+	_ scheduling.DataProducer     = (*Scorer)(nil)
 	_ scheduling.PreRequest       = (*Scorer)(nil)
 	_ scheduling.EndpointsRemoved = (*Scorer)(nil)
 	_ scheduling.ResponseComplete = (*Scorer)(nil)

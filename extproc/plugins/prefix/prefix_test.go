@@ -58,7 +58,7 @@ func TestPrefixScoring(t *testing.T) {
 	if got := route(t, s, completion(t, "m", "short"), eps, 0); got[0] != 0 || got[1] != 0 {
 		t.Fatalf("partial block matched: %v", got)
 	}
-	s.EndpointsRemoved([]string{"b"})
+	s.EndpointsRemoved([]string{eps[1].Address()})
 	if got := route(t, s, completion(t, "m", shared+"11111111"), eps, 0); got[1] != 0 {
 		t.Fatalf("removed endpoint still matches: %v", got)
 	}

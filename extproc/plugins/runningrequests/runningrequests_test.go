@@ -20,10 +20,15 @@ func TestScoreUsesPickerInflight(t *testing.T) {
 		schedtest.Endpoint("b", endpoints.Metrics{RunningRequests: 0}),
 		schedtest.Endpoint("c", endpoints.Metrics{RunningRequests: 9}),
 	}
-	for i, n := range []int64{2, 6, 4} {
-		eps[i].AddInflight(n, 0)
+	charges := make([][]endpoints.Charge, len(eps))
+	for i, n := range []int{2, 6, 4} {
+		for range n {
+			charges[i] = append(charges[i], eps[i].Charge(0, 0, 0))
+		}
 	}
 	schedtest.ExpectScores(t, schedtest.Score(s, &scheduling.Request{}, eps...), []float64{1, 0, 0.5})
-	eps[1].AddInflight(-6, 0) // b's requests finish
+	for i := range charges[1] { // b's requests finish
+		charges[1][i].Release()
+	}
 	schedtest.ExpectScores(t, schedtest.Score(s, &scheduling.Request{}, eps...), []float64{0.5, 1, 0})
 }

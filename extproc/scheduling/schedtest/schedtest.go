@@ -5,15 +5,21 @@ package schedtest
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"testing"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 )
 
-// Endpoint returns an endpoint named name at a made-up address, holding m.
+// Endpoint returns an endpoint named name at a made-up address derived from
+// the name (distinct names get distinct addresses: per-endpoint state is
+// keyed by address), holding m.
 func Endpoint(name string, m endpoints.Metrics, labels ...string) *endpoints.Endpoint {
-	spec := endpoints.Spec{Name: name, Address: fmt.Sprintf("10.0.0.%d:8000", len(name)), Labels: map[string]string{}}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(name))
+	n := h.Sum32()
+	spec := endpoints.Spec{Name: name, Address: fmt.Sprintf("10.%d.%d.%d:8000", n>>16&0xff, n>>8&0xff, n&0xff), Labels: map[string]string{}}
 	for i := 0; i+1 < len(labels); i += 2 {
 		spec.Labels[labels[i]] = labels[i+1]
 	}

@@ -1,0 +1,171 @@
+package endpoints
+
+import "sync/atomic"
+
+// The live load model. Scraped metrics are tens of milliseconds old and
+// blind to a prefill in progress, so every decision made between two scrapes
+// sees the same snapshot: under a burst they all herd onto the endpoint that
+// looked idle. The picker therefore keeps its own account of what it routed,
+// updated at the decision and on the response stream:
+//
+//   - prefill backlog: requests routed here that have not produced a first
+//     token, and the uncached prompt tokens the server must compute for them
+//     (the part its prefix cache does not hold);
+//   - decode load: sequences past their first token, with their context
+//     tokens, until the response ends for any reason.
+//
+// Scrapes and the account overlap: a scrape counts the requests the server
+// had admitted when it was taken, many of which the picker routed. At each
+// scrape the picker's own count at that instant is subtracted from the
+// server's, and only the excess (traffic the picker did not route: another
+// picker replica, direct clients) is added to the live account, so nothing
+// is counted twice.
+
+// Load is a consistent-enough view of an endpoint's live load: each field is
+// read atomically, the set is not (a decision racing a response may see one
+// request in both phases or neither, which is harmless for scoring).
+type Load struct {
+	// PrefillRequests and PrefillTokens are the routed requests awaiting
+	// their first token and their uncached prompt tokens.
+	PrefillRequests int64
+	PrefillTokens   int64
+	// DecodeRequests and DecodeTokens are the routed requests producing
+	// output and their context tokens (prompt plus expected output).
+	DecodeRequests int64
+	DecodeTokens   int64
+	// ExternalWaiting and ExternalRunning are the server's queued and
+	// running requests that the picker did not route, as of the last scrape.
+	ExternalWaiting int64
+	ExternalRunning int64
+}
+
+// Requests is every request the model believes the server holds.
+func (l Load) Requests() int64 {
+	return l.PrefillRequests + l.DecodeRequests + l.ExternalWaiting + l.ExternalRunning
+}
+
+// liveLoad is the account behind Load; its fields change concurrently.
+type liveLoad struct {
+	prefillRequests atomic.Int64
+	prefillTokens   atomic.Int64
+	decodeRequests  atomic.Int64
+	decodeTokens    atomic.Int64
+	externalWaiting atomic.Int64
+	externalRunning atomic.Int64
+}
+
+// Load returns the endpoint's live load.
+func (e *Endpoint) Load() Load {
+	l := &e.load
+	return Load{
+		PrefillRequests: l.prefillRequests.Load(),
+		PrefillTokens:   l.prefillTokens.Load(),
+		DecodeRequests:  l.decodeRequests.Load(),
+		DecodeTokens:    l.decodeTokens.Load(),
+		ExternalWaiting: l.externalWaiting.Load(),
+		ExternalRunning: l.externalRunning.Load(),
+	}
+}
+
+// reconcile takes a new scrape into the account: the server's counts beyond
+// the picker's own are traffic from elsewhere. The picker's prefill phase
+// covers both of the server's waiting requests and its running prefills, so
+// the excess is split by the server's own split.
+func (l *liveLoad) reconcile(m *Metrics) {
+	ownPrefill := l.prefillRequests.Load()
+	ownDecode := l.decodeRequests.Load()
+	waiting, running := int64(m.WaitingQueueSize), int64(m.RunningRequests)
+	excess := max(0, waiting+running-ownPrefill-ownDecode)
+	extWaiting := min(excess, max(0, waiting-ownPrefill))
+	l.externalWaiting.Store(extWaiting)
+	l.externalRunning.Store(excess - extWaiting)
+}
+
+// Charge is one routed request's share of an endpoint's live load, from the
+// decision to the end of its response. It is owned by the request's
+// exchange (one goroutine); the zero Charge charges nothing.
+type Charge struct {
+	ep *Endpoint
+	// prefillTokens is what the first token releases; contextTokens what
+	// the decode phase holds; tokens what the in-flight token count holds.
+	prefillTokens, contextTokens, tokens int64
+	phase                                chargePhase
+}
+
+type chargePhase uint8
+
+const (
+	phaseNone chargePhase = iota
+	phasePrefill
+	phaseDecode
+)
+
+// Charge records a request routed to e: uncached prompt tokens the server
+// must compute before its first token, the context it will hold while
+// decoding, and the token estimate the in-flight counters carry.
+func (e *Endpoint) Charge(uncached, context, tokens int64) Charge {
+	c := Charge{ep: e, prefillTokens: max(0, uncached), contextTokens: max(0, context), tokens: tokens, phase: phasePrefill}
+	c.apply(1)
+	return c
+}
+
+// Endpoint is the endpoint charged; nil for the zero Charge.
+func (c *Charge) Endpoint() *Endpoint { return c.ep }
+
+// FirstToken moves the request from the prefill backlog to the decode load.
+// Later calls do nothing.
+func (c *Charge) FirstToken() {
+	if c.phase != phasePrefill {
+		return
+	}
+	c.apply(-1)
+	c.phase = phaseDecode
+	c.apply(1)
+}
+
+// Move re-charges the request to another endpoint in the same phase: the
+// proxy served it from a fallback.
+func (c *Charge) Move(to *Endpoint) {
+	if c.phase == phaseNone || to == nil || to == c.ep {
+		return
+	}
+	c.apply(-1)
+	c.ep = to
+	c.apply(1)
+}
+
+// Release ends the charge: the response finished, failed or was abandoned.
+// Later calls do nothing.
+func (c *Charge) Release() {
+	if c.phase == phaseNone {
+		return
+	}
+	c.apply(-1)
+	c.phase = phaseNone
+}
+
+func (c *Charge) apply(sign int64) {
+	l := &c.ep.load
+	switch c.phase {
+	case phasePrefill:
+		l.prefillRequests.Add(sign)
+		l.prefillTokens.Add(sign * c.prefillTokens)
+	case phaseDecode:
+		l.decodeRequests.Add(sign)
+		l.decodeTokens.Add(sign * c.contextTokens)
+	default:
+		return
+	}
+	c.ep.inflightRequests.Add(sign)
+	c.ep.inflightTokens.Add(sign * c.tokens)
+}
+
+// LoadsKey is the cycle-state key of the inflight-load-producer's *Loads.
+const LoadsKey = "inflight-load"
+
+// Loads is one request's snapshot of every candidate's live load, taken
+// once so that every plugin of the request sees the same numbers.
+type Loads struct {
+	Candidates []*Endpoint
+	Loads      []Load
+}

@@ -1,0 +1,37 @@
+// Package latency is the picker's online latency model: for a request on a
+// candidate endpoint it predicts time to first token (TTFT) and time per
+// output token (TPOT), the mean and a high quantile, from the request's
+// uncached prompt tokens on that endpoint and the endpoint's live load
+// (extproc/endpoints: prefill backlog, decode batch). It learns each
+// endpoint's speed from the TTFT and TPOT the picker observes on response
+// streams, so a pool mixing accelerators needs no configuration.
+//
+// # Why a physically shaped model, fitted in process
+//
+// llm-d trains XGBoost quantile regressors in a Python sidecar and calls it
+// over HTTP per decision. A continuous-batching server's latency has a known
+// shape: TTFT is the prefill work ahead of the request (its own uncached
+// tokens plus the backlog) at the server's prefill rate, slowed by the
+// decode batch that shares every step; TPOT is a step time that grows with
+// the batch and its context. A linear model over exactly those terms, one
+// per endpoint, has four or three coefficients, learns from tens of
+// samples instead of thousands, extrapolates to loads it has not seen (a
+// tree ensemble cannot), costs nanoseconds per candidate and no allocation,
+// and needs no sidecar. The fit minimises relative (not absolute) squared
+// error, which is what MAPE measures, by recursive least squares with a
+// forgetting factor, so it follows a server whose speed changes.
+//
+// The quantile comes from the residuals: each endpoint tracks the q-th
+// quantile of log(actual/predicted) by stochastic approximation, and the
+// quantile prediction is the mean prediction scaled by it.
+//
+// A new endpoint predicts with the pool's model (fitted on every sample)
+// until it has seen enough samples of its own.
+//
+// # Ownership
+//
+// A Model is safe for concurrent use: predictions read an endpoint's
+// coefficients through an atomic pointer; observations of one endpoint
+// serialise on its mutex. Endpoints are added on first observation, bounded
+// by MaxEndpoints, and removed by Forget.
+package latency

@@ -1,0 +1,288 @@
+package latency
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults for zero Config fields.
+const (
+	DefaultQuantile     = 0.9
+	DefaultForgetting   = 0.998
+	DefaultMinSamples   = 16
+	DefaultMaxEndpoints = 8192
+	// residualForget is the weight of the newest residual in the quantile
+	// estimates once they have seen that many samples' inverse.
+	residualForget = 0.01
+)
+
+// Config tunes a Model.
+type Config struct {
+	// Quantile is the high quantile predicted beside the mean, in (0, 1).
+	Quantile float64
+	// Forgetting is the per-sample decay of old samples' weight, in
+	// (0, 1]: 0.998 halves a sample's weight after about 350 newer ones.
+	Forgetting float64
+	// MinSamples is how many samples an endpoint needs before its own fit
+	// replaces the pool's.
+	MinSamples int
+	// MaxEndpoints bounds the endpoints tracked; more share the pool fit.
+	MaxEndpoints int
+}
+
+func (c Config) withDefaults() Config {
+	if c.Quantile <= 0 || c.Quantile >= 1 {
+		c.Quantile = DefaultQuantile
+	}
+	if c.Forgetting <= 0 || c.Forgetting > 1 {
+		c.Forgetting = DefaultForgetting
+	}
+	if c.MinSamples <= 0 {
+		c.MinSamples = DefaultMinSamples
+	}
+	if c.MaxEndpoints <= 0 {
+		c.MaxEndpoints = DefaultMaxEndpoints
+	}
+	return c
+}
+
+// Features describe one request on one endpoint at the decision.
+type Features struct {
+	// Prefill is the request's uncached prompt tokens on the endpoint.
+	Prefill float64
+	// Backlog is the prefill work ahead of it: uncached tokens of requests
+	// routed there that have not produced a first token.
+	Backlog float64
+	// Decodes and DecodeTokens are the sequences decoding there and their
+	// context tokens.
+	Decodes      float64
+	DecodeTokens float64
+}
+
+// ttftX is TTFT's feature vector: the prefill work ahead (W), and W times
+// the decode batch and its context, since every prefill step also runs the
+// decodes; the constant is the step in progress.
+func (f Features) ttftX() [maxFeatures]float64 {
+	w := (f.Prefill + f.Backlog) / 1e3
+	return [maxFeatures]float64{1, w, w * f.Decodes / 100, w * f.DecodeTokens / 1e6}
+}
+
+// tpotX is TPOT's: a decode step's time grows with the batch, its context,
+// and the prefill chunks sharing the steps.
+func (f Features) tpotX() [maxFeatures]float64 {
+	return [maxFeatures]float64{1, f.Decodes / 100, f.DecodeTokens / 1e6, f.Backlog / 1e4}
+}
+
+// Priors: an 8B model on one modern GPU, weakly held (see rls).
+var (
+	ttftPrior = []float64{0.02, 0.1, 0, 0}
+	tpotPrior = []float64{0.01, 0.01, 0, 0}
+)
+
+// Estimate is a prediction for one request on one endpoint.
+type Estimate struct {
+	TTFT, TTFTQuantile time.Duration
+	TPOT, TPOTQuantile time.Duration
+}
+
+// coeffs is an immutable published fit.
+type coeffs struct {
+	ttft, tpot   [maxFeatures]float64
+	qTTFT, qTPOT float64 // log(actual/predicted) quantiles
+	ttftSamples  int
+}
+
+func (c *coeffs) estimate(f Features) Estimate {
+	x, z := f.ttftX(), f.tpotX()
+	ttft, tpot := dot(&c.ttft, &x), dot(&c.tpot, &z)
+	return Estimate{
+		TTFT: seconds(ttft), TTFTQuantile: seconds(ttft * math.Exp(c.qTTFT)),
+		TPOT: seconds(tpot), TPOTQuantile: seconds(tpot * math.Exp(c.qTPOT)),
+	}
+}
+
+// minPrediction keeps a fit that went below zero in a corner of its range
+// from predicting an impossible latency.
+const minPrediction = 1e-4
+
+func seconds(s float64) time.Duration {
+	return time.Duration(max(minPrediction, s) * float64(time.Second))
+}
+
+func dot(a, b *[maxFeatures]float64) float64 {
+	s := 0.0
+	for i := range maxFeatures {
+		s += a[i] * b[i]
+	}
+	return s
+}
+
+// fit is one endpoint's (or the pool's) model.
+type fit struct {
+	mu           sync.Mutex
+	ttft, tpot   rls
+	qTTFT, qTPOT quantile
+	ttftSamples  int
+	tpotSamples  int
+	published    atomic.Pointer[coeffs]
+}
+
+func newFit(cfg Config, from *coeffs) *fit {
+	f := &fit{
+		qTTFT: newQuantile(cfg.Quantile, residualForget),
+		qTPOT: newQuantile(cfg.Quantile, residualForget),
+	}
+	ttft, tpot := ttftPrior, tpotPrior
+	if from != nil {
+		ttft, tpot = from.ttft[:], from.tpot[:]
+		// The residuals are the new endpoint's own: they start over.
+	}
+	f.ttft = newRLS(maxFeatures, cfg.Forgetting, ttft)
+	f.tpot = newRLS(maxFeatures, cfg.Forgetting, tpot)
+	f.publishLocked()
+	return f
+}
+
+func (f *fit) publishLocked() {
+	f.published.Store(&coeffs{ttft: f.ttft.theta, tpot: f.tpot.theta, qTTFT: f.qTTFT.value, qTPOT: f.qTPOT.value, ttftSamples: f.ttftSamples})
+}
+
+func (f *fit) observeTTFT(feat Features, actual float64) {
+	x := feat.ttftX()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if pred := f.ttft.predict(&x); pred > 0 {
+		f.qTTFT.observe(math.Log(actual / pred))
+	}
+	f.ttft.update(&x, actual)
+	f.ttftSamples++
+	f.publishLocked()
+}
+
+func (f *fit) observeTPOT(feat Features, actual float64) {
+	x := feat.tpotX()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if pred := f.tpot.predict(&x); pred > 0 {
+		f.qTPOT.observe(math.Log(actual / pred))
+	}
+	f.tpot.update(&x, actual)
+	f.tpotSamples++
+	f.publishLocked()
+}
+
+// Model predicts and learns latencies per endpoint address.
+type Model struct {
+	cfg  Config
+	pool *fit
+
+	mu        sync.RWMutex
+	endpoints map[string]*fit
+}
+
+// New returns a model knowing only its priors.
+func New(cfg Config) *Model {
+	cfg = cfg.withDefaults()
+	return &Model{cfg: cfg, pool: newFit(cfg, nil), endpoints: map[string]*fit{}}
+}
+
+// Predict estimates a request with features f on the endpoint at addr.
+func (m *Model) Predict(addr string, f Features) Estimate {
+	return m.coeffsOf(addr).estimate(f)
+}
+
+func (m *Model) coeffsOf(addr string) *coeffs {
+	m.mu.RLock()
+	e := m.endpoints[addr]
+	m.mu.RUnlock()
+	if e != nil {
+		if c := e.published.Load(); c.ttftSamples >= m.cfg.MinSamples {
+			return c
+		}
+	}
+	return m.pool.published.Load()
+}
+
+// ObserveTTFT learns from a request whose first token came after actual.
+func (m *Model) ObserveTTFT(addr string, f Features, actual time.Duration) {
+	if actual <= 0 {
+		return
+	}
+	s := actual.Seconds()
+	m.pool.observeTTFT(f, s)
+	if e := m.fitOf(addr); e != nil {
+		e.observeTTFT(f, s)
+	}
+}
+
+// ObserveTPOT learns from a request whose output tokens came actual apart.
+func (m *Model) ObserveTPOT(addr string, f Features, actual time.Duration) {
+	if actual <= 0 {
+		return
+	}
+	s := actual.Seconds()
+	m.pool.observeTPOT(f, s)
+	if e := m.fitOf(addr); e != nil {
+		e.observeTPOT(f, s)
+	}
+}
+
+// fitOf returns addr's fit, creating it from the pool's; nil when the
+// endpoint bound is reached.
+func (m *Model) fitOf(addr string) *fit {
+	m.mu.RLock()
+	e := m.endpoints[addr]
+	m.mu.RUnlock()
+	if e != nil {
+		return e
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e = m.endpoints[addr]; e != nil {
+		return e
+	}
+	if len(m.endpoints) >= m.cfg.MaxEndpoints {
+		return nil
+	}
+	e = newFit(m.cfg, m.pool.published.Load())
+	m.endpoints[addr] = e
+	return e
+}
+
+// Forget drops an endpoint's fit (it left the pool).
+func (m *Model) Forget(addr string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.endpoints, addr)
+}
+
+// Fit describes what the model learned of one endpoint.
+type Fit struct {
+	Address     string
+	TTFTSamples int
+	TPOTSamples int
+	// PrefillTokensPerSecond is the learned prefill rate of an idle server.
+	PrefillTokensPerSecond float64
+	// DecodeStep is the learned TPOT of a lone sequence.
+	DecodeStep time.Duration
+}
+
+// Fits reports every tracked endpoint's fit, for reports and debugging.
+func (m *Model) Fits() []Fit {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]Fit, 0, len(m.endpoints))
+	for addr, e := range m.endpoints {
+		c := e.published.Load()
+		e.mu.Lock()
+		ft := Fit{Address: addr, TTFTSamples: e.ttftSamples, TPOTSamples: e.tpotSamples, DecodeStep: seconds(c.tpot[0])}
+		e.mu.Unlock()
+		if c.ttft[1] > 0 {
+			ft.PrefillTokensPerSecond = 1e3 / c.ttft[1]
+		}
+		out = append(out, ft)
+	}
+	return out
+}

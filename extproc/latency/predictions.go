@@ -1,0 +1,98 @@
+package latency
+
+import (
+	"time"
+
+	"github.com/kvgate/kvgate/extproc/endpoints"
+)
+
+// PredictionsKey is the cycle-state key of the predicted-latency-producer's
+// *Predictions, which the latency scorer, the SLO filters and the admitter
+// read.
+const PredictionsKey = "predicted-latency"
+
+// Predictions are one request's estimates on every candidate, in the
+// producer's candidate order.
+type Predictions struct {
+	Candidates []*endpoints.Endpoint
+	Estimates  []Estimate
+	Features   []Features
+	// Held is the share of the prompt each candidate holds in its prefix
+	// cache (0 when no prefix producer ran).
+	Held []float64
+	// BufferFactor scales predictions before they are compared with an
+	// SLO (sloBufferFactor): above 1 is more cautious.
+	BufferFactor float64
+}
+
+// Reset sizes p for candidates, reusing its slices.
+func (p *Predictions) Reset(candidates []*endpoints.Endpoint) {
+	p.Candidates = candidates
+	n := len(candidates)
+	p.Estimates = grow(p.Estimates, n)
+	p.Features = grow(p.Features, n)
+	p.Held = grow(p.Held, n)
+}
+
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
+}
+
+// Align calls fn(i, k) for each eps[i] found as Candidates[k]. eps is a
+// filtered candidate list: a subsequence in the same order (filters keep
+// order), so one merge pass pairs them; an endpoint never predicted is
+// skipped.
+func (p *Predictions) Align(eps []*endpoints.Endpoint, fn func(i, k int)) {
+	j := 0
+	for i, e := range eps {
+		k := j
+		for k < len(p.Candidates) && p.Candidates[k] != e {
+			k++
+		}
+		if k == len(p.Candidates) {
+			continue
+		}
+		fn(i, k)
+		j = k + 1
+	}
+}
+
+// SLO is a request's latency objective; a zero field sets none.
+type SLO struct {
+	TTFT, TPOT time.Duration
+}
+
+// Set reports whether any objective is set.
+func (s SLO) Set() bool { return s.TTFT > 0 || s.TPOT > 0 }
+
+// Headroom is how far candidate k's cautious (quantile) estimate stays
+// inside the SLO, as a share of it, averaged over the objectives set with
+// weights wTTFT and wTPOT; meets reports whether every objective set is met.
+func (p *Predictions) Headroom(k int, slo SLO, wTTFT, wTPOT float64) (headroom float64, meets bool) {
+	e := p.Estimates[k]
+	factor := p.BufferFactor
+	if factor <= 0 {
+		factor = 1
+	}
+	meets = true
+	var sum, weights float64
+	if slo.TTFT > 0 {
+		h := 1 - factor*e.TTFTQuantile.Seconds()/slo.TTFT.Seconds()
+		sum, weights = sum+wTTFT*h, weights+wTTFT
+		meets = meets && h >= 0
+	}
+	if slo.TPOT > 0 && e.TPOT > 0 {
+		h := 1 - factor*e.TPOTQuantile.Seconds()/slo.TPOT.Seconds()
+		sum, weights = sum+wTPOT*h, weights+wTPOT
+		meets = meets && h >= 0
+	}
+	if weights == 0 {
+		return 0, meets
+	}
+	return sum / weights, meets
+}

@@ -1,0 +1,112 @@
+package latency
+
+import "math"
+
+// rls is a recursive least-squares fit of y ≈ θ·x with forgetting, weighted
+// by 1/y² so that it minimises relative error. n is the feature count.
+type rls struct {
+	n     int
+	theta [maxFeatures]float64
+	p     [maxFeatures][maxFeatures]float64
+	// lambda forgets old samples: their weight decays by lambda per sample.
+	lambda float64
+}
+
+const maxFeatures = 4
+
+// initialCovariance is large: the prior (zero, or the pool's coefficients)
+// is weak and the first samples dominate.
+const initialCovariance = 1e4
+
+func newRLS(n int, lambda float64, prior []float64) rls {
+	r := rls{n: n, lambda: lambda}
+	copy(r.theta[:n], prior)
+	for i := range n {
+		r.p[i][i] = initialCovariance
+	}
+	return r
+}
+
+func (r *rls) predict(x *[maxFeatures]float64) float64 {
+	s := 0.0
+	for i := range r.n {
+		s += r.theta[i] * x[i]
+	}
+	return s
+}
+
+// update takes one sample. A non-finite result (a degenerate sample) resets
+// the covariance rather than poisoning the fit.
+func (r *rls) update(x *[maxFeatures]float64, y float64) {
+	if y <= 0 || math.IsNaN(y) || math.IsInf(y, 0) {
+		return
+	}
+	// Relative error: scale the sample by 1/y, the target becomes 1.
+	var z [maxFeatures]float64
+	for i := range r.n {
+		z[i] = x[i] / y
+	}
+	var pz [maxFeatures]float64
+	denom := r.lambda
+	for i := range r.n {
+		for j := range r.n {
+			pz[i] += r.p[i][j] * z[j]
+		}
+		denom += z[i] * pz[i]
+	}
+	if denom <= 0 || math.IsNaN(denom) {
+		return
+	}
+	err := 1 - r.predictScaled(&z)
+	for i := range r.n {
+		r.theta[i] += pz[i] / denom * err
+	}
+	for i := range r.n {
+		for j := range r.n {
+			r.p[i][j] = (r.p[i][j] - pz[i]*pz[j]/denom) / r.lambda
+		}
+	}
+	for i := range r.n {
+		if math.IsNaN(r.theta[i]) || math.IsInf(r.theta[i], 0) || math.IsNaN(r.p[i][i]) || r.p[i][i] > 1e12 {
+			*r = newRLS(r.n, r.lambda, nil)
+			return
+		}
+	}
+}
+
+func (r *rls) predictScaled(z *[maxFeatures]float64) float64 {
+	s := 0.0
+	for i := range r.n {
+		s += r.theta[i] * z[i]
+	}
+	return s
+}
+
+// quantile estimates the q-th quantile of a stream of log residuals
+// (log of actual over predicted) as mean + z_q·sd of a log-normal fit, with
+// running moments that average exactly over the first samples and then
+// forget at forgetRate. Stochastic-approximation trackers need hundreds of
+// samples and jitter by their step; moments settle in tens.
+type quantile struct {
+	z          float64 // the standard normal's q-quantile
+	n          float64
+	mean, m2   float64
+	forgetRate float64
+	value      float64
+}
+
+func newQuantile(q, forgetRate float64) quantile {
+	return quantile{z: math.Sqrt2 * math.Erfinv(2*q-1), forgetRate: forgetRate}
+}
+
+func (t *quantile) observe(v float64) {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return
+	}
+	t.n++
+	w := max(1/t.n, t.forgetRate)
+	d := v - t.mean
+	t.mean += w * d
+	t.m2 = (1 - w) * (t.m2 + w*d*d)
+	t.value = t.mean + t.z*math.Sqrt(t.m2)
+}

@@ -1,0 +1,286 @@
+// Package predictedlatency is the predicted-latency-producer: for every
+// candidate it predicts the request's TTFT and TPOT (mean and a high
+// quantile) with kvgate's online latency model (extproc/latency), from the
+// request's uncached prompt tokens there (the prefix producer's match) and
+// the endpoint's live load (extproc/endpoints), and it trains that model on
+// the TTFT and TPOT observed on each response stream. The latency scorer,
+// the SLO filters and the admitter read its predictions.
+//
+// Parameters (llm-d's names; kvgate fits in process, so llm-d's sidecar
+// tuning has no meaning here and is refused unless left at its default):
+//
+//	sloBufferFactor: float   predictions are multiplied by it before being
+//	                         compared with an SLO (default 1.0)
+//	streamingMode: bool      also learn TPOT from streamed responses
+//	                         (default false: TTFT only, as llm-d's default
+//	                         trains on TTFT/e2e alone)
+//	endpointRoleLabel: string  a label key; endpoints whose value is
+//	                         "prefill" predict no TPOT (default "")
+//	contextTTL: duration     a request whose first token comes later than
+//	                         this is not learned from (default 5m)
+//	quantile: float          the high quantile predicted (default 0.9)
+//	predictInProduce: bool   must stay true (default true)
+//	samplingMean, maxDecodeTokenSamplesForPrediction: llm-d's TPOT sampling;
+//	                         kvgate measures TPOT over the whole stream, so
+//	                         only the defaults (1000, 0) are accepted
+//	useEncoderCacheFeatures: must stay false (no encoder features yet)
+//
+// Only streamed responses teach TTFT: a non-streamed response's first chunk
+// is the whole response.
+package predictedlatency
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/latency"
+	"github.com/kvgate/kvgate/extproc/scheduling"
+)
+
+// Type is the registered plugin type.
+const Type = "predicted-latency-producer"
+
+// Params are the plugin's parameters.
+type Params struct {
+	SamplingMean                       float64             `json:"samplingMean"`
+	MaxDecodeTokenSamplesForPrediction int                 `json:"maxDecodeTokenSamplesForPrediction"`
+	SLOBufferFactor                    float64             `json:"sloBufferFactor"`
+	ContextTTL                         scheduling.Duration `json:"contextTTL"`
+	StreamingMode                      bool                `json:"streamingMode"`
+	EndpointRoleLabel                  string              `json:"endpointRoleLabel"`
+	PredictInProduce                   *bool               `json:"predictInProduce"`
+	UseEncoderCacheFeatures            bool                `json:"useEncoderCacheFeatures"`
+	EncoderCacheMatchInfoProducerName  string              `json:"encoderCacheMatchInfoProducerName"`
+	Quantile                           float64             `json:"quantile"`
+}
+
+// Defaults.
+const (
+	DefaultSamplingMean    = 1000
+	DefaultSLOBufferFactor = 1.0
+	DefaultContextTTL      = 5 * time.Minute
+)
+
+// Producer implements predicted-latency-producer.
+type Producer struct {
+	scheduling.Named
+	params Params
+	model  *latency.Model
+	rec    latency.Recorder
+	now    func() time.Time
+	key    string
+	// meanPrefill is the running mean of routed requests' uncached tokens
+	// (float64 bits): the size of a request the picker did not route, seen
+	// only as a count in a scrape.
+	meanPrefill atomic.Uint64
+}
+
+// state is one request's prediction for later stages, owned by the request.
+type state struct {
+	preds   latency.Predictions
+	chosen  int // index into preds.Candidates; -1 until PreRequest
+	routed  time.Time
+	tpotFor latency.Features
+	ttft    time.Duration
+}
+
+// New is the plugin factory.
+func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plugin, error) {
+	p := Params{SamplingMean: DefaultSamplingMean, SLOBufferFactor: DefaultSLOBufferFactor, ContextTTL: scheduling.Duration(DefaultContextTTL), Quantile: latency.DefaultQuantile}
+	if err := scheduling.DecodeParams(raw, &p); err != nil {
+		return nil, err
+	}
+	switch {
+	case p.SamplingMean != DefaultSamplingMean || p.MaxDecodeTokenSamplesForPrediction != 0:
+		return nil, fmt.Errorf("parameters.samplingMean and maxDecodeTokenSamplesForPrediction tune llm-d's TPOT sampling; kvgate measures TPOT over the whole stream and accepts only their defaults (%d, 0)", DefaultSamplingMean)
+	case p.PredictInProduce != nil && !*p.PredictInProduce:
+		return nil, fmt.Errorf("parameters.predictInProduce: kvgate always predicts in the producer; false is not supported")
+	case p.UseEncoderCacheFeatures || p.EncoderCacheMatchInfoProducerName != "":
+		return nil, fmt.Errorf("parameters.useEncoderCacheFeatures / encoderCacheMatchInfoProducerName: encoder-cache features are not supported")
+	case p.SLOBufferFactor <= 0 || math.IsNaN(p.SLOBufferFactor):
+		return nil, fmt.Errorf("parameters.sloBufferFactor must be positive, got %v", p.SLOBufferFactor)
+	case p.ContextTTL <= 0:
+		return nil, fmt.Errorf("parameters.contextTTL must be positive")
+	case p.Quantile <= 0 || p.Quantile >= 1:
+		return nil, fmt.Errorf("parameters.quantile must be in (0, 1), got %v", p.Quantile)
+	}
+	pr := &Producer{
+		Named:  scheduling.NewNamed(Type, name),
+		params: p,
+		model:  latency.New(latency.Config{Quantile: p.Quantile}),
+		rec:    latency.RecorderFrom(h.Services),
+		now:    h.Now,
+	}
+	if pr.now == nil {
+		pr.now = time.Now
+	}
+	pr.key = Type + "/" + pr.TypedName().Name
+	pr.meanPrefill.Store(math.Float64bits(1000))
+	return pr, nil
+}
+
+// Model is the producer's latency model.
+func (p *Producer) Model() *latency.Model { return p.model }
+
+// Produces implements scheduling.DataDependencies.
+func (p *Producer) Produces() []string { return []string{latency.PredictionsKey} }
+
+// Consumes implements scheduling.DataDependencies: the prefix match, when
+// a prefix producer is configured, and the in-flight load snapshot.
+func (p *Producer) Consumes() []string {
+	return []string{scheduling.PrefixMatchKey, endpoints.LoadsKey}
+}
+
+// Produce implements scheduling.DataProducer.
+func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) {
+	st := &state{chosen: -1}
+	st.preds.Reset(eps)
+	st.preds.BufferFactor = p.params.SLOBufferFactor
+	match, _ := scheduling.ReadAs[*scheduling.Prediction](cs, scheduling.PrefixMatchKey)
+	aligned := match != nil && sameCandidates(match.Candidates(), eps)
+	loads, _ := scheduling.ReadAs[*endpoints.Loads](cs, endpoints.LoadsKey)
+	loadsAligned := loads != nil && sameCandidates(loads.Candidates, eps)
+	meanPrefill := math.Float64frombits(p.meanPrefill.Load())
+	prompt := max(1, req.PromptTokens)
+	for i, e := range eps {
+		held := 0
+		switch {
+		case aligned:
+			held = match.HeldTokens(i)
+		case match != nil:
+			held = match.HeldTokensOf(e)
+		}
+		var l endpoints.Load
+		if loadsAligned {
+			l = loads.Loads[i]
+		} else {
+			l = e.Load()
+		}
+		f := p.features(prompt, held, l, meanPrefill)
+		est := p.model.Predict(e.Address(), f)
+		if p.prefillOnly(e) {
+			est.TPOT, est.TPOTQuantile = 0, 0
+		}
+		st.preds.Features[i] = f
+		st.preds.Estimates[i] = est
+		st.preds.Held[i] = float64(held) / float64(prompt)
+	}
+	cs.Write(p.key, st)
+	cs.Write(latency.PredictionsKey, &st.preds)
+}
+
+// features describe a request with prompt tokens, held of them cached, on
+// an endpoint with load l. Requests the picker did not route count by the
+// mean size of those it did.
+func (p *Producer) features(prompt, held int, l endpoints.Load, meanPrefill float64) latency.Features {
+	// The engine always computes the last prompt token.
+	uncached := max(1, prompt-held)
+	return latency.Features{
+		Prefill:      float64(uncached),
+		Backlog:      float64(l.PrefillTokens) + float64(l.ExternalWaiting)*meanPrefill,
+		Decodes:      float64(l.DecodeRequests + l.ExternalRunning),
+		DecodeTokens: float64(l.DecodeTokens) + float64(l.ExternalRunning)*meanPrefill,
+	}
+}
+
+func (p *Producer) prefillOnly(e *endpoints.Endpoint) bool {
+	return p.params.EndpointRoleLabel != "" && e.Label(p.params.EndpointRoleLabel) == "prefill"
+}
+
+// sameCandidates reports whether another producer's per-candidate data is
+// indexed like eps: every producer of a request gets the same slice.
+func sameCandidates(a, b []*endpoints.Endpoint) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// PreRequest implements scheduling.PreRequest: it remembers the chosen
+// endpoint's features for training and reports the prediction.
+func (p *Producer) PreRequest(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, res *scheduling.Result) {
+	st, ok := scheduling.ReadAs[*state](cs, p.key)
+	primary := res.Primary()
+	if !ok || primary == nil || len(primary.Targets) == 0 {
+		return
+	}
+	target := primary.Targets[0]
+	for k, c := range st.preds.Candidates {
+		if c == target {
+			st.chosen = k
+			break
+		}
+	}
+	if st.chosen < 0 {
+		return
+	}
+	st.routed = p.now()
+	f := st.preds.Features[st.chosen]
+	const alpha = 0.05
+	old := math.Float64frombits(p.meanPrefill.Load())
+	p.meanPrefill.Store(math.Float64bits(old + alpha*(f.Prefill-old)))
+	p.rec.Predicted(req.ID, req.TargetModel, st.preds.Estimates[st.chosen])
+}
+
+// FirstToken implements scheduling.FirstToken: TTFT is learned, and the
+// decode batch the request joins is captured for TPOT.
+func (p *Producer) FirstToken(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, res *scheduling.Response) {
+	st, ok := p.trained(cs, res)
+	if !ok || !req.Stream {
+		return
+	}
+	est, f := st.preds.Estimates[st.chosen], st.preds.Features[st.chosen]
+	if p.now().Sub(st.routed) > time.Duration(p.params.ContextTTL) {
+		return
+	}
+	st.ttft = res.TTFT
+	p.model.ObserveTTFT(res.Endpoint.Address(), f, res.TTFT)
+	p.rec.ObservedTTFT(req.ID, req.TargetModel, est.TTFT, res.TTFT)
+	l := res.Endpoint.Load()
+	st.tpotFor = p.features(max(1, req.PromptTokens), 0, l, math.Float64frombits(p.meanPrefill.Load()))
+}
+
+// ResponseComplete implements scheduling.ResponseComplete: TPOT is learned
+// in streaming mode, from the batch the request joined at its first token.
+func (p *Producer) ResponseComplete(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, res *scheduling.Response) {
+	st, ok := p.trained(cs, res)
+	if !ok || st.ttft == 0 || res.TPOT <= 0 || !res.Complete {
+		return
+	}
+	if p.prefillOnly(res.Endpoint) {
+		return
+	}
+	p.rec.ObservedTPOT(req.ID, req.TargetModel, st.preds.Estimates[st.chosen].TPOT, res.TPOT)
+	if p.params.StreamingMode {
+		p.model.ObserveTPOT(res.Endpoint.Address(), st.tpotFor, res.TPOT)
+	}
+}
+
+// trained returns the request's state when the response came from the
+// endpoint the prediction was for: a fallback's latency says nothing about
+// the features computed for the primary.
+func (p *Producer) trained(cs *scheduling.CycleState, res *scheduling.Response) (*state, bool) {
+	st, ok := scheduling.ReadAs[*state](cs, p.key)
+	if !ok || st.chosen < 0 || res.Endpoint == nil || res.Endpoint != st.preds.Candidates[st.chosen] {
+		return nil, false
+	}
+	return st, true
+}
+
+// EndpointsRemoved implements scheduling.EndpointsRemoved.
+func (p *Producer) EndpointsRemoved(addresses []string) {
+	for _, a := range addresses {
+		p.model.Forget(a)
+	}
+}
+
+var (
+	_ scheduling.DataProducer     = (*Producer)(nil)
+	_ scheduling.DataDependencies = (*Producer)(nil)
+	_ scheduling.PreRequest       = (*Producer)(nil)
+	_ scheduling.FirstToken       = (*Producer)(nil)
+	_ scheduling.ResponseComplete = (*Producer)(nil)
+	_ scheduling.EndpointsRemoved = (*Producer)(nil)
+)

@@ -1,0 +1,100 @@
+package scheduling
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/kvgate/kvgate/extproc/endpoints"
+)
+
+// DataProducer computes per-request data that later plugins consume (a
+// prefix match, latency predictions) once per request, over every candidate,
+// before any profile runs. As in llm-d, a producer listed under plugins is
+// bound by its capability alone; a profile may also name it, which changes
+// nothing.
+type DataProducer interface {
+	Plugin
+	Produce(ctx context.Context, cs *CycleState, req *Request, candidates []*endpoints.Endpoint)
+}
+
+// DataDependencies is implemented by producers whose input another producer
+// computes: producers run so that every key a producer consumes is produced
+// before it, and otherwise in configuration order. Keys are the cycle-state
+// keys' names.
+type DataDependencies interface {
+	Produces() []string
+	Consumes() []string
+}
+
+// Admitter may refuse a request before any profile runs, after the data
+// producers (it may read their data). A refusal is answered 429 with the
+// admitter's reason; only sheddable requests should be refused.
+type Admitter interface {
+	Plugin
+	Admit(ctx context.Context, cs *CycleState, req *Request, candidates []*endpoints.Endpoint) error
+}
+
+// ErrNotAdmitted wraps an admitter's refusal.
+var ErrNotAdmitted = errors.New("request not admitted")
+
+// FirstToken observes a routed request's first response chunk, the moment
+// its prefill is over: plugins release prefill-phase state and learn TTFT.
+type FirstToken interface {
+	Plugin
+	FirstToken(ctx context.Context, cs *CycleState, req *Request, res *Response)
+}
+
+// Point names of the stages in plugin duration metrics.
+const (
+	PointDataProducer = "DataProducer"
+	PointAdmitter     = "Admitter"
+	PointFirstToken   = "FirstToken"
+)
+
+// OrderProducers returns producers so that each runs after the producers of
+// the keys it consumes, keeping configuration order otherwise. A cycle, or
+// a consumed key that no producer produces, is a configuration error naming
+// the plugin.
+func OrderProducers(ps []DataProducer) ([]DataProducer, error) {
+	producer := map[string]int{}
+	for i, p := range ps {
+		if d, ok := p.(DataDependencies); ok {
+			for _, k := range d.Produces() {
+				producer[k] = i
+			}
+		}
+	}
+	out := make([]DataProducer, 0, len(ps))
+	state := make([]uint8, len(ps)) // 0 new, 1 visiting, 2 placed
+	var visit func(i int) error
+	visit = func(i int) error {
+		switch state[i] {
+		case 1:
+			return fmt.Errorf("data producers depend on each other in a cycle through %s", ps[i].TypedName())
+		case 2:
+			return nil
+		}
+		state[i] = 1
+		if d, ok := ps[i].(DataDependencies); ok {
+			for _, k := range d.Consumes() {
+				j, ok := producer[k]
+				if !ok {
+					return fmt.Errorf("%s consumes %q, which no configured plugin produces", ps[i].TypedName(), k)
+				}
+				if err := visit(j); err != nil {
+					return err
+				}
+			}
+		}
+		state[i] = 2
+		out = append(out, ps[i])
+		return nil
+	}
+	for i := range ps {
+		if err := visit(i); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
