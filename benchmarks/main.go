@@ -53,6 +53,8 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 		output    = fs.Int("output-tokens", 1000, "shared-prefix: output tokens per request")
 		ramp      = fs.String("ramp", "3,10,20,30,40,50,60", "generated workloads: QPS of each load stage (chat: conversations/s, default 1,2,4 for 60 s each)")
 		stageDur  = fs.Duration("stage-duration", 30*time.Second, "generated workloads: duration of each load stage")
+		burst     = fs.Int("burst", 1, "generated workloads: requests (chat: conversations) arriving together, burst instants Poisson at QPS/N")
+		quantum   = fs.Duration("arrival-quantum", 0, "floor every arrival to a multiple of this (e.g. 1s): a quantum's requests arrive at once")
 		configs   stringList
 		verbosity = fs.Bool("v", false, "log picker warnings")
 	)
@@ -93,6 +95,12 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return usage("%v", err)
 	}
+	if *burst < 1 || (*trace != "" && set["burst"]) {
+		return usage("--burst needs a generated workload and N ≥ 1")
+	}
+	if *quantum < 0 {
+		return usage("--arrival-quantum must not be negative")
+	}
 
 	var reqs []workload.Request
 	var name string
@@ -116,7 +124,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 		stages := workload.RampStages(qps, *stageDur)
 		switch *wl {
 		case "shared-prefix":
-			sp := workload.SharedPrefix{Groups: *groups, PrefixTokens: *prefix, SuffixTokens: *suffix, OutputTokens: *output, Stages: stages}
+			sp := workload.SharedPrefix{Groups: *groups, PrefixTokens: *prefix, SuffixTokens: *suffix, OutputTokens: *output, Stages: stages, Burst: *burst}
 			reqs, err = sp.Generate(*seed)
 			name = fmt.Sprintf("shared-prefix %d groups × %d-token prefix + %d, %d out, ramp %s QPS × %v", *groups, *prefix, *suffix, *output, *ramp, *stageDur)
 		case "chat":
@@ -124,6 +132,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 			if set["ramp"] || set["stage-duration"] {
 				c.Stages = stages
 			}
+			c.Burst = *burst
 			reqs, err = c.Generate(*seed)
 			name = fmt.Sprintf("chat %d turns, conversations starting at %s", c.Turns, describe(c.Stages))
 		default:
@@ -132,6 +141,13 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
+		if *burst > 1 {
+			name += fmt.Sprintf(", bursts of %d", *burst)
+		}
+	}
+	if *quantum > 0 {
+		reqs = workload.QuantizeArrivals(reqs, *quantum)
+		name += fmt.Sprintf(", arrivals floored to %v", *quantum)
 	}
 	if *limit > 0 && *limit < len(reqs) {
 		reqs = reqs[:*limit]

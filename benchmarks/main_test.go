@@ -98,6 +98,9 @@ func TestMainUsage(t *testing.T) {
 		{"--out", dir, "--workload", "chat", "--preset", "nope"},
 		{"--out", dir, "--workload", "chat", "--policies", "nope"},
 		{"--out", dir, "--workload", "chat", "--sweep", "1,-2"},
+		{"--out", dir, "--workload", "chat", "--burst", "0"},
+		{"--out", dir, "--trace", "x", "--burst", "2"},
+		{"--out", dir, "--workload", "chat", "--arrival-quantum", "-1s"},
 		{"--bogus"},
 	} {
 		if err := Main(context.Background(), args, io.Discard); !errors.Is(err, ErrUsage) {
