@@ -39,6 +39,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 		wl        = fs.String("workload", "", "generated workload instead of --trace: shared-prefix | chat")
 		replicas  = fs.Int("replicas", 8, "simulated model servers")
 		presetN   = fs.String("preset", "llama-3.1-8b-h100", "engine preset: "+presetNames())
+		fleet     = fs.String("presets", "", "mixed fleet instead of --preset: name:count,... (one model; --replicas defaults to the sum)")
 		policies  = fs.String("policies", DefaultPolicies(), "comma-separated built-in policies")
 		qpsScale  = fs.Float64("qps-scale", 1, "multiply the arrival rate (divide arrival times) by this factor")
 		sweep     = fs.String("sweep", "", "comma-separated --qps-scale values to run each policy at (a QPS sweep)")
@@ -78,6 +79,20 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	preset, ok := engine.LookupPreset(*presetN)
 	if !ok {
 		return usage("unknown preset %q (%s)", *presetN, presetNames())
+	}
+	var mixed []engine.Preset
+	if *fleet != "" {
+		if set["preset"] {
+			return usage("give one of --preset and --presets")
+		}
+		var err error
+		if mixed, err = parsePresets(*fleet); err != nil {
+			return usage("%v", err)
+		}
+		if set["replicas"] && *replicas != len(mixed) {
+			return usage("--replicas %d, but --presets counts %d", *replicas, len(mixed))
+		}
+		*replicas = len(mixed)
 	}
 	scales := []float64{*qpsScale}
 	if *sweep != "" {
@@ -161,13 +176,19 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 		logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	opts := cluster.Options{
-		Replicas: *replicas, Preset: preset, ScrapeInterval: *scrape, KVEventDelay: *kvDelay,
+		Replicas: *replicas, Preset: preset, Presets: mixed, ScrapeInterval: *scrape, KVEventDelay: *kvDelay,
 		Seed: *seed, Logger: logger,
+	}
+	if err := opts.Validate(); err != nil {
+		return usage("%v", err)
 	}
 	st := workload.Summarize(reqs)
 	fmt.Fprintf(stderr, "%s: %d requests, %.0f prompt tokens/request, %.0f output tokens/request, %v of arrivals\n",
 		name, st.Requests, float64(st.PromptTokens)/float64(st.Requests), float64(st.OutputTokens)/float64(st.Requests), st.Duration.Round(time.Second))
 	results := &Results{Workload: name, Replicas: *replicas, Preset: preset.Name, Seed: *seed}
+	if mixed != nil {
+		results.Preset = *fleet
+	}
 	tty := isTerminal(stderr)
 	for _, x := range scales {
 		scaled := workload.ScaleQPS(reqs, x)

@@ -101,6 +101,10 @@ func TestMainUsage(t *testing.T) {
 		{"--out", dir, "--workload", "chat", "--burst", "0"},
 		{"--out", dir, "--trace", "x", "--burst", "2"},
 		{"--out", dir, "--workload", "chat", "--arrival-quantum", "-1s"},
+		{"--out", dir, "--workload", "chat", "--preset", "llama-3.1-8b-h100", "--presets", "llama-3.1-8b-h200:2"},
+		{"--out", dir, "--workload", "chat", "--replicas", "3", "--presets", "llama-3.1-8b-h200:2"},
+		{"--out", dir, "--workload", "chat", "--presets", "llama-3.1-8b-h200:2,nope:1"},
+		{"--out", dir, "--workload", "chat", "--presets", "llama-3.1-8b-h200:1,qwen3-0.6b-h100:1"},
 		{"--bogus"},
 	} {
 		if err := Main(context.Background(), args, io.Discard); !errors.Is(err, ErrUsage) {

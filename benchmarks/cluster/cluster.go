@@ -40,6 +40,10 @@ const (
 type Options struct {
 	Replicas int
 	Preset   engine.Preset
+	// Presets, when not empty, is a preset per replica (len Replicas) and
+	// overrides Preset: a fleet of mixed hardware. Every preset must serve
+	// the same model, since requests name one.
+	Presets []engine.Preset
 	// BlockSize and HashSeed configure the engines' KV blocks and block
 	// hashes; the precise scorer must use the same values.
 	BlockSize int
@@ -78,13 +82,33 @@ func (o Options) withDefaults() (Options, error) {
 	if o.ScrapeInterval < 0 || o.KVEventDelay < 0 {
 		return o, errors.New("scrape interval and KV event delay must not be negative")
 	}
+	switch {
+	case len(o.Presets) == 0:
+		o.Presets = make([]engine.Preset, o.Replicas)
+		for i := range o.Presets {
+			o.Presets[i] = o.Preset
+		}
+	case len(o.Presets) != o.Replicas:
+		return o, fmt.Errorf("%d presets for %d replicas", len(o.Presets), o.Replicas)
+	}
+	for i, p := range o.Presets {
+		if m, m0 := p.Model.Name, o.Presets[0].Model.Name; m != m0 {
+			return o, fmt.Errorf("replica %d (%s) serves %s, replica 0 (%s) %s: a fleet must serve one model", i, p.Name, m, o.Presets[0].Name, m0)
+		}
+	}
 	if o.Model == "" {
-		o.Model = o.Preset.Model.Name
+		o.Model = o.Presets[0].Model.Name
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return o, nil
+}
+
+// Validate reports options Run would refuse, before any simulation.
+func (o Options) Validate() error {
+	_, err := o.withDefaults()
+	return err
 }
 
 // Policy is a picker configuration to evaluate.
@@ -102,8 +126,10 @@ type RequestResult struct {
 	PromptTokens int
 	CachedTokens int
 	OutputTokens int
-	// Replica is the server's index, -1 when the request was not routed.
+	// Replica is the server's index, -1 when the request was not routed;
+	// Preset the name of the replica's preset.
 	Replica    int
+	Preset     string
 	OfferedQPS float64
 	// Err is why the request failed; "" on success.
 	Err string
@@ -132,10 +158,11 @@ func Run(ctx context.Context, opts Options, policy Policy, reqs []workload.Reque
 
 // replica is one simulated server. The simulation goroutine owns it.
 type replica struct {
-	idx  int
-	eng  *engine.Engine
-	ep   *endpoints.Endpoint
-	addr string
+	idx    int
+	preset string
+	eng    *engine.Engine
+	ep     *endpoints.Endpoint
+	addr   string
 
 	busy    bool
 	stepEnd time.Time
@@ -222,7 +249,7 @@ func newSim(opts Options, policy Policy, reqs []workload.Request) (*sim, error) 
 	specs := make([]endpoints.Spec, opts.Replicas)
 	for i := range opts.Replicas {
 		eng, err := engine.New(engine.Config{
-			Timing: opts.Preset.Timing, Clock: s.clock, BlockSize: opts.BlockSize, HashSeed: opts.HashSeed,
+			Timing: opts.Presets[i].Timing, Clock: s.clock, BlockSize: opts.BlockSize, HashSeed: opts.HashSeed,
 			// vLLM's waiting queue is unbounded; the engine's bound only
 			// has to exceed any queue the workload can build.
 			MaxWaiting: max(1024, len(reqs)),
@@ -230,9 +257,13 @@ func newSim(opts Options, policy Policy, reqs []workload.Request) (*sim, error) 
 		if err != nil {
 			return nil, fmt.Errorf("replica %d: %w", i, err)
 		}
-		s.maxLen = eng.Config().MaxModelLen
+		// Prompts are clipped before routing, so they must fit every
+		// replica: presets of one model can still differ in KV capacity.
+		if ml := eng.Config().MaxModelLen; i == 0 || ml < s.maxLen {
+			s.maxLen = ml
+		}
 		r := &replica{
-			idx: i, eng: eng, addr: fmt.Sprintf("10.0.%d.%d:8000", i/250, i%250+1),
+			idx: i, preset: opts.Presets[i].Name, eng: eng, addr: fmt.Sprintf("10.0.%d.%d:8000", i/250, i%250+1),
 			nextScrape: epoch,
 			cache:      make(map[uint64]struct{}),
 			pending:    make(map[uint64]int),
@@ -428,7 +459,7 @@ func (s *sim) arrive(ctx context.Context, i int, now time.Time) {
 		s.fail(rr, fmt.Errorf("picker chose unknown endpoint %q", dec.Endpoints[0]))
 		return
 	}
-	rr.Replica = r.idx
+	rr.Replica, rr.Preset = r.idx, r.preset
 	if err := r.eng.Add(engine.Request{ID: id, Prompt: prompt, MaxTokens: out}); err != nil {
 		s.dir.ResponseDone(ctx, req, server.ResponseSummary{Status: 503, ServedEndpoint: r.addr})
 		delete(s.oracled, id)

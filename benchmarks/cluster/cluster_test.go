@@ -3,10 +3,12 @@ package cluster
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/kvgate/kvgate/benchmarks/workload"
+	"github.com/kvgate/kvgate/extproc/config"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/sim/engine"
 )
@@ -121,5 +123,84 @@ func TestLongPromptsAreClipped(t *testing.T) {
 	}
 	if res.Clipped != 1 || res.Requests[0].Err != "" || res.Requests[0].PromptTokens != engine.Qwen3_0_6B.MaxModelLen-3 {
 		t.Fatalf("clipped %d, %+v", res.Clipped, res.Requests[0])
+	}
+}
+
+func lookup(t *testing.T, names ...string) []engine.Preset {
+	t.Helper()
+	out := make([]engine.Preset, len(names))
+	for i, n := range names {
+		p, ok := engine.LookupPreset(n)
+		if !ok {
+			t.Fatalf("preset %s missing", n)
+		}
+		out[i] = p
+	}
+	return out
+}
+
+// A mixed fleet of one model runs each replica on its own hardware: every
+// request records its replica's preset, and the H200's bandwidth decodes
+// faster than the H100's.
+func TestMixedFleet(t *testing.T) {
+	presets := lookup(t, "llama-3.1-8b-h100", "llama-3.1-8b-h200", "llama-3.1-8b-h100", "llama-3.1-8b-h200")
+	rr, err := config.Policy("round-robin", config.PolicyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Requests far apart, so each runs alone and its latency is its
+	// replica's speed, with distinct prompts so that no cache helps.
+	var reqs []workload.Request
+	for i := range 8 {
+		reqs = append(reqs, workload.Request{Arrival: time.Duration(i) * 10 * time.Second,
+			Segments: []workload.Segment{{Key: uint64(1000 + i), Len: 1000}}, OutputTokens: 100})
+	}
+	res, err := Run(context.Background(), Options{Replicas: 4, Presets: presets, Seed: 1}, Policy{Name: "rr", Config: rr}, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decode := map[string]time.Duration{}
+	n := map[string]int{}
+	for i, r := range res.Requests {
+		if r.Err != "" || r.Replica < 0 {
+			t.Fatalf("request %d: %+v", i, r)
+		}
+		if r.Preset != presets[r.Replica].Name {
+			t.Errorf("request %d on replica %d records preset %q, want %q", i, r.Replica, r.Preset, presets[r.Replica].Name)
+		}
+		decode[r.Preset] += r.E2E - r.TTFT
+		n[r.Preset]++
+	}
+	h100, h200 := decode["llama-3.1-8b-h100"], decode["llama-3.1-8b-h200"]
+	if n["llama-3.1-8b-h100"] == 0 || n["llama-3.1-8b-h200"] == 0 {
+		t.Fatalf("requests per preset %v", n)
+	}
+	// Decoding an 8B model is bound by memory bandwidth (4.8 vs 3.35 TB/s),
+	// diluted by the per-step overhead both pay.
+	ratio := float64(h200) / float64(n["llama-3.1-8b-h200"]) / (float64(h100) / float64(n["llama-3.1-8b-h100"]))
+	if ratio > 0.9 {
+		t.Errorf("H200 decodes in %.2f of the H100's time, want < 0.9", ratio)
+	}
+}
+
+func TestFleetOptions(t *testing.T) {
+	tests := []struct {
+		name    string
+		opts    Options
+		wantErr string
+	}{
+		{"homogeneous", Options{Replicas: 2, Preset: lookup(t, "qwen3-0.6b-h100")[0]}, ""},
+		{"same model, mixed hardware", Options{Replicas: 2, Presets: lookup(t, "qwen3-32b-tp2-h100", "qwen3-32b-tp2-h200")}, ""},
+		{"mixed models", Options{Replicas: 2, Presets: lookup(t, "llama-3.1-8b-h100", "qwen3-32b-tp2-h100")}, "one model"},
+		{"count mismatch", Options{Replicas: 3, Presets: lookup(t, "llama-3.1-8b-h100", "llama-3.1-8b-h200")}, "2 presets for 3 replicas"},
+	}
+	for _, tc := range tests {
+		err := tc.opts.Validate()
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("%s: err = %v, want %q", tc.name, err, tc.wantErr)
+		}
 	}
 }
