@@ -58,9 +58,52 @@ type Options struct {
 	Seed uint64
 	// Model is the model name requests carry; default the preset's model.
 	Model string
+	// SLO, when it has an objective, is sent with a share of the requests.
+	SLO SLO
 	// Progress, when set, is called as requests complete.
 	Progress func(done, total int)
 	Logger   *slog.Logger
+}
+
+// Headers that carry a request's latency objectives to the picker, in
+// integer milliseconds (llm-d's SLO-aware routing).
+const (
+	HeaderSLOTTFT = "x-llm-d-slo-ttft-ms"
+	HeaderSLOTPOT = "x-llm-d-slo-tpot-ms"
+)
+
+// SLO is the latency objective that some requests carry.
+type SLO struct {
+	// TTFT and TPOT are the objectives, sent in whole milliseconds; zero
+	// sends no header for it.
+	TTFT, TPOT time.Duration
+	// Fraction is the share of requests, chosen by the seed, that carry
+	// the objectives; 0 means all of them.
+	Fraction float64
+}
+
+// Active reports whether the SLO has an objective.
+func (o SLO) Active() bool { return o.TTFT > 0 || o.TPOT > 0 }
+
+// carried reports whether request i carries the SLO. The choice depends on
+// the seed and the request alone, so that every policy of a comparison
+// sees the same requests with objectives.
+func (o SLO) carried(seed uint64, i int) bool {
+	if !o.Active() {
+		return false
+	}
+	z := rand.NewPCG(seed^0x510c4a7, uint64(i)).Uint64()
+	return float64(z>>11)/(1<<53) < o.Fraction
+}
+
+// setHeaders adds the objectives to request headers.
+func (o SLO) setHeaders(h map[string]string) {
+	if o.TTFT > 0 {
+		h[HeaderSLOTTFT] = strconv.FormatInt(o.TTFT.Milliseconds(), 10)
+	}
+	if o.TPOT > 0 {
+		h[HeaderSLOTPOT] = strconv.FormatInt(o.TPOT.Milliseconds(), 10)
+	}
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -99,6 +142,15 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Model == "" {
 		o.Model = o.Presets[0].Model.Name
 	}
+	if o.SLO.Fraction == 0 {
+		o.SLO.Fraction = 1
+	}
+	switch slo := o.SLO; {
+	case !(slo.Fraction > 0 && slo.Fraction <= 1):
+		return o, fmt.Errorf("SLO fraction must be in (0, 1], got %v", slo.Fraction)
+	case slo.TTFT < 0 || slo.TPOT < 0 || (slo.TTFT > 0 && slo.TTFT < time.Millisecond) || (slo.TPOT > 0 && slo.TPOT < time.Millisecond):
+		return o, fmt.Errorf("SLOs are whole milliseconds, got TTFT %v, TPOT %v", slo.TTFT, slo.TPOT)
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -122,7 +174,15 @@ type Policy struct {
 type RequestResult struct {
 	Arrival time.Duration
 	// TTFT and E2E are measured from arrival; zero when the request failed.
-	TTFT, E2E    time.Duration
+	TTFT, E2E time.Duration
+	// TPOT is the mean time per output token after the first; zero for
+	// requests with fewer than two.
+	TPOT time.Duration
+	// PredictedTTFT and PredictedTPOT are the picker's latency predictions
+	// for the request on the endpoint it chose; zero when it made none.
+	PredictedTTFT, PredictedTPOT time.Duration
+	// SLO reports that the request carried the SLO headers.
+	SLO          bool
 	PromptTokens int
 	CachedTokens int
 	OutputTokens int
@@ -145,6 +205,9 @@ type Result struct {
 	Clipped int
 	// End is when the last request finished, from the start.
 	End time.Duration
+	// SLO is the objective requests with RequestResult.SLO carried; zero
+	// when none did.
+	SLO SLO
 }
 
 // Run simulates reqs (sorted by arrival) under policy.
@@ -245,6 +308,9 @@ func newSim(opts Options, policy Policy, reqs []workload.Request) (*sim, error) 
 		live:   make(map[string]*liveReq),
 	}
 	s.res.Requests = make([]RequestResult, len(reqs))
+	if opts.SLO.Active() {
+		s.res.SLO = opts.SLO
+	}
 	rng := rand.New(rand.NewPCG(opts.Seed, 0x9a7e))
 	specs := make([]endpoints.Spec, opts.Replicas)
 	for i := range opts.Replicas {
@@ -449,6 +515,10 @@ func (s *sim) arrive(ctx context.Context, i int, now time.Time) {
 		FairnessID: "default-flow",
 		ReceivedAt: now,
 	}
+	if s.opts.SLO.carried(s.opts.Seed, i) {
+		rr.SLO = true
+		s.opts.SLO.setHeaders(req.Headers)
+	}
 	dec, err := s.dir.HandleRequest(ctx, req)
 	if err != nil {
 		s.fail(rr, fmt.Errorf("picker: %w", err))
@@ -542,6 +612,9 @@ func (s *sim) complete(ctx context.Context, r *replica, now time.Time) {
 		rr.E2E = now.Sub(lr.arrival)
 		rr.CachedTokens = f.Usage.CachedTokens
 		rr.OutputTokens = f.Usage.CompletionTokens
+		if rr.OutputTokens > 1 {
+			rr.TPOT = (rr.E2E - rr.TTFT) / time.Duration(rr.OutputTokens-1)
+		}
 		s.done++
 	}
 	if len(r.events) > 0 {

@@ -3,6 +3,9 @@ package cluster
 import (
 	"context"
 	"errors"
+	"maps"
+	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -168,6 +171,9 @@ func TestMixedFleet(t *testing.T) {
 		if r.Preset != presets[r.Replica].Name {
 			t.Errorf("request %d on replica %d records preset %q, want %q", i, r.Replica, r.Preset, presets[r.Replica].Name)
 		}
+		if want := (r.E2E - r.TTFT) / 99; r.TPOT != want || r.TPOT <= 0 {
+			t.Errorf("request %d: TPOT %v, want %v", i, r.TPOT, want)
+		}
 		decode[r.Preset] += r.E2E - r.TTFT
 		n[r.Preset]++
 	}
@@ -183,7 +189,7 @@ func TestMixedFleet(t *testing.T) {
 	}
 }
 
-func TestFleetOptions(t *testing.T) {
+func TestValidate(t *testing.T) {
 	tests := []struct {
 		name    string
 		opts    Options
@@ -193,6 +199,11 @@ func TestFleetOptions(t *testing.T) {
 		{"same model, mixed hardware", Options{Replicas: 2, Presets: lookup(t, "qwen3-32b-tp2-h100", "qwen3-32b-tp2-h200")}, ""},
 		{"mixed models", Options{Replicas: 2, Presets: lookup(t, "llama-3.1-8b-h100", "qwen3-32b-tp2-h100")}, "one model"},
 		{"count mismatch", Options{Replicas: 3, Presets: lookup(t, "llama-3.1-8b-h100", "llama-3.1-8b-h200")}, "2 presets for 3 replicas"},
+		{"SLO", Options{Replicas: 1, Preset: lookup(t, "qwen3-0.6b-h100")[0], SLO: SLO{TTFT: time.Second, Fraction: 0.5}}, ""},
+		{"SLO fraction above 1", Options{Replicas: 1, Preset: lookup(t, "qwen3-0.6b-h100")[0], SLO: SLO{TTFT: time.Second, Fraction: 1.5}}, "fraction"},
+		{"negative SLO fraction", Options{Replicas: 1, Preset: lookup(t, "qwen3-0.6b-h100")[0], SLO: SLO{TPOT: time.Second, Fraction: -0.1}}, "fraction"},
+		{"sub-millisecond SLO", Options{Replicas: 1, Preset: lookup(t, "qwen3-0.6b-h100")[0], SLO: SLO{TPOT: time.Microsecond}}, "milliseconds"},
+		{"negative SLO", Options{Replicas: 1, Preset: lookup(t, "qwen3-0.6b-h100")[0], SLO: SLO{TTFT: -time.Second}}, "milliseconds"},
 	}
 	for _, tc := range tests {
 		err := tc.opts.Validate()
@@ -201,6 +212,87 @@ func TestFleetOptions(t *testing.T) {
 			t.Errorf("%s: %v", tc.name, err)
 		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
 			t.Errorf("%s: err = %v, want %q", tc.name, err, tc.wantErr)
+		}
+	}
+}
+
+func TestSLOHeaders(t *testing.T) {
+	tests := []struct {
+		slo  SLO
+		want map[string]string
+	}{
+		{SLO{TTFT: 500 * time.Millisecond, TPOT: 50 * time.Millisecond}, map[string]string{HeaderSLOTTFT: "500", HeaderSLOTPOT: "50"}},
+		{SLO{TTFT: 2 * time.Second}, map[string]string{HeaderSLOTTFT: "2000"}},
+		{SLO{TPOT: 20500 * time.Microsecond}, map[string]string{HeaderSLOTPOT: "20"}},
+		{SLO{}, map[string]string{}},
+	}
+	for _, tc := range tests {
+		h := map[string]string{}
+		tc.slo.setHeaders(h)
+		if !maps.Equal(h, tc.want) {
+			t.Errorf("%+v: headers %v, want %v", tc.slo, h, tc.want)
+		}
+	}
+}
+
+// The requests that carry the SLO are a seeded share of the workload, the
+// same under every policy.
+func TestSLOFraction(t *testing.T) {
+	var reqs []workload.Request
+	for i := range 1000 {
+		reqs = append(reqs, workload.Request{Arrival: time.Duration(i) * 10 * time.Millisecond,
+			Segments: []workload.Segment{{Key: uint64(i), Len: 20}}, OutputTokens: 2})
+	}
+	carried := func(slo SLO, seed uint64, p Policy) []bool {
+		t.Helper()
+		opts := smallOpts(t)
+		opts.SLO, opts.Seed = slo, seed
+		res, err := Run(context.Background(), opts, p, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.SLO.Active() != slo.Active() {
+			t.Errorf("%+v: result SLO %+v", slo, res.SLO)
+		}
+		out := make([]bool, len(res.Requests))
+		for i, r := range res.Requests {
+			out[i] = r.SLO
+		}
+		return out
+	}
+	rr, err := config.Policy("round-robin", config.PolicyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		slo  SLO
+		want float64 // expected share
+	}{
+		{"no SLO", SLO{}, 0},
+		{"all by default", SLO{TTFT: time.Second}, 1},
+		{"all", SLO{TPOT: time.Second, Fraction: 1}, 1},
+		{"a third", SLO{TTFT: time.Second, Fraction: 1.0 / 3}, 1.0 / 3},
+	}
+	for _, tc := range tests {
+		got := carried(tc.slo, 3, oraclePolicy)
+		n := 0
+		for _, c := range got {
+			if c {
+				n++
+			}
+		}
+		// 5 standard deviations of a binomial count.
+		if sd := math.Sqrt(1000 * tc.want * (1 - tc.want)); math.Abs(float64(n)-1000*tc.want) > 5*sd {
+			t.Errorf("%s: %d of 1000 carry the SLO, want ≈ %.0f", tc.name, n, 1000*tc.want)
+		}
+		if tc.want > 0 && tc.want < 1 {
+			if !slices.Equal(got, carried(tc.slo, 3, Policy{Name: "rr", Config: rr})) {
+				t.Errorf("%s: another policy saw SLOs on other requests", tc.name)
+			}
+			if slices.Equal(got, carried(tc.slo, 4, oraclePolicy)) {
+				t.Errorf("%s: another seed chose the same requests", tc.name)
+			}
 		}
 	}
 }
