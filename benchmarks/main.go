@@ -56,6 +56,9 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 		stageDur  = fs.Duration("stage-duration", 30*time.Second, "generated workloads: duration of each load stage")
 		burst     = fs.Int("burst", 1, "generated workloads: requests (chat: conversations) arriving together, burst instants Poisson at QPS/N")
 		quantum   = fs.Duration("arrival-quantum", 0, "floor every arrival to a multiple of this (e.g. 1s): a quantum's requests arrive at once")
+		sloTTFT   = fs.Duration("slo-ttft", 0, "TTFT objective (e.g. 500ms): requests carry it to the picker in x-llm-d-slo-ttft-ms; adds attainment columns")
+		sloTPOT   = fs.Duration("slo-tpot", 0, "TPOT objective (e.g. 50ms), in x-llm-d-slo-tpot-ms")
+		sloFrac   = fs.Float64("slo-fraction", 1, "share of requests, chosen by --seed, that carry the SLO; attainment is over them")
 		configs   stringList
 		verbosity = fs.Bool("v", false, "log picker warnings")
 	)
@@ -177,7 +180,13 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	opts := cluster.Options{
 		Replicas: *replicas, Preset: preset, Presets: mixed, ScrapeInterval: *scrape, KVEventDelay: *kvDelay,
-		Seed: *seed, Logger: logger,
+		Seed: *seed, Logger: logger, SLO: cluster.SLO{TTFT: *sloTTFT, TPOT: *sloTPOT, Fraction: *sloFrac},
+	}
+	if set["slo-fraction"] && !opts.SLO.Active() {
+		return usage("--slo-fraction needs --slo-ttft or --slo-tpot")
+	}
+	if !(*sloFrac > 0 && *sloFrac <= 1) {
+		return usage("--slo-fraction must be in (0, 1], got %v", *sloFrac)
 	}
 	if err := opts.Validate(); err != nil {
 		return usage("%v", err)
