@@ -164,7 +164,6 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}
 	if *quantum > 0 {
-		reqs = workload.QuantizeArrivals(reqs, *quantum)
 		name += fmt.Sprintf(", arrivals floored to %v", *quantum)
 	}
 	if *limit > 0 && *limit < len(reqs) {
@@ -200,7 +199,9 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	tty := isTerminal(stderr)
 	for _, x := range scales {
-		scaled := workload.ScaleQPS(reqs, x)
+		// Quantized after scaling, so that a burst spans the quantum of
+		// simulated time at every scale.
+		scaled := workload.QuantizeArrivals(workload.ScaleQPS(reqs, x), *quantum)
 		for _, p := range pols {
 			o := opts
 			label := fmt.Sprintf("%s ×%g", p.Name, x)
