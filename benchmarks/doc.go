@@ -8,4 +8,13 @@
 // load, approx (GIE's default profile), precise (KV events) and oracle, a
 // reference that reads the servers' true state. RESULTS.md beside this file
 // records measured runs.
+//
+// Smooth Poisson arrivals hide herding on stale load metrics, so arrivals
+// can be made bursty: --arrival-quantum floors them to a multiple of a
+// duration, --burst sends a generated workload's requests N at a time. The
+// fleet may mix hardware of one model (--presets name:count,...), reported
+// per preset as well. --slo-ttft and --slo-tpot send latency objectives with
+// a --slo-fraction of the requests and report their attainment; latency
+// predictions the picker makes are scored (MAPE, predicted vs actual per
+// preset, a scatter plot) when present.
 package benchmarks

@@ -39,6 +39,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 		wl        = fs.String("workload", "", "generated workload instead of --trace: shared-prefix | chat")
 		replicas  = fs.Int("replicas", 8, "simulated model servers")
 		presetN   = fs.String("preset", "llama-3.1-8b-h100", "engine preset: "+presetNames())
+		fleet     = fs.String("presets", "", "mixed fleet instead of --preset: name:count,... (one model; --replicas defaults to the sum)")
 		policies  = fs.String("policies", DefaultPolicies(), "comma-separated built-in policies")
 		qpsScale  = fs.Float64("qps-scale", 1, "multiply the arrival rate (divide arrival times) by this factor")
 		sweep     = fs.String("sweep", "", "comma-separated --qps-scale values to run each policy at (a QPS sweep)")
@@ -53,6 +54,11 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 		output    = fs.Int("output-tokens", 1000, "shared-prefix: output tokens per request")
 		ramp      = fs.String("ramp", "3,10,20,30,40,50,60", "generated workloads: QPS of each load stage (chat: conversations/s, default 1,2,4 for 60 s each)")
 		stageDur  = fs.Duration("stage-duration", 30*time.Second, "generated workloads: duration of each load stage")
+		burst     = fs.Int("burst", 1, "generated workloads: requests (chat: conversations) arriving together, burst instants Poisson at QPS/N")
+		quantum   = fs.Duration("arrival-quantum", 0, "floor every arrival to a multiple of this (e.g. 1s): a quantum's requests arrive at once")
+		sloTTFT   = fs.Duration("slo-ttft", 0, "TTFT objective (e.g. 500ms): requests carry it to the picker in x-llm-d-slo-ttft-ms; adds attainment columns")
+		sloTPOT   = fs.Duration("slo-tpot", 0, "TPOT objective (e.g. 50ms), in x-llm-d-slo-tpot-ms")
+		sloFrac   = fs.Float64("slo-fraction", 1, "share of requests, chosen by --seed, that carry the SLO; attainment is over them")
 		configs   stringList
 		verbosity = fs.Bool("v", false, "log picker warnings")
 	)
@@ -77,6 +83,20 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	if !ok {
 		return usage("unknown preset %q (%s)", *presetN, presetNames())
 	}
+	var mixed []engine.Preset
+	if *fleet != "" {
+		if set["preset"] {
+			return usage("give one of --preset and --presets")
+		}
+		var err error
+		if mixed, err = parsePresets(*fleet); err != nil {
+			return usage("%v", err)
+		}
+		if set["replicas"] && *replicas != len(mixed) {
+			return usage("--replicas %d, but --presets counts %d", *replicas, len(mixed))
+		}
+		*replicas = len(mixed)
+	}
 	scales := []float64{*qpsScale}
 	if *sweep != "" {
 		var err error
@@ -92,6 +112,12 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	pols, err := selectPolicies(*policies, configs)
 	if err != nil {
 		return usage("%v", err)
+	}
+	if *burst < 1 || (*trace != "" && set["burst"]) {
+		return usage("--burst needs a generated workload and N ≥ 1")
+	}
+	if *quantum < 0 {
+		return usage("--arrival-quantum must not be negative")
 	}
 
 	var reqs []workload.Request
@@ -116,7 +142,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 		stages := workload.RampStages(qps, *stageDur)
 		switch *wl {
 		case "shared-prefix":
-			sp := workload.SharedPrefix{Groups: *groups, PrefixTokens: *prefix, SuffixTokens: *suffix, OutputTokens: *output, Stages: stages}
+			sp := workload.SharedPrefix{Groups: *groups, PrefixTokens: *prefix, SuffixTokens: *suffix, OutputTokens: *output, Stages: stages, Burst: *burst}
 			reqs, err = sp.Generate(*seed)
 			name = fmt.Sprintf("shared-prefix %d groups × %d-token prefix + %d, %d out, ramp %s QPS × %v", *groups, *prefix, *suffix, *output, *ramp, *stageDur)
 		case "chat":
@@ -124,6 +150,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 			if set["ramp"] || set["stage-duration"] {
 				c.Stages = stages
 			}
+			c.Burst = *burst
 			reqs, err = c.Generate(*seed)
 			name = fmt.Sprintf("chat %d turns, conversations starting at %s", c.Turns, describe(c.Stages))
 		default:
@@ -132,6 +159,12 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
+		if *burst > 1 {
+			name += fmt.Sprintf(", bursts of %d", *burst)
+		}
+	}
+	if *quantum > 0 {
+		name += fmt.Sprintf(", arrivals floored to %v", *quantum)
 	}
 	if *limit > 0 && *limit < len(reqs) {
 		reqs = reqs[:*limit]
@@ -145,16 +178,30 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 		logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	opts := cluster.Options{
-		Replicas: *replicas, Preset: preset, ScrapeInterval: *scrape, KVEventDelay: *kvDelay,
-		Seed: *seed, Logger: logger,
+		Replicas: *replicas, Preset: preset, Presets: mixed, ScrapeInterval: *scrape, KVEventDelay: *kvDelay,
+		Seed: *seed, Logger: logger, SLO: cluster.SLO{TTFT: *sloTTFT, TPOT: *sloTPOT, Fraction: *sloFrac},
+	}
+	if set["slo-fraction"] && !opts.SLO.Active() {
+		return usage("--slo-fraction needs --slo-ttft or --slo-tpot")
+	}
+	if !(*sloFrac > 0 && *sloFrac <= 1) {
+		return usage("--slo-fraction must be in (0, 1], got %v", *sloFrac)
+	}
+	if err := opts.Validate(); err != nil {
+		return usage("%v", err)
 	}
 	st := workload.Summarize(reqs)
 	fmt.Fprintf(stderr, "%s: %d requests, %.0f prompt tokens/request, %.0f output tokens/request, %v of arrivals\n",
 		name, st.Requests, float64(st.PromptTokens)/float64(st.Requests), float64(st.OutputTokens)/float64(st.Requests), st.Duration.Round(time.Second))
 	results := &Results{Workload: name, Replicas: *replicas, Preset: preset.Name, Seed: *seed}
+	if mixed != nil {
+		results.Preset = *fleet
+	}
 	tty := isTerminal(stderr)
 	for _, x := range scales {
-		scaled := workload.ScaleQPS(reqs, x)
+		// Quantized after scaling, so that a burst spans the quantum of
+		// simulated time at every scale.
+		scaled := workload.QuantizeArrivals(workload.ScaleQPS(reqs, x), *quantum)
 		for _, p := range pols {
 			o := opts
 			label := fmt.Sprintf("%s ×%g", p.Name, x)

@@ -98,6 +98,17 @@ func TestMainUsage(t *testing.T) {
 		{"--out", dir, "--workload", "chat", "--preset", "nope"},
 		{"--out", dir, "--workload", "chat", "--policies", "nope"},
 		{"--out", dir, "--workload", "chat", "--sweep", "1,-2"},
+		{"--out", dir, "--workload", "chat", "--burst", "0"},
+		{"--out", dir, "--trace", "x", "--burst", "2"},
+		{"--out", dir, "--workload", "chat", "--arrival-quantum", "-1s"},
+		{"--out", dir, "--workload", "chat", "--preset", "llama-3.1-8b-h100", "--presets", "llama-3.1-8b-h200:2"},
+		{"--out", dir, "--workload", "chat", "--replicas", "3", "--presets", "llama-3.1-8b-h200:2"},
+		{"--out", dir, "--workload", "chat", "--presets", "llama-3.1-8b-h200:2,nope:1"},
+		{"--out", dir, "--workload", "chat", "--presets", "llama-3.1-8b-h200:1,qwen3-0.6b-h100:1"},
+		{"--out", dir, "--workload", "chat", "--slo-fraction", "0.5"},
+		{"--out", dir, "--workload", "chat", "--slo-ttft", "1s", "--slo-fraction", "0"},
+		{"--out", dir, "--workload", "chat", "--slo-ttft", "1s", "--slo-fraction", "1.5"},
+		{"--out", dir, "--workload", "chat", "--slo-tpot", "10us"},
 		{"--bogus"},
 	} {
 		if err := Main(context.Background(), args, io.Discard); !errors.Is(err, ErrUsage) {
@@ -168,5 +179,49 @@ func TestProgressBar(t *testing.T) {
 	}
 	if isTerminal(&b) {
 		t.Fatal("a buffer is not a terminal")
+	}
+}
+
+// A bursty run on a mixed fleet with an SLO on half the requests reports
+// per preset and SLO attainment over the requests that carried it.
+func TestMixedFleetWithSLO(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"--workload", "shared-prefix", "--presets", "llama-3.1-8b-h100:2,llama-3.1-8b-h200:1",
+		"--groups", "6", "--prefix-tokens", "2000", "--suffix-tokens", "100", "--output-tokens", "20",
+		"--ramp", "20", "--stage-duration", "5s", "--burst", "4", "--arrival-quantum", "500ms",
+		"--slo-ttft", "300ms", "--slo-tpot", "30ms", "--slo-fraction", "0.5", "--policies", "random,load", "--seed", "2", "--out", dir}
+	if err := Main(context.Background(), args, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res Results
+	if err := json.Unmarshal(data, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Replicas != 3 || len(res.Policies) != 2 {
+		t.Fatalf("%d replicas, %d policies", res.Replicas, len(res.Policies))
+	}
+	for _, s := range res.Policies {
+		total := s.Requests + s.Failed
+		if s.SLO == nil || s.SLO.Requests < total/4 || s.SLO.Requests > 3*total/4 || s.SLO.TTFT != 0.3 || s.SLO.TPOT != 0.03 {
+			t.Errorf("%s: SLO %+v of %d requests", s.Name, s.SLO, total)
+		} else if s.SLO.BothMet > s.SLO.TTFTMet || s.SLO.BothMet > s.SLO.TPOTMet {
+			t.Errorf("%s: both met more often than one: %+v", s.Name, s.SLO)
+		}
+		if len(s.Presets) != 2 || s.Presets[0].Requests+s.Presets[1].Requests != s.Requests {
+			t.Errorf("%s: presets %+v for %d requests", s.Name, s.Presets, s.Requests)
+		}
+		if s.Prediction != nil {
+			t.Errorf("%s: predictions %+v without a predictor", s.Name, s.Prediction)
+		}
+	}
+	md, _ := os.ReadFile(filepath.Join(dir, "results.md"))
+	for _, w := range []string{"both SLOs met", "By preset", "llama-3.1-8b-h200", "bursts of 4", "floored to 500ms"} {
+		if !bytes.Contains(md, []byte(w)) {
+			t.Errorf("results.md lacks %q:\n%s", w, md)
+		}
 	}
 }

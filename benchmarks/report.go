@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/kvgate/kvgate/benchmarks/cluster"
@@ -36,9 +37,16 @@ type Summary struct {
 	PrefixHitRatio       float64 `json:"prefix_hit_ratio"`
 	MaxQueueImbalance    int     `json:"max_queue_imbalance"`
 	Stages               []Stage `json:"stages,omitempty"`
-	ttfts                []float64
-	wall                 time.Duration
-	simulatedSeconds     float64
+	// SLO is attainment when requests carried an SLO; Prediction the
+	// picker's accuracy when it predicted latencies; Presets a breakdown
+	// by preset for a mixed fleet or when there are predictions.
+	SLO              *SLOSummary        `json:"slo,omitempty"`
+	Prediction       *PredictionSummary `json:"prediction,omitempty"`
+	Presets          []PresetSummary    `json:"presets,omitempty"`
+	ttfts            []float64
+	predTTFT         []predictedTTFT
+	wall             time.Duration
+	simulatedSeconds float64
 }
 
 // Stage summarises the requests offered at one rate of a load ramp (stages
@@ -85,7 +93,7 @@ func Summarize(name string, qpsScale float64, res *cluster.Result) Summary {
 		t := r.TTFT.Seconds()
 		s.ttfts = append(s.ttfts, t)
 		if r.OutputTokens > 1 {
-			tpots = append(tpots, (r.E2E-r.TTFT).Seconds()/float64(r.OutputTokens-1))
+			tpots = append(tpots, r.TPOT.Seconds())
 		}
 		prompt += int64(r.PromptTokens)
 		cached += int64(r.CachedTokens)
@@ -155,6 +163,8 @@ func Summarize(name string, qpsScale float64, res *cluster.Result) Summary {
 		}
 		s.Stages = append(s.Stages, st)
 	}
+	s.SLO = summarizeSLO(res)
+	s.Presets, s.Prediction, s.predTTFT = summarizeByPreset(res)
 	return s
 }
 
@@ -198,15 +208,29 @@ func writeResults(dir string, r *Results) error {
 
 // Markdown renders the results as a table, one row per policy and scale.
 func Markdown(r *Results) string {
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "%s on %d × %s, seed %d\n\n", r.Workload, r.Replicas, r.Preset, r.Seed)
-	b.WriteString("| policy | qps scale | offered QPS | requests | failed | TTFT p50 s | TTFT p90 s | TTFT p99 s | TTFT mean s | TPOT p50 ms | output tok/s | prefix hit | max queue imbalance | wall s |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-	for _, s := range r.Policies {
-		fmt.Fprintf(&b, "| %s | %g | %.2f | %d | %d | %.3f | %.3f | %.3f | %.3f | %.1f | %.0f | %.3f | %d | %.1f |\n",
+	var b strings.Builder
+	fleet := fmt.Sprintf("%d × %s", r.Replicas, r.Preset)
+	if strings.Contains(r.Preset, ":") {
+		fleet = fmt.Sprintf("%d replicas (%s)", r.Replicas, r.Preset)
+	}
+	fmt.Fprintf(&b, "%s on %s, seed %d\n\n", r.Workload, fleet, r.Seed)
+	extra := optionalColumns(r)
+	b.WriteString("| policy | qps scale | offered QPS | requests | failed | TTFT p50 s | TTFT p90 s | TTFT p99 s | TTFT mean s | TPOT p50 ms | output tok/s | prefix hit | max queue imbalance | wall s |")
+	for _, c := range extra {
+		b.WriteString(" " + c.head + " |")
+	}
+	b.WriteString("\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + strings.Repeat("---|", len(extra)) + "\n")
+	for i := range r.Policies {
+		s := &r.Policies[i]
+		fmt.Fprintf(&b, "| %s | %g | %.2f | %d | %d | %.3f | %.3f | %.3f | %.3f | %.1f | %.0f | %.3f | %d | %.1f |",
 			s.Name, s.QPSScale, s.OfferedQPS, s.Requests, s.Failed, s.TTFTP50, s.TTFTP90, s.TTFTP99, s.TTFTMean,
 			s.TPOTP50*1000, s.ThroughputOutputTokS, s.PrefixHitRatio, s.MaxQueueImbalance, s.wall.Seconds())
+		for _, c := range extra {
+			b.WriteString(" " + c.cell(s) + " |")
+		}
+		b.WriteString("\n")
 	}
+	presetTables(&b, r)
 	return b.String()
 }
 
@@ -214,6 +238,7 @@ func writePlots(dir string, r *Results) error {
 	var cdf []plot.Series
 	byName := map[string]*[2]plot.Series{} // TTFT p90 and throughput vs QPS
 	var order []string
+	charts := map[string]plot.Chart{}
 	scales := map[float64]bool{}
 	for _, s := range r.Policies {
 		scales[s.QPSScale] = true
@@ -223,6 +248,9 @@ func writePlots(dir string, r *Results) error {
 		name := s.Name
 		if sweep {
 			name = fmt.Sprintf("%s ×%g", s.Name, s.QPSScale)
+		}
+		if len(s.predTTFT) > 0 {
+			charts[predictionFile(name)] = predictionChart(name+" — "+r.Workload, s.predTTFT)
 		}
 		if len(s.ttfts) > 0 && (!sweep || len(cdf) < 8) {
 			ser := plot.Series{Name: name}
@@ -248,7 +276,6 @@ func writePlots(dir string, r *Results) error {
 			}
 		}
 	}
-	charts := map[string]plot.Chart{}
 	if len(cdf) > 0 {
 		charts["ttft_cdf.png"] = plot.Chart{Title: "TTFT by percentile — " + r.Workload, XLabel: "percentile of requests", YLabel: "TTFT s", LogY: true, Series: cdf}
 	}

@@ -15,9 +15,9 @@ func TestSummarize(t *testing.T) {
 		End:               10 * s,
 		Requests: []cluster.RequestResult{
 			// Stage at 1 QPS: arrivals 0–1 s; stage at 2 QPS from 4 s.
-			{Arrival: 0, TTFT: 1 * s, E2E: 3 * s, PromptTokens: 100, CachedTokens: 0, OutputTokens: 11, OfferedQPS: 1},
+			{Arrival: 0, TTFT: 1 * s, E2E: 3 * s, TPOT: 200 * time.Millisecond, PromptTokens: 100, CachedTokens: 0, OutputTokens: 11, OfferedQPS: 1},
 			{Arrival: 1 * s, TTFT: 2 * s, E2E: 5 * s, PromptTokens: 100, CachedTokens: 50, OutputTokens: 1, OfferedQPS: 1},
-			{Arrival: 4 * s, TTFT: 3 * s, E2E: 6 * s, PromptTokens: 200, CachedTokens: 150, OutputTokens: 31, OfferedQPS: 2},
+			{Arrival: 4 * s, TTFT: 3 * s, E2E: 6 * s, TPOT: 100 * time.Millisecond, PromptTokens: 200, CachedTokens: 150, OutputTokens: 31, OfferedQPS: 2},
 			{Arrival: 5 * s, Err: "refused", OfferedQPS: 2},
 		},
 	}

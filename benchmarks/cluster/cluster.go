@@ -40,6 +40,10 @@ const (
 type Options struct {
 	Replicas int
 	Preset   engine.Preset
+	// Presets, when not empty, is a preset per replica (len Replicas) and
+	// overrides Preset: a fleet of mixed hardware. Every preset must serve
+	// the same model, since requests name one.
+	Presets []engine.Preset
 	// BlockSize and HashSeed configure the engines' KV blocks and block
 	// hashes; the precise scorer must use the same values.
 	BlockSize int
@@ -54,9 +58,52 @@ type Options struct {
 	Seed uint64
 	// Model is the model name requests carry; default the preset's model.
 	Model string
+	// SLO, when it has an objective, is sent with a share of the requests.
+	SLO SLO
 	// Progress, when set, is called as requests complete.
 	Progress func(done, total int)
 	Logger   *slog.Logger
+}
+
+// Headers that carry a request's latency objectives to the picker, in
+// integer milliseconds (llm-d's SLO-aware routing).
+const (
+	HeaderSLOTTFT = "x-llm-d-slo-ttft-ms"
+	HeaderSLOTPOT = "x-llm-d-slo-tpot-ms"
+)
+
+// SLO is the latency objective that some requests carry.
+type SLO struct {
+	// TTFT and TPOT are the objectives, sent in whole milliseconds; zero
+	// sends no header for it.
+	TTFT, TPOT time.Duration
+	// Fraction is the share of requests, chosen by the seed, that carry
+	// the objectives; 0 means all of them.
+	Fraction float64
+}
+
+// Active reports whether the SLO has an objective.
+func (o SLO) Active() bool { return o.TTFT > 0 || o.TPOT > 0 }
+
+// carried reports whether request i carries the SLO. The choice depends on
+// the seed and the request alone, so that every policy of a comparison
+// sees the same requests with objectives.
+func (o SLO) carried(seed uint64, i int) bool {
+	if !o.Active() {
+		return false
+	}
+	z := rand.NewPCG(seed^0x510c4a7, uint64(i)).Uint64()
+	return float64(z>>11)/(1<<53) < o.Fraction
+}
+
+// setHeaders adds the objectives to request headers.
+func (o SLO) setHeaders(h map[string]string) {
+	if o.TTFT > 0 {
+		h[HeaderSLOTTFT] = strconv.FormatInt(o.TTFT.Milliseconds(), 10)
+	}
+	if o.TPOT > 0 {
+		h[HeaderSLOTPOT] = strconv.FormatInt(o.TPOT.Milliseconds(), 10)
+	}
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -78,13 +125,42 @@ func (o Options) withDefaults() (Options, error) {
 	if o.ScrapeInterval < 0 || o.KVEventDelay < 0 {
 		return o, errors.New("scrape interval and KV event delay must not be negative")
 	}
+	switch {
+	case len(o.Presets) == 0:
+		o.Presets = make([]engine.Preset, o.Replicas)
+		for i := range o.Presets {
+			o.Presets[i] = o.Preset
+		}
+	case len(o.Presets) != o.Replicas:
+		return o, fmt.Errorf("%d presets for %d replicas", len(o.Presets), o.Replicas)
+	}
+	for i, p := range o.Presets {
+		if m, m0 := p.Model.Name, o.Presets[0].Model.Name; m != m0 {
+			return o, fmt.Errorf("replica %d (%s) serves %s, replica 0 (%s) %s: a fleet must serve one model", i, p.Name, m, o.Presets[0].Name, m0)
+		}
+	}
 	if o.Model == "" {
-		o.Model = o.Preset.Model.Name
+		o.Model = o.Presets[0].Model.Name
+	}
+	if o.SLO.Fraction == 0 {
+		o.SLO.Fraction = 1
+	}
+	switch slo := o.SLO; {
+	case !(slo.Fraction > 0 && slo.Fraction <= 1):
+		return o, fmt.Errorf("SLO fraction must be in (0, 1], got %v", slo.Fraction)
+	case slo.TTFT < 0 || slo.TPOT < 0 || (slo.TTFT > 0 && slo.TTFT < time.Millisecond) || (slo.TPOT > 0 && slo.TPOT < time.Millisecond):
+		return o, fmt.Errorf("SLOs are whole milliseconds, got TTFT %v, TPOT %v", slo.TTFT, slo.TPOT)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return o, nil
+}
+
+// Validate reports options Run would refuse, before any simulation.
+func (o Options) Validate() error {
+	_, err := o.withDefaults()
+	return err
 }
 
 // Policy is a picker configuration to evaluate.
@@ -98,12 +174,22 @@ type Policy struct {
 type RequestResult struct {
 	Arrival time.Duration
 	// TTFT and E2E are measured from arrival; zero when the request failed.
-	TTFT, E2E    time.Duration
+	TTFT, E2E time.Duration
+	// TPOT is the mean time per output token after the first; zero for
+	// requests with fewer than two.
+	TPOT time.Duration
+	// PredictedTTFT and PredictedTPOT are the picker's latency predictions
+	// for the request on the endpoint it chose; zero when it made none.
+	PredictedTTFT, PredictedTPOT time.Duration
+	// SLO reports that the request carried the SLO headers.
+	SLO          bool
 	PromptTokens int
 	CachedTokens int
 	OutputTokens int
-	// Replica is the server's index, -1 when the request was not routed.
+	// Replica is the server's index, -1 when the request was not routed;
+	// Preset the name of the replica's preset.
 	Replica    int
+	Preset     string
 	OfferedQPS float64
 	// Err is why the request failed; "" on success.
 	Err string
@@ -119,6 +205,9 @@ type Result struct {
 	Clipped int
 	// End is when the last request finished, from the start.
 	End time.Duration
+	// SLO is the objective requests with RequestResult.SLO carried; zero
+	// when none did.
+	SLO SLO
 }
 
 // Run simulates reqs (sorted by arrival) under policy.
@@ -132,10 +221,11 @@ func Run(ctx context.Context, opts Options, policy Policy, reqs []workload.Reque
 
 // replica is one simulated server. The simulation goroutine owns it.
 type replica struct {
-	idx  int
-	eng  *engine.Engine
-	ep   *endpoints.Endpoint
-	addr string
+	idx    int
+	preset string
+	eng    *engine.Engine
+	ep     *endpoints.Endpoint
+	addr   string
 
 	busy    bool
 	stepEnd time.Time
@@ -218,11 +308,14 @@ func newSim(opts Options, policy Policy, reqs []workload.Request) (*sim, error) 
 		live:   make(map[string]*liveReq),
 	}
 	s.res.Requests = make([]RequestResult, len(reqs))
+	if opts.SLO.Active() {
+		s.res.SLO = opts.SLO
+	}
 	rng := rand.New(rand.NewPCG(opts.Seed, 0x9a7e))
 	specs := make([]endpoints.Spec, opts.Replicas)
 	for i := range opts.Replicas {
 		eng, err := engine.New(engine.Config{
-			Timing: opts.Preset.Timing, Clock: s.clock, BlockSize: opts.BlockSize, HashSeed: opts.HashSeed,
+			Timing: opts.Presets[i].Timing, Clock: s.clock, BlockSize: opts.BlockSize, HashSeed: opts.HashSeed,
 			// vLLM's waiting queue is unbounded; the engine's bound only
 			// has to exceed any queue the workload can build.
 			MaxWaiting: max(1024, len(reqs)),
@@ -230,9 +323,13 @@ func newSim(opts Options, policy Policy, reqs []workload.Request) (*sim, error) 
 		if err != nil {
 			return nil, fmt.Errorf("replica %d: %w", i, err)
 		}
-		s.maxLen = eng.Config().MaxModelLen
+		// Prompts are clipped before routing, so they must fit every
+		// replica: presets of one model can still differ in KV capacity.
+		if ml := eng.Config().MaxModelLen; i == 0 || ml < s.maxLen {
+			s.maxLen = ml
+		}
 		r := &replica{
-			idx: i, eng: eng, addr: fmt.Sprintf("10.0.%d.%d:8000", i/250, i%250+1),
+			idx: i, preset: opts.Presets[i].Name, eng: eng, addr: fmt.Sprintf("10.0.%d.%d:8000", i/250, i%250+1),
 			nextScrape: epoch,
 			cache:      make(map[uint64]struct{}),
 			pending:    make(map[uint64]int),
@@ -418,6 +515,10 @@ func (s *sim) arrive(ctx context.Context, i int, now time.Time) {
 		FairnessID: "default-flow",
 		ReceivedAt: now,
 	}
+	if s.opts.SLO.carried(s.opts.Seed, i) {
+		rr.SLO = true
+		s.opts.SLO.setHeaders(req.Headers)
+	}
 	dec, ex, err := s.dir.HandleRequest(ctx, req)
 	if err != nil {
 		s.fail(rr, fmt.Errorf("picker: %w", err))
@@ -428,7 +529,7 @@ func (s *sim) arrive(ctx context.Context, i int, now time.Time) {
 		s.fail(rr, fmt.Errorf("picker chose unknown endpoint %q", dec.Endpoints[0]))
 		return
 	}
-	rr.Replica = r.idx
+	rr.Replica, rr.Preset = r.idx, r.preset
 	if err := r.eng.Add(engine.Request{ID: id, Prompt: prompt, MaxTokens: out}); err != nil {
 		ex.ResponseDone(ctx, server.ResponseSummary{Status: 503, ServedEndpoint: r.addr})
 		delete(s.oracled, id)
@@ -511,6 +612,9 @@ func (s *sim) complete(ctx context.Context, r *replica, now time.Time) {
 		rr.E2E = now.Sub(lr.arrival)
 		rr.CachedTokens = f.Usage.CachedTokens
 		rr.OutputTokens = f.Usage.CompletionTokens
+		if rr.OutputTokens > 1 {
+			rr.TPOT = (rr.E2E - rr.TTFT) / time.Duration(rr.OutputTokens-1)
+		}
 		s.done++
 	}
 	if len(r.events) > 0 {

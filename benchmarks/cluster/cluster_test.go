@@ -3,10 +3,15 @@ package cluster
 import (
 	"context"
 	"errors"
+	"maps"
+	"math"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/kvgate/kvgate/benchmarks/workload"
+	"github.com/kvgate/kvgate/extproc/config"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/sim/engine"
 )
@@ -121,5 +126,173 @@ func TestLongPromptsAreClipped(t *testing.T) {
 	}
 	if res.Clipped != 1 || res.Requests[0].Err != "" || res.Requests[0].PromptTokens != engine.Qwen3_0_6B.MaxModelLen-3 {
 		t.Fatalf("clipped %d, %+v", res.Clipped, res.Requests[0])
+	}
+}
+
+func lookup(t *testing.T, names ...string) []engine.Preset {
+	t.Helper()
+	out := make([]engine.Preset, len(names))
+	for i, n := range names {
+		p, ok := engine.LookupPreset(n)
+		if !ok {
+			t.Fatalf("preset %s missing", n)
+		}
+		out[i] = p
+	}
+	return out
+}
+
+// A mixed fleet of one model runs each replica on its own hardware: every
+// request records its replica's preset, and the H200's bandwidth decodes
+// faster than the H100's.
+func TestMixedFleet(t *testing.T) {
+	presets := lookup(t, "llama-3.1-8b-h100", "llama-3.1-8b-h200", "llama-3.1-8b-h100", "llama-3.1-8b-h200")
+	rr, err := config.Policy("round-robin", config.PolicyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Requests far apart, so each runs alone and its latency is its
+	// replica's speed, with distinct prompts so that no cache helps.
+	var reqs []workload.Request
+	for i := range 8 {
+		reqs = append(reqs, workload.Request{Arrival: time.Duration(i) * 10 * time.Second,
+			Segments: []workload.Segment{{Key: uint64(1000 + i), Len: 1000}}, OutputTokens: 100})
+	}
+	res, err := Run(context.Background(), Options{Replicas: 4, Presets: presets, Seed: 1}, Policy{Name: "rr", Config: rr}, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decode := map[string]time.Duration{}
+	n := map[string]int{}
+	for i, r := range res.Requests {
+		if r.Err != "" || r.Replica < 0 {
+			t.Fatalf("request %d: %+v", i, r)
+		}
+		if r.Preset != presets[r.Replica].Name {
+			t.Errorf("request %d on replica %d records preset %q, want %q", i, r.Replica, r.Preset, presets[r.Replica].Name)
+		}
+		if want := (r.E2E - r.TTFT) / 99; r.TPOT != want || r.TPOT <= 0 {
+			t.Errorf("request %d: TPOT %v, want %v", i, r.TPOT, want)
+		}
+		decode[r.Preset] += r.E2E - r.TTFT
+		n[r.Preset]++
+	}
+	h100, h200 := decode["llama-3.1-8b-h100"], decode["llama-3.1-8b-h200"]
+	if n["llama-3.1-8b-h100"] == 0 || n["llama-3.1-8b-h200"] == 0 {
+		t.Fatalf("requests per preset %v", n)
+	}
+	// Decoding an 8B model is bound by memory bandwidth (4.8 vs 3.35 TB/s),
+	// diluted by the per-step overhead both pay.
+	ratio := float64(h200) / float64(n["llama-3.1-8b-h200"]) / (float64(h100) / float64(n["llama-3.1-8b-h100"]))
+	if ratio > 0.9 {
+		t.Errorf("H200 decodes in %.2f of the H100's time, want < 0.9", ratio)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		opts    Options
+		wantErr string
+	}{
+		{"homogeneous", Options{Replicas: 2, Preset: lookup(t, "qwen3-0.6b-h100")[0]}, ""},
+		{"same model, mixed hardware", Options{Replicas: 2, Presets: lookup(t, "qwen3-32b-tp2-h100", "qwen3-32b-tp2-h200")}, ""},
+		{"mixed models", Options{Replicas: 2, Presets: lookup(t, "llama-3.1-8b-h100", "qwen3-32b-tp2-h100")}, "one model"},
+		{"count mismatch", Options{Replicas: 3, Presets: lookup(t, "llama-3.1-8b-h100", "llama-3.1-8b-h200")}, "2 presets for 3 replicas"},
+		{"SLO", Options{Replicas: 1, Preset: lookup(t, "qwen3-0.6b-h100")[0], SLO: SLO{TTFT: time.Second, Fraction: 0.5}}, ""},
+		{"SLO fraction above 1", Options{Replicas: 1, Preset: lookup(t, "qwen3-0.6b-h100")[0], SLO: SLO{TTFT: time.Second, Fraction: 1.5}}, "fraction"},
+		{"negative SLO fraction", Options{Replicas: 1, Preset: lookup(t, "qwen3-0.6b-h100")[0], SLO: SLO{TPOT: time.Second, Fraction: -0.1}}, "fraction"},
+		{"sub-millisecond SLO", Options{Replicas: 1, Preset: lookup(t, "qwen3-0.6b-h100")[0], SLO: SLO{TPOT: time.Microsecond}}, "milliseconds"},
+		{"negative SLO", Options{Replicas: 1, Preset: lookup(t, "qwen3-0.6b-h100")[0], SLO: SLO{TTFT: -time.Second}}, "milliseconds"},
+	}
+	for _, tc := range tests {
+		err := tc.opts.Validate()
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("%s: err = %v, want %q", tc.name, err, tc.wantErr)
+		}
+	}
+}
+
+func TestSLOHeaders(t *testing.T) {
+	tests := []struct {
+		slo  SLO
+		want map[string]string
+	}{
+		{SLO{TTFT: 500 * time.Millisecond, TPOT: 50 * time.Millisecond}, map[string]string{HeaderSLOTTFT: "500", HeaderSLOTPOT: "50"}},
+		{SLO{TTFT: 2 * time.Second}, map[string]string{HeaderSLOTTFT: "2000"}},
+		{SLO{TPOT: 20500 * time.Microsecond}, map[string]string{HeaderSLOTPOT: "20"}},
+		{SLO{}, map[string]string{}},
+	}
+	for _, tc := range tests {
+		h := map[string]string{}
+		tc.slo.setHeaders(h)
+		if !maps.Equal(h, tc.want) {
+			t.Errorf("%+v: headers %v, want %v", tc.slo, h, tc.want)
+		}
+	}
+}
+
+// The requests that carry the SLO are a seeded share of the workload, the
+// same under every policy.
+func TestSLOFraction(t *testing.T) {
+	var reqs []workload.Request
+	for i := range 1000 {
+		reqs = append(reqs, workload.Request{Arrival: time.Duration(i) * 10 * time.Millisecond,
+			Segments: []workload.Segment{{Key: uint64(i), Len: 20}}, OutputTokens: 2})
+	}
+	carried := func(slo SLO, seed uint64, p Policy) []bool {
+		t.Helper()
+		opts := smallOpts(t)
+		opts.SLO, opts.Seed = slo, seed
+		res, err := Run(context.Background(), opts, p, reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.SLO.Active() != slo.Active() {
+			t.Errorf("%+v: result SLO %+v", slo, res.SLO)
+		}
+		out := make([]bool, len(res.Requests))
+		for i, r := range res.Requests {
+			out[i] = r.SLO
+		}
+		return out
+	}
+	rr, err := config.Policy("round-robin", config.PolicyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		slo  SLO
+		want float64 // expected share
+	}{
+		{"no SLO", SLO{}, 0},
+		{"all by default", SLO{TTFT: time.Second}, 1},
+		{"all", SLO{TPOT: time.Second, Fraction: 1}, 1},
+		{"a third", SLO{TTFT: time.Second, Fraction: 1.0 / 3}, 1.0 / 3},
+	}
+	for _, tc := range tests {
+		got := carried(tc.slo, 3, oraclePolicy)
+		n := 0
+		for _, c := range got {
+			if c {
+				n++
+			}
+		}
+		// 5 standard deviations of a binomial count.
+		if sd := math.Sqrt(1000 * tc.want * (1 - tc.want)); math.Abs(float64(n)-1000*tc.want) > 5*sd {
+			t.Errorf("%s: %d of 1000 carry the SLO, want ≈ %.0f", tc.name, n, 1000*tc.want)
+		}
+		if tc.want > 0 && tc.want < 1 {
+			if !slices.Equal(got, carried(tc.slo, 3, Policy{Name: "rr", Config: rr})) {
+				t.Errorf("%s: another policy saw SLOs on other requests", tc.name)
+			}
+			if slices.Equal(got, carried(tc.slo, 4, oraclePolicy)) {
+				t.Errorf("%s: another seed chose the same requests", tc.name)
+			}
+		}
 	}
 }

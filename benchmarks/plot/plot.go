@@ -21,6 +21,9 @@ import (
 type Series struct {
 	Name string
 	X, Y []float64
+	// Points draws the points alone, a scatter: for points whose order
+	// means nothing.
+	Points bool
 }
 
 // Chart is a line chart.
@@ -152,7 +155,7 @@ func (c Chart) Render() (*image.RGBA, error) {
 				continue
 			}
 			cx, cy := px(s.X[i]), py(y)
-			if first {
+			if first || s.Points {
 				dot(img, cx, cy, col)
 			} else {
 				line(img, lx, ly, cx, cy, col)

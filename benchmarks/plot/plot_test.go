@@ -80,3 +80,29 @@ func TestASCIIFallback(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 }
+
+// A scatter series draws its points without the segments between them.
+func TestPointsAreNotJoined(t *testing.T) {
+	coloured := func(points bool) int {
+		c := Chart{Series: []Series{{Name: "s", X: []float64{0, 10, 20}, Y: []float64{0, 10, 0}, Points: points}}}
+		img, err := c.Render()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		b := img.Bounds()
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			for x := b.Min.X; x < b.Max.X; x++ {
+				if img.RGBAAt(x, y) == palette[0] {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	lines, points := coloured(false), coloured(true)
+	// Three 3×3 dots and the legend swatch, against two long segments.
+	if points == 0 || lines < 3*points {
+		t.Fatalf("%d series pixels as a line, %d as points", lines, points)
+	}
+}

@@ -25,6 +25,11 @@ type Chat struct {
 	ThinkTime     time.Duration
 	// Stages are the rates at which conversations start.
 	Stages []Stage
+	// Burst, when above 1, starts conversations Burst at a time, the
+	// instants Poisson at each stage's rate / Burst; each conversation's
+	// later turns still follow its own think time, so a burst's turns stay
+	// together only as long as the think time is constant.
+	Burst int
 }
 
 // DefaultChat is a moderate chat workload.
@@ -41,10 +46,14 @@ func (c Chat) Generate(seed uint64) ([]Request, error) {
 	if c.SystemPrompts < 1 || c.SystemTokens < 0 || c.UserTokens < 1 || c.OutputTokens < 1 || c.Turns < 1 || c.Turns > 1000 || c.ThinkTime < 0 {
 		return nil, fmt.Errorf("%w: chat needs system prompts ≥ 1, user and output tokens ≥ 1, 1–1000 turns", ErrWorkload)
 	}
+	burst, err := checkBurst(c.Burst)
+	if err != nil {
+		return nil, err
+	}
 	rng := rand.New(rand.NewPCG(seed, 0xc4a7))
 	var out []Request
 	conv := uint64(0)
-	err := poisson(rng, c.Stages, func(at time.Duration, qps float64) {
+	err = poisson(rng, c.Stages, burst, func(at time.Duration, qps float64) {
 		var hist []Segment
 		if c.SystemTokens > 0 {
 			hist = append(hist, Segment{Key: key(nsChatSystem, uint64(rng.IntN(c.SystemPrompts)), seed), Len: c.SystemTokens})

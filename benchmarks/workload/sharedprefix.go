@@ -24,6 +24,10 @@ type SharedPrefix struct {
 	SuffixTokens int
 	OutputTokens int
 	Stages       []Stage
+	// Burst, when above 1, sends requests in bursts of Burst at one
+	// instant, the instants Poisson at each stage's rate / Burst, so that
+	// the mean rate is unchanged.
+	Burst int
 }
 
 // LLMDSharedPrefix is the setup of llm-d's "KV-cache wins you can see"
@@ -56,9 +60,13 @@ func (c SharedPrefix) Generate(seed uint64) ([]Request, error) {
 	if c.Groups < 1 || c.PrefixTokens < 0 || c.SuffixTokens < 0 || c.PrefixTokens+c.SuffixTokens < 1 || c.OutputTokens < 1 {
 		return nil, fmt.Errorf("%w: shared-prefix needs groups ≥ 1, a non-empty prompt and output ≥ 1", ErrWorkload)
 	}
+	burst, err := checkBurst(c.Burst)
+	if err != nil {
+		return nil, err
+	}
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	var out []Request
-	err := poisson(rng, c.Stages, func(at time.Duration, qps float64) {
+	err = poisson(rng, c.Stages, burst, func(at time.Duration, qps float64) {
 		g := uint64(rng.IntN(c.Groups))
 		segs := make([]Segment, 0, 2)
 		if c.PrefixTokens > 0 {
@@ -73,8 +81,9 @@ func (c SharedPrefix) Generate(seed uint64) ([]Request, error) {
 }
 
 // poisson calls emit for every arrival of a Poisson process through the
-// stages, in order.
-func poisson(rng *rand.Rand, stages []Stage, emit func(at time.Duration, qps float64)) error {
+// stages, in order: burst arrivals at each instant of a Poisson process at
+// the stage's rate / burst (burst >= 1).
+func poisson(rng *rand.Rand, stages []Stage, burst int, emit func(at time.Duration, qps float64)) error {
 	if len(stages) == 0 {
 		return fmt.Errorf("%w: no load stages", ErrWorkload)
 	}
@@ -92,13 +101,16 @@ func poisson(rng *rand.Rand, stages []Stage, emit func(at time.Duration, qps flo
 	n := 0
 	for _, s := range stages {
 		t := start
+		rate := s.QPS / float64(burst)
 		for n < maxGenerated {
-			t += time.Duration(rng.ExpFloat64() / s.QPS * float64(time.Second))
+			t += time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
 			if t >= start+s.Duration {
 				break
 			}
-			emit(t, s.QPS)
-			n++
+			for range min(burst, maxGenerated-n) {
+				emit(t, s.QPS)
+				n++
+			}
 		}
 		start += s.Duration
 	}

@@ -1,0 +1,296 @@
+package benchmarks
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/kvgate/kvgate/benchmarks/cluster"
+	"github.com/kvgate/kvgate/benchmarks/plot"
+)
+
+// SLOSummary is SLO attainment over the requests that carried the SLO. A
+// request that failed meets no objective.
+type SLOSummary struct {
+	// TTFT and TPOT are the objectives, zero when not set.
+	TTFT     float64 `json:"ttft_s,omitempty"`
+	TPOT     float64 `json:"tpot_s,omitempty"`
+	Requests int     `json:"requests"`
+	// TTFTMet and TPOTMet are the shares meeting each objective; BothMet
+	// the share meeting every objective set.
+	TTFTMet float64 `json:"ttft_met"`
+	TPOTMet float64 `json:"tpot_met"`
+	BothMet float64 `json:"both_met"`
+}
+
+// PredictionSummary is the accuracy of the picker's latency predictions
+// over the completed requests that had one: the mean absolute percentage
+// error, skipping requests whose actual value is zero.
+type PredictionSummary struct {
+	TTFTRequests int     `json:"ttft_requests"`
+	TTFTMAPE     float64 `json:"ttft_mape"`
+	TPOTRequests int     `json:"tpot_requests"`
+	TPOTMAPE     float64 `json:"tpot_mape"`
+}
+
+// PresetSummary is what the replicas of one preset delivered.
+type PresetSummary struct {
+	Preset string `json:"preset"`
+	// Requests completed on the preset's replicas; Share of all completed.
+	Requests int     `json:"requests"`
+	Share    float64 `json:"share"`
+	TTFTP50  float64 `json:"ttft_p50_s"`
+	TTFTP90  float64 `json:"ttft_p90_s"`
+	TPOTP50  float64 `json:"tpot_p50_s"`
+	// Means of the predictions and of the actual values over the same
+	// requests, those with a prediction; zero without predictions.
+	PredictedTTFTMean float64 `json:"predicted_ttft_mean_s,omitempty"`
+	ActualTTFTMean    float64 `json:"actual_ttft_mean_s,omitempty"`
+	PredictedTPOTMean float64 `json:"predicted_tpot_mean_s,omitempty"`
+	ActualTPOTMean    float64 `json:"actual_tpot_mean_s,omitempty"`
+}
+
+// predictedTTFT is one point of the predicted-vs-actual scatter plot.
+type predictedTTFT struct{ actual, predicted float64 }
+
+// summarizeSLO is nil when no request carried the SLO.
+func summarizeSLO(res *cluster.Result) *SLOSummary {
+	slo := res.SLO
+	if !slo.Active() {
+		return nil
+	}
+	out := &SLOSummary{TTFT: slo.TTFT.Seconds(), TPOT: slo.TPOT.Seconds()}
+	var ttft, tpot, both int
+	for i := range res.Requests {
+		r := &res.Requests[i]
+		if !r.SLO {
+			continue
+		}
+		out.Requests++
+		if r.Err != "" {
+			continue
+		}
+		okTTFT := slo.TTFT == 0 || r.TTFT <= slo.TTFT
+		okTPOT := slo.TPOT == 0 || r.TPOT <= slo.TPOT
+		if okTTFT {
+			ttft++
+		}
+		if okTPOT {
+			tpot++
+		}
+		if okTTFT && okTPOT {
+			both++
+		}
+	}
+	if out.Requests == 0 {
+		return out
+	}
+	n := float64(out.Requests)
+	out.TTFTMet, out.TPOTMet, out.BothMet = float64(ttft)/n, float64(tpot)/n, float64(both)/n
+	return out
+}
+
+// meanPair accumulates predictions and the actual values they predicted.
+type meanPair struct {
+	n                 int
+	pred, actual, ape float64
+}
+
+// add counts one prediction; an actual value of zero has no percentage
+// error and is skipped.
+func (m *meanPair) add(pred, actual float64) {
+	if pred <= 0 || actual <= 0 {
+		return
+	}
+	m.n++
+	m.pred += pred
+	m.actual += actual
+	m.ape += math.Abs(pred-actual) / actual
+}
+
+func (m *meanPair) means() (pred, actual, mape float64) {
+	if m.n == 0 {
+		return 0, 0, 0
+	}
+	n := float64(m.n)
+	return m.pred / n, m.actual / n, m.ape / n
+}
+
+// summarizeByPreset breaks a run down by preset and scores the
+// predictions. The preset table is left out for a one-preset fleet without
+// predictions, where it would repeat the policy's row.
+func summarizeByPreset(res *cluster.Result) ([]PresetSummary, *PredictionSummary, []predictedTTFT) {
+	type acc struct {
+		ttft, tpot []float64
+		predTTFT   meanPair
+		predTPOT   meanPair
+	}
+	by := map[string]*acc{}
+	var all acc
+	var points []predictedTTFT
+	completed := 0
+	for i := range res.Requests {
+		r := &res.Requests[i]
+		if r.Err != "" {
+			continue
+		}
+		completed++
+		a := by[r.Preset]
+		if a == nil {
+			a = &acc{}
+			by[r.Preset] = a
+		}
+		a.ttft = append(a.ttft, r.TTFT.Seconds())
+		if r.OutputTokens > 1 {
+			a.tpot = append(a.tpot, r.TPOT.Seconds())
+		}
+		for _, x := range []*acc{a, &all} {
+			x.predTTFT.add(r.PredictedTTFT.Seconds(), r.TTFT.Seconds())
+			x.predTPOT.add(r.PredictedTPOT.Seconds(), r.TPOT.Seconds())
+		}
+		if r.PredictedTTFT > 0 && r.TTFT > 0 {
+			points = append(points, predictedTTFT{actual: r.TTFT.Seconds(), predicted: r.PredictedTTFT.Seconds()})
+		}
+	}
+	var pred *PredictionSummary
+	if all.predTTFT.n > 0 || all.predTPOT.n > 0 {
+		_, _, ttft := all.predTTFT.means()
+		_, _, tpot := all.predTPOT.means()
+		pred = &PredictionSummary{TTFTRequests: all.predTTFT.n, TTFTMAPE: ttft, TPOTRequests: all.predTPOT.n, TPOTMAPE: tpot}
+	}
+	if len(by) < 2 && pred == nil {
+		return nil, nil, nil
+	}
+	var out []PresetSummary
+	for name, a := range by {
+		slices.Sort(a.ttft)
+		slices.Sort(a.tpot)
+		p := PresetSummary{Preset: name, Requests: len(a.ttft), Share: float64(len(a.ttft)) / float64(completed),
+			TTFTP50: pct(a.ttft, 50), TTFTP90: pct(a.ttft, 90), TPOTP50: pct(a.tpot, 50)}
+		p.PredictedTTFTMean, p.ActualTTFTMean, _ = a.predTTFT.means()
+		p.PredictedTPOTMean, p.ActualTPOTMean, _ = a.predTPOT.means()
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b PresetSummary) int { return cmp.Compare(a.Preset, b.Preset) })
+	return out, pred, points
+}
+
+// column is an optional column of the policy table.
+type column struct {
+	head string
+	cell func(s *Summary) string
+}
+
+// optionalColumns are the SLO and prediction columns the results have data
+// for.
+func optionalColumns(r *Results) []column {
+	var ttft, tpot, pred bool
+	for i := range r.Policies {
+		s := &r.Policies[i]
+		if s.SLO != nil {
+			ttft, tpot = ttft || s.SLO.TTFT > 0, tpot || s.SLO.TPOT > 0
+		}
+		pred = pred || s.Prediction != nil
+	}
+	share := func(f func(*SLOSummary) float64) func(*Summary) string {
+		return func(s *Summary) string {
+			if s.SLO == nil || s.SLO.Requests == 0 {
+				return "–"
+			}
+			return fmt.Sprintf("%.3f", f(s.SLO))
+		}
+	}
+	var cols []column
+	if ttft || tpot {
+		cols = append(cols, column{"SLO requests", func(s *Summary) string {
+			if s.SLO == nil {
+				return "0"
+			}
+			return fmt.Sprint(s.SLO.Requests)
+		}})
+	}
+	if ttft {
+		cols = append(cols, column{"TTFT SLO met", share(func(o *SLOSummary) float64 { return o.TTFTMet })})
+	}
+	if tpot {
+		cols = append(cols, column{"TPOT SLO met", share(func(o *SLOSummary) float64 { return o.TPOTMet })})
+	}
+	if ttft && tpot {
+		cols = append(cols, column{"both SLOs met", share(func(o *SLOSummary) float64 { return o.BothMet })})
+	}
+	if pred {
+		mape := func(n func(*PredictionSummary) int, v func(*PredictionSummary) float64) func(*Summary) string {
+			return func(s *Summary) string {
+				if s.Prediction == nil || n(s.Prediction) == 0 {
+					return "–"
+				}
+				return fmt.Sprintf("%.1f%%", 100*v(s.Prediction))
+			}
+		}
+		cols = append(cols,
+			column{"TTFT MAPE", mape(func(p *PredictionSummary) int { return p.TTFTRequests }, func(p *PredictionSummary) float64 { return p.TTFTMAPE })},
+			column{"TPOT MAPE", mape(func(p *PredictionSummary) int { return p.TPOTRequests }, func(p *PredictionSummary) float64 { return p.TPOTMAPE })})
+	}
+	return cols
+}
+
+// presetTables writes the per-preset breakdowns the results have data for.
+func presetTables(b *strings.Builder, r *Results) {
+	var mixed, pred bool
+	for _, s := range r.Policies {
+		mixed = mixed || len(s.Presets) > 1
+		pred = pred || s.Prediction != nil
+	}
+	if mixed {
+		b.WriteString("\nBy preset:\n\n| policy | qps scale | preset | requests | share | TTFT p50 s | TTFT p90 s | TPOT p50 ms |\n|---|---|---|---|---|---|---|---|\n")
+		for _, s := range r.Policies {
+			for _, p := range s.Presets {
+				fmt.Fprintf(b, "| %s | %g | %s | %d | %.3f | %.3f | %.3f | %.1f |\n",
+					s.Name, s.QPSScale, p.Preset, p.Requests, p.Share, p.TTFTP50, p.TTFTP90, p.TPOTP50*1000)
+			}
+		}
+	}
+	if pred {
+		b.WriteString("\nPredicted vs actual latency by preset (means over the requests with a prediction):\n\n" +
+			"| policy | qps scale | preset | predicted TTFT s | actual TTFT s | predicted TPOT ms | actual TPOT ms |\n|---|---|---|---|---|---|---|\n")
+		for _, s := range r.Policies {
+			for _, p := range s.Presets {
+				fmt.Fprintf(b, "| %s | %g | %s | %.3f | %.3f | %.1f | %.1f |\n",
+					s.Name, s.QPSScale, p.Preset, p.PredictedTTFTMean, p.ActualTTFTMean, p.PredictedTPOTMean*1000, p.ActualTPOTMean*1000)
+			}
+		}
+	}
+}
+
+// predictionChart is the predicted-vs-actual TTFT scatter of one run, with
+// the diagonal a perfect predictor would lie on.
+func predictionChart(title string, points []predictedTTFT) plot.Chart {
+	pts := plot.Series{Name: "requests", Points: true}
+	hi := 0.0
+	for _, p := range points {
+		pts.X, pts.Y = append(pts.X, p.actual), append(pts.Y, p.predicted)
+		hi = max(hi, p.actual, p.predicted)
+	}
+	diag := plot.Series{Name: "predicted = actual", X: []float64{0, hi}, Y: []float64{0, hi}}
+	return plot.Chart{Title: "Predicted vs actual TTFT — " + title, XLabel: "actual TTFT s", YLabel: "predicted TTFT s", Series: []plot.Series{pts, diag}}
+}
+
+// predictionFile names a run's scatter plot after its label, keeping only
+// characters safe in any file name.
+func predictionFile(label string) string {
+	var b strings.Builder
+	dash := false
+	for _, c := range strings.ToLower(label) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '.':
+			b.WriteRune(c)
+			dash = false
+		case !dash && b.Len() > 0:
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	return "ttft_predicted_" + strings.TrimSuffix(b.String(), "-") + ".png"
+}
