@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvgate/kvgate/extproc/prefixmatch"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/internal/openai"
 )
@@ -142,7 +143,12 @@ func New(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// PrefixPredicted implements scheduling.PrefixRecorder.
+// The picker hands Metrics to the prefix scorers as an untyped handle
+// service; this keeps a signature change from silently disabling the
+// prediction metrics.
+var _ prefixmatch.Recorder = (*Metrics)(nil)
+
+// PrefixPredicted implements prefixmatch.Recorder.
 func (m *Metrics) PrefixPredicted(plugin scheduling.TypedName, predicted, prompt int) {
 	if prompt > 0 {
 		for _, h := range m.prefixHit {
@@ -152,7 +158,7 @@ func (m *Metrics) PrefixPredicted(plugin scheduling.TypedName, predicted, prompt
 	m.predicted.WithLabelValues(plugin.Type).Observe(float64(predicted))
 }
 
-// PrefixActual implements scheduling.PrefixRecorder.
+// PrefixActual implements prefixmatch.Recorder.
 func (m *Metrics) PrefixActual(plugin scheduling.TypedName, predicted, actual int) {
 	m.predictionErr.WithLabelValues(plugin.Type).Observe(float64(actual - predicted))
 }

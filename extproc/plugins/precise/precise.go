@@ -43,6 +43,7 @@ import (
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/kvindex"
+	"github.com/kvgate/kvgate/extproc/prefixmatch"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/internal/hints"
 	"github.com/kvgate/kvgate/internal/kvhash"
@@ -81,7 +82,7 @@ type Prompt struct {
 	Tokens int
 	// MatchedBlocks is the longest match among the candidates, in blocks.
 	MatchedBlocks int
-	prediction    scheduling.Prediction
+	prediction    prefixmatch.Prediction
 }
 
 // Scorer implements precise-prefix-cache-scorer.
@@ -89,7 +90,7 @@ type Scorer struct {
 	scheduling.Named
 	params   Params
 	index    *kvindex.Index
-	recorder scheduling.PrefixRecorder
+	recorder prefixmatch.Recorder
 	// seedID identifies the hash seed in the filter's prefix header: the
 	// event value of vLLM's NONE_HASH.
 	seedID  uint64
@@ -108,7 +109,7 @@ type scratch struct {
 
 // New is the plugin factory.
 func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plugin, error) {
-	p := Params{BlockSize: DefaultBlockSize, HashSeed: DefaultHashSeed, HashAlgo: HashAlgoSHA256CBOR, MaxBlocksToMatch: DefaultMaxBlocksToMatch, PrefixCacheBytes: DefaultPrefixCacheBytes, DenseBlocks: scheduling.DefaultDenseBlocks}
+	p := Params{BlockSize: DefaultBlockSize, HashSeed: DefaultHashSeed, HashAlgo: HashAlgoSHA256CBOR, MaxBlocksToMatch: DefaultMaxBlocksToMatch, PrefixCacheBytes: DefaultPrefixCacheBytes, DenseBlocks: prefixmatch.DefaultDenseBlocks}
 	if err := scheduling.DecodeParams(raw, &p); err != nil {
 		return nil, err
 	}
@@ -125,7 +126,7 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 	if !ok {
 		return nil, fmt.Errorf("%s needs the KV-event index: run the picker with KV events enabled (--kv-events-addr or kvEvents endpoints)", Type)
 	}
-	s := &Scorer{Named: scheduling.NewNamed(Type, name), params: p, index: index, recorder: scheduling.PrefixOf(h),
+	s := &Scorer{Named: scheduling.NewNamed(Type, name), params: p, index: index, recorder: prefixmatch.RecorderOf(h),
 		seedID: kvhash.NoneHash(p.HashSeed).Uint64()}
 	s.key = Type + "/" + s.TypedName().Name
 	if p.Tokenizer != "" {
@@ -206,14 +207,14 @@ func (s *Scorer) Prefix(req *scheduling.Request, eps []*endpoints.Endpoint) (*hi
 // Score implements scheduling.Scorer.
 func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint, scores []float64) {
 	prefix, tokens := s.Prefix(req, eps)
-	p := &Prompt{Tokens: tokens, prediction: scheduling.Prediction{BlockTokens: s.params.BlockSize, PromptTokens: tokens}}
+	p := &Prompt{Tokens: tokens, prediction: prefixmatch.Prediction{BlockTokens: s.params.BlockSize, PromptTokens: tokens}}
 	cs.Write(s.StateKey(), p)
 	if prefix == nil {
 		return
 	}
 	sc := s.scratch.Get().(*scratch)
 	defer s.scratch.Put(sc)
-	sc.hashes = scheduling.SampleHashes(sc.hashes[:0], prefix)
+	sc.hashes = prefixmatch.SampleHashes(sc.hashes[:0], prefix)
 	sc.names = sc.names[:0]
 	for _, e := range eps {
 		sc.names = append(sc.names, e.Address())
@@ -233,8 +234,8 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 		}
 		// scores[i] is the tier-weighted count of matched samples; the
 		// same weighting applies to the blocks they stand for.
-		blocks := float64(scheduling.SampledMatch(prefix, runs)) * scores[i] / float64(runs)
-		p.MatchedBlocks = max(p.MatchedBlocks, scheduling.SampledMatch(prefix, runs))
+		blocks := float64(prefixmatch.SampledMatch(prefix, runs)) * scores[i] / float64(runs)
+		p.MatchedBlocks = max(p.MatchedBlocks, prefixmatch.SampledMatch(prefix, runs))
 		p.prediction.Matched(e, blocks)
 		scores[i] = blocks / total
 	}

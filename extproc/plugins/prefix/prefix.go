@@ -35,6 +35,7 @@ import (
 	"sync"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/prefixmatch"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/internal/hints"
 	"github.com/kvgate/kvgate/internal/prefixhash"
@@ -69,7 +70,7 @@ type Scorer struct {
 	params   Params
 	auto     bool
 	index    *indexer
-	recorder scheduling.PrefixRecorder
+	recorder prefixmatch.Recorder
 	key      string
 	scratch  sync.Pool
 }
@@ -82,7 +83,7 @@ type scratch struct {
 
 // New is the plugin factory.
 func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plugin, error) {
-	p := Params{BlockSize: DefaultBlockChars, MaxPrefixBlocksToMatch: DefaultMaxPrefixBlocks, LRUCapacityPerServer: DefaultLRUCapacity, DenseBlocks: scheduling.DefaultDenseBlocks}
+	p := Params{BlockSize: DefaultBlockChars, MaxPrefixBlocksToMatch: DefaultMaxPrefixBlocks, LRUCapacityPerServer: DefaultLRUCapacity, DenseBlocks: prefixmatch.DefaultDenseBlocks}
 	if err := scheduling.DecodeParams(raw, &p); err != nil {
 		return nil, err
 	}
@@ -102,7 +103,7 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 		params:   p,
 		auto:     p.AutoTune == nil || *p.AutoTune,
 		index:    newIndexer(),
-		recorder: scheduling.PrefixOf(h),
+		recorder: prefixmatch.RecorderOf(h),
 	}
 	s.key = Type + "/" + s.TypedName().Name
 	s.scratch.New = func() any { return new(scratch) }
@@ -115,7 +116,7 @@ type hashed struct {
 	// are its hashes in order, matched in Score and recorded in PreRequest.
 	prefix     *hints.Prefix
 	hashes     []uint64
-	prediction scheduling.Prediction
+	prediction prefixmatch.Prediction
 }
 
 // stateKey is where this instance keeps a request's state: per instance,
@@ -169,7 +170,7 @@ func (s *Scorer) Prefix(req *scheduling.Request, blockChars int) *hints.Prefix {
 func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint, scores []float64) {
 	chars := s.blockChars(eps)
 	p := s.Prefix(req, chars)
-	st := &hashed{prefix: p, prediction: scheduling.Prediction{BlockTokens: max(1, chars/prefixhash.CharsPerToken)}}
+	st := &hashed{prefix: p, prediction: prefixmatch.Prediction{BlockTokens: max(1, chars/prefixhash.CharsPerToken)}}
 	if p != nil {
 		st.prediction.PromptTokens = p.Blocks * st.prediction.BlockTokens
 	}
@@ -179,7 +180,7 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 	}
 	sc := s.scratch.Get().(*scratch)
 	defer s.scratch.Put(sc)
-	st.hashes = scheduling.SampleHashes(make([]uint64, 0, len(p.Samples)), p)
+	st.hashes = prefixmatch.SampleHashes(make([]uint64, 0, len(p.Samples)), p)
 	sc.names = sc.names[:0]
 	for _, e := range eps {
 		sc.names = append(sc.names, e.Name())
@@ -195,7 +196,7 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 	clear(sc.names)
 	total := float64(p.Blocks)
 	for i, runs := range sc.matched {
-		m := float64(scheduling.SampledMatch(p, runs))
+		m := float64(prefixmatch.SampledMatch(p, runs))
 		scores[i] = m / total
 		st.prediction.Matched(eps[i], m)
 	}

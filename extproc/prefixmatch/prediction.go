@@ -1,6 +1,9 @@
-package scheduling
+package prefixmatch
 
-import "github.com/kvgate/kvgate/extproc/endpoints"
+import (
+	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/scheduling"
+)
 
 // Prediction is what a prefix scorer expects for one request, kept in the
 // cycle state: the blocks each candidate holds (from Score), what it then
@@ -32,7 +35,7 @@ func (p *Prediction) Matched(e *endpoints.Endpoint, blocks float64) {
 
 // Predict records the prediction for res's primary target and returns that
 // target; nil when nothing was picked.
-func (p *Prediction) Predict(res *Result, rec PrefixRecorder, plugin TypedName) *endpoints.Endpoint {
+func (p *Prediction) Predict(res *scheduling.Result, rec Recorder, plugin scheduling.TypedName) *endpoints.Endpoint {
 	primary := res.Primary()
 	if primary == nil || len(primary.Targets) == 0 {
 		return nil
@@ -50,7 +53,7 @@ func (p *Prediction) Predict(res *Result, rec PrefixRecorder, plugin TypedName) 
 
 // Check records how the prediction compares with what the server reported
 // for a completed response.
-func (p *Prediction) Check(res *Response, rec PrefixRecorder, plugin TypedName) {
+func (p *Prediction) Check(res *scheduling.Response, rec Recorder, plugin scheduling.TypedName) {
 	if !res.Complete || res.Usage.PromptTokens == 0 {
 		return
 	}
