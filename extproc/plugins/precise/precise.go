@@ -94,7 +94,7 @@ type Scorer struct {
 	// seedID identifies the hash seed in the filter's prefix header: the
 	// event value of vLLM's NONE_HASH.
 	seedID  uint64
-	key     string
+	key     scheduling.Key[*Prompt]
 	tok     *tokenizer.Tokenizer
 	cache   *tokenizer.PrefixCache
 	hashers sync.Pool // *kvhash.Hasher: each reuses one buffer
@@ -128,7 +128,7 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 	}
 	s := &Scorer{Named: scheduling.NewNamed(Type, name), params: p, index: index, recorder: prefixmatch.RecorderOf(h),
 		seedID: kvhash.NoneHash(p.HashSeed).Uint64()}
-	s.key = Type + "/" + s.TypedName().Name
+	s.key = scheduling.NewKey[*Prompt](s.TypedName().String())
 	if p.Tokenizer != "" {
 		dir := p.Tokenizer
 		if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
@@ -151,7 +151,7 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 
 // StateKey is where Score leaves the request's *Prompt for later stages;
 // per instance, since two instances may hash differently.
-func (s *Scorer) StateKey() string { return s.key }
+func (s *Scorer) StateKey() scheduling.Key[*Prompt] { return s.key }
 
 // Tokens returns the request's prompt token ids as the model server computes
 // them, or an error when they cannot be known.
@@ -208,7 +208,7 @@ func (s *Scorer) Prefix(req *scheduling.Request, eps []*endpoints.Endpoint) (*hi
 func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint, scores []float64) {
 	prefix, tokens := s.Prefix(req, eps)
 	p := &Prompt{Tokens: tokens, prediction: prefixmatch.Prediction{BlockTokens: s.params.BlockSize, PromptTokens: tokens}}
-	cs.Write(s.StateKey(), p)
+	scheduling.Write(cs, s.key, p)
 	if prefix == nil {
 		return
 	}
@@ -244,7 +244,7 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 // PreRequest implements scheduling.PreRequest: it records how many prompt
 // tokens the chosen endpoint is expected to serve from its cache.
 func (s *Scorer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, res *scheduling.Result) {
-	if p, ok := scheduling.ReadAs[*Prompt](cs, s.StateKey()); ok {
+	if p, ok := scheduling.Read(cs, s.key); ok {
 		p.prediction.Predict(res, s.recorder, s.TypedName())
 	}
 }
@@ -252,7 +252,7 @@ func (s *Scorer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *sch
 // ResponseComplete implements scheduling.ResponseComplete: the server's
 // reported cached tokens check the prediction.
 func (s *Scorer) ResponseComplete(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, res *scheduling.Response) {
-	if p, ok := scheduling.ReadAs[*Prompt](cs, s.StateKey()); ok {
+	if p, ok := scheduling.Read(cs, s.key); ok {
 		p.prediction.Check(res, s.recorder, s.TypedName())
 	}
 }

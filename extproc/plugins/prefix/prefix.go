@@ -71,7 +71,7 @@ type Scorer struct {
 	auto     bool
 	index    *indexer
 	recorder prefixmatch.Recorder
-	key      string
+	key      scheduling.Key[*hashed]
 	scratch  sync.Pool
 }
 
@@ -105,7 +105,9 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 		index:    newIndexer(),
 		recorder: prefixmatch.RecorderOf(h),
 	}
-	s.key = Type + "/" + s.TypedName().Name
+	// A key per instance: two configured instances (one per profile, say)
+	// hash differently and must not read each other's state.
+	s.key = scheduling.NewKey[*hashed](s.TypedName().String())
 	s.scratch.New = func() any { return new(scratch) }
 	return s, nil
 }
@@ -118,10 +120,6 @@ type hashed struct {
 	hashes     []uint64
 	prediction prefixmatch.Prediction
 }
-
-// stateKey is where this instance keeps a request's state: per instance,
-// since two configured instances (one per profile, say) hash differently.
-func (s *Scorer) stateKey() string { return s.key }
 
 // blockChars is the configured block size in bytes, or the servers' own
 // block size in tokens × 4 when auto-tuning and one of them reports it.
@@ -174,7 +172,7 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 	if p != nil {
 		st.prediction.PromptTokens = p.Blocks * st.prediction.BlockTokens
 	}
-	cs.Write(s.stateKey(), st)
+	scheduling.Write(cs, s.key, st)
 	if p == nil {
 		return
 	}
@@ -205,7 +203,7 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 // PreRequest implements scheduling.PreRequest: the primary target will now
 // hold this prompt's blocks.
 func (s *Scorer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, res *scheduling.Result) {
-	st, ok := scheduling.ReadAs[*hashed](cs, s.stateKey())
+	st, ok := scheduling.Read(cs, s.key)
 	if !ok {
 		return
 	}
@@ -217,7 +215,7 @@ func (s *Scorer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *sch
 // ResponseComplete implements scheduling.ResponseComplete: the server's
 // reported cached tokens check the prediction.
 func (s *Scorer) ResponseComplete(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, res *scheduling.Response) {
-	if st, ok := scheduling.ReadAs[*hashed](cs, s.stateKey()); ok {
+	if st, ok := scheduling.Read(cs, s.key); ok {
 		st.prediction.Check(res, s.recorder, s.TypedName())
 	}
 }
