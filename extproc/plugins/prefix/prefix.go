@@ -10,10 +10,11 @@
 //
 // Score = consecutive matched blocks from the start / total blocks.
 //
-// Parameters (GIE's names; llm-d's older hashBlockSize is accepted too):
+// Parameters (GIE's names, and llm-d's older hashBlockSize):
 //
 //	blockSize: int               bytes of prompt text per block (default 64)
 //	blockSizeTokens: int         tokens per block, × 4 bytes; overrides blockSize
+//	hashBlockSize: int           llm-d's older name for blockSize; overrides it
 //	maxPrefixBlocksToMatch: int  leading blocks hashed (default 256)
 //	lruCapacityPerServer: int    blocks remembered per server (default 31250)
 //	autoTune: bool               take the block size (tokens) and capacity from
