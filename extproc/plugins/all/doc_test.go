@@ -113,22 +113,18 @@ func TestDocsAgreeWithRegistry(t *testing.T) {
 	}
 }
 
+// kinds maps the README's kind column to the interface a plugin of that
+// kind implements.
+var kinds = map[string]reflect.Type{
+	"scorer":          reflect.TypeFor[scheduling.Scorer](),
+	"filter":          reflect.TypeFor[scheduling.Filter](),
+	"picker":          reflect.TypeFor[scheduling.Picker](),
+	"profile handler": reflect.TypeFor[scheduling.ProfileHandler](),
+}
+
 func isKind(p scheduling.Plugin, kind string) bool {
-	switch kind {
-	case "scorer":
-		_, ok := p.(scheduling.Scorer)
-		return ok
-	case "filter":
-		_, ok := p.(scheduling.Filter)
-		return ok
-	case "picker":
-		_, ok := p.(scheduling.Picker)
-		return ok
-	case "profile handler":
-		_, ok := p.(scheduling.ProfileHandler)
-		return ok
-	}
-	return false
+	iface, ok := kinds[kind]
+	return ok && reflect.TypeOf(p).Implements(iface)
 }
 
 // probeParams checks that the factory decodes exactly fields: each one is
