@@ -31,48 +31,92 @@ type Built struct {
 // "default" holding every filter, scorer and picker. observe, when not nil,
 // receives every plugin call's duration.
 func Build(c *Config, reg *scheduling.Registry, h *scheduling.Handle, observe scheduling.Observer) (*Built, error) {
-	b := &Built{Saturation: saturation.Defaults(), FeatureGates: map[string]bool{}}
-	for _, g := range c.FeatureGates {
-		b.FeatureGates[g] = true
-	}
-	if c.SaturationDetector != nil {
-		b.Saturation = fillSaturation(*c.SaturationDetector)
-	}
-	if err := b.Saturation.Validate(); err != nil {
+	b := &builder{reg: reg, byName: map[string]scheduling.Plugin{}}
+	if err := b.settings(c); err != nil {
 		return nil, err
 	}
-
-	byName := map[string]scheduling.Plugin{}
-	lookup := func(name string) (scheduling.Plugin, bool) { p, ok := byName[name]; return p, ok }
-	hh := *h
-	hh.Plugin = lookup
-	add := func(where string, spec PluginSpec) (scheduling.Plugin, error) {
-		name := spec.Name
-		if name == "" {
-			name = spec.Type
-		}
-		if spec.Type == "" {
-			return nil, fmt.Errorf("%s: type is required", where)
-		}
-		if _, dup := byName[name]; dup {
-			return nil, fmt.Errorf("%s: plugin name %q is used twice", where, name)
-		}
-		p, err := reg.Build(spec.Type, name, spec.Parameters, &hh)
-		if err != nil {
-			return nil, fmt.Errorf("%s (name %q, type %q): %w", where, name, spec.Type, err)
-		}
-		byName[name] = p
-		b.Plugins = append(b.Plugins, p)
-		return p, nil
-	}
+	b.handle = *h
+	b.handle.Plugin = b.lookup
 	for i, spec := range c.Plugins {
-		if _, err := add(fmt.Sprintf("plugins[%d]", i), spec); err != nil {
+		if _, err := b.add(fmt.Sprintf("plugins[%d]", i), spec); err != nil {
 			return nil, err
 		}
 	}
+	// Only configured plugins can be handlers; look before the defaults
+	// below are added.
+	handler, err := b.configuredHandler()
+	if err != nil {
+		return nil, err
+	}
+	profiles, names, err := b.profiles(c.SchedulingProfiles)
+	if err != nil {
+		return nil, err
+	}
+	if handler, err = b.handlerFor(handler, names); err != nil {
+		return nil, err
+	}
+	stages, err := b.out.collectHooks()
+	if err != nil {
+		return nil, err
+	}
+	b.out.Scheduler = scheduling.NewScheduler(handler, profiles, observe, stages)
+	return &b.out, nil
+}
 
+// builder holds what Build's steps share: the plugins built so far by name,
+// and the handle every factory gets, whose Plugin looks them up.
+type builder struct {
+	reg    *scheduling.Registry
+	handle scheduling.Handle
+	byName map[string]scheduling.Plugin
+	out    Built
+}
+
+func (b *builder) lookup(name string) (scheduling.Plugin, bool) {
+	p, ok := b.byName[name]
+	return p, ok
+}
+
+// settings applies the feature gates and the saturation detector's
+// configuration over its defaults.
+func (b *builder) settings(c *Config) error {
+	b.out.Saturation = saturation.Defaults()
+	b.out.FeatureGates = map[string]bool{}
+	for _, g := range c.FeatureGates {
+		b.out.FeatureGates[g] = true
+	}
+	if c.SaturationDetector != nil {
+		b.out.Saturation = fillSaturation(*c.SaturationDetector)
+	}
+	return b.out.Saturation.Validate()
+}
+
+// add builds one plugin; where locates it in the configuration for errors.
+func (b *builder) add(where string, spec PluginSpec) (scheduling.Plugin, error) {
+	name := spec.Name
+	if name == "" {
+		name = spec.Type
+	}
+	if spec.Type == "" {
+		return nil, fmt.Errorf("%s: type is required", where)
+	}
+	if _, dup := b.byName[name]; dup {
+		return nil, fmt.Errorf("%s: plugin name %q is used twice", where, name)
+	}
+	p, err := b.reg.Build(spec.Type, name, spec.Parameters, &b.handle)
+	if err != nil {
+		return nil, fmt.Errorf("%s (name %q, type %q): %w", where, name, spec.Type, err)
+	}
+	b.byName[name] = p
+	b.out.Plugins = append(b.out.Plugins, p)
+	return p, nil
+}
+
+// configuredHandler returns the one profile handler among the plugins; nil
+// if there is none.
+func (b *builder) configuredHandler() (scheduling.ProfileHandler, error) {
 	var handler scheduling.ProfileHandler
-	for _, p := range b.Plugins {
+	for _, p := range b.out.Plugins {
 		if ph, ok := p.(scheduling.ProfileHandler); ok {
 			if handler != nil {
 				return nil, fmt.Errorf("plugins: more than one profile handler (%s and %s)", handler.TypedName(), ph.TypedName())
@@ -80,46 +124,61 @@ func Build(c *Config, reg *scheduling.Registry, h *scheduling.Handle, observe sc
 			handler = ph
 		}
 	}
+	return handler, nil
+}
 
-	specs := c.SchedulingProfiles
+// profiles builds the scheduling profiles, or the default one when the
+// configuration has none, giving a max-score-picker to each profile
+// without a picker. names are the profiles in configuration order.
+func (b *builder) profiles(specs []ProfileSpec) (map[string]*scheduling.Profile, []string, error) {
 	if len(specs) == 0 {
-		spec := ProfileSpec{Name: "default"}
-		for _, p := range b.Plugins {
-			switch p.(type) {
-			case scheduling.Filter, scheduling.Scorer, scheduling.Picker:
-				spec.Plugins = append(spec.Plugins, PluginRef{PluginRef: p.TypedName().Name})
-			}
-		}
-		specs = []ProfileSpec{spec}
+		specs = []ProfileSpec{defaultProfile(b.out.Plugins)}
 	}
-
 	profiles := map[string]*scheduling.Profile{}
 	names := make([]string, 0, len(specs))
 	for i, ps := range specs {
 		where := fmt.Sprintf("schedulingProfiles[%d]", i)
 		if ps.Name == "" {
-			return nil, fmt.Errorf("%s: name is required", where)
+			return nil, nil, fmt.Errorf("%s: name is required", where)
 		}
 		if _, dup := profiles[ps.Name]; dup {
-			return nil, fmt.Errorf("%s: profile name %q is used twice", where, ps.Name)
+			return nil, nil, fmt.Errorf("%s: profile name %q is used twice", where, ps.Name)
 		}
-		prof, err := buildProfile(where, ps, byName)
+		prof, err := buildProfile(where, ps, b.byName)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if prof.Picker == nil {
-			p, err := add(where+" (default picker)", PluginSpec{Name: ps.Name + "-" + picker.MaxScoreType, Type: picker.MaxScoreType})
+			p, err := b.add(where+" (default picker)", PluginSpec{Name: ps.Name + "-" + picker.MaxScoreType, Type: picker.MaxScoreType})
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			prof.Picker = p.(scheduling.Picker)
 		}
 		profiles[ps.Name] = prof
 		names = append(names, ps.Name)
 	}
+	return profiles, names, nil
+}
 
+// defaultProfile is GIE's profile "default": every filter, scorer and
+// picker, in configuration order.
+func defaultProfile(plugins []scheduling.Plugin) ProfileSpec {
+	spec := ProfileSpec{Name: "default"}
+	for _, p := range plugins {
+		switch p.(type) {
+		case scheduling.Filter, scheduling.Scorer, scheduling.Picker:
+			spec.Plugins = append(spec.Plugins, PluginRef{PluginRef: p.TypedName().Name})
+		}
+	}
+	return spec
+}
+
+// handlerFor returns handler, or a single-profile-handler when there is
+// none, once it accepts the profiles' names.
+func (b *builder) handlerFor(handler scheduling.ProfileHandler, names []string) (scheduling.ProfileHandler, error) {
 	if handler == nil {
-		p, err := add("default profile handler", PluginSpec{Type: profilehandler.SingleType})
+		p, err := b.add("default profile handler", PluginSpec{Type: profilehandler.SingleType})
 		if err != nil {
 			return nil, err
 		}
@@ -130,7 +189,12 @@ func Build(c *Config, reg *scheduling.Registry, h *scheduling.Handle, observe sc
 			return nil, fmt.Errorf("schedulingProfiles: %w", err)
 		}
 	}
+	return handler, nil
+}
 
+// collectHooks lists the plugins implementing each lifecycle extension and
+// the stages that run before the profiles, producers in dependency order.
+func (b *Built) collectHooks() (scheduling.Stages, error) {
 	var stages scheduling.Stages
 	for _, p := range b.Plugins {
 		if x, ok := p.(scheduling.PreRequest); ok {
@@ -154,11 +218,10 @@ func Build(c *Config, reg *scheduling.Registry, h *scheduling.Handle, observe sc
 	}
 	ordered, err := scheduling.OrderProducers(stages.Producers)
 	if err != nil {
-		return nil, fmt.Errorf("plugins: %w", err)
+		return stages, fmt.Errorf("plugins: %w", err)
 	}
 	stages.Producers = ordered
-	b.Scheduler = scheduling.NewScheduler(handler, profiles, observe, stages)
-	return b, nil
+	return stages, nil
 }
 
 func buildProfile(where string, ps ProfileSpec, byName map[string]scheduling.Plugin) (*scheduling.Profile, error) {

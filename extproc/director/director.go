@@ -12,6 +12,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/inferr"
 	"github.com/kvgate/kvgate/extproc/metrics"
+	"github.com/kvgate/kvgate/extproc/prefixmatch"
 	"github.com/kvgate/kvgate/extproc/saturation"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/server"
@@ -159,7 +160,7 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 // when no prefix plugin ran. The engine always computes the last token.
 func uncachedTokens(cs *scheduling.CycleState, sr *scheduling.Request, target *endpoints.Endpoint) int {
 	held := 0
-	if m, ok := scheduling.ReadAs[*scheduling.Prediction](cs, scheduling.PrefixMatchKey); ok {
+	if m, ok := scheduling.Read(cs, prefixmatch.MatchKey); ok {
 		held = m.HeldTokensOf(target)
 	}
 	return max(min(1, sr.PromptTokens), sr.PromptTokens-held)

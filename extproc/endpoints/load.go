@@ -160,9 +160,6 @@ func (c *Charge) apply(sign int64) {
 	c.ep.inflightTokens.Add(sign * c.tokens)
 }
 
-// LoadsKey is the cycle-state key of the inflight-load-producer's *Loads.
-const LoadsKey = "inflight-load"
-
 // Loads is one request's snapshot of every candidate's live load, taken
 // once so that every plugin of the request sees the same numbers.
 type Loads struct {

@@ -35,6 +35,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/metrics"
 	"github.com/kvgate/kvgate/extproc/plugins/all"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
+	"github.com/kvgate/kvgate/extproc/prefixmatch"
 	"github.com/kvgate/kvgate/extproc/saturation"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/server"
@@ -179,7 +180,7 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	m := metrics.New(p.reg)
 
 	p.kvIndex = kvindex.New(kvindex.Config{})
-	h := &scheduling.Handle{Log: log, Now: time.Now, Prefix: m, Services: map[string]any{precise.ServiceKVIndex: p.kvIndex}}
+	h := &scheduling.Handle{Log: log, Now: time.Now, Services: map[string]any{precise.ServiceKVIndex: p.kvIndex, prefixmatch.ServiceRecorder: m}}
 	latency.WithRecorder(h.Services, m)
 	p.built, err = config.Build(cfg, all.Registry(), h, m.PluginDuration)
 	if err != nil {

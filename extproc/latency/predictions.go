@@ -4,12 +4,13 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/scheduling"
 )
 
 // PredictionsKey is the cycle-state key of the predicted-latency-producer's
 // *Predictions, which the latency scorer, the SLO filters and the admitter
 // read.
-const PredictionsKey = "predicted-latency"
+var PredictionsKey = scheduling.NewKey[*Predictions]("predicted-latency")
 
 // Predictions are one request's estimates on every candidate, in the
 // producer's candidate order.

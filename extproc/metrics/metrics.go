@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvgate/kvgate/extproc/latency"
+	"github.com/kvgate/kvgate/extproc/prefixmatch"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/internal/openai"
 )
@@ -182,6 +183,12 @@ func (m *Metrics) observedLatency(kind string, predicted, actual time.Duration) 
 }
 
 // PrefixPredicted implements scheduling.PrefixRecorder.
+// The picker hands Metrics to the prefix scorers as an untyped handle
+// service; this keeps a signature change from silently disabling the
+// prediction metrics.
+var _ prefixmatch.Recorder = (*Metrics)(nil)
+
+// PrefixPredicted implements prefixmatch.Recorder.
 func (m *Metrics) PrefixPredicted(plugin scheduling.TypedName, predicted, prompt int) {
 	if m == nil {
 		return
@@ -194,7 +201,7 @@ func (m *Metrics) PrefixPredicted(plugin scheduling.TypedName, predicted, prompt
 	m.predicted.WithLabelValues(plugin.Type).Observe(float64(predicted))
 }
 
-// PrefixActual implements scheduling.PrefixRecorder.
+// PrefixActual implements prefixmatch.Recorder.
 func (m *Metrics) PrefixActual(plugin scheduling.TypedName, predicted, actual int) {
 	if m == nil {
 		return

@@ -7,7 +7,40 @@
 // name from configuration through a Registry; request-lifecycle hooks
 // (PreRequest, response observers) let plugins track what they routed.
 //
+// # Cycle state
+//
+// Plugins pass per-request data between their stages (Score to PreRequest
+// to ResponseComplete) in the request's CycleState, through typed keys: a
+// plugin makes a Key once and reads and writes only through it, so there
+// are no string keys to collide and no type assertions at call sites.
+//
+//	type Scorer struct {
+//		scheduling.Named
+//		key scheduling.Key[*myState] // made in the factory: one per instance
+//	}
+//
+//	func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plugin, error) {
+//		s := &Scorer{Named: scheduling.NewNamed(Type, name)}
+//		s.key = scheduling.NewKey[*myState](s.TypedName().String())
+//		return s, nil
+//	}
+//
+//	// in Score:      scheduling.Write(cs, s.key, &myState{...})
+//	// in PreRequest: if st, ok := scheduling.Read(cs, s.key); ok { ... }
+//
+// Keys compare by identity, not by name: a key made per plugin instance
+// keeps two configured instances apart, and a key made at package level is
+// shared by all instances. A plugin that lets another read its state
+// exports the key (precise.Scorer.StateKey). Store pointers: they are not
+// boxed, so the hot path stays allocation-free. This replaces the earlier
+// string-keyed cs.Write(key, v) and ReadAs[T](cs, key); code written
+// against those moves a string constant to a Key made with NewKey.
+//
 // The framework is allocation-lean on the hot path: per-request scratch
-// buffers come from a sync.Pool and scores are dense slices aligned with the
-// candidate list rather than maps.
+// buffers come from a sync.Pool, scores are dense slices aligned with the
+// candidate list rather than maps, and the cycle state keeps its few values
+// inline.
+//
+// Plugins that match prompt prefixes share extproc/prefixmatch, which
+// stays outside this package so that the framework knows nothing of them.
 package scheduling

@@ -21,8 +21,6 @@ type Handle struct {
 	// Rand is the source of randomness for pickers; nil means the global,
 	// unseeded source.
 	Rand Rand
-	// Prefix records prefix-cache predictions; nil records nothing.
-	Prefix PrefixRecorder
 	// Plugin looks up another configured plugin by name, for plugins that
 	// reference others (a P/D handler and its decider).
 	Plugin func(name string) (Plugin, bool)
@@ -166,25 +164,3 @@ func NowOf(h *Handle) func() time.Time {
 	}
 	return time.Now
 }
-
-// PrefixRecorder receives the prefix scorers' predictions, so that their
-// accuracy is visible: how much of a routed prompt the plugin expected the
-// chosen endpoint to have cached, and, once the response's usage is known,
-// how much it really had.
-type PrefixRecorder interface {
-	PrefixPredicted(plugin TypedName, predictedTokens, promptTokens int)
-	PrefixActual(plugin TypedName, predictedTokens, actualTokens int)
-}
-
-// PrefixOf returns the handle's recorder, or one that discards.
-func PrefixOf(h *Handle) PrefixRecorder {
-	if h != nil && h.Prefix != nil {
-		return h.Prefix
-	}
-	return discardPrefix{}
-}
-
-type discardPrefix struct{}
-
-func (discardPrefix) PrefixPredicted(TypedName, int, int) {}
-func (discardPrefix) PrefixActual(TypedName, int, int)    {}

@@ -4,10 +4,10 @@
 // replay protocol, used by kvgate's simulator. The picker's subscriber
 // lives in extproc/kvevents.
 //
-// Wire format (REFERENCE.md §5): a ZMQ PUB message has three frames, the
-// topic, an 8-byte big-endian sequence number counting from 0 per
-// publisher, and the msgpack payload, an EventBatch. Decoding accepts
-// either encoding for the envelope and for each event independently,
-// tolerates missing or extra trailing array fields, and skips (and counts)
-// events of unknown type.
+// Wire format (as vLLM's ZmqEventPublisher in vllm/distributed/kv_events.py
+// sends it): a ZMQ PUB message has three frames, the topic, an 8-byte
+// big-endian sequence number counting from 0 per publisher, and the msgpack
+// payload, an EventBatch. Decoding accepts either encoding for the envelope
+// and for each event independently, tolerates missing or extra trailing
+// array fields, and skips (and counts) events of unknown type.
 package kvevents

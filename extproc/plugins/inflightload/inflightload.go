@@ -23,6 +23,9 @@ import (
 // Type is the registered plugin type.
 const Type = "inflight-load-producer"
 
+// Key is where the snapshot is left for the request's other plugins.
+var Key = scheduling.NewKey[*endpoints.Loads]("inflight-load")
+
 // Producer implements inflight-load-producer.
 type Producer struct{ scheduling.Named }
 
@@ -41,11 +44,11 @@ func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, _ *sche
 	for i, e := range eps {
 		l.Loads[i] = e.Load()
 	}
-	cs.Write(endpoints.LoadsKey, l)
+	scheduling.Write(cs, Key, l)
 }
 
 // Produces implements scheduling.DataDependencies.
-func (p *Producer) Produces() []string { return []string{endpoints.LoadsKey} }
+func (p *Producer) Produces() []string { return []string{Key.String()} }
 
 // Consumes implements scheduling.DataDependencies.
 func (p *Producer) Consumes() []string { return nil }

@@ -36,6 +36,7 @@ import (
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/latency"
+	"github.com/kvgate/kvgate/extproc/prefixmatch"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 )
 
@@ -86,7 +87,7 @@ func New(name string, raw json.RawMessage, _ *scheduling.Handle) (scheduling.Plu
 
 // Score implements scheduling.Scorer.
 func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint, scores []float64) {
-	preds, ok := scheduling.ReadAs[*latency.Predictions](cs, latency.PredictionsKey)
+	preds, ok := scheduling.Read(cs, latency.PredictionsKey)
 	if !ok {
 		s.composite(cs, eps, scores)
 		return
@@ -179,7 +180,7 @@ func (s *Scorer) composite(cs *scheduling.CycleState, eps []*endpoints.Endpoint,
 		maxQueue = max(maxQueue, e.Metrics().WaitingQueueSize)
 	}
 	var held []float64
-	if match, ok := scheduling.ReadAs[*scheduling.Prediction](cs, scheduling.PrefixMatchKey); ok && match.PromptTokens > 0 {
+	if match, ok := scheduling.Read(cs, prefixmatch.MatchKey); ok && match.PromptTokens > 0 {
 		held = make([]float64, len(eps))
 		for i, e := range eps {
 			held[i] = float64(match.HeldTokensOf(e)) / float64(match.PromptTokens)

@@ -44,7 +44,7 @@ func New(name string, params json.RawMessage, _ *scheduling.Handle) (scheduling.
 
 // Consumes implements scheduling.DataDependencies: admitters run after
 // every producer, so this only documents the input.
-func (a *Admitter) Consumes() []string { return []string{latency.PredictionsKey} }
+func (a *Admitter) Consumes() []string { return []string{latency.PredictionsKey.String()} }
 
 // Produces implements scheduling.DataDependencies.
 func (a *Admitter) Produces() []string { return nil }
@@ -52,7 +52,7 @@ func (a *Admitter) Produces() []string { return nil }
 // Admit implements scheduling.Admitter.
 func (a *Admitter) Admit(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) error {
 	slo := latency.SLO{TTFT: req.TTFTSLO, TPOT: req.TPOTSLO}
-	preds, ok := scheduling.ReadAs[*latency.Predictions](cs, latency.PredictionsKey)
+	preds, ok := scheduling.Read(cs, latency.PredictionsKey)
 	if req.Priority >= 0 || !slo.Set() || !ok {
 		return nil
 	}

@@ -1,7 +1,8 @@
 // Package picker holds the pickers that turn scored candidates into targets:
-// max-score-picker, random-picker and weighted-random-picker.
+// max-score-picker, random-picker, weighted-random-picker and
+// round-robin-picker.
 //
-// Parameters (all three):
+// Parameters (every picker):
 //
 //	maxNumOfEndpoints: int  targets returned, primary first then fallbacks (default 1)
 package picker

@@ -48,6 +48,7 @@ import (
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/kvindex"
+	"github.com/kvgate/kvgate/extproc/prefixmatch"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/internal/hints"
 	"github.com/kvgate/kvgate/internal/kvhash"
@@ -90,7 +91,7 @@ type Prompt struct {
 	Tokens int
 	// MatchedBlocks is the longest match among the candidates, in blocks.
 	MatchedBlocks int
-	prediction    scheduling.Prediction
+	prediction    prefixmatch.Prediction
 	prefix        *hints.Prefix
 	// speculated is where PreRequest recorded the sample as pending; ""
 	// when it did not (or it was released).
@@ -103,11 +104,11 @@ type Scorer struct {
 	scheduling.Named
 	params   Params
 	index    *kvindex.Index
-	recorder scheduling.PrefixRecorder
+	recorder prefixmatch.Recorder
 	// seedID identifies the hash seed in the filter's prefix header: the
 	// event value of vLLM's NONE_HASH.
 	seedID  uint64
-	key     string
+	key     scheduling.Key[*Prompt]
 	tok     *tokenizer.Tokenizer
 	cache   *tokenizer.PrefixCache
 	hashers sync.Pool // *kvhash.Hasher: each reuses one buffer
@@ -124,7 +125,7 @@ type scratch struct {
 
 // New is the plugin factory.
 func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plugin, error) {
-	p := Params{BlockSize: DefaultBlockSize, HashSeed: DefaultHashSeed, HashAlgo: HashAlgoSHA256CBOR, MaxBlocksToMatch: DefaultMaxBlocksToMatch, PrefixCacheBytes: DefaultPrefixCacheBytes, DenseBlocks: scheduling.DefaultDenseBlocks, MaxSpeculativeEntries: DefaultMaxSpeculative}
+	p := Params{BlockSize: DefaultBlockSize, HashSeed: DefaultHashSeed, HashAlgo: HashAlgoSHA256CBOR, MaxBlocksToMatch: DefaultMaxBlocksToMatch, PrefixCacheBytes: DefaultPrefixCacheBytes, DenseBlocks: prefixmatch.DefaultDenseBlocks, MaxSpeculativeEntries: DefaultMaxSpeculative}
 	if err := scheduling.DecodeParams(raw, &p); err != nil {
 		return nil, err
 	}
@@ -141,9 +142,9 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 	if !ok {
 		return nil, fmt.Errorf("%s needs the KV-event index: run the picker with KV events enabled (--kv-events-addr or kvEvents endpoints)", Type)
 	}
-	s := &Scorer{Named: scheduling.NewNamed(Type, name), params: p, index: index, recorder: scheduling.PrefixOf(h),
+	s := &Scorer{Named: scheduling.NewNamed(Type, name), params: p, index: index, recorder: prefixmatch.RecorderOf(h),
 		seedID: kvhash.NoneHash(p.HashSeed).Uint64()}
-	s.key = Type + "/" + s.TypedName().Name
+	s.key = scheduling.NewKey[*Prompt](s.TypedName().String())
 	if p.Tokenizer != "" {
 		dir := p.Tokenizer
 		if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
@@ -169,7 +170,7 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 
 // StateKey is where Score leaves the request's *Prompt for later stages;
 // per instance, since two instances may hash differently.
-func (s *Scorer) StateKey() string { return s.key }
+func (s *Scorer) StateKey() scheduling.Key[*Prompt] { return s.key }
 
 // Tokens returns the request's prompt token ids as the model server computes
 // them, or an error when they cannot be known.
@@ -229,7 +230,7 @@ func (s *Scorer) Produce(_ context.Context, cs *scheduling.CycleState, req *sche
 }
 
 // Produces implements scheduling.DataDependencies.
-func (s *Scorer) Produces() []string { return []string{scheduling.PrefixMatchKey} }
+func (s *Scorer) Produces() []string { return []string{prefixmatch.MatchKey.String()} }
 
 // Consumes implements scheduling.DataDependencies.
 func (s *Scorer) Consumes() []string { return nil }
@@ -237,7 +238,7 @@ func (s *Scorer) Consumes() []string { return nil }
 // Score implements scheduling.Scorer from the produced match; a scorer run
 // on its own (outside a scheduler) produces it first.
 func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint, scores []float64) {
-	p, ok := scheduling.ReadAs[*Prompt](cs, s.StateKey())
+	p, ok := scheduling.Read(cs, s.key)
 	if !ok {
 		p = s.produce(cs, req, eps)
 	}
@@ -248,16 +249,16 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 
 func (s *Scorer) produce(cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) *Prompt {
 	prefix, tokens := s.Prefix(req, eps)
-	p := &Prompt{Tokens: tokens, prediction: scheduling.Prediction{BlockTokens: s.params.BlockSize, PromptTokens: tokens}, prefix: prefix}
+	p := &Prompt{Tokens: tokens, prediction: prefixmatch.Prediction{BlockTokens: s.params.BlockSize, PromptTokens: tokens}, prefix: prefix}
 	p.prediction.Reset(eps)
-	cs.Write(s.StateKey(), p)
-	cs.Write(scheduling.PrefixMatchKey, &p.prediction)
+	scheduling.Write(cs, s.key, p)
+	scheduling.Write(cs, prefixmatch.MatchKey, &p.prediction)
 	if prefix == nil {
 		return p
 	}
 	sc := s.scratch.Get().(*scratch)
 	defer s.scratch.Put(sc)
-	sc.hashes = scheduling.SampleHashes(sc.hashes[:0], prefix)
+	sc.hashes = prefixmatch.SampleHashes(sc.hashes[:0], prefix)
 	sc.names = sc.names[:0]
 	for _, e := range eps {
 		sc.names = append(sc.names, e.Address())
@@ -287,8 +288,8 @@ func (s *Scorer) produce(cs *scheduling.CycleState, req *scheduling.Request, eps
 		}
 		// weighted is the tier-weighted count of matched samples; the
 		// same weighting applies to the blocks they stand for.
-		blocks := float64(scheduling.SampledMatch(prefix, runs)) * weighted / float64(runs)
-		p.MatchedBlocks = max(p.MatchedBlocks, scheduling.SampledMatch(prefix, runs))
+		blocks := float64(prefixmatch.SampledMatch(prefix, runs)) * weighted / float64(runs)
+		p.MatchedBlocks = max(p.MatchedBlocks, prefixmatch.SampledMatch(prefix, runs))
 		p.prediction.Matched(i, blocks)
 	}
 	return p
@@ -299,13 +300,13 @@ func (s *Scorer) produce(cs *scheduling.CycleState, req *scheduling.Request, eps
 // speculative indexing, that the endpoint is now computing the prompt's
 // blocks.
 func (s *Scorer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, res *scheduling.Result) {
-	p, ok := scheduling.ReadAs[*Prompt](cs, s.StateKey())
+	p, ok := scheduling.Read(cs, s.key)
 	if !ok {
 		return
 	}
 	target := p.prediction.Predict(res, s.recorder, s.TypedName())
 	if s.pending != nil && target != nil && p.prefix != nil {
-		p.hashes = scheduling.SampleHashes(make([]uint64, 0, len(p.prefix.Samples)), p.prefix)
+		p.hashes = prefixmatch.SampleHashes(make([]uint64, 0, len(p.prefix.Samples)), p.prefix)
 		if s.pending.add(target.Address(), p.hashes) {
 			p.speculated = target.Address()
 		}
@@ -315,7 +316,7 @@ func (s *Scorer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *sch
 // FirstToken implements scheduling.FirstToken: the prefill is over, the
 // server's own KV events now speak for its blocks.
 func (s *Scorer) FirstToken(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, _ *scheduling.Response) {
-	if p, ok := scheduling.ReadAs[*Prompt](cs, s.StateKey()); ok {
+	if p, ok := scheduling.Read(cs, s.key); ok {
 		s.release(p)
 	}
 }
@@ -323,7 +324,7 @@ func (s *Scorer) FirstToken(_ context.Context, cs *scheduling.CycleState, _ *sch
 // ResponseComplete implements scheduling.ResponseComplete: the server's
 // reported cached tokens check the prediction.
 func (s *Scorer) ResponseComplete(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, res *scheduling.Response) {
-	if p, ok := scheduling.ReadAs[*Prompt](cs, s.StateKey()); ok {
+	if p, ok := scheduling.Read(cs, s.key); ok {
 		s.release(p)
 		p.prediction.Check(res, s.recorder, s.TypedName())
 	}

@@ -6,8 +6,7 @@
 // the TTFT and TPOT observed on each response stream. The latency scorer,
 // the SLO filters and the admitter read its predictions.
 //
-// Parameters (llm-d's names; kvgate fits in process, so llm-d's sidecar
-// tuning has no meaning here and is refused unless left at its default):
+// Parameters (llm-d's; its sidecar tuning is refused unless at its default):
 //
 //	sloBufferFactor: float   predictions are multiplied by it before being
 //	                         compared with an SLO (default 1.0)
@@ -20,10 +19,11 @@
 //	                         this is not learned from (default 5m)
 //	quantile: float          the high quantile predicted (default 0.9)
 //	predictInProduce: bool   must stay true (default true)
-//	samplingMean, maxDecodeTokenSamplesForPrediction: llm-d's TPOT sampling;
-//	                         kvgate measures TPOT over the whole stream, so
-//	                         only the defaults (1000, 0) are accepted
-//	useEncoderCacheFeatures: must stay false (no encoder features yet)
+//	samplingMean: float      llm-d's TPOT sampling; kvgate measures TPOT
+//	                         over the whole stream: only 1000 is accepted
+//	maxDecodeTokenSamplesForPrediction: int  likewise, only 0
+//	useEncoderCacheFeatures: bool  must stay false (no encoder features yet)
+//	encoderCacheMatchInfoProducerName: string  must stay empty
 //
 // Only streamed responses teach TTFT: a non-streamed response's first chunk
 // is the whole response.
@@ -39,6 +39,8 @@ import (
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/latency"
+	"github.com/kvgate/kvgate/extproc/plugins/inflightload"
+	"github.com/kvgate/kvgate/extproc/prefixmatch"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 )
 
@@ -73,7 +75,7 @@ type Producer struct {
 	model  *latency.Model
 	rec    latency.Recorder
 	now    func() time.Time
-	key    string
+	key    scheduling.Key[*state]
 	// meanPrefill is the running mean of routed requests' uncached tokens
 	// (float64 bits): the size of a request the picker did not route, seen
 	// only as a count in a scrape.
@@ -119,7 +121,7 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 	if pr.now == nil {
 		pr.now = time.Now
 	}
-	pr.key = Type + "/" + pr.TypedName().Name
+	pr.key = scheduling.NewKey[*state](pr.TypedName().String())
 	pr.meanPrefill.Store(math.Float64bits(1000))
 	return pr, nil
 }
@@ -128,12 +130,12 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 func (p *Producer) Model() *latency.Model { return p.model }
 
 // Produces implements scheduling.DataDependencies.
-func (p *Producer) Produces() []string { return []string{latency.PredictionsKey} }
+func (p *Producer) Produces() []string { return []string{latency.PredictionsKey.String()} }
 
 // Consumes implements scheduling.DataDependencies: the prefix match, when
 // a prefix producer is configured, and the in-flight load snapshot.
 func (p *Producer) Consumes() []string {
-	return []string{scheduling.PrefixMatchKey, endpoints.LoadsKey}
+	return []string{prefixmatch.MatchKey.String(), inflightload.Key.String()}
 }
 
 // Produce implements scheduling.DataProducer.
@@ -141,9 +143,9 @@ func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, req *sc
 	st := &state{chosen: -1}
 	st.preds.Reset(eps)
 	st.preds.BufferFactor = p.params.SLOBufferFactor
-	match, _ := scheduling.ReadAs[*scheduling.Prediction](cs, scheduling.PrefixMatchKey)
+	match, _ := scheduling.Read(cs, prefixmatch.MatchKey)
 	aligned := match != nil && sameCandidates(match.Candidates(), eps)
-	loads, _ := scheduling.ReadAs[*endpoints.Loads](cs, endpoints.LoadsKey)
+	loads, _ := scheduling.Read(cs, inflightload.Key)
 	loadsAligned := loads != nil && sameCandidates(loads.Candidates, eps)
 	meanPrefill := math.Float64frombits(p.meanPrefill.Load())
 	prompt := max(1, req.PromptTokens)
@@ -170,8 +172,8 @@ func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, req *sc
 		st.preds.Estimates[i] = est
 		st.preds.Held[i] = float64(held) / float64(prompt)
 	}
-	cs.Write(p.key, st)
-	cs.Write(latency.PredictionsKey, &st.preds)
+	scheduling.Write(cs, p.key, st)
+	scheduling.Write(cs, latency.PredictionsKey, &st.preds)
 }
 
 // features describe a request with prompt tokens, held of them cached, on
@@ -201,7 +203,7 @@ func sameCandidates(a, b []*endpoints.Endpoint) bool {
 // PreRequest implements scheduling.PreRequest: it remembers the chosen
 // endpoint's features for training and reports the prediction.
 func (p *Producer) PreRequest(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, res *scheduling.Result) {
-	st, ok := scheduling.ReadAs[*state](cs, p.key)
+	st, ok := scheduling.Read(cs, p.key)
 	primary := res.Primary()
 	if !ok || primary == nil || len(primary.Targets) == 0 {
 		return
@@ -262,7 +264,7 @@ func (p *Producer) ResponseComplete(_ context.Context, cs *scheduling.CycleState
 // endpoint the prediction was for: a fallback's latency says nothing about
 // the features computed for the primary.
 func (p *Producer) trained(cs *scheduling.CycleState, res *scheduling.Response) (*state, bool) {
-	st, ok := scheduling.ReadAs[*state](cs, p.key)
+	st, ok := scheduling.Read(cs, p.key)
 	if !ok || st.chosen < 0 || res.Endpoint == nil || res.Endpoint != st.preds.Candidates[st.chosen] {
 		return nil, false
 	}

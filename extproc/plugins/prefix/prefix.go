@@ -10,10 +10,11 @@
 //
 // Score = consecutive matched blocks from the start / total blocks.
 //
-// Parameters (GIE's names; llm-d's older hashBlockSize is accepted too):
+// Parameters (GIE's names, and llm-d's older hashBlockSize):
 //
 //	blockSize: int               bytes of prompt text per block (default 64)
 //	blockSizeTokens: int         tokens per block, × 4 bytes; overrides blockSize
+//	hashBlockSize: int           llm-d's older name for blockSize; overrides it
 //	maxPrefixBlocksToMatch: int  leading blocks hashed (default 256)
 //	lruCapacityPerServer: int    blocks remembered per server (default 31250)
 //	autoTune: bool               take the block size (tokens) and capacity from
@@ -35,6 +36,7 @@ import (
 	"sync"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/prefixmatch"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/internal/hints"
 	"github.com/kvgate/kvgate/internal/prefixhash"
@@ -69,8 +71,8 @@ type Scorer struct {
 	params   Params
 	auto     bool
 	index    *indexer
-	recorder scheduling.PrefixRecorder
-	key      string
+	recorder prefixmatch.Recorder
+	key      scheduling.Key[*hashed]
 	scratch  sync.Pool
 }
 
@@ -82,7 +84,7 @@ type scratch struct {
 
 // New is the plugin factory.
 func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plugin, error) {
-	p := Params{BlockSize: DefaultBlockChars, MaxPrefixBlocksToMatch: DefaultMaxPrefixBlocks, LRUCapacityPerServer: DefaultLRUCapacity, DenseBlocks: scheduling.DefaultDenseBlocks}
+	p := Params{BlockSize: DefaultBlockChars, MaxPrefixBlocksToMatch: DefaultMaxPrefixBlocks, LRUCapacityPerServer: DefaultLRUCapacity, DenseBlocks: prefixmatch.DefaultDenseBlocks}
 	if err := scheduling.DecodeParams(raw, &p); err != nil {
 		return nil, err
 	}
@@ -102,9 +104,11 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 		params:   p,
 		auto:     p.AutoTune == nil || *p.AutoTune,
 		index:    newIndexer(),
-		recorder: scheduling.PrefixOf(h),
+		recorder: prefixmatch.RecorderOf(h),
 	}
-	s.key = Type + "/" + s.TypedName().Name
+	// A key per instance: two configured instances (one per profile, say)
+	// hash differently and must not read each other's state.
+	s.key = scheduling.NewKey[*hashed](s.TypedName().String())
 	s.scratch.New = func() any { return new(scratch) }
 	return s, nil
 }
@@ -115,12 +119,8 @@ type hashed struct {
 	// are its hashes in order, matched in Score and recorded in PreRequest.
 	prefix     *hints.Prefix
 	hashes     []uint64
-	prediction scheduling.Prediction
+	prediction prefixmatch.Prediction
 }
-
-// stateKey is where this instance keeps a request's state: per instance,
-// since two configured instances (one per profile, say) hash differently.
-func (s *Scorer) stateKey() string { return s.key }
 
 // blockChars is the configured block size in bytes, or the servers' own
 // block size in tokens × 4 when auto-tuning and one of them reports it.
@@ -172,7 +172,7 @@ func (s *Scorer) Produce(_ context.Context, cs *scheduling.CycleState, req *sche
 }
 
 // Produces implements scheduling.DataDependencies.
-func (s *Scorer) Produces() []string { return []string{scheduling.PrefixMatchKey} }
+func (s *Scorer) Produces() []string { return []string{prefixmatch.MatchKey.String()} }
 
 // Consumes implements scheduling.DataDependencies.
 func (s *Scorer) Consumes() []string { return nil }
@@ -180,7 +180,7 @@ func (s *Scorer) Consumes() []string { return nil }
 // Score implements scheduling.Scorer from the produced match; a scorer run
 // on its own (outside a scheduler) produces it first.
 func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint, scores []float64) {
-	st, ok := scheduling.ReadAs[*hashed](cs, s.stateKey())
+	st, ok := scheduling.Read(cs, s.key)
 	if !ok {
 		st = s.produce(cs, req, eps)
 	}
@@ -192,19 +192,19 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 func (s *Scorer) produce(cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) *hashed {
 	chars := s.blockChars(eps)
 	p := s.Prefix(req, chars)
-	st := &hashed{prefix: p, prediction: scheduling.Prediction{BlockTokens: max(1, chars/prefixhash.CharsPerToken)}}
+	st := &hashed{prefix: p, prediction: prefixmatch.Prediction{BlockTokens: max(1, chars/prefixhash.CharsPerToken)}}
 	st.prediction.Reset(eps)
 	if p != nil {
 		st.prediction.PromptTokens = p.Blocks * st.prediction.BlockTokens
 	}
-	cs.Write(s.stateKey(), st)
-	cs.Write(scheduling.PrefixMatchKey, &st.prediction)
+	scheduling.Write(cs, s.key, st)
+	scheduling.Write(cs, prefixmatch.MatchKey, &st.prediction)
 	if p == nil {
 		return st
 	}
 	sc := s.scratch.Get().(*scratch)
 	defer s.scratch.Put(sc)
-	st.hashes = scheduling.SampleHashes(make([]uint64, 0, len(p.Samples)), p)
+	st.hashes = prefixmatch.SampleHashes(make([]uint64, 0, len(p.Samples)), p)
 	sc.names = sc.names[:0]
 	for _, e := range eps {
 		sc.names = append(sc.names, e.Address())
@@ -219,7 +219,7 @@ func (s *Scorer) produce(cs *scheduling.CycleState, req *scheduling.Request, eps
 	}
 	clear(sc.names)
 	for i, runs := range sc.matched {
-		st.prediction.Matched(i, float64(scheduling.SampledMatch(p, runs)))
+		st.prediction.Matched(i, float64(prefixmatch.SampledMatch(p, runs)))
 	}
 	return st
 }
@@ -227,7 +227,7 @@ func (s *Scorer) produce(cs *scheduling.CycleState, req *scheduling.Request, eps
 // PreRequest implements scheduling.PreRequest: the primary target will now
 // hold this prompt's blocks.
 func (s *Scorer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, res *scheduling.Result) {
-	st, ok := scheduling.ReadAs[*hashed](cs, s.stateKey())
+	st, ok := scheduling.Read(cs, s.key)
 	if !ok {
 		return
 	}
@@ -239,7 +239,7 @@ func (s *Scorer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *sch
 // ResponseComplete implements scheduling.ResponseComplete: the server's
 // reported cached tokens check the prediction.
 func (s *Scorer) ResponseComplete(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, res *scheduling.Response) {
-	if st, ok := scheduling.ReadAs[*hashed](cs, s.stateKey()); ok {
+	if st, ok := scheduling.Read(cs, s.key); ok {
 		st.prediction.Check(res, s.recorder, s.TypedName())
 	}
 }

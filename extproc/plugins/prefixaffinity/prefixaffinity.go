@@ -12,11 +12,12 @@
 // is estimated as its prefill work over peakPrefillThroughput (ttftSource
 // prefillThroughput: the live prefill backlog plus the uncached tokens).
 //
-// Parameters (llm-d's; the blog's older names affinityGateTau and
-// epsilonExploreSticky are accepted too):
+// Parameters (llm-d's, with the blog's older names):
 //
 //	affinityThreshold: float       default 0.80
+//	affinityGateTau: float         its older name
 //	explorationProbability: float  default 0
+//	epsilonExploreSticky: float    its older name
 //	maxTTFTPenaltyMs: float        default 18000
 //	ttftSource: string             prefillThroughput (default) | latencyPredictor
 //	peakPrefillThroughput: float   tokens/s, default 15928
@@ -30,6 +31,7 @@ import (
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/latency"
+	"github.com/kvgate/kvgate/extproc/prefixmatch"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 )
 
@@ -148,7 +150,7 @@ func (f *Filter) Filter(_ context.Context, cs *scheduling.CycleState, req *sched
 func (f *Filter) view(cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) ([]float64, []time.Duration, bool) {
 	held := make([]float64, len(eps))
 	ttft := make([]time.Duration, len(eps))
-	if preds, ok := scheduling.ReadAs[*latency.Predictions](cs, latency.PredictionsKey); ok {
+	if preds, ok := scheduling.Read(cs, latency.PredictionsKey); ok {
 		preds.Align(eps, func(i, k int) {
 			held[i] = preds.Held[k]
 			if f.source == SourceLatencyPredictor {
@@ -163,7 +165,7 @@ func (f *Filter) view(cs *scheduling.CycleState, req *scheduling.Request, eps []
 	if f.source == SourceLatencyPredictor {
 		return nil, nil, false
 	}
-	match, ok := scheduling.ReadAs[*scheduling.Prediction](cs, scheduling.PrefixMatchKey)
+	match, ok := scheduling.Read(cs, prefixmatch.MatchKey)
 	if !ok || req.PromptTokens == 0 {
 		return nil, nil, false
 	}

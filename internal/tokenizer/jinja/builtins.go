@@ -384,247 +384,334 @@ func (r *renderer) evalFilter(e filterExpr) (Value, error) {
 }
 
 func (r *renderer) applyFilter(name string, x Value, args []Value, kw map[string]Value) (Value, error) {
-	arg := func(i int, key string) (Value, bool) {
-		if i < len(args) {
-			return args[i], true
-		}
-		v, ok := kw[key]
-		return v, ok
+	f, ok := filters[name]
+	if !ok {
+		return nil, errorf("unknown filter %q", name)
 	}
-	switch name {
-	case "length", "count":
-		switch v := x.(type) {
-		case string:
-			return int64(runeLen(v)), nil
-		case []Value:
-			return int64(len(v)), nil
-		case *Dict:
-			return int64(v.Len()), nil
-		case Undefined:
-			return int64(0), nil
-		}
-		return nil, errorf("object of type %s has no length", typeName(x))
-	case "trim":
-		chars, ok := arg(0, "chars")
-		return pyStrip(str(x), "strip", str(chars), ok && chars != nil), nil
-	case "string":
-		return str(x), nil
-	case "safe", "e", "escape":
-		if name == "safe" {
-			return x, nil
-		}
-		return htmlEscape(str(x)), nil
-	case "lower":
-		return strings.ToLower(str(x)), nil
-	case "upper":
-		return strings.ToUpper(str(x)), nil
-	case "title":
-		return title(str(x)), nil
-	case "capitalize":
-		return capitalize(str(x)), nil
-	case "tojson":
-		indent, _ := arg(0, "indent")
-		n, _ := asInt(indent)
-		return toJSON(x, int(max(0, min(n, maxIndent))))
-	case "first", "last":
-		items, err := iterate(x)
+	return f(r, filterCall{name: name, x: x, args: args, kw: kw})
+}
+
+// filterCall is one application of a filter: its name (filters registered
+// under several names tell them apart), the filtered value and the
+// arguments.
+type filterCall struct {
+	name string
+	x    Value
+	args []Value
+	kw   map[string]Value
+}
+
+// arg is the i-th positional argument, else the keyword argument key, as
+// Python binds a parameter either way.
+func (c filterCall) arg(i int, key string) (Value, bool) {
+	if i < len(c.args) {
+		return c.args[i], true
+	}
+	v, ok := c.kw[key]
+	return v, ok
+}
+
+type filterFunc func(r *renderer, c filterCall) (Value, error)
+
+// filters are the Jinja2 filters HF chat templates use, by name.
+var filters map[string]filterFunc
+
+// The table is filled in init because "map" applies filters through
+// applyFilter, which reads the table: as a variable initialiser that is an
+// initialisation cycle.
+func init() {
+	filters = map[string]filterFunc{
+		"length":     filterLength,
+		"count":      filterLength,
+		"trim":       filterTrim,
+		"string":     stringFilter(func(s string) string { return s }),
+		"safe":       func(_ *renderer, c filterCall) (Value, error) { return c.x, nil },
+		"e":          stringFilter(htmlEscape),
+		"escape":     stringFilter(htmlEscape),
+		"lower":      stringFilter(strings.ToLower),
+		"upper":      stringFilter(strings.ToUpper),
+		"title":      stringFilter(title),
+		"capitalize": stringFilter(capitalize),
+		"tojson":     filterToJSON,
+		"first":      endFilter(false),
+		"last":       endFilter(true),
+		"join":       filterJoin,
+		"default":    filterDefault,
+		"d":          filterDefault,
+		"list":       func(_ *renderer, c filterCall) (Value, error) { return iterate(c.x) },
+		"items":      filterItems,
+		"reverse":    filterReverse,
+		"replace":    filterReplace,
+		"int":        filterInt,
+		"float":      filterFloat,
+		"abs":        filterAbs,
+		"indent":     filterIndent,
+		"map":        filterMap,
+		"selectattr": selectFilter,
+		"rejectattr": selectFilter,
+		"select":     selectFilter,
+		"reject":     selectFilter,
+		"unique":     filterUnique,
+		"sum":        filterSum,
+	}
+}
+
+// stringFilter is a filter of the value's string form.
+func stringFilter(f func(string) string) filterFunc {
+	return func(_ *renderer, c filterCall) (Value, error) { return f(str(c.x)), nil }
+}
+
+func filterLength(_ *renderer, c filterCall) (Value, error) {
+	switch v := c.x.(type) {
+	case string:
+		return int64(runeLen(v)), nil
+	case []Value:
+		return int64(len(v)), nil
+	case *Dict:
+		return int64(v.Len()), nil
+	case Undefined:
+		return int64(0), nil
+	}
+	return nil, errorf("object of type %s has no length", typeName(c.x))
+}
+
+func filterTrim(_ *renderer, c filterCall) (Value, error) {
+	chars, ok := c.arg(0, "chars")
+	return pyStrip(str(c.x), "strip", str(chars), ok && chars != nil), nil
+}
+
+func filterToJSON(_ *renderer, c filterCall) (Value, error) {
+	indent, _ := c.arg(0, "indent")
+	n, _ := asInt(indent)
+	return toJSON(c.x, int(max(0, min(n, maxIndent))))
+}
+
+// endFilter is "first", or "last" when last is set.
+func endFilter(last bool) filterFunc {
+	return func(_ *renderer, c filterCall) (Value, error) {
+		items, err := iterate(c.x)
 		if err != nil {
 			return nil, err
 		}
 		if len(items) == 0 {
 			return Undefined{}, nil
 		}
-		if name == "first" {
-			return items[0], nil
+		if last {
+			return items[len(items)-1], nil
 		}
-		return items[len(items)-1], nil
-	case "join":
-		sep, _ := arg(0, "d")
-		attr, hasAttr := arg(1, "attribute")
-		items, err := iterate(x)
+		return items[0], nil
+	}
+}
+
+func filterJoin(_ *renderer, c filterCall) (Value, error) {
+	sep, _ := c.arg(0, "d")
+	attr, hasAttr := c.arg(1, "attribute")
+	items, err := iterate(c.x)
+	if err != nil {
+		return nil, err
+	}
+	parts := make([]string, len(items))
+	for i, it := range items {
+		if hasAttr {
+			it = getAttr(it, str(attr))
+		}
+		parts[i] = str(it)
+	}
+	if sep == nil {
+		sep = ""
+	}
+	return strings.Join(parts, str(sep)), nil
+}
+
+func filterDefault(_ *renderer, c filterCall) (Value, error) {
+	def, _ := c.arg(0, "default_value")
+	boolean, _ := c.arg(1, "boolean")
+	if _, undef := c.x.(Undefined); undef || (truthy(boolean) && !truthy(c.x)) {
+		if def == nil && len(c.args) == 0 {
+			return "", nil
+		}
+		return def, nil
+	}
+	return c.x, nil
+}
+
+func filterItems(_ *renderer, c filterCall) (Value, error) {
+	if d, ok := c.x.(*Dict); ok {
+		return dictItems(d), nil
+	}
+	if _, ok := c.x.(Undefined); ok {
+		return []Value{}, nil
+	}
+	return nil, errorf("items filter needs a mapping")
+}
+
+func filterReverse(_ *renderer, c filterCall) (Value, error) {
+	switch v := c.x.(type) {
+	case string:
+		rs := []rune(v)
+		slices.Reverse(rs)
+		return string(rs), nil
+	default:
+		items, err := iterate(v)
 		if err != nil {
 			return nil, err
 		}
-		parts := make([]string, len(items))
-		for i, it := range items {
-			if hasAttr {
-				it = getAttr(it, str(attr))
-			}
-			parts[i] = str(it)
+		out := slices.Clone(items)
+		slices.Reverse(out)
+		return out, nil
+	}
+}
+
+func filterReplace(_ *renderer, c filterCall) (Value, error) {
+	if len(c.args) < 2 {
+		return nil, errorf("replace filter needs two arguments")
+	}
+	return strings.ReplaceAll(str(c.x), str(c.args[0]), str(c.args[1])), nil
+}
+
+func filterInt(_ *renderer, c filterCall) (Value, error) {
+	switch v := c.x.(type) {
+	case int64:
+		return v, nil
+	case float64:
+		return int64(v), nil
+	case bool:
+		n, _ := asInt(v)
+		return n, nil
+	case string:
+		if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
+			return n, nil
 		}
-		if sep == nil {
-			sep = ""
+	}
+	return int64(0), nil
+}
+
+func filterFloat(_ *renderer, c filterCall) (Value, error) {
+	if f, ok := number(c.x); ok {
+		return f, nil
+	}
+	if f, err := strconv.ParseFloat(strings.TrimSpace(str(c.x)), 64); err == nil {
+		return f, nil
+	}
+	return 0.0, nil
+}
+
+func filterAbs(_ *renderer, c filterCall) (Value, error) {
+	switch v := c.x.(type) {
+	case int64:
+		return max(v, -v), nil
+	case float64:
+		if v < 0 {
+			return -v, nil
 		}
-		return strings.Join(parts, str(sep)), nil
-	case "default", "d":
-		def, _ := arg(0, "default_value")
-		boolean, _ := arg(1, "boolean")
-		if _, undef := x.(Undefined); undef || (truthy(boolean) && !truthy(x)) {
-			if def == nil && len(args) == 0 {
-				return "", nil
-			}
-			return def, nil
+		return v, nil
+	}
+	return nil, errorf("abs needs a number")
+}
+
+func filterIndent(_ *renderer, c filterCall) (Value, error) {
+	width, ok := c.arg(0, "width")
+	w, _ := asInt(width)
+	if !ok {
+		w = 4
+	}
+	w = max(0, min(w, maxIndent))
+	first, _ := c.arg(1, "first")
+	pad := strings.Repeat(" ", int(w))
+	lines := strings.Split(str(c.x), "\n")
+	for i := range lines {
+		if (i > 0 || truthy(first)) && lines[i] != "" {
+			lines[i] = pad + lines[i]
 		}
-		return x, nil
-	case "list":
-		return iterate(x)
-	case "items":
-		if d, ok := x.(*Dict); ok {
-			return dictItems(d), nil
-		}
-		if _, ok := x.(Undefined); ok {
-			return []Value{}, nil
-		}
-		return nil, errorf("items filter needs a mapping")
-	case "reverse":
-		switch v := x.(type) {
-		case string:
-			rs := []rune(v)
-			slices.Reverse(rs)
-			return string(rs), nil
-		default:
-			items, err := iterate(v)
+	}
+	return strings.Join(lines, "\n"), nil
+}
+
+func filterMap(r *renderer, c filterCall) (Value, error) {
+	items, err := iterate(c.x)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Value, len(items))
+	attr, hasAttr := c.kw["attribute"]
+	for i, it := range items {
+		switch {
+		case hasAttr:
+			out[i] = getAttr(it, str(attr))
+		case len(c.args) > 0:
+			v, err := r.applyFilter(str(c.args[0]), it, c.args[1:], nil)
 			if err != nil {
 				return nil, err
 			}
-			out := slices.Clone(items)
-			slices.Reverse(out)
-			return out, nil
+			out[i] = v
+		default:
+			return nil, errorf("map needs a filter name or attribute=")
 		}
-	case "replace":
-		if len(args) < 2 {
-			return nil, errorf("replace filter needs two arguments")
+	}
+	return out, nil
+}
+
+// selectFilter is select, reject, selectattr and rejectattr, told apart by
+// the name they are called by.
+func selectFilter(_ *renderer, c filterCall) (Value, error) {
+	items, err := iterate(c.x)
+	if err != nil {
+		return nil, err
+	}
+	byAttr := strings.HasSuffix(c.name, "attr")
+	want := !strings.HasPrefix(c.name, "reject")
+	rest := c.args
+	if byAttr {
+		if len(c.args) == 0 {
+			return nil, errorf("%s needs an attribute", c.name)
 		}
-		return strings.ReplaceAll(str(x), str(args[0]), str(args[1])), nil
-	case "int":
-		switch v := x.(type) {
-		case int64:
-			return v, nil
-		case float64:
-			return int64(v), nil
-		case bool:
-			n, _ := asInt(v)
-			return n, nil
-		case string:
-			if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
-				return n, nil
-			}
-		}
-		return int64(0), nil
-	case "float":
-		if f, ok := number(x); ok {
-			return f, nil
-		}
-		if f, err := strconv.ParseFloat(strings.TrimSpace(str(x)), 64); err == nil {
-			return f, nil
-		}
-		return 0.0, nil
-	case "abs":
-		switch v := x.(type) {
-		case int64:
-			return max(v, -v), nil
-		case float64:
-			if v < 0 {
-				return -v, nil
-			}
-			return v, nil
-		}
-		return nil, errorf("abs needs a number")
-	case "indent":
-		width, ok := arg(0, "width")
-		w, _ := asInt(width)
-		if !ok {
-			w = 4
-		}
-		w = max(0, min(w, maxIndent))
-		first, _ := arg(1, "first")
-		pad := strings.Repeat(" ", int(w))
-		lines := strings.Split(str(x), "\n")
-		for i := range lines {
-			if (i > 0 || truthy(first)) && lines[i] != "" {
-				lines[i] = pad + lines[i]
-			}
-		}
-		return strings.Join(lines, "\n"), nil
-	case "map":
-		items, err := iterate(x)
-		if err != nil {
-			return nil, err
-		}
-		out := make([]Value, len(items))
-		attr, hasAttr := kw["attribute"]
-		for i, it := range items {
-			switch {
-			case hasAttr:
-				out[i] = getAttr(it, str(attr))
-			case len(args) > 0:
-				v, err := r.applyFilter(str(args[0]), it, args[1:], nil)
-				if err != nil {
-					return nil, err
-				}
-				out[i] = v
-			default:
-				return nil, errorf("map needs a filter name or attribute=")
-			}
-		}
-		return out, nil
-	case "selectattr", "rejectattr", "select", "reject":
-		items, err := iterate(x)
-		if err != nil {
-			return nil, err
-		}
-		byAttr := strings.HasSuffix(name, "attr")
-		want := !strings.HasPrefix(name, "reject")
-		rest := args
+		rest = c.args[1:]
+	}
+	var out []Value
+	for _, it := range items {
+		v := it
 		if byAttr {
-			if len(args) == 0 {
-				return nil, errorf("%s needs an attribute", name)
-			}
-			rest = args[1:]
+			v = getAttr(it, str(c.args[0]))
 		}
-		var out []Value
-		for _, it := range items {
-			v := it
-			if byAttr {
-				v = getAttr(it, str(args[0]))
-			}
-			ok := truthy(v)
-			if len(rest) > 0 {
-				if ok, err = runTest(str(rest[0]), v, rest[1:]); err != nil {
-					return nil, err
-				}
-			}
-			if ok == want {
-				out = append(out, it)
-			}
-		}
-		return out, nil
-	case "unique":
-		items, err := iterate(x)
-		if err != nil {
-			return nil, err
-		}
-		var out []Value
-		for _, it := range items {
-			if !slices.ContainsFunc(out, func(o Value) bool { return equal(o, it) }) {
-				out = append(out, it)
-			}
-		}
-		return out, nil
-	case "sum":
-		items, err := iterate(x)
-		if err != nil {
-			return nil, err
-		}
-		var acc Value = int64(0)
-		for _, it := range items {
-			if acc, err = arith("+", acc, it); err != nil {
+		ok := truthy(v)
+		if len(rest) > 0 {
+			if ok, err = runTest(str(rest[0]), v, rest[1:]); err != nil {
 				return nil, err
 			}
 		}
-		return acc, nil
+		if ok == want {
+			out = append(out, it)
+		}
 	}
-	return nil, errorf("unknown filter %q", name)
+	return out, nil
+}
+
+func filterUnique(_ *renderer, c filterCall) (Value, error) {
+	items, err := iterate(c.x)
+	if err != nil {
+		return nil, err
+	}
+	var out []Value
+	for _, it := range items {
+		if !slices.ContainsFunc(out, func(o Value) bool { return equal(o, it) }) {
+			out = append(out, it)
+		}
+	}
+	return out, nil
+}
+
+func filterSum(_ *renderer, c filterCall) (Value, error) {
+	items, err := iterate(c.x)
+	if err != nil {
+		return nil, err
+	}
+	var acc Value = int64(0)
+	for _, it := range items {
+		if acc, err = arith("+", acc, it); err != nil {
+			return nil, err
+		}
+	}
+	return acc, nil
 }
 
 // maxIndent bounds indent widths so that output stays proportional to input.

@@ -1,12 +1,16 @@
-package scheduling
+package prefixmatch
 
-import "github.com/kvgate/kvgate/extproc/endpoints"
+import (
+	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/scheduling"
+)
 
-// PrefixMatchKey is the cycle-state key under which a prefix scorer, as a
-// data producer, leaves its *Prediction: the prompt tokens each candidate is
+// MatchKey is the cycle-state key under which a prefix scorer, as a data
+// producer, leaves its *Prediction: the prompt tokens each candidate is
 // expected to hold, which the live load model and the latency predictor
-// turn into uncached prefill work.
-const PrefixMatchKey = "prefix-match"
+// turn into uncached prefill work. Both prefix scorers write it; with both
+// configured, the one that produces last wins.
+var MatchKey = scheduling.NewKey[*Prediction]("prefix-match")
 
 // Prediction is what a prefix scorer expects for one request, kept in the
 // cycle state: the blocks each candidate holds (when produced), what it then
@@ -85,7 +89,7 @@ func (p *Prediction) ScoreSubset(eps []*endpoints.Endpoint, scores []float64, to
 
 // Predict records the prediction for res's primary target and returns that
 // target; nil when nothing was picked.
-func (p *Prediction) Predict(res *Result, rec PrefixRecorder, plugin TypedName) *endpoints.Endpoint {
+func (p *Prediction) Predict(res *scheduling.Result, rec Recorder, plugin scheduling.TypedName) *endpoints.Endpoint {
 	primary := res.Primary()
 	if primary == nil || len(primary.Targets) == 0 {
 		return nil
@@ -103,7 +107,7 @@ func (p *Prediction) Predict(res *Result, rec PrefixRecorder, plugin TypedName) 
 
 // Check records how the prediction compares with what the server reported
 // for a completed response.
-func (p *Prediction) Check(res *Response, rec PrefixRecorder, plugin TypedName) {
+func (p *Prediction) Check(res *scheduling.Response, rec Recorder, plugin scheduling.TypedName) {
 	if !res.Complete || res.Usage.PromptTokens == 0 {
 		return
 	}

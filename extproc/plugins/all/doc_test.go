@@ -1,0 +1,354 @@
+package all
+
+import (
+	"bufio"
+	"go/ast"
+	"go/doc"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/kvgate/kvgate/extproc/kvindex"
+	"github.com/kvgate/kvgate/extproc/plugins/inflightload"
+	"github.com/kvgate/kvgate/extproc/plugins/latencyscorer"
+	"github.com/kvgate/kvgate/extproc/plugins/latencyslo"
+	"github.com/kvgate/kvgate/extproc/plugins/loadaware"
+	"github.com/kvgate/kvgate/extproc/plugins/picker"
+	"github.com/kvgate/kvgate/extproc/plugins/precise"
+	"github.com/kvgate/kvgate/extproc/plugins/predictedlatency"
+	"github.com/kvgate/kvgate/extproc/plugins/prefixaffinity"
+	"github.com/kvgate/kvgate/extproc/plugins/sloheadroom"
+	"github.com/kvgate/kvgate/extproc/plugins/prefix"
+	"github.com/kvgate/kvgate/extproc/plugins/tokenload"
+	"github.com/kvgate/kvgate/extproc/scheduling"
+)
+
+// paramsOf is the struct each plugin type decodes its parameters into (nil:
+// it takes none). Every registered type must be listed, so that a new
+// plugin cannot skip the documentation check; the probes below confirm
+// that the factory accepts exactly these fields.
+var paramsOf = map[string]any{
+	"queue-scorer":                nil,
+	"kv-cache-utilization-scorer": nil,
+	"running-requests-scorer":     nil,
+	tokenload.Type:                tokenload.Params{},
+	loadaware.Type:                loadaware.Params{},
+	"lora-affinity-scorer":        nil,
+	prefix.Type:                   prefix.Params{},
+	precise.Type:                  precise.Params{},
+	picker.MaxScoreType:           picker.Params{},
+	picker.RandomType:             picker.Params{},
+	picker.WeightedRandomType:     picker.Params{},
+	picker.RoundRobinType:         picker.Params{},
+	"single-profile-handler":      nil,
+	"decode-filter":               nil,
+	"prefill-filter":              nil,
+	"encode-filter":               nil,
+	inflightload.Type:             nil,
+	predictedlatency.Type:         predictedlatency.Params{},
+	latencyscorer.Type:            latencyscorer.Params{},
+	prefixaffinity.Type:           prefixaffinity.Params{},
+	sloheadroom.Type:              sloheadroom.Params{},
+	latencyslo.Type:               nil,
+}
+
+// The README's plugin table, each plugin package's documented parameters,
+// the parameters its factory accepts and the registry all agree.
+func TestDocsAgreeWithRegistry(t *testing.T) {
+	rows := readmePluginTable(t, "../../../README.md")
+	r := Registry()
+	h := &scheduling.Handle{Services: map[string]any{precise.ServiceKVIndex: kvindex.New(kvindex.Config{})}}
+
+	inReadme := map[string]readmeRow{}
+	for _, row := range rows {
+		for _, typ := range append(slices.Clone(row.types), row.aliases...) {
+			if _, dup := inReadme[typ]; dup {
+				t.Errorf("README: %s is listed twice", typ)
+			}
+			inReadme[typ] = row
+		}
+	}
+	registered := r.Types()
+	for _, typ := range registered {
+		if _, ok := inReadme[typ]; !ok {
+			t.Errorf("registered type %s is missing from the README's plugin table", typ)
+		}
+	}
+	for typ := range inReadme {
+		if !slices.Contains(registered, typ) {
+			t.Errorf("README lists %s, which is not registered", typ)
+		}
+	}
+
+	docs := map[string]*doc.Package{}
+	for _, typ := range registered {
+		row, ok := inReadme[typ]
+		if !ok {
+			continue
+		}
+		p, err := r.Build(typ, "", nil, h)
+		if err != nil {
+			t.Errorf("%s: %v", typ, err)
+			continue
+		}
+		canonical := p.TypedName().Type
+		if !slices.Contains(row.types, canonical) {
+			t.Errorf("README row %v lists %s, which builds a %s", row.types, typ, canonical)
+		}
+		if !isKind(p, row.kind) {
+			t.Errorf("README: %s is not a %s", typ, row.kind)
+		}
+		if typ != canonical {
+			continue // aliases share their type's parameters
+		}
+		v, ok := paramsOf[typ]
+		if !ok {
+			t.Errorf("%s: add its parameters struct (or nil) to paramsOf", typ)
+			continue
+		}
+		fields := jsonFields(v)
+		probeParams(t, r, h, typ, fields)
+		if !slices.Equal(row.params, fields) {
+			t.Errorf("README parameters of %s = %v, its factory accepts %v", typ, row.params, fields)
+		}
+		documented, where := documentedParams(t, docs, p)
+		if !slices.Equal(documented, fields) {
+			t.Errorf("%s documents parameters %v, its factory accepts %v", where, documented, fields)
+		}
+	}
+}
+
+// kinds maps the README's kind column to the interface a plugin of that
+// kind implements.
+var kinds = map[string]reflect.Type{
+	"scorer":          reflect.TypeFor[scheduling.Scorer](),
+	"filter":          reflect.TypeFor[scheduling.Filter](),
+	"picker":          reflect.TypeFor[scheduling.Picker](),
+	"profile handler": reflect.TypeFor[scheduling.ProfileHandler](),
+	"data producer":   reflect.TypeFor[scheduling.DataProducer](),
+	"admitter":        reflect.TypeFor[scheduling.Admitter](),
+}
+
+func isKind(p scheduling.Plugin, kind string) bool {
+	iface, ok := kinds[kind]
+	return ok && reflect.TypeOf(p).Implements(iface)
+}
+
+// probeParams checks that the factory decodes exactly fields: each one is
+// accepted (null keeps its default, so no value can fail validation) and a
+// name outside them is refused.
+func probeParams(t *testing.T, r *scheduling.Registry, h *scheduling.Handle, typ string, fields []string) {
+	t.Helper()
+	for _, f := range fields {
+		if _, err := r.Build(typ, "", []byte(`{"`+f+`": null}`), h); err != nil {
+			t.Errorf("%s: declared parameter %s refused: %v", typ, f, err)
+		}
+	}
+	if _, err := r.Build(typ, "", []byte(`{"kvgateUndeclaredProbe": null}`), h); err == nil {
+		t.Errorf("%s accepts an undeclared parameter: its parameters are not decoded strictly", typ)
+	}
+}
+
+// jsonFields returns the sorted JSON names of a parameters struct's fields.
+func jsonFields(v any) []string {
+	out := []string{}
+	if v == nil {
+		return out
+	}
+	rt := reflect.TypeOf(v)
+	for i := range rt.NumField() {
+		f := rt.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch name {
+		case "-":
+			continue
+		case "":
+			name = f.Name
+		}
+		out = append(out, name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+type readmeRow struct {
+	types, aliases []string
+	kind           string
+	params         []string
+}
+
+// readmePluginTable returns the rows of the table with columns "type | kind
+// | parameters (default)" in the README section on kvgate epp.
+func readmePluginTable(t *testing.T, path string) []readmeRow {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var rows []readmeRow
+	section, table := false, false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case strings.HasPrefix(line, "#"):
+			section = line == "### `kvgate epp`"
+			table = false
+		case !section:
+		case !strings.HasPrefix(line, "|"):
+			table = false
+		case table:
+			cells := strings.Split(strings.Trim(line, "|"), "|")
+			if len(cells) != 3 {
+				t.Fatalf("README plugin table row %q has %d cells", line, len(cells))
+			}
+			if strings.Trim(cells[0], " -") == "" {
+				continue // the header's separator row
+			}
+			var row readmeRow
+			row.types, row.aliases = ticked(cells[0])
+			row.kind = strings.TrimSpace(cells[1])
+			row.params, _ = ticked(cells[2])
+			sort.Strings(row.params)
+			rows = append(rows, row)
+		default:
+			table = strings.Join(strings.Fields(line), " ") == "| type | kind | parameters (default) |"
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) == 0 {
+		t.Fatalf("%s: no plugin table (type | kind | parameters (default)) under ### `kvgate epp`", path)
+	}
+	return rows
+}
+
+// ticked returns the `quoted` names of a table cell: those outside
+// parentheses, and those inside (aliases, or notes such as a pod label).
+func ticked(cell string) (outside, inside []string) {
+	depth := 0
+	for cell != "" {
+		switch c := cell[0]; {
+		case c == '(':
+			depth++
+		case c == ')':
+			depth--
+		case c == '`':
+			name, rest, ok := strings.Cut(cell[1:], "`")
+			if !ok {
+				return outside, inside
+			}
+			if depth > 0 {
+				inside = append(inside, name)
+			} else {
+				outside = append(outside, name)
+			}
+			cell = rest
+			continue
+		}
+		cell = cell[1:]
+	}
+	return outside, inside
+}
+
+// documentedParams returns the parameter names documented for plugin p: in
+// its Go type's doc comment when that has a Parameters section, else in its
+// package's doc comment. where names the comment.
+func documentedParams(t *testing.T, cache map[string]*doc.Package, p scheduling.Plugin) (names []string, where string) {
+	t.Helper()
+	rt := reflect.TypeOf(p)
+	if rt.Kind() == reflect.Pointer {
+		rt = rt.Elem()
+	}
+	dir := filepath.Join("..", filepath.Base(rt.PkgPath()))
+	pkg, ok := cache[dir]
+	if !ok {
+		pkg = parseDoc(t, dir)
+		cache[dir] = pkg
+	}
+	for _, typ := range pkg.Types {
+		if typ.Name == rt.Name() {
+			if names, ok := parametersSection(typ.Doc); ok {
+				return names, "type " + pkg.Name + "." + typ.Name
+			}
+		}
+	}
+	names, ok = parametersSection(pkg.Doc)
+	if !ok {
+		t.Errorf("package %s documents no parameters (want a Parameters section, or \"Parameters: none.\")", pkg.Name)
+	}
+	return names, "package " + pkg.Name
+}
+
+func parseDoc(t *testing.T, dir string) *doc.Package {
+	t.Helper()
+	fset := token.NewFileSet()
+	matches, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []*ast.File
+	for _, m := range matches {
+		if strings.HasSuffix(m, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, m, nil, parser.ParseComments)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, f)
+	}
+	pkg, err := doc.NewFromFiles(fset, files, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pkg
+}
+
+var paramLine = regexp.MustCompile(`^\t([A-Za-z][A-Za-z0-9]*):\s`)
+
+// parametersSection reads the convention plugin packages document their
+// parameters in: a paragraph starting "Parameters" that is either
+// "Parameters: none." or followed by a code block of "name: type  meaning"
+// lines (more deeply indented lines continue the meaning).
+func parametersSection(comment string) (names []string, ok bool) {
+	lines := strings.Split(comment, "\n")
+	for i, l := range lines {
+		if !strings.HasPrefix(l, "Parameters") {
+			continue
+		}
+		names = []string{}
+		if strings.HasPrefix(l, "Parameters: none") {
+			return names, true
+		}
+		for _, l := range lines[i+1:] {
+			if l == "" {
+				if len(names) == 0 {
+					continue
+				}
+				break
+			}
+			if !strings.HasPrefix(l, "\t") {
+				break
+			}
+			if m := paramLine.FindStringSubmatch(l); m != nil {
+				names = append(names, m[1])
+			}
+		}
+		sort.Strings(names)
+		return names, true
+	}
+	return nil, false
+}
