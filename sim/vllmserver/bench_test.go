@@ -1,4 +1,4 @@
-package server
+package vllmserver
 
 import (
 	"bytes"
@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/kvgate/kvgate/internal/kvevents"
+	"github.com/kvgate/kvgate/internal/kvwire"
 	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/sim/engine"
 )
@@ -49,7 +49,7 @@ func BenchmarkCompletion(b *testing.B) {
 // BenchmarkEventSink measures converting and publishing one step's
 // BlockStored event for a 400-token prompt (25 blocks).
 func BenchmarkEventSink(b *testing.B) {
-	pub, err := kvevents.NewPublisher(b.Context(), kvevents.PublisherConfig{Endpoint: "tcp://127.0.0.1:*", QueueSize: 1 << 16})
+	pub, err := kvwire.NewPublisher(b.Context(), kvwire.PublisherConfig{Endpoint: "tcp://127.0.0.1:*", QueueSize: 1 << 16})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package kvevents
+package kvwire
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package kvevents
+package kvwire
 
 import (
 	"encoding/binary"
@@ -50,7 +50,7 @@ const (
 const maxDepth = 32
 
 // ErrTruncated means the payload ended inside a value.
-var ErrTruncated = errors.New("kvevents: payload truncated")
+var ErrTruncated = errors.New("kvwire: payload truncated")
 
 // A TypeError means a value had an unexpected msgpack type.
 type TypeError struct {
@@ -60,7 +60,7 @@ type TypeError struct {
 }
 
 func (e *TypeError) Error() string {
-	return fmt.Sprintf("kvevents: expected %s, found msgpack code 0x%02x at offset %d", e.Want, e.Code, e.Off)
+	return fmt.Sprintf("kvwire: expected %s, found msgpack code 0x%02x at offset %d", e.Want, e.Code, e.Off)
 }
 
 type reader struct {
@@ -291,7 +291,7 @@ func (r *reader) float() (float64, error) {
 // skip steps over one value of any type.
 func (r *reader) skip(depth int) error {
 	if depth > maxDepth {
-		return fmt.Errorf("kvevents: values nested deeper than %d at offset %d", maxDepth, r.off)
+		return fmt.Errorf("kvwire: values nested deeper than %d at offset %d", maxDepth, r.off)
 	}
 	c, err := r.peek()
 	if err != nil {

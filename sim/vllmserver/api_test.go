@@ -1,4 +1,4 @@
-package server
+package vllmserver
 
 import (
 	"context"

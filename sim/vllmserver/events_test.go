@@ -1,11 +1,11 @@
-package server
+package vllmserver
 
 import (
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/kvgate/kvgate/internal/kvevents"
+	"github.com/kvgate/kvgate/internal/kvwire"
 	"github.com/kvgate/kvgate/internal/testutil"
 )
 
@@ -15,7 +15,7 @@ import (
 // ZMQ with exactly the block hashes real vLLM published, in both encodings.
 func TestKVEventsMatchVLLM(t *testing.T) {
 	vec := testutil.LoadHashVector(t)
-	for _, enc := range []kvevents.Encoding{kvevents.EncodingArray, kvevents.EncodingMap} {
+	for _, enc := range []kvwire.Encoding{kvwire.EncodingArray, kvwire.EncodingMap} {
 		t.Run(enc.String(), func(t *testing.T) {
 			o := testOptions(t)
 			o.Model, o.BlockSize, o.HashSeed = vec.Model, vec.BlockSize, vec.Seed
@@ -32,7 +32,7 @@ func TestKVEventsMatchVLLM(t *testing.T) {
 			}
 			for {
 				for _, ev := range nextBatch(t, s, msgs).Events {
-					st, ok := ev.(kvevents.BlockStored)
+					st, ok := ev.(kvwire.BlockStored)
 					if !ok || !slices.Equal(st.TokenIDs, vec.TokenIDs) {
 						continue // warm-up traffic
 					}
@@ -56,7 +56,7 @@ func TestKVEventsEviction(t *testing.T) {
 	o := testOptions(t)
 	o.NumGPUBlocks, o.MaxModelLen = 48, 512
 	o.KVEventsEndpoint = "tcp://127.0.0.1:*"
-	o.KVEventsEncoding = kvevents.EncodingMap
+	o.KVEventsEncoding = kvwire.EncodingMap
 	s := startServer(t, o)
 	msgs := subscribe(t, s)
 
@@ -75,12 +75,12 @@ func TestKVEventsEviction(t *testing.T) {
 	for evicted := false; !evicted; {
 		for _, ev := range nextBatch(t, s, msgs).Events {
 			switch e := ev.(type) {
-			case kvevents.BlockStored:
+			case kvwire.BlockStored:
 				for _, k := range hashKeys(e.BlockHashes) {
 					stored[k] = true
 				}
-			case kvevents.BlockRemoved:
-				if e.Medium != kvevents.MediumGPU || len(e.BlockHashes) != 1 {
+			case kvwire.BlockRemoved:
+				if e.Medium != kvwire.MediumGPU || len(e.BlockHashes) != 1 {
 					t.Fatalf("event %s", describe(e))
 				}
 				evicted = evicted || stored[e.BlockHashes[0].Key()]
@@ -94,7 +94,7 @@ func TestKVEventsEviction(t *testing.T) {
 	}
 	for {
 		b := nextBatch(t, s, msgs)
-		if slices.ContainsFunc(b.Events, func(ev kvevents.Event) bool { return ev.Type() == kvevents.TypeAllBlocksCleared }) {
+		if slices.ContainsFunc(b.Events, func(ev kvwire.Event) bool { return ev.Type() == kvwire.TypeAllBlocksCleared }) {
 			return
 		}
 	}

@@ -1,4 +1,4 @@
-package kvevents
+package kvwire
 
 import (
 	"context"
@@ -26,7 +26,7 @@ const (
 )
 
 // ErrClosed is returned by Publish after Close.
-var ErrClosed = errors.New("kvevents: publisher closed")
+var ErrClosed = errors.New("kvwire: publisher closed")
 
 // PublisherConfig configures a Publisher.
 type PublisherConfig struct {
@@ -122,7 +122,7 @@ func NewPublisher(ctx context.Context, cfg PublisherConfig) (*Publisher, error) 
 	if err := p.pub.SetOption(zmq4.OptionHWM, cfg.QueueSize); err != nil {
 		_ = p.pub.Close()
 		cancel()
-		return nil, fmt.Errorf("kvevents: set PUB high-water mark: %w", err)
+		return nil, fmt.Errorf("kvwire: set PUB high-water mark: %w", err)
 	}
 	if err := p.open(ctx, p.pub, cfg.Endpoint); err != nil {
 		_ = p.pub.Close()
@@ -165,7 +165,7 @@ func Binds(endpoint string) bool {
 func (p *Publisher) open(ctx context.Context, s zmq4.Socket, endpoint string) error {
 	if Binds(endpoint) {
 		if err := s.Listen(endpoint); err != nil {
-			return fmt.Errorf("kvevents: bind %s: %w", endpoint, err)
+			return fmt.Errorf("kvwire: bind %s: %w", endpoint, err)
 		}
 		return nil
 	}

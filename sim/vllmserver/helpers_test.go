@@ -1,4 +1,4 @@
-package server
+package vllmserver
 
 import (
 	"bufio"
@@ -17,7 +17,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/kvgate/kvgate/internal/kvevents"
+	"github.com/kvgate/kvgate/internal/kvwire"
 	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/internal/tokenizer"
 )
@@ -269,7 +269,7 @@ func subscribe(tb testing.TB, s *Server) <-chan zmq4.Msg {
 }
 
 // nextBatch decodes the next KV-events message, checking its framing.
-func nextBatch(tb testing.TB, s *Server, msgs <-chan zmq4.Msg) kvevents.EventBatch {
+func nextBatch(tb testing.TB, s *Server, msgs <-chan zmq4.Msg) kvwire.EventBatch {
 	tb.Helper()
 	select {
 	case m, ok := <-msgs:
@@ -279,7 +279,7 @@ func nextBatch(tb testing.TB, s *Server, msgs <-chan zmq4.Msg) kvevents.EventBat
 		if len(m.Frames) != 3 || string(m.Frames[0]) != s.Topic() || len(m.Frames[1]) != 8 {
 			tb.Fatalf("bad frames: %q", m.Frames)
 		}
-		b, skipped, err := kvevents.Decode(m.Frames[2])
+		b, skipped, err := kvwire.Decode(m.Frames[2])
 		if err != nil || skipped != 0 {
 			tb.Fatalf("Decode: %v (skipped %d)", err, skipped)
 		}
@@ -287,13 +287,13 @@ func nextBatch(tb testing.TB, s *Server, msgs <-chan zmq4.Msg) kvevents.EventBat
 	case <-time.After(testTimeout):
 		tb.Fatal("timed out waiting for KV events")
 	}
-	return kvevents.EventBatch{}
+	return kvwire.EventBatch{}
 }
 
 // hashKeys are the routing keys of hashes.
-func hashKeys(hs []kvevents.Hash) []uint64 { return kvevents.Keys(nil, hs) }
+func hashKeys(hs []kvwire.Hash) []uint64 { return kvwire.Keys(nil, hs) }
 
-func describe(ev kvevents.Event) string { return fmt.Sprintf("%s %+v", ev.Type(), ev) }
+func describe(ev kvwire.Event) string { return fmt.Sprintf("%s %+v", ev.Type(), ev) }
 
 func labelMap(pairs []*dto.LabelPair) map[string]string {
 	m := make(map[string]string, len(pairs))

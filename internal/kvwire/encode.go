@@ -1,4 +1,4 @@
-package kvevents
+package kvwire
 
 import (
 	"bytes"
@@ -34,7 +34,7 @@ func ParseEncoding(s string) (Encoding, error) {
 	case "map":
 		return EncodingMap, nil
 	}
-	return 0, fmt.Errorf("kvevents: unknown encoding %q (want array or map)", s)
+	return 0, fmt.Errorf("kvwire: unknown encoding %q (want array or map)", s)
 }
 
 // Encode serializes a batch the way vLLM's msgspec encoder does: integers
@@ -57,7 +57,7 @@ func Encode(b EventBatch, enc Encoding) ([]byte, error) {
 		w.arrayBatch(b)
 	}
 	if w.err != nil {
-		return nil, fmt.Errorf("kvevents: encode: %w", w.err)
+		return nil, fmt.Errorf("kvwire: encode: %w", w.err)
 	}
 	return buf.Bytes(), nil
 }

@@ -1,4 +1,4 @@
-package server
+package vllmserver
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/kvgate/kvgate/internal/kvevents"
+	"github.com/kvgate/kvgate/internal/kvwire"
 	"github.com/kvgate/kvgate/internal/tokenizer"
 	"github.com/kvgate/kvgate/sim/engine"
 )
@@ -43,7 +43,7 @@ type Server struct {
 	runner  *engine.Runner
 	engCfg  engine.Config
 	models  modelTable
-	pub     *kvevents.Publisher // nil without KV events
+	pub     *kvwire.Publisher // nil without KV events
 	topic   string
 	reg     *prometheus.Registry
 	metrics *serverMetrics
@@ -122,7 +122,7 @@ func New(o Options) (*Server, error) {
 		if s.topic == "" {
 			s.topic = "kv@" + net.JoinHostPort(s.host, strconv.Itoa(s.port)) + "@" + s.models.base[0]
 		}
-		s.pub, err = kvevents.NewPublisher(s.ctx, kvevents.PublisherConfig{
+		s.pub, err = kvwire.NewPublisher(s.ctx, kvwire.PublisherConfig{
 			Endpoint: o.KVEventsEndpoint, ReplayEndpoint: o.KVEventsReplayEndpoint,
 			Topic: s.topic, Encoding: o.KVEventsEncoding, Logger: o.Logger,
 		})

@@ -1,4 +1,4 @@
-// Package server is `kvgate sim`: a vLLM-compatible OpenAI HTTP server in
+// Package vllmserver is `kvgate sim`: a vLLM-compatible OpenAI HTTP server in
 // front of the sim/engine model, for running the picker, the gateway and the
 // P/D sidecar against a fleet of fake GPUs on one machine.
 //
@@ -57,4 +57,4 @@
 // POST http://<remote_host>:<remote_port>/kvgate/release_kv
 // {"request_id": "<remote_request_id>"}, standing in for NIXL's completion
 // notification. The endpoint may also be called by hand.
-package server
+package vllmserver

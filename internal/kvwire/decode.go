@@ -1,4 +1,4 @@
-package kvevents
+package kvwire
 
 import (
 	"bytes"
@@ -45,7 +45,7 @@ func (o DecodeOptions) Decode(payload []byte) (EventBatch, int, error) {
 		return EventBatch{}, 0, err
 	}
 	if r.left() != 0 {
-		return EventBatch{}, 0, fmt.Errorf("kvevents: %d bytes after the event batch", r.left())
+		return EventBatch{}, 0, fmt.Errorf("kvwire: %d bytes after the event batch", r.left())
 	}
 	return b, skipped, nil
 }
@@ -60,10 +60,10 @@ func (r *reader) arrayBatch(b *EventBatch) (int, error) {
 		return 0, err
 	}
 	if n < 2 {
-		return 0, fmt.Errorf("kvevents: event batch has %d fields, want at least ts and events", n)
+		return 0, fmt.Errorf("kvwire: event batch has %d fields, want at least ts and events", n)
 	}
 	if b.TS, err = r.float(); err != nil {
-		return 0, fmt.Errorf("kvevents: batch ts: %w", err)
+		return 0, fmt.Errorf("kvwire: batch ts: %w", err)
 	}
 	skipped, err := r.events(b)
 	if err != nil {
@@ -71,7 +71,7 @@ func (r *reader) arrayBatch(b *EventBatch) (int, error) {
 	}
 	if n >= 3 {
 		if b.DataParallelRank, err = r.optInt(); err != nil {
-			return 0, fmt.Errorf("kvevents: batch data_parallel_rank: %w", err)
+			return 0, fmt.Errorf("kvwire: batch data_parallel_rank: %w", err)
 		}
 	}
 	for range n - 3 {
@@ -92,7 +92,7 @@ func (r *reader) mapBatch(b *EventBatch) (int, error) {
 	for range n {
 		key, err := r.str()
 		if err != nil {
-			return 0, fmt.Errorf("kvevents: batch key: %w", err)
+			return 0, fmt.Errorf("kvwire: batch key: %w", err)
 		}
 		switch string(key) {
 		case "ts":
@@ -105,7 +105,7 @@ func (r *reader) mapBatch(b *EventBatch) (int, error) {
 			err = r.skip(1)
 		}
 		if err != nil {
-			return 0, fmt.Errorf("kvevents: batch %q: %w", key, err)
+			return 0, fmt.Errorf("kvwire: batch %q: %w", key, err)
 		}
 	}
 	return skipped, nil
@@ -133,7 +133,7 @@ func (r *reader) events(b *EventBatch) (int, error) {
 			err = r.typeErr("event (array or map)")
 		}
 		if err != nil {
-			return 0, fmt.Errorf("kvevents: event %d: %w", i, err)
+			return 0, fmt.Errorf("kvwire: event %d: %w", i, err)
 		}
 		if ev == nil {
 			skipped++

@@ -1,10 +1,10 @@
-package server
+package vllmserver
 
 import (
 	"log/slog"
 	"time"
 
-	"github.com/kvgate/kvgate/internal/kvevents"
+	"github.com/kvgate/kvgate/internal/kvwire"
 	"github.com/kvgate/kvgate/sim/engine"
 )
 
@@ -12,13 +12,13 @@ import (
 // vLLM does. The Runner calls it with its lock held; Publisher.Publish
 // encodes and queues without touching the network, so it never blocks.
 type eventSink struct {
-	pub     *kvevents.Publisher
+	pub     *kvwire.Publisher
 	loraIDs map[string]int // immutable
 	log     *slog.Logger
-	buf     []kvevents.Event // reused: calls are serialized by the Runner's lock
+	buf     []kvwire.Event // reused: calls are serialized by the Runner's lock
 }
 
-func newEventSink(pub *kvevents.Publisher, loraIDs map[string]int, log *slog.Logger) *eventSink {
+func newEventSink(pub *kvwire.Publisher, loraIDs map[string]int, log *slog.Logger) *eventSink {
 	return &eventSink{pub: pub, loraIDs: loraIDs, log: log}
 }
 
@@ -33,22 +33,22 @@ func (s *eventSink) Publish(events []engine.Event) {
 	if len(s.buf) == 0 {
 		return
 	}
-	batch := kvevents.EventBatch{TS: float64(time.Now().UnixNano()) / 1e9, Events: s.buf}
+	batch := kvwire.EventBatch{TS: float64(time.Now().UnixNano()) / 1e9, Events: s.buf}
 	if err := s.pub.Publish(batch); err != nil {
 		s.log.Debug("KV events batch not published", "err", err)
 	}
 	clear(s.buf) // the batch is encoded; do not pin its token slices
 }
 
-func (s *eventSink) convert(ev engine.Event) (kvevents.Event, bool) {
+func (s *eventSink) convert(ev engine.Event) (kvwire.Event, bool) {
 	switch e := ev.(type) {
 	case *engine.BlockStored:
-		out := kvevents.BlockStored{
+		out := kvwire.BlockStored{
 			BlockHashes: hashes(e.BlockHashes), TokenIDs: e.TokenIDs, BlockSize: e.BlockSize,
 			Medium: e.Medium, LoRAName: e.LoRAName,
 		}
 		if e.HasParent {
-			p := kvevents.Uint64Hash(e.ParentBlockHash)
+			p := kvwire.Uint64Hash(e.ParentBlockHash)
 			out.ParentBlockHash = &p
 		}
 		if id, ok := s.loraIDs[e.LoRAName]; ok {
@@ -56,17 +56,17 @@ func (s *eventSink) convert(ev engine.Event) (kvevents.Event, bool) {
 		}
 		return out, true
 	case *engine.BlockRemoved:
-		return kvevents.BlockRemoved{BlockHashes: hashes(e.BlockHashes), Medium: e.Medium}, true
+		return kvwire.BlockRemoved{BlockHashes: hashes(e.BlockHashes), Medium: e.Medium}, true
 	case *engine.AllBlocksCleared:
-		return kvevents.AllBlocksCleared{}, true
+		return kvwire.AllBlocksCleared{}, true
 	}
 	return nil, false
 }
 
-func hashes(vs []uint64) []kvevents.Hash {
-	out := make([]kvevents.Hash, len(vs))
+func hashes(vs []uint64) []kvwire.Hash {
+	out := make([]kvwire.Hash, len(vs))
 	for i, v := range vs {
-		out[i] = kvevents.Uint64Hash(v)
+		out[i] = kvwire.Uint64Hash(v)
 	}
 	return out
 }

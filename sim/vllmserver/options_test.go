@@ -1,4 +1,4 @@
-package server
+package vllmserver
 
 import (
 	"io"
@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvgate/kvgate/internal/kvevents"
+	"github.com/kvgate/kvgate/internal/kvwire"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -18,7 +18,7 @@ func TestParseFlags(t *testing.T) {
 	}{
 		{name: "defaults", args: "", check: func(o Options) bool {
 			return o.Port == 8000 && o.Model == "Qwen/Qwen3-0.6B" && o.HashSeed == "42" && o.BlockSize == 16 &&
-				o.Role == RoleBoth && o.TimeScale == 1 && o.KVEventsEncoding == kvevents.EncodingArray
+				o.Role == RoleBoth && o.TimeScale == 1 && o.KVEventsEncoding == kvwire.EncodingArray
 		}},
 		{name: "positional model", args: "meta-llama/Llama-3.1-8B-Instruct --port 8001", check: func(o Options) bool {
 			return o.Model == "meta-llama/Llama-3.1-8B-Instruct" && o.Port == 8001
@@ -31,7 +31,7 @@ func TestParseFlags(t *testing.T) {
 			return reflect.DeepEqual(o.ServedModelNames, []string{"a", "b", "c"})
 		}},
 		{name: "events", args: "--kv-events-endpoint tcp://*:5557 --kv-events-format map --kv-events-topic t --role decode --time-scale 10", check: func(o Options) bool {
-			return o.KVEventsEndpoint == "tcp://*:5557" && o.KVEventsEncoding == kvevents.EncodingMap &&
+			return o.KVEventsEndpoint == "tcp://*:5557" && o.KVEventsEncoding == kvwire.EncodingMap &&
 				o.KVEventsTopic == "t" && o.Role == RoleDecode && o.TimeScale == 10
 		}},
 		{name: "bad role", args: "--role middle", err: "--role"},

@@ -1,4 +1,4 @@
-package server
+package vllmserver
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kvgate/kvgate/internal/kvevents"
+	"github.com/kvgate/kvgate/internal/kvwire"
 	"github.com/kvgate/kvgate/internal/tokenizer"
 )
 
@@ -93,7 +93,7 @@ type Options struct {
 	KVEventsReplayEndpoint string
 	// KVEventsTopic defaults to kv@<host:port>@<served model name>.
 	KVEventsTopic    string
-	KVEventsEncoding kvevents.Encoding
+	KVEventsEncoding kvwire.Encoding
 
 	Logger *slog.Logger
 }
@@ -229,7 +229,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 		o.LoRAModules = append(o.LoRAModules, LoRAModule{Name: name, Path: path})
 	}
 	var err error
-	if o.KVEventsEncoding, err = kvevents.ParseEncoding(encoding); err != nil {
+	if o.KVEventsEncoding, err = kvwire.ParseEncoding(encoding); err != nil {
 		return o, err
 	}
 	o.Role = Role(role)

@@ -1,4 +1,4 @@
-// Package kvevents is vLLM's KV-cache event stream: the msgpack wire format
+// Package kvwire is vLLM's KV-cache event stream: the msgpack wire format
 // of event batches in both of vLLM's encodings (array-like structs, and the
 // map form newer vLLM emits), and a ZMQ publisher with vLLM's framing and
 // replay protocol, used by kvgate's simulator. The picker's subscriber
@@ -10,4 +10,4 @@
 // either encoding for the envelope and for each event independently,
 // tolerates missing or extra trailing array fields, and skips (and counts)
 // events of unknown type.
-package kvevents
+package kvwire
