@@ -29,8 +29,6 @@ const KVIndexService = "kvindex"
 
 // Defaults for zero Options fields.
 const (
-	DefaultBlockSize      = 16
-	DefaultHashSeed       = "42"
 	DefaultScrapeInterval = 50 * time.Millisecond
 	DefaultKVEventDelay   = 10 * time.Millisecond
 	MaxReplicas           = 1024
@@ -64,10 +62,10 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("replicas must be 1..%d, got %d", MaxReplicas, o.Replicas)
 	}
 	if o.BlockSize == 0 {
-		o.BlockSize = DefaultBlockSize
+		o.BlockSize = kvhash.DefaultBlockSize
 	}
 	if o.HashSeed == "" {
-		o.HashSeed = DefaultHashSeed
+		o.HashSeed = kvhash.DefaultSeed
 	}
 	if o.ScrapeInterval == 0 {
 		o.ScrapeInterval = DefaultScrapeInterval

@@ -41,9 +41,10 @@
 //
 // # Hash seed
 //
-// --hash-seed (vLLM's PYTHONHASHSEED) defaults to "42", llm-d's convention
-// and the seed of the shared test vector. A picker that scores prefixes
-// from KV events or computes block hashes itself must use the same value.
+// --hash-seed (vLLM's PYTHONHASHSEED) defaults to kvhash.DefaultSeed
+// ("42", llm-d's convention and the seed of the shared test vector). A
+// picker that scores prefixes from KV events or computes block hashes
+// itself must use the same value.
 //
 // # P/D
 //

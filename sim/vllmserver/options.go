@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/kvhash"
 	"github.com/kvgate/kvgate/internal/kvwire"
 	"github.com/kvgate/kvgate/internal/tokenizer"
 )
@@ -107,8 +108,8 @@ func DefaultOptions() Options {
 		TokenizerDir:        defaultTokenizerDir(),
 		TokenizerCacheBytes: 32 << 20,
 		Preset:              "qwen3-0.6b-h100",
-		BlockSize:           16,
-		HashSeed:            "42",
+		BlockSize:           kvhash.DefaultBlockSize,
+		HashSeed:            kvhash.DefaultSeed,
 		HeldBlockTimeout:    480 * time.Second,
 		Role:                RoleBoth,
 		TimeScale:           1,

@@ -58,8 +58,6 @@ const ServiceKVIndex = "kvindex"
 
 // Defaults.
 const (
-	DefaultBlockSize        = 16
-	DefaultHashSeed         = "42"
 	DefaultMaxBlocksToMatch = 8192
 	DefaultPrefixCacheBytes = 64 << 20
 	HashAlgoSHA256CBOR      = "sha256_cbor"
@@ -108,7 +106,7 @@ type scratch struct {
 
 // New is the plugin factory.
 func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plugin, error) {
-	p := Params{BlockSize: DefaultBlockSize, HashSeed: DefaultHashSeed, HashAlgo: HashAlgoSHA256CBOR, MaxBlocksToMatch: DefaultMaxBlocksToMatch, PrefixCacheBytes: DefaultPrefixCacheBytes, DenseBlocks: scheduling.DefaultDenseBlocks}
+	p := Params{BlockSize: kvhash.DefaultBlockSize, HashSeed: kvhash.DefaultSeed, HashAlgo: HashAlgoSHA256CBOR, MaxBlocksToMatch: DefaultMaxBlocksToMatch, PrefixCacheBytes: DefaultPrefixCacheBytes, DenseBlocks: scheduling.DefaultDenseBlocks}
 	if err := scheduling.DecodeParams(raw, &p); err != nil {
 		return nil, err
 	}
