@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/extproc/kvevents"
 	"github.com/kvgate/kvgate/internal/kvwire"
 	"github.com/kvgate/kvgate/internal/testutil"
 )
@@ -43,7 +42,7 @@ schedulingProfiles:
 			t.Cleanup(cancel)
 			pub, err := kvwire.NewPublisher(ctx, kvwire.PublisherConfig{
 				Endpoint: "tcp://" + f.picker.KVEventsAddr().String(),
-				Topic:    kvevents.Topic(b, v.Model),
+				Topic:    kvwire.BuildTopic(b, v.Model),
 				Encoding: enc,
 			})
 			if err != nil {

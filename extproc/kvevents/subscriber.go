@@ -279,7 +279,7 @@ func (s *Subscriber) read(ctx context.Context, sock zmq4.Socket, endpoint string
 		ep := endpoint
 		if ep == "" {
 			var ok bool
-			if ep, ok = EndpointOfTopic(string(msg.Frames[0])); !ok {
+			if ep, _, ok = kvwire.ParseTopic(string(msg.Frames[0])); !ok {
 				s.m.dropped.WithLabelValues(dropBadTopic).Inc()
 				continue
 			}

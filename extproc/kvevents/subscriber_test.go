@@ -139,7 +139,7 @@ func TestPublisherToIndex(t *testing.T) {
 					cfg.Bind = "tcp://127.0.0.1:*"
 				}
 				f := newFixture(t, cfg)
-				pcfg := kvwire.PublisherConfig{Endpoint: "tcp://127.0.0.1:*", Topic: Topic(ep, "qwen"), Encoding: enc}
+				pcfg := kvwire.PublisherConfig{Endpoint: "tcp://127.0.0.1:*", Topic: kvwire.BuildTopic(ep, "qwen"), Encoding: enc}
 				if central {
 					pcfg.Endpoint = "tcp://" + f.sub.Addr().String()
 				}
@@ -359,8 +359,8 @@ func TestEndpointRemoved(t *testing.T) {
 func TestCentralDropsMalformed(t *testing.T) {
 	f := newFixture(t, Config{Bind: "tcp://127.0.0.1:*"})
 	bad := newRawPub(t, "not-a-kv-topic", "tcp://"+f.sub.Addr().String())
-	good := newRawPub(t, Topic("10.0.1.1:8000", "m"), "tcp://"+f.sub.Addr().String())
-	stray := newRawPub(t, Topic("10.0.9.9:8000", "m"), "tcp://"+f.sub.Addr().String())
+	good := newRawPub(t, kvwire.BuildTopic("10.0.1.1:8000", "m"), "tcp://"+f.sub.Addr().String())
+	stray := newRawPub(t, kvwire.BuildTopic("10.0.9.9:8000", "m"), "tcp://"+f.sub.Addr().String())
 	f.sub.AddEndpoint("10.0.1.1:8000", Source{})
 	f.eventually("the subscriptions", func() bool { return bad.subscribed() && good.subscribed() && stray.subscribed() })
 	bad.sendBatch(0, stored("", 1))
@@ -419,26 +419,6 @@ func gatherValue(g prometheus.Gatherer, name string) (float64, error) {
 	return 0, nil
 }
 
-func TestEndpointOfTopic(t *testing.T) {
-	for topic, want := range map[string]string{
-		"kv@10.0.0.1:8000@Qwen/Qwen3-0.6B": "10.0.0.1:8000",
-		"kv@[fd00::1]:8000@m":              "[fd00::1]:8000",
-		"kv@10.0.0.1:8000":                 "10.0.0.1:8000",
-		"kv@10.0.0.1:8000@m@v2":            "10.0.0.1:8000",
-		"kv@@m":                            "",
-		"":                                 "",
-		"vllm":                             "",
-	} {
-		got, ok := EndpointOfTopic(topic)
-		if got != want || ok != (want != "") {
-			t.Errorf("EndpointOfTopic(%q) = %q, %v; want %q", topic, got, ok, want)
-		}
-	}
-	if got := Topic("10.0.0.1:8000", "m"); got != "kv@10.0.0.1:8000@m" {
-		t.Fatalf("Topic = %q", got)
-	}
-}
-
 func TestSequenceStatesAreBounded(t *testing.T) {
 	f := newFixture(t, Config{})
 	w := &worker{s: f.sub, states: map[string]*seqState{}, maxEndpoints: 2}
@@ -455,23 +435,6 @@ func TestSequenceStatesAreBounded(t *testing.T) {
 	if got := testutil.ToFloat64(f.sub.m.forgotten); got != 1 {
 		t.Fatalf("forgotten = %v, want 1", got)
 	}
-}
-
-func FuzzEndpointOfTopic(f *testing.F) {
-	f.Add("kv@10.0.0.1:8000@Qwen/Qwen3-0.6B")
-	f.Add("kv@")
-	f.Add("@@")
-	f.Fuzz(func(t *testing.T, topic string) {
-		ep, ok := EndpointOfTopic(topic)
-		if ok && (ep == "" || strings.Contains(ep, "@")) {
-			t.Fatalf("EndpointOfTopic(%q) = %q", topic, ep)
-		}
-		if ok {
-			if again, ok2 := EndpointOfTopic(Topic(ep, "m")); !ok2 || again != ep {
-				t.Fatalf("round trip of %q gave %q", ep, again)
-			}
-		}
-	})
 }
 
 func TestRestartReplaysNewPublishersStart(t *testing.T) {

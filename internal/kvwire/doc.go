@@ -1,8 +1,9 @@
 // Package kvwire is vLLM's KV-cache event stream: the msgpack wire format
 // of event batches in both of vLLM's encodings (array-like structs, and the
-// map form newer vLLM emits), and a ZMQ publisher with vLLM's framing and
-// replay protocol, used by kvgate's simulator. The picker's subscriber
-// lives in extproc/kvevents.
+// map form newer vLLM emits), llm-d's kv@<ip:port>@<model> topic
+// convention, and a ZMQ publisher with vLLM's framing and replay protocol,
+// used by kvgate's simulator. The picker's subscriber lives in
+// extproc/kvevents; both sides take the format from here.
 //
 // Wire format (REFERENCE.md §5): a ZMQ PUB message has three frames, the
 // topic, an 8-byte big-endian sequence number counting from 0 per

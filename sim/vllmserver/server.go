@@ -120,7 +120,7 @@ func New(o Options) (*Server, error) {
 	if o.KVEventsEndpoint != "" {
 		s.topic = o.KVEventsTopic
 		if s.topic == "" {
-			s.topic = "kv@" + net.JoinHostPort(s.host, strconv.Itoa(s.port)) + "@" + s.models.base[0]
+			s.topic = kvwire.BuildTopic(net.JoinHostPort(s.host, strconv.Itoa(s.port)), s.models.base[0])
 		}
 		s.pub, err = kvwire.NewPublisher(s.ctx, kvwire.PublisherConfig{
 			Endpoint: o.KVEventsEndpoint, ReplayEndpoint: o.KVEventsReplayEndpoint,
