@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvgate/kvgate/internal/openai"
 	"github.com/kvgate/kvgate/internal/prompt"
+	"github.com/kvgate/kvgate/internal/vllm"
 	"github.com/kvgate/kvgate/sim/engine"
 )
 
@@ -35,7 +36,7 @@ type job struct {
 	cacheSalt    string
 	prefillOnly  bool
 	remote       *engine.RemotePrefill
-	kv           *kvTransferParams // the request's, for the decode leg's release
+	kv           *vllm.KVTransferParams // the request's, for the decode leg's release
 }
 
 // engineMaxTokens is what the engine generates: in echo mode no more than
@@ -99,7 +100,7 @@ func (s *Server) prepare(kind apiKind, body []byte) (*job, *apiError) {
 	// The shared parser keeps only routing fields; the P/D fields are
 	// decoded here.
 	var ext struct {
-		KV *kvTransferParams `json:"kv_transfer_params"`
+		KV *vllm.KVTransferParams `json:"kv_transfer_params"`
 	}
 	if err := json.Unmarshal(body, &ext); err != nil {
 		return nil, badRequest("kv_transfer_params: %v", err)
@@ -227,7 +228,7 @@ func (s *Server) abort(id string) {
 type outputWriter interface {
 	// tokens receives the new tokens of the response text.
 	tokens(ids []int) error
-	finish(fin *engine.Finished, reason string, kv *kvTransferParams) error
+	finish(fin *engine.Finished, reason string, kv *vllm.KVTransferParams) error
 }
 
 type usage struct {
@@ -264,13 +265,13 @@ type choice struct {
 }
 
 type response struct {
-	ID               string            `json:"id"`
-	Object           string            `json:"object"`
-	Created          int64             `json:"created"`
-	Model            string            `json:"model"`
-	Choices          []choice          `json:"choices"`
-	Usage            *usage            `json:"usage,omitempty"`
-	KVTransferParams *kvTransferParams `json:"kv_transfer_params,omitempty"`
+	ID               string                 `json:"id"`
+	Object           string                 `json:"object"`
+	Created          int64                  `json:"created"`
+	Model            string                 `json:"model"`
+	Choices          []choice               `json:"choices"`
+	Usage            *usage                 `json:"usage,omitempty"`
+	KVTransferParams *vllm.KVTransferParams `json:"kv_transfer_params,omitempty"`
 }
 
 // jsonWriter collects the tokens and writes one JSON response.
@@ -286,7 +287,7 @@ func (o *jsonWriter) tokens(ids []int) error {
 	return nil
 }
 
-func (o *jsonWriter) finish(fin *engine.Finished, reason string, kv *kvTransferParams) error {
+func (o *jsonWriter) finish(fin *engine.Finished, reason string, kv *vllm.KVTransferParams) error {
 	text := o.s.tok.Decode(o.ids)
 	c := choice{FinishReason: &reason}
 	resp := response{ID: o.j.id, Created: o.j.created, Model: o.j.model, Usage: usageOf(fin.Usage), KVTransferParams: kv}

@@ -20,6 +20,7 @@ import (
 	"github.com/kvgate/kvgate/internal/kvwire"
 	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/internal/tokenizer"
+	"github.com/kvgate/kvgate/internal/vllm"
 )
 
 // testTimeout bounds every wait so that a broken test fails instead of
@@ -127,8 +128,8 @@ type completionResponse struct {
 		} `json:"delta"`
 		FinishReason *string `json:"finish_reason"`
 	} `json:"choices"`
-	Usage            *usage            `json:"usage"`
-	KVTransferParams *kvTransferParams `json:"kv_transfer_params"`
+	Usage            *usage                 `json:"usage"`
+	KVTransferParams *vllm.KVTransferParams `json:"kv_transfer_params"`
 }
 
 // complete posts a completion that must succeed.

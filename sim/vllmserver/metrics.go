@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvgate/kvgate/internal/vllm"
 	"github.com/kvgate/kvgate/sim/engine"
 )
 
@@ -34,10 +35,10 @@ func newServerMetrics(reg prometheus.Registerer, model string, r *engine.Runner,
 		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets, ConstLabels: labels})
 	}
 	m := &serverMetrics{
-		ttft: hist("vllm:time_to_first_token_seconds", "Time to first token in seconds (simulated).", ttftBuckets),
-		itl:  hist("vllm:inter_token_latency_seconds", "Inter-token latency in seconds (simulated).", itlBuckets),
-		e2e:  hist("vllm:e2e_request_latency_seconds", "End-to-end request latency in seconds (simulated).", e2eBuckets),
-		success: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vllm:request_success_total",
+		ttft: hist(vllm.MetricTimeToFirstTokenSeconds, "Time to first token in seconds (simulated).", ttftBuckets),
+		itl:  hist(vllm.MetricInterTokenLatencySeconds, "Inter-token latency in seconds (simulated).", itlBuckets),
+		e2e:  hist(vllm.MetricE2ERequestLatencySeconds, "End-to-end request latency in seconds (simulated).", e2eBuckets),
+		success: prometheus.NewCounterVec(prometheus.CounterOpts{Name: vllm.MetricRequestSuccessTotal,
 			Help: "Count of successfully processed requests.", ConstLabels: labels}, []string{"finished_reason"}),
 	}
 	for _, c := range []prometheus.Collector{m.ttft, m.itl, m.e2e, m.success, newEngineCollector(r, cfg, labels)} {
@@ -105,8 +106,8 @@ func newEngineCollector(r *engine.Runner, cfg engine.Config, labels prometheus.L
 	// spelled as Python prints them.
 	cacheLabels := prometheus.Labels{
 		"engine":                   "0",
-		"block_size":               strconv.Itoa(cfg.BlockSize),
-		"num_gpu_blocks":           strconv.Itoa(cfg.NumGPUBlocks),
+		vllm.LabelBlockSize:        strconv.Itoa(cfg.BlockSize),
+		vllm.LabelNumGPUBlocks:     strconv.Itoa(cfg.NumGPUBlocks),
 		"gpu_memory_utilization":   strconv.FormatFloat(cfg.GPUMemoryUtilization, 'f', -1, 64),
 		"cache_dtype":              "auto",
 		"enable_prefix_caching":    "True",
@@ -114,18 +115,18 @@ func newEngineCollector(r *engine.Runner, cfg engine.Config, labels prometheus.L
 	}
 	return &engineCollector{
 		r: r, maxLoRAs: cfg.MaxLoRAs,
-		running:     d("vllm:num_requests_running", "Number of requests in model execution batches."),
-		waiting:     d("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
-		kvUsage:     d("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage."),
-		queries:     d("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens."),
-		hits:        d("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens."),
-		prompt:      d("vllm:prompt_tokens_total", "Number of prefill tokens processed."),
-		generation:  d("vllm:generation_tokens_total", "Number of generation tokens processed."),
-		preemptions: d("vllm:num_preemptions_total", "Cumulative number of preemptions from the engine."),
-		lora: prometheus.NewDesc("vllm:lora_requests_info", "Running stats on LoRA requests.",
-			[]string{"max_lora", "running_lora_adapters", "waiting_lora_adapters"}, nil),
+		running:     d(vllm.MetricNumRequestsRunning, "Number of requests in model execution batches."),
+		waiting:     d(vllm.MetricNumRequestsWaiting, "Number of requests waiting to be processed."),
+		kvUsage:     d(vllm.MetricKVCacheUsagePerc, "KV-cache usage. 1 means 100 percent usage."),
+		queries:     d(vllm.MetricPrefixCacheQueriesTotal, "Prefix cache queries, in terms of number of queried tokens."),
+		hits:        d(vllm.MetricPrefixCacheHitsTotal, "Prefix cache hits, in terms of number of cached tokens."),
+		prompt:      d(vllm.MetricPromptTokensTotal, "Number of prefill tokens processed."),
+		generation:  d(vllm.MetricGenerationTokensTotal, "Number of generation tokens processed."),
+		preemptions: d(vllm.MetricNumPreemptionsTotal, "Cumulative number of preemptions from the engine."),
+		lora: prometheus.NewDesc(vllm.MetricLoRARequestsInfo, "Running stats on LoRA requests.",
+			[]string{vllm.LabelMaxLoRA, vllm.LabelRunningLoRAAdapters, vllm.LabelWaitingLoRAAdapters}, nil),
 		cacheConfig: prometheus.MustNewConstMetric(
-			prometheus.NewDesc("vllm:cache_config_info", "Information of the LLMEngine CacheConfig.", nil, cacheLabels),
+			prometheus.NewDesc(vllm.MetricCacheConfigInfo, "Information of the LLMEngine CacheConfig.", nil, cacheLabels),
 			prometheus.GaugeValue, 1),
 	}
 }

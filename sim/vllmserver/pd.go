@@ -10,22 +10,9 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/kvgate/kvgate/internal/vllm"
 	"github.com/kvgate/kvgate/sim/engine"
 )
-
-// kvTransferParams is vLLM's NixlConnector kv_transfer_params (REFERENCE
-// §7). In a response every field is present; in a request, absent fields
-// are nil.
-type kvTransferParams struct {
-	DoRemoteDecode  bool    `json:"do_remote_decode"`
-	DoRemotePrefill bool    `json:"do_remote_prefill"`
-	RemoteEngineID  *string `json:"remote_engine_id"`
-	RemoteBlockIDs  []int   `json:"remote_block_ids"`
-	RemoteRequestID *string `json:"remote_request_id"`
-	RemoteHost      *string `json:"remote_host"`
-	RemotePort      *int    `json:"remote_port"`
-	TPSize          *int    `json:"tp_size,omitempty"`
-}
 
 // applyTransfer turns a request's kv_transfer_params into the engine's
 // P/D mode.
@@ -54,12 +41,12 @@ func (s *Server) applyTransfer(j *job) *apiError {
 // transferParams is the prefill leg's answer: where the decoder finds the
 // KV. remote_host and remote_port are this server's HTTP address, which
 // also serves /kvgate/release_kv.
-func (s *Server) transferParams(j *job, fin *engine.Finished) *kvTransferParams {
+func (s *Server) transferParams(j *job, fin *engine.Finished) *vllm.KVTransferParams {
 	if !j.prefillOnly || fin.Transfer == nil {
 		return nil
 	}
 	id, eng, host, port, tp := j.id, s.engID, s.host, s.port, 1
-	return &kvTransferParams{
+	return &vllm.KVTransferParams{
 		DoRemotePrefill: true, RemoteEngineID: &eng, RemoteBlockIDs: fin.Transfer.BlockIDs,
 		RemoteRequestID: &id, RemoteHost: &host, RemotePort: &port, TPSize: &tp,
 	}
@@ -95,7 +82,7 @@ func (s *Server) releaseKV(w http.ResponseWriter, r *http.Request) {
 // releaseRemote tells a decode leg's prefiller that its KV has been pulled,
 // in the background and best effort: if it fails, or too many are in
 // flight, the prefiller's held-block timeout frees the blocks.
-func (s *Server) releaseRemote(kv *kvTransferParams) {
+func (s *Server) releaseRemote(kv *vllm.KVTransferParams) {
 	if kv == nil || !kv.DoRemotePrefill || kv.RemoteHost == nil || kv.RemotePort == nil ||
 		kv.RemoteRequestID == nil || *kv.RemoteHost == "" {
 		return

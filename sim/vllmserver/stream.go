@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/kvgate/kvgate/internal/tokenizer"
+	"github.com/kvgate/kvgate/internal/vllm"
 	"github.com/kvgate/kvgate/sim/engine"
 )
 
@@ -75,7 +76,7 @@ func (o *sseWriter) tokens(ids []int) error {
 	return nil
 }
 
-func (o *sseWriter) finish(fin *engine.Finished, reason string, kv *kvTransferParams) error {
+func (o *sseWriter) finish(fin *engine.Finished, reason string, kv *vllm.KVTransferParams) error {
 	if err := o.chunk(o.textChoice(o.detok.flush(), &reason), kv); err != nil {
 		return err
 	}
@@ -109,7 +110,7 @@ func (o *sseWriter) textChoice(text string, reason *string) choice {
 	return choice{Text: &text, FinishReason: reason}
 }
 
-func (o *sseWriter) chunk(c choice, kv *kvTransferParams) error {
+func (o *sseWriter) chunk(c choice, kv *vllm.KVTransferParams) error {
 	return o.event(response{ID: o.j.id, Object: o.object(), Created: o.j.created, Model: o.j.model,
 		Choices: []choice{c}, KVTransferParams: kv})
 }
