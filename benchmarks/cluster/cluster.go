@@ -15,6 +15,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/kvindex"
 	"github.com/kvgate/kvgate/extproc/plugins/all"
+	"github.com/kvgate/kvgate/extproc/plugins/precise"
 	"github.com/kvgate/kvgate/extproc/saturation"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/server"
@@ -22,10 +23,6 @@ import (
 	"github.com/kvgate/kvgate/internal/openai"
 	"github.com/kvgate/kvgate/sim/engine"
 )
-
-// KVIndexService is the key under which the KV index is offered to plugins
-// in scheduling.Handle.Services.
-const KVIndexService = "kvindex"
 
 // Defaults for zero Options fields.
 const (
@@ -262,7 +259,7 @@ func newSim(opts Options, policy Policy, reqs []workload.Request) (*sim, error) 
 		Log:      opts.Logger,
 		Now:      s.clock.Now,
 		Rand:     rand.New(rand.NewPCG(opts.Seed, 0x91c4)), // used by this goroutine only
-		Services: map[string]any{KVIndexService: s.index},
+		Services: precise.WithKVIndex(nil, s.index),
 	}
 	built, err := config.Build(cfg, reg, handle, nil)
 	if err != nil {

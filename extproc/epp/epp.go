@@ -178,7 +178,7 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	m := metrics.New(p.reg)
 
 	p.kvIndex = kvindex.New(kvindex.Config{})
-	h := &scheduling.Handle{Log: log, Now: time.Now, Prefix: m, Services: map[string]any{precise.ServiceKVIndex: p.kvIndex}}
+	h := &scheduling.Handle{Log: log, Now: time.Now, Prefix: m, Services: precise.WithKVIndex(nil, p.kvIndex)}
 	p.built, err = config.Build(cfg, all.Registry(), h, m.PluginDuration)
 	if err != nil {
 		return nil, err

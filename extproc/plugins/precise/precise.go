@@ -54,7 +54,25 @@ import (
 const Type = "precise-prefix-cache-scorer"
 
 // ServiceKVIndex is the handle service key of the shared *kvindex.Index.
+// Offer the index with WithKVIndex rather than under this key by hand: the
+// scorer finds it only if the key and the type both match, and the two
+// functions keep them together.
 const ServiceKVIndex = "kvindex"
+
+// WithKVIndex offers idx to the precise scorer in a Handle's services,
+// which it returns (a new map when services is nil).
+func WithKVIndex(services map[string]any, idx *kvindex.Index) map[string]any {
+	if services == nil {
+		services = map[string]any{}
+	}
+	services[ServiceKVIndex] = idx
+	return services
+}
+
+// KVIndexFrom returns the index offered with WithKVIndex.
+func KVIndexFrom(h *scheduling.Handle) (*kvindex.Index, bool) {
+	return scheduling.Service[*kvindex.Index](h, ServiceKVIndex)
+}
 
 // Defaults.
 const (
@@ -119,7 +137,7 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 	if _, err := kvhash.New(p.HashSeed, p.BlockSize); err != nil {
 		return nil, fmt.Errorf("parameters.blockSize: %w", err)
 	}
-	index, ok := scheduling.Service[*kvindex.Index](h, ServiceKVIndex)
+	index, ok := KVIndexFrom(h)
 	if !ok {
 		return nil, fmt.Errorf("%s needs the KV-event index: run the picker with KV events enabled (--kv-events-addr or kvEvents endpoints)", Type)
 	}
