@@ -19,6 +19,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/saturation"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/server"
+	"github.com/kvgate/kvgate/internal/eppwire"
 	"github.com/kvgate/kvgate/internal/kvhash"
 	"github.com/kvgate/kvgate/internal/openai"
 	"github.com/kvgate/kvgate/sim/engine"
@@ -405,12 +406,12 @@ func (s *sim) arrive(ctx context.Context, i int, now time.Time) {
 	id := "r" + strconv.Itoa(i)
 	req := &server.Request{
 		ID: id, Method: "POST", Path: "/v1/completions", API: openai.Completions,
-		Headers: map[string]string{"content-type": "application/json", "x-request-id": id},
+		Headers: map[string]string{"content-type": "application/json", eppwire.HeaderRequestID: id},
 		Parsed: &openai.Request{
 			API: openai.Completions, Model: s.opts.Model, Stream: true, IncludeUsage: true,
 			PromptTokenIDs: prompt, MaxTokens: out,
 		},
-		FairnessID: "default-flow",
+		FairnessID: server.DefaultFairnessID,
 		ReceivedAt: now,
 	}
 	dec, err := s.dir.HandleRequest(ctx, req)
