@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvgate/kvgate/benchmarks/cluster"
 	"github.com/kvgate/kvgate/extproc/config"
+	"github.com/kvgate/kvgate/internal/kvhash"
 )
 
 // Policies are the built-in routing policies in their report order: the
@@ -18,7 +19,7 @@ var Policies = builtinPolicies()
 func builtinPolicies() []cluster.Policy {
 	var out []cluster.Policy
 	for _, name := range config.PolicyNames {
-		raw, err := config.Policy(name, config.PolicyOptions{BlockSize: cluster.DefaultBlockSize, HashSeed: cluster.DefaultHashSeed})
+		raw, err := config.Policy(name, config.PolicyOptions{BlockSize: kvhash.DefaultBlockSize, HashSeed: kvhash.DefaultSeed})
 		if err != nil {
 			panic(err) // PolicyNames lists only names Policy knows
 		}

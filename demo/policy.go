@@ -2,6 +2,7 @@ package demo
 
 import (
 	"github.com/kvgate/kvgate/extproc/config"
+	"github.com/kvgate/kvgate/internal/kvhash"
 )
 
 // Policy names accepted by --policy: the named policies of extproc/config,
@@ -27,7 +28,7 @@ var Policies = map[string]string{
 // refuses the connection (a server that just died, before the picker's
 // scrapes notice).
 func policyConfig(policy, tokenizerDir, hashSeed string) (string, error) {
-	raw, err := config.Policy(policy, config.PolicyOptions{Tokenizer: tokenizerDir, BlockSize: 16, HashSeed: hashSeed, Fallbacks: 1})
+	raw, err := config.Policy(policy, config.PolicyOptions{Tokenizer: tokenizerDir, BlockSize: kvhash.DefaultBlockSize, HashSeed: hashSeed, Fallbacks: 1})
 	return string(raw), err
 }
 

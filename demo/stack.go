@@ -17,6 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/kvgate/kvgate/demo/proc"
+	"github.com/kvgate/kvgate/internal/kvhash"
 )
 
 // Model is the model name the simulators serve and the workload requests.
@@ -120,7 +121,7 @@ func StartStack(ctx context.Context, c StackConfig) (_ *Stack, err error) {
 		_, port, _ := net.SplitHostPort(sim.Addr)
 		if sim.Proc, err = g.Start(proc.Spec{Name: sim.Name, Path: c.Bin, Args: []string{"sim",
 			"--host", "127.0.0.1", "--port", port, "--model", Model, "--tokenizer", c.TokenizerDir,
-			"--preset", "qwen3-0.6b-h100", "--block-size", "16", "--hash-seed", c.HashSeed,
+			"--preset", "qwen3-0.6b-h100", "--block-size", strconv.Itoa(kvhash.DefaultBlockSize), "--hash-seed", c.HashSeed,
 			"--num-gpu-blocks", strconv.Itoa(c.NumGPUBlocks), "--time-scale", strconv.FormatFloat(c.TimeScale, 'g', -1, 64),
 			"--seed", strconv.Itoa(i + 1), "--kv-events-endpoint", "tcp://" + addr(kvPort),
 		}}); err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvgate/kvgate/demo/report"
 	"github.com/kvgate/kvgate/demo/workload"
+	"github.com/kvgate/kvgate/internal/kvhash"
 )
 
 // Options are `kvgate up`'s flags.
@@ -231,7 +232,7 @@ func runPolicy(ctx context.Context, o Options, pol string, reqs []workload.Reque
 	stack, err := StartStack(ctx, StackConfig{
 		Bin: o.Bin, Wasm: o.Wasm, TokenizerDir: o.TokenizerDir, Replicas: o.Replicas, Policy: pol,
 		LogDir: filepath.Join(o.Out, "logs", pol), TimeScale: o.TimeScale, NumGPUBlocks: o.NumGPUBlocks,
-		HashSeed: "42", FailOpen: o.FailOpen, GatewayArgs: o.GatewayArgs, Ready: 60 * time.Second,
+		HashSeed: kvhash.DefaultSeed, FailOpen: o.FailOpen, GatewayArgs: o.GatewayArgs, Ready: 60 * time.Second,
 		Progress: func(s string) { fmt.Fprintf(stdout, "[%s]   %s\n", pol, s) },
 	})
 	if err != nil {
@@ -303,7 +304,7 @@ func writeOutputs(o Options, runs []report.Run, sums []report.Summary) error {
 		return fmt.Errorf("report.html: %w", err)
 	}
 	setup := []string{
-		fmt.Sprintf("%d simulated vLLM servers (%s, preset qwen3-0.6b-h100, time scale %g, %d KV blocks of 16 tokens each)", o.Replicas, Model, o.TimeScale, o.NumGPUBlocks),
+		fmt.Sprintf("%d simulated vLLM servers (%s, preset qwen3-0.6b-h100, time scale %g, %d KV blocks of %d tokens each)", o.Replicas, Model, o.TimeScale, o.NumGPUBlocks, kvhash.DefaultBlockSize),
 		fmt.Sprintf("%d requests from the Mooncake trace: the most-shared prefix groups, each 512-token block as %d words of text (prompts capped at %d blocks), output capped at %d tokens, arrivals compressed into %s",
 			o.Requests, o.Workload.WordsPerBlock, o.Workload.MaxBlocks, o.Workload.MaxOutputTokens, o.Workload.Duration),
 		"each policy ran on a fresh fleet (empty caches), through kvgate gateway with the wasm filter and the kvgate Endpoint Picker",

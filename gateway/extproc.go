@@ -10,6 +10,8 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/kvgate/kvgate/internal/eppwire"
 )
 
 // Errors of the ext_proc exchange; both mean the picker failed, and
@@ -129,17 +131,17 @@ func (p *processor) close() {
 // destination reads the picker's choice: the header it set, else the
 // envoy.lb dynamic metadata.
 func destination(hs headerList, md *structpb.Struct) string {
-	if v, ok := hs.get(headerDestination); ok && v != "" {
+	if v, ok := hs.get(eppwire.HeaderDestination); ok && v != "" {
 		return v
 	}
-	if lb := md.GetFields()[metadataLB].GetStructValue(); lb != nil {
-		return lb.GetFields()[headerDestination].GetStringValue()
+	if lb := md.GetFields()[eppwire.MetadataLB].GetStructValue(); lb != nil {
+		return lb.GetFields()[eppwire.HeaderDestination].GetStringValue()
 	}
 	return ""
 }
 
 func servedMetadata(endpoint string) map[string]*structpb.Struct {
-	return map[string]*structpb.Struct{metadataLB: {Fields: map[string]*structpb.Value{
-		metadataServed: structpb.NewStringValue(endpoint),
+	return map[string]*structpb.Struct{eppwire.MetadataLB: {Fields: map[string]*structpb.Value{
+		eppwire.MetadataServedKey: structpb.NewStringValue(endpoint),
 	}}}
 }

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kvgate/kvgate/gateway/wasmhost"
+	"github.com/kvgate/kvgate/internal/eppwire"
 	"github.com/kvgate/kvgate/internal/hints"
 )
 
@@ -205,10 +206,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		hasBody: r.ContentLength != 0,
 		rec:     rec,
 	}
-	rid, ok := req.headers.get(headerRequestID)
+	rid, ok := req.headers.get(eppwire.HeaderRequestID)
 	if !ok {
 		rid = uuid.NewString()
-		req.headers = append(req.headers, [2]string{headerRequestID, rid})
+		req.headers = append(req.headers, [2]string{eppwire.HeaderRequestID, rid})
 	}
 	rec.requestID = rid
 

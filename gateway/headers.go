@@ -8,15 +8,8 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
+	"github.com/kvgate/kvgate/internal/eppwire"
 	"github.com/kvgate/kvgate/internal/hints"
-)
-
-// Header names with a meaning to the gateway (GIE's EPP protocol).
-const (
-	headerDestination = "x-gateway-destination-endpoint"
-	headerRequestID   = "x-request-id"
-	metadataLB        = "envoy.lb"
-	metadataServed    = "x-gateway-destination-endpoint-served"
 )
 
 // headerList is a header map in Envoy's shape: ordered, lower-case names,
@@ -168,6 +161,6 @@ func (hs headerList) apply(m *extprocv3.HeaderMutation) headerList {
 // that sent them would choose its upstream (the destination) or where its
 // prompt's prefill leg goes (llm-d's routing sidecar reads the prefiller).
 var pickerOnly = map[string]bool{
-	headerDestination:       true,
-	"x-prefiller-host-port": true,
+	eppwire.HeaderDestination: true,
+	eppwire.HeaderPrefiller:   true,
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/kvgate/kvgate/internal/hints"
+	"github.com/kvgate/kvgate/internal/kvhash"
 )
 
 // config is the plugin configuration.
@@ -35,7 +36,7 @@ var defaultMaxPrefixBlocks = map[hints.Mode]int{hints.Approximate: 256, hints.Pr
 func defaultConfig() config {
 	return config{
 		Mode:         "approximate",
-		BlockSize:    16,
+		BlockSize:    kvhash.DefaultBlockSize,
 		MaxBodyBytes: 8 << 20,
 		DenseBlocks:  256,
 		mode:         hints.Approximate,

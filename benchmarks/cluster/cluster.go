@@ -15,22 +15,18 @@ import (
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/kvindex"
 	"github.com/kvgate/kvgate/extproc/plugins/all"
+	"github.com/kvgate/kvgate/extproc/plugins/precise"
 	"github.com/kvgate/kvgate/extproc/saturation"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/server"
+	"github.com/kvgate/kvgate/internal/eppwire"
 	"github.com/kvgate/kvgate/internal/kvhash"
 	"github.com/kvgate/kvgate/internal/openai"
 	"github.com/kvgate/kvgate/sim/engine"
 )
 
-// KVIndexService is the key under which the KV index is offered to plugins
-// in scheduling.Handle.Services.
-const KVIndexService = "kvindex"
-
 // Defaults for zero Options fields.
 const (
-	DefaultBlockSize      = 16
-	DefaultHashSeed       = "42"
 	DefaultScrapeInterval = 50 * time.Millisecond
 	DefaultKVEventDelay   = 10 * time.Millisecond
 	MaxReplicas           = 1024
@@ -111,10 +107,10 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("replicas must be 1..%d, got %d", MaxReplicas, o.Replicas)
 	}
 	if o.BlockSize == 0 {
-		o.BlockSize = DefaultBlockSize
+		o.BlockSize = kvhash.DefaultBlockSize
 	}
 	if o.HashSeed == "" {
-		o.HashSeed = DefaultHashSeed
+		o.HashSeed = kvhash.DefaultSeed
 	}
 	if o.ScrapeInterval == 0 {
 		o.ScrapeInterval = DefaultScrapeInterval
@@ -361,7 +357,7 @@ func newSim(opts Options, policy Policy, reqs []workload.Request) (*sim, error) 
 		Log:      opts.Logger,
 		Now:      s.clock.Now,
 		Rand:     rand.New(rand.NewPCG(opts.Seed, 0x91c4)), // used by this goroutine only
-		Services: map[string]any{KVIndexService: s.index},
+		Services: precise.WithKVIndex(nil, s.index),
 	}
 	built, err := config.Build(cfg, reg, handle, nil)
 	if err != nil {
@@ -507,12 +503,12 @@ func (s *sim) arrive(ctx context.Context, i int, now time.Time) {
 	id := "r" + strconv.Itoa(i)
 	req := &server.Request{
 		ID: id, Method: "POST", Path: "/v1/completions", API: openai.Completions,
-		Headers: map[string]string{"content-type": "application/json", "x-request-id": id},
+		Headers: map[string]string{"content-type": "application/json", eppwire.HeaderRequestID: id},
 		Parsed: &openai.Request{
 			API: openai.Completions, Model: s.opts.Model, Stream: true, IncludeUsage: true,
 			PromptTokenIDs: prompt, MaxTokens: out,
 		},
-		FairnessID: "default-flow",
+		FairnessID: server.DefaultFairnessID,
 		ReceivedAt: now,
 	}
 	if s.opts.SLO.carried(s.opts.Seed, i) {

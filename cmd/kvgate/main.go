@@ -20,7 +20,7 @@ import (
 	"github.com/kvgate/kvgate/demo"
 	"github.com/kvgate/kvgate/extproc/epp"
 	"github.com/kvgate/kvgate/gateway"
-	"github.com/kvgate/kvgate/sim/server"
+	"github.com/kvgate/kvgate/sim/vllmserver"
 )
 
 // command runs one subcommand until ctx ends.
@@ -31,7 +31,7 @@ type command struct {
 
 var commands = map[string]command{
 	"epp": {"Endpoint Picker: the Envoy ext_proc server", epp.Main},
-	"sim": {"vLLM-compatible model-server simulator", server.Main},
+	"sim": {"vLLM-compatible model-server simulator", vllmserver.Main},
 	"gateway": {"local Envoy stand-in: HTTP proxy, ext_proc client, proxy-wasm host", func(ctx context.Context, args []string, _ io.Writer) error {
 		return gateway.Main(ctx, args)
 	}},

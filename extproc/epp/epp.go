@@ -180,7 +180,8 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	m := metrics.New(p.reg)
 
 	p.kvIndex = kvindex.New(kvindex.Config{})
-	h := &scheduling.Handle{Log: log, Now: time.Now, Services: map[string]any{precise.ServiceKVIndex: p.kvIndex, prefixmatch.ServiceRecorder: m}}
+	h := &scheduling.Handle{Log: log, Now: time.Now, Services: precise.WithKVIndex(nil, p.kvIndex)}
+	h.Services[prefixmatch.ServiceRecorder] = m
 	latency.WithRecorder(h.Services, m)
 	p.built, err = config.Build(cfg, all.Registry(), h, m.PluginDuration)
 	if err != nil {

@@ -7,8 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/extproc/kvevents"
-	wire "github.com/kvgate/kvgate/internal/kvevents"
+	"github.com/kvgate/kvgate/internal/kvwire"
 	"github.com/kvgate/kvgate/internal/testutil"
 )
 
@@ -18,7 +17,7 @@ import (
 func TestPreciseRoutingFromKVEvents(t *testing.T) {
 	v := testutil.LoadHashVector(t)
 	tokDir := testutil.TokenizerDir(t)
-	for _, enc := range []wire.Encoding{wire.EncodingArray, wire.EncodingMap} {
+	for _, enc := range []kvwire.Encoding{kvwire.EncodingArray, kvwire.EncodingMap} {
 		t.Run(enc.String(), func(t *testing.T) {
 			cfg := fmt.Sprintf(`apiVersion: inference.networking.x-k8s.io/v1alpha1
 kind: EndpointPickerConfig
@@ -41,9 +40,9 @@ schedulingProfiles:
 			a, b := f.servers[0].addr, f.servers[1].addr
 			ctx, cancel := context.WithCancel(context.Background())
 			t.Cleanup(cancel)
-			pub, err := wire.NewPublisher(ctx, wire.PublisherConfig{
+			pub, err := kvwire.NewPublisher(ctx, kvwire.PublisherConfig{
 				Endpoint: "tcp://" + f.picker.KVEventsAddr().String(),
-				Topic:    kvevents.Topic(b, v.Model),
+				Topic:    kvwire.BuildTopic(b, v.Model),
 				Encoding: enc,
 			})
 			if err != nil {
@@ -52,13 +51,13 @@ schedulingProfiles:
 			t.Cleanup(func() { _ = pub.Close() })
 
 			body, _ := json.Marshal(map[string]any{"model": v.Model, "prompt": v.Prompt, "max_tokens": 1})
-			routeWhile := func(what string, publish wire.Event, want string) {
+			routeWhile := func(what string, publish kvwire.Event, want string) {
 				t.Helper()
 				deadline := time.Now().Add(10 * time.Second)
 				for {
 					// Re-publishing is idempotent and covers the slow-joiner
 					// loss of the first messages after connecting.
-					if err := pub.Publish(wire.EventBatch{TS: 1, Events: []wire.Event{publish}}); err != nil {
+					if err := pub.Publish(kvwire.EventBatch{TS: 1, Events: []kvwire.Event{publish}}); err != nil {
 						t.Fatal(err)
 					}
 					_, r := f.route(t, nil, string(body), 3)
@@ -74,15 +73,15 @@ schedulingProfiles:
 			if _, r := f.route(t, nil, string(body), 1); f.destination(t, r) != a {
 				t.Fatal("without KV events the less loaded A must win")
 			}
-			hashes := make([]wire.Hash, len(v.BlockHashes))
+			hashes := make([]kvwire.Hash, len(v.BlockHashes))
 			for i, h := range v.BlockHashes {
-				hashes[i] = wire.Uint64Hash(h)
+				hashes[i] = kvwire.Uint64Hash(h)
 			}
-			stored := wire.BlockStored{BlockHashes: hashes, TokenIDs: v.TokenIDs, BlockSize: v.BlockSize, Medium: wire.MediumGPU}
+			stored := kvwire.BlockStored{BlockHashes: hashes, TokenIDs: v.TokenIDs, BlockSize: v.BlockSize, Medium: kvwire.MediumGPU}
 			routeWhile("BlockStored on B", stored, b)
-			routeWhile("BlockRemoved on B", wire.BlockRemoved{BlockHashes: hashes[:1], Medium: wire.MediumGPU}, a)
+			routeWhile("BlockRemoved on B", kvwire.BlockRemoved{BlockHashes: hashes[:1], Medium: kvwire.MediumGPU}, a)
 			routeWhile("BlockStored on B again", stored, b)
-			routeWhile("AllBlocksCleared on B", wire.AllBlocksCleared{}, a)
+			routeWhile("AllBlocksCleared on B", kvwire.AllBlocksCleared{}, a)
 		})
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvgate/kvgate/extproc/kvindex"
-	wire "github.com/kvgate/kvgate/internal/kvevents"
+	"github.com/kvgate/kvgate/internal/kvwire"
 )
 
 // BenchmarkDecodeApply measures a worker's ingest on one goroutine:
@@ -32,13 +32,13 @@ func BenchmarkDecodeApply(b *testing.B) {
 	blocksPer := 0
 	h := uint64(1)
 	for p := range payloads {
-		var batch wire.EventBatch
-		var first []wire.Hash
+		var batch kvwire.EventBatch
+		var first []kvwire.Hash
 		for r := range 8 {
-			hs := make([]wire.Hash, 32)
+			hs := make([]kvwire.Hash, 32)
 			for i := range hs {
 				h++
-				hs[i] = wire.Uint64Hash(h * 0x9e3779b97f4a7c15)
+				hs[i] = kvwire.Uint64Hash(h * 0x9e3779b97f4a7c15)
 			}
 			if r == 0 {
 				first = hs
@@ -47,10 +47,10 @@ func BenchmarkDecodeApply(b *testing.B) {
 			for i := range toks {
 				toks[i] = 1000 + (i*37+p)%150000
 			}
-			batch.Events = append(batch.Events, wire.BlockStored{BlockHashes: hs, TokenIDs: toks, BlockSize: 16, Medium: wire.MediumGPU})
+			batch.Events = append(batch.Events, kvwire.BlockStored{BlockHashes: hs, TokenIDs: toks, BlockSize: 16, Medium: kvwire.MediumGPU})
 		}
-		batch.Events = append(batch.Events, wire.BlockRemoved{BlockHashes: first, Medium: wire.MediumGPU})
-		if payloads[p], err = wire.Encode(batch, wire.EncodingArray); err != nil {
+		batch.Events = append(batch.Events, kvwire.BlockRemoved{BlockHashes: first, Medium: kvwire.MediumGPU})
+		if payloads[p], err = kvwire.Encode(batch, kvwire.EncodingArray); err != nil {
 			b.Fatal(err)
 		}
 		blocksPer = 9 * 32

@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvgate/kvgate/extproc/kvindex"
-	wire "github.com/kvgate/kvgate/internal/kvevents"
+	"github.com/kvgate/kvgate/internal/kvwire"
 )
 
 // Defaults for a zero Config.
@@ -154,7 +154,7 @@ func New(ctx context.Context, idx *kvindex.Index, cfg Config) (*Subscriber, erro
 // reconnection: zmq4 would dial its own address.
 func socketOptions(endpoint string, log *slog.Logger) []zmq4.Option {
 	opts := []zmq4.Option{zmq4.WithLogger(slog.NewLogLogger(log.Handler(), slog.LevelDebug))}
-	if !wire.Binds(endpoint) {
+	if !kvwire.Binds(endpoint) {
 		opts = append(opts, zmq4.WithDialerMaxRetries(-1), zmq4.WithAutomaticReconnect(true))
 	}
 	return opts
@@ -239,7 +239,7 @@ func (s *Subscriber) follow(ctx context.Context, endpoint, addr string) {
 		s.log.Error("kv events subscribe failed", "endpoint", endpoint, "err", err)
 		return
 	}
-	if wire.Binds(addr) {
+	if kvwire.Binds(addr) {
 		if err := sock.Listen(addr); err != nil {
 			s.log.Error("kv events bind failed", "endpoint", endpoint, "addr", addr, "err", err)
 			return
@@ -279,7 +279,7 @@ func (s *Subscriber) read(ctx context.Context, sock zmq4.Socket, endpoint string
 		ep := endpoint
 		if ep == "" {
 			var ok bool
-			if ep, ok = EndpointOfTopic(string(msg.Frames[0])); !ok {
+			if ep, _, ok = kvwire.ParseTopic(string(msg.Frames[0])); !ok {
 				s.m.dropped.WithLabelValues(dropBadTopic).Inc()
 				continue
 			}

@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvgate/kvgate/extproc/kvindex"
-	wire "github.com/kvgate/kvgate/internal/kvevents"
+	"github.com/kvgate/kvgate/internal/kvwire"
 )
 
 // testTimeout bounds every wait on the network so that a broken test fails
@@ -61,20 +61,20 @@ func (f *fixture) eventually(what string, cond func() bool) {
 	}
 }
 
-func stored(tier string, hashes ...uint64) wire.EventBatch {
-	hs := make([]wire.Hash, len(hashes))
+func stored(tier string, hashes ...uint64) kvwire.EventBatch {
+	hs := make([]kvwire.Hash, len(hashes))
 	for i, h := range hashes {
-		hs[i] = wire.Uint64Hash(h)
+		hs[i] = kvwire.Uint64Hash(h)
 	}
-	return wire.EventBatch{TS: 1, Events: []wire.Event{wire.BlockStored{BlockHashes: hs, BlockSize: 16, Medium: tier}}}
+	return kvwire.EventBatch{TS: 1, Events: []kvwire.Event{kvwire.BlockStored{BlockHashes: hs, BlockSize: 16, Medium: tier}}}
 }
 
-func removed(medium string, hashes ...uint64) wire.EventBatch {
-	hs := make([]wire.Hash, len(hashes))
+func removed(medium string, hashes ...uint64) kvwire.EventBatch {
+	hs := make([]kvwire.Hash, len(hashes))
 	for i, h := range hashes {
-		hs[i] = wire.Uint64Hash(h)
+		hs[i] = kvwire.Uint64Hash(h)
 	}
-	return wire.EventBatch{TS: 1, Events: []wire.Event{wire.BlockRemoved{BlockHashes: hs, Medium: medium}}}
+	return kvwire.EventBatch{TS: 1, Events: []kvwire.Event{kvwire.BlockRemoved{BlockHashes: hs, Medium: medium}}}
 }
 
 // rawPub is a hand-driven PUB socket that sends chosen sequence numbers.
@@ -114,9 +114,9 @@ func (p *rawPub) send(seq uint64, payload []byte) {
 	}
 }
 
-func (p *rawPub) sendBatch(seq uint64, b wire.EventBatch) {
+func (p *rawPub) sendBatch(seq uint64, b kvwire.EventBatch) {
 	p.t.Helper()
-	payload, err := wire.Encode(b, wire.EncodingArray)
+	payload, err := kvwire.Encode(b, kvwire.EncodingArray)
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func (p *rawPub) sendBatch(seq uint64, b wire.EventBatch) {
 // connect modes and both encodings.
 func TestPublisherToIndex(t *testing.T) {
 	for _, central := range []bool{true, false} {
-		for _, enc := range []wire.Encoding{wire.EncodingArray, wire.EncodingMap} {
+		for _, enc := range []kvwire.Encoding{kvwire.EncodingArray, kvwire.EncodingMap} {
 			name := "per-endpoint/" + enc.String()
 			if central {
 				name = "central/" + enc.String()
@@ -139,11 +139,11 @@ func TestPublisherToIndex(t *testing.T) {
 					cfg.Bind = "tcp://127.0.0.1:*"
 				}
 				f := newFixture(t, cfg)
-				pcfg := wire.PublisherConfig{Endpoint: "tcp://127.0.0.1:*", Topic: Topic(ep, "qwen"), Encoding: enc}
+				pcfg := kvwire.PublisherConfig{Endpoint: "tcp://127.0.0.1:*", Topic: kvwire.BuildTopic(ep, "qwen"), Encoding: enc}
 				if central {
 					pcfg.Endpoint = "tcp://" + f.sub.Addr().String()
 				}
-				pub, err := wire.NewPublisher(t.Context(), pcfg)
+				pub, err := kvwire.NewPublisher(t.Context(), pcfg)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -156,7 +156,7 @@ func TestPublisherToIndex(t *testing.T) {
 				// Publish until the first batch lands: the slow joiner
 				// loses what goes out before the subscription arrives.
 				f.eventually("the first batch", func() bool {
-					if err := pub.Publish(stored(wire.MediumGPU, 1)); err != nil {
+					if err := pub.Publish(stored(kvwire.MediumGPU, 1)); err != nil {
 						t.Fatal(err)
 					}
 					time.Sleep(10 * time.Millisecond)
@@ -164,7 +164,7 @@ func TestPublisherToIndex(t *testing.T) {
 				})
 				// Block 4 stays: its removal names the GPU tier, not the
 				// CPU tier it is in.
-				for _, b := range []wire.EventBatch{stored("", 2, 3), stored(wire.MediumCPU, 4, 5), removed("", 4), removed(wire.MediumCPU, 5), stored(wire.MediumGPU, 9)} {
+				for _, b := range []kvwire.EventBatch{stored("", 2, 3), stored(kvwire.MediumCPU, 4, 5), removed("", 4), removed(kvwire.MediumCPU, 5), stored(kvwire.MediumGPU, 9)} {
 					if err := pub.Publish(b); err != nil {
 						t.Fatal(err)
 					}
@@ -178,7 +178,7 @@ func TestPublisherToIndex(t *testing.T) {
 				if got := testutil.ToFloat64(f.sub.m.gaps); got != 0 {
 					t.Fatalf("%v gaps on a lossless stream", got)
 				}
-				if got := testutil.ToFloat64(f.sub.m.events.WithLabelValues(wire.TypeBlockRemoved)); got != 2 {
+				if got := testutil.ToFloat64(f.sub.m.events.WithLabelValues(kvwire.TypeBlockRemoved)); got != 2 {
 					t.Fatalf("BlockRemoved events = %v, want 2", got)
 				}
 			})
@@ -218,14 +218,14 @@ func TestGapFilledByReplay(t *testing.T) {
 	f := newFixture(t, Config{})
 	// The real publisher holds batches 0-4 for replay; the live stream,
 	// sent by hand, loses 2 and 3.
-	store, err := wire.NewPublisher(t.Context(), wire.PublisherConfig{
+	store, err := kvwire.NewPublisher(t.Context(), kvwire.PublisherConfig{
 		Endpoint: "tcp://127.0.0.1:*", ReplayEndpoint: "tcp://127.0.0.1:*",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	batches := make([]wire.EventBatch, 5)
+	batches := make([]kvwire.EventBatch, 5)
 	for i := range batches {
 		batches[i] = stored("", uint64(100+i))
 		if err := store.Publish(batches[i]); err != nil {
@@ -255,14 +255,14 @@ func TestReplayMissingStartClears(t *testing.T) {
 	f := newFixture(t, Config{})
 	// The publisher keeps only the last two batches (3 and 4): the gap
 	// 1-2 cannot be filled, so what came before it goes.
-	store, err := wire.NewPublisher(t.Context(), wire.PublisherConfig{
+	store, err := kvwire.NewPublisher(t.Context(), kvwire.PublisherConfig{
 		Endpoint: "tcp://127.0.0.1:*", ReplayEndpoint: "tcp://127.0.0.1:*", ReplaySize: 2,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	batches := make([]wire.EventBatch, 5)
+	batches := make([]kvwire.EventBatch, 5)
 	for i := range batches {
 		batches[i] = stored("", uint64(200+i))
 		if err := store.Publish(batches[i]); err != nil {
@@ -359,8 +359,8 @@ func TestEndpointRemoved(t *testing.T) {
 func TestCentralDropsMalformed(t *testing.T) {
 	f := newFixture(t, Config{Bind: "tcp://127.0.0.1:*"})
 	bad := newRawPub(t, "not-a-kv-topic", "tcp://"+f.sub.Addr().String())
-	good := newRawPub(t, Topic("10.0.1.1:8000", "m"), "tcp://"+f.sub.Addr().String())
-	stray := newRawPub(t, Topic("10.0.9.9:8000", "m"), "tcp://"+f.sub.Addr().String())
+	good := newRawPub(t, kvwire.BuildTopic("10.0.1.1:8000", "m"), "tcp://"+f.sub.Addr().String())
+	stray := newRawPub(t, kvwire.BuildTopic("10.0.9.9:8000", "m"), "tcp://"+f.sub.Addr().String())
 	f.sub.AddEndpoint("10.0.1.1:8000", Source{})
 	f.eventually("the subscriptions", func() bool { return bad.subscribed() && good.subscribed() && stray.subscribed() })
 	bad.sendBatch(0, stored("", 1))
@@ -419,30 +419,10 @@ func gatherValue(g prometheus.Gatherer, name string) (float64, error) {
 	return 0, nil
 }
 
-func TestEndpointOfTopic(t *testing.T) {
-	for topic, want := range map[string]string{
-		"kv@10.0.0.1:8000@Qwen/Qwen3-0.6B": "10.0.0.1:8000",
-		"kv@[fd00::1]:8000@m":              "[fd00::1]:8000",
-		"kv@10.0.0.1:8000":                 "10.0.0.1:8000",
-		"kv@10.0.0.1:8000@m@v2":            "10.0.0.1:8000",
-		"kv@@m":                            "",
-		"":                                 "",
-		"vllm":                             "",
-	} {
-		got, ok := EndpointOfTopic(topic)
-		if got != want || ok != (want != "") {
-			t.Errorf("EndpointOfTopic(%q) = %q, %v; want %q", topic, got, ok, want)
-		}
-	}
-	if got := Topic("10.0.0.1:8000", "m"); got != "kv@10.0.0.1:8000@m" {
-		t.Fatalf("Topic = %q", got)
-	}
-}
-
 func TestSequenceStatesAreBounded(t *testing.T) {
 	f := newFixture(t, Config{})
 	w := &worker{s: f.sub, states: map[string]*seqState{}, maxEndpoints: 2}
-	payload, err := wire.Encode(stored("", 1), wire.EncodingArray)
+	payload, err := kvwire.Encode(stored("", 1), kvwire.EncodingArray)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -457,35 +437,18 @@ func TestSequenceStatesAreBounded(t *testing.T) {
 	}
 }
 
-func FuzzEndpointOfTopic(f *testing.F) {
-	f.Add("kv@10.0.0.1:8000@Qwen/Qwen3-0.6B")
-	f.Add("kv@")
-	f.Add("@@")
-	f.Fuzz(func(t *testing.T, topic string) {
-		ep, ok := EndpointOfTopic(topic)
-		if ok && (ep == "" || strings.Contains(ep, "@")) {
-			t.Fatalf("EndpointOfTopic(%q) = %q", topic, ep)
-		}
-		if ok {
-			if again, ok2 := EndpointOfTopic(Topic(ep, "m")); !ok2 || again != ep {
-				t.Fatalf("round trip of %q gave %q", ep, again)
-			}
-		}
-	})
-}
-
 func TestRestartReplaysNewPublishersStart(t *testing.T) {
 	const ep = "10.0.0.10:8000"
 	f := newFixture(t, Config{})
 	// The restarted publisher has sent 0-2; the subscriber hears only 2.
-	fresh, err := wire.NewPublisher(t.Context(), wire.PublisherConfig{
+	fresh, err := kvwire.NewPublisher(t.Context(), kvwire.PublisherConfig{
 		Endpoint: "tcp://127.0.0.1:*", ReplayEndpoint: "tcp://127.0.0.1:*",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fresh.Close()
-	batches := []wire.EventBatch{stored("", 500), stored("", 501), stored("", 502)}
+	batches := []kvwire.EventBatch{stored("", 500), stored("", 501), stored("", 502)}
 	for _, b := range batches {
 		if err := fresh.Publish(b); err != nil {
 			t.Fatal(err)

@@ -9,7 +9,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/kvgate/kvgate/extproc/kvindex"
-	wire "github.com/kvgate/kvgate/internal/kvevents"
+	"github.com/kvgate/kvgate/internal/kvwire"
 )
 
 // item is one queued message, or an endpoint's removal.
@@ -180,7 +180,7 @@ func replay(ctx context.Context, addr string, from uint64, log *slog.Logger, fn 
 			return errBadReply
 		}
 		seq := binary.BigEndian.Uint64(msg.Frames[1])
-		if seq == wire.ReplayEnd {
+		if seq == kvwire.ReplayEnd {
 			return nil
 		}
 		if !fn(seq, msg.Frames[2]) {
@@ -193,7 +193,7 @@ func replay(ctx context.Context, addr string, from uint64, log *slog.Logger, fn 
 // does not decode is lost like a gap, so the endpoint is cleared.
 func (w *worker) apply(ep string, payload []byte) {
 	m := w.s.m
-	b, skipped, err := wire.DecodeOptions{SkipTokenIDs: true}.Decode(payload)
+	b, skipped, err := kvwire.DecodeOptions{SkipTokenIDs: true}.Decode(payload)
 	if err != nil {
 		m.decodeErrors.Inc()
 		w.s.log.Debug("kv events decode failed", "endpoint", ep, "err", err)
@@ -206,16 +206,16 @@ func (w *worker) apply(ep string, payload []byte) {
 	}
 	for _, ev := range b.Events {
 		switch ev := ev.(type) {
-		case wire.BlockStored:
-			w.keys = wire.Keys(w.keys[:0], ev.BlockHashes)
+		case kvwire.BlockStored:
+			w.keys = kvwire.Keys(w.keys[:0], ev.BlockHashes)
 			if err := w.s.idx.Add(ep, kvindex.TierFromMedium(ev.Medium), w.keys); err != nil {
 				m.indexErrors.Inc()
 				w.s.log.Debug("kv index refused events", "endpoint", ep, "err", err)
 			}
-		case wire.BlockRemoved:
-			w.keys = wire.Keys(w.keys[:0], ev.BlockHashes)
+		case kvwire.BlockRemoved:
+			w.keys = kvwire.Keys(w.keys[:0], ev.BlockHashes)
 			w.s.idx.Remove(ep, kvindex.TierFromMedium(ev.Medium), w.keys)
-		case wire.AllBlocksCleared:
+		case kvwire.AllBlocksCleared:
 			w.s.idx.ClearEndpoint(ep)
 		}
 		m.events.WithLabelValues(ev.Type()).Inc()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kvgate/kvgate/extproc/inferr"
 	"github.com/kvgate/kvgate/extproc/server/envoytest"
+	"github.com/kvgate/kvgate/internal/eppwire"
 )
 
 // scriptedStream plays a fixed message sequence into Process the way a gRPC
@@ -126,14 +127,14 @@ func messagesFrom(data []byte) (msgs []*extprocv3.ProcessingRequest, cancelAt in
 		case 0:
 			kv := []string{":method", "POST", ":path", paths[int(flags>>1)%len(paths)]}
 			if flags&8 != 0 {
-				kv = append(kv, HeaderModelRewrite, "other-model")
+				kv = append(kv, eppwire.HeaderModelRewrite, "other-model")
 			}
 			if flags&16 != 0 {
 				kv = append(kv, "content-length", "40")
 			}
 			m = envoytest.RequestHeaders(eos, kv...)
 			if flags&32 != 0 {
-				envoytest.WithMetadata(m, MetadataSubsetHint, MetadataSubsetKey, structpb.NewStringValue("10.0.0.1"))
+				envoytest.WithMetadata(m, eppwire.MetadataSubsetHint, eppwire.MetadataSubsetKey, structpb.NewStringValue("10.0.0.1"))
 			}
 		case 1:
 			m = envoytest.RequestBody(payload(), eos)

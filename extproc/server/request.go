@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/kvgate/kvgate/internal/eppwire"
 	"github.com/kvgate/kvgate/internal/openai"
 )
 
@@ -18,16 +19,16 @@ func newRequest(hm *corev3.HeaderMap, md *corev3.Metadata) (req *Request, genera
 	// Only the picker names the destination and the prefiller; a
 	// client-sent value must not reach anything that might trust it (the
 	// P/D sidecar sends the prompt to the prefiller it names).
-	delete(h, HeaderDestination)
-	delete(h, HeaderPrefiller)
+	delete(h, eppwire.HeaderDestination)
+	delete(h, eppwire.HeaderPrefiller)
 	req = &Request{
-		ID:           h[HeaderRequestID],
+		ID:           h[eppwire.HeaderRequestID],
 		Method:       h[":method"],
 		Path:         h[":path"],
 		Headers:      h,
-		FairnessID:   h[HeaderFairnessID],
-		Objective:    h[HeaderObjective],
-		ModelRewrite: h[HeaderModelRewrite],
+		FairnessID:   h[eppwire.HeaderFairnessID],
+		Objective:    h[eppwire.HeaderObjective],
+		ModelRewrite: h[eppwire.HeaderModelRewrite],
 		SubsetHint:   subsetHint(md),
 	}
 	if req.ID == "" {
@@ -68,11 +69,11 @@ func headerMap(hm *corev3.HeaderMap) map[string]string {
 // Anything else names no endpoint, which fails closed (the Director answers
 // 503) rather than silently widening the set.
 func subsetHint(md *corev3.Metadata) []string {
-	ns, ok := md.GetFilterMetadata()[MetadataSubsetHint]
+	ns, ok := md.GetFilterMetadata()[eppwire.MetadataSubsetHint]
 	if !ok {
 		return nil
 	}
-	v, ok := ns.GetFields()[MetadataSubsetKey]
+	v, ok := ns.GetFields()[eppwire.MetadataSubsetKey]
 	if !ok {
 		return nil
 	}
@@ -96,9 +97,9 @@ func subsetHint(md *corev3.Metadata) []string {
 
 // servedEndpoint reads the endpoint Envoy reports it connected to.
 func servedEndpoint(md *corev3.Metadata) string {
-	ns, ok := md.GetFilterMetadata()[MetadataLB]
+	ns, ok := md.GetFilterMetadata()[eppwire.MetadataLB]
 	if !ok {
 		return ""
 	}
-	return ns.GetFields()[MetadataServedKey].GetStringValue()
+	return ns.GetFields()[eppwire.MetadataServedKey].GetStringValue()
 }

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/kvgate/kvgate/extproc/inferr"
+	"github.com/kvgate/kvgate/internal/eppwire"
 )
 
 // decisionResponse is the request headers response that routes the request:
@@ -17,20 +18,20 @@ import (
 // the route again with the new header.
 func decisionResponse(req *Request, d *Decision, dest string, setID, setLength bool, bodyLen int) *extprocv3.ProcessingResponse {
 	set := make([]*corev3.HeaderValueOption, 0, len(d.Headers)+3)
-	set = append(set, setHeader(HeaderDestination, dest))
+	set = append(set, setHeader(eppwire.HeaderDestination, dest))
 	for k, v := range d.Headers {
 		set = append(set, setHeader(k, v))
 	}
 	if setID {
-		set = append(set, setHeader(HeaderRequestID, req.ID))
+		set = append(set, setHeader(eppwire.HeaderRequestID, req.ID))
 	}
 	if setLength {
 		set = append(set, setHeader("content-length", strconv.Itoa(bodyLen)))
 	}
 	mutation := &extprocv3.HeaderMutation{SetHeaders: set}
-	if _, ok := d.Headers[HeaderPrefiller]; !ok {
+	if _, ok := d.Headers[eppwire.HeaderPrefiller]; !ok {
 		// A client's own value never reaches the decode pod's sidecar.
-		mutation.RemoveHeaders = []string{HeaderPrefiller}
+		mutation.RemoveHeaders = []string{eppwire.HeaderPrefiller}
 	}
 	return &extprocv3.ProcessingResponse{
 		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
@@ -40,8 +41,8 @@ func decisionResponse(req *Request, d *Decision, dest string, setID, setLength b
 			},
 		}},
 		DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{
-			MetadataLB: {Kind: &structpb.Value_StructValue{StructValue: &structpb.Struct{Fields: map[string]*structpb.Value{
-				HeaderDestination: {Kind: &structpb.Value_StringValue{StringValue: dest}},
+			eppwire.MetadataLB: {Kind: &structpb.Value_StructValue{StructValue: &structpb.Struct{Fields: map[string]*structpb.Value{
+				eppwire.HeaderDestination: {Kind: &structpb.Value_StringValue{StringValue: dest}},
 			}}}},
 		}},
 	}
@@ -68,7 +69,7 @@ func streamedBody(chunk []byte, eos bool) *extprocv3.BodyResponse {
 func errorResponse(e *inferr.Error) *extprocv3.ProcessingResponse {
 	set := []*corev3.HeaderValueOption{setHeader("content-type", "text/plain; charset=utf-8")}
 	if e.DroppedReason != "" {
-		set = append(set, setHeader(HeaderDroppedReason, e.DroppedReason))
+		set = append(set, setHeader(eppwire.HeaderDroppedReason, e.DroppedReason))
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
 		ImmediateResponse: &extprocv3.ImmediateResponse{

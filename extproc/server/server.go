@@ -15,19 +15,9 @@ import (
 	"github.com/kvgate/kvgate/internal/openai"
 )
 
-// Header and metadata names of the EPP protocol.
+// Defaults. The protocol's header and metadata names are in
+// internal/eppwire, shared with the proxies that speak it.
 const (
-	HeaderDestination    = "x-gateway-destination-endpoint"
-	HeaderRequestID      = "x-request-id"
-	HeaderFairnessID     = "x-gateway-inference-fairness-id"
-	HeaderObjective      = "x-gateway-inference-objective"
-	HeaderModelRewrite   = "x-gateway-model-name-rewrite"
-	HeaderPrefiller      = "x-prefiller-host-port"
-	HeaderDroppedReason  = "x-llm-d-request-dropped-reason"
-	MetadataLB           = "envoy.lb"
-	MetadataSubsetHint   = "envoy.lb.subset_hint"
-	MetadataSubsetKey    = "x-gateway-destination-endpoint-subset"
-	MetadataServedKey    = "x-gateway-destination-endpoint-served"
 	DefaultFairnessID    = "default-flow"
 	DefaultMaxBodyBytes  = 16 << 20
 	DefaultBodyChunkSize = 62_000

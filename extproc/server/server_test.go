@@ -18,6 +18,7 @@ import (
 
 	"github.com/kvgate/kvgate/extproc/inferr"
 	"github.com/kvgate/kvgate/extproc/server/envoytest"
+	"github.com/kvgate/kvgate/internal/eppwire"
 	"github.com/kvgate/kvgate/internal/openai"
 )
 
@@ -30,7 +31,7 @@ func TestRouteBodyInManyFrames(t *testing.T) {
 	e.Send(envoytest.WithMetadata(envoytest.RequestHeaders(false, ":method", "POST", ":path", "/v1/chat/completions",
 		"x-request-id", "req-1", "x-gateway-destination-endpoint", "6.6.6.6:1",
 		"x-gateway-inference-objective", "critical", "content-length", strconv.Itoa(len(chatBody))),
-		MetadataLB, "unrelated", structpb.NewStringValue("x")))
+		eppwire.MetadataLB, "unrelated", structpb.NewStringValue("x")))
 	body := []byte(chatBody)
 	for i := 0; i < len(body); i += 7 {
 		e.Send(envoytest.RequestBody(body[i:min(i+7, len(body))], i+7 >= len(body)))
@@ -38,7 +39,7 @@ func TestRouteBodyInManyFrames(t *testing.T) {
 
 	hr := e.Recv()
 	set := envoytest.SetHeaders(t, hr)
-	if got := set[HeaderDestination]; got != "10.0.0.1:8000,10.0.0.2:8000" {
+	if got := set[eppwire.HeaderDestination]; got != "10.0.0.1:8000,10.0.0.2:8000" {
 		t.Errorf("destination = %q", got)
 	}
 	if !hr.GetRequestHeaders().GetResponse().GetClearRouteCache() {
@@ -47,11 +48,11 @@ func TestRouteBodyInManyFrames(t *testing.T) {
 	if _, ok := set["content-length"]; ok {
 		t.Error("content-length set although the body is unchanged")
 	}
-	if _, ok := set[HeaderRequestID]; ok {
+	if _, ok := set[eppwire.HeaderRequestID]; ok {
 		t.Error("x-request-id overwritten although the client sent one")
 	}
-	lb := hr.GetDynamicMetadata().GetFields()[MetadataLB].GetStructValue()
-	if got := lb.GetFields()[HeaderDestination].GetStringValue(); got != "10.0.0.1:8000,10.0.0.2:8000" {
+	lb := hr.GetDynamicMetadata().GetFields()[eppwire.MetadataLB].GetStructValue()
+	if got := lb.GetFields()[eppwire.HeaderDestination].GetStringValue(); got != "10.0.0.1:8000,10.0.0.2:8000" {
 		t.Errorf("envoy.lb metadata = %q", got)
 	}
 	br := envoytest.StreamedChunk(t, e.Recv().GetRequestBody())
@@ -65,13 +66,13 @@ func TestRouteBodyInManyFrames(t *testing.T) {
 		req.FairnessID != DefaultFairnessID || req.SubsetHint != nil || string(req.Body) != chatBody {
 		t.Errorf("request = %+v", req)
 	}
-	if _, ok := req.Headers[HeaderDestination]; ok {
+	if _, ok := req.Headers[eppwire.HeaderDestination]; ok {
 		t.Error("client-sent destination header reached the director")
 	}
 
 	// A JSON response, with usage split across chunks.
 	e.Send(envoytest.WithMetadata(envoytest.ResponseHeaders(false, ":status", "200", "content-type", "application/json"),
-		MetadataLB, MetadataServedKey, structpb.NewStringValue("10.0.0.2:8000")))
+		eppwire.MetadataLB, eppwire.MetadataServedKey, structpb.NewStringValue("10.0.0.2:8000")))
 	if e.Recv().GetResponseHeaders() == nil {
 		t.Fatal("want a response headers response")
 	}
@@ -105,14 +106,14 @@ func TestHeaderOnly(t *testing.T) {
 	e := envoytest.Open(t, startServer(t, New(d, Options{})))
 	e.Send(envoytest.RequestHeaders(true, ":method", "GET", ":path", "/v1/models"))
 	set := envoytest.SetHeaders(t, e.Recv())
-	if set[HeaderDestination] != "10.0.0.1:8000" {
-		t.Errorf("destination = %q", set[HeaderDestination])
+	if set[eppwire.HeaderDestination] != "10.0.0.1:8000" {
+		t.Errorf("destination = %q", set[eppwire.HeaderDestination])
 	}
-	if set[HeaderRequestID] == "" {
+	if set[eppwire.HeaderRequestID] == "" {
 		t.Error("generated request id not sent upstream")
 	}
 	req := d.request(t)
-	if !req.HeaderOnly || req.Body != nil || req.Parsed != nil || req.API != "" || req.ID != set[HeaderRequestID] {
+	if !req.HeaderOnly || req.Body != nil || req.Parsed != nil || req.API != "" || req.ID != set[eppwire.HeaderRequestID] {
 		t.Errorf("request = %+v", req)
 	}
 	e.Send(envoytest.ResponseHeaders(true, ":status", "204"))
@@ -129,7 +130,7 @@ func TestFastPathBodyModeNone(t *testing.T) {
 	e := envoytest.Open(t, startServer(t, New(d, Options{MaxRequestBodyBytes: 10})))
 	e.Send(envoytest.WithModes(envoytest.RequestHeaders(false, ":method", "POST", ":path", "/v1/completions", "content-length", "5000"),
 		procmode.ProcessingMode_NONE, procmode.ProcessingMode_NONE))
-	if envoytest.SetHeaders(t, e.Recv())[HeaderDestination] != "10.0.0.1:8000" {
+	if envoytest.SetHeaders(t, e.Recv())[eppwire.HeaderDestination] != "10.0.0.1:8000" {
 		t.Fatal("no decision on headers")
 	}
 	if req := d.request(t); !req.HeaderOnly || req.Body != nil {
@@ -240,7 +241,7 @@ func TestDirectorErrors(t *testing.T) {
 			ir := envoytest.ImmediateError(t, e.Recv(), tt.status, tt.code)
 			got := ""
 			for _, h := range ir.GetHeaders().GetSetHeaders() {
-				if h.GetHeader().GetKey() == HeaderDroppedReason {
+				if h.GetHeader().GetKey() == eppwire.HeaderDroppedReason {
 					got = string(h.GetHeader().GetRawValue())
 				}
 			}
@@ -447,11 +448,11 @@ func TestSubsetHint(t *testing.T) {
 		want []string
 	}{
 		{name: "absent", want: nil},
-		{name: "other namespace", ns: MetadataLB, v: list("1.1.1.1"), want: nil},
-		{name: "empty", ns: MetadataSubsetHint, v: list(), want: []string{}},
-		{name: "list", ns: MetadataSubsetHint, v: list("10.0.0.1:8000", "10.0.0.2"), want: []string{"10.0.0.1:8000", "10.0.0.2"}},
-		{name: "comma string", ns: MetadataSubsetHint, v: structpb.NewStringValue("10.0.0.1, 10.0.0.2"), want: []string{"10.0.0.1", "10.0.0.2"}},
-		{name: "wrong type", ns: MetadataSubsetHint, v: structpb.NewNumberValue(1), want: []string{}},
+		{name: "other namespace", ns: eppwire.MetadataLB, v: list("1.1.1.1"), want: nil},
+		{name: "empty", ns: eppwire.MetadataSubsetHint, v: list(), want: []string{}},
+		{name: "list", ns: eppwire.MetadataSubsetHint, v: list("10.0.0.1:8000", "10.0.0.2"), want: []string{"10.0.0.1:8000", "10.0.0.2"}},
+		{name: "comma string", ns: eppwire.MetadataSubsetHint, v: structpb.NewStringValue("10.0.0.1, 10.0.0.2"), want: []string{"10.0.0.1", "10.0.0.2"}},
+		{name: "wrong type", ns: eppwire.MetadataSubsetHint, v: structpb.NewNumberValue(1), want: []string{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -459,7 +460,7 @@ func TestSubsetHint(t *testing.T) {
 			e := envoytest.Open(t, startServer(t, New(d, Options{})))
 			m := envoytest.RequestHeaders(true, ":method", "GET", ":path", "/")
 			if tt.v != nil {
-				envoytest.WithMetadata(m, tt.ns, MetadataSubsetKey, tt.v)
+				envoytest.WithMetadata(m, tt.ns, eppwire.MetadataSubsetKey, tt.v)
 			}
 			e.Send(m)
 			e.Recv()

@@ -8,6 +8,18 @@ import (
 	"fmt"
 )
 
+// DefaultSeed and DefaultBlockSize are what every kvgate component assumes
+// when it is not told the model servers' values. They are one contract, not
+// two defaults: a picker that hashes prompts finds a server's cached blocks
+// only when both hash with the same seed and block size, so a component that
+// picked its own default would silently match nothing. DefaultSeed is
+// llm-d's PYTHONHASHSEED convention and the seed of the shared test vector;
+// DefaultBlockSize is vLLM's default --block-size.
+const (
+	DefaultSeed      = "42"
+	DefaultBlockSize = 16
+)
+
 // Size is the length of a block hash in bytes.
 const Size = sha256.Size
 
@@ -53,7 +65,7 @@ type Hasher struct {
 }
 
 // New returns a Hasher for vLLM's PYTHONHASHSEED value seed and the server's
-// block size (vLLM's default is 16).
+// block size (vLLM's default is DefaultBlockSize).
 func New(seed string, blockSize int) (*Hasher, error) {
 	if blockSize <= 0 {
 		return nil, fmt.Errorf("%w: got %d", ErrBlockSize, blockSize)

@@ -3,6 +3,8 @@ package engine
 import (
 	"fmt"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/kvhash"
 )
 
 // Config sizes an engine. Zero fields take vLLM's defaults where vLLM has
@@ -15,7 +17,8 @@ type Config struct {
 	// Events receives KV-cache events; nil drops them.
 	Events EventSink
 
-	// BlockSize is tokens per KV block (vLLM: 16).
+	// BlockSize is tokens per KV block (default kvhash.DefaultBlockSize, as
+	// vLLM).
 	BlockSize int
 	// NumGPUBlocks is the KV-cache size; 0 derives it from Timing at
 	// GPUMemoryUtilization, as vLLM's memory profiling would.
@@ -61,7 +64,7 @@ func (c Config) withDefaults() (Config, error) {
 			*v = d
 		}
 	}
-	def(&c.BlockSize, 16)
+	def(&c.BlockSize, kvhash.DefaultBlockSize)
 	def(&c.MaxNumSeqs, 256)
 	def(&c.MaxNumBatchedTokens, 8192)
 	def(&c.MaxWaiting, 1024)

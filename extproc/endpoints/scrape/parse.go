@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/internal/vllm"
 )
 
 // ErrNoMetrics means a page parsed but carried none of the load metrics the
@@ -53,15 +54,15 @@ const (
 )
 
 var families = map[string]family{
-	"vllm:num_requests_waiting": famVLLMWaiting,
-	"vllm:num_requests_running": famVLLMRunning,
-	"vllm:kv_cache_usage_perc":  famVLLMKV,
-	"vllm:gpu_cache_usage_perc": famVLLMKVLegacy,
-	"vllm:lora_requests_info":   famVLLMLoRA,
-	"vllm:cache_config_info":    famVLLMCacheConfig,
-	"sglang:num_queue_reqs":     famSGLWaiting,
-	"sglang:num_running_reqs":   famSGLRunning,
-	"sglang:token_usage":        famSGLTokenUsage,
+	vllm.MetricNumRequestsWaiting: famVLLMWaiting,
+	vllm.MetricNumRequestsRunning: famVLLMRunning,
+	vllm.MetricKVCacheUsagePerc:   famVLLMKV,
+	vllm.MetricGPUCacheUsagePerc:  famVLLMKVLegacy,
+	vllm.MetricLoRARequestsInfo:   famVLLMLoRA,
+	vllm.MetricCacheConfigInfo:    famVLLMCacheConfig,
+	"sglang:num_queue_reqs":       famSGLWaiting,
+	"sglang:num_running_reqs":     famSGLRunning,
+	"sglang:token_usage":          famSGLTokenUsage,
 }
 
 // longestName lets the scanner give up on a name as soon as it is longer
@@ -190,13 +191,13 @@ func (st *pageState) sample(fam family, name []byte, lbl *labels, rest []byte) *
 			return nil
 		}
 		maxLoRA := 0
-		if s, ok := lbl.get("max_lora"); ok && s != "" {
+		if s, ok := lbl.get(vllm.LabelMaxLoRA); ok && s != "" {
 			if maxLoRA, err = strconv.Atoi(s); err != nil || maxLoRA < 0 {
-				return fail(fmt.Errorf("label max_lora=%q: not a count", s))
+				return fail(fmt.Errorf("label %s=%q: not a count", vllm.LabelMaxLoRA, s))
 			}
 		}
-		running, _ := lbl.get("running_lora_adapters")
-		waiting, _ := lbl.get("waiting_lora_adapters")
+		running, _ := lbl.get(vllm.LabelRunningLoRAAdapters)
+		waiting, _ := lbl.get(vllm.LabelWaitingLoRAAdapters)
 		st.loraSeen, st.loraNewest = true, v
 		st.loraMax, st.loraRunning, st.loraWaiting = maxLoRA, running, waiting
 		return nil
@@ -204,8 +205,8 @@ func (st *pageState) sample(fam family, name []byte, lbl *labels, rest []byte) *
 		if st.cacheSeen {
 			return nil
 		}
-		bs, err1 := lbl.count("block_size")
-		nb, err2 := lbl.count("num_gpu_blocks")
+		bs, err1 := lbl.count(vllm.LabelBlockSize)
+		nb, err2 := lbl.count(vllm.LabelNumGPUBlocks)
 		if err := errors.Join(err1, err2); err != nil {
 			return fail(err)
 		}
@@ -309,7 +310,7 @@ func trimLeft(b []byte) []byte {
 // label sets (cache_config_info has ~16) cannot crowd out the ones needed.
 func wantedLabel(name []byte) bool {
 	switch string(name) {
-	case "max_lora", "running_lora_adapters", "waiting_lora_adapters", "block_size", "num_gpu_blocks":
+	case vllm.LabelMaxLoRA, vllm.LabelRunningLoRAAdapters, vllm.LabelWaitingLoRAAdapters, vllm.LabelBlockSize, vllm.LabelNumGPUBlocks:
 		return true
 	}
 	return false

@@ -60,12 +60,28 @@ import (
 const Type = "precise-prefix-cache-scorer"
 
 // ServiceKVIndex is the handle service key of the shared *kvindex.Index.
+// Offer the index with WithKVIndex rather than under this key by hand: the
+// scorer finds it only if the key and the type both match, and the two
+// functions keep them together.
 const ServiceKVIndex = "kvindex"
+
+// WithKVIndex offers idx to the precise scorer in a Handle's services,
+// which it returns (a new map when services is nil).
+func WithKVIndex(services map[string]any, idx *kvindex.Index) map[string]any {
+	if services == nil {
+		services = map[string]any{}
+	}
+	services[ServiceKVIndex] = idx
+	return services
+}
+
+// KVIndexFrom returns the index offered with WithKVIndex.
+func KVIndexFrom(h *scheduling.Handle) (*kvindex.Index, bool) {
+	return scheduling.Service[*kvindex.Index](h, ServiceKVIndex)
+}
 
 // Defaults.
 const (
-	DefaultBlockSize        = 16
-	DefaultHashSeed         = "42"
 	DefaultMaxBlocksToMatch = 8192
 	DefaultPrefixCacheBytes = 64 << 20
 	DefaultMaxSpeculative   = 1 << 20
@@ -125,7 +141,7 @@ type scratch struct {
 
 // New is the plugin factory.
 func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plugin, error) {
-	p := Params{BlockSize: DefaultBlockSize, HashSeed: DefaultHashSeed, HashAlgo: HashAlgoSHA256CBOR, MaxBlocksToMatch: DefaultMaxBlocksToMatch, PrefixCacheBytes: DefaultPrefixCacheBytes, DenseBlocks: prefixmatch.DefaultDenseBlocks, MaxSpeculativeEntries: DefaultMaxSpeculative}
+	p := Params{BlockSize: kvhash.DefaultBlockSize, HashSeed: kvhash.DefaultSeed, HashAlgo: HashAlgoSHA256CBOR, MaxBlocksToMatch: DefaultMaxBlocksToMatch, PrefixCacheBytes: DefaultPrefixCacheBytes, DenseBlocks: prefixmatch.DefaultDenseBlocks, MaxSpeculativeEntries: DefaultMaxSpeculative}
 	if err := scheduling.DecodeParams(raw, &p); err != nil {
 		return nil, err
 	}
@@ -138,7 +154,7 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 	if _, err := kvhash.New(p.HashSeed, p.BlockSize); err != nil {
 		return nil, fmt.Errorf("parameters.blockSize: %w", err)
 	}
-	index, ok := scheduling.Service[*kvindex.Index](h, ServiceKVIndex)
+	index, ok := KVIndexFrom(h)
 	if !ok {
 		return nil, fmt.Errorf("%s needs the KV-event index: run the picker with KV events enabled (--kv-events-addr or kvEvents endpoints)", Type)
 	}

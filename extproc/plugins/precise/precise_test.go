@@ -16,7 +16,7 @@ import (
 
 func build(t testing.TB, idx *kvindex.Index, params string) *Scorer {
 	t.Helper()
-	h := &scheduling.Handle{Services: map[string]any{ServiceKVIndex: idx}}
+	h := &scheduling.Handle{Services: WithKVIndex(nil, idx)}
 	p, err := New("", json.RawMessage(params), h)
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +110,7 @@ func TestScoring(t *testing.T) {
 func TestParams(t *testing.T) {
 	idx := kvindex.New(kvindex.Config{})
 	for _, params := range []string{`{"hashAlgo": "sha256"}`, `{"blockSize": 0}`, `{"tokenizer": "/nonexistent"}`, `{"blockTokens": 16}`, `{"maxBlocksToMatch": -1}`} {
-		if _, err := New("", json.RawMessage(params), &scheduling.Handle{Services: map[string]any{ServiceKVIndex: idx}}); err == nil {
+		if _, err := New("", json.RawMessage(params), &scheduling.Handle{Services: WithKVIndex(nil, idx)}); err == nil {
 			t.Errorf("%s accepted", params)
 		}
 	}

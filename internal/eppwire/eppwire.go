@@ -1,0 +1,34 @@
+package eppwire
+
+// Request headers the picker reads or sets.
+const (
+	// HeaderDestination is the picker's choice: a comma list of ip:port,
+	// tried in order. Only the picker may set it; a proxy drops the
+	// client's.
+	HeaderDestination = "x-gateway-destination-endpoint"
+	// HeaderRequestID identifies a request across proxy, picker and server.
+	HeaderRequestID  = "x-request-id"
+	HeaderFairnessID = "x-gateway-inference-fairness-id"
+	// HeaderObjective names an InferenceObjective.
+	HeaderObjective    = "x-gateway-inference-objective"
+	HeaderModelRewrite = "x-gateway-model-name-rewrite"
+	// HeaderPrefiller is llm-d's ip:port of the server that runs a P/D
+	// request's prefill leg, read by the decoder's routing sidecar. Like
+	// HeaderDestination, only the picker may set it.
+	HeaderPrefiller = "x-prefiller-host-port"
+)
+
+// HeaderDroppedReason is llm-d's response header saying why the picker
+// refused a request.
+const HeaderDroppedReason = "x-llm-d-request-dropped-reason"
+
+// Dynamic metadata. The picker sends its choice under MetadataLB too (key
+// HeaderDestination), and the proxy reports the endpoint that answered under
+// MetadataLB / MetadataServedKey; a subset hint arrives under
+// MetadataSubsetHint / MetadataSubsetKey.
+const (
+	MetadataLB         = "envoy.lb"
+	MetadataSubsetHint = "envoy.lb.subset_hint"
+	MetadataSubsetKey  = "x-gateway-destination-endpoint-subset"
+	MetadataServedKey  = "x-gateway-destination-endpoint-served"
+)

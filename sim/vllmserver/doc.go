@@ -1,0 +1,61 @@
+// Package vllmserver is `kvgate sim`: a vLLM-compatible OpenAI HTTP server in
+// front of the sim/engine model, for running the picker, the gateway and the
+// P/D sidecar against a fleet of fake GPUs on one machine.
+//
+// It speaks what the rest of the stack reads from a real vLLM pod:
+// /v1/completions and /v1/chat/completions (JSON and SSE, with
+// stream_options.include_usage and usage.prompt_tokens_details.cached_tokens),
+// /v1/models, /health, /metrics with vLLM's metric names, KV-cache events on
+// ZMQ in vLLM's wire format, and the kv_transfer_params of vLLM's
+// NixlConnector for P/D disaggregation. Prompts are tokenized with the real
+// tokenizer (chat through its chat template), so the block hashes it
+// publishes are the ones vLLM would publish for the same prompt.
+//
+// Endpoints: POST /v1/completions, POST /v1/chat/completions, GET
+// /v1/models, GET /health, GET /metrics, POST /reset_prefix_cache (as
+// vLLM's dev endpoint; announces AllBlocksCleared) and POST
+// /kvgate/release_kv (below). Errors use vLLM's body
+// {"object":"error","message":...,"type":...,"param":null,"code":...}: 400
+// for bad JSON, bad fields or an exceeded context, 404 for an unknown model,
+// 429 when the engine's waiting queue is full, 500 for injected failures. A
+// client that disconnects has its request aborted in the engine.
+//
+// What a simulation cannot mean is left out: the model never emits EOS, so
+// every request generates max_tokens (default --default-max-tokens; an
+// explicit 0 reads as unset), and sampling parameters (temperature, stop,
+// n, seed, logprobs) are accepted and ignored. Generated tokens are drawn
+// by the engine from the model's vocabulary, seeded per request id; ids
+// past the tokenizer's vocabulary (the model's padding rows) decode to no
+// text. --echo answers with the prompt's tokens instead (chat: the last
+// message), finishing with "stop" when the echo is shorter than max_tokens.
+//
+// # Time
+//
+// The engine runs on a clock --time-scale times faster than wall time.
+// Every latency the server reports (the /metrics histograms) is in
+// simulated seconds, measured on that clock from the moment the request is
+// handed to the engine, so that TTFT and ITL mean the same thing at any
+// scale; HTTP parsing and tokenization are not part of the model and are
+// excluded. KV-event batch timestamps are wall-clock Unix seconds, as
+// subscribers compare them with their own clock.
+//
+// # Hash seed
+//
+// --hash-seed (vLLM's PYTHONHASHSEED) defaults to kvhash.DefaultSeed
+// ("42", llm-d's convention and the seed of the shared test vector). A
+// picker that scores prefixes from KV events or computes block hashes
+// itself must use the same value.
+//
+// # P/D
+//
+// A request with kv_transfer_params.do_remote_decode runs prefill only; its
+// response carries the kv_transfer_params a decoder needs, with
+// remote_host/remote_port naming this server's HTTP address. Its blocks stay
+// held until the decoder releases them or --kv-held-timeout (simulated)
+// passes. A request with do_remote_prefill models pulling that KV, counts
+// it in cached_tokens and, once its first token is out (the pull has
+// landed), releases the prefiller's blocks with
+// POST http://<remote_host>:<remote_port>/kvgate/release_kv
+// {"request_id": "<remote_request_id>"}, standing in for NIXL's completion
+// notification. The endpoint may also be called by hand.
+package vllmserver

@@ -1,0 +1,304 @@
+package vllmserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/kvgate/kvgate/internal/openai"
+	"github.com/kvgate/kvgate/internal/prompt"
+	"github.com/kvgate/kvgate/internal/vllm"
+	"github.com/kvgate/kvgate/sim/engine"
+)
+
+type apiKind uint8
+
+const (
+	apiCompletions apiKind = iota
+	apiChat
+)
+
+// job is one validated generation request, ready for the engine.
+type job struct {
+	kind         apiKind
+	id           string
+	model        string
+	created      int64
+	stream       bool
+	includeUsage bool
+	prompt       []int
+	maxTokens    int   // what the client asked for (or the default)
+	echo         []int // echo mode: the tokens to answer with
+	lora         string
+	cacheSalt    string
+	prefillOnly  bool
+	remote       *engine.RemotePrefill
+	kv           *vllm.KVTransferParams // the request's, for the decode leg's release
+}
+
+// engineMaxTokens is what the engine generates: in echo mode no more than
+// there is to echo.
+func (j *job) engineMaxTokens() int {
+	if j.echo != nil {
+		return max(1, min(j.maxTokens, len(j.echo)))
+	}
+	return j.maxTokens
+}
+
+// finishReason is "stop" when an echo ended before max_tokens, as a model
+// that emitted EOS would; otherwise the engine's.
+func (j *job) finishReason(fin *engine.Finished) string {
+	if j.echo != nil && len(j.echo) < j.maxTokens {
+		return "stop"
+	}
+	return fin.Reason
+}
+
+// textTokens maps the engine's output tokens [from, from+n) to the tokens
+// the response shows.
+func (j *job) textTokens(out []int, from int) []int {
+	if j.echo == nil {
+		return out
+	}
+	return j.echo[from:min(from+len(out), len(j.echo))]
+}
+
+// generate serves /v1/completions and /v1/chat/completions.
+func (s *Server) generate(kind apiKind) http.HandlerFunc {
+	return s.method(http.MethodPost, func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxRequestBodyBytes))
+		if err != nil {
+			if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+				writeError(w, newAPIError(http.StatusRequestEntityTooLarge, "request body larger than %d bytes", mbe.Limit))
+				return
+			}
+			writeError(w, badRequest("reading the request body: %v", err))
+			return
+		}
+		j, aerr := s.prepare(kind, body)
+		if aerr != nil {
+			writeError(w, aerr)
+			return
+		}
+		s.serve(r.Context(), w, j)
+	})
+}
+
+// prepare validates a body and tokenizes its prompt.
+func (s *Server) prepare(kind apiKind, body []byte) (*job, *apiError) {
+	api := openai.Completions
+	if kind == apiChat {
+		api = openai.ChatCompletions
+	}
+	req, err := openai.Parse(api, body)
+	if err != nil {
+		return nil, badRequest("%v", err)
+	}
+	// The shared parser keeps only routing fields; the P/D fields are
+	// decoded here.
+	var ext struct {
+		KV *vllm.KVTransferParams `json:"kv_transfer_params"`
+	}
+	if err := json.Unmarshal(body, &ext); err != nil {
+		return nil, badRequest("kv_transfer_params: %v", err)
+	}
+	lora, ok := s.models.resolve(req.Model)
+	if !ok {
+		return nil, newAPIError(http.StatusNotFound, "The model `%s` does not exist.", req.Model)
+	}
+	j := &job{kind: kind, model: req.Model, created: time.Now().Unix(), stream: req.Stream,
+		includeUsage: req.Stream && req.IncludeUsage, lora: lora, cacheSalt: req.CacheSalt, kv: ext.KV}
+	if aerr := s.applyTransfer(j); aerr != nil {
+		return nil, aerr
+	}
+	if s.injectFailure() {
+		return nil, newAPIError(http.StatusInternalServerError, "injected failure (--failure-rate %v)", s.opts.FailureRate)
+	}
+
+	if kind == apiChat {
+		j.id = s.newID("chatcmpl")
+	} else {
+		j.id = s.newID("cmpl")
+		vocab := s.tok.VocabSize()
+		for _, id := range req.PromptTokenIDs {
+			if id < 0 || id >= vocab {
+				return nil, badRequest("Token id %d is out of vocabulary", id)
+			}
+		}
+	}
+	// The same rendering the picker's precise scorer does, so that both
+	// compute the same block hashes.
+	if j.prompt, err = prompt.Tokens(s.enc, s.tok, req); err != nil {
+		return nil, badRequest("%v", err)
+	}
+	if len(j.prompt) == 0 {
+		return nil, badRequest("The prompt is empty after tokenization")
+	}
+	if s.opts.Echo {
+		j.echo = j.prompt
+		if kind == apiChat {
+			j.echo = s.tok.Encode(req.Messages[len(req.Messages)-1].Text())
+		}
+	}
+	j.maxTokens = req.MaxTokens
+	if j.maxTokens == 0 {
+		// Left over context, as vLLM does, capped by the default; a prompt
+		// that leaves none still asks for one token and is refused below.
+		j.maxTokens = max(1, min(s.opts.DefaultMaxTokens, s.engCfg.MaxModelLen-len(j.prompt)))
+	}
+	if j.prefillOnly {
+		j.maxTokens = 1
+	}
+	return j, nil
+}
+
+// serve hands a job to the engine and writes its response.
+func (s *Server) serve(ctx context.Context, w http.ResponseWriter, j *job) {
+	arrival := s.runner.Now()
+	st, err := s.runner.Submit(engine.Request{
+		ID: j.id, Prompt: j.prompt, MaxTokens: j.engineMaxTokens(), LoRA: j.lora, CacheSalt: j.cacheSalt,
+		PrefillOnly: j.prefillOnly, RemotePrefill: j.remote,
+	})
+	if err != nil {
+		writeError(w, s.engineError(err, len(j.prompt), j.maxTokens))
+		return
+	}
+	rec := s.metrics.newRecorder(arrival)
+	var out outputWriter
+	if j.stream {
+		// Headers go out at once, as Starlette's StreamingResponse sends
+		// them, before the first token.
+		sw := newSSEWriter(s, w, j)
+		if err := sw.start(); err != nil {
+			s.abort(j.id)
+			return
+		}
+		out = sw
+	} else {
+		out = &jsonWriter{s: s, w: w, j: j}
+	}
+	n := 0
+	for {
+		toks, fin, err := st.Next(ctx)
+		if err != nil {
+			s.abort(j.id) // the client went away or the server is closing
+			return
+		}
+		now := s.runner.Now()
+		if len(toks) > 0 {
+			if n == 0 {
+				s.releaseRemote(j.kv)
+			}
+			rec.tokens(now, len(toks))
+			if err := out.tokens(j.textTokens(toks, n)); err != nil {
+				s.abort(j.id)
+				return
+			}
+			n += len(toks)
+		}
+		if fin == nil {
+			continue
+		}
+		if fin.Reason == engine.FinishAbort {
+			// Aborted by someone other than this handler; a stream just ends.
+			if !j.stream {
+				writeError(w, newAPIError(http.StatusInternalServerError, "request %s was aborted", j.id))
+			}
+			return
+		}
+		reason := j.finishReason(fin)
+		rec.finish(now, reason)
+		_ = out.finish(fin, reason, s.transferParams(j, fin))
+		return
+	}
+}
+
+// abort drops a request whose response nobody will read; the engine may
+// already have finished it.
+func (s *Server) abort(id string) {
+	if err := s.runner.Abort(id); err == nil {
+		s.log.Debug("request aborted", "id", id)
+	}
+}
+
+// outputWriter renders the engine's tokens as a response.
+type outputWriter interface {
+	// tokens receives the new tokens of the response text.
+	tokens(ids []int) error
+	finish(fin *engine.Finished, reason string, kv *vllm.KVTransferParams) error
+}
+
+type usage struct {
+	PromptTokens        int           `json:"prompt_tokens"`
+	TotalTokens         int           `json:"total_tokens"`
+	CompletionTokens    int           `json:"completion_tokens"`
+	PromptTokensDetails promptDetails `json:"prompt_tokens_details"`
+}
+
+type promptDetails struct {
+	CachedTokens int `json:"cached_tokens"`
+}
+
+func usageOf(u engine.Usage) *usage {
+	return &usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens,
+		TotalTokens: u.PromptTokens + u.CompletionTokens, PromptTokensDetails: promptDetails{CachedTokens: u.CachedTokens}}
+}
+
+type message struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+// choice is a completions or chat choice; the fields of the other API are
+// left nil and omitted.
+type choice struct {
+	Index        int      `json:"index"`
+	Text         *string  `json:"text,omitempty"`
+	Message      *message `json:"message,omitempty"`
+	Delta        *message `json:"delta,omitempty"`
+	Logprobs     any      `json:"logprobs"`
+	FinishReason *string  `json:"finish_reason"`
+	StopReason   any      `json:"stop_reason"`
+}
+
+type response struct {
+	ID               string                 `json:"id"`
+	Object           string                 `json:"object"`
+	Created          int64                  `json:"created"`
+	Model            string                 `json:"model"`
+	Choices          []choice               `json:"choices"`
+	Usage            *usage                 `json:"usage,omitempty"`
+	KVTransferParams *vllm.KVTransferParams `json:"kv_transfer_params,omitempty"`
+}
+
+// jsonWriter collects the tokens and writes one JSON response.
+type jsonWriter struct {
+	s   *Server
+	w   http.ResponseWriter
+	j   *job
+	ids []int
+}
+
+func (o *jsonWriter) tokens(ids []int) error {
+	o.ids = append(o.ids, ids...)
+	return nil
+}
+
+func (o *jsonWriter) finish(fin *engine.Finished, reason string, kv *vllm.KVTransferParams) error {
+	text := o.s.tok.Decode(o.ids)
+	c := choice{FinishReason: &reason}
+	resp := response{ID: o.j.id, Created: o.j.created, Model: o.j.model, Usage: usageOf(fin.Usage), KVTransferParams: kv}
+	if o.j.kind == apiChat {
+		resp.Object = "chat.completion"
+		c.Message = &message{Role: "assistant", Content: &text}
+	} else {
+		resp.Object = "text_completion"
+		c.Text = &text
+	}
+	resp.Choices = []choice{c}
+	writeJSON(o.w, http.StatusOK, resp)
+	return nil
+}
