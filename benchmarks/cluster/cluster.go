@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/kvgate/kvgate/benchmarks/workload"
@@ -14,6 +15,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/director"
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/kvindex"
+	"github.com/kvgate/kvgate/extproc/latency"
 	"github.com/kvgate/kvgate/extproc/plugins/all"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
 	"github.com/kvgate/kvgate/extproc/saturation"
@@ -359,6 +361,7 @@ func newSim(opts Options, policy Policy, reqs []workload.Request) (*sim, error) 
 		Rand:     rand.New(rand.NewPCG(opts.Seed, 0x91c4)), // used by this goroutine only
 		Services: precise.WithKVIndex(nil, s.index),
 	}
+	latency.WithRecorder(handle.Services, predictions{s})
 	built, err := config.Build(cfg, reg, handle, nil)
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: %w", policy.Name, err)
@@ -373,6 +376,34 @@ func newSim(opts Options, policy Policy, reqs []workload.Request) (*sim, error) 
 	})
 	return s, nil
 }
+
+// predictions records the picker's latency predictions into the results of
+// the requests they were made for, so the report can score the predictor.
+type predictions struct{ s *sim }
+
+func (p predictions) result(id string) *RequestResult {
+	i, err := strconv.Atoi(strings.TrimPrefix(id, requestIDPrefix))
+	if err != nil || i < 0 || i >= len(p.s.res.Requests) {
+		return nil
+	}
+	return &p.s.res.Requests[i]
+}
+
+// Predicted implements latency.Recorder.
+func (p predictions) Predicted(id, _ string, e latency.Estimate) {
+	if rr := p.result(id); rr != nil {
+		rr.PredictedTTFT, rr.PredictedTPOT = e.TTFT, e.TPOT
+	}
+}
+
+// ObservedTTFT implements latency.Recorder; the report compares itself.
+func (predictions) ObservedTTFT(string, string, time.Duration, time.Duration) {}
+
+// ObservedTPOT implements latency.Recorder.
+func (predictions) ObservedTPOT(string, string, time.Duration, time.Duration) {}
+
+// requestIDPrefix starts every simulated request's id.
+const requestIDPrefix = "r"
 
 // ErrStuck reports a simulation in which requests remain but nothing can
 // make progress; it indicates a bug, not a workload property.
@@ -500,7 +531,7 @@ func (s *sim) arrive(ctx context.Context, i int, now time.Time) {
 		s.res.Clipped++
 	}
 	rr.PromptTokens = len(prompt)
-	id := "r" + strconv.Itoa(i)
+	id := requestIDPrefix + strconv.Itoa(i)
 	req := &server.Request{
 		ID: id, Method: "POST", Path: "/v1/completions", API: openai.Completions,
 		Headers: map[string]string{"content-type": "application/json", eppwire.HeaderRequestID: id},
@@ -599,6 +630,9 @@ func (s *sim) complete(ctx context.Context, r *replica, now time.Time) {
 			continue
 		}
 		delete(s.live, f.ID)
+		// The stream's last chunk: the picker measures TPOT between its
+		// first and last chunks, as on a real stream.
+		lr.ex.ResponseChunk(ctx, chunk)
 		lr.ex.ResponseDone(ctx, server.ResponseSummary{
 			Status: 200, UsageFound: true, Streaming: true, Complete: true, ServedEndpoint: r.addr,
 			Usage: openai.Usage{PromptTokens: f.Usage.PromptTokens, CompletionTokens: f.Usage.CompletionTokens, CachedTokens: f.Usage.CachedTokens},

@@ -75,6 +75,12 @@ func (o *oracle) Pick(_ context.Context, _ *scheduling.CycleState, req *scheduli
 		return nil
 	}
 	o.s.oracled[req.ID] = oracleChoice{uncached: bestUncached, hashes: slices.Clone(o.hashes)}
+	// The oracle's own estimate, scored like the picker's predictions: how
+	// well perfect information predicts TTFT bounds what a learned model
+	// can reach.
+	if rr := (predictions{o.s}).result(req.ID); rr != nil {
+		rr.PredictedTTFT = bestEst
+	}
 	return &scheduling.ProfileResult{Targets: []*endpoints.Endpoint{scored[best].Endpoint}}
 }
 

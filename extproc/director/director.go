@@ -143,7 +143,8 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 
 	targets := res.Primary().Targets
 	ex := &exchange{d: d, sched: sr, cs: cs, received: req.ReceivedAt}
-	ex.charge = targets[0].Charge(int64(uncachedTokens(cs, sr, targets[0])), sr.TokenEstimate(), sr.TokenEstimate())
+	uncached := uncachedTokens(cs, sr, targets[0])
+	ex.charge = targets[0].Charge(int64(sr.PromptTokens-uncached), int64(uncached), sr.TokenEstimate(), sr.TokenEstimate())
 
 	dec := &server.Decision{Endpoints: make([]string, len(targets)), Headers: res.Headers}
 	for i, t := range targets {

@@ -53,8 +53,8 @@ func TestReplaceKeepsUnchangedEndpoints(t *testing.T) {
 	}
 	a, b, c := d.Get("a"), d.Get("b"), d.Get("c")
 	a.SetMetrics(&Metrics{WaitingQueueSize: 7, UpdateTime: time.Unix(1, 0)})
-	a.Charge(0, 0, 50)
-	a.Charge(0, 0, 50)
+	a.Charge(0, 0, 0, 50)
+	a.Charge(0, 0, 0, 50)
 	d.SetHealthy(c, false)
 
 	// a unchanged, b's labels change, c unchanged, d new.

@@ -29,6 +29,10 @@ type Load struct {
 	// their first token and their uncached prompt tokens.
 	PrefillRequests int64
 	PrefillTokens   int64
+	// PrefillAttention is those requests' causal attention pairs (for n
+	// uncached tokens after c cached ones, n·c + n(n+1)/2): long prompts
+	// cost quadratically, which token counts alone cannot show.
+	PrefillAttention int64
 	// DecodeRequests and DecodeTokens are the routed requests producing
 	// output and their context tokens (prompt plus expected output).
 	DecodeRequests int64
@@ -46,24 +50,26 @@ func (l Load) Requests() int64 {
 
 // liveLoad is the account behind Load; its fields change concurrently.
 type liveLoad struct {
-	prefillRequests atomic.Int64
-	prefillTokens   atomic.Int64
-	decodeRequests  atomic.Int64
-	decodeTokens    atomic.Int64
-	externalWaiting atomic.Int64
-	externalRunning atomic.Int64
+	prefillRequests  atomic.Int64
+	prefillTokens    atomic.Int64
+	prefillAttention atomic.Int64
+	decodeRequests   atomic.Int64
+	decodeTokens     atomic.Int64
+	externalWaiting  atomic.Int64
+	externalRunning  atomic.Int64
 }
 
 // Load returns the endpoint's live load.
 func (e *Endpoint) Load() Load {
 	l := &e.load
 	return Load{
-		PrefillRequests: l.prefillRequests.Load(),
-		PrefillTokens:   l.prefillTokens.Load(),
-		DecodeRequests:  l.decodeRequests.Load(),
-		DecodeTokens:    l.decodeTokens.Load(),
-		ExternalWaiting: l.externalWaiting.Load(),
-		ExternalRunning: l.externalRunning.Load(),
+		PrefillRequests:  l.prefillRequests.Load(),
+		PrefillTokens:    l.prefillTokens.Load(),
+		PrefillAttention: l.prefillAttention.Load(),
+		DecodeRequests:   l.decodeRequests.Load(),
+		DecodeTokens:     l.decodeTokens.Load(),
+		ExternalWaiting:  l.externalWaiting.Load(),
+		ExternalRunning:  l.externalRunning.Load(),
 	}
 }
 
@@ -88,8 +94,8 @@ type Charge struct {
 	ep *Endpoint
 	// prefillTokens is what the first token releases; contextTokens what
 	// the decode phase holds; tokens what the in-flight token count holds.
-	prefillTokens, contextTokens, tokens int64
-	phase                                chargePhase
+	prefillTokens, attention, contextTokens, tokens int64
+	phase                                           chargePhase
 }
 
 type chargePhase uint8
@@ -100,11 +106,19 @@ const (
 	phaseDecode
 )
 
-// Charge records a request routed to e: uncached prompt tokens the server
-// must compute before its first token, the context it will hold while
-// decoding, and the token estimate the in-flight counters carry.
-func (e *Endpoint) Charge(uncached, context, tokens int64) Charge {
-	c := Charge{ep: e, prefillTokens: max(0, uncached), contextTokens: max(0, context), tokens: tokens, phase: phasePrefill}
+// AttentionPairs is the causal attention work of computing uncached tokens
+// after cached ones.
+func AttentionPairs(cached, uncached int64) int64 {
+	return uncached*cached + uncached*(uncached+1)/2
+}
+
+// Charge records a request routed to e: the prompt tokens the server must
+// compute before its first token (uncached, after cached ones in its prefix
+// cache), the context it will hold while decoding, and the token estimate
+// the in-flight counters carry.
+func (e *Endpoint) Charge(cached, uncached, context, tokens int64) Charge {
+	cached, uncached = max(0, cached), max(0, uncached)
+	c := Charge{ep: e, prefillTokens: uncached, attention: AttentionPairs(cached, uncached), contextTokens: max(0, context), tokens: tokens, phase: phasePrefill}
 	c.apply(1)
 	return c
 }
@@ -150,6 +164,7 @@ func (c *Charge) apply(sign int64) {
 	case phasePrefill:
 		l.prefillRequests.Add(sign)
 		l.prefillTokens.Add(sign * c.prefillTokens)
+		l.prefillAttention.Add(sign * c.attention)
 	case phaseDecode:
 		l.decodeRequests.Add(sign)
 		l.decodeTokens.Add(sign * c.contextTokens)

@@ -55,30 +55,47 @@ type Features struct {
 	// Backlog is the prefill work ahead of it: uncached tokens of requests
 	// routed there that have not produced a first token.
 	Backlog float64
+	// Attention is the causal attention pairs of the request's and the
+	// backlog's prefill (endpoints.AttentionPairs): what makes long prompts
+	// cost more than their length.
+	Attention float64
 	// Decodes and DecodeTokens are the sequences decoding there and their
 	// context tokens.
 	Decodes      float64
 	DecodeTokens float64
 }
 
-// ttftX is TTFT's feature vector: the prefill work ahead (W), and W times
-// the decode batch and its context, since every prefill step also runs the
-// decodes; the constant is the step in progress.
+// ttftX is TTFT's feature vector: the prefill work ahead (W tokens, and
+// their attention pairs), W times the decode batch (every prefill step also
+// runs the decodes), and whether other prefills are in flight (then the
+// step in progress, which the request waits out, is a heavy one); the
+// constant is a light step in progress.
 func (f Features) ttftX() [maxFeatures]float64 {
 	w := (f.Prefill + f.Backlog) / 1e3
-	return [maxFeatures]float64{1, w, w * f.Decodes / 100, w * f.DecodeTokens / 1e6}
+	busy := 0.0
+	if f.Backlog > 0 {
+		busy = 1
+	}
+	return [maxFeatures]float64{1, w, f.Attention / 1e9, w * f.Decodes / 100, busy}
 }
 
-// tpotX is TPOT's: a decode step's time grows with the batch, its context,
-// and the prefill chunks sharing the steps.
+// tpotX is TPOT's: a decode step's time grows with the batch and its
+// context, and with a prefill chunk sharing the step while a prefill
+// backlog exists. The chunk is bounded by the server's token budget however
+// long the backlog, so the backlog enters as an indicator, not its size (a
+// size term learned at light load would extrapolate without bound).
 func (f Features) tpotX() [maxFeatures]float64 {
-	return [maxFeatures]float64{1, f.Decodes / 100, f.DecodeTokens / 1e6, f.Backlog / 1e4}
+	busy := 0.0
+	if f.Backlog > 0 {
+		busy = 1
+	}
+	return [maxFeatures]float64{1, f.Decodes / 100, f.DecodeTokens / 1e6, busy, 0}
 }
 
 // Priors: an 8B model on one modern GPU, weakly held (see rls).
 var (
-	ttftPrior = []float64{0.02, 0.1, 0, 0}
-	tpotPrior = []float64{0.01, 0.01, 0, 0}
+	ttftPrior = []float64{0.02, 0.1, 0, 0, 0}
+	tpotPrior = []float64{0.01, 0.01, 0, 0, 0}
 )
 
 // Estimate is a prediction for one request on one endpoint.
@@ -146,14 +163,14 @@ func newFit(cfg Config, from *coeffs) *fit {
 }
 
 func (f *fit) publishLocked() {
-	f.published.Store(&coeffs{ttft: f.ttft.theta, tpot: f.tpot.theta, qTTFT: f.qTTFT.value, qTPOT: f.qTPOT.value, ttftSamples: f.ttftSamples})
+	f.published.Store(&coeffs{ttft: f.ttft.monotone(), tpot: f.tpot.monotone(), qTTFT: f.qTTFT.value, qTPOT: f.qTPOT.value, ttftSamples: f.ttftSamples})
 }
 
 func (f *fit) observeTTFT(feat Features, actual float64) {
 	x := feat.ttftX()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if pred := f.ttft.predict(&x); pred > 0 {
+	if pred := f.published.Load().estimate(feat).TTFT.Seconds(); pred > 0 {
 		f.qTTFT.observe(math.Log(actual / pred))
 	}
 	f.ttft.update(&x, actual)
@@ -165,7 +182,7 @@ func (f *fit) observeTPOT(feat Features, actual float64) {
 	x := feat.tpotX()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if pred := f.tpot.predict(&x); pred > 0 {
+	if pred := f.published.Load().estimate(feat).TPOT.Seconds(); pred > 0 {
 		f.qTPOT.observe(math.Log(actual / pred))
 	}
 	f.tpot.update(&x, actual)

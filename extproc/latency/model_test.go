@@ -21,7 +21,11 @@ func (s server) ttft(f Features, rng *rand.Rand) float64 {
 }
 
 func (s server) tpot(f Features, rng *rand.Rand) float64 {
-	return (s.step + s.step*f.Decodes/50 + f.Backlog/1e6) * (1 + s.noise*rng.NormFloat64())
+	chunk := 0.0
+	if f.Backlog > 0 {
+		chunk = 2 * s.step // a prefill chunk shares every step
+	}
+	return (s.step + s.step*f.Decodes/50 + chunk) * (1 + s.noise*rng.NormFloat64())
 }
 
 func randomFeatures(rng *rand.Rand) Features {

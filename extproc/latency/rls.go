@@ -12,7 +12,7 @@ type rls struct {
 	lambda float64
 }
 
-const maxFeatures = 4
+const maxFeatures = 5
 
 // initialCovariance is large: the prior (zero, or the pool's coefficients)
 // is weak and the first samples dominate.
@@ -33,6 +33,19 @@ func (r *rls) predict(x *[maxFeatures]float64) float64 {
 		s += r.theta[i] * x[i]
 	}
 	return s
+}
+
+// monotone returns the coefficients with negative ones at zero. Every term
+// is work that adds time: a negative coefficient would let more backlog
+// predict less latency, and a latency scorer would pile requests onto the
+// busiest endpoint. The fit itself stays unconstrained (clamping inside
+// the recursion breaks its covariance), only what is published is clamped.
+func (r *rls) monotone() [maxFeatures]float64 {
+	t := r.theta
+	for i := range t {
+		t[i] = max(0, t[i])
+	}
+	return t
 }
 
 // update takes one sample. A non-finite result (a degenerate sample) resets
@@ -66,6 +79,7 @@ func (r *rls) update(x *[maxFeatures]float64, y float64) {
 			r.p[i][j] = (r.p[i][j] - pz[i]*pz[j]/denom) / r.lambda
 		}
 	}
+
 	for i := range r.n {
 		if math.IsNaN(r.theta[i]) || math.IsInf(r.theta[i], 0) || math.IsNaN(r.p[i][i]) || r.p[i][i] > 1e12 {
 			*r = newRLS(r.n, r.lambda, nil)

@@ -20,8 +20,9 @@ type DataProducer interface {
 
 // DataDependencies is implemented by producers whose input another producer
 // computes: producers run so that every key a producer consumes is produced
-// before it, and otherwise in configuration order. Keys are the cycle-state
-// keys' names.
+// before it, and otherwise in configuration order. A consumed key that no
+// configured producer produces is simply absent: consumers treat their
+// inputs as optional. Keys are the cycle-state keys' names.
 type DataDependencies interface {
 	Produces() []string
 	Consumes() []string
@@ -53,9 +54,8 @@ const (
 )
 
 // OrderProducers returns producers so that each runs after the producers of
-// the keys it consumes, keeping configuration order otherwise. A cycle, or
-// a consumed key that no producer produces, is a configuration error naming
-// the plugin.
+// the keys it consumes, keeping configuration order otherwise. A cycle is a
+// configuration error naming a plugin on it.
 func OrderProducers(ps []DataProducer) ([]DataProducer, error) {
 	producer := map[string]int{}
 	for i, p := range ps {
@@ -80,7 +80,7 @@ func OrderProducers(ps []DataProducer) ([]DataProducer, error) {
 			for _, k := range d.Consumes() {
 				j, ok := producer[k]
 				if !ok {
-					return fmt.Errorf("%s consumes %q, which no configured plugin produces", ps[i].TypedName(), k)
+					continue
 				}
 				if err := visit(j); err != nil {
 					return err

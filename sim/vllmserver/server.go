@@ -261,6 +261,10 @@ func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		s.cancel()
 		err := s.http.Close()
+		if errors.Is(err, net.ErrClosed) {
+			// Shutdown already closed that connection: nothing was lost.
+			err = nil
+		}
 		_ = s.ln.Close() // Serve may never have taken it over
 		s.relMu.Lock()
 		s.relClosed = true

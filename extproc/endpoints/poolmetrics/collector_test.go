@@ -27,9 +27,9 @@ func TestCollector(t *testing.T) {
 	ds.Get("c").SetMetrics(&endpoints.Metrics{WaitingQueueSize: 100, RunningRequests: 100, KVCacheUsage: 1, UpdateTime: now.Add(-time.Minute)})
 	ds.SetHealthy(ds.Get("c"), false)
 	for range 3 {
-		ds.Get("a").Charge(0, 0, 1000)
+		ds.Get("a").Charge(0, 0, 0, 1000)
 	}
-	ds.Get("d").Charge(0, 0, 512)
+	ds.Get("d").Charge(0, 0, 0, 512)
 
 	c := New("llama", ds)
 	c.now = func() time.Time { return now }

@@ -185,6 +185,7 @@ func (p *Producer) features(prompt, held int, l endpoints.Load, meanPrefill floa
 	return latency.Features{
 		Prefill:      float64(uncached),
 		Backlog:      float64(l.PrefillTokens) + float64(l.ExternalWaiting)*meanPrefill,
+		Attention:    float64(endpoints.AttentionPairs(int64(prompt-uncached), int64(uncached)) + l.PrefillAttention),
 		Decodes:      float64(l.DecodeRequests + l.ExternalRunning),
 		DecodeTokens: float64(l.DecodeTokens) + float64(l.ExternalRunning)*meanPrefill,
 	}

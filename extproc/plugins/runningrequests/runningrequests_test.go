@@ -23,7 +23,7 @@ func TestScoreUsesPickerInflight(t *testing.T) {
 	charges := make([][]endpoints.Charge, len(eps))
 	for i, n := range []int{2, 6, 4} {
 		for range n {
-			charges[i] = append(charges[i], eps[i].Charge(0, 0, 0))
+			charges[i] = append(charges[i], eps[i].Charge(0, 0, 0, 0))
 		}
 	}
 	schedtest.ExpectScores(t, schedtest.Score(s, &scheduling.Request{}, eps...), []float64{1, 0, 0.5})

@@ -25,7 +25,7 @@ func TestScore(t *testing.T) {
 		eps := make([]*endpoints.Endpoint, len(tc.tokens))
 		for i, n := range tc.tokens {
 			eps[i] = schedtest.Endpoint("e", endpoints.Metrics{})
-			eps[i].Charge(0, 0, n)
+			eps[i].Charge(0, 0, 0, n)
 		}
 		schedtest.ExpectScores(t, schedtest.Score(s, &scheduling.Request{}, eps...), tc.want)
 	}

@@ -1,0 +1,83 @@
+package endpoints
+
+import "testing"
+
+func TestChargeLifecycle(t *testing.T) {
+	a, b := NewEndpoint(Spec{Name: "a", Address: "10.0.0.1:8000"}), NewEndpoint(Spec{Name: "b", Address: "10.0.0.2:8000"})
+	type want struct {
+		ep                       *Endpoint
+		prefillReqs, prefillToks int64
+		decodeReqs, decodeToks   int64
+		inflight, inflightToks   int64
+	}
+	check := func(t *testing.T, step string, w want) {
+		t.Helper()
+		l := w.ep.Load()
+		if l.PrefillRequests != w.prefillReqs || l.PrefillTokens != w.prefillToks || l.DecodeRequests != w.decodeReqs || l.DecodeTokens != w.decodeToks ||
+			w.ep.InflightRequests() != w.inflight || w.ep.InflightTokens() != w.inflightToks {
+			t.Fatalf("%s: %s load %+v, in flight %d/%d; want %+v", step, w.ep.Name(), l, w.ep.InflightRequests(), w.ep.InflightTokens(), w)
+		}
+	}
+	c := a.Charge(100, 300, 600, 650)
+	check(t, "charged", want{ep: a, prefillReqs: 1, prefillToks: 300, inflight: 1, inflightToks: 650})
+	if got, want := a.Load().PrefillAttention, AttentionPairs(100, 300); got != want || want != 300*100+300*301/2 {
+		t.Fatalf("attention %d, want %d", got, want)
+	}
+	c.Move(b) // the proxy served a fallback
+	check(t, "moved (a)", want{ep: a})
+	check(t, "moved (b)", want{ep: b, prefillReqs: 1, prefillToks: 300, inflight: 1, inflightToks: 650})
+	c.FirstToken()
+	c.FirstToken() // idempotent
+	check(t, "first token", want{ep: b, decodeReqs: 1, decodeToks: 600, inflight: 1, inflightToks: 650})
+	c.Release()
+	c.Release()
+	c.Move(a) // a released charge charges nothing anywhere
+	check(t, "released (b)", want{ep: b})
+	check(t, "released (a)", want{ep: a})
+	if l := b.Load(); l.PrefillAttention != 0 {
+		t.Fatalf("attention left after release: %+v", l)
+	}
+	var zero Charge
+	zero.FirstToken()
+	zero.Release()
+	zero.Move(a)
+	check(t, "zero charge", want{ep: a})
+}
+
+// A scrape counts the requests the server admitted; the picker's own are
+// not counted again, only traffic from elsewhere is.
+func TestReconcileCountsOnlyForeignTraffic(t *testing.T) {
+	tests := []struct {
+		name                  string
+		ownPrefill, ownDecode int
+		waiting, running      int
+		extWaiting, extRun    int64
+	}{
+		{name: "all ours", ownPrefill: 2, ownDecode: 3, waiting: 2, running: 3},
+		{name: "scrape lags our decisions", ownPrefill: 4, ownDecode: 3, waiting: 1, running: 3},
+		{name: "foreign waiting", ownPrefill: 1, ownDecode: 2, waiting: 4, running: 2, extWaiting: 3},
+		{name: "foreign running", ownPrefill: 0, ownDecode: 2, waiting: 0, running: 7, extRun: 5},
+		{name: "both", ownPrefill: 1, ownDecode: 1, waiting: 3, running: 4, extWaiting: 2, extRun: 3},
+		{name: "idle picker", waiting: 5, running: 9, extWaiting: 5, extRun: 9},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := NewEndpoint(Spec{Name: "a", Address: "10.0.0.1:8000"})
+			for range tt.ownPrefill {
+				e.Charge(0, 10, 20, 20)
+			}
+			for range tt.ownDecode {
+				c := e.Charge(0, 10, 20, 20)
+				c.FirstToken()
+			}
+			e.SetMetrics(&Metrics{WaitingQueueSize: tt.waiting, RunningRequests: tt.running})
+			l := e.Load()
+			if l.ExternalWaiting != tt.extWaiting || l.ExternalRunning != tt.extRun {
+				t.Errorf("external waiting/running = %d/%d, want %d/%d", l.ExternalWaiting, l.ExternalRunning, tt.extWaiting, tt.extRun)
+			}
+			if got, want := l.Requests(), int64(tt.ownPrefill+tt.ownDecode)+tt.extWaiting+tt.extRun; got != want {
+				t.Errorf("Requests() = %d, want %d", got, want)
+			}
+		})
+	}
+}
