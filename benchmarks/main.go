@@ -13,11 +13,10 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/term"
-
 	"github.com/kvgate/kvgate/benchmarks/cluster"
 	"github.com/kvgate/kvgate/benchmarks/workload"
 	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/internal/progress"
 	"github.com/kvgate/kvgate/sim/engine"
 )
 
@@ -30,8 +29,10 @@ type stringList []string
 func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
-// Main is `kvgate bench`. args exclude the subcommand name.
-func Main(ctx context.Context, args []string, stderr io.Writer) error {
+// Main is `kvgate bench`. args exclude the subcommand name. Progress, the
+// results table and errors go to stderr (stdout stays free for scripts);
+// the results themselves go to --out.
+func Main(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kvgate bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
@@ -152,7 +153,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	fmt.Fprintf(stderr, "%s: %d requests, %.0f prompt tokens/request, %.0f output tokens/request, %v of arrivals\n",
 		name, st.Requests, float64(st.PromptTokens)/float64(st.Requests), float64(st.OutputTokens)/float64(st.Requests), st.Duration.Round(time.Second))
 	results := &Results{Workload: name, Replicas: *replicas, Preset: preset.Name, Seed: *seed}
-	tty := isTerminal(stderr)
+	tty := progress.IsTerminal(stderr)
 	for _, x := range scales {
 		scaled := workload.ScaleQPS(reqs, x)
 		for _, p := range pols {
@@ -211,17 +212,10 @@ func floats(s string) ([]float64, error) {
 	return out, nil
 }
 
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
-}
-
 // progressBar redraws one line on a terminal as requests complete.
 func progressBar(w io.Writer, label string) func(done, total int) {
-	const width = 40
 	return func(done, total int) {
-		n := done * width / total
-		fmt.Fprintf(w, "\r%-16s [%s%s] %d/%d", label, strings.Repeat("#", n), strings.Repeat(".", width-n), done, total)
+		fmt.Fprintf(w, "\r%-16s %s %d/%d", label, progress.Bar(done, total), done, total)
 	}
 }
 

@@ -13,10 +13,9 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/term"
-
 	"github.com/kvgate/kvgate/demo/report"
 	"github.com/kvgate/kvgate/demo/workload"
+	"github.com/kvgate/kvgate/internal/progress"
 )
 
 // Options are `kvgate up`'s flags.
@@ -148,13 +147,14 @@ func repoRoot() string {
 	}
 }
 
-// Main is `kvgate up`.
-func Main(ctx context.Context, args []string, stderr io.Writer) error {
+// Main is `kvgate up`: the run's report goes to stdout, flag errors to
+// stderr.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o, err := ParseFlags(args, stderr)
 	if err != nil {
 		return err
 	}
-	return Run(ctx, o, os.Stdout, term.IsTerminal(int(os.Stdout.Fd())))
+	return Run(ctx, o, stdout, progress.IsTerminal(stdout))
 }
 
 // Run executes a demo: one fresh fleet per policy, the same workload
@@ -336,9 +336,9 @@ func keepRunning(ctx context.Context, s *Stack, stdout io.Writer) {
 	fmt.Fprintln(stdout, "stopping...")
 }
 
-// progress reports a replay: a redrawn bar on a terminal, a line per
+// replayProgress reports a replay: a redrawn bar on a terminal, a line per
 // quarter otherwise. update may be called from many goroutines.
-type progress struct {
+type replayProgress struct {
 	mu    sync.Mutex
 	w     io.Writer
 	tty   bool
@@ -348,11 +348,11 @@ type progress struct {
 	start time.Time
 }
 
-func newProgress(w io.Writer, tty bool, label string, total int) *progress {
-	return &progress{w: w, tty: tty, label: label, total: total, start: time.Now()}
+func newProgress(w io.Writer, tty bool, label string, total int) *replayProgress {
+	return &replayProgress{w: w, tty: tty, label: label, total: total, start: time.Now()}
 }
 
-func (p *progress) update(done int) {
+func (p *replayProgress) update(done int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if done <= p.shown {
@@ -360,9 +360,7 @@ func (p *progress) update(done int) {
 	}
 	p.shown = done
 	if p.tty {
-		const width = 40
-		n := width * done / p.total
-		fmt.Fprintf(p.w, "\r[%s] [%s%s] %d/%d %.0fs ", p.label, strings.Repeat("#", n), strings.Repeat(".", width-n), done, p.total, time.Since(p.start).Seconds())
+		fmt.Fprintf(p.w, "\r[%s] %s %d/%d %.0fs ", p.label, progress.Bar(done, p.total), done, p.total, time.Since(p.start).Seconds())
 		return
 	}
 	if q := 4 * done / p.total; q > 4*(done-1)/p.total {
@@ -370,7 +368,7 @@ func (p *progress) update(done int) {
 	}
 }
 
-func (p *progress) finish(wall time.Duration) {
+func (p *replayProgress) finish(wall time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.tty {

@@ -1,0 +1,174 @@
+package epp
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// settledGoroutines waits for the goroutine count to fall to at most want
+// (exiting goroutines take a moment to be reaped) and returns the last
+// count seen.
+func settledGoroutines(want int) int {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n := runtime.NumGoroutine()
+		if n <= want || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func goroutineDump() string {
+	buf := make([]byte, 1<<20)
+	return string(buf[:runtime.Stack(buf, true)])
+}
+
+func staticOptions(t *testing.T) Options {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "endpoints.yaml")
+	if err := os.WriteFile(file, []byte("endpoints: []\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := DefaultOptions()
+	o.EndpointsFile = file
+	o.GRPCAddr, o.HealthAddr, o.MetricsAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	o.KVEventsAddr = "tcp://127.0.0.1:0"
+	return o
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// New starts nothing: building a picker and dropping it leaves no
+// goroutine and no socket.
+func TestNewStartsNothing(t *testing.T) {
+	before := runtime.NumGoroutine()
+	p, err := New(staticOptions(t), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := settledGoroutines(before); n > before {
+		t.Fatalf("New left %d goroutines running (had %d):\n%s", n, before, goroutineDump())
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A listener that cannot be bound fails Run, which unwinds what it had
+// started: the KV-event subscriber's goroutines and socket, and the
+// listeners bound before the failing one.
+func TestRunUnwindsWhenAPortIsTaken(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	// Reserve a health port, free it, and have the picker bind it before
+	// failing on the metrics port: the unwind must close it again.
+	probe, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	healthAddr := probe.Addr().String()
+	probe.Close()
+
+	o := staticOptions(t)
+	o.HealthAddr, o.MetricsAddr = healthAddr, taken.Addr().String()
+	before := runtime.NumGoroutine()
+	p, err := New(o, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = p.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), taken.Addr().String()) {
+		t.Fatalf("Run = %v, want a listen error for %s", err, taken.Addr())
+	}
+	if n := settledGoroutines(before); n > before {
+		t.Fatalf("%d goroutines after the failed Run, %d before:\n%s", n, before, goroutineDump())
+	}
+	ln, err := net.Listen("tcp", healthAddr)
+	if err != nil {
+		t.Fatalf("health listener still bound after the failed Run: %v", err)
+	}
+	ln.Close()
+	select {
+	case <-p.Listening():
+		t.Fatal("Listening closed although Run failed to bind")
+	default:
+	}
+}
+
+// A KV-event socket that cannot be bound fails Run before any listener.
+func TestRunUnwindsWhenKVEventsBindFails(t *testing.T) {
+	o := staticOptions(t)
+	o.KVEventsAddr = "tcp://256.0.0.1:1"
+	before := runtime.NumGoroutine()
+	p, err := New(o, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "--kv-events-addr") {
+		t.Fatalf("Run = %v, want a --kv-events-addr error", err)
+	}
+	if n := settledGoroutines(before); n > before {
+		t.Fatalf("%d goroutines after the failed Run, %d before:\n%s", n, before, goroutineDump())
+	}
+}
+
+// A registration error is New's error, not a panic.
+func TestRegistrationErrorIsReturned(t *testing.T) {
+	reg := &checkedRegisterer{Registerer: prometheus.NewRegistry()}
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "twice_total", Help: "h"})
+	reg.MustRegister(c)
+	if reg.err != nil {
+		t.Fatal(reg.err)
+	}
+	reg.MustRegister(c)
+	if reg.err == nil {
+		t.Fatal("a duplicate registration went unreported")
+	}
+}
+
+// A picker that ran and was stopped leaves nothing behind either.
+func TestRunStopsEverything(t *testing.T) {
+	before := runtime.NumGoroutine()
+	p, err := New(staticOptions(t), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	select {
+	case <-p.Listening():
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	}
+	grpcAddr, _, _ := p.Addrs()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := settledGoroutines(before); n > before {
+		t.Fatalf("%d goroutines after Run returned, %d before:\n%s", n, before, goroutineDump())
+	}
+	ln, err := net.Listen("tcp", grpcAddr)
+	if err != nil {
+		t.Fatalf("ext_proc listener still bound: %v", err)
+	}
+	ln.Close()
+}
