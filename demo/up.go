@@ -16,6 +16,7 @@ import (
 	"github.com/kvgate/kvgate/demo/report"
 	"github.com/kvgate/kvgate/demo/workload"
 	"github.com/kvgate/kvgate/internal/progress"
+	"github.com/kvgate/kvgate/internal/repo"
 )
 
 // Options are `kvgate up`'s flags.
@@ -133,18 +134,13 @@ func (o *Options) resolvePaths() error {
 // repoRoot is the nearest folder above the working directory holding
 // go.mod, or the working directory itself.
 func repoRoot() string {
-	wd, err := os.Getwd()
-	if err != nil {
-		return "."
+	if root, err := repo.Root(); err == nil {
+		return root
 	}
-	for d := wd; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d
-		}
-		if filepath.Dir(d) == d {
-			return wd
-		}
+	if wd, err := os.Getwd(); err == nil {
+		return wd
 	}
+	return "."
 }
 
 // Main is `kvgate up`: the run's report goes to stdout, flag errors to
