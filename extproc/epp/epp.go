@@ -37,6 +37,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/saturation"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/server"
+	"github.com/kvgate/kvgate/internal/cliflag"
 )
 
 // maxConcurrentStreams bounds in-flight ext_proc streams per connection.
@@ -84,38 +85,69 @@ func DefaultOptions() Options {
 	}
 }
 
-// ParseFlags parses `kvgate epp` arguments.
-func ParseFlags(args []string, stderr io.Writer) (Options, error) {
-	o := DefaultOptions()
+// flagSet binds a flag set to o's fields; ParseFlags and Args share it, so
+// that a parent's command line for a picker uses the picker's own flags.
+func (o *Options) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("kvgate epp", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.ConfigFile, "config", "", "EndpointPickerConfig YAML file (default: GIE's default profile)")
-	fs.StringVar(&o.ConfigFile, "config-file", "", "alias of --config, as the GIE picker names it")
-	fs.StringVar(&o.ConfigText, "config-text", "", "EndpointPickerConfig YAML given inline")
-	fs.StringVar(&o.EndpointsFile, "endpoints", "", "static endpoints YAML file, watched for changes")
+	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile, "EndpointPickerConfig YAML file (default: GIE's default profile)")
+	fs.StringVar(&o.ConfigFile, "config-file", o.ConfigFile, "alias of --config, as the GIE picker names it")
+	fs.StringVar(&o.ConfigText, "config-text", o.ConfigText, "EndpointPickerConfig YAML given inline")
+	fs.StringVar(&o.EndpointsFile, "endpoints", o.EndpointsFile, "static endpoints YAML file, watched for changes")
 	fs.StringVar(&o.GRPCAddr, "grpc-addr", o.GRPCAddr, "ext_proc gRPC listen address")
 	fs.StringVar(&o.HealthAddr, "health-addr", o.HealthAddr, "gRPC health service listen address")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Prometheus /metrics listen address")
 	fs.DurationVar(&o.RefreshMetricsInterval, "refresh-metrics-interval", o.RefreshMetricsInterval, "interval between scrapes of each model server's /metrics")
 	fs.StringVar(&o.PoolName, "pool-name", o.PoolName, "InferencePool to watch (without --endpoints); also the name label of pool metrics")
-	fs.StringVar(&o.PoolNamespace, "pool-namespace", "", "namespace of the InferencePool (default: the kubeconfig context's, or the pod's own)")
-	fs.StringVar(&o.EndpointSelector, "endpoint-selector", "", "without an InferencePool: label selector of the model-server pods")
-	fs.Func("endpoint-target-ports", "with --endpoint-selector: comma-separated ports of the model servers", func(s string) error {
-		for _, f := range strings.Split(s, ",") {
-			port, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil {
-				return fmt.Errorf("port %q: %w", f, err)
-			}
-			o.EndpointTargetPorts = append(o.EndpointTargetPorts, port)
-		}
-		return nil
-	})
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else in-cluster)")
-	fs.StringVar(&o.KVEventsAddr, "kv-events-addr", "", "ZMQ endpoint to bind for vLLM KV-cache events, e.g. tcp://*:5557 (servers publish with topic kv@<ip:port>@<model>)")
-	fs.BoolVar(&o.TrustFilterHeaders, "trust-filter-headers", false, "route requests without a body on the x-kvgate-* headers of kvgate's wasm filter (Envoy request body mode NONE); only behind a proxy that runs the filter")
+	fs.StringVar(&o.PoolNamespace, "pool-namespace", o.PoolNamespace, "namespace of the InferencePool (default: the kubeconfig context's, or the pod's own)")
+	fs.StringVar(&o.EndpointSelector, "endpoint-selector", o.EndpointSelector, "without an InferencePool: label selector of the model-server pods")
+	fs.Var(ports{&o.EndpointTargetPorts}, "endpoint-target-ports", "with --endpoint-selector: comma-separated ports of the model servers")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else in-cluster)")
+	fs.StringVar(&o.KVEventsAddr, "kv-events-addr", o.KVEventsAddr, "ZMQ endpoint to bind for vLLM KV-cache events, e.g. tcp://*:5557 (servers publish with topic kv@<ip:port>@<model>)")
+	fs.BoolVar(&o.TrustFilterHeaders, "trust-filter-headers", o.TrustFilterHeaders, "route requests without a body on the x-kvgate-* headers of kvgate's wasm filter (Envoy request body mode NONE); only behind a proxy that runs the filter")
 	fs.IntVar(&o.MaxRequestBodyBytes, "max-request-body-bytes", o.MaxRequestBodyBytes, "largest request body the picker buffers")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, "at shutdown, how long in-flight requests may finish before their streams are cut")
 	fs.TextVar(&o.LogLevel, "log-level", o.LogLevel, "log level: debug, info, warn, error")
+	return fs
+}
+
+// ports is --endpoint-target-ports: each use adds its comma-separated
+// ports.
+type ports struct{ vals *[]int }
+
+func (p ports) String() string {
+	if p.vals == nil {
+		return ""
+	}
+	s := make([]string, len(*p.vals))
+	for i, v := range *p.vals {
+		s[i] = strconv.Itoa(v)
+	}
+	return strings.Join(s, ",")
+}
+
+func (p ports) Set(v string) error {
+	for _, f := range strings.Split(v, ",") {
+		port, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return fmt.Errorf("port %q: %w", f, err)
+		}
+		*p.vals = append(*p.vals, port)
+	}
+	return nil
+}
+
+// Args is the command line (after `kvgate epp`) that parses back to o:
+// the flags whose values differ from the defaults.
+func (o Options) Args() []string {
+	def := DefaultOptions()
+	return cliflag.Args(o.flagSet(io.Discard), def.flagSet(io.Discard), "config-file")
+}
+
+// ParseFlags parses `kvgate epp` arguments.
+func ParseFlags(args []string, stderr io.Writer) (Options, error) {
+	o := DefaultOptions()
+	fs := o.flagSet(stderr)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
