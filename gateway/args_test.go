@@ -2,9 +2,10 @@ package gateway
 
 import (
 	"io"
-	"reflect"
 	"testing"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/cliflag/cliflagtest"
 )
 
 // A command line built from Options parses back to the same Options.
@@ -17,19 +18,7 @@ func TestArgsRoundTrip(t *testing.T) {
 	}
 	noFilter := DefaultOptions()
 	noFilter.WasmPath, noFilter.ExtProc = "", ""
-	for _, o := range []Options{DefaultOptions(), full, noFilter} {
-		got, err := ParseFlags(o.Args(), io.Discard)
-		if err != nil {
-			t.Fatalf("ParseFlags(%q): %v", o.Args(), err)
-		}
-		if !reflect.DeepEqual(got, o) {
-			t.Fatalf("ParseFlags(%q) =\n%+v, want\n%+v", o.Args(), got, o)
-		}
-	}
-	v := reflect.ValueOf(full)
-	for i := range v.NumField() {
-		if v.Field(i).IsZero() {
-			t.Errorf("field %s not set in the round-trip options", v.Type().Field(i).Name)
-		}
-	}
+	cliflagtest.AllSet(t, full)
+	parse := func(args []string) (Options, error) { return ParseFlags(args, io.Discard) }
+	cliflagtest.RoundTrip(t, parse, Options.Args, DefaultOptions(), full, noFilter)
 }

@@ -3,9 +3,10 @@ package epp
 import (
 	"io"
 	"log/slog"
-	"reflect"
 	"testing"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/cliflag/cliflagtest"
 )
 
 // A command line built from Options parses back to the same Options.
@@ -17,26 +18,10 @@ func TestArgsRoundTrip(t *testing.T) {
 		Kubeconfig: "/k", KVEventsAddr: "tcp://127.0.0.1:4", TrustFilterHeaders: true,
 		MaxRequestBodyBytes: 123, DrainTimeout: 2 * time.Second, LogLevel: slog.LevelDebug,
 	}
+	// Exclusive with the file-based ones above, so set in their own options.
 	k8s := DefaultOptions()
 	k8s.ConfigFile, k8s.EndpointSelector, k8s.EndpointTargetPorts = "/c.yaml", "app=vllm", []int{8000, 8001}
-	for _, o := range []Options{DefaultOptions(), full, k8s} {
-		got, err := ParseFlags(o.Args(), io.Discard)
-		if err != nil {
-			t.Fatalf("ParseFlags(%q): %v", o.Args(), err)
-		}
-		if !reflect.DeepEqual(got, o) {
-			t.Fatalf("ParseFlags(%q) =\n%+v, want\n%+v", o.Args(), got, o)
-		}
-	}
-	// Every flag field is covered: the full options set each one.
-	v := reflect.ValueOf(full)
-	for i := range v.NumField() {
-		switch name := v.Type().Field(i).Name; name {
-		case "ConfigFile", "EndpointSelector", "EndpointTargetPorts": // exclusive with the above; set in k8s
-		default:
-			if v.Field(i).IsZero() {
-				t.Errorf("field %s not set in the round-trip options", name)
-			}
-		}
-	}
+	cliflagtest.AllSet(t, full, "ConfigFile", "EndpointSelector", "EndpointTargetPorts")
+	parse := func(args []string) (Options, error) { return ParseFlags(args, io.Discard) }
+	cliflagtest.RoundTrip(t, parse, Options.Args, DefaultOptions(), full, k8s)
 }

@@ -29,9 +29,25 @@ func settledGoroutines(want int) int {
 	}
 }
 
-func goroutineDump() string {
-	buf := make([]byte, 1<<20)
-	return string(buf[:runtime.Stack(buf, true)])
+// requireNoLeak fails t when more goroutines than before outlive what
+// stopped.
+func requireNoLeak(t *testing.T, before int, what string) {
+	t.Helper()
+	if n := settledGoroutines(before); n > before {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("%d goroutines after %s, %d before:\n%s", n, what, before, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// requireFree fails t unless addr can be bound, i.e. no listener of the
+// picker holds it any more.
+func requireFree(t *testing.T, addr, what string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("%s still bound: %v", what, err)
+	}
+	ln.Close()
 }
 
 func staticOptions(t *testing.T) Options {
@@ -57,9 +73,7 @@ func TestNewStartsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := settledGoroutines(before); n > before {
-		t.Fatalf("New left %d goroutines running (had %d):\n%s", n, before, goroutineDump())
-	}
+	requireNoLeak(t, before, "New")
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -94,14 +108,8 @@ func TestRunUnwindsWhenAPortIsTaken(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), taken.Addr().String()) {
 		t.Fatalf("Run = %v, want a listen error for %s", err, taken.Addr())
 	}
-	if n := settledGoroutines(before); n > before {
-		t.Fatalf("%d goroutines after the failed Run, %d before:\n%s", n, before, goroutineDump())
-	}
-	ln, err := net.Listen("tcp", healthAddr)
-	if err != nil {
-		t.Fatalf("health listener still bound after the failed Run: %v", err)
-	}
-	ln.Close()
+	requireNoLeak(t, before, "the failed Run")
+	requireFree(t, healthAddr, "health listener")
 	select {
 	case <-p.Listening():
 		t.Fatal("Listening closed although Run failed to bind")
@@ -121,9 +129,7 @@ func TestRunUnwindsWhenKVEventsBindFails(t *testing.T) {
 	if err := p.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "--kv-events-addr") {
 		t.Fatalf("Run = %v, want a --kv-events-addr error", err)
 	}
-	if n := settledGoroutines(before); n > before {
-		t.Fatalf("%d goroutines after the failed Run, %d before:\n%s", n, before, goroutineDump())
-	}
+	requireNoLeak(t, before, "the failed Run")
 }
 
 // A registration error is New's error, not a panic.
@@ -163,12 +169,6 @@ func TestRunStopsEverything(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if n := settledGoroutines(before); n > before {
-		t.Fatalf("%d goroutines after Run returned, %d before:\n%s", n, before, goroutineDump())
-	}
-	ln, err := net.Listen("tcp", grpcAddr)
-	if err != nil {
-		t.Fatalf("ext_proc listener still bound: %v", err)
-	}
-	ln.Close()
+	requireNoLeak(t, before, "Run returned")
+	requireFree(t, grpcAddr, "ext_proc listener")
 }

@@ -2,41 +2,29 @@ package server
 
 import (
 	"io"
-	"reflect"
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/cliflag/cliflagtest"
 	"github.com/kvgate/kvgate/internal/kvevents"
 )
 
 // A command line built from Options parses back to the same Options.
 func TestArgsRoundTrip(t *testing.T) {
-	full := Options{
-		Host: "127.0.0.1", Port: 8123, AdvertiseHost: "10.0.0.1", Model: "m", ServedModelNames: []string{"a", "b"},
-		TokenizerDir: "/tok", Preset: "llama-3.1-8b-h100", BlockSize: 32, NumGPUBlocks: 600, MaxNumSeqs: 8,
-		MaxNumBatchedTokens: 4096, MaxModelLen: 2048, MaxWaiting: 10, HashSeed: "7",
-		LoRAModules: []LoRAModule{{Name: "l1", Path: "/p1"}, {Name: "l2", Path: "/p2"}}, MaxLoRAs: 2,
-		HeldBlockTimeout: time.Minute, Role: RolePrefill, TimeScale: 0.03, FailureRate: 0.25, Seed: 3,
-		Echo: true, DefaultMaxTokens: 5, KVEventsEndpoint: "tcp://127.0.0.1:5557",
-		KVEventsReplayEndpoint: "tcp://*:5558", KVEventsTopic: "kv@x@m", KVEventsEncoding: kvevents.EncodingMap,
+	full := DefaultOptions() // the fields without a flag keep their defaults
+	full.Host, full.Port, full.AdvertiseHost, full.Model, full.ServedModelNames = "127.0.0.1", 8123, "10.0.0.1", "m", []string{"a", "b"}
+	full.TokenizerDir, full.Preset, full.BlockSize, full.NumGPUBlocks, full.MaxNumSeqs = "/tok", "llama-3.1-8b-h100", 32, 600, 8
+	full.MaxNumBatchedTokens, full.MaxModelLen, full.MaxWaiting, full.HashSeed = 4096, 2048, 10, "7"
+	full.LoRAModules, full.MaxLoRAs = []LoRAModule{{Name: "l1", Path: "/p1"}, {Name: "l2", Path: "/p2"}}, 2
+	full.HeldBlockTimeout, full.Role, full.TimeScale, full.FailureRate, full.Seed = time.Minute, RolePrefill, 0.03, 0.25, 3
+	full.Echo, full.DefaultMaxTokens, full.KVEventsEndpoint = true, 5, "tcp://127.0.0.1:5557"
+	full.KVEventsReplayEndpoint, full.KVEventsTopic, full.KVEventsEncoding = "tcp://*:5558", "kv@x@m", kvevents.EncodingMap
+	cliflagtest.AllSet(t, full, "Tokenizer", "Logger")
+	// The logger is built from --log-level, not carried.
+	parse := func(args []string) (Options, error) {
+		o, err := ParseFlags(args, io.Discard)
+		o.Logger = nil
+		return o, err
 	}
-	notFlags := map[string]bool{"Tokenizer": true, "TokenizerCacheBytes": true, "MaxRequestBodyBytes": true, "Logger": true}
-	v := reflect.ValueOf(full)
-	for i := range v.NumField() {
-		if name := v.Type().Field(i).Name; !notFlags[name] && v.Field(i).IsZero() {
-			t.Errorf("field %s not set in the round-trip options", name)
-		}
-	}
-	for _, o := range []Options{DefaultOptions(), full} {
-		got, err := ParseFlags(o.Args(), io.Discard)
-		if err != nil {
-			t.Fatalf("ParseFlags(%q): %v", o.Args(), err)
-		}
-		got.Logger, o.Logger = nil, nil
-		want := o // the fields without a flag keep their defaults
-		want.TokenizerCacheBytes, want.MaxRequestBodyBytes = got.TokenizerCacheBytes, got.MaxRequestBodyBytes
-		if !reflect.DeepEqual(got, want) {
-			t.Fatalf("ParseFlags(%q) =\n%+v, want\n%+v", o.Args(), got, want)
-		}
-	}
+	cliflagtest.RoundTrip(t, parse, Options.Args, DefaultOptions(), full)
 }
