@@ -10,34 +10,11 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvgate/kvgate/internal/testutil"
 )
-
-// settledGoroutines waits for the goroutine count to fall to at most want
-// (exiting goroutines take a moment to be reaped) and returns the last
-// count seen.
-func settledGoroutines(want int) int {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		n := runtime.NumGoroutine()
-		if n <= want || time.Now().After(deadline) {
-			return n
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// requireNoLeak fails t when more goroutines than before outlive what
-// stopped.
-func requireNoLeak(t *testing.T, before int, what string) {
-	t.Helper()
-	if n := settledGoroutines(before); n > before {
-		buf := make([]byte, 1<<20)
-		t.Fatalf("%d goroutines after %s, %d before:\n%s", n, what, before, buf[:runtime.Stack(buf, true)])
-	}
-}
 
 // requireFree fails t unless addr can be bound, i.e. no listener of the
 // picker holds it any more.
@@ -73,7 +50,7 @@ func TestNewStartsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	requireNoLeak(t, before, "New")
+	testutil.NoGoroutineLeak(t, before, "New")
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +85,7 @@ func TestRunUnwindsWhenAPortIsTaken(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), taken.Addr().String()) {
 		t.Fatalf("Run = %v, want a listen error for %s", err, taken.Addr())
 	}
-	requireNoLeak(t, before, "the failed Run")
+	testutil.NoGoroutineLeak(t, before, "the failed Run")
 	requireFree(t, healthAddr, "health listener")
 	select {
 	case <-p.Listening():
@@ -129,7 +106,7 @@ func TestRunUnwindsWhenKVEventsBindFails(t *testing.T) {
 	if err := p.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "--kv-events-addr") {
 		t.Fatalf("Run = %v, want a --kv-events-addr error", err)
 	}
-	requireNoLeak(t, before, "the failed Run")
+	testutil.NoGoroutineLeak(t, before, "the failed Run")
 }
 
 // A registration error is New's error, not a panic.
@@ -169,6 +146,6 @@ func TestRunStopsEverything(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	requireNoLeak(t, before, "Run returned")
+	testutil.NoGoroutineLeak(t, before, "Run returned")
 	requireFree(t, grpcAddr, "ext_proc listener")
 }
