@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -171,9 +172,11 @@ func (c StackConfig) gatewayOptions(ports fleetPorts) gateway.Options {
 	}
 	if c.FailOpen {
 		o.FailureModeAllow = true
-		for _, p := range ports.sims {
-			o.Fallback = append(o.Fallback, loopback(p))
+		fallbacks := make([]string, len(ports.sims))
+		for i, p := range ports.sims {
+			fallbacks[i] = loopback(p)
 		}
+		o.Fallback = strings.Join(fallbacks, ",")
 	}
 	return o
 }

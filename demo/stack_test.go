@@ -3,7 +3,6 @@ package demo
 import (
 	"io"
 	"reflect"
-	"slices"
 	"testing"
 	"time"
 
@@ -48,7 +47,7 @@ func TestChildCommandLinesParseBack(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(gotGW, wantGW) {
 		t.Fatalf("gateway: %q parses to %+v, %v; want %+v", wantGW.Args(), gotGW, err, wantGW)
 	}
-	if gotGW.RequestBodyMode != "none" || !gotGW.FailureModeAllow || !slices.Equal(gotGW.Fallback, []string{"127.0.0.1:6", "127.0.0.1:7"}) {
+	if gotGW.RequestBodyMode != "none" || !gotGW.FailureModeAllow || gotGW.Fallback != "127.0.0.1:6,127.0.0.1:7" {
 		t.Fatalf("gateway options %+v", gotGW)
 	}
 }

@@ -14,7 +14,7 @@ func TestArgsRoundTrip(t *testing.T) {
 		Listen: "127.0.0.1:1", ExtProc: "127.0.0.1:2", WasmPath: "/f.wasm", WasmConfig: `{"a":1}`,
 		WasmVMConfig: "@vm.json", WasmVMs: 3, FailureModeAllow: true, RequestBodyMode: "none",
 		ResponseBodyMode: "none", ExtProcTimeout: 30 * time.Second, UpstreamTimeout: 2 * time.Minute,
-		Fallback: []string{"127.0.0.1:3", "127.0.0.1:4"}, MaxRequestBuffer: 99,
+		Fallback: "127.0.0.1:3,127.0.0.1:4", MaxRequestBuffer: 99,
 	}
 	noFilter := DefaultOptions()
 	noFilter.WasmPath, noFilter.ExtProc = "", ""

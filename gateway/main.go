@@ -30,8 +30,8 @@ type Options struct {
 	ResponseBodyMode string
 	ExtProcTimeout   time.Duration
 	UpstreamTimeout  time.Duration
-	// Fallback is --fallback-endpoint, split at its commas.
-	Fallback         []string
+	// Fallback is a comma list of ip:port.
+	Fallback         string
 	MaxRequestBuffer int
 }
 
@@ -65,7 +65,7 @@ func (o *Options) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.ResponseBodyMode, "response-body-mode", o.ResponseBodyMode, "response body to the picker: full-duplex-streamed | none")
 	fs.DurationVar(&o.ExtProcTimeout, "extproc-timeout", o.ExtProcTimeout, "longest wait for one picker message")
 	fs.DurationVar(&o.UpstreamTimeout, "upstream-timeout", o.UpstreamTimeout, "bound on a whole upstream exchange (0: none)")
-	fs.Var(cliflag.List{Vals: &o.Fallback}, "fallback-endpoint", "comma list of ip:port for fail-open traffic")
+	fs.StringVar(&o.Fallback, "fallback-endpoint", o.Fallback, "comma list of ip:port for fail-open traffic")
 	fs.IntVar(&o.MaxRequestBuffer, "max-request-buffer", o.MaxRequestBuffer, "request body bytes held for the filter or a fail-open replay")
 	return fs
 }
@@ -98,7 +98,7 @@ func (o Options) config(log *slog.Logger) (Config, error) {
 		FailureModeAllow: o.FailureModeAllow,
 		ExtProcTimeout:   o.ExtProcTimeout,
 		UpstreamTimeout:  o.UpstreamTimeout,
-		Fallback:         o.Fallback,
+		Fallback:         splitEndpoints(o.Fallback),
 		MaxRequestBuffer: o.MaxRequestBuffer,
 		Logger:           log,
 	}

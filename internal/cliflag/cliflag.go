@@ -3,10 +3,7 @@
 // definitions and the two cannot drift apart.
 package cliflag
 
-import (
-	"flag"
-	"strings"
-)
+import "flag"
 
 // Args returns --name=value for every flag of set whose value differs from
 // the same flag in defaults (a set built the same way from default
@@ -27,26 +24,4 @@ func Args(set, defaults *flag.FlagSet, skip ...string) []string {
 		args = append(args, "--"+f.Name+"="+v)
 	})
 	return args
-}
-
-// List is a flag.Value for a comma-separated list: each use replaces the
-// list, and String joins it back, so that Args writes what Set reads.
-type List struct{ Vals *[]string }
-
-func (l List) String() string {
-	if l.Vals == nil {
-		return ""
-	}
-	return strings.Join(*l.Vals, ",")
-}
-
-func (l List) Set(v string) error {
-	var out []string
-	for _, s := range strings.Split(v, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			out = append(out, s)
-		}
-	}
-	*l.Vals = out
-	return nil
 }
