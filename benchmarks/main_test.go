@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvgate/kvgate/benchmarks/cluster"
 	"github.com/kvgate/kvgate/benchmarks/workload"
+	"github.com/kvgate/kvgate/internal/progress"
 	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/sim/engine"
 )
@@ -28,7 +29,7 @@ var smallArgs = []string{
 func TestEndToEndAllPolicies(t *testing.T) {
 	dir := t.TempDir()
 	var log bytes.Buffer
-	if err := Main(context.Background(), append(smallArgs, "--out", dir), &log); err != nil {
+	if err := Main(context.Background(), append(smallArgs, "--out", dir), io.Discard, &log); err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
 	var res Results
@@ -74,7 +75,7 @@ func TestSameSeedSameResults(t *testing.T) {
 	run := func() []byte {
 		dir := t.TempDir()
 		args := append(smallArgs, "--policies", "random,approx,precise,oracle", "--sweep", "1,2", "--out", dir)
-		if err := Main(context.Background(), args, io.Discard); err != nil {
+		if err := Main(context.Background(), args, io.Discard, io.Discard); err != nil {
 			t.Fatal(err)
 		}
 		data, err := os.ReadFile(filepath.Join(dir, "results.json"))
@@ -111,7 +112,7 @@ func TestMainUsage(t *testing.T) {
 		{"--out", dir, "--workload", "chat", "--slo-tpot", "10us"},
 		{"--bogus"},
 	} {
-		if err := Main(context.Background(), args, io.Discard); !errors.Is(err, ErrUsage) {
+		if err := Main(context.Background(), args, io.Discard, io.Discard); !errors.Is(err, ErrUsage) {
 			t.Errorf("%q: err = %v, want a usage error", args, err)
 		}
 	}
@@ -126,7 +127,7 @@ func TestChatWithConfigFile(t *testing.T) {
 	}
 	args := []string{"--workload", "chat", "--replicas", "2", "--preset", "qwen3-0.6b-h100", "--ramp", "2", "--stage-duration", "10s",
 		"--policies", "approx", "--config", cfg, "--out", dir}
-	if err := Main(context.Background(), args, io.Discard); err != nil {
+	if err := Main(context.Background(), args, io.Discard, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	data, _ := os.ReadFile(filepath.Join(dir, "results.json"))
@@ -177,7 +178,7 @@ func TestProgressBar(t *testing.T) {
 	if !bytes.HasPrefix(b.Bytes(), []byte("\rprecise ×1")) || !bytes.Contains(b.Bytes(), []byte("[##############################..........] 30/40")) {
 		t.Fatalf("progress line %q", got)
 	}
-	if isTerminal(&b) {
+	if progress.IsTerminal(&b) {
 		t.Fatal("a buffer is not a terminal")
 	}
 }
@@ -190,7 +191,7 @@ func TestMixedFleetWithSLO(t *testing.T) {
 		"--groups", "6", "--prefix-tokens", "2000", "--suffix-tokens", "100", "--output-tokens", "20",
 		"--ramp", "20", "--stage-duration", "5s", "--burst", "4", "--arrival-quantum", "500ms",
 		"--slo-ttft", "300ms", "--slo-tpot", "30ms", "--slo-fraction", "0.5", "--policies", "random,load", "--seed", "2", "--out", dir}
-	if err := Main(context.Background(), args, io.Discard); err != nil {
+	if err := Main(context.Background(), args, io.Discard, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	data, err := os.ReadFile(filepath.Join(dir, "results.json"))

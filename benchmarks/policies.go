@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/kvgate/kvgate/benchmarks/cluster"
 	"github.com/kvgate/kvgate/extproc/config"
 	"github.com/kvgate/kvgate/internal/kvhash"
@@ -25,8 +27,12 @@ func builtinPolicies() []cluster.Policy {
 		}
 		out = append(out, cluster.Policy{Name: name, Config: raw})
 	}
-	oracle := fmt.Sprintf("apiVersion: %s\nkind: %s\nplugins:\n- type: %s\n", config.APIVersionGIE, config.Kind, cluster.OracleType)
-	return append(out, cluster.Policy{Name: "oracle", Config: []byte(oracle)})
+	oracle, err := yaml.Marshal(config.Config{APIVersion: config.APIVersionGIE, Kind: config.Kind,
+		Plugins: []config.PluginSpec{{Type: cluster.OracleType}}})
+	if err != nil {
+		panic(err) // a fixed document of plain fields
+	}
+	return append(out, cluster.Policy{Name: "oracle", Config: oracle})
 }
 
 // DefaultPolicies is every built-in policy.

@@ -8,11 +8,8 @@ import (
 	"sync"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/kvgate/kvgate/demo/report"
+	"github.com/kvgate/kvgate/extproc/endpoints/scrape"
 )
 
 // maxMetricsBytes bounds one /metrics answer.
@@ -48,7 +45,7 @@ func (p *poller) run(ctx context.Context, start time.Time) {
 	defer t.Stop()
 	for {
 		for i, s := range p.sims {
-			m, err := scrape(ctx, p.client, s.Addr)
+			m, err := scrapeSim(ctx, p.client, s.Addr)
 			if err != nil {
 				continue
 			}
@@ -80,7 +77,7 @@ func (p *poller) samples(i int) []report.Sample {
 func readCounters(ctx context.Context, c *http.Client, sims []Sim) []counters {
 	out := make([]counters, len(sims))
 	for i, s := range sims {
-		m, err := scrape(ctx, c, s.Addr)
+		m, err := scrapeSim(ctx, c, s.Addr)
 		if err != nil {
 			continue
 		}
@@ -90,8 +87,15 @@ func readCounters(ctx context.Context, c *http.Client, sims []Sim) []counters {
 	return out
 }
 
-// scrape fetches one /metrics page and sums each family over its labels.
-func scrape(ctx context.Context, c *http.Client, addr string) (map[string]float64, error) {
+// Series the demo reads from the simulators.
+var simSeries = []string{
+	"vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc",
+	"vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", "vllm:request_success_total", "vllm:prompt_tokens_total",
+}
+
+// scrapeSim fetches one simulator's /metrics page and sums each series the
+// demo reads over its labels.
+func scrapeSim(ctx context.Context, c *http.Client, addr string) (map[string]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
 	if err != nil {
 		return nil, err
@@ -104,30 +108,19 @@ func scrape(ctx context.Context, c *http.Client, addr string) (map[string]float6
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("metrics %s: HTTP %d", addr, resp.StatusCode)
 	}
-	return parseMetrics(io.LimitReader(resp.Body, maxMetricsBytes))
+	return parseMetrics(resp.Body, simSeries...)
 }
 
-// parseMetrics sums gauges and counters per family name.
-func parseMetrics(r io.Reader) (map[string]float64, error) {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(r)
+// parseMetrics sums the named series (without names, every series) of a
+// page with the picker's own scrape parser.
+func parseMetrics(r io.Reader, names ...string) (map[string]float64, error) {
+	page, err := io.ReadAll(io.LimitReader(r, maxMetricsBytes))
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	out := make(map[string]float64, len(fams))
-	for name, f := range fams {
-		var sum float64
-		for _, m := range f.GetMetric() {
-			switch f.GetType() {
-			case dto.MetricType_COUNTER:
-				sum += m.GetCounter().GetValue()
-			case dto.MetricType_GAUGE:
-				sum += m.GetGauge().GetValue()
-			case dto.MetricType_UNTYPED:
-				sum += m.GetUntyped().GetValue()
-			}
-		}
-		out[name] = sum
+	m, err := scrape.Sums(page, names...)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	return out, nil
+	return m, nil
 }

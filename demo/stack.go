@@ -18,6 +18,11 @@ import (
 
 	"github.com/kvgate/kvgate/demo/proc"
 	"github.com/kvgate/kvgate/internal/kvhash"
+	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/endpoints/staticfile"
+	"github.com/kvgate/kvgate/extproc/epp"
+	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/sim/vllmserver"
 )
 
 // Model is the model name the simulators serve and the workload requests.
@@ -74,6 +79,25 @@ const StopGrace = 3 * time.Second
 // ErrNotReady is wrapped when a component does not come up in time.
 var ErrNotReady = errors.New("not ready")
 
+// fleetPorts are a fleet's loopback ports, all chosen up front.
+type fleetPorts struct {
+	kvEvents, grpc, health, metrics, gateway int
+	sims                                     []int
+}
+
+// newFleetPorts asks the OS for the ports of a fleet of replicas
+// simulators. Each listener is held until all are chosen, so the fleet
+// never gets the same port twice.
+func newFleetPorts(replicas int) (fleetPorts, error) {
+	ports, err := freePorts(replicas + 5)
+	if err != nil {
+		return fleetPorts{}, err
+	}
+	return fleetPorts{kvEvents: ports[0], grpc: ports[1], health: ports[2], metrics: ports[3], gateway: ports[4], sims: ports[5:]}, nil
+}
+
+func loopback(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+
 // StartStack starts the fleet and waits until the gateway can route.
 func StartStack(ctx context.Context, c StackConfig) (_ *Stack, err error) {
 	if c.Progress == nil {
@@ -89,77 +113,126 @@ func StartStack(ctx context.Context, c StackConfig) (_ *Stack, err error) {
 			s.Close()
 		}
 	}()
-	// Ports are chosen by the OS: each listener is held until all are
-	// chosen, so the fleet never gets the same port twice.
-	ports, err := freePorts(c.Replicas + 5)
-	if err != nil {
-		return nil, err
-	}
-	kvPort, grpcPort, healthPort, metricsPort, gwPort := ports[0], ports[1], ports[2], ports[3], ports[4]
-	addr := func(p int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(p)) }
-
-	// The picker binds the KV-event socket; the simulators connect to it.
-	var endpoints strings.Builder
-	endpoints.WriteString("endpoints:\n")
-	for i := range c.Replicas {
-		s.Sims = append(s.Sims, Sim{Name: fmt.Sprintf("sim-%d", i), Addr: addr(ports[5+i])})
-		fmt.Fprintf(&endpoints, "- name: sim-%d\n  address: %s\n", i, addr(ports[5+i]))
-	}
-	epFile := filepath.Join(c.LogDir, "endpoints.yaml")
-	if err := os.WriteFile(epFile, []byte(endpoints.String()), 0o644); err != nil {
-		return nil, fmt.Errorf("endpoints file: %w", err)
-	}
-	cfg, err := policyConfig(c.Policy, c.TokenizerDir, c.HashSeed)
+	ports, err := newFleetPorts(c.Replicas)
 	if err != nil {
 		return nil, err
 	}
 	// Simulators first: the picker drops endpoints whose scrapes fail, so
 	// it should find them up. They connect to its KV-event socket, which
 	// ZMQ retries until the picker binds it.
-	for i := range s.Sims {
-		sim := &s.Sims[i]
-		_, port, _ := net.SplitHostPort(sim.Addr)
-		if sim.Proc, err = g.Start(proc.Spec{Name: sim.Name, Path: c.Bin, Args: []string{"sim",
-			"--host", "127.0.0.1", "--port", port, "--model", Model, "--tokenizer", c.TokenizerDir,
-			"--preset", "qwen3-0.6b-h100", "--block-size", strconv.Itoa(kvhash.DefaultBlockSize), "--hash-seed", c.HashSeed,
-			"--num-gpu-blocks", strconv.Itoa(c.NumGPUBlocks), "--time-scale", strconv.FormatFloat(c.TimeScale, 'g', -1, 64),
-			"--seed", strconv.Itoa(i + 1), "--kv-events-endpoint", "tcp://" + addr(kvPort),
-		}}); err != nil {
-			return nil, err
-		}
-	}
-	if s.EPP, err = g.Start(proc.Spec{Name: "epp", Path: c.Bin, Args: []string{"epp",
-		"--endpoints", epFile, "--config-text", cfg,
-		"--grpc-addr", addr(grpcPort), "--health-addr", addr(healthPort), "--metrics-addr", addr(metricsPort),
-		"--kv-events-addr", "tcp://" + addr(kvPort), "--refresh-metrics-interval", "50ms",
-		// Within the supervisor's grace period, so that shutdown stays clean.
-		"--drain-timeout", "2s",
-	}}); err != nil {
+	if err := s.startSims(c, ports); err != nil {
 		return nil, err
 	}
-	s.EPPMetricsURL = "http://" + addr(metricsPort) + "/metrics"
-	gwArgs := []string{"gateway", "--listen", addr(gwPort), "--extproc", addr(grpcPort),
-		"--wasm", c.Wasm, "--upstream-timeout", "2m",
-		// The gateway's message timeout also runs while a streamed
-		// response waits for the model server's next chunk, so the
-		// default 10 s would cut off requests queued that long.
-		"--extproc-timeout", "30s"}
+	if err := s.startEPP(c, ports); err != nil {
+		return nil, err
+	}
+	if err := s.startGateway(c, ports); err != nil {
+		return nil, err
+	}
+	if err := s.awaitReady(ctx, c, ports); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// simOptions are replica i's `kvgate sim` flags.
+func (c StackConfig) simOptions(i int, ports fleetPorts) vllmserver.Options {
+	o := vllmserver.DefaultOptions()
+	o.Host, o.Port = "127.0.0.1", ports.sims[i]
+	o.Model, o.TokenizerDir, o.Preset, o.BlockSize, o.HashSeed = Model, c.TokenizerDir, "qwen3-0.6b-h100", kvhash.DefaultBlockSize, c.HashSeed
+	o.NumGPUBlocks, o.TimeScale, o.Seed = c.NumGPUBlocks, c.TimeScale, uint64(i+1)
+	// The picker binds the KV-event socket; the simulators connect to it.
+	o.KVEventsEndpoint = "tcp://" + loopback(ports.kvEvents)
+	return o
+}
+
+// eppOptions are the picker's flags: the fleet's simulators as its static
+// endpoints, the policy's configuration inline.
+func (c StackConfig) eppOptions(endpointsFile, config string, ports fleetPorts) epp.Options {
+	o := epp.DefaultOptions()
+	o.EndpointsFile, o.ConfigText = endpointsFile, config
+	o.GRPCAddr, o.HealthAddr, o.MetricsAddr = loopback(ports.grpc), loopback(ports.health), loopback(ports.metrics)
+	o.KVEventsAddr = "tcp://" + loopback(ports.kvEvents)
+	o.RefreshMetricsInterval = 50 * time.Millisecond
+	// Within the supervisor's grace period, so that shutdown stays clean.
+	o.DrainTimeout = 2 * time.Second
+	return o
+}
+
+// gatewayOptions are the gateway's flags before StackConfig.GatewayArgs.
+func (c StackConfig) gatewayOptions(ports fleetPorts) gateway.Options {
+	o := gateway.DefaultOptions()
+	o.Listen, o.ExtProc, o.WasmPath = loopback(ports.gateway), loopback(ports.grpc), c.Wasm
+	o.UpstreamTimeout = 2 * time.Minute
+	// The gateway's message timeout also runs while a streamed response
+	// waits for the model server's next chunk, so the default 10 s would
+	// cut off requests queued that long.
+	o.ExtProcTimeout = 30 * time.Second
 	if !readsBody(c.Policy) {
-		gwArgs = append(gwArgs, "--request-body-mode", "none")
+		o.RequestBodyMode = "none"
 	}
 	if c.FailOpen {
-		fallbacks := make([]string, len(s.Sims))
-		for i, sim := range s.Sims {
-			fallbacks[i] = sim.Addr
+		o.FailureModeAllow = true
+		fallbacks := make([]string, len(ports.sims))
+		for i, p := range ports.sims {
+			fallbacks[i] = loopback(p)
 		}
-		gwArgs = append(gwArgs, "--failure-mode-allow", "--fallback-endpoint", strings.Join(fallbacks, ","))
+		o.Fallback = strings.Join(fallbacks, ",")
 	}
-	gwArgs = append(gwArgs, c.GatewayArgs...)
-	if s.Gateway, err = g.Start(proc.Spec{Name: "gateway", Path: c.Bin, Args: gwArgs}); err != nil {
-		return nil, err
-	}
-	s.GatewayURL = "http://" + addr(gwPort)
+	return o
+}
 
+func (s *Stack) startSims(c StackConfig, ports fleetPorts) error {
+	for i := range c.Replicas {
+		o := c.simOptions(i, ports)
+		sim := Sim{Name: fmt.Sprintf("sim-%d", i), Addr: loopback(o.Port)}
+		p, err := s.group.Start(proc.Spec{Name: sim.Name, Path: c.Bin, Args: append([]string{"sim"}, o.Args()...)})
+		if err != nil {
+			return err
+		}
+		sim.Proc = p
+		s.Sims = append(s.Sims, sim)
+	}
+	return nil
+}
+
+func (s *Stack) startEPP(c StackConfig, ports fleetPorts) error {
+	specs := make([]endpoints.Spec, len(s.Sims))
+	for i, sim := range s.Sims {
+		specs[i] = endpoints.Spec{Name: sim.Name, Address: sim.Addr}
+	}
+	file, err := staticfile.Marshal(specs)
+	if err != nil {
+		return fmt.Errorf("endpoints file: %w", err)
+	}
+	epFile := filepath.Join(c.LogDir, "endpoints.yaml")
+	if err := os.WriteFile(epFile, file, 0o644); err != nil {
+		return fmt.Errorf("endpoints file: %w", err)
+	}
+	cfg, err := policyConfig(c.Policy, c.TokenizerDir, c.HashSeed)
+	if err != nil {
+		return err
+	}
+	o := c.eppOptions(epFile, cfg, ports)
+	if s.EPP, err = s.group.Start(proc.Spec{Name: "epp", Path: c.Bin, Args: append([]string{"epp"}, o.Args()...)}); err != nil {
+		return err
+	}
+	s.EPPMetricsURL = "http://" + o.MetricsAddr + "/metrics"
+	return nil
+}
+
+func (s *Stack) startGateway(c StackConfig, ports fleetPorts) (err error) {
+	o := c.gatewayOptions(ports)
+	args := append(append([]string{"gateway"}, o.Args()...), c.GatewayArgs...)
+	if s.Gateway, err = s.group.Start(proc.Spec{Name: "gateway", Path: c.Bin, Args: args}); err != nil {
+		return err
+	}
+	s.GatewayURL = "http://" + o.Listen
+	return nil
+}
+
+// awaitReady waits, within c.Ready, for each component in start order.
+func (s *Stack) awaitReady(ctx context.Context, c StackConfig, ports fleetPorts) error {
 	ctx, cancel := context.WithTimeout(ctx, c.Ready)
 	defer cancel()
 	client := &http.Client{Timeout: time.Second}
@@ -167,26 +240,26 @@ func StartStack(ctx context.Context, c StackConfig) (_ *Stack, err error) {
 		if err := s.await(ctx, sim.Name, func(ctx context.Context) error {
 			return httpOK(ctx, client, "http://"+sim.Addr+"/health")
 		}); err != nil {
-			return nil, err
+			return err
 		}
 		c.Progress(fmt.Sprintf("%s ready on %s", sim.Name, sim.Addr))
 	}
-	if err := s.await(ctx, "epp", func(ctx context.Context) error { return grpcServing(ctx, addr(healthPort)) }); err != nil {
-		return nil, err
+	if err := s.await(ctx, "epp", func(ctx context.Context) error { return grpcServing(ctx, loopback(ports.health)) }); err != nil {
+		return err
 	}
-	c.Progress(fmt.Sprintf("epp ready (policy %s, ext_proc %s)", c.Policy, addr(grpcPort)))
+	c.Progress(fmt.Sprintf("epp ready (policy %s, ext_proc %s)", c.Policy, loopback(ports.grpc)))
 	if err := s.await(ctx, "gateway", func(ctx context.Context) error {
 		var d net.Dialer
-		conn, err := d.DialContext(ctx, "tcp", addr(gwPort))
+		conn, err := d.DialContext(ctx, "tcp", loopback(ports.gateway))
 		if err == nil {
 			conn.Close()
 		}
 		return err
 	}); err != nil {
-		return nil, err
+		return err
 	}
 	c.Progress("gateway ready on " + s.GatewayURL)
-	return s, nil
+	return nil
 }
 
 // await polls check until it succeeds, a component dies, or ctx ends.

@@ -13,11 +13,11 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/term"
-
 	"github.com/kvgate/kvgate/demo/report"
 	"github.com/kvgate/kvgate/demo/workload"
 	"github.com/kvgate/kvgate/internal/kvhash"
+	"github.com/kvgate/kvgate/internal/progress"
+	"github.com/kvgate/kvgate/internal/repo"
 )
 
 // Options are `kvgate up`'s flags.
@@ -135,27 +135,23 @@ func (o *Options) resolvePaths() error {
 // repoRoot is the nearest folder above the working directory holding
 // go.mod, or the working directory itself.
 func repoRoot() string {
-	wd, err := os.Getwd()
-	if err != nil {
-		return "."
+	if root, err := repo.Root(); err == nil {
+		return root
 	}
-	for d := wd; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d
-		}
-		if filepath.Dir(d) == d {
-			return wd
-		}
+	if wd, err := os.Getwd(); err == nil {
+		return wd
 	}
+	return "."
 }
 
-// Main is `kvgate up`.
-func Main(ctx context.Context, args []string, stderr io.Writer) error {
+// Main is `kvgate up`: the run's report goes to stdout, flag errors to
+// stderr.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	o, err := ParseFlags(args, stderr)
 	if err != nil {
 		return err
 	}
-	return Run(ctx, o, os.Stdout, term.IsTerminal(int(os.Stdout.Fd())))
+	return Run(ctx, o, stdout, progress.IsTerminal(stdout))
 }
 
 // Run executes a demo: one fresh fleet per policy, the same workload
@@ -337,9 +333,9 @@ func keepRunning(ctx context.Context, s *Stack, stdout io.Writer) {
 	fmt.Fprintln(stdout, "stopping...")
 }
 
-// progress reports a replay: a redrawn bar on a terminal, a line per
+// replayProgress reports a replay: a redrawn bar on a terminal, a line per
 // quarter otherwise. update may be called from many goroutines.
-type progress struct {
+type replayProgress struct {
 	mu    sync.Mutex
 	w     io.Writer
 	tty   bool
@@ -349,11 +345,11 @@ type progress struct {
 	start time.Time
 }
 
-func newProgress(w io.Writer, tty bool, label string, total int) *progress {
-	return &progress{w: w, tty: tty, label: label, total: total, start: time.Now()}
+func newProgress(w io.Writer, tty bool, label string, total int) *replayProgress {
+	return &replayProgress{w: w, tty: tty, label: label, total: total, start: time.Now()}
 }
 
-func (p *progress) update(done int) {
+func (p *replayProgress) update(done int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if done <= p.shown {
@@ -361,9 +357,7 @@ func (p *progress) update(done int) {
 	}
 	p.shown = done
 	if p.tty {
-		const width = 40
-		n := width * done / p.total
-		fmt.Fprintf(p.w, "\r[%s] [%s%s] %d/%d %.0fs ", p.label, strings.Repeat("#", n), strings.Repeat(".", width-n), done, p.total, time.Since(p.start).Seconds())
+		fmt.Fprintf(p.w, "\r[%s] %s %d/%d %.0fs ", p.label, progress.Bar(done, p.total), done, p.total, time.Since(p.start).Seconds())
 		return
 	}
 	if q := 4 * done / p.total; q > 4*(done-1)/p.total {
@@ -371,7 +365,7 @@ func (p *progress) update(done int) {
 	}
 }
 
-func (p *progress) finish(wall time.Duration) {
+func (p *replayProgress) finish(wall time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.tty {

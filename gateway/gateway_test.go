@@ -468,7 +468,7 @@ func TestMainFlags(t *testing.T) {
 		{"--wasm", "/nonexistent/filter.wasm"},
 		{"stray"},
 	} {
-		if err := gateway.Main(context.Background(), args); err == nil {
+		if err := gateway.Main(context.Background(), args, io.Discard, io.Discard); err == nil {
 			t.Errorf("Main(%q) succeeded", args)
 		}
 	}

@@ -23,18 +23,17 @@ import (
 	"github.com/kvgate/kvgate/sim/vllmserver"
 )
 
-// command runs one subcommand until ctx ends.
+// command runs one subcommand until ctx ends; every subcommand writes only
+// to the stdout and stderr it is given.
 type command struct {
 	summary string
-	run     func(ctx context.Context, args []string, stderr io.Writer) error
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 var commands = map[string]command{
-	"epp": {"Endpoint Picker: the Envoy ext_proc server", epp.Main},
-	"sim": {"vLLM-compatible model-server simulator", vllmserver.Main},
-	"gateway": {"local Envoy stand-in: HTTP proxy, ext_proc client, proxy-wasm host", func(ctx context.Context, args []string, _ io.Writer) error {
-		return gateway.Main(ctx, args)
-	}},
+	"epp":     {"Endpoint Picker: the Envoy ext_proc server", epp.Main},
+	"sim":     {"vLLM-compatible model-server simulator", vllmserver.Main},
+	"gateway": {"local Envoy stand-in: HTTP proxy, ext_proc client, proxy-wasm host", gateway.Main},
 	"bench":   {"trace-driven cluster simulation with the real picker", benchmarks.Main},
 	"up":      {"the demo: a local fleet, picker and gateway, a workload and a policy comparison", demo.Main},
 	"version": {"print the version", version},
@@ -57,7 +56,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		usage(stderr)
 		return 2
 	}
-	err := cmd.run(ctx, args[1:], stderr)
+	err := cmd.run(ctx, args[1:], stdout, stderr)
 	switch {
 	case err == nil, errors.Is(err, context.Canceled):
 		return 0
@@ -82,11 +81,11 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "\nRun 'kvgate <command> -h' for a command's flags.")
 }
 
-func version(_ context.Context, _ []string, _ io.Writer) error {
+func version(_ context.Context, _ []string, stdout, _ io.Writer) error {
 	v := "(devel)"
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
 		v = bi.Main.Version
 	}
-	fmt.Println("kvgate", v)
-	return nil
+	_, err := fmt.Fprintln(stdout, "kvgate", v)
+	return err
 }

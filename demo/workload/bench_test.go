@@ -10,15 +10,15 @@ import (
 func BenchmarkBuild(b *testing.B) {
 	entries := make([]Entry, 200)
 	for i := range entries {
-		ids := make([]int64, 40)
+		ids := make([]uint64, 40)
 		for j := range ids {
 			if j < 20 {
-				ids[j] = int64(j + 1000*(i%10)) // ten shared 20-block prefixes
+				ids[j] = uint64(j + 1000*(i%10)) // ten shared 20-block prefixes
 			} else {
-				ids[j] = int64(1_000_000 + 40*i + j)
+				ids[j] = uint64(1_000_000 + 40*i + j)
 			}
 		}
-		entries[i] = Entry{Timestamp: int64(i * 100), OutputLength: 50, HashIDs: ids}
+		entries[i] = Entry{Timestamp: float64(i * 100), OutputLength: 50, HashIDs: ids}
 	}
 	o := DefaultOptions()
 	var bytes int

@@ -40,7 +40,7 @@ func Build(entries []Entry, o Options) []Request {
 		return nil
 	}
 	t0, t1 := entries[0].Timestamp, entries[len(entries)-1].Timestamp
-	chunks := make(map[int64]string) // bounded by the entries' blocks
+	chunks := make(map[uint64]string) // bounded by the entries' blocks
 	out := make([]Request, len(entries))
 	for i, e := range entries {
 		ids := e.HashIDs[:min(len(e.HashIDs), o.MaxBlocks)]
@@ -65,8 +65,8 @@ func Build(entries []Entry, o Options) []Request {
 // chunk is the text of one block: words drawn by a generator seeded with
 // the block id. Every word carries its leading space, so a chunk boundary
 // is also a token boundary and shared chunks tokenize identically.
-func chunk(id int64, words int) string {
-	r := rand.New(rand.NewPCG(uint64(id), 0x6b7667617465)) // "kvgate"
+func chunk(id uint64, words int) string {
+	r := rand.New(rand.NewPCG(id, 0x6b7667617465)) // "kvgate"
 	var b strings.Builder
 	for range words {
 		b.WriteByte(' ')

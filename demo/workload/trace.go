@@ -1,59 +1,35 @@
 package workload
 
 import (
-	"bufio"
 	"cmp"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
+
+	"github.com/kvgate/kvgate/internal/mooncake"
 )
 
 // BlockTokens is the Mooncake trace's block size.
-const BlockTokens = 512
-
-// maxLineBytes bounds one trace line (a 1M-token request is ~16 KB).
-const maxLineBytes = 1 << 20
-
-// maxHashIDs bounds the blocks of one entry (a 4M-token context).
-const maxHashIDs = 8192
+const BlockTokens = mooncake.BlockTokens
 
 // Entry is one line of the trace.
-type Entry struct {
-	// Timestamp is the arrival time in milliseconds from the trace start.
-	Timestamp    int64   `json:"timestamp"`
-	InputLength  int     `json:"input_length"`
-	OutputLength int     `json:"output_length"`
-	HashIDs      []int64 `json:"hash_ids"`
-}
+type Entry = mooncake.Record
 
 // ErrBadEntry is wrapped by errors about a malformed trace line.
-var ErrBadEntry = errors.New("bad trace entry")
+var ErrBadEntry = mooncake.ErrTrace
 
-// ReadTrace reads at most limit entries (limit ≤ 0: all).
+// ReadTrace reads at most limit entries (limit ≤ 0: all) with the reader
+// `kvgate bench` uses. An entry must also name at least one block: the
+// demo builds prompt text from the blocks and groups entries by the first.
 func ReadTrace(r io.Reader, limit int) ([]Entry, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), maxLineBytes)
-	var out []Entry
-	for line := 1; sc.Scan() && (limit <= 0 || len(out) < limit); line++ {
-		if len(sc.Bytes()) == 0 {
-			continue
-		}
-		var e Entry
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			return nil, fmt.Errorf("line %d: %w: %w", line, ErrBadEntry, err)
-		}
-		switch {
-		case e.Timestamp < 0, e.InputLength < 0, e.OutputLength < 0:
-			return nil, fmt.Errorf("line %d: %w: negative field", line, ErrBadEntry)
-		case len(e.HashIDs) == 0 || len(e.HashIDs) > maxHashIDs:
-			return nil, fmt.Errorf("line %d: %w: %d hash ids", line, ErrBadEntry, len(e.HashIDs))
-		}
-		out = append(out, e)
+	out, err := mooncake.Read(r, limit)
+	if err != nil {
+		return nil, err
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("trace: %w", err)
+	for i, e := range out {
+		if len(e.HashIDs) == 0 {
+			return nil, fmt.Errorf("%w: entry %d: no hash ids", ErrBadEntry, i+1)
+		}
 	}
 	return out, nil
 }
@@ -69,7 +45,7 @@ func Select(entries []Entry, n int) []Entry {
 		first   int // index of its first entry
 		members []int
 	}
-	byHead := make(map[int64]*group)
+	byHead := make(map[uint64]*group)
 	var groups []*group
 	for i, e := range entries {
 		g := byHead[e.HashIDs[0]]

@@ -21,10 +21,13 @@ func TestReadTrace(t *testing.T) {
 		wantErr bool
 	}{
 		{"two", `{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [0, 1]}` + "\n" + `{"timestamp": 9, "input_length": 10, "output_length": 1, "hash_ids": [0]}`, 0, 2, false},
-		{"limit", "{\"timestamp\":0,\"hash_ids\":[1]}\n{\"timestamp\":1,\"hash_ids\":[2]}\n", 1, 1, false},
-		{"blank lines", "\n{\"timestamp\":0,\"hash_ids\":[1]}\n\n", 0, 1, false},
-		{"no hash ids", `{"timestamp": 0, "hash_ids": []}`, 0, 0, true},
-		{"negative", `{"timestamp": -1, "hash_ids": [1]}`, 0, 0, true},
+		{"limit", "{\"timestamp\":0,\"input_length\":5,\"output_length\":1,\"hash_ids\":[1]}\n{\"timestamp\":1,\"input_length\":5,\"output_length\":1,\"hash_ids\":[2]}\n", 1, 1, false},
+		{"blank lines", "\n{\"timestamp\":0,\"input_length\":5,\"output_length\":1,\"hash_ids\":[1]}\n\n", 0, 1, false},
+		// `kvgate bench` loads this trace; `kvgate up` must too.
+		{"fractional timestamp", `{"timestamp": 27.5, "input_length": 10, "output_length": 1, "hash_ids": [3]}`, 0, 1, false},
+		{"no hash ids", `{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": []}`, 0, 0, true},
+		{"negative", `{"timestamp": -1, "input_length": 5, "output_length": 1, "hash_ids": [1]}`, 0, 0, true},
+		{"no lengths", `{"timestamp": 0, "hash_ids": [1]}`, 0, 0, true},
 		{"not json", `{"timestamp": `, 0, 0, true},
 	}
 	for _, tc := range tests {
@@ -64,15 +67,15 @@ func FuzzReadTrace(f *testing.F) {
 
 func TestSelectTakesTheMostSharedGroupsInTraceOrder(t *testing.T) {
 	entries := []Entry{
-		{Timestamp: 0, HashIDs: []int64{1, 2}},
-		{Timestamp: 1, HashIDs: []int64{7}},
-		{Timestamp: 2, HashIDs: []int64{1, 2, 3}},
-		{Timestamp: 3, HashIDs: []int64{9}},
-		{Timestamp: 4, HashIDs: []int64{1, 5}},
-		{Timestamp: 5, HashIDs: []int64{9, 4}},
+		{Timestamp: 0, HashIDs: []uint64{1, 2}},
+		{Timestamp: 1, HashIDs: []uint64{7}},
+		{Timestamp: 2, HashIDs: []uint64{1, 2, 3}},
+		{Timestamp: 3, HashIDs: []uint64{9}},
+		{Timestamp: 4, HashIDs: []uint64{1, 5}},
+		{Timestamp: 5, HashIDs: []uint64{9, 4}},
 	}
 	got := Select(entries, 5)
-	var ts []int64
+	var ts []float64
 	for _, e := range got {
 		ts = append(ts, e.Timestamp)
 	}
@@ -85,8 +88,8 @@ func TestSelectTakesTheMostSharedGroupsInTraceOrder(t *testing.T) {
 func TestBuildSharesPrefixText(t *testing.T) {
 	o := Options{WordsPerBlock: 8, MaxBlocks: 3, MaxOutputTokens: 10, Duration: 10 * time.Second}
 	reqs := Build([]Entry{
-		{Timestamp: 100, OutputLength: 50, HashIDs: []int64{4, 5, 6, 7}},
-		{Timestamp: 300, OutputLength: 3, HashIDs: []int64{4, 5, 8}},
+		{Timestamp: 100, OutputLength: 50, HashIDs: []uint64{4, 5, 6, 7}},
+		{Timestamp: 300, OutputLength: 3, HashIDs: []uint64{4, 5, 8}},
 	}, o)
 	if reqs[0].At != 0 || reqs[1].At != 10*time.Second {
 		t.Errorf("arrivals %v, %v", reqs[0].At, reqs[1].At)

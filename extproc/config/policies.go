@@ -1,9 +1,11 @@
 package config
 
 import (
+	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
+
+	"sigs.k8s.io/yaml"
 )
 
 // Named routing policies: the EndpointPickerConfig a user would deploy for
@@ -17,9 +19,6 @@ const (
 	PolicyApprox     = "approx"
 	PolicyPrecise    = "precise"
 )
-
-// PolicyNames lists the named policies, baselines first.
-var PolicyNames = []string{PolicyRandom, PolicyRoundRobin, PolicyLoad, PolicyApprox, PolicyPrecise}
 
 // PolicyOptions parameterise the named policies.
 type PolicyOptions struct {
@@ -35,57 +34,117 @@ type PolicyOptions struct {
 	Fallbacks int
 }
 
-type weighted struct {
-	typ    string
-	params string
-	weight int
+// policyScorer is one weighted scorer of a named policy.
+type policyScorer struct {
+	Type   string
+	Weight float64
+	// Parameters, when set, gives the plugin's parameters for the options;
+	// a nil result leaves them out, so the plugin takes its defaults.
+	Parameters func(PolicyOptions) any
+}
+
+// namedPolicy is a named policy: scorers feeding one picker.
+type namedPolicy struct {
+	Name    string
+	Picker  string
+	Scorers []policyScorer
+}
+
+// loadScorers balance queue length and KV-cache use; every cache-aware
+// policy adds its prefix scorer to them.
+var loadScorers = []policyScorer{{Type: "queue-scorer", Weight: 2}, {Type: "kv-cache-utilization-scorer", Weight: 2}}
+
+// policies is the table of named policies, baselines first (PolicyNames
+// keeps its order).
+var policies = []namedPolicy{
+	{Name: PolicyRandom, Picker: "random-picker"},
+	{Name: PolicyRoundRobin, Picker: "round-robin-picker"},
+	{Name: PolicyLoad, Picker: "max-score-picker", Scorers: loadScorers},
+	// GIE's default profile.
+	{Name: PolicyApprox, Picker: "max-score-picker", Scorers: withScorer(loadScorers,
+		policyScorer{Type: "prefix-cache-scorer", Weight: 3})},
+	// llm-d's precise profile: GIE's default with the approximate scorer
+	// replaced by the KV-event-fed one.
+	{Name: PolicyPrecise, Picker: "max-score-picker", Scorers: withScorer(loadScorers,
+		policyScorer{Type: "precise-prefix-cache-scorer", Weight: 3, Parameters: preciseParameters})},
+}
+
+// withScorer copies base before appending, so that policies never share a
+// backing array.
+func withScorer(base []policyScorer, s policyScorer) []policyScorer {
+	return append(append([]policyScorer(nil), base...), s)
+}
+
+// PolicyNames lists the named policies, baselines first.
+var PolicyNames = func() []string {
+	names := make([]string, len(policies))
+	for i, p := range policies {
+		names[i] = p.Name
+	}
+	return names
+}()
+
+// precisePrefixParameters are the precise scorer's parameters a policy
+// sets; the scorer's own defaults fill the rest.
+type precisePrefixParameters struct {
+	Tokenizer string `json:"tokenizer,omitempty"`
+	BlockSize int    `json:"blockSize,omitempty"`
+	HashSeed  string `json:"hashSeed,omitempty"`
+}
+
+func preciseParameters(o PolicyOptions) any {
+	p := precisePrefixParameters{Tokenizer: o.Tokenizer, BlockSize: max(o.BlockSize, 0), HashSeed: o.HashSeed}
+	if p == (precisePrefixParameters{}) {
+		return nil
+	}
+	return p
+}
+
+// pickerParameters bound the endpoints a picker names: the primary and
+// its fallbacks.
+type pickerParameters struct {
+	MaxNumOfEndpoints int `json:"maxNumOfEndpoints"`
 }
 
 // Policy returns the configuration of a named policy.
 func Policy(name string, o PolicyOptions) ([]byte, error) {
-	var scorers []weighted
-	pick := "max-score-picker"
-	load := []weighted{{typ: "queue-scorer", weight: 2}, {typ: "kv-cache-utilization-scorer", weight: 2}}
-	switch name {
-	case PolicyRandom:
-		pick = "random-picker"
-	case PolicyRoundRobin:
-		pick = "round-robin-picker"
-	case PolicyLoad:
-		scorers = load
-	case PolicyApprox:
-		// GIE's default profile.
-		scorers = append(load, weighted{typ: "prefix-cache-scorer", weight: 3})
-	case PolicyPrecise:
-		// llm-d's precise profile: GIE's default with the approximate
-		// scorer replaced by the KV-event-fed one.
-		var params []string
-		if o.Tokenizer != "" {
-			params = append(params, "tokenizer: "+strconv.Quote(o.Tokenizer))
-		}
-		if o.BlockSize > 0 {
-			params = append(params, "blockSize: "+strconv.Itoa(o.BlockSize))
-		}
-		if o.HashSeed != "" {
-			params = append(params, "hashSeed: "+strconv.Quote(o.HashSeed))
-		}
-		scorers = append(load, weighted{typ: "precise-prefix-cache-scorer", params: strings.Join(params, ", "), weight: 3})
-	default:
-		return nil, fmt.Errorf("unknown policy %q (want one of %s)", name, strings.Join(PolicyNames, ", "))
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "apiVersion: %s\nkind: %s\nplugins:\n", APIVersionGIE, Kind)
-	for _, s := range scorers {
-		fmt.Fprintf(&b, "- type: %s\n", s.typ)
-		if s.params != "" {
-			fmt.Fprintf(&b, "  parameters: {%s}\n", s.params)
+	for _, p := range policies {
+		if p.Name == name {
+			c, err := p.config(o)
+			if err != nil {
+				return nil, fmt.Errorf("policy %s: %w", name, err)
+			}
+			return yaml.Marshal(c)
 		}
 	}
-	fmt.Fprintf(&b, "- type: %s\n  parameters: {maxNumOfEndpoints: %d}\n", pick, 1+o.Fallbacks)
-	b.WriteString("schedulingProfiles:\n- name: default\n  plugins:\n")
-	for _, s := range scorers {
-		fmt.Fprintf(&b, "  - {pluginRef: %s, weight: %d}\n", s.typ, s.weight)
+	return nil, fmt.Errorf("unknown policy %q (want one of %s)", name, strings.Join(PolicyNames, ", "))
+}
+
+// config is the policy's configuration: each scorer and the picker as a
+// plugin, all of them in the one default profile.
+func (p namedPolicy) config(o PolicyOptions) (*Config, error) {
+	c := &Config{APIVersion: APIVersionGIE, Kind: Kind}
+	profile := ProfileSpec{Name: "default"}
+	for _, s := range p.Scorers {
+		spec := PluginSpec{Type: s.Type}
+		if s.Parameters != nil {
+			if v := s.Parameters(o); v != nil {
+				raw, err := json.Marshal(v)
+				if err != nil {
+					return nil, fmt.Errorf("%s parameters: %w", s.Type, err)
+				}
+				spec.Parameters = raw
+			}
+		}
+		c.Plugins = append(c.Plugins, spec)
+		profile.Plugins = append(profile.Plugins, PluginRef{PluginRef: s.Type, Weight: &s.Weight})
 	}
-	fmt.Fprintf(&b, "  - {pluginRef: %s}\n", pick)
-	return []byte(b.String()), nil
+	raw, err := json.Marshal(pickerParameters{MaxNumOfEndpoints: 1 + o.Fallbacks})
+	if err != nil {
+		return nil, err
+	}
+	c.Plugins = append(c.Plugins, PluginSpec{Type: p.Picker, Parameters: raw})
+	profile.Plugins = append(profile.Plugins, PluginRef{PluginRef: p.Picker})
+	c.SchedulingProfiles = []ProfileSpec{profile}
+	return c, nil
 }

@@ -39,6 +39,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/saturation"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/server"
+	"github.com/kvgate/kvgate/internal/cliflag"
 )
 
 // maxConcurrentStreams bounds in-flight ext_proc streams per connection.
@@ -86,38 +87,69 @@ func DefaultOptions() Options {
 	}
 }
 
-// ParseFlags parses `kvgate epp` arguments.
-func ParseFlags(args []string, stderr io.Writer) (Options, error) {
-	o := DefaultOptions()
+// flagSet binds a flag set to o's fields; ParseFlags and Args share it, so
+// that a parent's command line for a picker uses the picker's own flags.
+func (o *Options) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("kvgate epp", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.ConfigFile, "config", "", "EndpointPickerConfig YAML file (default: GIE's default profile)")
-	fs.StringVar(&o.ConfigFile, "config-file", "", "alias of --config, as the GIE picker names it")
-	fs.StringVar(&o.ConfigText, "config-text", "", "EndpointPickerConfig YAML given inline")
-	fs.StringVar(&o.EndpointsFile, "endpoints", "", "static endpoints YAML file, watched for changes")
+	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile, "EndpointPickerConfig YAML file (default: GIE's default profile)")
+	fs.StringVar(&o.ConfigFile, "config-file", o.ConfigFile, "alias of --config, as the GIE picker names it")
+	fs.StringVar(&o.ConfigText, "config-text", o.ConfigText, "EndpointPickerConfig YAML given inline")
+	fs.StringVar(&o.EndpointsFile, "endpoints", o.EndpointsFile, "static endpoints YAML file, watched for changes")
 	fs.StringVar(&o.GRPCAddr, "grpc-addr", o.GRPCAddr, "ext_proc gRPC listen address")
 	fs.StringVar(&o.HealthAddr, "health-addr", o.HealthAddr, "gRPC health service listen address")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Prometheus /metrics listen address")
 	fs.DurationVar(&o.RefreshMetricsInterval, "refresh-metrics-interval", o.RefreshMetricsInterval, "interval between scrapes of each model server's /metrics")
 	fs.StringVar(&o.PoolName, "pool-name", o.PoolName, "InferencePool to watch (without --endpoints); also the name label of pool metrics")
-	fs.StringVar(&o.PoolNamespace, "pool-namespace", "", "namespace of the InferencePool (default: the kubeconfig context's, or the pod's own)")
-	fs.StringVar(&o.EndpointSelector, "endpoint-selector", "", "without an InferencePool: label selector of the model-server pods")
-	fs.Func("endpoint-target-ports", "with --endpoint-selector: comma-separated ports of the model servers", func(s string) error {
-		for _, f := range strings.Split(s, ",") {
-			port, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil {
-				return fmt.Errorf("port %q: %w", f, err)
-			}
-			o.EndpointTargetPorts = append(o.EndpointTargetPorts, port)
-		}
-		return nil
-	})
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else in-cluster)")
-	fs.StringVar(&o.KVEventsAddr, "kv-events-addr", "", "ZMQ endpoint to bind for vLLM KV-cache events, e.g. tcp://*:5557 (servers publish with topic kv@<ip:port>@<model>)")
-	fs.BoolVar(&o.TrustFilterHeaders, "trust-filter-headers", false, "route requests without a body on the x-kvgate-* headers of kvgate's wasm filter (Envoy request body mode NONE); only behind a proxy that runs the filter")
+	fs.StringVar(&o.PoolNamespace, "pool-namespace", o.PoolNamespace, "namespace of the InferencePool (default: the kubeconfig context's, or the pod's own)")
+	fs.StringVar(&o.EndpointSelector, "endpoint-selector", o.EndpointSelector, "without an InferencePool: label selector of the model-server pods")
+	fs.Var(ports{&o.EndpointTargetPorts}, "endpoint-target-ports", "with --endpoint-selector: comma-separated ports of the model servers")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else in-cluster)")
+	fs.StringVar(&o.KVEventsAddr, "kv-events-addr", o.KVEventsAddr, "ZMQ endpoint to bind for vLLM KV-cache events, e.g. tcp://*:5557 (servers publish with topic kv@<ip:port>@<model>)")
+	fs.BoolVar(&o.TrustFilterHeaders, "trust-filter-headers", o.TrustFilterHeaders, "route requests without a body on the x-kvgate-* headers of kvgate's wasm filter (Envoy request body mode NONE); only behind a proxy that runs the filter")
 	fs.IntVar(&o.MaxRequestBodyBytes, "max-request-body-bytes", o.MaxRequestBodyBytes, "largest request body the picker buffers")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, "at shutdown, how long in-flight requests may finish before their streams are cut")
 	fs.TextVar(&o.LogLevel, "log-level", o.LogLevel, "log level: debug, info, warn, error")
+	return fs
+}
+
+// ports is --endpoint-target-ports: each use adds its comma-separated
+// ports.
+type ports struct{ vals *[]int }
+
+func (p ports) String() string {
+	if p.vals == nil {
+		return ""
+	}
+	s := make([]string, len(*p.vals))
+	for i, v := range *p.vals {
+		s[i] = strconv.Itoa(v)
+	}
+	return strings.Join(s, ",")
+}
+
+func (p ports) Set(v string) error {
+	for _, f := range strings.Split(v, ",") {
+		port, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return fmt.Errorf("port %q: %w", f, err)
+		}
+		*p.vals = append(*p.vals, port)
+	}
+	return nil
+}
+
+// Args is the command line (after `kvgate epp`) that parses back to o:
+// the flags whose values differ from the defaults.
+func (o Options) Args() []string {
+	def := DefaultOptions()
+	return cliflag.Args(o.flagSet(io.Discard), def.flagSet(io.Discard), "config-file")
+}
+
+// ParseFlags parses `kvgate epp` arguments.
+func ParseFlags(args []string, stderr io.Writer) (Options, error) {
+	o := DefaultOptions()
+	fs := o.flagSet(stderr)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -136,8 +168,9 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	return o, nil
 }
 
-// Main runs `kvgate epp` with command-line args until ctx ends.
-func Main(ctx context.Context, args []string, stderr io.Writer) error {
+// Main runs `kvgate epp` with command-line args until ctx ends. The picker
+// logs to stderr and writes nothing to stdout.
+func Main(ctx context.Context, args []string, _, stderr io.Writer) error {
 	o, err := ParseFlags(args, stderr)
 	if err != nil {
 		return err
@@ -147,69 +180,79 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	defer p.Close()
 	return p.Run(ctx)
 }
 
-// Picker is an assembled Endpoint Picker.
+// Picker is an assembled Endpoint Picker. New builds it without starting
+// anything; Run binds its sockets and serves; Close releases what New
+// acquired.
 type Picker struct {
-	opts    Options
-	log     *slog.Logger
-	reg     *prometheus.Registry
-	ds      *endpoints.Datastore
-	source  endpoints.Source
-	scraper *scrape.Scraper
-	built   *config.Built
-	server  *server.Server
-	// kvIndex and kvEvents hold what the servers' KV-cache events say they
-	// cache; the subscriber lives from New until Run returns.
-	kvIndex   *kvindex.Index
-	kvEvents  *kvevents.Subscriber
-	stopKV    context.CancelFunc
+	opts       Options
+	log        *slog.Logger
+	reg        *prometheus.Registry
+	metrics    *metrics.Metrics
+	ds         *endpoints.Datastore
+	source     endpoints.Source
+	objectives director.Objectives
+	scraper    *scrape.Scraper
+	built      *config.Built
+	server     *server.Server
+	// kvIndex holds what the servers' KV-cache events say they cache;
+	// kvEvents feeds it while Run runs.
+	kvIndex  *kvindex.Index
+	kvEvents *kvevents.Subscriber
+	// listening is closed once Run has bound every socket: from then on
+	// Addrs and KVEventsAddr are valid.
+	listening chan struct{}
 	listeners struct{ grpc, health, metrics net.Listener }
 }
 
-// New builds a picker and binds its listeners, so that a caller using port
-// 0 can read the chosen addresses before Run.
+// New builds a picker: configuration, plugins, metrics and discovery. It
+// starts no goroutine and binds nothing, so an error leaves nothing to
+// undo.
 func New(o Options, log *slog.Logger) (*Picker, error) {
 	cfg, err := loadConfig(o)
 	if err != nil {
 		return nil, err
 	}
-	p := &Picker{opts: o, log: log, reg: prometheus.NewRegistry(), ds: endpoints.NewDatastore()}
-	p.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := metrics.New(p.reg)
+	p := &Picker{opts: o, log: log, reg: prometheus.NewRegistry(), ds: endpoints.NewDatastore(), listening: make(chan struct{})}
+	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		if err := p.reg.Register(c); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+	}
+	// metrics.New registers with MustRegister; a duplicate must come back
+	// as New's error, not as a panic in the caller.
+	reg := &checkedRegisterer{Registerer: p.reg}
+	p.metrics = metrics.New(reg)
+	if reg.err != nil {
+		return nil, fmt.Errorf("metrics: %w", reg.err)
+	}
 
 	p.kvIndex = kvindex.New(kvindex.Config{})
 	h := &scheduling.Handle{Log: log, Now: time.Now, Services: precise.WithKVIndex(nil, p.kvIndex)}
-	h.Services[prefixmatch.ServiceRecorder] = m
-	latency.WithRecorder(h.Services, m)
-	p.built, err = config.Build(cfg, all.Registry(), h, m.PluginDuration)
-	if err != nil {
+	h.Services[prefixmatch.ServiceRecorder] = p.metrics
+	latency.WithRecorder(h.Services, p.metrics)
+	if p.built, err = config.Build(cfg, all.Registry(), h, p.metrics.PluginDuration); err != nil {
 		return nil, err
 	}
-	kvCtx, stopKV := context.WithCancel(context.Background())
-	p.kvEvents, err = kvevents.New(kvCtx, p.kvIndex, kvevents.Config{Bind: o.KVEventsAddr, Registerer: p.reg, Logger: log})
-	if err != nil {
-		stopKV()
-		return nil, fmt.Errorf("--kv-events-addr: %w", err)
-	}
-	p.stopKV = stopKV
 	p.ds.Subscribe(endpoints.ListenerFunc(p.endpointsChanged))
 	if err := poolmetrics.Register(p.reg, o.PoolName, p.ds); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pool metrics: %w", err)
 	}
 	p.scraper = scrape.New(p.ds, scrape.Config{Pool: o.PoolName, Interval: o.RefreshMetricsInterval, Logger: log})
-	p.reg.MustRegister(p.scraper)
-	var objectives director.Objectives
+	if err := p.reg.Register(p.scraper); err != nil {
+		return nil, fmt.Errorf("scrape metrics: %w", err)
+	}
 	if o.EndpointsFile != "" {
 		p.source = &staticfile.File{Path: o.EndpointsFile, Logger: log}
 	} else {
 		disc, err := kubernetesSource(o, log)
 		if err != nil {
-			p.stopKVEvents()
 			return nil, err
 		}
-		p.source, objectives = disc, disc
+		p.source, p.objectives = disc, disc
 	}
 
 	d := director.New(director.Options{
@@ -218,26 +261,33 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 		Hooks:            director.Hooks{PreRequest: p.built.PreRequest, FirstToken: p.built.FirstToken, ResponseComplete: p.built.ResponseComplete},
 		Saturation:       saturation.New(p.built.Saturation, time.Now),
 		TrustFilterHints: o.TrustFilterHeaders,
-		Objectives:       objectives,
-		Metrics:          m,
+		Objectives:       p.objectives,
+		Metrics:          p.metrics,
 		Logger:           log,
 	})
 	p.server = server.New(d, server.Options{MaxRequestBodyBytes: o.MaxRequestBodyBytes, Logger: log})
-
-	for _, l := range []struct {
-		addr string
-		dst  *net.Listener
-	}{{o.GRPCAddr, &p.listeners.grpc}, {o.HealthAddr, &p.listeners.health}, {o.MetricsAddr, &p.listeners.metrics}} {
-		ln, err := net.Listen("tcp", l.addr)
-		if err != nil {
-			p.closeListeners()
-			p.stopKVEvents()
-			return nil, fmt.Errorf("listen %s: %w", l.addr, err)
-		}
-		*l.dst = ln
-	}
 	return p, nil
 }
+
+// checkedRegisterer keeps the first registration error of MustRegister
+// instead of panicking.
+type checkedRegisterer struct {
+	prometheus.Registerer
+	err error
+}
+
+func (r *checkedRegisterer) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil && r.err == nil {
+			r.err = err
+		}
+	}
+}
+
+// Close releases what New acquired. New holds no goroutine, socket or
+// file, so there is nothing to release today; callers defer it anyway so
+// that a component gaining such a resource needs no caller changed.
+func (p *Picker) Close() error { return nil }
 
 // kubernetesSource discovers endpoints from an InferencePool, or from the
 // pods an --endpoint-selector matches, and resolves InferenceObjective
@@ -264,7 +314,12 @@ func loadConfig(o Options) (*config.Config, error) {
 	return config.Load(o.ConfigFile)
 }
 
-// Addrs are the bound listener addresses: ext_proc, health, metrics.
+// Listening is closed once Run has bound the picker's sockets; Addrs and
+// KVEventsAddr are valid from then on.
+func (p *Picker) Listening() <-chan struct{} { return p.listening }
+
+// Addrs are the bound listener addresses: ext_proc, health, metrics. Valid
+// once Listening is closed.
 func (p *Picker) Addrs() (grpcAddr, healthAddr, metricsAddr string) {
 	return p.listeners.grpc.Addr().String(), p.listeners.health.Addr().String(), p.listeners.metrics.Addr().String()
 }
@@ -272,20 +327,37 @@ func (p *Picker) Addrs() (grpcAddr, healthAddr, metricsAddr string) {
 // Datastore exposes the endpoint datastore (for tests and embedding).
 func (p *Picker) Datastore() *endpoints.Datastore { return p.ds }
 
-func (p *Picker) closeListeners() {
-	for _, ln := range []net.Listener{p.listeners.grpc, p.listeners.health, p.listeners.metrics} {
-		if ln != nil {
-			_ = ln.Close()
-		}
-	}
-}
-
 // KVEventsAddr is the bound KV-event socket address; nil without one.
+// Valid once Listening is closed.
 func (p *Picker) KVEventsAddr() net.Addr { return p.kvEvents.Addr() }
 
-func (p *Picker) stopKVEvents() {
-	_ = p.kvEvents.Close()
-	p.stopKV()
+// bind starts the KV-event subscriber (it binds its socket) and binds the
+// three listeners. On error it undoes exactly the steps already taken.
+func (p *Picker) bind() (err error) {
+	if p.kvEvents, err = kvevents.New(context.Background(), p.kvIndex, kvevents.Config{Bind: p.opts.KVEventsAddr, Registerer: p.reg, Logger: p.log}); err != nil {
+		return fmt.Errorf("--kv-events-addr: %w", err)
+	}
+	var bound []net.Listener
+	defer func() {
+		if err != nil {
+			for _, ln := range bound {
+				_ = ln.Close()
+			}
+			_ = p.kvEvents.Close()
+		}
+	}()
+	for _, l := range []struct {
+		addr string
+		dst  *net.Listener
+	}{{p.opts.GRPCAddr, &p.listeners.grpc}, {p.opts.HealthAddr, &p.listeners.health}, {p.opts.MetricsAddr, &p.listeners.metrics}} {
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			return fmt.Errorf("listen %s: %w", l.addr, err)
+		}
+		bound = append(bound, ln)
+		*l.dst = ln
+	}
+	return nil
 }
 
 // endpointsChanged follows membership: a new endpoint's KV events are
@@ -309,9 +381,15 @@ func (p *Picker) endpointsChanged(c endpoints.Change) {
 	}
 }
 
-// Run serves until ctx ends, then shuts down gracefully. It returns the
-// first error of any component.
+// Run binds the picker's sockets and serves until ctx ends or a component
+// fails, then shuts down gracefully. It returns the first error of any
+// component, after everything it started has stopped. Run may be called
+// once.
 func (p *Picker) Run(ctx context.Context) error {
+	if err := p.bind(); err != nil {
+		return err
+	}
+	close(p.listening)
 	g, ctx := errgroup.WithContext(ctx)
 
 	// Each stream buffers at most one request body; bounding the streams
@@ -364,7 +442,7 @@ func (p *Picker) Run(ctx context.Context) error {
 		stopGRPC(drain, extproc)
 		stopGRPC(drain, healthGRPC)
 		_ = metricsSrv.Shutdown(drain)
-		p.stopKVEvents()
+		_ = p.kvEvents.Close()
 		return nil
 	})
 	p.log.Info("picker starting", "grpc", p.listeners.grpc.Addr().String(), "health", p.listeners.health.Addr().String(), "metrics", p.listeners.metrics.Addr().String())

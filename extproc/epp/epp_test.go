@@ -123,6 +123,12 @@ func startFleetWith(t testing.TB, configure func(*Options), pages ...string) *fl
 			t.Errorf("picker exited: %v", err)
 		}
 	})
+	select {
+	case <-p.Listening():
+	case err := <-done:
+		done <- err // for the cleanup
+		t.Fatalf("picker exited before listening: %v", err)
+	}
 	f.picker = p
 	grpcAddr, _, metricsAddr := p.Addrs()
 	f.client = envoytest.Dial(t, grpcAddr)

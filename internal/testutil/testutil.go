@@ -7,11 +7,12 @@ package testutil
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/kvgate/kvgate/internal/repo"
 )
 
 // RepoRoot walks up from the test's working directory to the folder holding
@@ -26,22 +27,7 @@ func RepoRoot(tb testing.TB) string {
 }
 
 // FindRepoRoot is RepoRoot for callers without a testing.TB (TestMain).
-func FindRepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("go.mod not found above the working directory")
-		}
-		dir = parent
-	}
-}
+func FindRepoRoot() (string, error) { return repo.Root() }
 
 // SharedDir is <repo>/../shared; the test is skipped where it is absent
 // (a checkout outside this workplace).

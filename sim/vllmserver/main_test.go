@@ -2,6 +2,7 @@ package vllmserver
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"regexp"
 	"testing"
@@ -18,7 +19,7 @@ func TestMainCommand(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- Main(ctx, []string{"Qwen/Qwen3-0.6B", "--host", "127.0.0.1", "--port", "0", "--tokenizer", dir,
-			"--served-model-name", "qwen", "qwen3", "--kv-events-endpoint", "tcp://127.0.0.1:*", "--time-scale", "50"}, &logs)
+			"--served-model-name", "qwen", "qwen3", "--kv-events-endpoint", "tcp://127.0.0.1:*", "--time-scale", "50"}, io.Discard, &logs)
 	}()
 	addr := regexp.MustCompile(`sim listening" addr=(\S+)`)
 	var m []string

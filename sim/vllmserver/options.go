@@ -277,8 +277,9 @@ func (o *Options) servedNames() []string {
 	return []string{o.Model}
 }
 
-// Main runs `kvgate sim` with command-line args until ctx ends.
-func Main(ctx context.Context, args []string, stderr io.Writer) error {
+// Main runs `kvgate sim` with command-line args until ctx ends. The
+// simulator logs to stderr and writes nothing to stdout.
+func Main(ctx context.Context, args []string, _, stderr io.Writer) error {
 	o, err := ParseFlags(args, stderr)
 	if err != nil {
 		return err

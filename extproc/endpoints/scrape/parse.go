@@ -115,6 +115,15 @@ type pageState struct {
 // loads are errors too, since routing on them would be arbitrary.
 func Parse(page []byte) (endpoints.Metrics, error) {
 	var st pageState
+	if err := eachSample(page, st.line); err != nil {
+		return endpoints.Metrics{}, err
+	}
+	return st.result()
+}
+
+// eachSample calls fn with every sample line of a page (comments and blank
+// lines skipped), numbering the line of the error it returns.
+func eachSample(page []byte, fn func(line []byte) *ParseError) error {
 	lineNo := 0
 	for len(page) > 0 {
 		var line []byte
@@ -128,12 +137,12 @@ func Parse(page []byte) (endpoints.Metrics, error) {
 		if len(line) == 0 || line[0] == '#' {
 			continue
 		}
-		if err := st.line(line); err != nil {
+		if err := fn(line); err != nil {
 			err.Line = lineNo
-			return endpoints.Metrics{}, err
+			return err
 		}
 	}
-	return st.result()
+	return nil
 }
 
 func (st *pageState) line(line []byte) *ParseError {

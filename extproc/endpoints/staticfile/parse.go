@@ -134,3 +134,16 @@ func sortedKeys(m map[string]json.RawMessage) []string {
 	slices.Sort(keys)
 	return keys
 }
+
+// file is the document Parse reads.
+type file struct {
+	Endpoints []endpoints.Spec `json:"endpoints"`
+}
+
+// Marshal writes specs as a file Parse reads back to the same specs.
+func Marshal(specs []endpoints.Spec) ([]byte, error) {
+	if specs == nil {
+		specs = []endpoints.Spec{} // "endpoints: []": Parse refuses null
+	}
+	return yaml.Marshal(file{Endpoints: specs})
+}

@@ -133,3 +133,25 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestMarshalRoundTrip(t *testing.T) {
+	for _, specs := range [][]endpoints.Spec{
+		nil,
+		{{Name: "sim-0", Address: "127.0.0.1:8001"}},
+		{{Name: "a", Address: "10.0.0.5:8000", Labels: map[string]string{"llm-d.ai/role": "decode"},
+			KVEvents: "tcp://10.0.0.5:5557", KVEventsReplay: "tcp://10.0.0.5:5558", MetricsURL: "http://10.0.0.5:9000/metrics"},
+			{Name: "b", Address: "10.0.0.6:8000"}},
+	} {
+		raw, err := Marshal(specs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Parse(raw)
+		if err != nil {
+			t.Fatalf("Parse(Marshal(%v)): %v\n%s", specs, err, raw)
+		}
+		if len(got) != len(specs) || (len(specs) > 0 && !reflect.DeepEqual(got, specs)) {
+			t.Fatalf("round trip: got %+v, want %+v\n%s", got, specs, raw)
+		}
+	}
+}

@@ -1,0 +1,27 @@
+// Package cliflag turns a parsed flag set back into a command line, so
+// that a parent building a child's argv uses the child's own flag
+// definitions and the two cannot drift apart.
+package cliflag
+
+import "flag"
+
+// Args returns --name=value for every flag of set whose value differs from
+// the same flag in defaults (a set built the same way from default
+// options), in the flags' lexical order. A flag named in skip (an alias
+// writing the same field as another) is left out.
+func Args(set, defaults *flag.FlagSet, skip ...string) []string {
+	var args []string
+	set.VisitAll(func(f *flag.Flag) {
+		for _, s := range skip {
+			if f.Name == s {
+				return
+			}
+		}
+		v := f.Value.String()
+		if d := defaults.Lookup(f.Name); d != nil && d.Value.String() == v {
+			return
+		}
+		args = append(args, "--"+f.Name+"="+v)
+	})
+	return args
+}
