@@ -17,11 +17,11 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/kvgate/kvgate/demo/proc"
-	"github.com/kvgate/kvgate/internal/kvhash"
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/endpoints/staticfile"
 	"github.com/kvgate/kvgate/extproc/epp"
 	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/internal/kvhash"
 	"github.com/kvgate/kvgate/sim/vllmserver"
 )
 
