@@ -27,6 +27,8 @@ import (
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/endpoints/k8s"
 	"github.com/kvgate/kvgate/extproc/endpoints/k8s/k8stest"
+	"github.com/kvgate/kvgate/extproc/plugins/all"
+	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/internal/testutil"
 )
 
@@ -232,6 +234,22 @@ func TestRender(t *testing.T) {
 				}
 				if got := pickerConfig(t, objs); !reflect.DeepEqual(got, want) {
 					t.Errorf("default picker config = %+v, want GIE's default %+v", got, want)
+				}
+			},
+		},
+		{
+			values: "live-model-values.yaml",
+			kinds:  append(slices.Clone(base), "InferencePool"),
+			check: func(t *testing.T, objs []*unstructured.Unstructured) {
+				// The documented live-model profile builds with the
+				// picker's own registry, producers and admitter bound.
+				cfg := pickerConfig(t, objs)
+				built, err := config.Build(cfg, all.Registry(), &scheduling.Handle{Services: map[string]any{}}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(built.FirstToken) == 0 {
+					t.Error("no plugin learns from first tokens: the latency producer is not bound")
 				}
 			},
 		},

@@ -43,10 +43,21 @@ type policyScorer struct {
 	Parameters func(PolicyOptions) any
 }
 
-// namedPolicy is a named policy: scorers feeding one picker.
+// policyPlugin is a plugin of a named policy that is not a scorer: a data
+// producer or an admitter (bound by capability, listed under plugins only)
+// or a filter (InProfile: it runs in the profile, before the scorers).
+type policyPlugin struct {
+	Type       string
+	InProfile  bool
+	Parameters func(PolicyOptions) any
+}
+
+// namedPolicy is a named policy: scorers feeding one picker, with the
+// plugins that prepare or gate the decision.
 type namedPolicy struct {
 	Name    string
 	Picker  string
+	Plugins []policyPlugin
 	Scorers []policyScorer
 }
 
@@ -63,11 +74,27 @@ var policies = []namedPolicy{
 	// GIE's default profile.
 	{Name: PolicyApprox, Picker: "max-score-picker", Scorers: withScorer(loadScorers,
 		policyScorer{Type: "prefix-cache-scorer", Weight: 3})},
-	// llm-d's precise profile: GIE's default with the approximate scorer
-	// replaced by the KV-event-fed one.
-	{Name: PolicyPrecise, Picker: "max-score-picker", Scorers: withScorer(loadScorers,
-		policyScorer{Type: "precise-prefix-cache-scorer", Weight: 3, Parameters: preciseParameters})},
+	// kvgate's recommended profile: the live load model and the online
+	// latency model. The precise prefix match (KV events, plus the blocks
+	// of requests still in prefill) tells each candidate's uncached work;
+	// the predictor turns it and the live backlog into TTFT and TPOT; the
+	// latency scorer picks the fastest, or, for requests with an SLO, the
+	// SLO filter and admitter keep them where they can meet it. Scraped
+	// queue and KV gauges play no part: between two scrapes every decision
+	// would see the same snapshot and herd under a burst.
+	{Name: PolicyPrecise, Picker: "max-score-picker",
+		Plugins: []policyPlugin{
+			{Type: "precise-prefix-cache-scorer", Parameters: preciseParameters},
+			{Type: "predicted-latency-producer", Parameters: fixed(map[string]any{"streamingMode": true})},
+			{Type: "latency-slo-admitter"},
+			{Type: "slo-headroom-tier-filter", InProfile: true},
+		},
+		Scorers: []policyScorer{{Type: "latency-scorer", Weight: 1, Parameters: fixed(map[string]any{"ttftWeight": 1, "tpotWeight": 0})}},
+	},
 }
+
+// fixed is parameters that do not depend on the options.
+func fixed(v any) func(PolicyOptions) any { return func(PolicyOptions) any { return v } }
 
 // withScorer copies base before appending, so that policies never share a
 // backing array.
@@ -87,17 +114,31 @@ var PolicyNames = func() []string {
 // precisePrefixParameters are the precise scorer's parameters a policy
 // sets; the scorer's own defaults fill the rest.
 type precisePrefixParameters struct {
-	Tokenizer string `json:"tokenizer,omitempty"`
-	BlockSize int    `json:"blockSize,omitempty"`
-	HashSeed  string `json:"hashSeed,omitempty"`
+	Tokenizer           string `json:"tokenizer,omitempty"`
+	BlockSize           int    `json:"blockSize,omitempty"`
+	HashSeed            string `json:"hashSeed,omitempty"`
+	SpeculativeIndexing bool   `json:"speculativeIndexing"`
 }
 
 func preciseParameters(o PolicyOptions) any {
-	p := precisePrefixParameters{Tokenizer: o.Tokenizer, BlockSize: max(o.BlockSize, 0), HashSeed: o.HashSeed}
-	if p == (precisePrefixParameters{}) {
-		return nil
+	return precisePrefixParameters{Tokenizer: o.Tokenizer, BlockSize: max(o.BlockSize, 0), HashSeed: o.HashSeed, SpeculativeIndexing: true}
+}
+
+// parameters marshals a plugin's parameters for the options; nil when the
+// plugin takes its defaults.
+func parameters(typ string, f func(PolicyOptions) any, o PolicyOptions) (json.RawMessage, error) {
+	if f == nil {
+		return nil, nil
 	}
-	return p
+	v := f(o)
+	if v == nil {
+		return nil, nil
+	}
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("%s parameters: %w", typ, err)
+	}
+	return raw, nil
 }
 
 // pickerParameters bound the endpoints a picker names: the primary and
@@ -125,18 +166,22 @@ func Policy(name string, o PolicyOptions) ([]byte, error) {
 func (p namedPolicy) config(o PolicyOptions) (*Config, error) {
 	c := &Config{APIVersion: APIVersionGIE, Kind: Kind}
 	profile := ProfileSpec{Name: "default"}
-	for _, s := range p.Scorers {
-		spec := PluginSpec{Type: s.Type}
-		if s.Parameters != nil {
-			if v := s.Parameters(o); v != nil {
-				raw, err := json.Marshal(v)
-				if err != nil {
-					return nil, fmt.Errorf("%s parameters: %w", s.Type, err)
-				}
-				spec.Parameters = raw
-			}
+	for _, pl := range p.Plugins {
+		raw, err := parameters(pl.Type, pl.Parameters, o)
+		if err != nil {
+			return nil, err
 		}
-		c.Plugins = append(c.Plugins, spec)
+		c.Plugins = append(c.Plugins, PluginSpec{Type: pl.Type, Parameters: raw})
+		if pl.InProfile {
+			profile.Plugins = append(profile.Plugins, PluginRef{PluginRef: pl.Type})
+		}
+	}
+	for _, s := range p.Scorers {
+		raw, err := parameters(s.Type, s.Parameters, o)
+		if err != nil {
+			return nil, err
+		}
+		c.Plugins = append(c.Plugins, PluginSpec{Type: s.Type, Parameters: raw})
 		profile.Plugins = append(profile.Plugins, PluginRef{PluginRef: s.Type, Weight: &s.Weight})
 	}
 	raw, err := json.Marshal(pickerParameters{MaxNumOfEndpoints: 1 + o.Fallbacks})

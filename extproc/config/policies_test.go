@@ -8,8 +8,9 @@ import (
 	"testing"
 )
 
-// The generated configurations parse to what the hand-printed YAML of the
-// previous generator parsed to (testdata/policies holds its output).
+// The generated configurations parse to hand-written references
+// (testdata/policies): the previous generator's output for the GIE
+// baselines, and kvgate's live-model profile for precise.
 func TestPolicyMatchesReference(t *testing.T) {
 	sets := map[string]PolicyOptions{
 		"plain": {},
