@@ -231,7 +231,11 @@ func sloHeader(h map[string]string, name, deprecated string) time.Duration {
 	if err != nil || !(ms > 0) {
 		return 0
 	}
-	return min(maxSLO, time.Duration(ms*float64(time.Millisecond)))
+	// Compared as floats: a huge value would overflow the conversion.
+	if ns := ms * float64(time.Millisecond); ns < float64(maxSLO) {
+		return time.Duration(ns)
+	}
+	return maxSLO
 }
 
 // applyHints fills sr from the wasm filter's headers. A request the filter

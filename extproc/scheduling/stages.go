@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
 )
@@ -77,11 +78,16 @@ func OrderProducers(ps []DataProducer) ([]DataProducer, error) {
 		}
 		state[i] = 1
 		if d, ok := ps[i].(DataDependencies); ok {
+			// Dependencies in configuration order, whatever the order
+			// of the keys.
+			var deps []int
 			for _, k := range d.Consumes() {
-				j, ok := producer[k]
-				if !ok {
-					continue
+				if j, ok := producer[k]; ok {
+					deps = append(deps, j)
 				}
+			}
+			slices.Sort(deps)
+			for _, j := range deps {
 				if err := visit(j); err != nil {
 					return err
 				}

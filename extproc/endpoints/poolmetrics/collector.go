@@ -27,6 +27,11 @@ var (
 	llmdPerEP    = gauge("llm_d_epp_per_endpoint_queue_size", "Requests waiting in each model server's queue.", endpointLabels)
 	llmdInflight = gauge("llm_d_epp_inflight_requests", "Requests the picker routed to an endpoint whose response has not finished.", endpointLabels)
 	llmdTokens   = gauge("llm_d_epp_inflight_tokens", "Estimated prompt and output tokens of the picker's in-flight requests per endpoint.", endpointLabels)
+	// The live load model (extproc/endpoints).
+	prefillTokens   = gauge("kvgate_endpoint_prefill_backlog_tokens", "Uncached prompt tokens of the requests routed to an endpoint that have not produced a first token.", endpointLabels)
+	prefillRequests = gauge("kvgate_endpoint_prefill_backlog_requests", "Requests routed to an endpoint that have not produced a first token.", endpointLabels)
+	decodeRequests  = gauge("kvgate_endpoint_decode_requests", "Requests routed to an endpoint that are producing output.", endpointLabels)
+	foreignRequests = gauge("kvgate_endpoint_foreign_requests", "Requests an endpoint reported at its last scrape beyond those the picker routed there (other pickers, direct clients).", endpointLabels)
 
 	age   = gauge("kvgate_endpoint_metrics_age_seconds", "Seconds since the endpoint's metrics were last scraped successfully; +Inf if never.", endpointLabels)
 	ready = gauge("kvgate_endpoint_ready", "1 if the endpoint is a routing candidate, 0 if its scrapes are failing.", endpointLabels)
@@ -57,7 +62,7 @@ func Register(reg prometheus.Registerer, pool string, ds *endpoints.Datastore) e
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{gieKV, gieQueue, gieRunning, gieReady, giePerPod,
-		llmdReady, llmdQueue, llmdQueueStd, llmdRunning, llmdKV, llmdPerEP, llmdInflight, llmdTokens, age, ready} {
+		llmdReady, llmdQueue, llmdQueueStd, llmdRunning, llmdKV, llmdPerEP, llmdInflight, llmdTokens, prefillTokens, prefillRequests, decodeRequests, foreignRequests, age, ready} {
 		ch <- d
 	}
 }
@@ -113,6 +118,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		emit(llmdInflight, float64(e.InflightRequests()), c.pool, name)
 		emit(llmdTokens, float64(e.InflightTokens()), c.pool, name)
+		l := e.Load()
+		emit(prefillTokens, float64(l.PrefillTokens), c.pool, name)
+		emit(prefillRequests, float64(l.PrefillRequests), c.pool, name)
+		emit(decodeRequests, float64(l.DecodeRequests), c.pool, name)
+		emit(foreignRequests, float64(l.ExternalWaiting+l.ExternalRunning), c.pool, name)
 		a := math.Inf(1)
 		if !m.UpdateTime.IsZero() {
 			a = now.Sub(m.UpdateTime).Seconds()

@@ -26,8 +26,13 @@ func TestCollector(t *testing.T) {
 	ds.Get("b").SetMetrics(&endpoints.Metrics{WaitingQueueSize: 6, RunningRequests: 20, KVCacheUsage: 0.75, UpdateTime: now.Add(-2 * time.Second)})
 	ds.Get("c").SetMetrics(&endpoints.Metrics{WaitingQueueSize: 100, RunningRequests: 100, KVCacheUsage: 1, UpdateTime: now.Add(-time.Minute)})
 	ds.SetHealthy(ds.Get("c"), false)
-	for range 3 {
-		ds.Get("a").Charge(0, 0, 0, 1000)
+	// a: three requests routed after its scrape, one of them past its
+	// first token; the scrape's own 12 requests are foreign to the picker.
+	for i := range 3 {
+		c := ds.Get("a").Charge(50, 100, 300, 1000)
+		if i == 0 {
+			c.FirstToken()
+		}
 	}
 	ds.Get("d").Charge(0, 0, 0, 512)
 
@@ -56,12 +61,36 @@ inference_pool_per_pod_queue_size{model_server_pod="c",name="llama"} 100
 # HELP inference_pool_ready_pods Model-server endpoints of the pool that are routing candidates.
 # TYPE inference_pool_ready_pods gauge
 inference_pool_ready_pods{name="llama"} 3
+# HELP kvgate_endpoint_decode_requests Requests routed to an endpoint that are producing output.
+# TYPE kvgate_endpoint_decode_requests gauge
+kvgate_endpoint_decode_requests{endpoint="a",name="llama"} 1
+kvgate_endpoint_decode_requests{endpoint="b",name="llama"} 0
+kvgate_endpoint_decode_requests{endpoint="c",name="llama"} 0
+kvgate_endpoint_decode_requests{endpoint="d",name="llama"} 0
+# HELP kvgate_endpoint_foreign_requests Requests an endpoint reported at its last scrape beyond those the picker routed there (other pickers, direct clients).
+# TYPE kvgate_endpoint_foreign_requests gauge
+kvgate_endpoint_foreign_requests{endpoint="a",name="llama"} 12
+kvgate_endpoint_foreign_requests{endpoint="b",name="llama"} 26
+kvgate_endpoint_foreign_requests{endpoint="c",name="llama"} 200
+kvgate_endpoint_foreign_requests{endpoint="d",name="llama"} 0
 # HELP kvgate_endpoint_metrics_age_seconds Seconds since the endpoint's metrics were last scraped successfully; +Inf if never.
 # TYPE kvgate_endpoint_metrics_age_seconds gauge
 kvgate_endpoint_metrics_age_seconds{endpoint="a",name="llama"} 0.05
 kvgate_endpoint_metrics_age_seconds{endpoint="b",name="llama"} 2
 kvgate_endpoint_metrics_age_seconds{endpoint="c",name="llama"} 60
 kvgate_endpoint_metrics_age_seconds{endpoint="d",name="llama"} +Inf
+# HELP kvgate_endpoint_prefill_backlog_requests Requests routed to an endpoint that have not produced a first token.
+# TYPE kvgate_endpoint_prefill_backlog_requests gauge
+kvgate_endpoint_prefill_backlog_requests{endpoint="a",name="llama"} 2
+kvgate_endpoint_prefill_backlog_requests{endpoint="b",name="llama"} 0
+kvgate_endpoint_prefill_backlog_requests{endpoint="c",name="llama"} 0
+kvgate_endpoint_prefill_backlog_requests{endpoint="d",name="llama"} 1
+# HELP kvgate_endpoint_prefill_backlog_tokens Uncached prompt tokens of the requests routed to an endpoint that have not produced a first token.
+# TYPE kvgate_endpoint_prefill_backlog_tokens gauge
+kvgate_endpoint_prefill_backlog_tokens{endpoint="a",name="llama"} 200
+kvgate_endpoint_prefill_backlog_tokens{endpoint="b",name="llama"} 0
+kvgate_endpoint_prefill_backlog_tokens{endpoint="c",name="llama"} 0
+kvgate_endpoint_prefill_backlog_tokens{endpoint="d",name="llama"} 0
 # HELP kvgate_endpoint_ready 1 if the endpoint is a routing candidate, 0 if its scrapes are failing.
 # TYPE kvgate_endpoint_ready gauge
 kvgate_endpoint_ready{endpoint="a",name="llama"} 1

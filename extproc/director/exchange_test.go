@@ -1,0 +1,169 @@
+package director
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/kvgate/kvgate/extproc/config"
+	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/inferr"
+	"github.com/kvgate/kvgate/extproc/plugins/all"
+	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/extproc/scheduling/schedtest"
+	"github.com/kvgate/kvgate/extproc/server"
+	"github.com/kvgate/kvgate/internal/openai"
+)
+
+// liveDirector routes with kvgate's precise-style live profile, minus the
+// KV index: the approximate prefix scorer as the prefix producer.
+func liveDirector(t *testing.T, eps pool, now func() time.Time) *Director {
+	t.Helper()
+	c, err := config.Parse([]byte(`
+apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: prefix-cache-scorer
+- type: predicted-latency-producer
+  parameters: {streamingMode: true}
+- type: latency-slo-admitter
+- type: latency-scorer
+- type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: latency-scorer
+  - pluginRef: max-score-picker
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	built, err := config.Build(c, all.Registry(), &scheduling.Handle{Now: now, Services: map[string]any{}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return New(Options{Pool: eps, Scheduler: built.Scheduler, Now: now,
+		Hooks: Hooks{PreRequest: built.PreRequest, FirstToken: built.FirstToken, ResponseComplete: built.ResponseComplete}})
+}
+
+func completion(prompt string, stream bool) *server.Request {
+	return &server.Request{ID: "r", API: openai.Completions, Headers: map[string]string{},
+		Parsed: &openai.Request{API: openai.Completions, Model: "m", Prompt: prompt, Stream: stream, MaxTokens: 10}, ReceivedAt: time.Now()}
+}
+
+// The live load follows a request through its exchange: prefill backlog at
+// the decision, decode load from the first chunk, moved when the proxy
+// served a fallback, released at the end.
+func TestExchangeChargesLiveLoad(t *testing.T) {
+	a, b := schedtest.Endpoint("a", endpoints.Metrics{}), schedtest.Endpoint("b", endpoints.Metrics{})
+	d := liveDirector(t, pool{a, b}, time.Now)
+	ctx := context.Background()
+	dec, ex, err := d.HandleRequest(ctx, completion("a prompt long enough to be several prefix blocks of text, surely", true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	primary := pool{a, b}.ByAddress(dec.Endpoints[0])
+	other := a
+	if primary == a {
+		other = b
+	}
+	if l := primary.Load(); l.PrefillRequests != 1 || l.PrefillTokens <= 0 || primary.InflightRequests() != 1 {
+		t.Fatalf("after the decision: %+v", l)
+	}
+	ex.ResponseStarted(ctx, server.ResponseHead{Status: 200, ServedEndpoint: other.Address()})
+	if primary.InflightRequests() != 0 || other.Load().PrefillRequests != 1 {
+		t.Fatalf("fallback: primary %+v, other %+v", primary.Load(), other.Load())
+	}
+	ex.ResponseChunk(ctx, []byte("data: {}\n\n"))
+	if l := other.Load(); l.PrefillRequests != 0 || l.DecodeRequests != 1 || l.DecodeTokens <= 0 {
+		t.Fatalf("after the first chunk: %+v", l)
+	}
+	ex.ResponseDone(ctx, server.ResponseSummary{Status: 200, Complete: true, ServedEndpoint: other.Address()})
+	ex.ResponseDone(ctx, server.ResponseSummary{Status: 200, Complete: true}) // once only
+	for _, e := range []*endpoints.Endpoint{a, b} {
+		if l := e.Load(); l != (endpoints.Load{}) || e.InflightRequests() != 0 || e.InflightTokens() != 0 {
+			t.Fatalf("%s after the end: %+v, in flight %d", e.Name(), l, e.InflightRequests())
+		}
+	}
+}
+
+// A burst of identical requests spreads over idle endpoints: each decision
+// sees the backlog the previous ones charged, with no scrape in between.
+func TestBurstSpreadsOnLiveLoad(t *testing.T) {
+	eps := pool{schedtest.Endpoint("a", endpoints.Metrics{}), schedtest.Endpoint("b", endpoints.Metrics{}),
+		schedtest.Endpoint("c", endpoints.Metrics{}), schedtest.Endpoint("d", endpoints.Metrics{})}
+	d := liveDirector(t, eps, time.Now)
+	per := map[string]int{}
+	for i := range 8 {
+		req := completion("unrelated prompt number "+strconv.Itoa(i)+" with enough words to weigh something in tokens", true)
+		dec, _, err := d.HandleRequest(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		per[dec.Endpoints[0]]++
+	}
+	for _, e := range eps {
+		if per[e.Address()] != 2 {
+			t.Fatalf("burst of 8 over 4 idle endpoints landed %v", per)
+		}
+	}
+}
+
+func TestSLOHeaders(t *testing.T) {
+	tests := []struct {
+		name       string
+		headers    map[string]string
+		ttft, tpot time.Duration
+	}{
+		{name: "none"},
+		{name: "current", headers: map[string]string{HeaderSLOTTFT: "500", HeaderSLOTPOT: "40"}, ttft: 500 * time.Millisecond, tpot: 40 * time.Millisecond},
+		{name: "deprecated", headers: map[string]string{HeaderSLOTTFTDeprecated: "250", HeaderSLOTPOTDeprecated: "20"}, ttft: 250 * time.Millisecond, tpot: 20 * time.Millisecond},
+		{name: "current wins", headers: map[string]string{HeaderSLOTTFT: "100", HeaderSLOTTFTDeprecated: "900"}, ttft: 100 * time.Millisecond},
+		{name: "fractional", headers: map[string]string{HeaderSLOTTFT: " 12.5 "}, ttft: 12500 * time.Microsecond},
+		{name: "malformed", headers: map[string]string{HeaderSLOTTFT: "soon", HeaderSLOTPOT: "-3"}},
+		{name: "zero and NaN", headers: map[string]string{HeaderSLOTTFT: "0", HeaderSLOTPOT: "NaN"}},
+		{name: "absurd", headers: map[string]string{HeaderSLOTTFT: "1e300"}, ttft: maxSLO},
+	}
+	d := New(Options{})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := completion("p", false)
+			for k, v := range tt.headers {
+				req.Headers[k] = v
+			}
+			sr := d.schedulingRequest(req)
+			if sr.TTFTSLO != tt.ttft || sr.TPOTSLO != tt.tpot {
+				t.Errorf("SLO = %v / %v, want %v / %v", sr.TTFTSLO, sr.TPOTSLO, tt.ttft, tt.tpot)
+			}
+		})
+	}
+}
+
+// A sheddable request with an SLO no endpoint can meet is refused with 429
+// by the latency admitter; the same request without the SLO is routed.
+func TestAdmitterRefusalIs429(t *testing.T) {
+	eps := pool{schedtest.Endpoint("a", endpoints.Metrics{KVCacheUsage: 0.5}), schedtest.Endpoint("b", endpoints.Metrics{KVCacheUsage: 0.5})}
+	for _, e := range eps {
+		e.Charge(0, 50_000, 50_000, 50_000) // busy: a long prefill ahead of anything new
+	}
+	d := liveDirector(t, eps, time.Now)
+	d.opts.Objectives = objectives{"batch": -1}
+	req := completion("p", true)
+	req.Objective = "batch"
+	req.Headers[HeaderSLOTTFT] = "1"
+	_, _, err := d.HandleRequest(context.Background(), req)
+	var ie *inferr.Error
+	if !errors.As(err, &ie) || ie.Code != inferr.InferencePoolResourceExhausted || ie.DroppedReason != DroppedNotAdmitted {
+		t.Fatalf("err = %v, want a 429 not-admitted refusal", err)
+	}
+	delete(req.Headers, HeaderSLOTTFT)
+	if _, _, err := d.HandleRequest(context.Background(), req); err != nil {
+		t.Fatalf("without an SLO: %v", err)
+	}
+}
+
+type objectives map[string]int
+
+func (o objectives) Priority(name string) (int, bool) { p, ok := o[name]; return p, ok }
