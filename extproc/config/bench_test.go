@@ -2,6 +2,7 @@ package config
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -10,71 +11,108 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/kvindex"
 	"github.com/kvgate/kvgate/extproc/plugins/all"
+	"github.com/kvgate/kvgate/extproc/plugins/precise"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/scheduling/schedtest"
 	"github.com/kvgate/kvgate/internal/openai"
 )
 
-// BenchmarkPick measures one scheduling decision with the default profile
-// (queue 2, kv-cache 2, prefix 3, max-score) and its PreRequest hook, over
-// fleets of several sizes, with ~2 KB prompts drawn from 32 shared system
-// prompts so that the prefix index is warm and matches. It reports p50 and
-// p99 per decision besides the mean.
+// BenchmarkPick measures one scheduling decision and its PreRequest hooks
+// (plus the first-token and completion hooks that release per-request
+// state), over fleets of several sizes, with two profiles: GIE's default
+// (queue 2, kv-cache 2, prefix 3, max-score) on ~2 KB prompts, and kvgate's
+// precise policy (precise prefix match with speculation, latency predictor,
+// SLO filter and admitter, latency scorer) on ~500-token prompts given as
+// token ids. Prompts come from 32 shared system prompts, so that the prefix
+// index is warm and matches. It reports p50 and p99 per decision besides
+// the mean.
 func BenchmarkPick(b *testing.B) {
-	for _, n := range []int{8, 64, 256, 1024} {
-		b.Run(fmt.Sprintf("endpoints=%d", n), func(b *testing.B) {
-			c, err := Parse(nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			built, err := Build(c, all.Registry(), &scheduling.Handle{}, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			rng := rand.New(rand.NewPCG(7, 7))
-			eps := make([]*endpoints.Endpoint, n)
-			for i := range eps {
-				eps[i] = schedtest.Endpoint(fmt.Sprintf("pod-%04d", i), endpoints.Metrics{
-					WaitingQueueSize: rng.IntN(20), KVCacheUsage: rng.Float64(), UpdateTime: time.Now(),
-				})
-			}
-			reqs := make([]*scheduling.Request, 256)
-			for i := range reqs {
-				system := strings.Repeat(fmt.Sprintf("system prompt %02d. ", i%32), 100)
-				body := fmt.Sprintf(`{"model":"m","prompt":%q}`, system+fmt.Sprintf("question %d", i))
-				p, err := openai.Parse(openai.Completions, []byte(body))
-				if err != nil {
-					b.Fatal(err)
-				}
-				reqs[i] = &scheduling.Request{TargetModel: "m", Body: p}
-			}
-			ctx := context.Background()
-			pick := func(r *scheduling.Request) {
-				cs := scheduling.NewCycleState()
-				res, err := built.Scheduler.Schedule(ctx, cs, r, eps)
-				if err != nil {
-					b.Fatal(err)
-				}
-				for _, h := range built.PreRequest {
-					h.PreRequest(ctx, cs, r, res)
-				}
-			}
-			for _, r := range reqs { // warm the prefix index
-				pick(r)
-			}
-			durations := make([]time.Duration, 0, b.N)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := range b.N {
-				start := time.Now()
-				pick(reqs[i%len(reqs)])
-				durations = append(durations, time.Since(start))
-			}
-			b.StopTimer()
-			slices.Sort(durations)
-			b.ReportMetric(float64(durations[len(durations)/2].Nanoseconds())/1e3, "p50-µs")
-			b.ReportMetric(float64(durations[len(durations)*99/100].Nanoseconds())/1e3, "p99-µs")
+	for _, profile := range []string{"default", PolicyPrecise} {
+		for _, n := range []int{8, 64, 256, 1024} {
+			b.Run(fmt.Sprintf("profile=%s/endpoints=%d", profile, n), func(b *testing.B) {
+				benchmarkPick(b, profile, n)
+			})
+		}
+	}
+}
+
+func benchmarkPick(b *testing.B, profile string, n int) {
+	var raw []byte
+	h := &scheduling.Handle{Services: map[string]any{}}
+	if profile != "default" {
+		var err error
+		if raw, err = Policy(profile, PolicyOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		h.Services = precise.WithKVIndex(nil, kvindex.New(kvindex.Config{}))
+	}
+	c, err := Parse(raw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	built, err := Build(c, all.Registry(), h, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(7, 7))
+	eps := make([]*endpoints.Endpoint, n)
+	for i := range eps {
+		eps[i] = schedtest.Endpoint(fmt.Sprintf("pod-%04d", i), endpoints.Metrics{
+			WaitingQueueSize: rng.IntN(20), KVCacheUsage: rng.Float64(), UpdateTime: time.Now(),
 		})
 	}
+	reqs := make([]*scheduling.Request, 256)
+	for i := range reqs {
+		system := strings.Repeat(fmt.Sprintf("system prompt %02d. ", i%32), 100)
+		body := fmt.Sprintf(`{"model":"m","prompt":%q}`, system+fmt.Sprintf("question %d", i))
+		if profile != "default" {
+			ids := make([]int, 0, 512)
+			for j := range 500 {
+				ids = append(ids, 1000+(i%32)*500+j)
+			}
+			ids = append(ids, 90000+i, 90001+i)
+			js, _ := json.Marshal(ids)
+			body = fmt.Sprintf(`{"model":"m","prompt":%s,"stream":true}`, js)
+		}
+		p, err := openai.Parse(openai.Completions, []byte(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		reqs[i] = &scheduling.Request{TargetModel: "m", Body: p, Stream: true, PromptTokens: max(len(p.PromptTokenIDs), len(body)/4)}
+	}
+	ctx := context.Background()
+	pick := func(r *scheduling.Request) {
+		cs := scheduling.NewCycleState()
+		res, err := built.Scheduler.Schedule(ctx, cs, r, eps)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, h := range built.PreRequest {
+			h.PreRequest(ctx, cs, r, res)
+		}
+		done := &scheduling.Response{Endpoint: res.Primary().Targets[0], Status: 200, Complete: true, TTFT: time.Millisecond, TPOT: time.Millisecond}
+		for _, h := range built.FirstToken {
+			h.FirstToken(ctx, cs, r, done)
+		}
+		for _, h := range built.ResponseComplete {
+			h.ResponseComplete(ctx, cs, r, done)
+		}
+	}
+	for _, r := range reqs { // warm the prefix index
+		pick(r)
+	}
+	durations := make([]time.Duration, 0, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		start := time.Now()
+		pick(reqs[i%len(reqs)])
+		durations = append(durations, time.Since(start))
+	}
+	b.StopTimer()
+	slices.Sort(durations)
+	b.ReportMetric(float64(durations[len(durations)/2].Nanoseconds())/1e3, "p50-µs")
+	b.ReportMetric(float64(durations[len(durations)*99/100].Nanoseconds())/1e3, "p99-µs")
 }

@@ -1,6 +1,7 @@
 package latency
 
 import (
+	"maps"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -108,6 +109,9 @@ type Estimate struct {
 type coeffs struct {
 	ttft, tpot   [maxFeatures]float64
 	qTTFT, qTPOT float64 // log(actual/predicted) quantiles
+	// mTTFT and mTPOT are exp of them: the quantile's multiple of the mean,
+	// computed once per fit rather than per prediction.
+	mTTFT, mTPOT float64
 	ttftSamples  int
 }
 
@@ -115,8 +119,8 @@ func (c *coeffs) estimate(f Features) Estimate {
 	x, z := f.ttftX(), f.tpotX()
 	ttft, tpot := dot(&c.ttft, &x), dot(&c.tpot, &z)
 	return Estimate{
-		TTFT: seconds(ttft), TTFTQuantile: seconds(ttft * math.Exp(c.qTTFT)),
-		TPOT: seconds(tpot), TPOTQuantile: seconds(tpot * math.Exp(c.qTPOT)),
+		TTFT: seconds(ttft), TTFTQuantile: seconds(ttft * c.mTTFT),
+		TPOT: seconds(tpot), TPOTQuantile: seconds(tpot * c.mTPOT),
 	}
 }
 
@@ -163,7 +167,8 @@ func newFit(cfg Config, from *coeffs) *fit {
 }
 
 func (f *fit) publishLocked() {
-	f.published.Store(&coeffs{ttft: f.ttft.monotone(), tpot: f.tpot.monotone(), qTTFT: f.qTTFT.value, qTPOT: f.qTPOT.value, ttftSamples: f.ttftSamples})
+	f.published.Store(&coeffs{ttft: f.ttft.monotone(), tpot: f.tpot.monotone(), qTTFT: f.qTTFT.value, qTPOT: f.qTPOT.value,
+		mTTFT: math.Exp(f.qTTFT.value), mTPOT: math.Exp(f.qTPOT.value), ttftSamples: f.ttftSamples})
 }
 
 func (f *fit) observeTTFT(feat Features, actual float64) {
@@ -195,14 +200,19 @@ type Model struct {
 	cfg  Config
 	pool *fit
 
-	mu        sync.RWMutex
-	endpoints map[string]*fit
+	// endpoints is an immutable map replaced whole when an endpoint is
+	// added or forgotten (rare), so that predictions, one per candidate
+	// per decision, look fits up without a lock; mu serialises writers.
+	mu        sync.Mutex
+	endpoints atomic.Pointer[map[string]*fit]
 }
 
 // New returns a model knowing only its priors.
 func New(cfg Config) *Model {
 	cfg = cfg.withDefaults()
-	return &Model{cfg: cfg, pool: newFit(cfg, nil), endpoints: map[string]*fit{}}
+	m := &Model{cfg: cfg, pool: newFit(cfg, nil)}
+	m.endpoints.Store(&map[string]*fit{})
+	return m
 }
 
 // Predict estimates a request with features f on the endpoint at addr.
@@ -211,10 +221,7 @@ func (m *Model) Predict(addr string, f Features) Estimate {
 }
 
 func (m *Model) coeffsOf(addr string) *coeffs {
-	m.mu.RLock()
-	e := m.endpoints[addr]
-	m.mu.RUnlock()
-	if e != nil {
+	if e := (*m.endpoints.Load())[addr]; e != nil {
 		if c := e.published.Load(); c.ttftSamples >= m.cfg.MinSamples {
 			return c
 		}
@@ -249,22 +256,22 @@ func (m *Model) ObserveTPOT(addr string, f Features, actual time.Duration) {
 // fitOf returns addr's fit, creating it from the pool's; nil when the
 // endpoint bound is reached.
 func (m *Model) fitOf(addr string) *fit {
-	m.mu.RLock()
-	e := m.endpoints[addr]
-	m.mu.RUnlock()
-	if e != nil {
+	if e := (*m.endpoints.Load())[addr]; e != nil {
 		return e
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if e = m.endpoints[addr]; e != nil {
+	cur := *m.endpoints.Load()
+	if e := cur[addr]; e != nil {
 		return e
 	}
-	if len(m.endpoints) >= m.cfg.MaxEndpoints {
+	if len(cur) >= m.cfg.MaxEndpoints {
 		return nil
 	}
-	e = newFit(m.cfg, m.pool.published.Load())
-	m.endpoints[addr] = e
+	e := newFit(m.cfg, m.pool.published.Load())
+	next := maps.Clone(cur)
+	next[addr] = e
+	m.endpoints.Store(&next)
 	return e
 }
 
@@ -272,7 +279,13 @@ func (m *Model) fitOf(addr string) *fit {
 func (m *Model) Forget(addr string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	delete(m.endpoints, addr)
+	cur := *m.endpoints.Load()
+	if _, ok := cur[addr]; !ok {
+		return
+	}
+	next := maps.Clone(cur)
+	delete(next, addr)
+	m.endpoints.Store(&next)
 }
 
 // Fit describes what the model learned of one endpoint.
@@ -288,10 +301,9 @@ type Fit struct {
 
 // Fits reports every tracked endpoint's fit, for reports and debugging.
 func (m *Model) Fits() []Fit {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	out := make([]Fit, 0, len(m.endpoints))
-	for addr, e := range m.endpoints {
+	eps := *m.endpoints.Load()
+	out := make([]Fit, 0, len(eps))
+	for addr, e := range eps {
 		c := e.published.Load()
 		e.mu.Lock()
 		ft := Fit{Address: addr, TTFTSamples: e.ttftSamples, TPOTSamples: e.tpotSamples, DecodeStep: seconds(c.tpot[0])}

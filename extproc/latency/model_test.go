@@ -157,3 +157,39 @@ func BenchmarkPredict(b *testing.B) {
 		_ = m.Predict("10.0.0.1:8000", f)
 	}
 }
+
+// With correlated features, the constrained fit re-solves the others when
+// one coefficient is held at zero, rather than dropping it and keeping a
+// partner that compensated for it.
+func TestMonotoneFitWithCorrelatedFeatures(t *testing.T) {
+	r := newRLS(2, 1, nil)
+	// y = 1·x0 exactly, but x1 = x0 + small noise makes an unconstrained
+	// fit free to trade one for the other; force it negative on x1 by a
+	// few samples where y grows slower than x1.
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 500 {
+		x0 := 1 + rng.Float64()
+		x1 := x0 + 0.3*rng.Float64()
+		y := x0 - 0.5*(x1-x0)
+		r.update(&[maxFeatures]float64{x0, x1}, y)
+	}
+	if r.theta[1] >= 0 {
+		t.Fatalf("setup: unconstrained θ = %v, want a negative θ1", r.theta[:2])
+	}
+	c := r.monotone()
+	if c[1] != 0 || c[0] <= 0 {
+		t.Fatalf("constrained θ = %v", c[:2])
+	}
+	// Refitted on x0 alone, y ≈ 0.9·x0 on these samples: far from the
+	// unconstrained θ0, which the negative θ1 offset.
+	var worst float64
+	for range 200 {
+		x0 := 1 + rng.Float64()
+		x1 := x0 + 0.3*rng.Float64()
+		y := x0 - 0.5*(x1-x0)
+		worst = max(worst, math.Abs(c[0]*x0-y)/y)
+	}
+	if worst > 0.1 {
+		t.Errorf("constrained fit misses by up to %.0f%%", worst*100)
+	}
+}

@@ -35,17 +35,93 @@ func (r *rls) predict(x *[maxFeatures]float64) float64 {
 	return s
 }
 
-// monotone returns the coefficients with negative ones at zero. Every term
-// is work that adds time: a negative coefficient would let more backlog
-// predict less latency, and a latency scorer would pile requests onto the
-// busiest endpoint. The fit itself stays unconstrained (clamping inside
-// the recursion breaks its covariance), only what is published is clamped.
+// monotone returns the least-squares coefficients constrained to be
+// non-negative. Every term is work that adds time: a negative coefficient
+// would let more backlog predict less latency, and a latency scorer would
+// pile requests onto the busiest endpoint. Merely zeroing a negative
+// coefficient is wrong when features are correlated (its partner then
+// over-predicts); instead the coefficients of the active set S are fixed at
+// zero and the others re-solved: with P the fit's inverse information
+// matrix, θ_S=0 is θ − P[:,S]·P[S,S]⁻¹·θ[S]. S grows until no coefficient
+// is negative. The recursion itself stays unconstrained, which keeps its
+// covariance exact.
 func (r *rls) monotone() [maxFeatures]float64 {
 	t := r.theta
+	var active [maxFeatures]bool
+	for range r.n {
+		grew := false
+		for i := range r.n {
+			if t[i] < 0 && !active[i] {
+				active[i], grew = true, true
+			}
+		}
+		if !grew {
+			break
+		}
+		var s []int
+		for i := range r.n {
+			if active[i] {
+				s = append(s, i)
+			}
+		}
+		// Solve P[S,S]·λ = θ[S] (the unconstrained θ), then θ − P[:,S]·λ.
+		var a [maxFeatures][maxFeatures + 1]float64
+		for x, i := range s {
+			for y, j := range s {
+				a[x][y] = r.p[i][j]
+			}
+			a[x][len(s)] = r.theta[i]
+		}
+		lambda, ok := solve(&a, len(s))
+		if !ok {
+			break
+		}
+		t = r.theta
+		for i := range r.n {
+			for x, j := range s {
+				t[i] -= r.p[i][j] * lambda[x]
+			}
+		}
+		for _, i := range s {
+			t[i] = 0 // exactly, not a rounding error away from it
+		}
+	}
 	for i := range t {
 		t[i] = max(0, t[i])
 	}
 	return t
+}
+
+// solve solves the n×n system in a (augmented with its right-hand side) by
+// Gaussian elimination with partial pivoting; false when it is singular.
+func solve(a *[maxFeatures][maxFeatures + 1]float64, n int) ([maxFeatures]float64, bool) {
+	var x [maxFeatures]float64
+	for c := range n {
+		p := c
+		for r := c + 1; r < n; r++ {
+			if math.Abs(a[r][c]) > math.Abs(a[p][c]) {
+				p = r
+			}
+		}
+		if math.Abs(a[p][c]) < 1e-300 {
+			return x, false
+		}
+		a[c], a[p] = a[p], a[c]
+		for r := c + 1; r < n; r++ {
+			f := a[r][c] / a[c][c]
+			for k := c; k <= n; k++ {
+				a[r][k] -= f * a[c][k]
+			}
+		}
+	}
+	for c := n - 1; c >= 0; c-- {
+		s := a[c][n]
+		for k := c + 1; k < n; k++ {
+			s -= a[c][k] * x[k]
+		}
+		x[c] = s / a[c][c]
+	}
+	return x, true
 }
 
 // update takes one sample. A non-finite result (a degenerate sample) resets

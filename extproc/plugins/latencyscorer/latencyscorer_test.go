@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/latency"
+	"github.com/kvgate/kvgate/extproc/plugins/predictedlatency"
 	"github.com/kvgate/kvgate/extproc/prefixmatch"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/scheduling/schedtest"
@@ -268,5 +269,27 @@ func TestParams(t *testing.T) {
 	}
 	if tn := p.TypedName(); tn != (scheduling.TypedName{Type: Type, Name: "fast"}) {
 		t.Errorf("TypedName %+v", tn)
+	}
+}
+
+// TestWithProducer scores what the real producer predicts, so that the
+// scorer's reading of the estimates matches how they are produced.
+func TestWithProducer(t *testing.T) {
+	eps := fleet("busy", "idle")
+	eps[0].Charge(0, 20000, 20000, 20000)
+	prod, err := schedtest.Build[scheduling.DataProducer](predictedlatency.New, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, req := range []*scheduling.Request{{PromptTokens: 1000}, {PromptTokens: 1000, TTFTSLO: time.Second}} {
+		cs := scheduling.NewCycleState()
+		prod.Produce(context.Background(), cs, req, eps)
+		got := score(build(t, ""), cs, req, eps)
+		if got[1] <= got[0] {
+			t.Errorf("SLO %v: scores %v, want the idle endpoint first", req.TTFTSLO, got)
+		}
+		if req.TTFTSLO == 0 && got[1] != 1 {
+			t.Errorf("the fastest endpoint scored %v, want 1", got[1])
+		}
 	}
 }

@@ -34,6 +34,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -80,13 +81,22 @@ type Producer struct {
 	// (float64 bits): the size of a request the picker did not route, seen
 	// only as a count in a scrape.
 	meanPrefill atomic.Uint64
+	// arrays recycles the per-candidate prediction arrays (*Predictions).
+	arrays sync.Pool
 }
 
 // state is one request's prediction for later stages, owned by the request.
+// The per-candidate arrays live only until PreRequest: the filters and
+// scorers have read them by then, and only the chosen endpoint's estimate
+// and features are kept, so the arrays go back to a pool for the next
+// request instead of being allocated per decision.
 type state struct {
-	preds   latency.Predictions
-	chosen  int // index into preds.Candidates; -1 until PreRequest
-	routed  time.Time
+	preds  latency.Predictions
+	target *endpoints.Endpoint // nil until PreRequest
+	est    latency.Estimate
+	feat   latency.Features
+	routed time.Time
+	// tpotFor is the decode batch the request joined at its first token.
 	tpotFor latency.Features
 	ttft    time.Duration
 }
@@ -115,11 +125,12 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 		Named:  scheduling.NewNamed(Type, name),
 		params: p,
 		model:  latency.New(latency.Config{Quantile: p.Quantile}),
-		rec:    latency.RecorderFrom(h.Services),
-		now:    h.Now,
+		now:    scheduling.NowOf(h),
 	}
-	if pr.now == nil {
-		pr.now = time.Now
+	if h != nil {
+		pr.rec = latency.RecorderFrom(h.Services)
+	} else {
+		pr.rec = latency.RecorderFrom(nil)
 	}
 	pr.key = scheduling.NewKey[*state](pr.TypedName().String())
 	pr.meanPrefill.Store(math.Float64bits(1000))
@@ -140,7 +151,10 @@ func (p *Producer) Consumes() []string {
 
 // Produce implements scheduling.DataProducer.
 func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) {
-	st := &state{chosen: -1}
+	st := &state{}
+	if pooled, ok := p.arrays.Get().(*latency.Predictions); ok {
+		st.preds = *pooled
+	}
 	st.preds.Reset(eps)
 	st.preds.BufferFactor = p.params.SLOBufferFactor
 	match, _ := scheduling.Read(cs, prefixmatch.MatchKey)
@@ -210,21 +224,27 @@ func (p *Producer) PreRequest(_ context.Context, cs *scheduling.CycleState, req 
 		return
 	}
 	target := primary.Targets[0]
+	chosen := -1
 	for k, c := range st.preds.Candidates {
 		if c == target {
-			st.chosen = k
+			chosen = k
 			break
 		}
 	}
-	if st.chosen < 0 {
+	if chosen < 0 {
 		return
 	}
+	st.target, st.est, st.feat = target, st.preds.Estimates[chosen], st.preds.Features[chosen]
+	arrays := st.preds
+	arrays.Candidates = nil
+	st.preds = latency.Predictions{}
+	p.arrays.Put(&arrays)
 	st.routed = p.now()
-	f := st.preds.Features[st.chosen]
+	f := st.feat
 	const alpha = 0.05
 	old := math.Float64frombits(p.meanPrefill.Load())
 	p.meanPrefill.Store(math.Float64bits(old + alpha*(f.Prefill-old)))
-	p.rec.Predicted(req.ID, req.TargetModel, st.preds.Estimates[st.chosen])
+	p.rec.Predicted(req.ID, req.TargetModel, st.est)
 }
 
 // FirstToken implements scheduling.FirstToken: TTFT is learned, and the
@@ -234,7 +254,7 @@ func (p *Producer) FirstToken(_ context.Context, cs *scheduling.CycleState, req 
 	if !ok || !req.Stream {
 		return
 	}
-	est, f := st.preds.Estimates[st.chosen], st.preds.Features[st.chosen]
+	est, f := st.est, st.feat
 	if p.now().Sub(st.routed) > time.Duration(p.params.ContextTTL) {
 		return
 	}
@@ -255,7 +275,7 @@ func (p *Producer) ResponseComplete(_ context.Context, cs *scheduling.CycleState
 	if p.prefillOnly(res.Endpoint) {
 		return
 	}
-	p.rec.ObservedTPOT(req.ID, req.TargetModel, st.preds.Estimates[st.chosen].TPOT, res.TPOT)
+	p.rec.ObservedTPOT(req.ID, req.TargetModel, st.est.TPOT, res.TPOT)
 	if p.params.StreamingMode {
 		p.model.ObserveTPOT(res.Endpoint.Address(), st.tpotFor, res.TPOT)
 	}
@@ -266,7 +286,7 @@ func (p *Producer) ResponseComplete(_ context.Context, cs *scheduling.CycleState
 // the features computed for the primary.
 func (p *Producer) trained(cs *scheduling.CycleState, res *scheduling.Response) (*state, bool) {
 	st, ok := scheduling.Read(cs, p.key)
-	if !ok || st.chosen < 0 || res.Endpoint == nil || res.Endpoint != st.preds.Candidates[st.chosen] {
+	if !ok || st.target == nil || res.Endpoint != st.target {
 		return nil, false
 	}
 	return st, true

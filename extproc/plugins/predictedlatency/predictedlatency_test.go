@@ -115,7 +115,9 @@ func (f *fixture) run(x exchange) {
 	if served == nil {
 		served = x.target
 	}
-	f.clock.t = f.clock.t.Add(x.wait)
+	if x.wait != 0 {
+		f.clock.t = f.clock.t.Add(x.wait)
+	}
 	f.p.FirstToken(ctx, cs, req, &scheduling.Response{Endpoint: served, TTFT: x.ttft})
 	f.p.ResponseComplete(ctx, cs, req, &scheduling.Response{Endpoint: served, TTFT: x.ttft, TPOT: x.tpot, Complete: x.complete})
 }
@@ -384,6 +386,35 @@ func TestLearnsWithinContextTTL(t *testing.T) {
 	}
 }
 
+// TestConcurrentRequests runs requests of many goroutines through one
+// producer, as the picker does; run with -race it checks that the shared
+// model and the routed-size mean are safe to share.
+func TestConcurrentRequests(t *testing.T) {
+	f := newFixture(t, `{"streamingMode": true}`)
+	eps := pair()
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 50 {
+				target := eps[(g+i)%2]
+				ttft := ms(100)
+				if target == eps[0] {
+					ttft = ms(400)
+				}
+				f.run(exchange{id: fmt.Sprint(g, "-", i), stream: true, eps: eps, target: target, ttft: ttft, tpot: ms(10), complete: true})
+			}
+		})
+	}
+	wg.Wait()
+	if len(f.rec.ttft) != 400 || len(f.rec.predicted) != 400 {
+		t.Fatalf("recorded %d predictions, %d TTFTs; want 400 each", len(f.rec.predicted), len(f.rec.ttft))
+	}
+	_, preds := f.produce(&scheduling.Request{PromptTokens: prompt}, eps)
+	if r := preds.Estimates[0].TTFT.Seconds() / preds.Estimates[1].TTFT.Seconds(); r < 3.5 || r > 4.5 {
+		t.Fatalf("TTFT ratio %.2f after concurrent training, observed 4", r)
+	}
+}
+
 func TestIncompleteResponseTeachesNoTPOT(t *testing.T) {
 	f := newFixture(t, `{"streamingMode": true}`)
 	eps := pair()
@@ -405,20 +436,69 @@ func TestRecorder(t *testing.T) {
 	eps := pair()
 	req := &scheduling.Request{ID: "req-1", TargetModel: "llama", PromptTokens: prompt, Stream: true}
 	cs, preds := f.produce(req, eps)
+	// Copied now: the per-candidate predictions are the filters' and
+	// scorers', not guaranteed past the decision.
+	chosen := preds.Estimates[1]
 	if len(f.rec.predicted) != 0 {
 		t.Fatal("prediction recorded before the decision")
 	}
 	f.p.PreRequest(ctx, cs, req, routedTo(eps[1]))
-	if !slices.Equal(f.rec.predicted, []string{"req-1/llama"}) || f.rec.estimates[0] != preds.Estimates[1] {
-		t.Fatalf("predicted %v %+v, want the chosen endpoint's %+v", f.rec.predicted, f.rec.estimates, preds.Estimates[1])
+	if !slices.Equal(f.rec.predicted, []string{"req-1/llama"}) || f.rec.estimates[0] != chosen {
+		t.Fatalf("predicted %v %+v, want the chosen endpoint's %+v", f.rec.predicted, f.rec.estimates, chosen)
 	}
 	f.p.FirstToken(ctx, cs, req, &scheduling.Response{Endpoint: eps[1], TTFT: ms(250)})
-	if want := fmt.Sprintf("req-1/llama %v %v", preds.Estimates[1].TTFT, ms(250)); !slices.Equal(f.rec.ttft, []string{want}) {
+	if want := fmt.Sprintf("req-1/llama %v %v", chosen.TTFT, ms(250)); !slices.Equal(f.rec.ttft, []string{want}) {
 		t.Fatalf("observed TTFT %v, want %v", f.rec.ttft, want)
 	}
 	f.p.ResponseComplete(ctx, cs, req, &scheduling.Response{Endpoint: eps[1], TTFT: ms(250), TPOT: ms(15), Complete: true})
-	if want := fmt.Sprintf("req-1/llama %v %v", preds.Estimates[1].TPOT, ms(15)); !slices.Equal(f.rec.tpot, []string{want}) {
+	if want := fmt.Sprintf("req-1/llama %v %v", chosen.TPOT, ms(15)); !slices.Equal(f.rec.tpot, []string{want}) {
 		t.Fatalf("observed TPOT %v, want %v", f.rec.tpot, want)
+	}
+}
+
+// TestOverlappingRequests checks that requests in flight together keep
+// their own predictions: one request's decision, and the next request's
+// predictions, must not change another's still being scheduled, nor what
+// an earlier one learns from.
+func TestOverlappingRequests(t *testing.T) {
+	f := newFixture(t, "")
+	eps := pair()
+	reqA := &scheduling.Request{ID: "a", PromptTokens: prompt, Stream: true}
+	reqB := &scheduling.Request{ID: "b", PromptTokens: 3 * prompt, Stream: true}
+	csA, predsA := f.produce(reqA, eps)
+	wantA := predsA.Estimates[0]
+	csB, predsB := f.produce(reqB, eps)
+	wantB := slices.Clone(predsB.Estimates)
+	wantFeatB := slices.Clone(predsB.Features)
+
+	f.p.PreRequest(ctx, csA, reqA, routedTo(eps[0]))
+	eps[1].Charge(0, 50000, 50000, 50000)
+	f.produce(&scheduling.Request{ID: "c", PromptTokens: 10}, eps)
+
+	if got, ok := scheduling.Read(csB, latency.PredictionsKey); !ok || !slices.Equal(got.Estimates, wantB) || !slices.Equal(got.Features, wantFeatB) {
+		t.Fatalf("b's predictions changed while it was being scheduled: %+v, want %+v", got, wantB)
+	}
+	f.p.PreRequest(ctx, csB, reqB, routedTo(eps[1]))
+	if len(f.rec.estimates) != 2 || f.rec.estimates[0] != wantA || f.rec.estimates[1] != wantB[1] {
+		t.Fatalf("recorded %+v, predicted a %+v and b %+v", f.rec.estimates, wantA, wantB[1])
+	}
+	f.p.FirstToken(ctx, csA, reqA, &scheduling.Response{Endpoint: eps[0], TTFT: ms(700)})
+	if want := fmt.Sprintf("a/ %v %v", wantA.TTFT, ms(700)); !slices.Equal(f.rec.ttft, []string{want}) {
+		t.Fatalf("observed TTFT %v, want %v", f.rec.ttft, want)
+	}
+
+	// a must have been learned from the features of its own decision: a
+	// producer that saw a alone has learned exactly the same.
+	g := newFixture(t, "")
+	alone := pair()
+	cs, _ := g.produce(reqA, alone)
+	g.p.PreRequest(ctx, cs, reqA, routedTo(alone[0]))
+	g.p.FirstToken(ctx, cs, reqA, &scheduling.Response{Endpoint: alone[0], TTFT: ms(700)})
+	probe := pair()
+	_, got := f.produce(reqA, probe)
+	_, want := g.produce(reqA, probe)
+	if got.Estimates[0] != want.Estimates[0] {
+		t.Fatalf("a learned %+v with b and c in flight, %+v alone", got.Estimates[0], want.Estimates[0])
 	}
 }
 

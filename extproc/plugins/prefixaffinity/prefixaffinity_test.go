@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/latency"
+	"github.com/kvgate/kvgate/extproc/plugins/predictedlatency"
 	"github.com/kvgate/kvgate/extproc/prefixmatch"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/scheduling/schedtest"
@@ -203,6 +204,29 @@ func TestParams(t *testing.T) {
 	} {
 		if _, err := New("", []byte(bad), &scheduling.Handle{}); err == nil {
 			t.Errorf("%s accepted", bad)
+		}
+	}
+}
+
+// TestWithProducer runs the filter on what the real producer leaves, so
+// that both agree on what Held means (a share of the prompt, not tokens).
+func TestWithProducer(t *testing.T) {
+	eps := fleet(3)
+	cs := scheduling.NewCycleState()
+	m := &prefixmatch.Prediction{BlockTokens: 10, PromptTokens: 1000}
+	m.Reset(eps)
+	m.Matched(0, 90)
+	m.Matched(1, 30)
+	scheduling.Write(cs, prefixmatch.MatchKey, m)
+	prod, err := schedtest.Build[scheduling.DataProducer](predictedlatency.New, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &scheduling.Request{PromptTokens: 1000}
+	prod.Produce(context.Background(), cs, req, eps)
+	for _, params := range []string{"", `{"ttftSource": "latencyPredictor"}`} {
+		if got := names(build(t, params).Filter(context.Background(), cs, req, slices.Clone(eps))); !slices.Equal(got, []string{"a"}) {
+			t.Errorf("%s: kept %v, want the 90%% holder", params, got)
 		}
 	}
 }

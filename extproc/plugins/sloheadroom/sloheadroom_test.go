@@ -111,7 +111,7 @@ func TestExplorationRate(t *testing.T) {
 		params   string
 		min, max int // explorations out of 2000: a band wide enough for any seed
 	}{
-		{"", 0, 60},  // the 0.01 default
+		{"", 5, 45}, // the 0.01 default: 20 expected
 		{`{"epsilonExploreNeg": 0}`, 0, 0},
 		{`{"epsilonExploreNeg": 0.25}`, 400, 600},
 	}
