@@ -167,7 +167,7 @@ func newFit(cfg Config, from *coeffs) *fit {
 }
 
 func (f *fit) publishLocked() {
-	f.published.Store(&coeffs{ttft: f.ttft.monotone(), tpot: f.tpot.monotone(), qTTFT: f.qTTFT.value, qTPOT: f.qTPOT.value,
+	f.published.Store(&coeffs{ttft: f.ttft.clamped(), tpot: f.tpot.constrained(), qTTFT: f.qTTFT.value, qTPOT: f.qTPOT.value,
 		mTTFT: math.Exp(f.qTTFT.value), mTPOT: math.Exp(f.qTPOT.value), ttftSamples: f.ttftSamples})
 }
 

@@ -176,7 +176,7 @@ func TestMonotoneFitWithCorrelatedFeatures(t *testing.T) {
 	if r.theta[1] >= 0 {
 		t.Fatalf("setup: unconstrained θ = %v, want a negative θ1", r.theta[:2])
 	}
-	c := r.monotone()
+	c := r.constrained()
 	if c[1] != 0 || c[0] <= 0 {
 		t.Fatalf("constrained θ = %v", c[:2])
 	}
