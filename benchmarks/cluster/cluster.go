@@ -63,13 +63,6 @@ type Options struct {
 	Logger   *slog.Logger
 }
 
-// Headers that carry a request's latency objectives to the picker, in
-// integer milliseconds (llm-d's SLO-aware routing).
-const (
-	HeaderSLOTTFT = "x-llm-d-slo-ttft-ms"
-	HeaderSLOTPOT = "x-llm-d-slo-tpot-ms"
-)
-
 // SLO is the latency objective that some requests carry.
 type SLO struct {
 	// TTFT and TPOT are the objectives, sent in whole milliseconds; zero
@@ -97,10 +90,10 @@ func (o SLO) carried(seed uint64, i int) bool {
 // setHeaders adds the objectives to request headers.
 func (o SLO) setHeaders(h map[string]string) {
 	if o.TTFT > 0 {
-		h[HeaderSLOTTFT] = strconv.FormatInt(o.TTFT.Milliseconds(), 10)
+		h[eppwire.HeaderSLOTTFT] = strconv.FormatInt(o.TTFT.Milliseconds(), 10)
 	}
 	if o.TPOT > 0 {
-		h[HeaderSLOTPOT] = strconv.FormatInt(o.TPOT.Milliseconds(), 10)
+		h[eppwire.HeaderSLOTPOT] = strconv.FormatInt(o.TPOT.Milliseconds(), 10)
 	}
 }
 

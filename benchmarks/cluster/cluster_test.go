@@ -13,6 +13,7 @@ import (
 	"github.com/kvgate/kvgate/benchmarks/workload"
 	"github.com/kvgate/kvgate/extproc/config"
 	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/internal/eppwire"
 	"github.com/kvgate/kvgate/sim/engine"
 )
 
@@ -221,9 +222,9 @@ func TestSLOHeaders(t *testing.T) {
 		slo  SLO
 		want map[string]string
 	}{
-		{SLO{TTFT: 500 * time.Millisecond, TPOT: 50 * time.Millisecond}, map[string]string{HeaderSLOTTFT: "500", HeaderSLOTPOT: "50"}},
-		{SLO{TTFT: 2 * time.Second}, map[string]string{HeaderSLOTTFT: "2000"}},
-		{SLO{TPOT: 20500 * time.Microsecond}, map[string]string{HeaderSLOTPOT: "20"}},
+		{SLO{TTFT: 500 * time.Millisecond, TPOT: 50 * time.Millisecond}, map[string]string{eppwire.HeaderSLOTTFT: "500", eppwire.HeaderSLOTPOT: "50"}},
+		{SLO{TTFT: 2 * time.Second}, map[string]string{eppwire.HeaderSLOTTFT: "2000"}},
+		{SLO{TPOT: 20500 * time.Microsecond}, map[string]string{eppwire.HeaderSLOTPOT: "20"}},
 		{SLO{}, map[string]string{}},
 	}
 	for _, tc := range tests {

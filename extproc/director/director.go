@@ -16,6 +16,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/saturation"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/server"
+	"github.com/kvgate/kvgate/internal/eppwire"
 	"github.com/kvgate/kvgate/internal/hints"
 )
 
@@ -194,8 +195,8 @@ func (d *Director) schedulingRequest(req *server.Request) *scheduling.Request {
 	if req.ModelRewrite != "" {
 		sr.TargetModel = req.ModelRewrite
 	}
-	sr.TTFTSLO = sloHeader(req.Headers, HeaderSLOTTFT, HeaderSLOTTFTDeprecated)
-	sr.TPOTSLO = sloHeader(req.Headers, HeaderSLOTPOT, HeaderSLOTPOTDeprecated)
+	sr.TTFTSLO = sloHeader(req.Headers, eppwire.HeaderSLOTTFT, eppwire.HeaderSLOTTFTDeprecated)
+	sr.TPOTSLO = sloHeader(req.Headers, eppwire.HeaderSLOTPOT, eppwire.HeaderSLOTPOTDeprecated)
 	if d.opts.Objectives != nil && req.Objective != "" {
 		if p, ok := d.opts.Objectives.Priority(req.Objective); ok {
 			sr.Priority = p
@@ -203,15 +204,6 @@ func (d *Director) schedulingRequest(req *server.Request) *scheduling.Request {
 	}
 	return sr
 }
-
-// SLO request headers, in milliseconds: llm-d's names, and the older names
-// it still accepts (the current name wins when both are sent).
-const (
-	HeaderSLOTTFT           = "x-llm-d-slo-ttft-ms"
-	HeaderSLOTPOT           = "x-llm-d-slo-tpot-ms"
-	HeaderSLOTTFTDeprecated = "x-slo-ttft-ms"
-	HeaderSLOTPOTDeprecated = "x-slo-tpot-ms"
-)
 
 // maxSLO bounds an SLO header: beyond a day it is no objective.
 const maxSLO = 24 * time.Hour

@@ -14,6 +14,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/scheduling/schedtest"
 	"github.com/kvgate/kvgate/extproc/server"
+	"github.com/kvgate/kvgate/internal/eppwire"
 	"github.com/kvgate/kvgate/internal/openai"
 )
 
@@ -118,13 +119,13 @@ func TestSLOHeaders(t *testing.T) {
 		ttft, tpot time.Duration
 	}{
 		{name: "none"},
-		{name: "current", headers: map[string]string{HeaderSLOTTFT: "500", HeaderSLOTPOT: "40"}, ttft: 500 * time.Millisecond, tpot: 40 * time.Millisecond},
-		{name: "deprecated", headers: map[string]string{HeaderSLOTTFTDeprecated: "250", HeaderSLOTPOTDeprecated: "20"}, ttft: 250 * time.Millisecond, tpot: 20 * time.Millisecond},
-		{name: "current wins", headers: map[string]string{HeaderSLOTTFT: "100", HeaderSLOTTFTDeprecated: "900"}, ttft: 100 * time.Millisecond},
-		{name: "fractional", headers: map[string]string{HeaderSLOTTFT: " 12.5 "}, ttft: 12500 * time.Microsecond},
-		{name: "malformed", headers: map[string]string{HeaderSLOTTFT: "soon", HeaderSLOTPOT: "-3"}},
-		{name: "zero and NaN", headers: map[string]string{HeaderSLOTTFT: "0", HeaderSLOTPOT: "NaN"}},
-		{name: "absurd", headers: map[string]string{HeaderSLOTTFT: "1e300"}, ttft: maxSLO},
+		{name: "current", headers: map[string]string{eppwire.HeaderSLOTTFT: "500", eppwire.HeaderSLOTPOT: "40"}, ttft: 500 * time.Millisecond, tpot: 40 * time.Millisecond},
+		{name: "deprecated", headers: map[string]string{eppwire.HeaderSLOTTFTDeprecated: "250", eppwire.HeaderSLOTPOTDeprecated: "20"}, ttft: 250 * time.Millisecond, tpot: 20 * time.Millisecond},
+		{name: "current wins", headers: map[string]string{eppwire.HeaderSLOTTFT: "100", eppwire.HeaderSLOTTFTDeprecated: "900"}, ttft: 100 * time.Millisecond},
+		{name: "fractional", headers: map[string]string{eppwire.HeaderSLOTTFT: " 12.5 "}, ttft: 12500 * time.Microsecond},
+		{name: "malformed", headers: map[string]string{eppwire.HeaderSLOTTFT: "soon", eppwire.HeaderSLOTPOT: "-3"}},
+		{name: "zero and NaN", headers: map[string]string{eppwire.HeaderSLOTTFT: "0", eppwire.HeaderSLOTPOT: "NaN"}},
+		{name: "absurd", headers: map[string]string{eppwire.HeaderSLOTTFT: "1e300"}, ttft: maxSLO},
 	}
 	d := New(Options{})
 	for _, tt := range tests {
@@ -152,13 +153,13 @@ func TestAdmitterRefusalIs429(t *testing.T) {
 	d.opts.Objectives = objectives{"batch": -1}
 	req := completion("p", true)
 	req.Objective = "batch"
-	req.Headers[HeaderSLOTTFT] = "1"
+	req.Headers[eppwire.HeaderSLOTTFT] = "1"
 	_, _, err := d.HandleRequest(context.Background(), req)
 	var ie *inferr.Error
 	if !errors.As(err, &ie) || ie.Code != inferr.InferencePoolResourceExhausted || ie.DroppedReason != DroppedNotAdmitted {
 		t.Fatalf("err = %v, want a 429 not-admitted refusal", err)
 	}
-	delete(req.Headers, HeaderSLOTTFT)
+	delete(req.Headers, eppwire.HeaderSLOTTFT)
 	if _, _, err := d.HandleRequest(context.Background(), req); err != nil {
 		t.Fatalf("without an SLO: %v", err)
 	}

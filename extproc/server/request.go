@@ -17,8 +17,8 @@ import (
 func newRequest(hm *corev3.HeaderMap, md *corev3.Metadata) (req *Request, generated bool) {
 	h := headerMap(hm)
 	// Only the picker names the destination and the prefiller; a
-	// client-sent value must not reach anything that might trust it (the
-	// P/D sidecar sends the prompt to the prefiller it names).
+	// client-sent value must not reach anything that might trust it (llm-d's
+	// P/D routing sidecar sends the prompt to the prefiller it names).
 	delete(h, eppwire.HeaderDestination)
 	delete(h, eppwire.HeaderPrefiller)
 	req = &Request{

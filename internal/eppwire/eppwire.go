@@ -18,6 +18,16 @@ const (
 	HeaderPrefiller = "x-prefiller-host-port"
 )
 
+// Request headers carrying a request's latency objectives, in milliseconds
+// (llm-d's SLO-aware routing), and the older names llm-d still accepts; the
+// current name wins when both are sent.
+const (
+	HeaderSLOTTFT           = "x-llm-d-slo-ttft-ms"
+	HeaderSLOTPOT           = "x-llm-d-slo-tpot-ms"
+	HeaderSLOTTFTDeprecated = "x-slo-ttft-ms"
+	HeaderSLOTPOTDeprecated = "x-slo-tpot-ms"
+)
+
 // HeaderDroppedReason is llm-d's response header saying why the picker
 // refused a request.
 const HeaderDroppedReason = "x-llm-d-request-dropped-reason"

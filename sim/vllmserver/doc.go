@@ -1,6 +1,6 @@
 // Package vllmserver is `kvgate sim`: a vLLM-compatible OpenAI HTTP server in
-// front of the sim/engine model, for running the picker, the gateway and the
-// P/D sidecar against a fleet of fake GPUs on one machine.
+// front of the sim/engine model, for running the picker and the gateway
+// against a fleet of fake GPUs on one machine.
 //
 // It speaks what the rest of the stack reads from a real vLLM pod:
 // /v1/completions and /v1/chat/completions (JSON and SSE, with
