@@ -140,58 +140,74 @@ func dot(a, b *[maxFeatures]float64) float64 {
 	return s
 }
 
+// kind is one of the two latencies a fit models.
+type kind int
+
+const (
+	ttft kind = iota
+	tpot
+)
+
+// x is the kind's feature vector.
+func (k kind) x(f Features) [maxFeatures]float64 {
+	if k == ttft {
+		return f.ttftX()
+	}
+	return f.tpotX()
+}
+
+// target is the fit of one kind: the regression, its residuals' quantile
+// and how many samples it has seen.
+type target struct {
+	reg     rls
+	q       quantile
+	samples int
+}
+
 // fit is one endpoint's (or the pool's) model.
 type fit struct {
-	mu           sync.Mutex
-	ttft, tpot   rls
-	qTTFT, qTPOT quantile
-	ttftSamples  int
-	tpotSamples  int
-	published    atomic.Pointer[coeffs]
+	mu        sync.Mutex
+	t         [2]target // by kind
+	published atomic.Pointer[coeffs]
 }
 
 func newFit(cfg Config, from *coeffs) *fit {
-	f := &fit{
-		qTTFT: newQuantile(cfg.Quantile, residualForget),
-		qTPOT: newQuantile(cfg.Quantile, residualForget),
-	}
-	ttft, tpot := ttftPrior, tpotPrior
+	f := &fit{}
+	priors := [2][]float64{ttftPrior, tpotPrior}
 	if from != nil {
-		ttft, tpot = from.ttft[:], from.tpot[:]
 		// The residuals are the new endpoint's own: they start over.
+		priors = [2][]float64{from.ttft[:], from.tpot[:]}
 	}
-	f.ttft = newRLS(maxFeatures, cfg.Forgetting, ttft)
-	f.tpot = newRLS(maxFeatures, cfg.Forgetting, tpot)
+	for k := range f.t {
+		f.t[k] = target{reg: newRLS(maxFeatures, cfg.Forgetting, priors[k]), q: newQuantile(cfg.Quantile, residualForget)}
+	}
 	f.publishLocked()
 	return f
 }
 
 func (f *fit) publishLocked() {
-	f.published.Store(&coeffs{ttft: f.ttft.clamped(), tpot: f.tpot.constrained(), qTTFT: f.qTTFT.value, qTPOT: f.qTPOT.value,
-		mTTFT: math.Exp(f.qTTFT.value), mTPOT: math.Exp(f.qTPOT.value), ttftSamples: f.ttftSamples})
+	t, p := &f.t[ttft], &f.t[tpot]
+	f.published.Store(&coeffs{ttft: t.reg.clamped(), tpot: p.reg.constrained(), qTTFT: t.q.value, qTPOT: p.q.value,
+		mTTFT: math.Exp(t.q.value), mTPOT: math.Exp(p.q.value), ttftSamples: t.samples})
 }
 
-func (f *fit) observeTTFT(feat Features, actual float64) {
-	x := feat.ttftX()
+// observe learns one sample of kind k; the residual is taken against what
+// the published fit predicted, before the sample moves it.
+func (f *fit) observe(k kind, feat Features, actual float64) {
+	x := k.x(feat)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if pred := f.published.Load().estimate(feat).TTFT.Seconds(); pred > 0 {
-		f.qTTFT.observe(math.Log(actual / pred))
+	e := f.published.Load().estimate(feat)
+	pred := e.TTFT
+	if k == tpot {
+		pred = e.TPOT
 	}
-	f.ttft.update(&x, actual)
-	f.ttftSamples++
-	f.publishLocked()
-}
-
-func (f *fit) observeTPOT(feat Features, actual float64) {
-	x := feat.tpotX()
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if pred := f.published.Load().estimate(feat).TPOT.Seconds(); pred > 0 {
-		f.qTPOT.observe(math.Log(actual / pred))
+	t := &f.t[k]
+	if p := pred.Seconds(); p > 0 {
+		t.q.observe(math.Log(actual / p))
 	}
-	f.tpot.update(&x, actual)
-	f.tpotSamples++
+	t.reg.update(&x, actual)
+	t.samples++
 	f.publishLocked()
 }
 
@@ -231,25 +247,22 @@ func (m *Model) coeffsOf(addr string) *coeffs {
 
 // ObserveTTFT learns from a request whose first token came after actual.
 func (m *Model) ObserveTTFT(addr string, f Features, actual time.Duration) {
-	if actual <= 0 {
-		return
-	}
-	s := actual.Seconds()
-	m.pool.observeTTFT(f, s)
-	if e := m.fitOf(addr); e != nil {
-		e.observeTTFT(f, s)
-	}
+	m.observe(ttft, addr, f, actual)
 }
 
 // ObserveTPOT learns from a request whose output tokens came actual apart.
 func (m *Model) ObserveTPOT(addr string, f Features, actual time.Duration) {
+	m.observe(tpot, addr, f, actual)
+}
+
+func (m *Model) observe(k kind, addr string, f Features, actual time.Duration) {
 	if actual <= 0 {
 		return
 	}
 	s := actual.Seconds()
-	m.pool.observeTPOT(f, s)
+	m.pool.observe(k, f, s)
 	if e := m.fitOf(addr); e != nil {
-		e.observeTPOT(f, s)
+		e.observe(k, f, s)
 	}
 }
 
@@ -306,7 +319,7 @@ func (m *Model) Fits() []Fit {
 	for addr, e := range eps {
 		c := e.published.Load()
 		e.mu.Lock()
-		ft := Fit{Address: addr, TTFTSamples: e.ttftSamples, TPOTSamples: e.tpotSamples, DecodeStep: seconds(c.tpot[0])}
+		ft := Fit{Address: addr, TTFTSamples: e.t[ttft].samples, TPOTSamples: e.t[tpot].samples, DecodeStep: seconds(c.tpot[0])}
 		e.mu.Unlock()
 		if c.ttft[1] > 0 {
 			ft.PrefillTokensPerSecond = 1e3 / c.ttft[1]

@@ -51,18 +51,7 @@ func grow[T any](s []T, n int) []T {
 // order), so one merge pass pairs them; an endpoint never predicted is
 // skipped.
 func (p *Predictions) Align(eps []*endpoints.Endpoint, fn func(i, k int)) {
-	j := 0
-	for i, e := range eps {
-		k := j
-		for k < len(p.Candidates) && p.Candidates[k] != e {
-			k++
-		}
-		if k == len(p.Candidates) {
-			continue
-		}
-		fn(i, k)
-		j = k + 1
-	}
+	scheduling.AlignSubset(p.Candidates, eps, fn)
 }
 
 // SLO is a request's latency objective; a zero field sets none.

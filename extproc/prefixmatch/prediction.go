@@ -72,19 +72,10 @@ func (p *Prediction) ScoreSubset(eps []*endpoints.Endpoint, scores []float64, to
 	if totalBlocks <= 0 {
 		return
 	}
-	j := 0
-	for i, e := range eps {
-		k := j
-		for k < len(p.candidates) && p.candidates[k] != e {
-			k++
-		}
-		if k == len(p.candidates) {
-			scores[i] = 0
-			continue
-		}
+	clear(scores[:len(eps)])
+	scheduling.AlignSubset(p.candidates, eps, func(i, k int) {
 		scores[i] = p.held[k] / float64(totalBlocks)
-		j = k + 1
-	}
+	})
 }
 
 // Predict records the prediction for res's primary target and returns that
@@ -113,3 +104,13 @@ func (p *Prediction) Check(res *scheduling.Response, rec Recorder, plugin schedu
 	}
 	rec.PrefixActual(plugin, p.predicted, res.Usage.CachedTokens)
 }
+
+// Producer gives a prefix scorer its data-producer declaration: it
+// produces MatchKey from nothing.
+type Producer struct{}
+
+// Produces implements scheduling.DataDependencies.
+func (Producer) Produces() []string { return []string{MatchKey.String()} }
+
+// Consumes implements scheduling.DataDependencies.
+func (Producer) Consumes() []string { return nil }

@@ -104,3 +104,23 @@ func OrderProducers(ps []DataProducer) ([]DataProducer, error) {
 	}
 	return out, nil
 }
+
+// AlignSubset calls fn(i, k) for each subset[i] found as all[k]. Producers
+// index their data by the request's full candidate list; a filter or scorer
+// sees the candidates left after filtering, a subsequence in the same order
+// (filters keep order), so one merge pass pairs them. An endpoint not in
+// all is skipped.
+func AlignSubset(all, subset []*endpoints.Endpoint, fn func(i, k int)) {
+	j := 0
+	for i, e := range subset {
+		k := j
+		for k < len(all) && all[k] != e {
+			k++
+		}
+		if k == len(all) {
+			continue
+		}
+		fn(i, k)
+		j = k + 1
+	}
+}

@@ -118,6 +118,7 @@ type Prompt struct {
 // Scorer implements precise-prefix-cache-scorer.
 type Scorer struct {
 	scheduling.Named
+	prefixmatch.Producer
 	params   Params
 	index    *kvindex.Index
 	recorder prefixmatch.Recorder
@@ -244,12 +245,6 @@ func (s *Scorer) Prefix(req *scheduling.Request, eps []*endpoints.Endpoint) (*hi
 func (s *Scorer) Produce(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) {
 	s.produce(cs, req, eps)
 }
-
-// Produces implements scheduling.DataDependencies.
-func (s *Scorer) Produces() []string { return []string{prefixmatch.MatchKey.String()} }
-
-// Consumes implements scheduling.DataDependencies.
-func (s *Scorer) Consumes() []string { return nil }
 
 // Score implements scheduling.Scorer from the produced match; a scorer run
 // on its own (outside a scheduler) produces it first.

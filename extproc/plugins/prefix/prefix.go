@@ -68,6 +68,7 @@ type Params struct {
 // record its routing) and drops the state of endpoints that leave the pool.
 type Scorer struct {
 	scheduling.Named
+	prefixmatch.Producer
 	params   Params
 	auto     bool
 	index    *indexer
@@ -170,12 +171,6 @@ func (s *Scorer) Prefix(req *scheduling.Request, blockChars int) *hints.Prefix {
 func (s *Scorer) Produce(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) {
 	s.produce(cs, req, eps)
 }
-
-// Produces implements scheduling.DataDependencies.
-func (s *Scorer) Produces() []string { return []string{prefixmatch.MatchKey.String()} }
-
-// Consumes implements scheduling.DataDependencies.
-func (s *Scorer) Consumes() []string { return nil }
 
 // Score implements scheduling.Scorer from the produced match; a scorer run
 // on its own (outside a scheduler) produces it first.
