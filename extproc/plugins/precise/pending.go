@@ -69,19 +69,31 @@ func (p *pending) remove(addr string, hashes []uint64) {
 	}
 }
 
-// run is how many leading hashes are pending on addr.
-func (p *pending) run(addr string, hashes []uint64) int {
+// extend raises runs[i] to the number of leading hashes pending on
+// addrs[i] where that is longer, adding the extra blocks to weights[i] at
+// full weight (blocks being computed count in full: a later request routed
+// there waits for them in the same queue). One read lock for all
+// candidates: the decision's hot path.
+func (p *pending) extend(addrs []string, hashes []uint64, runs []int, weights []float64) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	m := p.blocks[addr]
-	if m == nil {
-		return 0
+	if len(p.blocks) == 0 {
+		return
 	}
-	n := 0
-	for n < len(hashes) && m[hashes[n]] > 0 {
-		n++
+	for i, a := range addrs {
+		m := p.blocks[a]
+		if m == nil {
+			continue
+		}
+		n := 0
+		for n < len(hashes) && m[hashes[n]] > 0 {
+			n++
+		}
+		if n > runs[i] {
+			weights[i] += float64(n - runs[i])
+			runs[i] = n
+		}
 	}
-	return n
 }
 
 // forget drops an endpoint's entries.

@@ -283,17 +283,12 @@ func (s *Scorer) produce(cs *scheduling.CycleState, req *scheduling.Request, eps
 	}
 	sc.weights = sc.weights[:len(eps)]
 	s.index.LookupRuns(sc.hashes, sc.names, sc.weights, sc.runs)
+	if s.pending != nil {
+		s.pending.extend(sc.names, sc.hashes, sc.runs, sc.weights)
+	}
 	clear(sc.names)
-	for i, e := range eps {
+	for i := range eps {
 		runs, weighted := sc.runs[i], sc.weights[i]
-		if s.pending != nil {
-			// Blocks being computed count in full: a later request
-			// routed there waits for them in the same queue.
-			if spec := s.pending.run(e.Address(), sc.hashes); spec > runs {
-				weighted += float64(spec - runs)
-				runs = spec
-			}
-		}
 		if runs == 0 {
 			continue
 		}
