@@ -16,7 +16,7 @@ WASM_PKGS  := ./internal/openai ./internal/hints ./internal/prefixhash ./interna
               ./internal/tokenizer/... ./internal/prompt
 export KVGATE_TOKENIZER_DIR := $(CURDIR)/$(CACHE)/tokenizers/qwen3
 
-.PHONY: all setup envtest build wasm test test-short run bench bench-cluster lint fmt proto clean
+.PHONY: all setup envtest build wasm test test-short run bench bench-cluster bench-live lint fmt proto clean
 
 all: build
 
@@ -69,6 +69,23 @@ bench-cluster: build
 	$(BIN)/kvgate bench --workload shared-prefix --replicas 8 --preset qwen3-32b-tp2-h100 --groups 150 \
 		--prefix-tokens 6000 --suffix-tokens 1200 --output-tokens 300 --ramp 3,10,20,30,40,50,60 \
 		--stage-duration 30s --seed 1 --out benchmarks/results/llmd
+	$(MAKE) --no-print-directory bench-live
+
+# The live-load-model runs of benchmarks/RESULTS.md: bursty arrivals, a mixed
+# H100/H200 fleet, SLO attainment.
+TRACE    := ../shared/traces/mooncake_synthetic_trace.jsonl
+ALL_POLS := random,round-robin,load,approx,precise,oracle
+bench-live: build
+	$(BIN)/kvgate bench --trace $(TRACE) --replicas 8 --preset llama-3.1-8b-h100 --sweep 1,2,3 \
+		--arrival-quantum 1s --seed 1 --policies $(ALL_POLS) --out benchmarks/results/live-trace-bursty
+	$(BIN)/kvgate bench --workload chat --burst 6 --replicas 8 --preset llama-3.1-8b-h100 --sweep 4,16,32 \
+		--seed 1 --policies $(ALL_POLS) --out benchmarks/results/live-chat-bursty
+	$(BIN)/kvgate bench --trace $(TRACE) --replicas 8 --preset llama-3.1-8b-h100 --sweep 1,2,3 \
+		--seed 1 --policies $(ALL_POLS) --out benchmarks/results/live-trace-poisson
+	$(BIN)/kvgate bench --trace $(TRACE) --presets llama-3.1-8b-h100:4,llama-3.1-8b-h200:4 --sweep 2,3 \
+		--arrival-quantum 1s --seed 1 --policies round-robin,approx,precise,oracle --out benchmarks/results/live-mixed-fleet
+	$(BIN)/kvgate bench --trace $(TRACE) --replicas 8 --preset llama-3.1-8b-h100 --sweep 2,3 --arrival-quantum 1s \
+		--seed 1 --slo-ttft 2s --slo-fraction 0.3 --policies round-robin,load,approx,precise --out benchmarks/results/live-slo
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
