@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/kvgate/kvgate/benchmarks/cluster"
@@ -50,6 +51,14 @@ type PresetSummary struct {
 	ActualTTFTMean    float64 `json:"actual_ttft_mean_s,omitempty"`
 	PredictedTPOTMean float64 `json:"predicted_tpot_mean_s,omitempty"`
 	ActualTPOTMean    float64 `json:"actual_tpot_mean_s,omitempty"`
+	// The latency model's learned TTFT of a cluster.ReferencePrompt-token
+	// prompt on an idle replica of the preset, and the engine's (zero
+	// without a model).
+	LearnedIdleTTFT float64 `json:"learned_idle_ttft_s,omitempty"`
+	TrueIdleTTFT    float64 `json:"true_idle_ttft_s,omitempty"`
+	// The same for the TPOT of one sequence decoding alone.
+	LearnedLoneTPOT float64 `json:"learned_lone_tpot_s,omitempty"`
+	TrueLoneTPOT    float64 `json:"true_lone_tpot_s,omitempty"`
 }
 
 // predictedTTFT is one point of the predicted-vs-actual scatter plot.
@@ -171,6 +180,12 @@ func summarizeByPreset(res *cluster.Result) ([]PresetSummary, *PredictionSummary
 			TTFTP50: pct(a.ttft, 50), TTFTP90: pct(a.ttft, 90), TPOTP50: pct(a.tpot, 50)}
 		p.PredictedTTFTMean, p.ActualTTFTMean, _ = a.predTTFT.means()
 		p.PredictedTPOTMean, p.ActualTPOTMean, _ = a.predTPOT.means()
+		for _, l := range res.Learned {
+			if l.Preset == name {
+				p.LearnedIdleTTFT, p.TrueIdleTTFT = l.IdleTTFT.Seconds(), l.TrueIdleTTFT.Seconds()
+				p.LearnedLoneTPOT, p.TrueLoneTPOT = l.LoneTPOT.Seconds(), l.TrueLoneTPOT.Seconds()
+			}
+		}
 		out = append(out, p)
 	}
 	slices.SortFunc(out, func(a, b PresetSummary) int { return cmp.Compare(a.Preset, b.Preset) })
@@ -253,15 +268,28 @@ func presetTables(b *strings.Builder, r *Results) {
 		}
 	}
 	if pred {
-		b.WriteString("\nPredicted vs actual latency by preset (means over the requests with a prediction):\n\n" +
-			"| policy | qps scale | preset | predicted TTFT s | actual TTFT s | predicted TPOT ms | actual TPOT ms |\n|---|---|---|---|---|---|---|\n")
+		fmt.Fprintf(b, "\nPredicted vs actual latency by preset (means over the requests with a prediction; idle TTFT: a %d-token prompt on an idle replica; lone TPOT: one sequence of that context decoding alone; as learned and as the engine computes them):\n\n", cluster.ReferencePrompt)
+		b.WriteString("" +
+			"| policy | qps scale | preset | predicted TTFT s | actual TTFT s | predicted TPOT ms | actual TPOT ms | learned idle TTFT ms | true idle TTFT ms | learned lone TPOT ms | true lone TPOT ms |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, s := range r.Policies {
+			if s.Prediction == nil {
+				continue
+			}
 			for _, p := range s.Presets {
-				fmt.Fprintf(b, "| %s | %g | %s | %.3f | %.3f | %.1f | %.1f |\n",
-					s.Name, s.QPSScale, p.Preset, p.PredictedTTFTMean, p.ActualTTFTMean, p.PredictedTPOTMean*1000, p.ActualTPOTMean*1000)
+				fmt.Fprintf(b, "| %s | %g | %s | %.3f | %.3f | %.1f | %.1f | %s | %s | %s | %s |\n",
+					s.Name, s.QPSScale, p.Preset, p.PredictedTTFTMean, p.ActualTTFTMean, p.PredictedTPOTMean*1000, p.ActualTPOTMean*1000,
+					learned(p.LearnedIdleTTFT, 1000), learned(p.TrueIdleTTFT, 1000), learned(p.LearnedLoneTPOT, 1000), learned(p.TrueLoneTPOT, 1000))
 			}
 		}
 	}
+}
+
+// learned formats a learned figure, "–" for a policy without a model.
+func learned(v, scale float64) string {
+	if v == 0 {
+		return "–"
+	}
+	return strconv.FormatFloat(v*scale, 'f', 1, 64)
 }
 
 // predictionChart is the predicted-vs-actual TTFT scatter of one run, with

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -199,7 +200,30 @@ type Result struct {
 	// SLO is the objective requests with RequestResult.SLO carried; zero
 	// when none did.
 	SLO SLO
+	// Learned is what the policy's latency model learned of each preset's
+	// replicas by the end of the run; empty for policies without one.
+	Learned []LearnedSpeed
 }
+
+// LearnedSpeed is the latency model's fit of one preset's replicas,
+// averaged over them, beside the truth of the preset's timing model.
+type LearnedSpeed struct {
+	Preset string
+	// Replicas is how many of the preset's replicas the model has a fit of.
+	Replicas int
+	// IdleTTFT is the learned TTFT of a ReferencePrompt-token prompt,
+	// nothing cached, on an idle replica; TrueIdleTTFT what the preset's
+	// engine takes for it (one step).
+	IdleTTFT, TrueIdleTTFT time.Duration
+	// LoneTPOT is the learned TPOT of one sequence with a
+	// ReferencePrompt-token context decoding alone; TrueLoneTPOT the
+	// engine's step for it.
+	LoneTPOT, TrueLoneTPOT time.Duration
+}
+
+// ReferencePrompt is the prompt length LearnedSpeed compares at: within
+// one prefill chunk of every preset.
+const ReferencePrompt = 2048
 
 // Run simulates reqs (sorted by arrival) under policy.
 func Run(ctx context.Context, opts Options, policy Policy, reqs []workload.Request) (*Result, error) {
@@ -262,6 +286,8 @@ type sim struct {
 	reps   []*replica
 	byAddr map[string]*replica
 	dir    *director.Director
+	// model is the policy's latency model, when it has one.
+	model  *latency.Model
 	index  *kvindex.Index
 	hasher *kvhash.Hasher
 	maxLen int
@@ -359,6 +385,11 @@ func newSim(opts Options, policy Policy, reqs []workload.Request) (*sim, error) 
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: %w", policy.Name, err)
 	}
+	for _, p := range built.Plugins {
+		if m, ok := p.(interface{ Model() *latency.Model }); ok {
+			s.model = m.Model()
+		}
+	}
 	s.dir = director.New(director.Options{
 		Pool:       ds,
 		Scheduler:  built.Scheduler,
@@ -368,6 +399,54 @@ func newSim(opts Options, policy Policy, reqs []workload.Request) (*sim, error) 
 		Logger:     opts.Logger,
 	})
 	return s, nil
+}
+
+// learned averages the latency model's per-replica fits by preset.
+func (s *sim) learned() []LearnedSpeed {
+	if s.model == nil {
+		return nil
+	}
+	by := map[string]*LearnedSpeed{}
+	var order []string
+	fits := s.model.Fits()
+	// In address order: the sums must not depend on map order, so that a
+	// seed reproduces its results exactly.
+	slices.SortFunc(fits, func(a, b latency.Fit) int { return strings.Compare(a.Address, b.Address) })
+	for _, f := range fits {
+		r := s.byAddr[f.Address]
+		if r == nil || f.TTFTSamples == 0 {
+			continue
+		}
+		name := r.preset
+		if name == "" {
+			name = s.opts.Preset.Name
+		}
+		l := by[name]
+		if l == nil {
+			n := ReferencePrompt
+			timing := r.eng.Config().Timing
+			l = &LearnedSpeed{Preset: name,
+				TrueIdleTTFT: timing.StepDuration(engine.Shape{PrefillTokens: n, SampledSeqs: 1, ContextTokens: n, AttentionPairs: float64(n) * float64(n+1) / 2}),
+				TrueLoneTPOT: timing.StepDuration(engine.Shape{DecodeSeqs: 1, SampledSeqs: 1, ContextTokens: n + 1, AttentionPairs: float64(n + 1)}),
+			}
+			by[name] = l
+			order = append(order, name)
+		}
+		l.Replicas++
+		l.IdleTTFT += s.model.Predict(f.Address, latency.Features{
+			Prefill: ReferencePrompt, Attention: float64(endpoints.AttentionPairs(0, ReferencePrompt)),
+		}).TTFT
+		l.LoneTPOT += s.model.Predict(f.Address, latency.Features{Decodes: 1, DecodeTokens: ReferencePrompt}).TPOT
+	}
+	slices.Sort(order)
+	out := make([]LearnedSpeed, 0, len(order))
+	for _, name := range order {
+		l := by[name]
+		l.IdleTTFT /= time.Duration(l.Replicas)
+		l.LoneTPOT /= time.Duration(l.Replicas)
+		out = append(out, *l)
+	}
+	return out
 }
 
 // predictions records the picker's latency predictions into the results of
@@ -452,6 +531,7 @@ func (s *sim) run(ctx context.Context) (*Result, error) {
 	for _, r := range s.reps {
 		s.res.End = max(s.res.End, r.stepEnd.Sub(s.start))
 	}
+	s.res.Learned = s.learned()
 	return &s.res, nil
 }
 
