@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -334,6 +335,11 @@ func TestE2EKilledSimShiftsTraffic(t *testing.T) {
 			if err := victim.Proc.Kill(); err != nil {
 				t.Fatal(err)
 			}
+			// SIGKILL is asynchronous: until the process is gone, its
+			// listening socket still accepts, and a request accepted
+			// there is reset mid-flight, as with any crash. "After the
+			// kill" starts when the port refuses connections.
+			waitRefused(t, victim.Addr)
 			killed = true
 			mu.Unlock()
 		}
@@ -494,4 +500,19 @@ func TestE2EUpStopsOnSIGTERM(t *testing.T) {
 	if pids := ownProcesses(t); len(pids) > 0 {
 		t.Errorf("processes left behind: %v", pids)
 	}
+}
+
+// waitRefused waits until nothing accepts connections on addr.
+func waitRefused(t *testing.T, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+		if err != nil {
+			return
+		}
+		c.Close()
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("%s still accepts connections 5 s after SIGKILL", addr)
 }
