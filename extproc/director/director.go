@@ -144,8 +144,8 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 
 	targets := res.Primary().Targets
 	ex := &exchange{d: d, sched: sr, cs: cs, received: req.ReceivedAt}
-	uncached := uncachedTokens(cs, sr, targets[0])
-	ex.charge = targets[0].Charge(int64(sr.PromptTokens-uncached), int64(uncached), sr.TokenEstimate(), sr.TokenEstimate())
+	prompt, uncached := uncachedTokens(cs, sr, targets[0])
+	ex.charge = targets[0].Charge(int64(prompt-uncached), int64(uncached), int64(prompt+sr.MaxTokens), sr.TokenEstimate())
 
 	dec := &server.Decision{Endpoints: make([]string, len(targets)), Headers: res.Headers}
 	for i, t := range targets {
@@ -157,15 +157,16 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 	return dec, ex, nil
 }
 
-// uncachedTokens is the prefill work the chosen endpoint must do: the
+// uncachedTokens is the prompt's length and the prefill work the chosen
+// endpoint must do: the
 // prompt less what the prefix producer says it holds, or the whole prompt
 // when no prefix plugin ran. The engine always computes the last token.
-func uncachedTokens(cs *scheduling.CycleState, sr *scheduling.Request, target *endpoints.Endpoint) int {
-	held := 0
+func uncachedTokens(cs *scheduling.CycleState, sr *scheduling.Request, target *endpoints.Endpoint) (prompt, uncached int) {
+	prompt, held := sr.PromptTokens, 0
 	if m, ok := scheduling.Read(cs, prefixmatch.MatchKey); ok {
-		held = m.HeldTokensOf(target)
+		prompt, held = m.Prompt(prompt), m.HeldTokensOf(target)
 	}
-	return max(min(1, sr.PromptTokens), sr.PromptTokens-held)
+	return prompt, max(min(1, prompt), prompt-held)
 }
 
 // schedulingRequest is what plugins see of req.

@@ -21,6 +21,10 @@ type Prediction struct {
 	// length.
 	BlockTokens  int
 	PromptTokens int
+	// Exact is set when PromptTokens is the prompt as the model server
+	// tokenizes it (the precise scorer); otherwise it counts whole blocks
+	// of an estimate.
+	Exact bool
 	// candidates are the endpoints the match was computed over and held[i]
 	// the (tier-weighted, so possibly fractional) blocks candidates[i]
 	// holds. Slices, not a map: written once per candidate on the hot path
@@ -28,6 +32,16 @@ type Prediction struct {
 	candidates []*endpoints.Endpoint
 	held       []float64
 	predicted  int
+}
+
+// Prompt is the prompt's length in tokens given the picker's estimate: the
+// match's own count when it is exact (a text prompt's estimate from its
+// length can be far off, and uncached work is prompt minus held tokens).
+func (p *Prediction) Prompt(estimate int) int {
+	if p.Exact && p.PromptTokens > 0 {
+		return p.PromptTokens
+	}
+	return max(estimate, p.PromptTokens)
 }
 
 // Reset starts a match over candidates, every one holding nothing.

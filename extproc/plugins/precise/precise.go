@@ -260,7 +260,7 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 
 func (s *Scorer) produce(cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) *Prompt {
 	prefix, tokens := s.Prefix(req, eps)
-	p := &Prompt{Tokens: tokens, prediction: prefixmatch.Prediction{BlockTokens: s.params.BlockSize, PromptTokens: tokens}, prefix: prefix}
+	p := &Prompt{Tokens: tokens, prediction: prefixmatch.Prediction{BlockTokens: s.params.BlockSize, PromptTokens: tokens, Exact: tokens > 0}, prefix: prefix}
 	p.prediction.Reset(eps)
 	scheduling.Write(cs, s.key, p)
 	scheduling.Write(cs, prefixmatch.MatchKey, &p.prediction)

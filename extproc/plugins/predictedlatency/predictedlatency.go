@@ -162,7 +162,11 @@ func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, req *sc
 	loads, _ := scheduling.Read(cs, inflightload.Key)
 	loadsAligned := loads != nil && sameCandidates(loads.Candidates, eps)
 	meanPrefill := math.Float64frombits(p.meanPrefill.Load())
-	prompt := max(1, req.PromptTokens)
+	prompt := req.PromptTokens
+	if match != nil {
+		prompt = match.Prompt(prompt)
+	}
+	prompt = max(1, prompt)
 	for i, e := range eps {
 		held := 0
 		switch {
