@@ -106,9 +106,16 @@ const (
 	phaseDecode
 )
 
+// maxChargedTokens bounds the token counts a charge holds: a prompt's length
+// comes from the client (or its estimate from the body's size), and the
+// attention pairs grow with its square; 16M tokens is far beyond any model's
+// context and keeps every sum far from overflowing.
+const maxChargedTokens = 1 << 24
+
 // AttentionPairs is the causal attention work of computing uncached tokens
-// after cached ones.
+// after cached ones (each counted up to maxChargedTokens).
 func AttentionPairs(cached, uncached int64) int64 {
+	cached, uncached = min(max(0, cached), maxChargedTokens), min(max(0, uncached), maxChargedTokens)
 	return uncached*cached + uncached*(uncached+1)/2
 }
 
@@ -117,8 +124,9 @@ func AttentionPairs(cached, uncached int64) int64 {
 // cache), the context it will hold while decoding, and the token estimate
 // the in-flight counters carry.
 func (e *Endpoint) Charge(cached, uncached, context, tokens int64) Charge {
-	cached, uncached = max(0, cached), max(0, uncached)
-	c := Charge{ep: e, prefillTokens: uncached, attention: AttentionPairs(cached, uncached), contextTokens: max(0, context), tokens: tokens, phase: phasePrefill}
+	bound := func(n int64) int64 { return min(max(0, n), maxChargedTokens) }
+	cached, uncached = bound(cached), bound(uncached)
+	c := Charge{ep: e, prefillTokens: uncached, attention: AttentionPairs(cached, uncached), contextTokens: bound(context), tokens: tokens, phase: phasePrefill}
 	c.apply(1)
 	return c
 }

@@ -81,3 +81,19 @@ func TestReconcileCountsOnlyForeignTraffic(t *testing.T) {
 		})
 	}
 }
+
+// Token counts come from clients: a charge bounds them, so that the
+// attention pairs (quadratic) cannot overflow the endpoint's sums.
+func TestChargeBoundsTokens(t *testing.T) {
+	e := NewEndpoint(Spec{Name: "a", Address: "10.0.0.1:8000"})
+	for range 1000 {
+		e.Charge(1<<40, 1<<40, 1<<40, 1)
+	}
+	l := e.Load()
+	if l.PrefillTokens != 1000*maxChargedTokens || l.PrefillAttention <= 0 || l.PrefillAttention != 1000*AttentionPairs(maxChargedTokens, maxChargedTokens) {
+		t.Fatalf("load %+v", l)
+	}
+	if AttentionPairs(-5, -5) != 0 {
+		t.Fatal("negative counts charged")
+	}
+}
