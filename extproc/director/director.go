@@ -136,16 +136,17 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 	case err != nil:
 		return nil, nil, inferr.New(inferr.Internal, "scheduling failed: %v", err)
 	}
+	targets := res.Primary().Targets
+	ex := &exchange{d: d, sched: sr, cs: cs, received: req.ReceivedAt}
+	// Charged before the PreRequest hooks: they may release the prefix
+	// match's per-candidate state.
+	prompt, uncached := uncachedTokens(cs, sr, targets[0])
+	ex.charge = targets[0].Charge(int64(prompt-uncached), int64(uncached), int64(prompt+sr.MaxTokens), sr.TokenEstimate())
 	for _, h := range d.opts.Hooks.PreRequest {
 		hs := time.Now()
 		h.PreRequest(ctx, cs, sr, res)
 		d.metrics.PluginDuration(scheduling.PointPreRequest, h.TypedName(), time.Since(hs))
 	}
-
-	targets := res.Primary().Targets
-	ex := &exchange{d: d, sched: sr, cs: cs, received: req.ReceivedAt}
-	prompt, uncached := uncachedTokens(cs, sr, targets[0])
-	ex.charge = targets[0].Charge(int64(prompt-uncached), int64(uncached), int64(prompt+sr.MaxTokens), sr.TokenEstimate())
 
 	dec := &server.Decision{Endpoints: make([]string, len(targets)), Headers: res.Headers}
 	for i, t := range targets {

@@ -1,6 +1,8 @@
 package prefixmatch
 
 import (
+	"sync"
+
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 )
@@ -47,11 +49,33 @@ func (p *Prediction) Prompt(estimate int) int {
 // Reset starts a match over candidates, every one holding nothing.
 func (p *Prediction) Reset(candidates []*endpoints.Endpoint) {
 	p.candidates = candidates
+	if p.held == nil {
+		if h, ok := heldPool.Get().(*[]float64); ok {
+			p.held = *h
+		}
+	}
 	if cap(p.held) < len(candidates) {
 		p.held = make([]float64, len(candidates))
 	}
 	p.held = p.held[:len(candidates)]
 	clear(p.held)
+}
+
+// heldPool recycles the per-candidate arrays: one per request otherwise,
+// a kilobyte or more on a large pool.
+var heldPool sync.Pool
+
+// Done ends the per-candidate part of the match once the decision is made
+// (the prefix scorer's PreRequest, after Predict): what each candidate held
+// is no longer needed, only the prediction for the chosen one, so the
+// array goes back to a pool. Later HeldTokensOf calls return 0.
+func (p *Prediction) Done() {
+	if p.held == nil {
+		return
+	}
+	h := p.held[:0]
+	heldPool.Put(&h)
+	p.held, p.candidates = nil, nil
 }
 
 // Matched records that candidates[i] holds blocks of the prompt.

@@ -311,6 +311,7 @@ func (s *Scorer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *sch
 		return
 	}
 	target := p.prediction.Predict(res, s.recorder, s.TypedName())
+	p.prediction.Done()
 	if s.pending != nil && target != nil && p.prefix != nil {
 		p.hashes = prefixmatch.SampleHashes(make([]uint64, 0, len(p.prefix.Samples)), p.prefix)
 		if s.pending.add(target.Address(), p.hashes) {

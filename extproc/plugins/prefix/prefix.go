@@ -226,7 +226,9 @@ func (s *Scorer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *sch
 	if !ok {
 		return
 	}
-	if target := st.prediction.Predict(res, s.recorder, s.TypedName()); target != nil && st.prefix != nil {
+	target := st.prediction.Predict(res, s.recorder, s.TypedName())
+	st.prediction.Done()
+	if target != nil && st.prefix != nil {
 		s.index.add(target.Address(), st.hashes, s.capacity(target))
 	}
 }
