@@ -414,7 +414,9 @@ func (s *sim) learned() []LearnedSpeed {
 	slices.SortFunc(fits, func(a, b latency.Fit) int { return strings.Compare(a.Address, b.Address) })
 	for _, f := range fits {
 		r := s.byAddr[f.Address]
-		if r == nil || f.TTFTSamples == 0 {
+		// Below the minimum the model predicts with the pool's fit, not
+		// this replica's: that is not what it learned of the preset.
+		if r == nil || f.TTFTSamples < latency.DefaultMinSamples || f.TPOTSamples < latency.DefaultMinSamples {
 			continue
 		}
 		name := r.preset
@@ -695,6 +697,8 @@ func (s *sim) complete(ctx context.Context, r *replica, now time.Time) {
 			}
 		}
 		lr.oracle = oracleChoice{}
+		// A streamed response's headers come with its first token.
+		lr.ex.ResponseStarted(ctx, server.ResponseHead{Status: 200, ServedEndpoint: r.addr})
 		lr.ex.ResponseChunk(ctx, chunk)
 	}
 	for _, f := range r.finished {

@@ -3,6 +3,7 @@ package director
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"strconv"
@@ -127,12 +128,17 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 	res, err := d.opts.Scheduler.Schedule(ctx, cs, sr, candidates)
 	d.metrics.SchedulerDuration(time.Since(start))
 	switch {
+	case err != nil && ctx.Err() != nil:
+		// The stream ended while scheduling: whatever a plugin made of
+		// that, it is a cancellation, not a refusal.
+		return nil, nil, fmt.Errorf("scheduling: %w", ctx.Err())
+	case errors.Is(err, scheduling.ErrNotAdmitted):
+		// First: an admitter's own reason may wrap anything.
+		return nil, nil, &inferr.Error{Code: inferr.InferencePoolResourceExhausted, Msg: err.Error(), DroppedReason: DroppedNotAdmitted}
 	case errors.Is(err, scheduling.ErrNoCandidates):
 		return nil, nil, inferr.New(inferr.ServiceUnavailable, "no candidate endpoints for the request")
 	case errors.Is(err, scheduling.ErrAllFiltered):
 		return nil, nil, &inferr.Error{Code: inferr.InferencePoolResourceExhausted, Msg: "no endpoint passed the scheduling filters", DroppedReason: DroppedFiltered}
-	case errors.Is(err, scheduling.ErrNotAdmitted):
-		return nil, nil, &inferr.Error{Code: inferr.InferencePoolResourceExhausted, Msg: err.Error(), DroppedReason: DroppedNotAdmitted}
 	case err != nil:
 		return nil, nil, inferr.New(inferr.Internal, "scheduling failed: %v", err)
 	}

@@ -74,15 +74,20 @@ func (e *Endpoint) Load() Load {
 }
 
 // reconcile takes a new scrape into the account: the server's counts beyond
-// the picker's own are traffic from elsewhere. The picker's prefill phase
-// covers both of the server's waiting requests and its running prefills, so
-// the excess is split by the server's own split.
+// the picker's own are traffic from elsewhere. The picker's decoding
+// requests are among the server's running ones; its prefill-phase requests
+// may be waiting or running (a chunked prefill runs), so where the excess
+// stands is unknown: it is split in proportion to the server's waiting and
+// the running requests that are not the picker's decodes.
 func (l *liveLoad) reconcile(m *Metrics) {
 	ownPrefill := l.prefillRequests.Load()
 	ownDecode := l.decodeRequests.Load()
-	waiting, running := int64(m.WaitingQueueSize), int64(m.RunningRequests)
+	waiting, running := int64(max(0, m.WaitingQueueSize)), int64(max(0, m.RunningRequests))
 	excess := max(0, waiting+running-ownPrefill-ownDecode)
-	extWaiting := min(excess, max(0, waiting-ownPrefill))
+	var extWaiting int64
+	if pool := waiting + max(0, running-ownDecode); pool > 0 {
+		extWaiting = excess * waiting / pool
+	}
 	l.externalWaiting.Store(extWaiting)
 	l.externalRunning.Store(excess - extWaiting)
 }

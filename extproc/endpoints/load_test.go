@@ -59,6 +59,8 @@ func TestReconcileCountsOnlyForeignTraffic(t *testing.T) {
 		{name: "foreign running", ownPrefill: 0, ownDecode: 2, waiting: 0, running: 7, extRun: 5},
 		{name: "both", ownPrefill: 1, ownDecode: 1, waiting: 3, running: 4, extWaiting: 2, extRun: 3},
 		{name: "idle picker", waiting: 5, running: 9, extWaiting: 5, extRun: 9},
+		// Our prefills are running (chunked); the queue is someone else's.
+		{name: "our prefills running, foreign queue", ownPrefill: 10, waiting: 10, running: 10, extWaiting: 5, extRun: 5},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -14,16 +14,16 @@
 // tokens plus the backlog) at the server's prefill rate, slowed by the
 // decode batch that shares every step; TPOT is a step time that grows with
 // the batch and its context. A linear model over exactly those terms, one
-// per endpoint, has four or three coefficients, learns from tens of
+// per endpoint, has five (TTFT) or four (TPOT) coefficients, learns from tens of
 // samples instead of thousands, extrapolates to loads it has not seen (a
 // tree ensemble cannot), costs nanoseconds per candidate and no allocation,
 // and needs no sidecar. The fit minimises relative (not absolute) squared
 // error, which is what MAPE measures, by recursive least squares with a
 // forgetting factor, so it follows a server whose speed changes.
 //
-// The quantile comes from the residuals: each endpoint tracks the q-th
-// quantile of log(actual/predicted) by stochastic approximation, and the
-// quantile prediction is the mean prediction scaled by it.
+// The quantile comes from the residuals: each endpoint fits a log-normal to
+// log(actual/predicted) (running mean and variance) and the quantile
+// prediction is the mean prediction scaled by its q-th quantile.
 //
 // A new endpoint predicts with the pool's model (fitted on every sample)
 // until it has seen enough samples of its own.
@@ -32,6 +32,7 @@
 //
 // A Model is safe for concurrent use: predictions read an endpoint's
 // coefficients through an atomic pointer; observations of one endpoint
-// serialise on its mutex. Endpoints are added on first observation, bounded
-// by MaxEndpoints, and removed by Forget.
+// serialise on its mutex. Endpoints are added on first observation and
+// removed by Forget; at MaxEndpoints the least recently used fit makes
+// room (a late response can bring back a forgotten endpoint's fit).
 package latency

@@ -113,6 +113,7 @@ type coeffs struct {
 	// computed once per fit rather than per prediction.
 	mTTFT, mTPOT float64
 	ttftSamples  int
+	tpotSamples  int
 }
 
 func (c *coeffs) estimate(f Features) Estimate {
@@ -128,7 +129,14 @@ func (c *coeffs) estimate(f Features) Estimate {
 // from predicting an impossible latency.
 const minPrediction = 1e-4
 
+// maxPrediction bounds a prediction: a fit gone wild must not overflow the
+// conversion (which would give the most negative duration, the best score).
+const maxPrediction = 24 * 3600.0
+
 func seconds(s float64) time.Duration {
+	if !(s < maxPrediction) { // also NaN
+		s = maxPrediction
+	}
 	return time.Duration(max(minPrediction, s) * float64(time.Second))
 }
 
@@ -147,6 +155,14 @@ const (
 	ttft kind = iota
 	tpot
 )
+
+// features is how many of the maxFeatures terms the kind uses.
+func (k kind) features() int {
+	if k == ttft {
+		return 5
+	}
+	return 4
+}
 
 // x is the kind's feature vector.
 func (k kind) x(f Features) [maxFeatures]float64 {
@@ -169,6 +185,9 @@ type fit struct {
 	mu        sync.Mutex
 	t         [2]target // by kind
 	published atomic.Pointer[coeffs]
+	// used is the model's observation count when this fit last learned:
+	// the least recently used fit goes when the endpoint bound is reached.
+	used atomic.Int64
 }
 
 func newFit(cfg Config, from *coeffs) *fit {
@@ -179,7 +198,7 @@ func newFit(cfg Config, from *coeffs) *fit {
 		priors = [2][]float64{from.ttft[:], from.tpot[:]}
 	}
 	for k := range f.t {
-		f.t[k] = target{reg: newRLS(maxFeatures, cfg.Forgetting, priors[k]), q: newQuantile(cfg.Quantile, residualForget)}
+		f.t[k] = target{reg: newRLS(kind(k).features(), cfg.Forgetting, priors[k]), q: newQuantile(cfg.Quantile, residualForget)}
 	}
 	f.publishLocked()
 	return f
@@ -188,7 +207,7 @@ func newFit(cfg Config, from *coeffs) *fit {
 func (f *fit) publishLocked() {
 	t, p := &f.t[ttft], &f.t[tpot]
 	f.published.Store(&coeffs{ttft: t.reg.clamped(), tpot: p.reg.constrained(), qTTFT: t.q.value, qTPOT: p.q.value,
-		mTTFT: math.Exp(t.q.value), mTPOT: math.Exp(p.q.value), ttftSamples: t.samples})
+		mTTFT: math.Exp(t.q.value), mTPOT: math.Exp(p.q.value), ttftSamples: t.samples, tpotSamples: p.samples})
 }
 
 // observe learns one sample of kind k; the residual is taken against what
@@ -215,6 +234,8 @@ func (f *fit) observe(k kind, feat Features, actual float64) {
 type Model struct {
 	cfg  Config
 	pool *fit
+	// observations counts samples, the clock of fit.used.
+	observations atomic.Int64
 
 	// endpoints is an immutable map replaced whole when an endpoint is
 	// added or forgotten (rare), so that predictions, one per candidate
@@ -232,8 +253,29 @@ func New(cfg Config) *Model {
 }
 
 // Predict estimates a request with features f on the endpoint at addr.
+// Each kind comes from the endpoint's own fit once it has MinSamples of
+// that kind, else from the pool's; TPOT is 0 ("unknown": SLO checks skip
+// it) until even the pool has seen MinSamples streams end.
 func (m *Model) Predict(addr string, f Features) Estimate {
-	return m.coeffsOf(addr).estimate(f)
+	pool := m.pool.published.Load()
+	ttftFrom, tpotFrom := pool, pool
+	if e := (*m.endpoints.Load())[addr]; e != nil {
+		c := e.published.Load()
+		if c.ttftSamples >= m.cfg.MinSamples {
+			ttftFrom = c
+		}
+		if c.tpotSamples >= m.cfg.MinSamples {
+			tpotFrom = c
+		}
+	}
+	est := ttftFrom.estimate(f)
+	if tpotFrom.tpotSamples < m.cfg.MinSamples {
+		est.TPOT, est.TPOTQuantile = 0, 0
+	} else if tpotFrom != ttftFrom {
+		t := tpotFrom.estimate(f)
+		est.TPOT, est.TPOTQuantile = t.TPOT, t.TPOTQuantile
+	}
+	return est
 }
 
 func (m *Model) coeffsOf(addr string) *coeffs {
@@ -262,12 +304,13 @@ func (m *Model) observe(k kind, addr string, f Features, actual time.Duration) {
 	s := actual.Seconds()
 	m.pool.observe(k, f, s)
 	if e := m.fitOf(addr); e != nil {
+		e.used.Store(m.observations.Add(1))
 		e.observe(k, f, s)
 	}
 }
 
-// fitOf returns addr's fit, creating it from the pool's; nil when the
-// endpoint bound is reached.
+// fitOf returns addr's fit, creating it from the pool's (and evicting the
+// least recently used fit at the endpoint bound).
 func (m *Model) fitOf(addr string) *fit {
 	if e := (*m.endpoints.Load())[addr]; e != nil {
 		return e
@@ -278,11 +321,21 @@ func (m *Model) fitOf(addr string) *fit {
 	if e := cur[addr]; e != nil {
 		return e
 	}
+	next := maps.Clone(cur)
 	if len(cur) >= m.cfg.MaxEndpoints {
-		return nil
+		// A response can still arrive for an endpoint just forgotten and
+		// bring its fit back; under address churn such fits would fill the
+		// bound and leave new endpoints on the pool fit. The least
+		// recently used one goes instead.
+		oldest, at := "", int64(math.MaxInt64)
+		for a, f := range cur {
+			if u := f.used.Load(); u < at {
+				oldest, at = a, u
+			}
+		}
+		delete(next, oldest)
 	}
 	e := newFit(m.cfg, m.pool.published.Load())
-	next := maps.Clone(cur)
 	next[addr] = e
 	m.endpoints.Store(&next)
 	return e

@@ -140,9 +140,11 @@ func solve(a *[maxFeatures][maxFeatures + 1]float64, n int) ([maxFeatures]float6
 	return x, true
 }
 
-// update takes one sample. A non-finite result (a degenerate sample) resets
-// the covariance rather than poisoning the fit.
+// update takes one sample. A non-finite result (a degenerate sample)
+// restores the coefficients from before it and resets the covariance,
+// rather than poisoning the fit.
 func (r *rls) update(x *[maxFeatures]float64, y float64) {
+	before := r.theta
 	if y <= 0 || math.IsNaN(y) || math.IsInf(y, 0) {
 		return
 	}
@@ -171,10 +173,24 @@ func (r *rls) update(x *[maxFeatures]float64, y float64) {
 			r.p[i][j] = (r.p[i][j] - pz[i]*pz[j]/denom) / r.lambda
 		}
 	}
-
+	// Forgetting divides P by λ every sample; in a direction the samples
+	// never excite (a feature that stays 0, like the busy indicator of an
+	// idle server) nothing brings it back, and it would grow without bound.
+	// Scaling row and column i by the same factor (D·P·D, D diagonal) keeps
+	// P positive semi-definite while capping its diagonal at the prior's.
 	for i := range r.n {
-		if math.IsNaN(r.theta[i]) || math.IsInf(r.theta[i], 0) || math.IsNaN(r.p[i][i]) || r.p[i][i] > 1e12 {
-			*r = newRLS(r.n, r.lambda, nil)
+		if d := r.p[i][i]; d > initialCovariance {
+			f := math.Sqrt(initialCovariance / d)
+			for j := range r.n {
+				r.p[i][j] *= f
+				r.p[j][i] *= f
+			}
+		}
+	}
+	for i := range r.n {
+		if math.IsNaN(r.theta[i]) || math.IsInf(r.theta[i], 0) || math.IsNaN(r.p[i][i]) {
+			fresh := newRLS(r.n, r.lambda, before[:r.n])
+			*r = fresh
 			return
 		}
 	}

@@ -10,9 +10,24 @@ import (
 // MatchKey is the cycle-state key under which a prefix scorer, as a data
 // producer, leaves its *Prediction: the prompt tokens each candidate is
 // expected to hold, which the live load model and the latency predictor
-// turn into uncached prefill work. Both prefix scorers write it; with both
-// configured, the one that produces last wins.
+// turn into uncached prefill work. Both prefix scorers write it, through
+// Publish.
 var MatchKey = scheduling.NewKey[*Prediction]("prefix-match")
+
+// Publish offers p as the request's match. With both prefix scorers
+// configured, an exact match (the precise scorer's: real tokens, the
+// servers' own cache contents) beats an approximate one whichever produced
+// first, and a match that knows nothing of the prompt (no prompt it could
+// hash) never replaces one that does.
+func Publish(cs *scheduling.CycleState, p *Prediction) {
+	if p.PromptTokens == 0 {
+		return
+	}
+	if cur, ok := scheduling.Read(cs, MatchKey); ok && cur.Exact && !p.Exact {
+		return
+	}
+	scheduling.Write(cs, MatchKey, p)
+}
 
 // Prediction is what a prefix scorer expects for one request, kept in the
 // cycle state: the blocks each candidate holds (when produced), what it then

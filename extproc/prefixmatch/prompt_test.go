@@ -1,6 +1,10 @@
 package prefixmatch
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/kvgate/kvgate/extproc/scheduling"
+)
 
 // Uncached work is the prompt less what a candidate holds, so the prompt's
 // length must be counted like the held tokens: the precise scorer's exact
@@ -22,6 +26,34 @@ func TestPromptLength(t *testing.T) {
 	for _, tt := range tests {
 		if got := tt.p.Prompt(tt.estimate); got != tt.want {
 			t.Errorf("%s: Prompt(%d) = %d, want %d", tt.name, tt.estimate, got, tt.want)
+		}
+	}
+}
+
+// With both prefix scorers configured, the exact match stands whichever
+// produced first, and a match that knows nothing never replaces one.
+func TestPublishPrecedence(t *testing.T) {
+	exact := &Prediction{PromptTokens: 100, Exact: true}
+	approx := &Prediction{PromptTokens: 96}
+	empty := &Prediction{Exact: true}
+	tests := []struct {
+		name  string
+		order []*Prediction
+		want  *Prediction
+	}{
+		{"approx then exact", []*Prediction{approx, exact}, exact},
+		{"exact then approx", []*Prediction{exact, approx}, exact},
+		{"empty after approx", []*Prediction{approx, empty}, approx},
+		{"empty alone", []*Prediction{empty}, nil},
+	}
+	for _, tt := range tests {
+		cs := scheduling.NewCycleState()
+		for _, p := range tt.order {
+			Publish(cs, p)
+		}
+		got, _ := scheduling.Read(cs, MatchKey)
+		if got != tt.want {
+			t.Errorf("%s: published %+v, want %+v", tt.name, got, tt.want)
 		}
 	}
 }

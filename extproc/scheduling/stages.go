@@ -58,11 +58,13 @@ const (
 // the keys it consumes, keeping configuration order otherwise. A cycle is a
 // configuration error naming a plugin on it.
 func OrderProducers(ps []DataProducer) ([]DataProducer, error) {
-	producer := map[string]int{}
+	// Several producers may produce one key (both prefix scorers): a
+	// consumer runs after all of them.
+	producers := map[string][]int{}
 	for i, p := range ps {
 		if d, ok := p.(DataDependencies); ok {
 			for _, k := range d.Produces() {
-				producer[k] = i
+				producers[k] = append(producers[k], i)
 			}
 		}
 	}
@@ -82,9 +84,7 @@ func OrderProducers(ps []DataProducer) ([]DataProducer, error) {
 			// of the keys.
 			var deps []int
 			for _, k := range d.Consumes() {
-				if j, ok := producer[k]; ok {
-					deps = append(deps, j)
-				}
+				deps = append(deps, producers[k]...)
 			}
 			slices.Sort(deps)
 			for _, j := range deps {

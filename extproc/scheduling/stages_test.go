@@ -40,6 +40,9 @@ func TestOrderProducers(t *testing.T) {
 			mk("latency", []string{"lat"}, []string{"prefix", "load"}), mk("load", []string{"load"}, nil), mk("prefix", []string{"prefix"}, nil),
 		}, want: []string{"load", "prefix", "latency"}},
 		{name: "chain", in: []scheduling.DataProducer{mk("c", nil, []string{"y"}), mk("b", []string{"y"}, []string{"x"}), mk("a", []string{"x"}, nil)}, want: []string{"a", "b", "c"}},
+		{name: "two producers of one key both run first", in: []scheduling.DataProducer{
+			mk("latency", nil, []string{"prefix"}), mk("precise", []string{"prefix"}, nil), mk("approx", []string{"prefix"}, nil),
+		}, want: []string{"precise", "approx", "latency"}},
 		{name: "absent input is optional", in: []scheduling.DataProducer{mk("a", nil, []string{"nobody"})}, want: []string{"a"}},
 		{name: "cycle", in: []scheduling.DataProducer{mk("a", []string{"x"}, []string{"y"}), mk("b", []string{"y"}, []string{"x"})}, wantErr: "cycle"},
 	}

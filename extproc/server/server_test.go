@@ -227,7 +227,7 @@ func TestDirectorErrors(t *testing.T) {
 		{name: "wrapped", err: errors.Join(errors.New("ctx"), inferr.New(inferr.ServiceUnavailable, "none")), status: 503, code: inferr.ServiceUnavailable},
 		{name: "untyped", err: errors.New("boom"), status: 500, code: inferr.Internal},
 		{name: "empty decision", decision: &Decision{}, status: 503, code: inferr.ServiceUnavailable, wantDone: 1},
-		{name: "nil decision", status: 500, code: inferr.Internal},
+		{name: "nil decision", status: 500, code: inferr.Internal, wantDone: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

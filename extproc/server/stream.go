@@ -190,6 +190,12 @@ func (st *stream) finishRequest(bodyEOS bool) (bool, error) {
 // response, then (unless header-only) the body.
 func (st *stream) decide(bodyEOS bool) (bool, error) {
 	d, ex, err := st.srv.director.HandleRequest(st.ctx, st.req)
+	if ex != nil && (err != nil || d == nil) {
+		// A director that charged the request but did not decide: end
+		// its exchange, so nothing it holds leaks.
+		ex.ResponseDone(context.WithoutCancel(st.ctx), ResponseSummary{})
+		ex = nil
+	}
 	if err == nil {
 		switch {
 		case d == nil || ex == nil:

@@ -2,8 +2,9 @@
 // snapshots every candidate's live load (the picker's own account of the
 // requests it routed — prefill backlog and decode load — reconciled with
 // the last scrape, see extproc/endpoints) into the cycle state, so that the
-// latency predictor and every scorer of the request see the same numbers
-// even while responses change the account concurrently.
+// latency predictor sees one set of numbers for every candidate even while
+// responses change the account concurrently. (The other plugins read the
+// live account directly.)
 //
 // The account itself is kept by the picker for every request whether or not
 // this plugin is configured; the llm-d metrics inflight_requests and

@@ -3,16 +3,19 @@ package precise
 import "sync"
 
 // pending is the speculative half of the precise match: the prefix blocks of
-// requests routed to an endpoint that have not produced their first token.
-// The server computes them before any request routed there later, so for
-// that later request they are as good as cached; but their KV events only
-// arrive when the prefill ends. Without them, a burst of requests sharing a
-// new prefix finds no endpoint holding it and spreads out, each endpoint
-// computing the prefix again. llm-d calls this speculative indexing.
+// requests routed to an endpoint whose response has not ended. The server
+// computes them before any request routed there later, so for that later
+// request they are as good as cached; but their KV events only arrive after
+// the prefill's step, through the event transport. Without them, a burst of
+// requests sharing a new prefix finds no endpoint holding it and spreads
+// out, each endpoint computing the prefix again. llm-d calls this
+// speculative indexing.
 //
-// Entries are added at PreRequest and removed at the request's first token
-// or the end of its response, whichever comes first; the count bound keeps a
-// flood of stalled requests from growing it without limit.
+// Entries are added at PreRequest and removed when the response ends: the
+// blocks stay resident while the request runs (it references them), and
+// removing them at the first token would open a window, before the KV events
+// arrive, in which neither this set nor the index knows of them. The count
+// bound keeps a flood of requests from growing it without limit.
 type pending struct {
 	mu sync.RWMutex
 	// blocks counts, per endpoint address, the routed requests holding each

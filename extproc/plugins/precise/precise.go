@@ -24,9 +24,9 @@
 //	                        thinning sample is matched (default 256, as the
 //	                        wasm filter; see internal/hints)
 //	speculativeIndexing: bool  count the prefix blocks of requests routed to
-//	                        an endpoint, not yet past their first token, as
-//	                        held there (default false, as llm-d; kvgate's
-//	                        precise policy turns it on)
+//	                        an endpoint, until their response ends, as held
+//	                        there (default false, as llm-d; kvgate's precise
+//	                        policy turns it on)
 //	maxSpeculativeEntries: int  bound on those entries (default 1048576)
 //
 // On kvgate's headers-only path the wasm filter (precise mode) has already
@@ -263,7 +263,7 @@ func (s *Scorer) produce(cs *scheduling.CycleState, req *scheduling.Request, eps
 	p := &Prompt{Tokens: tokens, prediction: prefixmatch.Prediction{BlockTokens: s.params.BlockSize, PromptTokens: tokens, Exact: tokens > 0}, prefix: prefix}
 	p.prediction.Reset(eps)
 	scheduling.Write(cs, s.key, p)
-	scheduling.Write(cs, prefixmatch.MatchKey, &p.prediction)
+	prefixmatch.Publish(cs, &p.prediction)
 	if prefix == nil {
 		return p
 	}
@@ -320,14 +320,6 @@ func (s *Scorer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *sch
 	}
 }
 
-// FirstToken implements scheduling.FirstToken: the prefill is over, the
-// server's own KV events now speak for its blocks.
-func (s *Scorer) FirstToken(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, _ *scheduling.Response) {
-	if p, ok := scheduling.Read(cs, s.key); ok {
-		s.release(p)
-	}
-}
-
 // ResponseComplete implements scheduling.ResponseComplete: the server's
 // reported cached tokens check the prediction.
 func (s *Scorer) ResponseComplete(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, res *scheduling.Response) {
@@ -378,7 +370,6 @@ func (s *Scorer) BlockSize() int { return s.params.BlockSize }
 var (
 	_ scheduling.Scorer           = (*Scorer)(nil)
 	_ scheduling.DataProducer     = (*Scorer)(nil)
-	_ scheduling.FirstToken       = (*Scorer)(nil)
 	_ scheduling.EndpointsRemoved = (*Scorer)(nil)
 	_ scheduling.PreRequest       = (*Scorer)(nil)
 	_ scheduling.ResponseComplete = (*Scorer)(nil)

@@ -285,12 +285,17 @@ func (p *Producer) ResponseComplete(_ context.Context, cs *scheduling.CycleState
 	}
 }
 
-// trained returns the request's state when the response came from the
-// endpoint the prediction was for: a fallback's latency says nothing about
-// the features computed for the primary.
+// trained returns the request's state when the response is a success from
+// the endpoint the prediction was for: a fallback's latency says nothing
+// about the features computed for the primary.
 func (p *Producer) trained(cs *scheduling.CycleState, res *scheduling.Response) (*state, bool) {
 	st, ok := scheduling.Read(cs, p.key)
 	if !ok || st.target == nil || res.Endpoint != st.target {
+		return nil, false
+	}
+	// An error answers fast exactly when a server is overloaded (429,
+	// 503): learning from it would teach "busy is fast" and send it more.
+	if res.Status != 0 && (res.Status < 200 || res.Status > 299) {
 		return nil, false
 	}
 	return st, true

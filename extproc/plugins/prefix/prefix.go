@@ -193,7 +193,7 @@ func (s *Scorer) produce(cs *scheduling.CycleState, req *scheduling.Request, eps
 		st.prediction.PromptTokens = p.Blocks * st.prediction.BlockTokens
 	}
 	scheduling.Write(cs, s.key, st)
-	scheduling.Write(cs, prefixmatch.MatchKey, &st.prediction)
+	prefixmatch.Publish(cs, &st.prediction)
 	if p == nil {
 		return st
 	}

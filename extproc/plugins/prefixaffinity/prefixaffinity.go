@@ -166,13 +166,19 @@ func (f *Filter) view(cs *scheduling.CycleState, req *scheduling.Request, eps []
 		return nil, nil, false
 	}
 	match, ok := scheduling.Read(cs, prefixmatch.MatchKey)
-	if !ok || req.PromptTokens == 0 {
+	if !ok {
+		return nil, nil, false
+	}
+	// Counted as the match counts the prompt: a text prompt's length-based
+	// estimate against exact held tokens would overstate the share held.
+	prompt := match.Prompt(req.PromptTokens)
+	if prompt == 0 {
 		return nil, nil, false
 	}
 	for i, e := range eps {
 		h := match.HeldTokensOf(e)
-		held[i] = float64(h) / float64(req.PromptTokens)
-		ttft[i] = f.throughputTTFT(float64(e.Load().PrefillTokens + int64(max(1, req.PromptTokens-h))))
+		held[i] = float64(h) / float64(prompt)
+		ttft[i] = f.throughputTTFT(float64(e.Load().PrefillTokens + int64(max(1, prompt-h))))
 	}
 	return held, ttft, true
 }

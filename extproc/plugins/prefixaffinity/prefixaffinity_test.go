@@ -138,7 +138,9 @@ func TestFilterWithPrefixMatch(t *testing.T) {
 		// Only the predictor knows the TTFT, and it did not run.
 		{"predictor source without predictions", `{"ttftSource": "latencyPredictor"}`, false, prompt, []float64{90, 0, 0}, nil, []string{"a", "b", "c"}},
 		{"no match", "", true, prompt, nil, nil, []string{"a", "b", "c"}},
-		{"prompt length unknown", "", false, 0, []float64{90, 0, 0}, nil, []string{"a", "b", "c"}},
+		// The request's estimate is missing but the match counted the
+		// prompt: its count is the one held tokens are measured against.
+		{"prompt length from the match", "", false, 0, []float64{90, 0, 0}, nil, []string{"a"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
