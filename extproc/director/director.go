@@ -165,15 +165,14 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 }
 
 // uncachedTokens is the prompt's length and the prefill work the chosen
-// endpoint must do: the
-// prompt less what the prefix producer says it holds, or the whole prompt
-// when no prefix plugin ran. The engine always computes the last token.
+// endpoint must do: the prompt less what the prefix producer says it holds,
+// or the whole prompt when no prefix plugin ran.
 func uncachedTokens(cs *scheduling.CycleState, sr *scheduling.Request, target *endpoints.Endpoint) (prompt, uncached int) {
 	prompt, held := sr.PromptTokens, 0
 	if m, ok := scheduling.Read(cs, prefixmatch.MatchKey); ok {
 		prompt, held = m.Prompt(prompt), m.HeldTokensOf(target)
 	}
-	return prompt, max(min(1, prompt), prompt-held)
+	return prompt, prefixmatch.Uncached(prompt, held)
 }
 
 // schedulingRequest is what plugins see of req.

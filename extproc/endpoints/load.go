@@ -117,10 +117,12 @@ const (
 // context and keeps every sum far from overflowing.
 const maxChargedTokens = 1 << 24
 
+func boundTokens(n int64) int64 { return min(max(0, n), maxChargedTokens) }
+
 // AttentionPairs is the causal attention work of computing uncached tokens
 // after cached ones (each counted up to maxChargedTokens).
 func AttentionPairs(cached, uncached int64) int64 {
-	cached, uncached = min(max(0, cached), maxChargedTokens), min(max(0, uncached), maxChargedTokens)
+	cached, uncached = boundTokens(cached), boundTokens(uncached)
 	return uncached*cached + uncached*(uncached+1)/2
 }
 
@@ -129,9 +131,8 @@ func AttentionPairs(cached, uncached int64) int64 {
 // cache), the context it will hold while decoding, and the token estimate
 // the in-flight counters carry.
 func (e *Endpoint) Charge(cached, uncached, context, tokens int64) Charge {
-	bound := func(n int64) int64 { return min(max(0, n), maxChargedTokens) }
-	cached, uncached = bound(cached), bound(uncached)
-	c := Charge{ep: e, prefillTokens: uncached, attention: AttentionPairs(cached, uncached), contextTokens: bound(context), tokens: tokens, phase: phasePrefill}
+	uncached = boundTokens(uncached)
+	c := Charge{ep: e, prefillTokens: uncached, attention: AttentionPairs(cached, uncached), contextTokens: boundTokens(context), tokens: tokens, phase: phasePrefill}
 	c.apply(1)
 	return c
 }

@@ -73,11 +73,15 @@ type Features struct {
 // constant is a light step in progress.
 func (f Features) ttftX() [maxFeatures]float64 {
 	w := (f.Prefill + f.Backlog) / 1e3
-	busy := 0.0
+	return [maxFeatures]float64{1, w, f.Attention / 1e9, w * f.Decodes / 100, f.busy()}
+}
+
+// busy is 1 while other prefills are in flight on the endpoint, else 0.
+func (f Features) busy() float64 {
 	if f.Backlog > 0 {
-		busy = 1
+		return 1
 	}
-	return [maxFeatures]float64{1, w, f.Attention / 1e9, w * f.Decodes / 100, busy}
+	return 0
 }
 
 // tpotX is TPOT's: a decode step's time grows with the batch and its
@@ -86,11 +90,7 @@ func (f Features) ttftX() [maxFeatures]float64 {
 // long the backlog, so the backlog enters as an indicator, not its size (a
 // size term learned at light load would extrapolate without bound).
 func (f Features) tpotX() [maxFeatures]float64 {
-	busy := 0.0
-	if f.Backlog > 0 {
-		busy = 1
-	}
-	return [maxFeatures]float64{1, f.Decodes / 100, f.DecodeTokens / 1e6, busy, 0}
+	return [maxFeatures]float64{1, f.Decodes / 100, f.DecodeTokens / 1e6, f.busy(), 0}
 }
 
 // Priors: an 8B model on one modern GPU, weakly held (see rls).
@@ -276,15 +276,6 @@ func (m *Model) Predict(addr string, f Features) Estimate {
 		est.TPOT, est.TPOTQuantile = t.TPOT, t.TPOTQuantile
 	}
 	return est
-}
-
-func (m *Model) coeffsOf(addr string) *coeffs {
-	if e := (*m.endpoints.Load())[addr]; e != nil {
-		if c := e.published.Load(); c.ttftSamples >= m.cfg.MinSamples {
-			return c
-		}
-	}
-	return m.pool.published.Load()
 }
 
 // ObserveTTFT learns from a request whose first token came after actual.

@@ -32,18 +32,9 @@ type Predictions struct {
 func (p *Predictions) Reset(candidates []*endpoints.Endpoint) {
 	p.Candidates = candidates
 	n := len(candidates)
-	p.Estimates = grow(p.Estimates, n)
-	p.Features = grow(p.Features, n)
-	p.Held = grow(p.Held, n)
-}
-
-func grow[T any](s []T, n int) []T {
-	if cap(s) < n {
-		return make([]T, n)
-	}
-	s = s[:n]
-	clear(s)
-	return s
+	p.Estimates = scheduling.Resized(p.Estimates, n)
+	p.Features = scheduling.Resized(p.Features, n)
+	p.Held = scheduling.Resized(p.Held, n)
 }
 
 // Align calls fn(i, k) for each eps[i] found as Candidates[k]. eps is a
@@ -58,6 +49,9 @@ func (p *Predictions) Align(eps []*endpoints.Endpoint, fn func(i, k int)) {
 type SLO struct {
 	TTFT, TPOT time.Duration
 }
+
+// SLOOf is the objective the request carries.
+func SLOOf(req *scheduling.Request) SLO { return SLO{TTFT: req.TTFTSLO, TPOT: req.TPOTSLO} }
 
 // Set reports whether any objective is set.
 func (s SLO) Set() bool { return s.TTFT > 0 || s.TPOT > 0 }

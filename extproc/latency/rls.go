@@ -27,14 +27,6 @@ func newRLS(n int, lambda float64, prior []float64) rls {
 	return r
 }
 
-func (r *rls) predict(x *[maxFeatures]float64) float64 {
-	s := 0.0
-	for i := range r.n {
-		s += r.theta[i] * x[i]
-	}
-	return s
-}
-
 // Every term of both models is work that adds time: a negative coefficient
 // would let more backlog predict less latency, and a latency scorer would
 // pile requests onto the busiest endpoint. Two ways to publish
@@ -164,7 +156,7 @@ func (r *rls) update(x *[maxFeatures]float64, y float64) {
 	if denom <= 0 || math.IsNaN(denom) {
 		return
 	}
-	err := 1 - r.predictScaled(&z)
+	err := 1 - dot(&r.theta, &z) // terms past n are zero in both
 	for i := range r.n {
 		r.theta[i] += pz[i] / denom * err
 	}
@@ -194,14 +186,6 @@ func (r *rls) update(x *[maxFeatures]float64, y float64) {
 			return
 		}
 	}
-}
-
-func (r *rls) predictScaled(z *[maxFeatures]float64) float64 {
-	s := 0.0
-	for i := range r.n {
-		s += r.theta[i] * z[i]
-	}
-	return s
 }
 
 // quantile estimates the q-th quantile of a stream of log residuals

@@ -61,6 +61,11 @@ func (p *Prediction) Prompt(estimate int) int {
 	return max(estimate, p.PromptTokens)
 }
 
+// Uncached is the prompt tokens a server holding held of them must compute:
+// at least one, since the engine always computes the last prompt token (an
+// empty prompt costs nothing).
+func Uncached(prompt, held int) int { return max(min(1, prompt), prompt-held) }
+
 // Reset starts a match over candidates, every one holding nothing.
 func (p *Prediction) Reset(candidates []*endpoints.Endpoint) {
 	p.candidates = candidates
@@ -69,11 +74,7 @@ func (p *Prediction) Reset(candidates []*endpoints.Endpoint) {
 			p.held = *h
 		}
 	}
-	if cap(p.held) < len(candidates) {
-		p.held = make([]float64, len(candidates))
-	}
-	p.held = p.held[:len(candidates)]
-	clear(p.held)
+	p.held = scheduling.Resized(p.held, len(candidates))
 }
 
 // heldPool recycles the per-candidate arrays: one per request otherwise,

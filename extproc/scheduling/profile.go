@@ -54,7 +54,10 @@ type scratch struct {
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 
-func grow[T any](s []T, n int) []T {
+// Resized returns s with length n and every element zero, reusing its
+// backing array when it is large enough: per-decision scratch of plugins
+// and the framework, kept across requests without an allocation each.
+func Resized[T any](s []T, n int) []T {
 	if cap(s) < n {
 		return make([]T, n)
 	}
@@ -82,9 +85,9 @@ func (p *Profile) Run(ctx context.Context, cs *CycleState, req *Request, candida
 		}
 	}
 
-	sc.total = grow(sc.total, len(eps))
+	sc.total = Resized(sc.total, len(eps))
 	for _, ws := range p.Scorers {
-		sc.one = grow(sc.one, len(eps))
+		sc.one = Resized(sc.one, len(eps))
 		start := now(observe)
 		ws.Score(ctx, cs, req, eps, sc.one)
 		record(observe, PointScorer, ws.Scorer, start)

@@ -92,7 +92,7 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 		s.composite(cs, eps, scores)
 		return
 	}
-	slo := latency.SLO{TTFT: req.TTFTSLO, TPOT: req.TPOTSLO}
+	slo := latency.SLOOf(req)
 	if slo.Set() {
 		s.headroom(preds, slo, eps, scores)
 		return

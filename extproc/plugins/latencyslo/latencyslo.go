@@ -51,7 +51,7 @@ func (a *Admitter) Produces() []string { return nil }
 
 // Admit implements scheduling.Admitter.
 func (a *Admitter) Admit(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) error {
-	slo := latency.SLO{TTFT: req.TTFTSLO, TPOT: req.TPOTSLO}
+	slo := latency.SLOOf(req)
 	preds, ok := scheduling.Read(cs, latency.PredictionsKey)
 	if req.Priority >= 0 || !slo.Set() || !ok {
 		return nil

@@ -198,8 +198,7 @@ func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, req *sc
 // an endpoint with load l. Requests the picker did not route count by the
 // mean size of those it did.
 func (p *Producer) features(prompt, held int, l endpoints.Load, meanPrefill float64) latency.Features {
-	// The engine always computes the last prompt token.
-	uncached := max(1, prompt-held)
+	uncached := prefixmatch.Uncached(prompt, held)
 	return latency.Features{
 		Prefill:      float64(uncached),
 		Backlog:      float64(l.PrefillTokens) + float64(l.ExternalWaiting)*meanPrefill,

@@ -178,7 +178,7 @@ func (f *Filter) view(cs *scheduling.CycleState, req *scheduling.Request, eps []
 	for i, e := range eps {
 		h := match.HeldTokensOf(e)
 		held[i] = float64(h) / float64(prompt)
-		ttft[i] = f.throughputTTFT(float64(e.Load().PrefillTokens + int64(max(1, prompt-h))))
+		ttft[i] = f.throughputTTFT(float64(e.Load().PrefillTokens + int64(prefixmatch.Uncached(prompt, h))))
 	}
 	return held, ttft, true
 }

@@ -51,7 +51,7 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 
 // Filter implements scheduling.Filter.
 func (f *Filter) Filter(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) []*endpoints.Endpoint {
-	slo := latency.SLO{TTFT: req.TTFTSLO, TPOT: req.TPOTSLO}
+	slo := latency.SLOOf(req)
 	preds, ok := scheduling.Read(cs, latency.PredictionsKey)
 	if !slo.Set() || !ok {
 		return eps
