@@ -246,7 +246,9 @@ type replica struct {
 	stepEnd time.Time
 	// What the step in flight produces when it ends, copied out of the
 	// engine's reused StepResult.
-	firsts   []string
+	firsts []string
+	// nexts are the streams that produced a later token in the step.
+	nexts    []string
 	finished []engine.Finished
 	events   []engine.Event
 
@@ -665,10 +667,12 @@ func (s *sim) step(r *replica, now time.Time) {
 	}
 	r.busy = true
 	r.stepEnd = now.Add(res.Duration)
-	r.firsts = r.firsts[:0]
+	r.firsts, r.nexts = r.firsts[:0], r.nexts[:0]
 	for _, t := range res.Tokens {
 		if t.Index == 0 {
 			r.firsts = append(r.firsts, t.ID)
+		} else {
+			r.nexts = append(r.nexts, t.ID)
 		}
 	}
 	r.finished = append(r.finished[:0], res.Finished...)
@@ -701,15 +705,20 @@ func (s *sim) complete(ctx context.Context, r *replica, now time.Time) {
 		lr.ex.ResponseStarted(ctx, server.ResponseHead{Status: 200, ServedEndpoint: r.addr})
 		lr.ex.ResponseChunk(ctx, chunk)
 	}
+	// Every later token is a chunk of its stream, as a streaming server
+	// sends them: the picker sees the step ends (and measures TPOT from
+	// the first chunk to the last).
+	for _, id := range r.nexts {
+		if lr := s.live[id]; lr != nil {
+			lr.ex.ResponseChunk(ctx, chunk)
+		}
+	}
 	for _, f := range r.finished {
 		lr := s.live[f.ID]
 		if lr == nil {
 			continue
 		}
 		delete(s.live, f.ID)
-		// The stream's last chunk: the picker measures TPOT between its
-		// first and last chunks, as on a real stream.
-		lr.ex.ResponseChunk(ctx, chunk)
 		lr.ex.ResponseDone(ctx, server.ResponseSummary{
 			Status: 200, UsageFound: true, Streaming: true, Complete: true, ServedEndpoint: r.addr,
 			Usage: openai.Usage{PromptTokens: f.Usage.PromptTokens, CompletionTokens: f.Usage.CompletionTokens, CachedTokens: f.Usage.CachedTokens},

@@ -324,13 +324,17 @@ func (x *exchange) moveTo(served string) {
 
 // ResponseChunk implements server.Exchange: the first body chunk marks the
 // first token, ending the request's prefill; later chunks of a stream
-// measure inter-chunk latency.
+// measure inter-chunk latency. Every chunk is also a step end of the
+// serving endpoint, which its step clock keeps.
 func (x *exchange) ResponseChunk(ctx context.Context, chunk []byte) {
 	if len(chunk) == 0 {
 		return
 	}
 	now := x.d.now()
 	x.chunks++
+	if e := x.charge.Endpoint(); e != nil {
+		e.ObserveStep(now)
+	}
 	if x.chunks == 1 {
 		x.first = now
 		x.charge.FirstToken()

@@ -63,6 +63,7 @@ type Endpoint struct {
 	inflightRequests atomic.Int64
 	inflightTokens   atomic.Int64
 	load             liveLoad
+	steps            stepClock
 }
 
 // NewEndpoint returns an endpoint with an empty metrics snapshot.

@@ -12,9 +12,12 @@
 // over HTTP per decision. A continuous-batching server's latency has a known
 // shape: TTFT is the prefill work ahead of the request (its own uncached
 // tokens plus the backlog) at the server's prefill rate, slowed by the
-// decode batch that shares every step; TPOT is a step time that grows with
-// the batch and its context. A linear model over exactly those terms, one
-// per endpoint, has five (TTFT) or four (TPOT) coefficients, learns from tens of
+// decode batch that shares every step, plus the rest of the decode step in
+// progress when it arrives (the endpoint's step clock, read from the
+// response chunks of its streams: for a short cached prompt that wait is
+// most of its TTFT); TPOT is a step time that grows with the batch and its
+// context. A linear model over exactly those terms, one per endpoint, has
+// six (TTFT) or four (TPOT) coefficients, learns from tens of
 // samples instead of thousands, extrapolates to loads it has not seen (a
 // tree ensemble cannot), costs nanoseconds per candidate and no allocation,
 // and needs no sidecar. The fit minimises relative (not absolute) squared

@@ -64,6 +64,11 @@ type Features struct {
 	// context tokens.
 	Decodes      float64
 	DecodeTokens float64
+	// StepRemaining is the seconds left of the decode step in progress
+	// there (endpoints.Endpoint.StepRemaining): the request waits it out
+	// before its prefill starts. Zero while prefills are in flight, whose
+	// steps the backlog terms price.
+	StepRemaining float64
 }
 
 // ttftX is TTFT's feature vector: the prefill work ahead (W tokens, and
@@ -73,7 +78,7 @@ type Features struct {
 // constant is a light step in progress.
 func (f Features) ttftX() [maxFeatures]float64 {
 	w := (f.Prefill + f.Backlog) / 1e3
-	return [maxFeatures]float64{1, w, f.Attention / 1e9, w * f.Decodes / 100, f.busy()}
+	return [maxFeatures]float64{1, w, f.Attention / 1e9, w * f.Decodes / 100, f.busy(), f.StepRemaining}
 }
 
 // busy is 1 while other prefills are in flight on the endpoint, else 0.
@@ -90,13 +95,13 @@ func (f Features) busy() float64 {
 // long the backlog, so the backlog enters as an indicator, not its size (a
 // size term learned at light load would extrapolate without bound).
 func (f Features) tpotX() [maxFeatures]float64 {
-	return [maxFeatures]float64{1, f.Decodes / 100, f.DecodeTokens / 1e6, f.busy(), 0}
+	return [maxFeatures]float64{1, f.Decodes / 100, f.DecodeTokens / 1e6, f.busy(), 0, 0}
 }
 
 // Priors: an 8B model on one modern GPU, weakly held (see rls).
 var (
-	ttftPrior = []float64{0.02, 0.1, 0, 0, 0}
-	tpotPrior = []float64{0.01, 0.01, 0, 0, 0}
+	ttftPrior = []float64{0.02, 0.1, 0, 0, 0, 1}
+	tpotPrior = []float64{0.01, 0.01, 0, 0, 0, 0}
 )
 
 // Estimate is a prediction for one request on one endpoint.
@@ -159,7 +164,7 @@ const (
 // features is how many of the maxFeatures terms the kind uses.
 func (k kind) features() int {
 	if k == ttft {
-		return 5
+		return 6
 	}
 	return 4
 }

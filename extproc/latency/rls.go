@@ -12,7 +12,7 @@ type rls struct {
 	lambda float64
 }
 
-const maxFeatures = 5
+const maxFeatures = 6
 
 // initialCovariance is large: the prior (zero, or the pool's coefficients)
 // is weak and the first samples dominate.

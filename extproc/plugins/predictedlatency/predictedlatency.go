@@ -167,6 +167,7 @@ func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, req *sc
 		prompt = match.Prompt(prompt)
 	}
 	prompt = max(1, prompt)
+	now := p.now()
 	for i, e := range eps {
 		held := 0
 		switch {
@@ -182,6 +183,9 @@ func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, req *sc
 			l = e.Load()
 		}
 		f := p.features(prompt, held, l, meanPrefill)
+		if f.Backlog == 0 {
+			f.StepRemaining = e.StepRemaining(now).Seconds()
+		}
 		est := p.model.Predict(e.Address(), f)
 		if p.prefillOnly(e) {
 			est.TPOT, est.TPOTQuantile = 0, 0
