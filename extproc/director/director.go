@@ -89,12 +89,10 @@ func New(opts Options) *Director {
 // 4M-token context, the token-load scorer's saturation point.
 const maxTokensCharged = 4 << 20
 
-// DroppedReason values sent in x-llm-d-request-dropped-reason.
-const (
-	DroppedSaturated   = "saturated"
-	DroppedFiltered    = "filtered"
-	DroppedNotAdmitted = "not-admitted"
-)
+// Refusals are reported with llm-d's x-llm-d-request-dropped-reason values
+// (internal/eppwire): a sheddable request on a saturated pool, filters that
+// leave no endpoint and an admitter's refusal are all rejected-saturated
+// (429), as llm-d reports them; an empty pool is rejected-no-endpoints (503).
 
 // HandleRequest implements server.Director.
 func (d *Director) HandleRequest(ctx context.Context, req *server.Request) (*server.Decision, server.Exchange, error) {
@@ -117,10 +115,10 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 		if req.HeaderOnly && req.Parsed == nil && sr.IncomingModel == "" {
 			return nil, nil, &inferr.Error{Code: inferr.Internal, Msg: "no endpoints available for a request without a body"}
 		}
-		return nil, nil, inferr.New(inferr.ServiceUnavailable, "no candidate endpoints for the request")
+		return nil, nil, &inferr.Error{Code: inferr.ServiceUnavailable, Msg: "no candidate endpoints for the request", DroppedReason: eppwire.DroppedNoEndpoints}
 	}
 	if sr.Priority < 0 && d.opts.Saturation != nil && d.opts.Saturation.Saturated(candidates) {
-		return nil, nil, &inferr.Error{Code: inferr.InferencePoolResourceExhausted, Msg: "pool is saturated and the request is sheddable", DroppedReason: DroppedSaturated}
+		return nil, nil, &inferr.Error{Code: inferr.ResourceExhausted, Msg: "pool is saturated and the request is sheddable", DroppedReason: eppwire.DroppedSaturated}
 	}
 
 	cs := scheduling.NewCycleState()
@@ -134,11 +132,11 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 		return nil, nil, fmt.Errorf("scheduling: %w", ctx.Err())
 	case errors.Is(err, scheduling.ErrNotAdmitted):
 		// First: an admitter's own reason may wrap anything.
-		return nil, nil, &inferr.Error{Code: inferr.InferencePoolResourceExhausted, Msg: err.Error(), DroppedReason: DroppedNotAdmitted}
+		return nil, nil, &inferr.Error{Code: inferr.ResourceExhausted, Msg: err.Error(), DroppedReason: eppwire.DroppedSaturated}
 	case errors.Is(err, scheduling.ErrNoCandidates):
-		return nil, nil, inferr.New(inferr.ServiceUnavailable, "no candidate endpoints for the request")
+		return nil, nil, &inferr.Error{Code: inferr.ServiceUnavailable, Msg: "no candidate endpoints for the request", DroppedReason: eppwire.DroppedNoEndpoints}
 	case errors.Is(err, scheduling.ErrAllFiltered):
-		return nil, nil, &inferr.Error{Code: inferr.InferencePoolResourceExhausted, Msg: "no endpoint passed the scheduling filters", DroppedReason: DroppedFiltered}
+		return nil, nil, &inferr.Error{Code: inferr.ResourceExhausted, Msg: "no endpoint passed the scheduling filters", DroppedReason: eppwire.DroppedSaturated}
 	case err != nil:
 		return nil, nil, inferr.New(inferr.Internal, "scheduling failed: %v", err)
 	}

@@ -156,8 +156,8 @@ func TestAdmitterRefusalIs429(t *testing.T) {
 	req.Headers[eppwire.HeaderSLOTTFT] = "1"
 	_, _, err := d.HandleRequest(context.Background(), req)
 	var ie *inferr.Error
-	if !errors.As(err, &ie) || ie.Code != inferr.InferencePoolResourceExhausted || ie.DroppedReason != DroppedNotAdmitted {
-		t.Fatalf("err = %v, want a 429 not-admitted refusal", err)
+	if !errors.As(err, &ie) || ie.Code != inferr.ResourceExhausted || ie.DroppedReason != eppwire.DroppedSaturated {
+		t.Fatalf("err = %v, want a 429 rejected-saturated refusal", err)
 	}
 	delete(req.Headers, eppwire.HeaderSLOTTFT)
 	if _, _, err := d.HandleRequest(context.Background(), req); err != nil {

@@ -42,6 +42,20 @@ import (
 	"github.com/kvgate/kvgate/internal/cliflag"
 )
 
+// gRPC health service names. HealthLiveness and HealthReadiness are
+// llm-d's; HealthInferenceExtension is what the GIE chart's probes ask
+// for. Readiness (and the overall "" service, the ext_proc service and
+// GIE's name) turns SERVING once discovery delivered the first endpoint
+// set and NOT_SERVING when draining starts; liveness is SERVING from the
+// start to the end.
+const (
+	HealthLiveness           = "liveness"
+	HealthReadiness          = "readiness"
+	HealthInferenceExtension = "inference-extension"
+)
+
+var readinessServices = []string{"", HealthReadiness, HealthInferenceExtension, "envoy.service.ext_proc.v3.ExternalProcessor"}
+
 // maxConcurrentStreams bounds in-flight ext_proc streams per connection.
 const maxConcurrentStreams = 10_000
 
@@ -402,7 +416,12 @@ func (p *Picker) Run(ctx context.Context) error {
 	// The ext_proc service answers on the main port too, so that Envoy's
 	// own gRPC health checks against :9002 work as with the GIE picker.
 	healthpb.RegisterHealthServer(extproc, healthSrv)
-	healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	for _, svc := range readinessServices {
+		healthSrv.SetServingStatus(svc, healthpb.HealthCheckResponse_NOT_SERVING)
+	}
+	// Live as soon as it answers: a picker still waiting for its first
+	// endpoint set must not be restarted for it.
+	healthSrv.SetServingStatus(HealthLiveness, healthpb.HealthCheckResponse_SERVING)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{Registry: p.reg}))
 	metricsSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
@@ -426,8 +445,9 @@ func (p *Picker) Run(ctx context.Context) error {
 			return nil
 		case <-src.done:
 		}
-		healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-		healthSrv.SetServingStatus("envoy.service.ext_proc.v3.ExternalProcessor", healthpb.HealthCheckResponse_SERVING)
+		for _, svc := range readinessServices {
+			healthSrv.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
+		}
 		p.log.Info("picker ready", "grpc", p.listeners.grpc.Addr().String(), "endpoints", len(p.ds.All()))
 		return nil
 	})
@@ -436,7 +456,11 @@ func (p *Picker) Run(ctx context.Context) error {
 		// NOT_SERVING first, so that the proxy stops sending new requests
 		// while the streams in flight drain; health and metrics stay up
 		// for the whole drain.
-		healthSrv.Shutdown()
+		// Liveness stays SERVING while draining, as in llm-d, so that
+		// the kubelet does not restart a picker that is shutting down.
+		for _, svc := range readinessServices {
+			healthSrv.SetServingStatus(svc, healthpb.HealthCheckResponse_NOT_SERVING)
+		}
 		drain, cancel := context.WithTimeout(context.Background(), p.opts.DrainTimeout)
 		defer cancel()
 		stopGRPC(drain, extproc)

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -57,9 +58,10 @@ type Discovery struct {
 	wake            chan struct{}
 	endpointsDirty  atomic.Bool
 	objectivesDirty atomic.Bool
-	// objectives is set by Run before the informers start and read only by
-	// Run's goroutine.
-	objectives bool
+	// objectives are the InferenceObjective API versions the cluster
+	// serves and the picker may read, most preferred first; set by Run
+	// before the informers start and read only by Run's goroutine.
+	objectives []schema.GroupVersionKind
 	priorities atomic.Pointer[map[string]int]
 }
 
@@ -107,8 +109,6 @@ func New(opts Options) (*Discovery, error) {
 		static:    static,
 		wake:      make(chan struct{}, 1),
 	}
-	objective := &unstructured.Unstructured{}
-	objective.SetGroupVersionKind(objectiveGVK)
 	byObject := map[client.Object]cache.ByObject{
 		&corev1.Pod{}: {Transform: trimPod},
 	}
@@ -117,7 +117,11 @@ func New(opts Options) (*Discovery, error) {
 		byObject[&inferencev1.InferencePool{}] = cache.ByObject{
 			Field: fields.OneTermEqualSelector("metadata.name", d.pool),
 		}
-		byObject[objective] = cache.ByObject{}
+		for _, gvk := range objectiveGVKs {
+			objective := &unstructured.Unstructured{}
+			objective.SetGroupVersionKind(gvk)
+			byObject[objective] = cache.ByObject{}
+		}
 	}
 	d.cache, err = cache.New(cfg, cache.Options{
 		HTTPClient:        httpClient,
@@ -203,13 +207,13 @@ func (d *Discovery) Run(ctx context.Context, apply func([]endpoints.Spec) error)
 		}
 		return errors.New("kubernetes cache did not sync")
 	}
-	d.log.Info("kubernetes discovery started", "objectives", d.objectives)
+	d.log.Info("kubernetes discovery started", "objectives", fmt.Sprint(d.objectives))
 
 	// The handlers have marked everything dirty while the initial lists
 	// were replayed; the first sync applies the initial set at once.
 	s := syncer{d: d, apply: apply, first: true}
 	d.endpointsDirty.Store(true)
-	d.objectivesDirty.Store(d.objectives)
+	d.objectivesDirty.Store(len(d.objectives) > 0)
 	s.sync(ctx)
 
 	timer := time.NewTimer(coalesceWindow)
@@ -311,16 +315,21 @@ func (d *Discovery) preflight(ctx context.Context) error {
 	if d.pool == "" {
 		return nil
 	}
-	list := &unstructured.UnstructuredList{}
-	list.SetGroupVersionKind(objectiveGVK.GroupVersion().WithKind(objectiveGVK.Kind + "List"))
-	err := d.direct.List(ctx, list, client.InNamespace(d.namespace), client.Limit(1))
-	switch {
-	case err == nil:
-		d.objectives = true
-	case meta.IsNoMatchError(err):
-		d.log.Info("InferenceObjective API not installed; request priorities default to 0")
-	default:
-		d.log.Warn("cannot read InferenceObjectives; request priorities default to 0", "err", err)
+	for _, gvk := range objectiveGVKs {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		err := d.direct.List(ctx, list, client.InNamespace(d.namespace), client.Limit(1))
+		switch {
+		case err == nil:
+			d.objectives = append(d.objectives, gvk)
+		case meta.IsNoMatchError(err):
+			d.log.Info("InferenceObjective API not installed", "apiVersion", gvk.GroupVersion().String())
+		default:
+			d.log.Warn("cannot read InferenceObjectives", "apiVersion", gvk.GroupVersion().String(), "err", err)
+		}
+	}
+	if len(d.objectives) == 0 {
+		d.log.Info("no InferenceObjective API readable; request priorities default to 0")
 	}
 	return nil
 }
@@ -353,9 +362,9 @@ func (d *Discovery) register(ctx context.Context) error {
 	if err := watch(&inferencev1.InferencePool{}, &d.endpointsDirty); err != nil {
 		return err
 	}
-	if d.objectives {
+	for _, gvk := range d.objectives {
 		objective := &unstructured.Unstructured{}
-		objective.SetGroupVersionKind(objectiveGVK)
+		objective.SetGroupVersionKind(gvk)
 		if err := watch(objective, &d.objectivesDirty); err != nil {
 			return err
 		}
@@ -396,31 +405,40 @@ func (d *Discovery) desired(ctx context.Context) (specs []endpoints.Spec, why st
 	return specs, ""
 }
 
-// rebuildPriorities publishes a new priority table from the cache.
+// rebuildPriorities publishes a new priority table from the cache: the
+// objectives of every served API version, a name of the preferred version
+// (llm-d's) shadowing the same name in a later one (GIE's).
 func (d *Discovery) rebuildPriorities(ctx context.Context) {
-	list := &unstructured.UnstructuredList{}
-	list.SetGroupVersionKind(objectiveGVK.GroupVersion().WithKind(objectiveGVK.Kind + "List"))
-	if err := d.cache.List(ctx, list, client.InNamespace(d.namespace)); err != nil {
-		d.log.Warn("listing InferenceObjectives", "err", err)
-		return
-	}
-	items := list.Items
-	slices.SortFunc(items, func(a, b unstructured.Unstructured) int { return strings.Compare(a.GetName(), b.GetName()) })
-	m := make(map[string]int, min(len(items), MaxObjectives))
-	for i := range items {
-		name, prio, ok, err := objectivePriority(items[i].Object, d.pool)
-		if err != nil {
-			d.log.Warn("ignoring malformed InferenceObjective", "objective", items[i].GetName(), "err", err)
-			continue
+	m := map[string]int{}
+	for _, gvk := range d.objectives {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		if err := d.cache.List(ctx, list, client.InNamespace(d.namespace)); err != nil {
+			d.log.Warn("listing InferenceObjectives", "apiVersion", gvk.GroupVersion().String(), "err", err)
+			return
 		}
-		if !ok {
-			continue
+		items := list.Items
+		slices.SortFunc(items, func(a, b unstructured.Unstructured) int { return strings.Compare(a.GetName(), b.GetName()) })
+		for i := range items {
+			name, prio, ok, err := objectivePriority(items[i].Object, d.pool)
+			if err != nil {
+				d.log.Warn("ignoring malformed InferenceObjective", "objective", items[i].GetName(), "apiVersion", gvk.GroupVersion().String(), "err", err)
+				continue
+			}
+			if !ok {
+				continue
+			}
+			if _, shadowed := m[name]; shadowed {
+				// Names are unique within a version: this one is the
+				// preferred version's, which wins.
+				continue
+			}
+			if len(m) == MaxObjectives {
+				d.log.Warn("too many InferenceObjectives; the rest resolve to no priority", "max", MaxObjectives)
+				break
+			}
+			m[name] = prio
 		}
-		if len(m) == MaxObjectives {
-			d.log.Warn("too many InferenceObjectives; the rest resolve to no priority", "max", MaxObjectives)
-			break
-		}
-		m[name] = prio
 	}
 	d.priorities.Store(&m)
 }

@@ -10,14 +10,15 @@ import (
 	inferencev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 )
 
-// objectiveGVK is InferenceObjective's API version. Its Go types are not in
-// the GIE module version kvgate pins (the API moved to llm-d), so objectives
-// are read as unstructured objects, which also keeps kvgate working with
-// whatever later fields the CRD grows.
-var objectiveGVK = schema.GroupVersionKind{
-	Group:   "inference.networking.x-k8s.io",
-	Version: "v1alpha2",
-	Kind:    "InferenceObjective",
+// objectiveGVKs are InferenceObjective's API versions: llm-d's group, where
+// the API moved with the picker, and GIE's, where it began. Both are read,
+// and an objective of llm-d's group wins over a namesake in GIE's. Their Go
+// types are not in the GIE module version kvgate pins, so objectives are
+// read as unstructured objects, which also keeps kvgate working with
+// whatever later fields the CRDs grow.
+var objectiveGVKs = []schema.GroupVersionKind{
+	{Group: "llm-d.ai", Version: "v1alpha2", Kind: "InferenceObjective"},
+	{Group: "inference.networking.x-k8s.io", Version: "v1alpha2", Kind: "InferenceObjective"},
 }
 
 // MaxObjectives bounds the priority table; a namespace with more objectives
