@@ -255,7 +255,7 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	if err := poolmetrics.Register(p.reg, o.PoolName, p.ds); err != nil {
 		return nil, fmt.Errorf("pool metrics: %w", err)
 	}
-	p.scraper = scrape.New(p.ds, scrape.Config{Pool: o.PoolName, Interval: o.RefreshMetricsInterval, Logger: log})
+	p.scraper = scrape.New(p.ds, p.built.Metrics.Scrape(scrape.Config{Pool: o.PoolName, Interval: o.RefreshMetricsInterval, Logger: log}))
 	if err := p.reg.Register(p.scraper); err != nil {
 		return nil, fmt.Errorf("scrape metrics: %w", err)
 	}

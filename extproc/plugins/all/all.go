@@ -3,12 +3,17 @@
 package all
 
 import (
+	"github.com/kvgate/kvgate/extproc/plugins/approxprefix"
+	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
 	"github.com/kvgate/kvgate/extproc/plugins/inflightload"
 	"github.com/kvgate/kvgate/extproc/plugins/kvcacheutil"
 	"github.com/kvgate/kvgate/extproc/plugins/latencyscorer"
 	"github.com/kvgate/kvgate/extproc/plugins/latencyslo"
 	"github.com/kvgate/kvgate/extproc/plugins/loadaware"
 	"github.com/kvgate/kvgate/extproc/plugins/loraaffinity"
+	"github.com/kvgate/kvgate/extproc/plugins/metricsdatasource"
+	"github.com/kvgate/kvgate/extproc/plugins/nohitlru"
+	"github.com/kvgate/kvgate/extproc/plugins/openaiparser"
 	"github.com/kvgate/kvgate/extproc/plugins/picker"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
 	"github.com/kvgate/kvgate/extproc/plugins/predictedlatency"
@@ -53,6 +58,12 @@ func Registry() *scheduling.Registry {
 		{prefixaffinity.Type, prefixaffinity.New},
 		{sloheadroom.Type, sloheadroom.New},
 		{latencyslo.Type, latencyslo.New},
+		// llm-d's vocabulary: data layer, request parsing, producers.
+		{metricsdatasource.Type, metricsdatasource.New},
+		{coremetrics.Type, coremetrics.New},
+		{openaiparser.Type, openaiparser.New},
+		{approxprefix.Type, approxprefix.New},
+		{nohitlru.Type, nohitlru.New},
 	} {
 		mustNot(r.Register(p.typ, p.f))
 	}

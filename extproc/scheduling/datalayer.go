@@ -1,0 +1,36 @@
+package scheduling
+
+// Plugin kinds outside the Filter → Score → Pick pipeline, named by the
+// sections of an EndpointPickerConfig that reference them. They are marker
+// interfaces: what each kind yields is read by the configuration loader
+// through its own small interfaces.
+
+// DataSource collects per-endpoint data for the data layer (llm-d's
+// dataLayer.sources), for example the model servers' /metrics pages.
+type DataSource interface {
+	Plugin
+	DataLayerSource()
+}
+
+// DataExtractor turns a data source's output into endpoint attributes
+// (dataLayer.sources[].extractors). AcceptsSource reports whether it can
+// read source, with the reason when not.
+type DataExtractor interface {
+	Plugin
+	AcceptsSource(source DataSource) error
+}
+
+// RequestParser names a request format the picker parses
+// (requestHandler.parsers).
+type RequestParser interface {
+	Plugin
+	RequestParser()
+}
+
+// Resolver is implemented by plugins that refer to other configured plugins
+// by name (a scorer reading a named producer's data): the loader calls
+// Resolve once every plugin is built, so that the order of the plugins list
+// does not matter and a dangling name is a configuration error.
+type Resolver interface {
+	Resolve(lookup func(name string) (Plugin, bool)) error
+}
