@@ -16,6 +16,11 @@ import (
 	"testing"
 
 	"github.com/kvgate/kvgate/extproc/kvindex"
+	"github.com/kvgate/kvgate/extproc/plugins/approxprefix"
+	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
+	"github.com/kvgate/kvgate/extproc/plugins/metricsdatasource"
+	"github.com/kvgate/kvgate/extproc/plugins/nohitlru"
+	"github.com/kvgate/kvgate/extproc/plugins/openaiparser"
 	"github.com/kvgate/kvgate/extproc/plugins/inflightload"
 	"github.com/kvgate/kvgate/extproc/plugins/latencyscorer"
 	"github.com/kvgate/kvgate/extproc/plugins/latencyslo"
@@ -57,6 +62,11 @@ var paramsOf = map[string]any{
 	prefixaffinity.Type:           prefixaffinity.Params{},
 	sloheadroom.Type:              sloheadroom.Params{},
 	latencyslo.Type:               nil,
+	metricsdatasource.Type:        metricsdatasource.Params{},
+	coremetrics.Type:              coremetrics.Params{},
+	openaiparser.Type:             nil,
+	approxprefix.Type:             approxprefix.Params{},
+	nohitlru.Type:                 nohitlru.Params{},
 }
 
 // The README's plugin table, each plugin package's documented parameters,
@@ -134,6 +144,9 @@ var kinds = map[string]reflect.Type{
 	"profile handler": reflect.TypeFor[scheduling.ProfileHandler](),
 	"data producer":   reflect.TypeFor[scheduling.DataProducer](),
 	"admitter":        reflect.TypeFor[scheduling.Admitter](),
+	"data source":     reflect.TypeFor[scheduling.DataSource](),
+	"data extractor":  reflect.TypeFor[scheduling.DataExtractor](),
+	"request parser":  reflect.TypeFor[scheduling.RequestParser](),
 }
 
 func isKind(p scheduling.Plugin, kind string) bool {

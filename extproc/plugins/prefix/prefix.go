@@ -20,8 +20,7 @@
 // Without it the scorer is its own approximate producer, as GIE's is and
 // as llm-d's is with its auto-created producer.
 //
-// Parameters (GIE's names, llm-d's older hashBlockSize, and llm-d's
-// scorer parameters):
+// Parameters (GIE's names, llm-d's hashBlockSize and scorer parameters):
 //
 //	blockSize: int               bytes of prompt text per block (default 64)
 //	blockSizeTokens: int         tokens per block, × 4 bytes; overrides blockSize
