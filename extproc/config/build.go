@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/kvgate/kvgate/extproc/plugins/picker"
+	"github.com/kvgate/kvgate/extproc/plugins/precise"
 	"github.com/kvgate/kvgate/extproc/plugins/profilehandler"
 	"github.com/kvgate/kvgate/extproc/saturation"
 	"github.com/kvgate/kvgate/extproc/scheduling"
@@ -25,6 +26,10 @@ type Built struct {
 	// Metrics is the data layer's metrics source and extractor, applied
 	// to the scraper with Metrics.Scrape.
 	Metrics Metrics
+	// KVEvents is where a precise prefix plugin configured in llm-d's
+	// layout wants KV events from (zero: the flags and endpoint files
+	// say).
+	KVEvents precise.KVEvents
 }
 
 // Build instantiates the configuration's plugins from reg and assembles the
@@ -55,6 +60,9 @@ func Build(c *Config, reg *scheduling.Registry, h *scheduling.Handle, observe sc
 		return nil, err
 	}
 	if err := b.parsers(c); err != nil {
+		return nil, err
+	}
+	if err := b.kvEvents(); err != nil {
 		return nil, err
 	}
 	// Only configured plugins can be handlers; look before the defaults

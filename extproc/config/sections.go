@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/extproc/endpoints/scrape"
+	"github.com/kvgate/kvgate/extproc/plugins/precise"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 )
 
@@ -230,30 +231,28 @@ func (b *builder) dataLayer(c *Config) error {
 			}
 		}
 	}
-	// Data-layer plugins configured but not wired above.
+	// Metrics plugins configured but not wired above. (The endpoint
+	// notifications the precise prefix plugins read flow whether wired or
+	// not.)
 	var looseSources, looseExtractors []scheduling.Plugin
 	for _, p := range b.out.Plugins {
 		if wired[p.TypedName().Name] {
 			continue
 		}
 		switch p.(type) {
-		case scheduling.DataSource:
+		case metricsSource:
 			looseSources = append(looseSources, p)
-		case scheduling.DataExtractor:
+		case metricsExtractor:
 			looseExtractors = append(looseExtractors, p)
 		}
 	}
 	if len(spec.Sources) == 0 && len(looseSources) <= 1 && len(looseExtractors) <= 1 {
 		// llm-d's chart lists the metrics plugins without wiring them.
 		if len(looseSources) == 1 {
-			if ms, ok := looseSources[0].(metricsSource); ok {
-				b.out.Metrics.source, looseSources = ms, nil
-			}
+			b.out.Metrics.source, looseSources = looseSources[0].(metricsSource), nil
 		}
 		if len(looseExtractors) == 1 {
-			if me, ok := looseExtractors[0].(metricsExtractor); ok {
-				b.out.Metrics.extractor, looseExtractors = me, nil
-			}
+			b.out.Metrics.extractor, looseExtractors = looseExtractors[0].(metricsExtractor), nil
 		}
 	}
 	for _, p := range append(looseSources, looseExtractors...) {
@@ -305,6 +304,33 @@ func (b *builder) resolve() error {
 				return fmt.Errorf("plugins (name %q, type %q): %w", p.TypedName().Name, p.TypedName().Type, err)
 			}
 		}
+	}
+	return nil
+}
+
+// kvEventSources is a precise prefix plugin configured in llm-d's layout.
+type kvEventSources interface {
+	KVEventSources() precise.KVEvents
+}
+
+// kvEvents collects what the precise prefix plugins ask the picker for;
+// two that ask for different sources are a conflict, since the picker has
+// one KV index fed one way.
+func (b *builder) kvEvents() error {
+	var from scheduling.TypedName
+	for _, p := range b.out.Plugins {
+		k, ok := p.(kvEventSources)
+		if !ok {
+			continue
+		}
+		ev := k.KVEventSources()
+		if ev == (precise.KVEvents{}) {
+			continue
+		}
+		if b.out.KVEvents != (precise.KVEvents{}) && b.out.KVEvents != ev {
+			return fmt.Errorf("plugins: %s and %s ask for different KV-event sources (%+v, %+v)", from, p.TypedName(), b.out.KVEvents, ev)
+		}
+		b.out.KVEvents, from = ev, p.TypedName()
 	}
 	return nil
 }

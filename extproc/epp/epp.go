@@ -348,7 +348,11 @@ func (p *Picker) KVEventsAddr() net.Addr { return p.kvEvents.Addr() }
 // bind starts the KV-event subscriber (it binds its socket) and binds the
 // three listeners. On error it undoes exactly the steps already taken.
 func (p *Picker) bind() (err error) {
-	if p.kvEvents, err = kvevents.New(context.Background(), p.kvIndex, kvevents.Config{Bind: p.opts.KVEventsAddr, Registerer: p.reg, Logger: p.log}); err != nil {
+	bind := p.opts.KVEventsAddr
+	if bind == "" {
+		bind = p.built.KVEvents.Bind // llm-d's kvEventsConfig.zmqEndpoint
+	}
+	if p.kvEvents, err = kvevents.New(context.Background(), p.kvIndex, kvevents.Config{Bind: bind, Registerer: p.reg, Logger: p.log}); err != nil {
 		return fmt.Errorf("--kv-events-addr: %w", err)
 	}
 	var bound []net.Listener
@@ -386,13 +390,33 @@ func (p *Picker) endpointsChanged(c endpoints.Change) {
 		}
 	}
 	for _, e := range c.Added {
-		p.kvEvents.AddEndpoint(e.Address(), kvevents.Source{Events: e.Spec().KVEvents, Replay: e.Spec().KVEventsReplay})
+		p.kvEvents.AddEndpoint(e.Address(), p.kvEventSource(e))
 	}
 	if len(gone) > 0 {
 		for _, h := range p.built.EndpointsRemoved {
 			h.EndpointsRemoved(gone)
 		}
 	}
+}
+
+// kvEventSource is where e's KV events come from: its own configuration
+// (endpoints file, pod annotations), else the ports of llm-d's pod
+// discovery (kvEventsConfig.podDiscoveryConfig) on its IP.
+func (p *Picker) kvEventSource(e *endpoints.Endpoint) kvevents.Source {
+	src := kvevents.Source{Events: e.Spec().KVEvents, Replay: e.Spec().KVEventsReplay}
+	ev := p.built.KVEvents
+	if src.Events != "" || ev.SocketPort <= 0 {
+		return src
+	}
+	host, _, err := net.SplitHostPort(e.Address())
+	if err != nil {
+		return src
+	}
+	src.Events = "tcp://" + net.JoinHostPort(host, strconv.Itoa(ev.SocketPort))
+	if ev.ReplayPort > 0 {
+		src.Replay = "tcp://" + net.JoinHostPort(host, strconv.Itoa(ev.ReplayPort))
+	}
+	return src
 }
 
 // Run binds the picker's sockets and serves until ctx ends or a component

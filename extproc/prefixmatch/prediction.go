@@ -215,3 +215,8 @@ func ResolveSource(lookup func(string) (scheduling.Plugin, bool), param, name st
 	}
 	return src, nil
 }
+
+// TokensKey is where a token producer (token-producer) leaves the request's
+// prompt as the model server tokenizes it; the precise matcher uses these
+// tokens before tokenizing the prompt itself.
+var TokensKey = scheduling.NewKey[*[]int]("tokenized-prompt")

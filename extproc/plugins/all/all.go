@@ -5,6 +5,7 @@ package all
 import (
 	"github.com/kvgate/kvgate/extproc/plugins/approxprefix"
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
+	"github.com/kvgate/kvgate/extproc/plugins/endpointnotification"
 	"github.com/kvgate/kvgate/extproc/plugins/inflightload"
 	"github.com/kvgate/kvgate/extproc/plugins/kvcacheutil"
 	"github.com/kvgate/kvgate/extproc/plugins/latencyscorer"
@@ -16,6 +17,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/openaiparser"
 	"github.com/kvgate/kvgate/extproc/plugins/picker"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
+	"github.com/kvgate/kvgate/extproc/plugins/preciseproducer"
 	"github.com/kvgate/kvgate/extproc/plugins/predictedlatency"
 	"github.com/kvgate/kvgate/extproc/plugins/prefix"
 	"github.com/kvgate/kvgate/extproc/plugins/prefixaffinity"
@@ -64,6 +66,8 @@ func Registry() *scheduling.Registry {
 		{openaiparser.Type, openaiparser.New},
 		{approxprefix.Type, approxprefix.New},
 		{nohitlru.Type, nohitlru.New},
+		{preciseproducer.Type, preciseproducer.New},
+		{endpointnotification.Type, endpointnotification.New},
 	} {
 		mustNot(r.Register(p.typ, p.f))
 	}

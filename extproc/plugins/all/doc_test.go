@@ -18,6 +18,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/kvindex"
 	"github.com/kvgate/kvgate/extproc/plugins/approxprefix"
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
+	"github.com/kvgate/kvgate/extproc/plugins/endpointnotification"
 	"github.com/kvgate/kvgate/extproc/plugins/inflightload"
 	"github.com/kvgate/kvgate/extproc/plugins/latencyscorer"
 	"github.com/kvgate/kvgate/extproc/plugins/latencyslo"
@@ -27,6 +28,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/openaiparser"
 	"github.com/kvgate/kvgate/extproc/plugins/picker"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
+	"github.com/kvgate/kvgate/extproc/plugins/preciseproducer"
 	"github.com/kvgate/kvgate/extproc/plugins/predictedlatency"
 	"github.com/kvgate/kvgate/extproc/plugins/prefix"
 	"github.com/kvgate/kvgate/extproc/plugins/prefixaffinity"
@@ -67,6 +69,8 @@ var paramsOf = map[string]any{
 	openaiparser.Type:             nil,
 	approxprefix.Type:             approxprefix.Params{},
 	nohitlru.Type:                 nohitlru.Params{},
+	preciseproducer.Type:          precise.Params{},
+	endpointnotification.Type:     nil,
 }
 
 // The README's plugin table, each plugin package's documented parameters,
