@@ -52,8 +52,9 @@ type outcome struct {
 // GIE and llm-d charts, guides, docs and test data (testdata/upstream; the
 // first line of each names its source). A file whose plugins kvgate all
 // registers, and that uses no section kvgate refuses, must load and build
-// a scheduler that picks an endpoint; any other file must fail with an
-// error naming a missing plugin type or the refused section. The list of
+// a scheduler that picks an endpoint, unless a plugin refuses a parameter
+// by name (scheduling.UnsupportedParameterError); any other file must fail
+// with an error naming a missing plugin type or the refused section. The list of
 // outcomes and the counts by reason are logged (go test -v).
 func TestUpstreamConfigs(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("testdata", "upstream", "*.yaml"))
@@ -106,6 +107,9 @@ func TestUpstreamConfigs(t *testing.T) {
 			}
 		case invalidUpstream[o.file] != "" && strings.Contains(buildErr.Error(), invalidUpstream[o.file]):
 			o.reason = "invalid-upstream: " + invalidUpstream[o.file]
+		case len(missing) == 0 && len(refused) == 0 && errors.As(buildErr, new(*scheduling.UnsupportedParameterError)):
+			// A parameter kvgate knows and refuses by name.
+			o.reason = reason(buildErr)
 		case len(missing) == 0 && len(refused) == 0:
 			t.Errorf("%s names only kvgate's plugins and sections but fails: %v", o.file, buildErr)
 			o.reason = "BUG: " + buildErr.Error()
@@ -178,7 +182,10 @@ func loadAndRun(data []byte, reg *scheduling.Registry) error {
 func reason(err error) string {
 	var u *UnsupportedError
 	var unknown *scheduling.UnknownTypeError
+	var param *scheduling.UnsupportedParameterError
 	switch {
+	case errors.As(err, &param):
+		return "unsupported-parameter: " + param.Param
 	case errors.As(err, &u):
 		return strings.ReplaceAll(u.Feature, " ", "-") + ": " + u.Name
 	case errors.As(err, &unknown):

@@ -1,5 +1,12 @@
 package scheduling
 
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+)
+
 // Plugin kinds outside the Filter → Score → Pick pipeline, named by the
 // sections of an EndpointPickerConfig that reference them. They are marker
 // interfaces: what each kind yields is read by the configuration loader
@@ -33,4 +40,34 @@ type RequestParser interface {
 // does not matter and a dangling name is a configuration error.
 type Resolver interface {
 	Resolve(lookup func(name string) (Plugin, bool)) error
+}
+
+// UnsupportedParameterError is a parameter of an upstream (GIE / llm-d)
+// plugin that kvgate knows but does not implement: the plugin refuses it
+// rather than ignore it.
+type UnsupportedParameterError struct {
+	// Param is the parameter's path ("kvEventsConfig.engineType").
+	Param string
+	// Reason says why, and what to do instead.
+	Reason string
+}
+
+func (e *UnsupportedParameterError) Error() string {
+	return fmt.Sprintf("parameters.%s is not supported by kvgate: %s", e.Param, e.Reason)
+}
+
+// RefuseSet returns an UnsupportedParameterError for the first of params
+// (path → raw value) that is present and not null.
+func RefuseSet(reason string, params map[string]json.RawMessage) error {
+	keys := make([]string, 0, len(params))
+	for k := range params {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if v := bytes.TrimSpace(params[k]); len(v) > 0 && !bytes.Equal(v, []byte("null")) {
+			return &UnsupportedParameterError{Param: k, Reason: reason}
+		}
+	}
+	return nil
 }

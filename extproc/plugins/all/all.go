@@ -27,6 +27,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/runningrequests"
 	"github.com/kvgate/kvgate/extproc/plugins/sloheadroom"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenload"
+	"github.com/kvgate/kvgate/extproc/plugins/tokenproducer"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 )
 
@@ -68,6 +69,7 @@ func Registry() *scheduling.Registry {
 		{nohitlru.Type, nohitlru.New},
 		{preciseproducer.Type, preciseproducer.New},
 		{endpointnotification.Type, endpointnotification.New},
+		{tokenproducer.Type, tokenproducer.New},
 	} {
 		mustNot(r.Register(p.typ, p.f))
 	}

@@ -34,6 +34,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/prefixaffinity"
 	"github.com/kvgate/kvgate/extproc/plugins/sloheadroom"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenload"
+	"github.com/kvgate/kvgate/extproc/plugins/tokenproducer"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 )
 
@@ -71,6 +72,7 @@ var paramsOf = map[string]any{
 	nohitlru.Type:                 nohitlru.Params{},
 	preciseproducer.Type:          precise.Params{},
 	endpointnotification.Type:     nil,
+	tokenproducer.Type:            tokenproducer.Params{},
 }
 
 // The README's plugin table, each plugin package's documented parameters,
@@ -107,7 +109,7 @@ func TestDocsAgreeWithRegistry(t *testing.T) {
 		if !ok {
 			continue
 		}
-		p, err := r.Build(typ, "", nil, h)
+		p, err := r.Build(typ, "", minimalParams(typ, ""), h)
 		if err != nil {
 			t.Errorf("%s: %v", typ, err)
 			continue
@@ -164,7 +166,7 @@ func isKind(p scheduling.Plugin, kind string) bool {
 func probeParams(t *testing.T, r *scheduling.Registry, h *scheduling.Handle, typ string, fields []string) {
 	t.Helper()
 	for _, f := range fields {
-		if _, err := r.Build(typ, "", []byte(`{"`+f+`": null}`), h); err != nil {
+		if _, err := r.Build(typ, "", minimalParams(typ, f), h); err != nil {
 			t.Errorf("%s: declared parameter %s refused: %v", typ, f, err)
 		}
 	}

@@ -89,7 +89,7 @@ func New(name string, raw json.RawMessage, _ *scheduling.Handle) (scheduling.Plu
 		}
 		seen[ec.Name] = true
 		if len(ec.CustomMetrics) > 0 {
-			return nil, fmt.Errorf("%s.customMetrics: custom endpoint attributes are not implemented by kvgate (no plugin reads them)", where)
+			return nil, &scheduling.UnsupportedParameterError{Param: fmt.Sprintf("engineConfigs[%d].customMetrics", i), Reason: "custom endpoint attributes: no kvgate plugin reads them"}
 		}
 		s, err := schema(ec)
 		if err != nil {

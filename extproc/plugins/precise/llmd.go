@@ -1,6 +1,8 @@
 package precise
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -26,14 +28,26 @@ type (
 	IndexerConfig struct {
 		TokenProcessorConfig *TokenProcessorConfig `json:"tokenProcessorConfig"`
 		KVBlockIndexConfig   *KVBlockIndexConfig   `json:"kvBlockIndexConfig"`
+		// Refused: per-tier weights (kvgate's tiers have fixed weights)
+		// and the deprecated in-process tokenizer pool (use tokenizer or
+		// a token-producer).
+		KVCacheBackendConfigs json.RawMessage `json:"kvCacheBackendConfigs"`
+		TokenizersPoolConfig  json.RawMessage `json:"tokenizersPoolConfig"`
 	}
 	// KVBlockIndexConfig: kvgate's index is in memory, bounded by its
 	// own limits; enableMetrics is accepted because kvgate's index
 	// metrics are always exported.
 	KVBlockIndexConfig struct {
-		InMemoryConfig         *struct{} `json:"inMemoryConfig"`
-		EnableMetrics          bool      `json:"enableMetrics"`
-		MaxPrefixBlocksToMatch int       `json:"maxPrefixBlocksToMatch"`
+		// InMemoryConfig selects the in-memory index, kvgate's only one;
+		// its size bounds are refused (the index is the picker's, shared
+		// by every precise plugin and sized by the picker).
+		InMemoryConfig         json.RawMessage `json:"inMemoryConfig"`
+		EnableMetrics          bool            `json:"enableMetrics"`
+		MaxPrefixBlocksToMatch int             `json:"maxPrefixBlocksToMatch"`
+		// Refused: other index backends, periodic metrics logging.
+		RedisConfig            json.RawMessage `json:"redisConfig"`
+		CostAwareMemoryConfig  json.RawMessage `json:"costAwareMemoryConfig"`
+		MetricsLoggingInterval json.RawMessage `json:"metricsLoggingInterval"`
 	}
 	// KVEventsConfig: where KV events come from.
 	KVEventsConfig struct {
@@ -99,6 +113,20 @@ func (p *Params) applyLLMD() (KVEvents, error) {
 			}
 			tp = ic.TokenProcessorConfig
 		}
+		if err := scheduling.RefuseSet("kvgate's index weighs device tiers itself and tokenizes in-process (tokenizer) or through a token-producer",
+			map[string]json.RawMessage{"indexerConfig.kvCacheBackendConfigs": ic.KVCacheBackendConfigs, "indexerConfig.tokenizersPoolConfig": ic.TokenizersPoolConfig}); err != nil {
+			return ev, err
+		}
+		if bi := ic.KVBlockIndexConfig; bi != nil {
+			if err := scheduling.RefuseSet("kvgate's KV index is the picker's one in-memory index; its metrics are always exported",
+				map[string]json.RawMessage{"indexerConfig.kvBlockIndexConfig.redisConfig": bi.RedisConfig, "indexerConfig.kvBlockIndexConfig.costAwareMemoryConfig": bi.CostAwareMemoryConfig,
+					"indexerConfig.kvBlockIndexConfig.metricsLoggingInterval": bi.MetricsLoggingInterval}); err != nil {
+				return ev, err
+			}
+			if im := bytes.TrimSpace(bi.InMemoryConfig); len(im) > 0 && !bytes.Equal(im, []byte("{}")) && !bytes.Equal(im, []byte("null")) {
+				return ev, &scheduling.UnsupportedParameterError{Param: "indexerConfig.kvBlockIndexConfig.inMemoryConfig", Reason: "the in-memory index is the picker's, sized by the picker"}
+			}
+		}
 		if bi := ic.KVBlockIndexConfig; bi != nil && bi.MaxPrefixBlocksToMatch != 0 {
 			if bi.MaxPrefixBlocksToMatch < 0 {
 				return ev, fmt.Errorf("parameters.indexerConfig.kvBlockIndexConfig.maxPrefixBlocksToMatch must be positive, got %d", bi.MaxPrefixBlocksToMatch)
@@ -119,7 +147,7 @@ func (p *Params) applyLLMD() (KVEvents, error) {
 			p.HashSeed = tp.HashSeed
 		}
 		if tp.HashAlgorithm != "" {
-			return ev, fmt.Errorf("parameters.tokenProcessorConfig.hashAlgorithm %q: kvgate matches the servers' own vLLM block hashes (set hashAlgo to their --prefix-caching-hash-algo)", tp.HashAlgorithm)
+			return ev, &scheduling.UnsupportedParameterError{Param: "tokenProcessorConfig.hashAlgorithm", Reason: fmt.Sprintf("%q: kvgate matches the servers' own vLLM block hashes (hashAlgo is their --prefix-caching-hash-algo)", tp.HashAlgorithm)}
 		}
 	}
 	kc := p.KVEventsConfig
@@ -129,10 +157,10 @@ func (p *Params) applyLLMD() (KVEvents, error) {
 	switch strings.ToLower(kc.EngineType) {
 	case "", "vllm":
 	default:
-		return ev, fmt.Errorf("parameters.kvEventsConfig.engineType %q: kvgate reads vLLM's KV events only", kc.EngineType)
+		return ev, &scheduling.UnsupportedParameterError{Param: "kvEventsConfig.engineType", Reason: fmt.Sprintf("%q: kvgate reads vLLM's KV events only", kc.EngineType)}
 	}
 	if kc.TopicFilter != "" && kc.TopicFilter != "kv@" {
-		return ev, fmt.Errorf("parameters.kvEventsConfig.topicFilter %q: kvgate reads vLLM's kv@ topics only", kc.TopicFilter)
+		return ev, &scheduling.UnsupportedParameterError{Param: "kvEventsConfig.topicFilter", Reason: fmt.Sprintf("%q: kvgate reads vLLM's kv@ topics only", kc.TopicFilter)}
 	}
 	if kc.Concurrency < 0 {
 		return ev, fmt.Errorf("parameters.kvEventsConfig.concurrency must not be negative, got %d", kc.Concurrency)
@@ -142,7 +170,7 @@ func (p *Params) applyLLMD() (KVEvents, error) {
 		ev.SocketPort = DefaultSocketPort
 		if pd := kc.PodDiscoveryConfig; pd != nil {
 			if pd.PodLabelSelector != "" || pd.PodNamespace != "" {
-				return ev, errors.New("parameters.kvEventsConfig.podDiscoveryConfig: podLabelSelector and podNamespace are not supported: kvgate subscribes to the pool's own endpoints")
+				return ev, &scheduling.UnsupportedParameterError{Param: "kvEventsConfig.podDiscoveryConfig.podLabelSelector/podNamespace", Reason: "kvgate subscribes to the pool's own endpoints"}
 			}
 			for field, port := range map[string]int{"socketPort": pd.SocketPort, "replaySocketPort": pd.ReplaySocketPort} {
 				if port < 0 || port > 65535 {

@@ -39,6 +39,8 @@
 //	                        and podDiscoveryConfig{socketPort (5557),
 //	                        replaySocketPort}: subscribe to every endpoint's
 //	                        own publisher
+//	speculativeTTL: duration  refused: speculative entries last until the
+//	                        response ends
 //
 // Any of llm-d's three objects selects llm-d's defaults for KV events:
 // each endpoint's publisher at tcp://<ip>:5557, as llm-d's pod discovery.
@@ -120,6 +122,9 @@ type Params struct {
 	TokenProcessorConfig *TokenProcessorConfig `json:"tokenProcessorConfig"`
 	IndexerConfig        *IndexerConfig        `json:"indexerConfig"`
 	KVEventsConfig       *KVEventsConfig       `json:"kvEventsConfig"`
+	// SpeculativeTTL is llm-d's lifetime of speculative entries, refused:
+	// kvgate's last until the request's response ends.
+	SpeculativeTTL json.RawMessage `json:"speculativeTTL"`
 }
 
 // Prompt is what the scorer computed for a request.
@@ -183,6 +188,9 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 // NewWithParams builds the precise matcher of type typ from decoded
 // parameters (precise-prefix-cache-producer wraps it).
 func NewWithParams(typ, name string, p Params, h *scheduling.Handle) (*Scorer, error) {
+	if err := scheduling.RefuseSet("speculative entries last until the request's response ends", map[string]json.RawMessage{"speculativeTTL": p.SpeculativeTTL}); err != nil {
+		return nil, err
+	}
 	kvEvents, err := p.applyLLMD()
 	if err != nil {
 		return nil, err

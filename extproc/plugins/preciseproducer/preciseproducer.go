@@ -24,6 +24,7 @@
 //	tokenProcessorConfig: object  llm-d's block size and hash seed
 //	indexerConfig: object   llm-d's index configuration
 //	kvEventsConfig: object  llm-d's KV-event sources
+//	speculativeTTL: duration  refused
 package preciseproducer
 
 import (
