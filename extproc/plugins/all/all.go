@@ -25,6 +25,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/queue"
 	"github.com/kvgate/kvgate/extproc/plugins/rolefilter"
 	"github.com/kvgate/kvgate/extproc/plugins/runningrequests"
+	"github.com/kvgate/kvgate/extproc/plugins/sessionaffinity"
 	"github.com/kvgate/kvgate/extproc/plugins/sloheadroom"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenload"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenproducer"
@@ -70,6 +71,7 @@ func Registry() *scheduling.Registry {
 		{preciseproducer.Type, preciseproducer.New},
 		{endpointnotification.Type, endpointnotification.New},
 		{tokenproducer.Type, tokenproducer.New},
+		{sessionaffinity.Type, sessionaffinity.New},
 	} {
 		mustNot(r.Register(p.typ, p.f))
 	}

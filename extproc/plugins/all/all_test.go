@@ -37,6 +37,8 @@ var requiredParams = map[string]map[string]any{
 	// The render backend's model; llm-d's default backend (estimate) is
 	// refused.
 	"token-producer": {"modelName": "m"},
+	// llm-d's default strategy (encoded_endpoint_header) is refused.
+	"session-affinity-scorer": {"strategy": "session_id"},
 }
 
 // minimalParams is typ's required parameters, with probe (when not empty)

@@ -32,6 +32,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/predictedlatency"
 	"github.com/kvgate/kvgate/extproc/plugins/prefix"
 	"github.com/kvgate/kvgate/extproc/plugins/prefixaffinity"
+	"github.com/kvgate/kvgate/extproc/plugins/sessionaffinity"
 	"github.com/kvgate/kvgate/extproc/plugins/sloheadroom"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenload"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenproducer"
@@ -73,6 +74,7 @@ var paramsOf = map[string]any{
 	preciseproducer.Type:          precise.Params{},
 	endpointnotification.Type:     nil,
 	tokenproducer.Type:            tokenproducer.Params{},
+	sessionaffinity.Type:          sessionaffinity.Params{},
 }
 
 // The README's plugin table, each plugin package's documented parameters,
