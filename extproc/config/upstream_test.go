@@ -163,10 +163,11 @@ func loadAndRun(data []byte, reg *scheduling.Registry) error {
 	if err != nil {
 		return err
 	}
-	// Decode-role endpoints, so that decode-filter keeps them.
+	// Decode-role endpoints, so that decode-filter and the label filters
+	// of the upstream examples (role=decode) keep them.
 	eps := []*endpoints.Endpoint{
-		schedtest.Endpoint("a", endpoints.Metrics{WaitingQueueSize: 3}, "llm-d.ai/role", "decode"),
-		schedtest.Endpoint("b", endpoints.Metrics{}, "llm-d.ai/role", "decode"),
+		schedtest.Endpoint("a", endpoints.Metrics{WaitingQueueSize: 3}, "llm-d.ai/role", "decode", "role", "decode"),
+		schedtest.Endpoint("b", endpoints.Metrics{}, "llm-d.ai/role", "decode", "role", "decode"),
 	}
 	res, err := b.Scheduler.Schedule(context.Background(), scheduling.NewCycleState(), &scheduling.Request{}, eps)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/endpointnotification"
 	"github.com/kvgate/kvgate/extproc/plugins/inflightload"
 	"github.com/kvgate/kvgate/extproc/plugins/kvcacheutil"
+	"github.com/kvgate/kvgate/extproc/plugins/labelselector"
 	"github.com/kvgate/kvgate/extproc/plugins/latencyscorer"
 	"github.com/kvgate/kvgate/extproc/plugins/latencyslo"
 	"github.com/kvgate/kvgate/extproc/plugins/loadaware"
@@ -72,12 +73,15 @@ func Registry() *scheduling.Registry {
 		{endpointnotification.Type, endpointnotification.New},
 		{tokenproducer.Type, tokenproducer.New},
 		{sessionaffinity.Type, sessionaffinity.New},
+		{labelselector.Type, labelselector.New},
+		{labelselector.ByLabelType, labelselector.NewByLabel},
 	} {
 		mustNot(r.Register(p.typ, p.f))
 	}
 	for alias, typ := range map[string]string{
 		runningrequests.Alias: runningrequests.Type,
 		"kv-cache-scorer":     kvcacheutil.Type, // GIE's earlier name
+		labelselector.Alias:   labelselector.Type,
 	} {
 		mustNot(r.Alias(alias, typ))
 	}

@@ -39,6 +39,7 @@ var requiredParams = map[string]map[string]any{
 	"token-producer": {"modelName": "m"},
 	// llm-d's default strategy (encoded_endpoint_header) is refused.
 	"session-affinity-scorer": {"strategy": "session_id"},
+	"by-label":                {"label": "hw", "allowsNoLabel": true},
 }
 
 // minimalParams is typ's required parameters, with probe (when not empty)

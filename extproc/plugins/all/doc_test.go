@@ -20,6 +20,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
 	"github.com/kvgate/kvgate/extproc/plugins/endpointnotification"
 	"github.com/kvgate/kvgate/extproc/plugins/inflightload"
+	"github.com/kvgate/kvgate/extproc/plugins/labelselector"
 	"github.com/kvgate/kvgate/extproc/plugins/latencyscorer"
 	"github.com/kvgate/kvgate/extproc/plugins/latencyslo"
 	"github.com/kvgate/kvgate/extproc/plugins/loadaware"
@@ -75,6 +76,8 @@ var paramsOf = map[string]any{
 	endpointnotification.Type:     nil,
 	tokenproducer.Type:            tokenproducer.Params{},
 	sessionaffinity.Type:          sessionaffinity.Params{},
+	labelselector.Type:            labelselector.Params{},
+	labelselector.ByLabelType:     labelselector.ByLabelParams{},
 }
 
 // The README's plugin table, each plugin package's documented parameters,
