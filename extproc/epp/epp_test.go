@@ -33,6 +33,8 @@ type modelServer struct {
 	addr string
 	mu   sync.Mutex
 	page string
+	// path is the last path scraped.
+	path string
 }
 
 func (m *modelServer) set(page string) {
@@ -51,6 +53,7 @@ func startModelServer(t testing.TB, ip, page string) *modelServer {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
+		m.path = r.URL.Path
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 		_, _ = io.WriteString(w, m.page)
 	})}
