@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,12 +29,27 @@ type renderServer struct {
 	delay     atomic.Int64
 }
 
-func newRenderServer(t *testing.T) *renderServer {
+// loadTokenizer loads the tokenizer once for all tests: loading it costs
+// seconds under -race.
+var loadTokenizer = sync.OnceValues(func() (*tokenizer.Tokenizer, error) {
+	return tokenizer.Load(tokenizerDir)
+})
+
+var tokenizerDir string
+
+func qwen(t *testing.T) *tokenizer.Tokenizer {
 	t.Helper()
-	tok, err := tokenizer.Load(testutil.TokenizerDir(t))
+	tokenizerDir = testutil.TokenizerDir(t)
+	tok, err := loadTokenizer()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return tok
+}
+
+func newRenderServer(t *testing.T) *renderServer {
+	t.Helper()
+	tok := qwen(t)
 	rs := &renderServer{}
 	rs.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if d := time.Duration(rs.delay.Load()); d > 0 {
@@ -83,10 +99,7 @@ func producer(t *testing.T, params string) *Producer {
 // chat template make of the prompt.
 func TestRenderTokens(t *testing.T) {
 	rs := newRenderServer(t)
-	tok, err := tokenizer.Load(testutil.TokenizerDir(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := qwen(t)
 	p := producer(t, `{"modelName": "Qwen/Qwen3-0.6B", "vllm": {"url": "`+rs.URL+`/"}}`)
 	for api, body := range map[openai.API]string{
 		openai.Completions:     `{"model":"m","prompt":"The capital of France is"}`,
