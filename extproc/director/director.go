@@ -34,6 +34,11 @@ type Objectives interface {
 	Priority(name string) (priority int, ok bool)
 }
 
+// ModelRewrites resolves a request's model through InferenceModelRewrites.
+type ModelRewrites interface {
+	RewriteModel(model string) (target, rewrite string, ok bool)
+}
+
 // Hooks are the request-lifecycle plugins of a configuration.
 type Hooks struct {
 	PreRequest       []scheduling.PreRequest
@@ -51,6 +56,9 @@ type Options struct {
 	Saturation *saturation.Detector
 	// Objectives resolves priorities; nil means every request has priority 0.
 	Objectives Objectives
+	// Rewrites resolves model rewrites for requests without an
+	// x-llm-d-model-name-rewrite header (which wins); nil: none.
+	Rewrites ModelRewrites
 	// TrustFilterHints makes requests without a body route on the
 	// x-kvgate-* headers kvgate's wasm filter sets (the headers-only fast
 	// path). Only safe behind a proxy that runs the filter, which strips
@@ -156,8 +164,8 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 	for i, t := range targets {
 		dec.Endpoints[i] = t.Address()
 	}
-	if req.ModelRewrite != "" {
-		dec.TargetModel = req.ModelRewrite
+	if sr.TargetModel != sr.IncomingModel {
+		dec.TargetModel = sr.TargetModel
 	}
 	return dec, ex, nil
 }
@@ -197,8 +205,13 @@ func (d *Director) schedulingRequest(req *server.Request) *scheduling.Request {
 	// look saturated (servers cap it at the context length anyway).
 	sr.MaxTokens = min(sr.MaxTokens, maxTokensCharged)
 	sr.TargetModel = sr.IncomingModel
-	if req.ModelRewrite != "" {
+	switch {
+	case req.ModelRewrite != "":
 		sr.TargetModel = req.ModelRewrite
+	case d.opts.Rewrites != nil && sr.IncomingModel != "":
+		if target, _, ok := d.opts.Rewrites.RewriteModel(sr.IncomingModel); ok {
+			sr.TargetModel = target
+		}
 	}
 	sr.TTFTSLO = sloHeader(req.Headers, eppwire.HeaderSLOTTFT, eppwire.HeaderSLOTTFTDeprecated)
 	sr.TPOTSLO = sloHeader(req.Headers, eppwire.HeaderSLOTPOT, eppwire.HeaderSLOTPOTDeprecated)

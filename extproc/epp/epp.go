@@ -209,6 +209,7 @@ type Picker struct {
 	ds         *endpoints.Datastore
 	source     endpoints.Source
 	objectives director.Objectives
+	rewrites   director.ModelRewrites
 	scraper    *scrape.Scraper
 	built      *config.Built
 	server     *server.Server
@@ -266,7 +267,7 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 		if err != nil {
 			return nil, err
 		}
-		p.source, p.objectives = disc, disc
+		p.source, p.objectives, p.rewrites = disc, disc, disc
 	}
 
 	d := director.New(director.Options{
@@ -276,6 +277,7 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 		Saturation:       saturation.New(p.built.Saturation, time.Now),
 		TrustFilterHints: o.TrustFilterHeaders,
 		Objectives:       p.objectives,
+		Rewrites:         p.rewrites,
 		Metrics:          p.metrics,
 		Logger:           log,
 	})

@@ -63,6 +63,10 @@ type Discovery struct {
 	// before the informers start and read only by Run's goroutine.
 	objectives []schema.GroupVersionKind
 	priorities atomic.Pointer[map[string]int]
+	// rewrites: the same for InferenceModelRewrites.
+	rewriteVersions []schema.GroupVersionKind
+	rewritesDirty   atomic.Bool
+	rewrites        atomic.Pointer[rewriteTable]
 }
 
 // New validates opts and connects the clients; it does not contact the API
@@ -117,10 +121,10 @@ func New(opts Options) (*Discovery, error) {
 		byObject[&inferencev1.InferencePool{}] = cache.ByObject{
 			Field: fields.OneTermEqualSelector("metadata.name", d.pool),
 		}
-		for _, gvk := range objectiveGVKs {
-			objective := &unstructured.Unstructured{}
-			objective.SetGroupVersionKind(gvk)
-			byObject[objective] = cache.ByObject{}
+		for _, gvk := range append(slices.Clone(objectiveGVKs), rewriteGVKs...) {
+			obj := &unstructured.Unstructured{}
+			obj.SetGroupVersionKind(gvk)
+			byObject[obj] = cache.ByObject{}
 		}
 	}
 	d.cache, err = cache.New(cfg, cache.Options{
@@ -207,13 +211,14 @@ func (d *Discovery) Run(ctx context.Context, apply func([]endpoints.Spec) error)
 		}
 		return errors.New("kubernetes cache did not sync")
 	}
-	d.log.Info("kubernetes discovery started", "objectives", fmt.Sprint(d.objectives))
+	d.log.Info("kubernetes discovery started", "objectives", fmt.Sprint(d.objectives), "rewrites", fmt.Sprint(d.rewriteVersions))
 
 	// The handlers have marked everything dirty while the initial lists
 	// were replayed; the first sync applies the initial set at once.
 	s := syncer{d: d, apply: apply, first: true}
 	d.endpointsDirty.Store(true)
 	d.objectivesDirty.Store(len(d.objectives) > 0)
+	d.rewritesDirty.Store(len(d.rewriteVersions) > 0)
 	s.sync(ctx)
 
 	timer := time.NewTimer(coalesceWindow)
@@ -256,6 +261,9 @@ func (s *syncer) sync(ctx context.Context) {
 	d := s.d
 	if d.objectivesDirty.Swap(false) {
 		d.rebuildPriorities(ctx)
+	}
+	if d.rewritesDirty.Swap(false) {
+		d.rebuildRewrites(ctx)
 	}
 	if !d.endpointsDirty.Swap(false) {
 		return
@@ -315,23 +323,32 @@ func (d *Discovery) preflight(ctx context.Context) error {
 	if d.pool == "" {
 		return nil
 	}
-	for _, gvk := range objectiveGVKs {
+	d.objectives = d.readable(ctx, objectiveGVKs)
+	if len(d.objectives) == 0 {
+		d.log.Info("no InferenceObjective API readable; request priorities default to 0")
+	}
+	d.rewriteVersions = d.readable(ctx, rewriteGVKs)
+	return nil
+}
+
+// readable returns those of gvks the cluster serves and the picker may
+// list, in order.
+func (d *Discovery) readable(ctx context.Context, gvks []schema.GroupVersionKind) []schema.GroupVersionKind {
+	var out []schema.GroupVersionKind
+	for _, gvk := range gvks {
 		list := &unstructured.UnstructuredList{}
 		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
 		err := d.direct.List(ctx, list, client.InNamespace(d.namespace), client.Limit(1))
 		switch {
 		case err == nil:
-			d.objectives = append(d.objectives, gvk)
+			out = append(out, gvk)
 		case meta.IsNoMatchError(err):
-			d.log.Info("InferenceObjective API not installed", "apiVersion", gvk.GroupVersion().String())
+			d.log.Info("API not installed", "kind", gvk.Kind, "apiVersion", gvk.GroupVersion().String())
 		default:
-			d.log.Warn("cannot read InferenceObjectives", "apiVersion", gvk.GroupVersion().String(), "err", err)
+			d.log.Warn("cannot read", "kind", gvk.Kind, "apiVersion", gvk.GroupVersion().String(), "err", err)
 		}
 	}
-	if len(d.objectives) == 0 {
-		d.log.Info("no InferenceObjective API readable; request priorities default to 0")
-	}
-	return nil
+	return out
 }
 
 // register creates the informers (started later with the cache) and hooks
@@ -366,6 +383,13 @@ func (d *Discovery) register(ctx context.Context) error {
 		objective := &unstructured.Unstructured{}
 		objective.SetGroupVersionKind(gvk)
 		if err := watch(objective, &d.objectivesDirty); err != nil {
+			return err
+		}
+	}
+	for _, gvk := range d.rewriteVersions {
+		rewrite := &unstructured.Unstructured{}
+		rewrite.SetGroupVersionKind(gvk)
+		if err := watch(rewrite, &d.rewritesDirty); err != nil {
 			return err
 		}
 	}
@@ -441,6 +465,43 @@ func (d *Discovery) rebuildPriorities(ctx context.Context) {
 		}
 	}
 	d.priorities.Store(&m)
+}
+
+// rebuildRewrites publishes a new rewrite table from the cache: the
+// rewrites of every served API version, a name of the preferred version
+// (llm-d's) shadowing the same name in a later one (GIE's).
+func (d *Discovery) rebuildRewrites(ctx context.Context) {
+	seen := map[string]bool{}
+	var rules []*rewriteRule
+	for _, gvk := range d.rewriteVersions {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		if err := d.cache.List(ctx, list, client.InNamespace(d.namespace)); err != nil {
+			d.log.Warn("listing InferenceModelRewrites", "apiVersion", gvk.GroupVersion().String(), "err", err)
+			return
+		}
+		for i := range list.Items {
+			name := list.Items[i].GetName()
+			if seen[name] {
+				continue // the preferred version's rewrite of this name wins
+			}
+			rs, ok, err := rewriteRules(list.Items[i].Object, d.pool)
+			if err != nil {
+				d.log.Warn("ignoring malformed InferenceModelRewrite", "rewrite", name, "apiVersion", gvk.GroupVersion().String(), "err", err)
+				continue
+			}
+			if !ok {
+				continue
+			}
+			seen[name] = true
+			if len(rules)+len(rs) > MaxRewriteRules {
+				d.log.Warn("too many InferenceModelRewrite rules; the rest are ignored", "max", MaxRewriteRules)
+				break
+			}
+			rules = append(rules, rs...)
+		}
+	}
+	d.rewrites.Store(newRewriteTable(rules))
 }
 
 // RouteLogs sends the logs of the Kubernetes libraries (controller-runtime

@@ -37,15 +37,8 @@ func objectivePriority(obj map[string]any, pool string) (name string, priority i
 	if name == "" {
 		return "", 0, false, errors.New("metadata.name is empty")
 	}
-	ref, found, err := unstructured.NestedMap(obj, "spec", "poolRef")
-	if err != nil || !found {
-		return name, 0, false, fmt.Errorf("spec.poolRef: missing or not an object")
-	}
-	refName, _ := ref["name"].(string)
-	group, _ := ref["group"].(string)
-	kind, _ := ref["kind"].(string)
-	if refName != pool || (group != "" && group != inferencev1.GroupName) || (kind != "" && kind != "InferencePool") {
-		return name, 0, false, nil
+	if ok, err := poolRefMatches(obj, pool); err != nil || !ok {
+		return name, 0, false, err
 	}
 
 	v, found, err := unstructured.NestedFieldNoCopy(obj, "spec", "priority")
@@ -78,4 +71,17 @@ func intPriority(n int64) (int, error) {
 		return 0, fmt.Errorf("spec.priority %d out of the 32-bit range", n)
 	}
 	return int(n), nil
+}
+
+// poolRefMatches reports whether an object's spec.poolRef names the pool
+// (an InferencePool of inference.networking.k8s.io, the defaults).
+func poolRefMatches(obj map[string]any, pool string) (bool, error) {
+	ref, found, err := unstructured.NestedMap(obj, "spec", "poolRef")
+	if err != nil || !found {
+		return false, fmt.Errorf("spec.poolRef: missing or not an object")
+	}
+	refName, _ := ref["name"].(string)
+	group, _ := ref["group"].(string)
+	kind, _ := ref["kind"].(string)
+	return refName == pool && (group == "" || group == inferencev1.GroupName) && (kind == "" || kind == "InferencePool"), nil
 }
