@@ -91,6 +91,10 @@ var featureGates = map[string]bool{
 	"dataLayer": true,
 	// Data-producer plugins before scheduling: always on in kvgate.
 	"prepareDataPlugins": true,
+	// GIE v1.5: poll metrics with the older, pre-data-layer code. The
+	// metrics polled are the same; kvgate has one scraper (llm-d removed
+	// the gate).
+	"enableLegacyMetrics": true,
 	"flowControl":        false,
 }
 
