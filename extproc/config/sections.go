@@ -95,7 +95,7 @@ var featureGates = map[string]bool{
 	// metrics polled are the same; kvgate has one scraper (llm-d removed
 	// the gate).
 	"enableLegacyMetrics": true,
-	"flowControl":        false,
+	"flowControl":         false,
 }
 
 func checkFeatureGates(gates []string) error {
