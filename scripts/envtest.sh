@@ -144,9 +144,27 @@ copy_crd() {
 	log "CRD ${out} from ${module}@${version}"
 }
 
+# llm_d_crd writes GIE's CRD in under llm-d's API group llm-d.ai, where the
+# API moved with the picker (llm-d-router config/crd/bases): the same
+# v1alpha2 schema, the group renamed. llm-d-router is not on the module
+# proxy, so its own file cannot be fetched like the others.
+llm_d_crd() {
+	local in=$1 out=$2
+	if [[ -f "${crd_dir}/${out}" ]]; then
+		return
+	fi
+	sed 's/inference\.networking\.x-k8s\.io/llm-d.ai/g' "${crd_dir}/${in}" >"${crd_dir}/${out}.tmp"
+	mv "${crd_dir}/${out}.tmp" "${crd_dir}/${out}"
+	log "CRD ${out} (llm-d.ai) from ${in}"
+}
+
 fetch_crds() {
 	copy_crd sigs.k8s.io/gateway-api-inference-extension "${GIE_OBJECTIVE_VERSION}" \
 		config/crd/bases/inference.networking.x-k8s.io_inferenceobjectives.yaml inferenceobjectives.yaml
+	copy_crd sigs.k8s.io/gateway-api-inference-extension "${GIE_OBJECTIVE_VERSION}" \
+		config/crd/bases/inference.networking.x-k8s.io_inferencemodelrewrites.yaml inferencemodelrewrites.yaml
+	llm_d_crd inferenceobjectives.yaml llm-d.ai_inferenceobjectives.yaml
+	llm_d_crd inferencemodelrewrites.yaml llm-d.ai_inferencemodelrewrites.yaml
 	copy_crd github.com/prometheus-operator/prometheus-operator "${PROMETHEUS_OPERATOR_VERSION}" \
 		example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml servicemonitors.yaml
 	copy_crd github.com/envoyproxy/gateway "${ENVOY_GATEWAY_VERSION}" \

@@ -20,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -356,7 +357,7 @@ func checkCommon(t *testing.T, objs []*unstructured.Unstructured) {
 		}
 	}
 	rules := str(t, find(t, objs, "Role"), "rules")
-	for _, r := range []string{"pods", "inferencepools", "inferenceobjectives"} {
+	for _, r := range []string{"pods", "inferencepools", "inferenceobjectives", "inferencemodelrewrites", "llm-d.ai", "inference.networking.x-k8s.io"} {
 		if !strings.Contains(rules, r) {
 			t.Errorf("Role lacks %s: %s", r, rules)
 		}
@@ -598,6 +599,25 @@ func TestChartRBACRunsDiscovery(t *testing.T) {
 	asSA, err := client.New(cfg, client.Options{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The objective and rewrite APIs of both groups are readable in the
+	// release namespace (where their CRDs are installed here).
+	for _, gvk := range []schema.GroupVersionKind{
+		{Group: "llm-d.ai", Version: "v1alpha2", Kind: "InferenceObjectiveList"},
+		{Group: "inference.networking.x-k8s.io", Version: "v1alpha2", Kind: "InferenceObjectiveList"},
+		{Group: "llm-d.ai", Version: "v1alpha2", Kind: "InferenceModelRewriteList"},
+		{Group: "inference.networking.x-k8s.io", Version: "v1alpha2", Kind: "InferenceModelRewriteList"},
+	} {
+		file := map[string]string{"llm-d.ai": "llm-d.ai_", "inference.networking.x-k8s.io": ""}[gvk.Group] + strings.ToLower(strings.TrimSuffix(gvk.Kind, "List")) + "s.yaml"
+		if !crdFiles[file] {
+			t.Logf("%s not installed (%s missing): run scripts/envtest.sh", gvk.GroupVersion(), file)
+			continue
+		}
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(gvk)
+		if err := asSA.List(context.Background(), list, client.InNamespace(releaseNamespace)); err != nil {
+			t.Errorf("listing %s as the picker: %v", gvk, err)
+		}
 	}
 	for _, ns := range []string{"elsewhere", ""} {
 		err := asSA.List(context.Background(), &corev1.PodList{}, client.InNamespace(ns))

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/kvgate/kvgate/extproc/plugins/picker"
+	"github.com/kvgate/kvgate/extproc/plugins/precise"
 	"github.com/kvgate/kvgate/extproc/plugins/profilehandler"
 	"github.com/kvgate/kvgate/extproc/saturation"
 	"github.com/kvgate/kvgate/extproc/scheduling"
@@ -22,6 +23,13 @@ type Built struct {
 	EndpointsRemoved []scheduling.EndpointsRemoved
 	Saturation       saturation.Config
 	FeatureGates     map[string]bool
+	// Metrics is the data layer's metrics source and extractor, applied
+	// to the scraper with Metrics.Scrape.
+	Metrics Metrics
+	// KVEvents is where a precise prefix plugin configured in llm-d's
+	// layout wants KV events from (zero: the flags and endpoint files
+	// say).
+	KVEvents precise.KVEvents
 }
 
 // Build instantiates the configuration's plugins from reg and assembles the
@@ -37,10 +45,25 @@ func Build(c *Config, reg *scheduling.Registry, h *scheduling.Handle, observe sc
 	}
 	b.handle = *h
 	b.handle.Plugin = b.lookup
+	if err := unsupportedSections(c); err != nil {
+		return nil, err
+	}
 	for i, spec := range c.Plugins {
 		if _, err := b.add(fmt.Sprintf("plugins[%d]", i), spec); err != nil {
 			return nil, err
 		}
+	}
+	if err := b.resolve(); err != nil {
+		return nil, err
+	}
+	if err := b.dataLayer(c); err != nil {
+		return nil, err
+	}
+	if err := b.parsers(c); err != nil {
+		return nil, err
+	}
+	if err := b.kvEvents(); err != nil {
+		return nil, err
 	}
 	// Only configured plugins can be handlers; look before the defaults
 	// below are added.
@@ -82,11 +105,14 @@ func (b *builder) lookup(name string) (scheduling.Plugin, bool) {
 func (b *builder) settings(c *Config) error {
 	b.out.Saturation = saturation.Defaults()
 	b.out.FeatureGates = map[string]bool{}
+	if err := checkFeatureGates(c.FeatureGates); err != nil {
+		return err
+	}
 	for _, g := range c.FeatureGates {
 		b.out.FeatureGates[g] = true
 	}
 	if c.SaturationDetector != nil {
-		b.out.Saturation = fillSaturation(*c.SaturationDetector)
+		b.out.Saturation = fillSaturation(c.SaturationDetector.Config)
 	}
 	return b.out.Saturation.Validate()
 }
@@ -105,7 +131,7 @@ func (b *builder) add(where string, spec PluginSpec) (scheduling.Plugin, error) 
 	}
 	p, err := b.reg.Build(spec.Type, name, spec.Parameters, &b.handle)
 	if err != nil {
-		return nil, fmt.Errorf("%s (name %q, type %q): %w", where, name, spec.Type, err)
+		return nil, fmt.Errorf("%s (name %q, type %q): %w", where, name, spec.Type, unknownType(where, spec.Type, err))
 	}
 	b.byName[name] = p
 	b.out.Plugins = append(b.out.Plugins, p)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -11,27 +12,85 @@ import (
 	"github.com/kvgate/kvgate/extproc/saturation"
 )
 
-// Accepted apiVersion and kind values.
+// Accepted apiVersion and kind values: every API version the GIE and llm-d
+// pickers' files use (one schema, renamed as the API moved from GIE to
+// llm-d-router).
 const (
-	Kind          = "EndpointPickerConfig"
-	APIVersionGIE = "inference.networking.x-k8s.io/v1alpha1"
-	APIVersionLLM = "llm-d.ai/v1alpha1"
+	Kind              = "EndpointPickerConfig"
+	APIVersionGIE     = "inference.networking.x-k8s.io/v1alpha1"
+	APIVersionGIEOld  = "config.x-k8s.io/v1alpha1"
+	APIVersionLLM     = "llm-d.ai/v1alpha1"
+	APIVersionLLMNext = "llm-d.ai/v1"
 )
+
+// APIVersions lists the accepted apiVersion values.
+var APIVersions = []string{APIVersionLLM, APIVersionLLMNext, APIVersionGIE, APIVersionGIEOld}
 
 // Config is an EndpointPickerConfig document.
 type Config struct {
-	APIVersion         string             `json:"apiVersion"`
-	Kind               string             `json:"kind"`
-	Plugins            []PluginSpec       `json:"plugins,omitempty"`
-	SchedulingProfiles []ProfileSpec      `json:"schedulingProfiles,omitempty"`
-	SaturationDetector *saturation.Config `json:"saturationDetector,omitempty"`
-	FeatureGates       []string           `json:"featureGates,omitempty"`
-	// FlowControl, Data and Parser are sections of the GIE format that this
-	// picker accepts so that existing files load; their contents are kept
-	// for the components that interpret them.
+	APIVersion         string        `json:"apiVersion"`
+	Kind               string        `json:"kind"`
+	Plugins            []PluginSpec  `json:"plugins,omitempty"`
+	SchedulingProfiles []ProfileSpec `json:"schedulingProfiles,omitempty"`
+	// Metadata is a Kubernetes-style object name some llm-d documents
+	// carry; it changes nothing.
+	Metadata           *Metadata       `json:"metadata,omitempty"`
+	SaturationDetector *SaturationSpec `json:"saturationDetector,omitempty"`
+	FeatureGates       []string        `json:"featureGates,omitempty"`
+	// DataLayer wires data sources to extractors (llm-d); Data is GIE's
+	// earlier name of the same section.
+	DataLayer *DataLayerSpec `json:"dataLayer,omitempty"`
+	Data      *DataLayerSpec `json:"data,omitempty"`
+	// RequestHandler lists the request parsers (llm-d); Parser is GIE's
+	// single-parser form.
+	RequestHandler *RequestHandlerSpec `json:"requestHandler,omitempty"`
+	Parser         *Ref                `json:"parser,omitempty"`
+	// FlowControl is refused until flow control is implemented (Build
+	// names it): it is kept raw only to say so.
 	FlowControl json.RawMessage `json:"flowControl,omitempty"`
-	Data        json.RawMessage `json:"data,omitempty"`
-	Parser      json.RawMessage `json:"parser,omitempty"`
+}
+
+// Metadata is an EndpointPickerConfig's optional object metadata.
+type Metadata struct {
+	Name string `json:"name,omitempty"`
+}
+
+// SaturationSpec is the saturationDetector section: GIE's thresholds, or
+// llm-d's pluginRef to a saturation-detector plugin (refused until flow
+// control lands).
+type SaturationSpec struct {
+	saturation.Config
+	PluginRef string `json:"pluginRef,omitempty"`
+}
+
+// Ref names a configured plugin.
+type Ref struct {
+	PluginRef string `json:"pluginRef"`
+}
+
+// DataLayerSpec is the dataLayer section.
+type DataLayerSpec struct {
+	// InjectDefaults false means no metrics source is added when none is
+	// configured (default true).
+	InjectDefaults *bool            `json:"injectDefaults,omitempty"`
+	Sources        []DataSourceSpec `json:"sources,omitempty"`
+	// Discovery, PeerDiscovery and the cross-replica fields are llm-d's;
+	// Build refuses them by name until kvgate implements them.
+	Discovery                   *Ref   `json:"discovery,omitempty"`
+	PeerDiscovery               *Ref   `json:"peerDiscovery,omitempty"`
+	CrossReplicaSyncerPluginRef string `json:"crossReplicaSyncerPluginRef,omitempty"`
+	CrossReplicaSyncInterval    string `json:"crossReplicaSyncInterval,omitempty"`
+}
+
+// DataSourceSpec wires one data source to the extractors reading it.
+type DataSourceSpec struct {
+	PluginRef  string `json:"pluginRef"`
+	Extractors []Ref  `json:"extractors,omitempty"`
+}
+
+// RequestHandlerSpec is the requestHandler section.
+type RequestHandlerSpec struct {
+	Parsers []Ref `json:"parsers,omitempty"`
 }
 
 // PluginSpec instantiates one plugin.
@@ -90,8 +149,8 @@ func Parse(data []byte) (*Config, error) {
 	if c.Kind != Kind {
 		return nil, fmt.Errorf("EndpointPickerConfig: kind must be %q, got %q", Kind, c.Kind)
 	}
-	if c.APIVersion != APIVersionGIE && c.APIVersion != APIVersionLLM {
-		return nil, fmt.Errorf("EndpointPickerConfig: apiVersion must be %q or %q, got %q", APIVersionGIE, APIVersionLLM, c.APIVersion)
+	if !slices.Contains(APIVersions, c.APIVersion) {
+		return nil, fmt.Errorf("EndpointPickerConfig: apiVersion must be one of %s, got %q", strings.Join(APIVersions, ", "), c.APIVersion)
 	}
 	return &c, nil
 }

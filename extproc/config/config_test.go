@@ -174,6 +174,17 @@ func FuzzParse(f *testing.F) {
 		f.Add(data)
 	}
 	f.Add([]byte(DefaultYAML))
+	upstream, err := filepath.Glob(filepath.Join("testdata", "upstream", "*.yaml"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, name := range upstream {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
 	reg := all.Registry()
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse(data)

@@ -34,6 +34,11 @@ type Objectives interface {
 	Priority(name string) (priority int, ok bool)
 }
 
+// ModelRewrites resolves a request's model through InferenceModelRewrites.
+type ModelRewrites interface {
+	RewriteModel(model string) (target, rewrite string, ok bool)
+}
+
 // Hooks are the request-lifecycle plugins of a configuration.
 type Hooks struct {
 	PreRequest       []scheduling.PreRequest
@@ -51,6 +56,9 @@ type Options struct {
 	Saturation *saturation.Detector
 	// Objectives resolves priorities; nil means every request has priority 0.
 	Objectives Objectives
+	// Rewrites resolves model rewrites for requests without an
+	// x-llm-d-model-name-rewrite header (which wins); nil: none.
+	Rewrites ModelRewrites
 	// TrustFilterHints makes requests without a body route on the
 	// x-kvgate-* headers kvgate's wasm filter sets (the headers-only fast
 	// path). Only safe behind a proxy that runs the filter, which strips
@@ -89,12 +97,10 @@ func New(opts Options) *Director {
 // 4M-token context, the token-load scorer's saturation point.
 const maxTokensCharged = 4 << 20
 
-// DroppedReason values sent in x-llm-d-request-dropped-reason.
-const (
-	DroppedSaturated   = "saturated"
-	DroppedFiltered    = "filtered"
-	DroppedNotAdmitted = "not-admitted"
-)
+// Refusals are reported with llm-d's x-llm-d-request-dropped-reason values
+// (internal/eppwire): a sheddable request on a saturated pool, filters that
+// leave no endpoint and an admitter's refusal are all rejected-saturated
+// (429), as llm-d reports them; an empty pool is rejected-no-endpoints (503).
 
 // HandleRequest implements server.Director.
 func (d *Director) HandleRequest(ctx context.Context, req *server.Request) (*server.Decision, server.Exchange, error) {
@@ -117,10 +123,10 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 		if req.HeaderOnly && req.Parsed == nil && sr.IncomingModel == "" {
 			return nil, nil, &inferr.Error{Code: inferr.Internal, Msg: "no endpoints available for a request without a body"}
 		}
-		return nil, nil, inferr.New(inferr.ServiceUnavailable, "no candidate endpoints for the request")
+		return nil, nil, &inferr.Error{Code: inferr.ServiceUnavailable, Msg: "no candidate endpoints for the request", DroppedReason: eppwire.DroppedNoEndpoints}
 	}
 	if sr.Priority < 0 && d.opts.Saturation != nil && d.opts.Saturation.Saturated(candidates) {
-		return nil, nil, &inferr.Error{Code: inferr.InferencePoolResourceExhausted, Msg: "pool is saturated and the request is sheddable", DroppedReason: DroppedSaturated}
+		return nil, nil, &inferr.Error{Code: inferr.ResourceExhausted, Msg: "pool is saturated and the request is sheddable", DroppedReason: eppwire.DroppedSaturated}
 	}
 
 	cs := scheduling.NewCycleState()
@@ -134,11 +140,11 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 		return nil, nil, fmt.Errorf("scheduling: %w", ctx.Err())
 	case errors.Is(err, scheduling.ErrNotAdmitted):
 		// First: an admitter's own reason may wrap anything.
-		return nil, nil, &inferr.Error{Code: inferr.InferencePoolResourceExhausted, Msg: err.Error(), DroppedReason: DroppedNotAdmitted}
+		return nil, nil, &inferr.Error{Code: inferr.ResourceExhausted, Msg: err.Error(), DroppedReason: eppwire.DroppedSaturated}
 	case errors.Is(err, scheduling.ErrNoCandidates):
-		return nil, nil, inferr.New(inferr.ServiceUnavailable, "no candidate endpoints for the request")
+		return nil, nil, &inferr.Error{Code: inferr.ServiceUnavailable, Msg: "no candidate endpoints for the request", DroppedReason: eppwire.DroppedNoEndpoints}
 	case errors.Is(err, scheduling.ErrAllFiltered):
-		return nil, nil, &inferr.Error{Code: inferr.InferencePoolResourceExhausted, Msg: "no endpoint passed the scheduling filters", DroppedReason: DroppedFiltered}
+		return nil, nil, &inferr.Error{Code: inferr.ResourceExhausted, Msg: "no endpoint passed the scheduling filters", DroppedReason: eppwire.DroppedSaturated}
 	case err != nil:
 		return nil, nil, inferr.New(inferr.Internal, "scheduling failed: %v", err)
 	}
@@ -158,8 +164,8 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 	for i, t := range targets {
 		dec.Endpoints[i] = t.Address()
 	}
-	if req.ModelRewrite != "" {
-		dec.TargetModel = req.ModelRewrite
+	if sr.TargetModel != sr.IncomingModel {
+		dec.TargetModel = sr.TargetModel
 	}
 	return dec, ex, nil
 }
@@ -199,8 +205,13 @@ func (d *Director) schedulingRequest(req *server.Request) *scheduling.Request {
 	// look saturated (servers cap it at the context length anyway).
 	sr.MaxTokens = min(sr.MaxTokens, maxTokensCharged)
 	sr.TargetModel = sr.IncomingModel
-	if req.ModelRewrite != "" {
+	switch {
+	case req.ModelRewrite != "":
 		sr.TargetModel = req.ModelRewrite
+	case d.opts.Rewrites != nil && sr.IncomingModel != "":
+		if target, _, ok := d.opts.Rewrites.RewriteModel(sr.IncomingModel); ok {
+			sr.TargetModel = target
+		}
 	}
 	sr.TTFTSLO = sloHeader(req.Headers, eppwire.HeaderSLOTTFT, eppwire.HeaderSLOTTFTDeprecated)
 	sr.TPOTSLO = sloHeader(req.Headers, eppwire.HeaderSLOTPOT, eppwire.HeaderSLOTPOTDeprecated)

@@ -156,8 +156,8 @@ func TestAdmitterRefusalIs429(t *testing.T) {
 	req.Headers[eppwire.HeaderSLOTTFT] = "1"
 	_, _, err := d.HandleRequest(context.Background(), req)
 	var ie *inferr.Error
-	if !errors.As(err, &ie) || ie.Code != inferr.InferencePoolResourceExhausted || ie.DroppedReason != DroppedNotAdmitted {
-		t.Fatalf("err = %v, want a 429 not-admitted refusal", err)
+	if !errors.As(err, &ie) || ie.Code != inferr.ResourceExhausted || ie.DroppedReason != eppwire.DroppedSaturated {
+		t.Fatalf("err = %v, want a 429 rejected-saturated refusal", err)
 	}
 	delete(req.Headers, eppwire.HeaderSLOTTFT)
 	if _, _, err := d.HandleRequest(context.Background(), req); err != nil {
@@ -168,3 +168,36 @@ func TestAdmitterRefusalIs429(t *testing.T) {
 type objectives map[string]int
 
 func (o objectives) Priority(name string) (int, bool) { p, ok := o[name]; return p, ok }
+
+type rewrites map[string]string
+
+func (r rewrites) RewriteModel(model string) (string, string, bool) {
+	t, ok := r[model]
+	return t, "rw", ok
+}
+
+// An InferenceModelRewrite retargets the request (the body's model is
+// replaced upstream); the x-llm-d-model-name-rewrite header wins over it.
+func TestModelRewrites(t *testing.T) {
+	eps := pool{schedtest.Endpoint("a", endpoints.Metrics{}), schedtest.Endpoint("b", endpoints.Metrics{})}
+	d := liveDirector(t, eps, time.Now)
+	d.opts.Rewrites = rewrites{"m": "m-v2"}
+	req := completion("p", false)
+	dec, ex, err := d.HandleRequest(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex.ResponseDone(context.Background(), server.ResponseSummary{})
+	if dec.TargetModel != "m-v2" {
+		t.Fatalf("target model %q, want the rewrite's m-v2", dec.TargetModel)
+	}
+	req.ModelRewrite = "m-canary"
+	if sr := d.schedulingRequest(req); sr.TargetModel != "m-canary" || sr.IncomingModel != "m" {
+		t.Fatalf("target %q incoming %q: the header must win", sr.TargetModel, sr.IncomingModel)
+	}
+	req.ModelRewrite = ""
+	req.Parsed.Model = "other"
+	if sr := d.schedulingRequest(req); sr.TargetModel != "other" {
+		t.Fatalf("unmatched model rewritten to %q", sr.TargetModel)
+	}
+}

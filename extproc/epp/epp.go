@@ -42,6 +42,20 @@ import (
 	"github.com/kvgate/kvgate/internal/cliflag"
 )
 
+// gRPC health service names. HealthLiveness and HealthReadiness are
+// llm-d's; HealthInferenceExtension is what the GIE chart's probes ask
+// for. Readiness (and the overall "" service, the ext_proc service and
+// GIE's name) turns SERVING once discovery delivered the first endpoint
+// set and NOT_SERVING when draining starts; liveness is SERVING from the
+// start to the end.
+const (
+	HealthLiveness           = "liveness"
+	HealthReadiness          = "readiness"
+	HealthInferenceExtension = "inference-extension"
+)
+
+var readinessServices = []string{"", HealthReadiness, HealthInferenceExtension, "envoy.service.ext_proc.v3.ExternalProcessor"}
+
 // maxConcurrentStreams bounds in-flight ext_proc streams per connection.
 const maxConcurrentStreams = 10_000
 
@@ -195,6 +209,7 @@ type Picker struct {
 	ds         *endpoints.Datastore
 	source     endpoints.Source
 	objectives director.Objectives
+	rewrites   director.ModelRewrites
 	scraper    *scrape.Scraper
 	built      *config.Built
 	server     *server.Server
@@ -241,7 +256,7 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	if err := poolmetrics.Register(p.reg, o.PoolName, p.ds); err != nil {
 		return nil, fmt.Errorf("pool metrics: %w", err)
 	}
-	p.scraper = scrape.New(p.ds, scrape.Config{Pool: o.PoolName, Interval: o.RefreshMetricsInterval, Logger: log})
+	p.scraper = scrape.New(p.ds, p.built.Metrics.Scrape(scrape.Config{Pool: o.PoolName, Interval: o.RefreshMetricsInterval, Logger: log}))
 	if err := p.reg.Register(p.scraper); err != nil {
 		return nil, fmt.Errorf("scrape metrics: %w", err)
 	}
@@ -252,7 +267,7 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 		if err != nil {
 			return nil, err
 		}
-		p.source, p.objectives = disc, disc
+		p.source, p.objectives, p.rewrites = disc, disc, disc
 	}
 
 	d := director.New(director.Options{
@@ -262,6 +277,7 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 		Saturation:       saturation.New(p.built.Saturation, time.Now),
 		TrustFilterHints: o.TrustFilterHeaders,
 		Objectives:       p.objectives,
+		Rewrites:         p.rewrites,
 		Metrics:          p.metrics,
 		Logger:           log,
 	})
@@ -334,7 +350,11 @@ func (p *Picker) KVEventsAddr() net.Addr { return p.kvEvents.Addr() }
 // bind starts the KV-event subscriber (it binds its socket) and binds the
 // three listeners. On error it undoes exactly the steps already taken.
 func (p *Picker) bind() (err error) {
-	if p.kvEvents, err = kvevents.New(context.Background(), p.kvIndex, kvevents.Config{Bind: p.opts.KVEventsAddr, Registerer: p.reg, Logger: p.log}); err != nil {
+	bind := p.opts.KVEventsAddr
+	if bind == "" {
+		bind = p.built.KVEvents.Bind // llm-d's kvEventsConfig.zmqEndpoint
+	}
+	if p.kvEvents, err = kvevents.New(context.Background(), p.kvIndex, kvevents.Config{Bind: bind, Registerer: p.reg, Logger: p.log}); err != nil {
 		return fmt.Errorf("--kv-events-addr: %w", err)
 	}
 	var bound []net.Listener
@@ -372,13 +392,33 @@ func (p *Picker) endpointsChanged(c endpoints.Change) {
 		}
 	}
 	for _, e := range c.Added {
-		p.kvEvents.AddEndpoint(e.Address(), kvevents.Source{Events: e.Spec().KVEvents, Replay: e.Spec().KVEventsReplay})
+		p.kvEvents.AddEndpoint(e.Address(), p.kvEventSource(e))
 	}
 	if len(gone) > 0 {
 		for _, h := range p.built.EndpointsRemoved {
 			h.EndpointsRemoved(gone)
 		}
 	}
+}
+
+// kvEventSource is where e's KV events come from: its own configuration
+// (endpoints file, pod annotations), else the ports of llm-d's pod
+// discovery (kvEventsConfig.podDiscoveryConfig) on its IP.
+func (p *Picker) kvEventSource(e *endpoints.Endpoint) kvevents.Source {
+	src := kvevents.Source{Events: e.Spec().KVEvents, Replay: e.Spec().KVEventsReplay}
+	ev := p.built.KVEvents
+	if src.Events != "" || ev.SocketPort <= 0 {
+		return src
+	}
+	host, _, err := net.SplitHostPort(e.Address())
+	if err != nil {
+		return src
+	}
+	src.Events = "tcp://" + net.JoinHostPort(host, strconv.Itoa(ev.SocketPort))
+	if ev.ReplayPort > 0 {
+		src.Replay = "tcp://" + net.JoinHostPort(host, strconv.Itoa(ev.ReplayPort))
+	}
+	return src
 }
 
 // Run binds the picker's sockets and serves until ctx ends or a component
@@ -402,7 +442,12 @@ func (p *Picker) Run(ctx context.Context) error {
 	// The ext_proc service answers on the main port too, so that Envoy's
 	// own gRPC health checks against :9002 work as with the GIE picker.
 	healthpb.RegisterHealthServer(extproc, healthSrv)
-	healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	for _, svc := range readinessServices {
+		healthSrv.SetServingStatus(svc, healthpb.HealthCheckResponse_NOT_SERVING)
+	}
+	// Live as soon as it answers: a picker still waiting for its first
+	// endpoint set must not be restarted for it.
+	healthSrv.SetServingStatus(HealthLiveness, healthpb.HealthCheckResponse_SERVING)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{Registry: p.reg}))
 	metricsSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
@@ -426,8 +471,9 @@ func (p *Picker) Run(ctx context.Context) error {
 			return nil
 		case <-src.done:
 		}
-		healthSrv.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-		healthSrv.SetServingStatus("envoy.service.ext_proc.v3.ExternalProcessor", healthpb.HealthCheckResponse_SERVING)
+		for _, svc := range readinessServices {
+			healthSrv.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
+		}
 		p.log.Info("picker ready", "grpc", p.listeners.grpc.Addr().String(), "endpoints", len(p.ds.All()))
 		return nil
 	})
@@ -436,7 +482,11 @@ func (p *Picker) Run(ctx context.Context) error {
 		// NOT_SERVING first, so that the proxy stops sending new requests
 		// while the streams in flight drain; health and metrics stay up
 		// for the whole drain.
-		healthSrv.Shutdown()
+		// Liveness stays SERVING while draining, as in llm-d, so that
+		// the kubelet does not restart a picker that is shutting down.
+		for _, svc := range readinessServices {
+			healthSrv.SetServingStatus(svc, healthpb.HealthCheckResponse_NOT_SERVING)
+		}
 		drain, cancel := context.WithTimeout(context.Background(), p.opts.DrainTimeout)
 		defer cancel()
 		stopGRPC(drain, extproc)

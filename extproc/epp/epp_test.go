@@ -17,8 +17,10 @@ import (
 	procmode "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/kvgate/kvgate/extproc/inferr"
@@ -31,6 +33,8 @@ type modelServer struct {
 	addr string
 	mu   sync.Mutex
 	page string
+	// path is the last path scraped.
+	path string
 }
 
 func (m *modelServer) set(page string) {
@@ -49,6 +53,7 @@ func startModelServer(t testing.TB, ip, page string) *modelServer {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
+		m.path = r.URL.Path
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 		_, _ = io.WriteString(w, m.page)
 	})}
@@ -427,10 +432,17 @@ func TestHealthServing(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = conn.Close() })
 		c := healthpb.NewHealthClient(conn)
-		waitFor(t, "SERVING on "+addr, func() bool {
-			r, err := c.Check(context.Background(), &healthpb.HealthCheckRequest{})
-			return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING
-		})
+		// llm-d's named checks, GIE's chart probe service and the
+		// overall "" service all report SERVING.
+		for _, svc := range []string{"", "liveness", "readiness", "inference-extension", "envoy.service.ext_proc.v3.ExternalProcessor"} {
+			waitFor(t, "SERVING on "+addr+" for service "+svc, func() bool {
+				r, err := c.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
+				return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING
+			})
+		}
+		if _, err := c.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "no-such-service"}); status.Code(err) != codes.NotFound {
+			t.Fatalf("unknown service: err = %v, want NotFound", err)
+		}
 	}
 }
 

@@ -9,18 +9,24 @@ import (
 	"net/http"
 )
 
-// Code is a GIE error code.
+// Code is an error code as llm-d's picker names it (GIE's older names
+// where llm-d has none).
 type Code string
 
 // The codes the picker returns, with the HTTP status each maps to.
+// ResourceExhausted is llm-d's name of GIE's InferencePoolResourceExhausted.
 const (
-	BadRequest                     Code = "BadRequest"                     // 400
-	BadResponse                    Code = "BadResponse"                    // 502
-	Internal                       Code = "Internal"                       // 500
-	ServiceUnavailable             Code = "ServiceUnavailable"             // 503
-	ModelServerError               Code = "ModelServerError"               // 502
-	InferencePoolResourceExhausted Code = "InferencePoolResourceExhausted" // 429
-	BadConfiguration               Code = "BadConfiguration"               // 404
+	BadRequest         Code = "BadRequest"         // 400
+	Unauthorized       Code = "Unauthorized"       // 401
+	Forbidden          Code = "Forbidden"          // 403
+	NotFound           Code = "NotFound"           // 404
+	PreconditionFailed Code = "PreconditionFailed" // 412
+	BadResponse        Code = "BadResponse"        // 502
+	Internal           Code = "Internal"           // 500
+	ServiceUnavailable Code = "ServiceUnavailable" // 503
+	ModelServerError   Code = "ModelServerError"   // 502
+	ResourceExhausted  Code = "ResourceExhausted"  // 429
+	BadConfiguration   Code = "BadConfiguration"   // 404
 )
 
 // Error is an error the client sees as an HTTP response.
@@ -48,8 +54,16 @@ func (e *Error) HTTPStatus() int {
 		return http.StatusBadGateway
 	case ServiceUnavailable:
 		return http.StatusServiceUnavailable
-	case InferencePoolResourceExhausted:
+	case ResourceExhausted:
 		return http.StatusTooManyRequests
+	case Unauthorized:
+		return http.StatusUnauthorized
+	case Forbidden:
+		return http.StatusForbidden
+	case NotFound:
+		return http.StatusNotFound
+	case PreconditionFailed:
+		return http.StatusPreconditionFailed
 	case BadConfiguration:
 		return http.StatusNotFound
 	default:

@@ -1,6 +1,7 @@
 package prefixmatch
 
 import (
+	"fmt"
 	"sync"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
@@ -168,3 +169,54 @@ func (Producer) Produces() []string { return []string{MatchKey.String()} }
 
 // Consumes implements scheduling.DataDependencies.
 func (Producer) Consumes() []string { return nil }
+
+// Match is one producer's match for a request: the prediction and the
+// prompt's length in blocks (the denominator of the match ratio). The zero
+// Match is "nothing to match" (no prompt).
+type Match struct {
+	Prediction *Prediction
+	Blocks     int
+}
+
+// Hit reports whether any of eps (a subsequence of the match's candidates)
+// holds a block of the prompt.
+func (m Match) Hit(eps []*endpoints.Endpoint) bool {
+	if m.Prediction == nil || m.Blocks <= 0 {
+		return false
+	}
+	hit := false
+	scheduling.AlignSubset(m.Prediction.candidates, eps, func(_, k int) {
+		if m.Prediction.held[k] > 0 {
+			hit = true
+		}
+	})
+	return hit
+}
+
+// Source is a plugin whose per-request prefix match other plugins read by
+// its configured name (llm-d's prefixMatchInfoProducerName): the prefix
+// scorers and the prefix producers.
+type Source interface {
+	scheduling.Plugin
+	// MatchOf is the request's match; false before it was produced.
+	MatchOf(cs *scheduling.CycleState) (Match, bool)
+}
+
+// ResolveSource finds the configured plugin name as a Source; param names
+// the parameter that named it, for the error.
+func ResolveSource(lookup func(string) (scheduling.Plugin, bool), param, name string) (Source, error) {
+	p, ok := lookup(name)
+	if !ok {
+		return nil, fmt.Errorf("parameters.%s: %q is not a configured plugin", param, name)
+	}
+	src, ok := p.(Source)
+	if !ok {
+		return nil, fmt.Errorf("parameters.%s: %q (type %s) produces no prefix match", param, name, p.TypedName().Type)
+	}
+	return src, nil
+}
+
+// TokensKey is where a token producer (token-producer) leaves the request's
+// prompt as the model server tokenizes it; the precise matcher uses these
+// tokens before tokenizing the prompt itself.
+var TokensKey = scheduling.NewKey[*[]int]("tokenized-prompt")

@@ -67,7 +67,7 @@ type countingDirector struct {
 func (d *countingDirector) HandleRequest(ctx context.Context, req *Request) (*Decision, Exchange, error) {
 	switch len(req.Body) % 4 {
 	case 1:
-		return nil, nil, inferr.New(inferr.InferencePoolResourceExhausted, "busy")
+		return nil, nil, inferr.New(inferr.ResourceExhausted, "busy")
 	case 2:
 		return nil, nil, errors.New("plain failure")
 	}

@@ -26,9 +26,9 @@ func newRequest(hm *corev3.HeaderMap, md *corev3.Metadata) (req *Request, genera
 		Method:       h[":method"],
 		Path:         h[":path"],
 		Headers:      h,
-		FairnessID:   h[eppwire.HeaderFairnessID],
-		Objective:    h[eppwire.HeaderObjective],
-		ModelRewrite: h[eppwire.HeaderModelRewrite],
+		FairnessID:   either(h, eppwire.HeaderFairnessID, eppwire.HeaderFairnessIDDeprecated),
+		Objective:    either(h, eppwire.HeaderObjective, eppwire.HeaderObjectiveDeprecated),
+		ModelRewrite: either(h, eppwire.HeaderModelRewrite, eppwire.HeaderModelRewriteDeprecated),
 		SubsetHint:   subsetHint(md),
 	}
 	if req.ID == "" {
@@ -41,6 +41,15 @@ func newRequest(hm *corev3.HeaderMap, md *corev3.Metadata) (req *Request, genera
 		req.API = api
 	}
 	return req, generated
+}
+
+// either is the header canonical, or deprecated when canonical is absent
+// or empty: llm-d's name wins over GIE's when a request sends both.
+func either(h map[string]string, canonical, deprecated string) string {
+	if v := h[canonical]; v != "" {
+		return v
+	}
+	return h[deprecated]
 }
 
 // headerMap flattens Envoy's header list: lower-case names, the value from

@@ -84,11 +84,14 @@ type Request struct {
 	// SubsetHint is the proxy's list of allowed ip[:port]: nil when absent
 	// (every endpoint is allowed), non-nil and empty when none is.
 	SubsetHint []string
-	// FairnessID is x-gateway-inference-fairness-id, default "default-flow".
+	// FairnessID is x-llm-d-inference-fairness-id (or GIE's
+	// x-gateway-inference-fairness-id), default "default-flow".
 	FairnessID string
-	// Objective is x-gateway-inference-objective (an InferenceObjective name).
+	// Objective is x-llm-d-inference-objective (or GIE's
+	// x-gateway-inference-objective): an InferenceObjective name.
 	Objective string
-	// ModelRewrite is x-gateway-model-name-rewrite.
+	// ModelRewrite is x-llm-d-model-name-rewrite (or GIE's
+	// x-gateway-model-name-rewrite).
 	ModelRewrite string
 	ReceivedAt   time.Time
 }

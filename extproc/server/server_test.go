@@ -220,8 +220,8 @@ func TestDirectorErrors(t *testing.T) {
 		// wantDone: a decision was returned, so its exchange must end.
 		wantDone int
 	}{
-		{name: "saturated", err: &inferr.Error{Code: inferr.InferencePoolResourceExhausted, Msg: "saturated", DroppedReason: "saturated"},
-			status: 429, code: inferr.InferencePoolResourceExhausted, dropped: "saturated"},
+		{name: "saturated", err: &inferr.Error{Code: inferr.ResourceExhausted, Msg: "saturated", DroppedReason: "rejected-saturated"},
+			status: 429, code: inferr.ResourceExhausted, dropped: "rejected-saturated"},
 		{name: "header-only no endpoints", headerOnly: true, err: &inferr.Error{Code: inferr.Internal, Msg: "no endpoints"},
 			status: 500, code: inferr.Internal},
 		{name: "wrapped", err: errors.Join(errors.New("ctx"), inferr.New(inferr.ServiceUnavailable, "none")), status: 503, code: inferr.ServiceUnavailable},
@@ -491,6 +491,37 @@ func TestHeaderValues(t *testing.T) {
 	}
 	if req.FairnessID != "tenant-a" {
 		t.Errorf("fairness id = %q", req.FairnessID)
+	}
+}
+
+// llm-d's x-llm-d-* names are read, GIE's x-gateway-* names still are,
+// and the llm-d name wins when a request sends both.
+func TestLLMDHeaderNames(t *testing.T) {
+	tests := []struct {
+		name                         string
+		kv                           []string
+		fairness, objective, rewrite string
+	}{
+		{"llm-d names", []string{"x-llm-d-inference-fairness-id", "t1", "x-llm-d-inference-objective", "critical", "x-llm-d-model-name-rewrite", "m1"}, "t1", "critical", "m1"},
+		{"GIE names", []string{"x-gateway-inference-fairness-id", "t2", "x-gateway-inference-objective", "batch", "x-gateway-model-name-rewrite", "m2"}, "t2", "batch", "m2"},
+		{"both: llm-d wins", []string{
+			"x-gateway-inference-fairness-id", "old", "x-llm-d-inference-fairness-id", "new",
+			"x-gateway-inference-objective", "old-obj", "x-llm-d-inference-objective", "new-obj",
+			"x-llm-d-model-name-rewrite", "new-m", "x-gateway-model-name-rewrite", "old-m"}, "new", "new-obj", "new-m"},
+		{"empty llm-d value falls back", []string{"x-llm-d-inference-objective", "", "x-gateway-inference-objective", "batch"}, DefaultFairnessID, "batch", ""},
+		{"none", nil, DefaultFairnessID, "", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newTestDirector("10.0.0.1:8000")
+			e := envoytest.Open(t, startServer(t, New(d, Options{})))
+			e.Send(envoytest.RequestHeaders(true, append([]string{":method", "GET", ":path", "/x"}, tc.kv...)...))
+			e.Recv()
+			req := d.request(t)
+			if req.FairnessID != tc.fairness || req.Objective != tc.objective || req.ModelRewrite != tc.rewrite {
+				t.Fatalf("fairness %q objective %q rewrite %q; want %q %q %q", req.FairnessID, req.Objective, req.ModelRewrite, tc.fairness, tc.objective, tc.rewrite)
+			}
+		})
 	}
 }
 

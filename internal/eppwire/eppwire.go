@@ -7,11 +7,17 @@ const (
 	// client's.
 	HeaderDestination = "x-gateway-destination-endpoint"
 	// HeaderRequestID identifies a request across proxy, picker and server.
-	HeaderRequestID  = "x-request-id"
-	HeaderFairnessID = "x-gateway-inference-fairness-id"
-	// HeaderObjective names an InferenceObjective.
-	HeaderObjective    = "x-gateway-inference-objective"
-	HeaderModelRewrite = "x-gateway-model-name-rewrite"
+	HeaderRequestID = "x-request-id"
+	// HeaderFairnessID, HeaderObjective (an InferenceObjective's name) and
+	// HeaderModelRewrite are llm-d's names; the GIE names beside them
+	// (…Deprecated) are still read, and the llm-d name wins when a request
+	// carries both, as in llm-d.
+	HeaderFairnessID             = "x-llm-d-inference-fairness-id"
+	HeaderObjective              = "x-llm-d-inference-objective"
+	HeaderModelRewrite           = "x-llm-d-model-name-rewrite"
+	HeaderFairnessIDDeprecated   = "x-gateway-inference-fairness-id"
+	HeaderObjectiveDeprecated    = "x-gateway-inference-objective"
+	HeaderModelRewriteDeprecated = "x-gateway-model-name-rewrite"
 	// HeaderPrefiller is llm-d's ip:port of the server that runs a P/D
 	// request's prefill leg, read by the decoder's routing sidecar. Like
 	// HeaderDestination, only the picker may set it.
@@ -29,8 +35,26 @@ const (
 )
 
 // HeaderDroppedReason is llm-d's response header saying why the picker
-// refused a request.
+// refused a request; its values are the Dropped… constants.
 const HeaderDroppedReason = "x-llm-d-request-dropped-reason"
+
+// llm-d's values of HeaderDroppedReason: rejected-… for a request that never
+// reached a model server, evicted-… for one killed after dispatch.
+const (
+	DroppedSaturated        = "rejected-saturated"
+	DroppedNoEndpoints      = "rejected-no-endpoints"
+	DroppedTTLExpired       = "rejected-ttl-expired"
+	DroppedContextCancelled = "rejected-context-cancelled"
+	DroppedShuttingDown     = "rejected-shutting-down"
+	DroppedEvicted          = "evicted"
+	DroppedEvictedPressure  = "evicted-queue-pressure"
+	DroppedEvictedPriority  = "evicted-priority"
+)
+
+// HeaderSessionToken is the header of llm-d's session-affinity-scorer:
+// the base64 namespace/name of the endpoint that served a session, set on
+// the response and echoed by the client.
+const HeaderSessionToken = "x-session-token"
 
 // Dynamic metadata. The picker sends its choice under MetadataLB too (key
 // HeaderDestination), and the proxy reports the endpoint that answered under

@@ -356,3 +356,7 @@ func contentText(raw json.RawMessage) string {
 	}
 	return string(raw)
 }
+
+// RawField is a top-level field of the body as the client sent it; nil when
+// absent. Callers must not modify it.
+func (r *Request) RawField(name string) json.RawMessage { return r.fields[name] }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -57,10 +58,15 @@ type Discovery struct {
 	wake            chan struct{}
 	endpointsDirty  atomic.Bool
 	objectivesDirty atomic.Bool
-	// objectives is set by Run before the informers start and read only by
-	// Run's goroutine.
-	objectives bool
+	// objectives are the InferenceObjective API versions the cluster
+	// serves and the picker may read, most preferred first; set by Run
+	// before the informers start and read only by Run's goroutine.
+	objectives []schema.GroupVersionKind
 	priorities atomic.Pointer[map[string]int]
+	// rewrites: the same for InferenceModelRewrites.
+	rewriteVersions []schema.GroupVersionKind
+	rewritesDirty   atomic.Bool
+	rewrites        atomic.Pointer[rewriteTable]
 }
 
 // New validates opts and connects the clients; it does not contact the API
@@ -107,8 +113,6 @@ func New(opts Options) (*Discovery, error) {
 		static:    static,
 		wake:      make(chan struct{}, 1),
 	}
-	objective := &unstructured.Unstructured{}
-	objective.SetGroupVersionKind(objectiveGVK)
 	byObject := map[client.Object]cache.ByObject{
 		&corev1.Pod{}: {Transform: trimPod},
 	}
@@ -117,7 +121,11 @@ func New(opts Options) (*Discovery, error) {
 		byObject[&inferencev1.InferencePool{}] = cache.ByObject{
 			Field: fields.OneTermEqualSelector("metadata.name", d.pool),
 		}
-		byObject[objective] = cache.ByObject{}
+		for _, gvk := range append(slices.Clone(objectiveGVKs), rewriteGVKs...) {
+			obj := &unstructured.Unstructured{}
+			obj.SetGroupVersionKind(gvk)
+			byObject[obj] = cache.ByObject{}
+		}
 	}
 	d.cache, err = cache.New(cfg, cache.Options{
 		HTTPClient:        httpClient,
@@ -203,13 +211,14 @@ func (d *Discovery) Run(ctx context.Context, apply func([]endpoints.Spec) error)
 		}
 		return errors.New("kubernetes cache did not sync")
 	}
-	d.log.Info("kubernetes discovery started", "objectives", d.objectives)
+	d.log.Info("kubernetes discovery started", "objectives", fmt.Sprint(d.objectives), "rewrites", fmt.Sprint(d.rewriteVersions))
 
 	// The handlers have marked everything dirty while the initial lists
 	// were replayed; the first sync applies the initial set at once.
 	s := syncer{d: d, apply: apply, first: true}
 	d.endpointsDirty.Store(true)
-	d.objectivesDirty.Store(d.objectives)
+	d.objectivesDirty.Store(len(d.objectives) > 0)
+	d.rewritesDirty.Store(len(d.rewriteVersions) > 0)
 	s.sync(ctx)
 
 	timer := time.NewTimer(coalesceWindow)
@@ -252,6 +261,9 @@ func (s *syncer) sync(ctx context.Context) {
 	d := s.d
 	if d.objectivesDirty.Swap(false) {
 		d.rebuildPriorities(ctx)
+	}
+	if d.rewritesDirty.Swap(false) {
+		d.rebuildRewrites(ctx)
 	}
 	if !d.endpointsDirty.Swap(false) {
 		return
@@ -311,18 +323,32 @@ func (d *Discovery) preflight(ctx context.Context) error {
 	if d.pool == "" {
 		return nil
 	}
-	list := &unstructured.UnstructuredList{}
-	list.SetGroupVersionKind(objectiveGVK.GroupVersion().WithKind(objectiveGVK.Kind + "List"))
-	err := d.direct.List(ctx, list, client.InNamespace(d.namespace), client.Limit(1))
-	switch {
-	case err == nil:
-		d.objectives = true
-	case meta.IsNoMatchError(err):
-		d.log.Info("InferenceObjective API not installed; request priorities default to 0")
-	default:
-		d.log.Warn("cannot read InferenceObjectives; request priorities default to 0", "err", err)
+	d.objectives = d.readable(ctx, objectiveGVKs)
+	if len(d.objectives) == 0 {
+		d.log.Info("no InferenceObjective API readable; request priorities default to 0")
 	}
+	d.rewriteVersions = d.readable(ctx, rewriteGVKs)
 	return nil
+}
+
+// readable returns those of gvks the cluster serves and the picker may
+// list, in order.
+func (d *Discovery) readable(ctx context.Context, gvks []schema.GroupVersionKind) []schema.GroupVersionKind {
+	var out []schema.GroupVersionKind
+	for _, gvk := range gvks {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		err := d.direct.List(ctx, list, client.InNamespace(d.namespace), client.Limit(1))
+		switch {
+		case err == nil:
+			out = append(out, gvk)
+		case meta.IsNoMatchError(err):
+			d.log.Info("API not installed", "kind", gvk.Kind, "apiVersion", gvk.GroupVersion().String())
+		default:
+			d.log.Warn("cannot read", "kind", gvk.Kind, "apiVersion", gvk.GroupVersion().String(), "err", err)
+		}
+	}
+	return out
 }
 
 // register creates the informers (started later with the cache) and hooks
@@ -353,10 +379,17 @@ func (d *Discovery) register(ctx context.Context) error {
 	if err := watch(&inferencev1.InferencePool{}, &d.endpointsDirty); err != nil {
 		return err
 	}
-	if d.objectives {
+	for _, gvk := range d.objectives {
 		objective := &unstructured.Unstructured{}
-		objective.SetGroupVersionKind(objectiveGVK)
+		objective.SetGroupVersionKind(gvk)
 		if err := watch(objective, &d.objectivesDirty); err != nil {
+			return err
+		}
+	}
+	for _, gvk := range d.rewriteVersions {
+		rewrite := &unstructured.Unstructured{}
+		rewrite.SetGroupVersionKind(gvk)
+		if err := watch(rewrite, &d.rewritesDirty); err != nil {
 			return err
 		}
 	}
@@ -396,33 +429,79 @@ func (d *Discovery) desired(ctx context.Context) (specs []endpoints.Spec, why st
 	return specs, ""
 }
 
-// rebuildPriorities publishes a new priority table from the cache.
+// rebuildPriorities publishes a new priority table from the cache: the
+// objectives of every served API version, a name of the preferred version
+// (llm-d's) shadowing the same name in a later one (GIE's).
 func (d *Discovery) rebuildPriorities(ctx context.Context) {
-	list := &unstructured.UnstructuredList{}
-	list.SetGroupVersionKind(objectiveGVK.GroupVersion().WithKind(objectiveGVK.Kind + "List"))
-	if err := d.cache.List(ctx, list, client.InNamespace(d.namespace)); err != nil {
-		d.log.Warn("listing InferenceObjectives", "err", err)
-		return
-	}
-	items := list.Items
-	slices.SortFunc(items, func(a, b unstructured.Unstructured) int { return strings.Compare(a.GetName(), b.GetName()) })
-	m := make(map[string]int, min(len(items), MaxObjectives))
-	for i := range items {
-		name, prio, ok, err := objectivePriority(items[i].Object, d.pool)
-		if err != nil {
-			d.log.Warn("ignoring malformed InferenceObjective", "objective", items[i].GetName(), "err", err)
-			continue
+	m := map[string]int{}
+	for _, gvk := range d.objectives {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		if err := d.cache.List(ctx, list, client.InNamespace(d.namespace)); err != nil {
+			d.log.Warn("listing InferenceObjectives", "apiVersion", gvk.GroupVersion().String(), "err", err)
+			return
 		}
-		if !ok {
-			continue
+		items := list.Items
+		slices.SortFunc(items, func(a, b unstructured.Unstructured) int { return strings.Compare(a.GetName(), b.GetName()) })
+		for i := range items {
+			name, prio, ok, err := objectivePriority(items[i].Object, d.pool)
+			if err != nil {
+				d.log.Warn("ignoring malformed InferenceObjective", "objective", items[i].GetName(), "apiVersion", gvk.GroupVersion().String(), "err", err)
+				continue
+			}
+			if !ok {
+				continue
+			}
+			if _, shadowed := m[name]; shadowed {
+				// Names are unique within a version: this one is the
+				// preferred version's, which wins.
+				continue
+			}
+			if len(m) == MaxObjectives {
+				d.log.Warn("too many InferenceObjectives; the rest resolve to no priority", "max", MaxObjectives)
+				break
+			}
+			m[name] = prio
 		}
-		if len(m) == MaxObjectives {
-			d.log.Warn("too many InferenceObjectives; the rest resolve to no priority", "max", MaxObjectives)
-			break
-		}
-		m[name] = prio
 	}
 	d.priorities.Store(&m)
+}
+
+// rebuildRewrites publishes a new rewrite table from the cache: the
+// rewrites of every served API version, a name of the preferred version
+// (llm-d's) shadowing the same name in a later one (GIE's).
+func (d *Discovery) rebuildRewrites(ctx context.Context) {
+	seen := map[string]bool{}
+	var rules []*rewriteRule
+	for _, gvk := range d.rewriteVersions {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		if err := d.cache.List(ctx, list, client.InNamespace(d.namespace)); err != nil {
+			d.log.Warn("listing InferenceModelRewrites", "apiVersion", gvk.GroupVersion().String(), "err", err)
+			return
+		}
+		for i := range list.Items {
+			name := list.Items[i].GetName()
+			if seen[name] {
+				continue // the preferred version's rewrite of this name wins
+			}
+			rs, ok, err := rewriteRules(list.Items[i].Object, d.pool)
+			if err != nil {
+				d.log.Warn("ignoring malformed InferenceModelRewrite", "rewrite", name, "apiVersion", gvk.GroupVersion().String(), "err", err)
+				continue
+			}
+			if !ok {
+				continue
+			}
+			seen[name] = true
+			if len(rules)+len(rs) > MaxRewriteRules {
+				d.log.Warn("too many InferenceModelRewrite rules; the rest are ignored", "max", MaxRewriteRules)
+				break
+			}
+			rules = append(rules, rs...)
+		}
+	}
+	d.rewrites.Store(newRewriteTable(rules))
 }
 
 // RouteLogs sends the logs of the Kubernetes libraries (controller-runtime

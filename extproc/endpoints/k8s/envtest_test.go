@@ -37,6 +37,10 @@ var (
 	// objectivesCRD is false when the InferenceObjective CRD is not
 	// available here, which skips the priority test.
 	objectivesCRD bool
+	// llmdObjectivesCRD: the same for llm-d's group, llm-d.ai.
+	llmdObjectivesCRD bool
+	// rewritesCRD: InferenceModelRewrite's CRDs of both groups.
+	rewritesCRD bool
 )
 
 func TestMain(m *testing.M) {
@@ -51,6 +55,20 @@ func runMain(m *testing.M) int {
 		if _, err := os.Stat(crd); err == nil {
 			extra = append(extra, crd)
 			objectivesCRD = true
+		}
+		crd = filepath.Join(dir, "llm-d.ai_inferenceobjectives.yaml")
+		if _, err := os.Stat(crd); err == nil {
+			extra = append(extra, crd)
+			llmdObjectivesCRD = true
+		}
+		rewritesCRD = true
+		for _, f := range []string{"inferencemodelrewrites.yaml", "llm-d.ai_inferencemodelrewrites.yaml"} {
+			crd = filepath.Join(dir, f)
+			if _, err := os.Stat(crd); err != nil {
+				rewritesCRD = false
+				continue
+			}
+			extra = append(extra, crd)
 		}
 	}
 	return suite.Main(m, extra...)
@@ -425,6 +443,102 @@ func TestObjectivePriorities(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPriority("chat", 0, false)
+}
+
+// InferenceObjectives of llm-d's group (llm-d.ai) are read beside GIE's,
+// and llm-d's wins when both groups hold an objective of one name.
+func TestObjectivePrioritiesBothGroups(t *testing.T) {
+	k := newCluster(t)
+	if !objectivesCRD || !llmdObjectivesCRD {
+		t.Skip("InferenceObjective CRDs not installed: run scripts/envtest.sh")
+	}
+	k.createPool("pool", map[string]string{"app": "vllm"}, 8000)
+	objective := func(apiVersion, name string, priority int64) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": apiVersion,
+			"kind":       "InferenceObjective",
+			"metadata":   map[string]any{"name": name, "namespace": k.ns},
+			"spec":       map[string]any{"poolRef": map[string]any{"name": "pool"}, "priority": priority},
+		}}
+	}
+	const llmd, gie = "llm-d.ai/v1alpha2", "inference.networking.x-k8s.io/v1alpha2"
+	for _, o := range []*unstructured.Unstructured{
+		objective(llmd, "sheddable", -1),
+		objective(gie, "legacy", 4),
+		objective(llmd, "both", 9),
+		objective(gie, "both", 1),
+	} {
+		if err := k.c.Create(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := start(t, k8s.Options{PoolName: "pool", PoolNamespace: k.ns}, newRecorder().apply)
+	for name, want := range map[string]int{"sheddable": -1, "legacy": 4, "both": 9} {
+		deadline := time.Now().Add(waitLimit)
+		for {
+			p, ok := d.Priority(name)
+			if ok && p == want {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("Priority(%q) = %d, %v; want %d", name, p, ok, want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+// InferenceModelRewrites of both groups resolve a pool's models; llm-d's
+// wins over a namesake in GIE's group, and another pool's rule is not read.
+func TestModelRewrites(t *testing.T) {
+	k := newCluster(t)
+	if !rewritesCRD {
+		t.Skip("InferenceModelRewrite CRDs not installed: run scripts/envtest.sh")
+	}
+	k.createPool("pool", map[string]string{"app": "vllm"}, 8000)
+	rewrite := func(apiVersion, name, pool, model, target string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": apiVersion,
+			"kind":       "InferenceModelRewrite",
+			"metadata":   map[string]any{"name": name, "namespace": k.ns},
+			"spec": map[string]any{
+				"poolRef": map[string]any{"name": pool},
+				"rules": []any{map[string]any{
+					"matches": []any{map[string]any{"model": map[string]any{"type": "Exact", "value": model}}},
+					"targets": []any{map[string]any{"modelRewrite": target, "weight": int64(100)}},
+				}},
+			},
+		}}
+	}
+	const llmd, gie = "llm-d.ai/v1alpha2", "inference.networking.x-k8s.io/v1alpha2"
+	for _, o := range []*unstructured.Unstructured{
+		rewrite(llmd, "llama", "pool", "llama", "llama-v2"),
+		rewrite(gie, "qwen", "pool", "qwen", "qwen-lora"),
+		rewrite(gie, "llama", "pool", "llama", "shadowed"),
+		rewrite(llmd, "elsewhere", "other-pool", "mistral", "mistral-v9"),
+	} {
+		if err := k.c.Create(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := start(t, k8s.Options{PoolName: "pool", PoolNamespace: k.ns}, newRecorder().apply)
+	for model, want := range map[string]string{"llama": "llama-v2", "qwen": "qwen-lora"} {
+		deadline := time.Now().Add(waitLimit)
+		for {
+			got, _, ok := d.RewriteModel(model)
+			if ok && got == want {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("RewriteModel(%q) = %q, %v; want %q", model, got, ok, want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	// Another pool's rule: created before the table above was built.
+	if got, _, ok := d.RewriteModel("mistral"); ok {
+		t.Fatalf("another pool's rewrite applied: %q", got)
+	}
 }
 
 // TestDatastore wires discovery into the real datastore: the datastore and

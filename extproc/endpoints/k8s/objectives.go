@@ -10,14 +10,15 @@ import (
 	inferencev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 )
 
-// objectiveGVK is InferenceObjective's API version. Its Go types are not in
-// the GIE module version kvgate pins (the API moved to llm-d), so objectives
-// are read as unstructured objects, which also keeps kvgate working with
-// whatever later fields the CRD grows.
-var objectiveGVK = schema.GroupVersionKind{
-	Group:   "inference.networking.x-k8s.io",
-	Version: "v1alpha2",
-	Kind:    "InferenceObjective",
+// objectiveGVKs are InferenceObjective's API versions: llm-d's group, where
+// the API moved with the picker, and GIE's, where it began. Both are read,
+// and an objective of llm-d's group wins over a namesake in GIE's. Their Go
+// types are not in the GIE module version kvgate pins, so objectives are
+// read as unstructured objects, which also keeps kvgate working with
+// whatever later fields the CRDs grow.
+var objectiveGVKs = []schema.GroupVersionKind{
+	{Group: "llm-d.ai", Version: "v1alpha2", Kind: "InferenceObjective"},
+	{Group: "inference.networking.x-k8s.io", Version: "v1alpha2", Kind: "InferenceObjective"},
 }
 
 // MaxObjectives bounds the priority table; a namespace with more objectives
@@ -36,15 +37,8 @@ func objectivePriority(obj map[string]any, pool string) (name string, priority i
 	if name == "" {
 		return "", 0, false, errors.New("metadata.name is empty")
 	}
-	ref, found, err := unstructured.NestedMap(obj, "spec", "poolRef")
-	if err != nil || !found {
-		return name, 0, false, fmt.Errorf("spec.poolRef: missing or not an object")
-	}
-	refName, _ := ref["name"].(string)
-	group, _ := ref["group"].(string)
-	kind, _ := ref["kind"].(string)
-	if refName != pool || (group != "" && group != inferencev1.GroupName) || (kind != "" && kind != "InferencePool") {
-		return name, 0, false, nil
+	if ok, err := poolRefMatches(obj, pool); err != nil || !ok {
+		return name, 0, false, err
 	}
 
 	v, found, err := unstructured.NestedFieldNoCopy(obj, "spec", "priority")
@@ -77,4 +71,17 @@ func intPriority(n int64) (int, error) {
 		return 0, fmt.Errorf("spec.priority %d out of the 32-bit range", n)
 	}
 	return int(n), nil
+}
+
+// poolRefMatches reports whether an object's spec.poolRef names the pool
+// (an InferencePool of inference.networking.k8s.io, the defaults).
+func poolRefMatches(obj map[string]any, pool string) (bool, error) {
+	ref, found, err := unstructured.NestedMap(obj, "spec", "poolRef")
+	if err != nil || !found {
+		return false, fmt.Errorf("spec.poolRef: missing or not an object")
+	}
+	refName, _ := ref["name"].(string)
+	group, _ := ref["group"].(string)
+	kind, _ := ref["kind"].(string)
+	return refName == pool && (group == "" || group == inferencev1.GroupName) && (kind == "" || kind == "InferencePool"), nil
 }

@@ -335,6 +335,9 @@ type labelPair struct{ name, value string }
 type labels struct {
 	pairs [maxLabels]labelPair
 	n     int
+	// want, when set, replaces wantedLabel (ParseWith's schemas read
+	// other labels).
+	want func(name []byte) bool
 }
 
 func (l *labels) get(name string) (string, bool) {
@@ -405,7 +408,7 @@ func (l *labels) parse(b []byte, nameAllowed bool) (name, rest []byte, err error
 			if v, b, err = quoted(b); err != nil {
 				return nil, nil, fmt.Errorf("label %q: %w", key, err)
 			}
-			if l.n < maxLabels && wantedLabel(key) {
+			if l.n < maxLabels && ((l.want == nil && wantedLabel(key)) || (l.want != nil && l.want(key))) {
 				l.pairs[l.n] = labelPair{string(key), string(v)}
 				l.n++
 			}

@@ -3,6 +3,7 @@ package scrape
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -44,7 +45,15 @@ type Config struct {
 	FailureThreshold int
 	// MaxPageBytes bounds a /metrics response; a larger page is an error.
 	MaxPageBytes int64
-	// Client is shared by every scrape loop; default NewClient(Timeout).
+	// Target is how a page is fetched when an endpoint names no metrics
+	// URL of its own (llm-d's metrics-data-source): the zero Target is
+	// http://<address>/metrics.
+	Target Target
+	// Engines chooses how each endpoint's page is read (llm-d's
+	// core-metrics-extractor); nil reads vLLM and SGLang.
+	Engines *Engines
+	// Client is shared by every scrape loop; default NewClient(Timeout),
+	// with Target.TLS for https.
 	Client *http.Client
 	Logger *slog.Logger
 }
@@ -64,6 +73,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Client == nil {
 		c.Client = NewClient(c.Timeout)
+		if c.Target.TLS != nil {
+			c.Client.Transport.(*http.Transport).TLSClientConfig = c.Target.TLS
+		}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -167,19 +179,42 @@ func (s *Scraper) endpointsChanged(c endpoints.Change) {
 	}
 }
 
-func metricsURL(e *endpoints.Endpoint) string {
+// Target is where an endpoint's metrics page is: scheme://<address><path>.
+type Target struct {
+	// Scheme is "http" (default) or "https".
+	Scheme string
+	// Path defaults to /metrics.
+	Path string
+	// TLS verifies (or, with InsecureSkipVerify, does not) an https
+	// server and may carry a client certificate; nil is Go's defaults.
+	TLS *tls.Config
+}
+
+func (t Target) url(address string) string {
+	scheme, path := t.Scheme, t.Path
+	if scheme == "" {
+		scheme = "http"
+	}
+	if path == "" {
+		path = "/metrics"
+	}
+	return scheme + "://" + address + path
+}
+
+func (s *Scraper) metricsURL(e *endpoints.Endpoint) string {
 	if u := e.Spec().MetricsURL; u != "" {
 		return u
 	}
-	return "http://" + e.Address() + "/metrics"
+	return s.cfg.Target.url(e.Address())
 }
 
 func (s *Scraper) loop(ctx context.Context, e *endpoints.Endpoint) {
-	url := metricsURL(e)
+	url := s.metricsURL(e)
+	schema := s.cfg.Engines.For(e)
 	log := s.cfg.Logger.With("endpoint", e.Name(), "url", url)
 	failures := 0
 	scrape := func() {
-		err := s.scrapeOnce(ctx, e, url)
+		err := s.scrapeOnce(ctx, e, url, schema)
 		if ctx.Err() != nil {
 			return // stopping; the failure is ours, not the server's
 		}
@@ -226,7 +261,7 @@ func (s *Scraper) loop(ctx context.Context, e *endpoints.Endpoint) {
 }
 
 // scrapeOnce fetches and parses one page and publishes the snapshot.
-func (s *Scraper) scrapeOnce(ctx context.Context, e *endpoints.Endpoint, url string) error {
+func (s *Scraper) scrapeOnce(ctx context.Context, e *endpoints.Endpoint, url string, schema *Schema) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 
@@ -265,7 +300,7 @@ func (s *Scraper) scrapeOnce(ctx context.Context, e *endpoints.Endpoint, url str
 	case n > s.cfg.MaxPageBytes:
 		return fail(reasonTooLarge, fmt.Errorf("page larger than %d bytes", s.cfg.MaxPageBytes))
 	}
-	m, err := Parse(buf.Bytes())
+	m, err := ParseWith(buf.Bytes(), schema)
 	switch {
 	case errors.Is(err, ErrNoMetrics):
 		return fail(reasonNoMetrics, err)

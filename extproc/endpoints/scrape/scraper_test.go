@@ -340,10 +340,10 @@ func BenchmarkScrapeOnce(b *testing.B) {
 	}
 	s := New(ds, Config{Timeout: time.Second, Interval: 2 * time.Second})
 	e := ds.Get("a")
-	url := metricsURL(e)
+	url := s.metricsURL(e)
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := s.scrapeOnce(context.Background(), e, url); err != nil {
+		if err := s.scrapeOnce(context.Background(), e, url, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

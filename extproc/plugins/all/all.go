@@ -3,14 +3,22 @@
 package all
 
 import (
+	"github.com/kvgate/kvgate/extproc/plugins/approxprefix"
+	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
+	"github.com/kvgate/kvgate/extproc/plugins/endpointnotification"
 	"github.com/kvgate/kvgate/extproc/plugins/inflightload"
 	"github.com/kvgate/kvgate/extproc/plugins/kvcacheutil"
+	"github.com/kvgate/kvgate/extproc/plugins/labelselector"
 	"github.com/kvgate/kvgate/extproc/plugins/latencyscorer"
 	"github.com/kvgate/kvgate/extproc/plugins/latencyslo"
 	"github.com/kvgate/kvgate/extproc/plugins/loadaware"
 	"github.com/kvgate/kvgate/extproc/plugins/loraaffinity"
+	"github.com/kvgate/kvgate/extproc/plugins/metricsdatasource"
+	"github.com/kvgate/kvgate/extproc/plugins/nohitlru"
+	"github.com/kvgate/kvgate/extproc/plugins/openaiparser"
 	"github.com/kvgate/kvgate/extproc/plugins/picker"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
+	"github.com/kvgate/kvgate/extproc/plugins/preciseproducer"
 	"github.com/kvgate/kvgate/extproc/plugins/predictedlatency"
 	"github.com/kvgate/kvgate/extproc/plugins/prefix"
 	"github.com/kvgate/kvgate/extproc/plugins/prefixaffinity"
@@ -18,8 +26,10 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/queue"
 	"github.com/kvgate/kvgate/extproc/plugins/rolefilter"
 	"github.com/kvgate/kvgate/extproc/plugins/runningrequests"
+	"github.com/kvgate/kvgate/extproc/plugins/sessionaffinity"
 	"github.com/kvgate/kvgate/extproc/plugins/sloheadroom"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenload"
+	"github.com/kvgate/kvgate/extproc/plugins/tokenproducer"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 )
 
@@ -53,12 +63,25 @@ func Registry() *scheduling.Registry {
 		{prefixaffinity.Type, prefixaffinity.New},
 		{sloheadroom.Type, sloheadroom.New},
 		{latencyslo.Type, latencyslo.New},
+		// llm-d's vocabulary: data layer, request parsing, producers.
+		{metricsdatasource.Type, metricsdatasource.New},
+		{coremetrics.Type, coremetrics.New},
+		{openaiparser.Type, openaiparser.New},
+		{approxprefix.Type, approxprefix.New},
+		{nohitlru.Type, nohitlru.New},
+		{preciseproducer.Type, preciseproducer.New},
+		{endpointnotification.Type, endpointnotification.New},
+		{tokenproducer.Type, tokenproducer.New},
+		{sessionaffinity.Type, sessionaffinity.New},
+		{labelselector.Type, labelselector.New},
+		{labelselector.ByLabelType, labelselector.NewByLabel},
 	} {
 		mustNot(r.Register(p.typ, p.f))
 	}
 	for alias, typ := range map[string]string{
 		runningrequests.Alias: runningrequests.Type,
 		"kv-cache-scorer":     kvcacheutil.Type, // GIE's earlier name
+		labelselector.Alias:   labelselector.Type,
 	} {
 		mustNot(r.Alias(alias, typ))
 	}

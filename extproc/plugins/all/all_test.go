@@ -1,6 +1,7 @@
 package all
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
 
@@ -15,7 +16,7 @@ func TestEveryPluginBuildsWithDefaults(t *testing.T) {
 	r := Registry()
 	h := &scheduling.Handle{Services: map[string]any{precise.ServiceKVIndex: kvindex.New(kvindex.Config{})}}
 	for _, typ := range r.Types() {
-		p, err := r.Build(typ, "", nil, h)
+		p, err := r.Build(typ, "", minimalParams(typ, ""), h)
 		if err != nil {
 			t.Errorf("%s: %v", typ, err)
 			continue
@@ -28,4 +29,36 @@ func TestEveryPluginBuildsWithDefaults(t *testing.T) {
 	if _, err := r.Build("nope", "", nil, h); !errors.As(err, &unknown) {
 		t.Fatalf("unknown type error = %v", err)
 	}
+}
+
+// requiredParams are the parameters a plugin cannot be built without (it
+// has no sensible default), used wherever the tests build every type.
+var requiredParams = map[string]map[string]any{
+	// The render backend's model; llm-d's default backend (estimate) is
+	// refused.
+	"token-producer": {"modelName": "m"},
+	// llm-d's default strategy (encoded_endpoint_header) is refused.
+	"session-affinity-scorer": {"strategy": "session_id"},
+	"by-label":                {"label": "hw", "allowsNoLabel": true},
+}
+
+// minimalParams is typ's required parameters, with probe (when not empty)
+// set to null.
+func minimalParams(typ, probe string) json.RawMessage {
+	req, ok := requiredParams[typ]
+	if !ok && probe == "" {
+		return nil
+	}
+	m := map[string]any{}
+	for k, v := range req {
+		m[k] = v
+	}
+	if _, required := m[probe]; probe != "" && !required {
+		m[probe] = nil
+	}
+	raw, err := json.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	return raw
 }

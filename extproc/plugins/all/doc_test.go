@@ -16,17 +16,27 @@ import (
 	"testing"
 
 	"github.com/kvgate/kvgate/extproc/kvindex"
+	"github.com/kvgate/kvgate/extproc/plugins/approxprefix"
+	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
+	"github.com/kvgate/kvgate/extproc/plugins/endpointnotification"
 	"github.com/kvgate/kvgate/extproc/plugins/inflightload"
+	"github.com/kvgate/kvgate/extproc/plugins/labelselector"
 	"github.com/kvgate/kvgate/extproc/plugins/latencyscorer"
 	"github.com/kvgate/kvgate/extproc/plugins/latencyslo"
 	"github.com/kvgate/kvgate/extproc/plugins/loadaware"
+	"github.com/kvgate/kvgate/extproc/plugins/metricsdatasource"
+	"github.com/kvgate/kvgate/extproc/plugins/nohitlru"
+	"github.com/kvgate/kvgate/extproc/plugins/openaiparser"
 	"github.com/kvgate/kvgate/extproc/plugins/picker"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
+	"github.com/kvgate/kvgate/extproc/plugins/preciseproducer"
 	"github.com/kvgate/kvgate/extproc/plugins/predictedlatency"
 	"github.com/kvgate/kvgate/extproc/plugins/prefix"
 	"github.com/kvgate/kvgate/extproc/plugins/prefixaffinity"
+	"github.com/kvgate/kvgate/extproc/plugins/sessionaffinity"
 	"github.com/kvgate/kvgate/extproc/plugins/sloheadroom"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenload"
+	"github.com/kvgate/kvgate/extproc/plugins/tokenproducer"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 )
 
@@ -57,6 +67,17 @@ var paramsOf = map[string]any{
 	prefixaffinity.Type:           prefixaffinity.Params{},
 	sloheadroom.Type:              sloheadroom.Params{},
 	latencyslo.Type:               nil,
+	metricsdatasource.Type:        metricsdatasource.Params{},
+	coremetrics.Type:              coremetrics.Params{},
+	openaiparser.Type:             nil,
+	approxprefix.Type:             approxprefix.Params{},
+	nohitlru.Type:                 nohitlru.Params{},
+	preciseproducer.Type:          precise.Params{},
+	endpointnotification.Type:     nil,
+	tokenproducer.Type:            tokenproducer.Params{},
+	sessionaffinity.Type:          sessionaffinity.Params{},
+	labelselector.Type:            labelselector.Params{},
+	labelselector.ByLabelType:     labelselector.ByLabelParams{},
 }
 
 // The README's plugin table, each plugin package's documented parameters,
@@ -93,7 +114,7 @@ func TestDocsAgreeWithRegistry(t *testing.T) {
 		if !ok {
 			continue
 		}
-		p, err := r.Build(typ, "", nil, h)
+		p, err := r.Build(typ, "", minimalParams(typ, ""), h)
 		if err != nil {
 			t.Errorf("%s: %v", typ, err)
 			continue
@@ -134,6 +155,9 @@ var kinds = map[string]reflect.Type{
 	"profile handler": reflect.TypeFor[scheduling.ProfileHandler](),
 	"data producer":   reflect.TypeFor[scheduling.DataProducer](),
 	"admitter":        reflect.TypeFor[scheduling.Admitter](),
+	"data source":     reflect.TypeFor[scheduling.DataSource](),
+	"data extractor":  reflect.TypeFor[scheduling.DataExtractor](),
+	"request parser":  reflect.TypeFor[scheduling.RequestParser](),
 }
 
 func isKind(p scheduling.Plugin, kind string) bool {
@@ -147,7 +171,7 @@ func isKind(p scheduling.Plugin, kind string) bool {
 func probeParams(t *testing.T, r *scheduling.Registry, h *scheduling.Handle, typ string, fields []string) {
 	t.Helper()
 	for _, f := range fields {
-		if _, err := r.Build(typ, "", []byte(`{"`+f+`": null}`), h); err != nil {
+		if _, err := r.Build(typ, "", minimalParams(typ, f), h); err != nil {
 			t.Errorf("%s: declared parameter %s refused: %v", typ, f, err)
 		}
 	}

@@ -28,6 +28,24 @@
 //	                        there (default false, as llm-d; kvgate's precise
 //	                        policy turns it on)
 //	maxSpeculativeEntries: int  bound on those entries (default 1048576)
+//	tokenProcessorConfig: object  llm-d's layout: blockSize or
+//	                        blockSizeTokens, hashSeed (hashAlgorithm refused)
+//	indexerConfig: object   llm-d's layout: tokenProcessorConfig,
+//	                        kvBlockIndexConfig{inMemoryConfig, enableMetrics,
+//	                        maxPrefixBlocksToMatch}
+//	kvEventsConfig: object  llm-d's layout: zmqEndpoint (a socket the picker
+//	                        binds), topicFilter (kv@), concurrency,
+//	                        engineType (vllm), discoverPods (default true)
+//	                        and podDiscoveryConfig{socketPort (5557),
+//	                        replaySocketPort}: subscribe to every endpoint's
+//	                        own publisher
+//	speculativeTTL: duration  refused: speculative entries last until the
+//	                        response ends
+//
+// Any of llm-d's three objects selects llm-d's defaults for KV events:
+// each endpoint's publisher at tcp://<ip>:5557, as llm-d's pod discovery.
+// Unlike llm-d's, kvgate's index keeps the servers' own vLLM block hashes,
+// so the block size and hash seed must be the servers' (see above).
 //
 // On kvgate's headers-only path the wasm filter (precise mode) has already
 // tokenized and hashed the prompt; the scorer matches the x-kvgate-prefix
@@ -100,6 +118,13 @@ type Params struct {
 	// SpeculativeIndexing and MaxSpeculativeEntries: see the package doc.
 	SpeculativeIndexing   bool `json:"speculativeIndexing"`
 	MaxSpeculativeEntries int  `json:"maxSpeculativeEntries"`
+	// llm-d's layout (llmd.go).
+	TokenProcessorConfig *TokenProcessorConfig `json:"tokenProcessorConfig"`
+	IndexerConfig        *IndexerConfig        `json:"indexerConfig"`
+	KVEventsConfig       *KVEventsConfig       `json:"kvEventsConfig"`
+	// SpeculativeTTL is llm-d's lifetime of speculative entries, refused:
+	// kvgate's last until the request's response ends.
+	SpeculativeTTL json.RawMessage `json:"speculativeTTL"`
 }
 
 // Prompt is what the scorer computed for a request.
@@ -131,6 +156,8 @@ type Scorer struct {
 	hashers sync.Pool // *kvhash.Hasher: each reuses one buffer
 	scratch sync.Pool // *scratch
 	pending *pending  // nil unless speculativeIndexing
+	// kvEvents is what llm-d's kvEventsConfig asks the picker for.
+	kvEvents KVEvents
 }
 
 type scratch struct {
@@ -140,10 +167,32 @@ type scratch struct {
 	weights []float64
 }
 
-// New is the plugin factory.
-func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plugin, error) {
+// DecodeParams decodes the parameters strictly over their defaults.
+func DecodeParams(raw json.RawMessage) (Params, error) {
 	p := Params{BlockSize: kvhash.DefaultBlockSize, HashSeed: kvhash.DefaultSeed, HashAlgo: HashAlgoSHA256CBOR, MaxBlocksToMatch: DefaultMaxBlocksToMatch, PrefixCacheBytes: DefaultPrefixCacheBytes, DenseBlocks: prefixmatch.DefaultDenseBlocks, MaxSpeculativeEntries: DefaultMaxSpeculative}
 	if err := scheduling.DecodeParams(raw, &p); err != nil {
+		return Params{}, err
+	}
+	return p, nil
+}
+
+// New is the plugin factory.
+func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plugin, error) {
+	p, err := DecodeParams(raw)
+	if err != nil {
+		return nil, err
+	}
+	return NewWithParams(Type, name, p, h)
+}
+
+// NewWithParams builds the precise matcher of type typ from decoded
+// parameters (precise-prefix-cache-producer wraps it).
+func NewWithParams(typ, name string, p Params, h *scheduling.Handle) (*Scorer, error) {
+	if err := scheduling.RefuseSet("speculative entries last until the request's response ends", map[string]json.RawMessage{"speculativeTTL": p.SpeculativeTTL}); err != nil {
+		return nil, err
+	}
+	kvEvents, err := p.applyLLMD()
+	if err != nil {
 		return nil, err
 	}
 	if p.HashAlgo != HashAlgoSHA256CBOR {
@@ -159,8 +208,8 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 	if !ok {
 		return nil, fmt.Errorf("%s needs the KV-event index: run the picker with KV events enabled (--kv-events-addr or kvEvents endpoints)", Type)
 	}
-	s := &Scorer{Named: scheduling.NewNamed(Type, name), params: p, index: index, recorder: prefixmatch.RecorderOf(h),
-		seedID: kvhash.NoneHash(p.HashSeed).Uint64()}
+	s := &Scorer{Named: scheduling.NewNamed(typ, name), params: p, index: index, recorder: prefixmatch.RecorderOf(h),
+		seedID: kvhash.NoneHash(p.HashSeed).Uint64(), kvEvents: kvEvents}
 	s.key = scheduling.NewKey[*Prompt](s.TypedName().String())
 	if p.Tokenizer != "" {
 		dir := p.Tokenizer
@@ -258,8 +307,26 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 	}
 }
 
+// Consumes implements scheduling.DataDependencies: a token producer's
+// tokens, when one is configured, are read.
+func (s *Scorer) Consumes() []string { return []string{prefixmatch.TokensKey.String()} }
+
+// prefixOf is Prefix, from a token producer's tokens when it left them.
+func (s *Scorer) prefixOf(cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) (*hints.Prefix, int) {
+	toks, ok := scheduling.Read(cs, prefixmatch.TokensKey)
+	if !ok || toks == nil || len(*toks) == 0 || req.Body == nil {
+		return s.Prefix(req, eps)
+	}
+	hashes := s.Hashes(*toks, adapterOf(req.TargetModel, eps), req.Body.CacheSalt)
+	p, err := hints.NewPrefix(hints.Precise, s.params.BlockSize, s.seedID, hashes, s.params.DenseBlocks)
+	if err != nil || p.Blocks == 0 {
+		return nil, len(*toks)
+	}
+	return &p, len(*toks)
+}
+
 func (s *Scorer) produce(cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) *Prompt {
-	prefix, tokens := s.Prefix(req, eps)
+	prefix, tokens := s.prefixOf(cs, req, eps)
 	p := &Prompt{Tokens: tokens, prediction: prefixmatch.Prediction{BlockTokens: s.params.BlockSize, PromptTokens: tokens, Exact: tokens > 0}, prefix: prefix}
 	p.prediction.Reset(eps)
 	scheduling.Write(cs, s.key, p)

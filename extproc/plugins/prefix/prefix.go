@@ -8,9 +8,19 @@
 // are hashed as 4 bytes per token, so a block is blockSize/4 tokens as for
 // text.
 //
-// Score = consecutive matched blocks from the start / total blocks.
+// Score = consecutive matched blocks from the start / total blocks (the
+// match ratio); with llm-d's matchLengthWeight w > 0 it is
+// w·min(1, matchedTokens/matchLengthScaleTokens)² + (1−w)·ratio, which
+// favours long matches (attention cost grows with the prompt).
 //
-// Parameters (GIE's names, and llm-d's older hashBlockSize):
+// With prefixMatchInfoProducerName the scorer hashes nothing itself: it
+// scores the match of the named producer (approx-prefix-cache-producer,
+// precise-prefix-cache-producer or a prefix scorer), as llm-d's
+// producer/scorer split does, and the hashing parameters are refused.
+// Without it the scorer is its own approximate producer, as GIE's is and
+// as llm-d's is with its auto-created producer.
+//
+// Parameters (GIE's names, llm-d's hashBlockSize and scorer parameters):
 //
 //	blockSize: int               bytes of prompt text per block (default 64)
 //	blockSizeTokens: int         tokens per block, × 4 bytes; overrides blockSize
@@ -23,6 +33,11 @@
 //	denseBlocks: int             leading blocks matched exactly; beyond them a
 //	                             thinning sample is matched (default 256, as
 //	                             the wasm filter; see internal/hints)
+//	prefixMatchInfoProducerName: string  score this producer's match
+//	matchLengthWeight: float     weight of the match length in the score, in
+//	                             [0, 1] (default 0: the ratio only)
+//	matchLengthScaleTokens: int  matched tokens that give the full length
+//	                             score (default 8192)
 //
 // On kvgate's headers-only path the wasm filter has already hashed the
 // prompt (x-kvgate-prefix); the scorer uses those hashes when they were made
@@ -62,6 +77,54 @@ type Params struct {
 	LRUCapacityPerServer   int   `json:"lruCapacityPerServer"`
 	AutoTune               *bool `json:"autoTune"`
 	DenseBlocks            int   `json:"denseBlocks"`
+	// PrefixMatchInfoProducerName, MatchLengthWeight and
+	// MatchLengthScaleTokens are llm-d's scorer parameters.
+	PrefixMatchInfoProducerName string   `json:"prefixMatchInfoProducerName"`
+	MatchLengthWeight           *float64 `json:"matchLengthWeight"`
+	MatchLengthScaleTokens      int      `json:"matchLengthScaleTokens"`
+}
+
+// DefaultMatchLengthScaleTokens is llm-d's matchLengthScaleTokens default.
+const DefaultMatchLengthScaleTokens = 8192
+
+// lengthScore is llm-d's match scoring: the ratio, blended with the
+// squared, capped match length when weight > 0.
+type lengthScore struct {
+	weight float64
+	scale  int
+}
+
+func newLengthScore(p Params) (lengthScore, error) {
+	l := lengthScore{scale: DefaultMatchLengthScaleTokens}
+	if p.MatchLengthWeight != nil {
+		l.weight = *p.MatchLengthWeight
+	}
+	if l.weight < 0 || l.weight > 1 {
+		return l, fmt.Errorf("parameters.matchLengthWeight must be in [0, 1], got %v", l.weight)
+	}
+	if p.MatchLengthScaleTokens < 0 {
+		return l, fmt.Errorf("parameters.matchLengthScaleTokens must be positive, got %d", p.MatchLengthScaleTokens)
+	}
+	if p.MatchLengthScaleTokens > 0 {
+		l.scale = p.MatchLengthScaleTokens
+	}
+	return l, nil
+}
+
+// score sets scores[i] from m's match for eps[i].
+func (l lengthScore) score(m prefixmatch.Match, eps []*endpoints.Endpoint, scores []float64) {
+	if m.Prediction == nil || m.Blocks <= 0 {
+		return
+	}
+	m.Prediction.ScoreSubset(eps, scores, m.Blocks)
+	if l.weight == 0 {
+		return
+	}
+	for i, ratio := range scores[:len(eps)] {
+		tokens := ratio * float64(m.Blocks*m.Prediction.BlockTokens)
+		length := min(1, tokens/float64(l.scale))
+		scores[i] = l.weight*length*length + (1-l.weight)*ratio
+	}
 }
 
 // Scorer implements prefix-cache-scorer; it is also a PreRequest hook (to
@@ -69,12 +132,17 @@ type Params struct {
 type Scorer struct {
 	scheduling.Named
 	prefixmatch.Producer
-	params   Params
-	auto     bool
-	index    *indexer
-	recorder prefixmatch.Recorder
-	key      scheduling.Key[*hashed]
-	scratch  sync.Pool
+	params Params
+	length lengthScore
+	// maxTokens, when positive, bounds the hashed prefix in tokens
+	// instead of params.MaxPrefixBlocksToMatch; minBlockTokens is the
+	// smallest block size used (llm-d's producer clamps to 64 tokens).
+	maxTokens, minBlockTokens int
+	auto                      bool
+	index                     *indexer
+	recorder                  prefixmatch.Recorder
+	key                       scheduling.Key[*hashed]
+	scratch                   sync.Pool
 }
 
 type scratch struct {
@@ -89,6 +157,16 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 	if err := scheduling.DecodeParams(raw, &p); err != nil {
 		return nil, err
 	}
+	if p.PrefixMatchInfoProducerName != "" {
+		return newFromProducer(name, p, raw)
+	}
+	return NewMatcher(Type, name, p, h)
+}
+
+// NewMatcher builds the approximate matcher of type typ (prefix-cache-scorer,
+// or approx-prefix-cache-producer, which wraps it) from p, whose zero
+// fields other than the defaults New fills are errors.
+func NewMatcher(typ, name string, p Params, h *scheduling.Handle) (*Scorer, error) {
 	for field, v := range map[string]int{"blockSize": p.BlockSize, "blockSizeTokens": p.BlockSizeTokens, "hashBlockSize": p.HashBlockSize, "maxPrefixBlocksToMatch": p.MaxPrefixBlocksToMatch, "lruCapacityPerServer": p.LRUCapacityPerServer, "denseBlocks": p.DenseBlocks} {
 		if v < 0 || (v == 0 && field != "blockSizeTokens" && field != "hashBlockSize") {
 			return nil, fmt.Errorf("parameters.%s must be positive, got %d", field, v)
@@ -100,8 +178,13 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 	case p.HashBlockSize > 0:
 		p.BlockSize = p.HashBlockSize
 	}
+	length, err := newLengthScore(p)
+	if err != nil {
+		return nil, err
+	}
 	s := &Scorer{
-		Named:    scheduling.NewNamed(Type, name),
+		Named:    scheduling.NewNamed(typ, name),
+		length:   length,
 		params:   p,
 		auto:     p.AutoTune == nil || *p.AutoTune,
 		index:    newIndexer(),
@@ -123,17 +206,35 @@ type hashed struct {
 	prediction prefixmatch.Prediction
 }
 
+// SetTokenBounds makes the matcher hash at most maxTokens tokens (0: the
+// block bound applies) in blocks of at least minBlockTokens tokens: llm-d's
+// approx-prefix-cache-producer semantics.
+func (s *Scorer) SetTokenBounds(maxTokens, minBlockTokens int) {
+	s.maxTokens, s.minBlockTokens = maxTokens, minBlockTokens
+}
+
 // blockChars is the configured block size in bytes, or the servers' own
-// block size in tokens × 4 when auto-tuning and one of them reports it.
+// block size in tokens × 4 when auto-tuning and one of them reports it;
+// never below the minimum block size.
 func (s *Scorer) blockChars(eps []*endpoints.Endpoint) int {
+	chars := s.params.BlockSize
 	if s.auto {
 		for _, e := range eps {
 			if bs := e.Metrics().BlockSize; bs > 0 {
-				return bs * prefixhash.CharsPerToken
+				chars = bs * prefixhash.CharsPerToken
+				break
 			}
 		}
 	}
-	return s.params.BlockSize
+	return max(chars, s.minBlockTokens*prefixhash.CharsPerToken)
+}
+
+// maxBlocks bounds the hashed prefix for blocks of blockChars.
+func (s *Scorer) maxBlocks(blockChars int) int {
+	if s.maxTokens > 0 {
+		return max(1, s.maxTokens/max(1, blockChars/prefixhash.CharsPerToken))
+	}
+	return s.params.MaxPrefixBlocksToMatch
 }
 
 func (s *Scorer) capacity(e *endpoints.Endpoint) int {
@@ -154,7 +255,7 @@ func (s *Scorer) Prefix(req *scheduling.Request, blockChars int) *hints.Prefix {
 	blockTokens := max(1, blockChars/prefixhash.CharsPerToken)
 	switch {
 	case req.Body != nil:
-		seed, hashes := prefixhash.Request(prefixhash.Params{BlockChars: blockChars, MaxBlocks: s.params.MaxPrefixBlocksToMatch}, req.Body)
+		seed, hashes := prefixhash.Request(prefixhash.Params{BlockChars: blockChars, MaxBlocks: s.maxBlocks(blockChars)}, req.Body)
 		p, err := hints.NewPrefix(hints.Approximate, blockTokens, seed, hashes, s.params.DenseBlocks)
 		if err != nil || p.Blocks == 0 {
 			return nil
@@ -179,9 +280,24 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 	if !ok {
 		st = s.produce(cs, req, eps)
 	}
-	if st.prefix != nil {
-		st.prediction.ScoreSubset(eps, scores, st.prefix.Blocks)
+	s.length.score(st.match(), eps, scores)
+}
+
+func (st *hashed) match() prefixmatch.Match {
+	if st.prefix == nil {
+		return prefixmatch.Match{}
 	}
+	return prefixmatch.Match{Prediction: &st.prediction, Blocks: st.prefix.Blocks}
+}
+
+// MatchOf implements prefixmatch.Source: the request's match, once
+// produced.
+func (s *Scorer) MatchOf(cs *scheduling.CycleState) (prefixmatch.Match, bool) {
+	st, ok := scheduling.Read(cs, s.key)
+	if !ok {
+		return prefixmatch.Match{}, false
+	}
+	return st.match(), true
 }
 
 func (s *Scorer) produce(cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) *hashed {
@@ -252,6 +368,7 @@ func (s *Scorer) EndpointsRemoved(addresses []string) {
 func (s *Scorer) IndexSize() int { return s.index.size() }
 
 var (
+	_ prefixmatch.Source          = (*Scorer)(nil)
 	_ scheduling.Scorer           = (*Scorer)(nil)
 	_ scheduling.DataProducer     = (*Scorer)(nil)
 	_ scheduling.PreRequest       = (*Scorer)(nil)

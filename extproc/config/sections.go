@@ -1,0 +1,340 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kvgate/kvgate/extproc/endpoints/scrape"
+	"github.com/kvgate/kvgate/extproc/plugins/precise"
+	"github.com/kvgate/kvgate/extproc/scheduling"
+)
+
+// Features kvgate does not implement yet, as UnsupportedError.Feature.
+const (
+	FeaturePD          = "P/D disaggregation"
+	FeatureFlowControl = "flow control"
+	FeatureLatency     = "latency prediction"
+	FeatureGRPC        = "gRPC model servers"
+	FeatureOther       = "not implemented"
+)
+
+// UnsupportedError is a section, field, feature gate or plugin type of the
+// GIE / llm-d format that kvgate does not implement yet. It is always an
+// error: a configuration that asks for it must not load and then behave
+// otherwise.
+type UnsupportedError struct {
+	// Where locates it in the configuration ("plugins[3]", "flowControl").
+	Where string
+	// Name is the plugin type, section or gate.
+	Name string
+	// Feature is the kind of thing missing, one of the Feature constants.
+	Feature string
+	// Hint says what to do instead, when kvgate has something.
+	Hint string
+}
+
+func (e *UnsupportedError) Error() string {
+	msg := fmt.Sprintf("%s: %q is not supported by kvgate (%s)", e.Where, e.Name, e.Feature)
+	if e.Hint != "" {
+		msg += ": " + e.Hint
+	}
+	return msg
+}
+
+// knownPluginTypes are upstream plugin types kvgate's registry lacks, with
+// the feature they belong to, so that the error says why; a type in
+// neither the registry nor this table is an unknown type.
+var knownPluginTypes = map[string]UnsupportedError{
+	"disagg-profile-handler":           {Feature: FeaturePD},
+	"pd-profile-handler":               {Feature: FeaturePD},
+	"prefix-based-pd-decider":          {Feature: FeaturePD},
+	"always-disagg-pd-decider":         {Feature: FeaturePD},
+	"always-disagg-multimodal-decider": {Feature: FeaturePD},
+	"disagg-headers-handler":           {Feature: FeaturePD},
+	"prefill-header-handler":           {Feature: FeaturePD},
+	"p2p-source-producer":              {Feature: FeaturePD},
+	"data-parallel-profile-handler":    {Feature: FeaturePD},
+	"header-profile-handler":           {Feature: FeaturePD},
+	"utilization-detector":             {Feature: FeatureFlowControl},
+	"concurrency-detector":             {Feature: FeatureFlowControl},
+	"round-robin-fairness-policy":      {Feature: FeatureFlowControl},
+	"global-strict-fairness-policy":    {Feature: FeatureFlowControl},
+	"fcfs-ordering-policy":             {Feature: FeatureFlowControl},
+	"program-aware-fairness":           {Feature: FeatureFlowControl},
+	"soft-reflective-ceiling-policy":   {Feature: FeatureFlowControl},
+	"predicted-latency-scorer":         {Feature: FeatureLatency, Hint: "kvgate's latency-scorer scores predicted-latency-producer's predictions"},
+	"vllmgrpc-parser": {Feature: FeatureGRPC, Hint: "kvgate's picker parses OpenAI-style HTTP bodies " +
+		"(openai-parser); it cannot route vLLM's gRPC API"},
+}
+
+// unknownType turns the registry's unknown-type error for typ into an
+// UnsupportedError when typ is a known upstream plugin.
+func unknownType(where, typ string, err error) error {
+	var unknown *scheduling.UnknownTypeError
+	if !errors.As(err, &unknown) {
+		return err
+	}
+	if k, ok := knownPluginTypes[typ]; ok {
+		k.Where, k.Name = where+".type", typ
+		return &k
+	}
+	return err
+}
+
+// featureGates are the gates of the GIE / llm-d formats kvgate knows. A
+// true value is a gate whose feature kvgate always has (so turning it on
+// changes nothing); a gate not listed, or listed false, is refused.
+var featureGates = map[string]bool{
+	// GIE's pluggable data layer: kvgate's data layer is always the
+	// configured one.
+	"dataLayer": true,
+	// Data-producer plugins before scheduling: always on in kvgate.
+	"prepareDataPlugins": true,
+	// GIE v1.5: poll metrics with the older, pre-data-layer code. The
+	// metrics polled are the same; kvgate has one scraper (llm-d removed
+	// the gate).
+	"enableLegacyMetrics": true,
+	"flowControl":         false,
+}
+
+func checkFeatureGates(gates []string) error {
+	for i, g := range gates {
+		on, known := featureGates[g]
+		switch {
+		case on:
+		case g == "flowControl":
+			return &UnsupportedError{Where: fmt.Sprintf("featureGates[%d]", i), Name: g, Feature: FeatureFlowControl}
+		case known:
+			return &UnsupportedError{Where: fmt.Sprintf("featureGates[%d]", i), Name: g, Feature: FeatureOther}
+		default:
+			return &UnsupportedError{Where: fmt.Sprintf("featureGates[%d]", i), Name: g, Feature: FeatureOther, Hint: "unknown feature gate"}
+		}
+	}
+	return nil
+}
+
+// unsupportedSections refuses the sections and fields kvgate does not
+// implement.
+func unsupportedSections(c *Config) error {
+	if len(c.FlowControl) > 0 && string(c.FlowControl) != "null" {
+		return &UnsupportedError{Where: "flowControl", Name: "flowControl", Feature: FeatureFlowControl}
+	}
+	if sd := c.SaturationDetector; sd != nil && sd.PluginRef != "" {
+		return &UnsupportedError{Where: "saturationDetector.pluginRef", Name: sd.PluginRef, Feature: FeatureFlowControl,
+			Hint: "kvgate's saturation detector takes GIE's queueDepthThreshold, kvCacheUtilThreshold and metricsStalenessThreshold"}
+	}
+	dl := c.DataLayer
+	if dl == nil {
+		return nil
+	}
+	switch {
+	case dl.Discovery != nil:
+		return &UnsupportedError{Where: "dataLayer.discovery", Name: dl.Discovery.PluginRef, Feature: FeatureOther,
+			Hint: "kvgate discovers endpoints from the InferencePool, --endpoint-selector or --endpoints-file"}
+	case dl.PeerDiscovery != nil:
+		return &UnsupportedError{Where: "dataLayer.peerDiscovery", Name: dl.PeerDiscovery.PluginRef, Feature: FeatureOther}
+	case dl.CrossReplicaSyncerPluginRef != "":
+		return &UnsupportedError{Where: "dataLayer.crossReplicaSyncerPluginRef", Name: dl.CrossReplicaSyncerPluginRef, Feature: FeatureOther}
+	case dl.CrossReplicaSyncInterval != "":
+		return &UnsupportedError{Where: "dataLayer.crossReplicaSyncInterval", Name: "crossReplicaSyncInterval", Feature: FeatureOther}
+	}
+	return nil
+}
+
+// The data layer's metrics plugins as the loader reads them.
+type (
+	metricsSource interface {
+		ScrapeTarget() scrape.Target
+		ScrapeInterval(base time.Duration) time.Duration
+	}
+	metricsExtractor interface {
+		ScrapeEngines() *scrape.Engines
+	}
+)
+
+// Metrics is how the model servers' metrics are fetched and read: the data
+// layer's metrics source and its extractor.
+type Metrics struct {
+	source    metricsSource
+	extractor metricsExtractor
+}
+
+// Scrape returns base (the flags' scraper settings) with the data layer's
+// target, interval and engine schemas applied.
+func (m Metrics) Scrape(base scrape.Config) scrape.Config {
+	if m.source != nil {
+		base.Target = m.source.ScrapeTarget()
+		base.Interval = m.source.ScrapeInterval(base.Interval)
+	}
+	if m.extractor != nil {
+		base.Engines = m.extractor.ScrapeEngines()
+	}
+	return base
+}
+
+// dataLayer wires the configured sources and extractors. kvgate's scraper
+// is the one data path, so there is at most one metrics source with one
+// extractor; llm-d's defaults (a metrics source and a core extractor when
+// none is configured) are the scraper's own defaults. A configuration that
+// lists the metrics plugins without a dataLayer section gets them paired,
+// as llm-d's chart relies on.
+func (b *builder) dataLayer(c *Config) error {
+	spec := c.DataLayer
+	where := "dataLayer"
+	if c.Data != nil {
+		if spec != nil {
+			return errors.New("data and dataLayer: give one (data is GIE's earlier name of dataLayer)")
+		}
+		spec, where = c.Data, "data"
+	}
+	if spec == nil {
+		spec = &DataLayerSpec{}
+	}
+	wired := map[string]bool{}
+	for i, src := range spec.Sources {
+		at := fmt.Sprintf("%s.sources[%d]", where, i)
+		p, ok := b.byName[src.PluginRef]
+		if !ok {
+			return fmt.Errorf("%s.pluginRef: %q is not a configured plugin", at, src.PluginRef)
+		}
+		ds, ok := p.(scheduling.DataSource)
+		if !ok {
+			return fmt.Errorf("%s.pluginRef: %q (type %s) is not a data source", at, src.PluginRef, p.TypedName().Type)
+		}
+		if wired[src.PluginRef] {
+			return fmt.Errorf("%s.pluginRef: source %q is listed twice", at, src.PluginRef)
+		}
+		wired[src.PluginRef] = true
+		ms, isMetrics := p.(metricsSource)
+		if isMetrics {
+			if b.out.Metrics.source != nil {
+				return fmt.Errorf("%s: a second metrics source %q: kvgate scrapes each endpoint once", at, src.PluginRef)
+			}
+			b.out.Metrics.source = ms
+		}
+		for j, x := range src.Extractors {
+			xat := fmt.Sprintf("%s.extractors[%d].pluginRef", at, j)
+			xp, ok := b.byName[x.PluginRef]
+			if !ok {
+				return fmt.Errorf("%s: %q is not a configured plugin", xat, x.PluginRef)
+			}
+			ext, ok := xp.(scheduling.DataExtractor)
+			if !ok {
+				return fmt.Errorf("%s: %q (type %s) is not a data extractor", xat, x.PluginRef, xp.TypedName().Type)
+			}
+			if err := ext.AcceptsSource(ds); err != nil {
+				return fmt.Errorf("%s: %w", xat, err)
+			}
+			wired[x.PluginRef] = true
+			if me, ok := xp.(metricsExtractor); ok && isMetrics {
+				if b.out.Metrics.extractor != nil {
+					return fmt.Errorf("%s: a second metrics extractor %q for one source", xat, x.PluginRef)
+				}
+				b.out.Metrics.extractor = me
+			}
+		}
+	}
+	// Metrics plugins configured but not wired above. (The endpoint
+	// notifications the precise prefix plugins read flow whether wired or
+	// not.)
+	var looseSources, looseExtractors []scheduling.Plugin
+	for _, p := range b.out.Plugins {
+		if wired[p.TypedName().Name] {
+			continue
+		}
+		switch p.(type) {
+		case metricsSource:
+			looseSources = append(looseSources, p)
+		case metricsExtractor:
+			looseExtractors = append(looseExtractors, p)
+		}
+	}
+	if len(spec.Sources) == 0 && len(looseSources) <= 1 && len(looseExtractors) <= 1 {
+		// llm-d's chart lists the metrics plugins without wiring them.
+		if len(looseSources) == 1 {
+			b.out.Metrics.source, looseSources = looseSources[0].(metricsSource), nil
+		}
+		if len(looseExtractors) == 1 {
+			b.out.Metrics.extractor, looseExtractors = looseExtractors[0].(metricsExtractor), nil
+		}
+	}
+	for _, p := range append(looseSources, looseExtractors...) {
+		return fmt.Errorf("plugins: %q (type %s) is a data-layer plugin not wired under %s.sources", p.TypedName().Name, p.TypedName().Type, where)
+	}
+	if spec.InjectDefaults != nil && !*spec.InjectDefaults && b.out.Metrics.source == nil {
+		return fmt.Errorf("%s.injectDefaults: false without a metrics-data-source: kvgate's picker routes on the model servers' metrics", where)
+	}
+	return nil
+}
+
+// parsers checks the request parsers the configuration names: each a
+// configured parser plugin (only openai-parser exists in kvgate, which
+// parses OpenAI-style bodies whatever is configured).
+func (b *builder) parsers(c *Config) error {
+	var refs []Ref
+	where := "requestHandler.parsers"
+	if c.RequestHandler != nil {
+		refs = c.RequestHandler.Parsers
+	}
+	if c.Parser != nil {
+		if len(refs) > 0 {
+			return errors.New("parser and requestHandler.parsers: give one (parser is GIE's single-parser form)")
+		}
+		refs, where = []Ref{*c.Parser}, "parser"
+	}
+	for i, r := range refs {
+		at := fmt.Sprintf("%s[%d].pluginRef", where, i)
+		if where == "parser" {
+			at = "parser.pluginRef"
+		}
+		p, ok := b.byName[r.PluginRef]
+		if !ok {
+			return fmt.Errorf("%s: %q is not a configured plugin", at, r.PluginRef)
+		}
+		if _, ok := p.(scheduling.RequestParser); !ok {
+			return fmt.Errorf("%s: %q (type %s) is not a request parser", at, r.PluginRef, p.TypedName().Type)
+		}
+	}
+	return nil
+}
+
+// resolve lets plugins that name other plugins find them, now that all
+// are built.
+func (b *builder) resolve() error {
+	for _, p := range b.out.Plugins {
+		if r, ok := p.(scheduling.Resolver); ok {
+			if err := r.Resolve(b.lookup); err != nil {
+				return fmt.Errorf("plugins (name %q, type %q): %w", p.TypedName().Name, p.TypedName().Type, err)
+			}
+		}
+	}
+	return nil
+}
+
+// kvEventSources is a precise prefix plugin configured in llm-d's layout.
+type kvEventSources interface {
+	KVEventSources() precise.KVEvents
+}
+
+// kvEvents collects what the precise prefix plugins ask the picker for;
+// two that ask for different sources are a conflict, since the picker has
+// one KV index fed one way.
+func (b *builder) kvEvents() error {
+	var from scheduling.TypedName
+	for _, p := range b.out.Plugins {
+		k, ok := p.(kvEventSources)
+		if !ok {
+			continue
+		}
+		ev := k.KVEventSources()
+		if ev == (precise.KVEvents{}) {
+			continue
+		}
+		if b.out.KVEvents != (precise.KVEvents{}) && b.out.KVEvents != ev {
+			return fmt.Errorf("plugins: %s and %s ask for different KV-event sources (%+v, %+v)", from, p.TypedName(), b.out.KVEvents, ev)
+		}
+		b.out.KVEvents, from = ev, p.TypedName()
+	}
+	return nil
+}

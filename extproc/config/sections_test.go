@@ -1,0 +1,147 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvgate/kvgate/extproc/endpoints/scrape"
+)
+
+const llmdHead = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n"
+
+func TestAPIVersions(t *testing.T) {
+	for _, v := range APIVersions {
+		if _, err := build(t, "apiVersion: "+v+"\nkind: EndpointPickerConfig\n"); err != nil {
+			t.Errorf("%s: %v", v, err)
+		}
+	}
+}
+
+// The data layer's metrics source and extractor reach the scraper's
+// settings; wired explicitly, or listed without a dataLayer section as
+// llm-d's chart does.
+func TestDataLayerMetrics(t *testing.T) {
+	const plugins = "plugins:\n- type: metrics-data-source\n  parameters: {scheme: https, path: /stats, interval: 200ms}\n" +
+		"- name: engines\n  type: core-metrics-extractor\n  parameters: {defaultEngine: trtllm-serve}\n- type: queue-scorer\n"
+	for name, yaml := range map[string]string{
+		"wired":    llmdHead + plugins + "dataLayer:\n  sources:\n  - pluginRef: metrics-data-source\n    extractors:\n    - pluginRef: engines\n",
+		"unwired":  llmdHead + plugins,
+		"GIE data": llmdHead + plugins + "data:\n  sources:\n  - pluginRef: metrics-data-source\n    extractors:\n    - pluginRef: engines\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			b, err := build(t, yaml)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc := b.Metrics.Scrape(scrape.Config{Interval: 50 * time.Millisecond})
+			if sc.Target.Scheme != "https" || sc.Target.Path != "/stats" || sc.Interval != 200*time.Millisecond || sc.Engines == nil || sc.Engines.Default != "trtllm-serve" {
+				t.Fatalf("scrape config %+v", sc)
+			}
+		})
+	}
+	// Without a metrics source the flags' settings stand.
+	b, err := build(t, llmdHead+"plugins:\n- type: queue-scorer\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc := b.Metrics.Scrape(scrape.Config{Interval: time.Second}); sc.Target != (scrape.Target{}) || sc.Engines != nil || sc.Interval != time.Second {
+		t.Fatalf("default scrape config %+v", sc)
+	}
+}
+
+// Every section, field, gate and plugin kvgate does not implement is an
+// error naming it; the upstream names of missing features say which.
+func TestSectionErrors(t *testing.T) {
+	ms := "plugins:\n- type: metrics-data-source\n- type: core-metrics-extractor\n- type: openai-parser\n- type: queue-scorer\n"
+	tests := []struct {
+		name, yaml, want, feature string
+	}{
+		{"flowControl", llmdHead + "flowControl:\n  maxBytes: 1G\n", `"flowControl"`, FeatureFlowControl},
+		{"flowControl gate", llmdHead + "featureGates: [flowControl]\n", `featureGates[0]: "flowControl"`, FeatureFlowControl},
+		{"unknown gate", llmdHead + "featureGates: [dataLayer, magic]\n", `featureGates[1]: "magic"`, FeatureOther},
+		{"saturation plugin", llmdHead + "saturationDetector:\n  pluginRef: utilization-detector\n", `"utilization-detector"`, FeatureFlowControl},
+		{"discovery", llmdHead + "dataLayer:\n  discovery: {pluginRef: file-discovery}\n", `dataLayer.discovery: "file-discovery"`, FeatureOther},
+		{"peer discovery", llmdHead + "dataLayer:\n  peerDiscovery: {pluginRef: dns}\n", `dataLayer.peerDiscovery`, FeatureOther},
+		{"cross replica", llmdHead + "dataLayer:\n  crossReplicaSyncerPluginRef: redis\n", `crossReplicaSyncerPluginRef`, FeatureOther},
+		{"P/D handler", llmdHead + "plugins:\n- type: disagg-profile-handler\n", `"disagg-profile-handler"`, FeaturePD},
+		{"P/D decider", llmdHead + "plugins:\n- type: prefix-based-pd-decider\n", `"prefix-based-pd-decider"`, FeaturePD},
+		{"p2p", llmdHead + "plugins:\n- type: p2p-source-producer\n", `"p2p-source-producer"`, FeaturePD},
+		{"gRPC parser", llmdHead + "plugins:\n- type: vllmgrpc-parser\n", "parses OpenAI-style HTTP bodies", FeatureGRPC},
+		{"fairness policy", llmdHead + "plugins:\n- type: round-robin-fairness-policy\n", `"round-robin-fairness-policy"`, FeatureFlowControl},
+		{"unknown type", llmdHead + "plugins:\n- type: passthrough-parser\n", `unknown plugin type "passthrough-parser"`, ""},
+		{"parser not configured", llmdHead + ms + "requestHandler:\n  parsers:\n  - pluginRef: anthropic-parser\n", `requestHandler.parsers[0].pluginRef: "anthropic-parser" is not a configured plugin`, ""},
+		{"parser not a parser", llmdHead + ms + "requestHandler:\n  parsers:\n  - pluginRef: queue-scorer\n", "is not a request parser", ""},
+		{"GIE parser form", llmdHead + ms + "parser:\n  pluginRef: queue-scorer\n", "parser.pluginRef", ""},
+		{"both parser forms", llmdHead + ms + "parser: {pluginRef: openai-parser}\nrequestHandler:\n  parsers: [{pluginRef: openai-parser}]\n", "give one", ""},
+		{"both data sections", llmdHead + ms + "data: {}\ndataLayer: {}\n", "give one", ""},
+		{"source not configured", llmdHead + ms + "dataLayer:\n  sources: [{pluginRef: dcgm-source}]\n", `dataLayer.sources[0].pluginRef: "dcgm-source" is not a configured plugin`, ""},
+		{"source not a source", llmdHead + ms + "dataLayer:\n  sources: [{pluginRef: queue-scorer}]\n", "is not a data source", ""},
+		{"extractor not an extractor", llmdHead + ms + "dataLayer:\n  sources: [{pluginRef: metrics-data-source, extractors: [{pluginRef: openai-parser}]}]\n", "is not a data extractor", ""},
+		{"two metrics sources", llmdHead + "plugins:\n- {name: a, type: metrics-data-source}\n- {name: b, type: metrics-data-source}\ndataLayer:\n  sources: [{pluginRef: a}, {pluginRef: b}]\n", "a second metrics source", ""},
+		{"loose second source", llmdHead + "plugins:\n- {name: a, type: metrics-data-source}\n- {name: b, type: metrics-data-source}\n", "not wired", ""},
+		{"no metrics without defaults", llmdHead + "dataLayer:\n  injectDefaults: false\n", "injectDefaults", ""},
+		{"unknown dataLayer field", llmdHead + "dataLayer:\n  source: []\n", `unknown field "source"`, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := build(t, tc.yaml)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q does not contain %q", err, tc.want)
+			}
+			var u *UnsupportedError
+			if tc.feature != "" && (!errors.As(err, &u) || u.Feature != tc.feature) {
+				t.Fatalf("error %v: want an UnsupportedError for %s", err, tc.feature)
+			}
+		})
+	}
+}
+
+// Known gates of features kvgate always has are accepted.
+func TestFeatureGatesAlwaysOn(t *testing.T) {
+	b, err := build(t, llmdHead+"featureGates: [dataLayer, prepareDataPlugins]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.FeatureGates["dataLayer"] || !b.FeatureGates["prepareDataPlugins"] {
+		t.Fatalf("gates %v", b.FeatureGates)
+	}
+}
+
+// llm-d's producer/scorer split: the scorer and no-hit-lru-scorer read a
+// producer listed after them (the order of plugins does not matter).
+func TestProducerScorerWiring(t *testing.T) {
+	yaml := llmdHead + `plugins:
+- type: prefix-cache-scorer
+  parameters: {prefixMatchInfoProducerName: gpu}
+- type: no-hit-lru-scorer
+  parameters: {prefixMatchInfoProducerName: gpu}
+- name: gpu
+  type: approx-prefix-cache-producer
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: prefix-cache-scorer
+    weight: 3
+  - pluginRef: no-hit-lru-scorer
+  - pluginRef: gpu
+`
+	b, err := build(t, yaml)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := shape(b.Scheduler.Profiles()["default"])
+	if len(got.scorers) != 2 || got.scorers["prefix-cache-scorer"] != 3 || got.scorers["no-hit-lru-scorer"] != 1 {
+		t.Fatalf("profile %+v: the producer must not be a scorer", got)
+	}
+	if len(b.PreRequest) != 2 {
+		t.Fatalf("%d PreRequest hooks, want the producer's and no-hit-lru's", len(b.PreRequest))
+	}
+	if _, err := build(t, strings.Replace(yaml, "name: gpu", "name: cpu", 1)); err == nil || !strings.Contains(err.Error(), `"gpu" is not a configured plugin`) {
+		t.Fatalf("dangling producer: %v", err)
+	}
+}

@@ -1,0 +1,201 @@
+package config
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/kvindex"
+	"github.com/kvgate/kvgate/extproc/plugins/all"
+	"github.com/kvgate/kvgate/extproc/plugins/precise"
+	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/extproc/scheduling/schedtest"
+)
+
+// upstreamDoc is what the test needs to know of an upstream file before
+// loading it: the plugin types and the sections it uses.
+type upstreamDoc struct {
+	APIVersion string `json:"apiVersion"`
+	Plugins    []struct {
+		Type string `json:"type"`
+	} `json:"plugins"`
+	FlowControl  any      `json:"flowControl"`
+	FeatureGates []string `json:"featureGates"`
+	DataLayer    *struct {
+		Discovery any `json:"discovery"`
+	} `json:"dataLayer"`
+}
+
+// invalidUpstream are upstream documents that are themselves wrong, with
+// the error they must fail with: a typo, not a gap in kvgate.
+var invalidUpstream = map[string]string{
+	// "- -pluginRef" in GIE v1.0's configuration guide.
+	"gateway-api-inference-extension-v1-0-0-site-src-guides-epp-configuration-config-text-3.yaml": `unknown field "-pluginRef"`,
+}
+
+// outcome of loading one upstream file.
+type outcome struct {
+	file, reason string
+	loaded       bool
+}
+
+// TestUpstreamConfigs loads every EndpointPickerConfig collected from the
+// GIE and llm-d charts, guides, docs and test data (testdata/upstream; the
+// first line of each names its source). A file whose plugins kvgate all
+// registers, and that uses no section kvgate refuses, must load and build
+// a scheduler that picks an endpoint, unless a plugin refuses a parameter
+// by name (scheduling.UnsupportedParameterError); any other file must fail
+// with an error naming a missing plugin type or the refused section. The list of
+// outcomes and the counts by reason are logged (go test -v).
+func TestUpstreamConfigs(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "upstream", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no upstream configs: %v", err)
+	}
+	reg := all.Registry()
+	registered := reg.Types()
+	var outcomes []outcome
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(string(data), "# source: ") {
+			t.Errorf("%s: first line must name the source", f)
+		}
+		var doc upstreamDoc
+		if err := yaml.Unmarshal(data, &doc); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		var missing []string
+		for _, p := range doc.Plugins {
+			if !slices.Contains(registered, p.Type) && !slices.Contains(missing, p.Type) {
+				missing = append(missing, p.Type)
+			}
+		}
+		var refused []string
+		if !slices.Contains(APIVersions, doc.APIVersion) {
+			refused = append(refused, doc.APIVersion)
+		}
+		if doc.FlowControl != nil {
+			refused = append(refused, "flowControl")
+		}
+		if doc.DataLayer != nil && doc.DataLayer.Discovery != nil {
+			refused = append(refused, "dataLayer.discovery")
+		}
+		for _, g := range doc.FeatureGates {
+			if !featureGates[g] {
+				refused = append(refused, g)
+			}
+		}
+		o := outcome{file: filepath.Base(f)}
+		buildErr := loadAndRun(data, reg)
+		switch {
+		case buildErr == nil:
+			o.loaded, o.reason = true, "loaded"
+			if len(missing) > 0 || len(refused) > 0 {
+				t.Errorf("%s loaded though it names %v %v", o.file, missing, refused)
+			}
+		case invalidUpstream[o.file] != "" && strings.Contains(buildErr.Error(), invalidUpstream[o.file]):
+			o.reason = "invalid-upstream: " + invalidUpstream[o.file]
+		case len(missing) == 0 && len(refused) == 0 && errors.As(buildErr, new(*scheduling.UnsupportedParameterError)):
+			// A parameter kvgate knows and refuses by name.
+			o.reason = reason(buildErr)
+		case len(missing) == 0 && len(refused) == 0:
+			t.Errorf("%s names only kvgate's plugins and sections but fails: %v", o.file, buildErr)
+			o.reason = "BUG: " + buildErr.Error()
+		default:
+			named := false
+			for _, n := range missing {
+				named = named || strings.Contains(buildErr.Error(), fmt.Sprintf("%q", n))
+			}
+			for _, n := range refused {
+				named = named || strings.Contains(buildErr.Error(), n)
+			}
+			if !named {
+				t.Errorf("%s: error does not name any of %v %v: %v", o.file, missing, refused, buildErr)
+			}
+			o.reason = reason(buildErr)
+		}
+		outcomes = append(outcomes, o)
+	}
+	counts := map[string]int{}
+	loaded := 0
+	for _, o := range outcomes {
+		t.Logf("%-8s %-95s %s", map[bool]string{true: "LOADED", false: "REFUSED"}[o.loaded], o.file, o.reason)
+		if o.loaded {
+			loaded++
+		} else {
+			counts[firstWord(o.reason)]++
+		}
+	}
+	t.Logf("upstream configs: %d of %d load", loaded, len(outcomes))
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		return counts[keys[i]] > counts[keys[j]] || (counts[keys[i]] == counts[keys[j]] && keys[i] < keys[j])
+	})
+	for _, k := range keys {
+		t.Logf("  refused, %-40s %d", k, counts[k])
+	}
+}
+
+// loadAndRun parses and builds a configuration with every service a picker
+// offers, and schedules one request with it.
+func loadAndRun(data []byte, reg *scheduling.Registry) error {
+	c, err := Parse(data)
+	if err != nil {
+		return err
+	}
+	h := &scheduling.Handle{Services: precise.WithKVIndex(nil, kvindex.New(kvindex.Config{}))}
+	b, err := Build(c, reg, h, nil)
+	if err != nil {
+		return err
+	}
+	// Decode-role endpoints, so that decode-filter and the label filters
+	// of the upstream examples (role=decode) keep them.
+	eps := []*endpoints.Endpoint{
+		schedtest.Endpoint("a", endpoints.Metrics{WaitingQueueSize: 3}, "llm-d.ai/role", "decode", "role", "decode"),
+		schedtest.Endpoint("b", endpoints.Metrics{}, "llm-d.ai/role", "decode", "role", "decode"),
+	}
+	res, err := b.Scheduler.Schedule(context.Background(), scheduling.NewCycleState(), &scheduling.Request{}, eps)
+	if err != nil {
+		return fmt.Errorf("schedule: %w", err)
+	}
+	if res.Primary() == nil || len(res.Primary().Targets) == 0 {
+		return errors.New("schedule: no target")
+	}
+	return nil
+}
+
+// reason classifies a refusal: the missing feature, or the unknown plugin.
+func reason(err error) string {
+	var u *UnsupportedError
+	var unknown *scheduling.UnknownTypeError
+	var param *scheduling.UnsupportedParameterError
+	switch {
+	case errors.As(err, &param):
+		return "unsupported-parameter: " + param.Param
+	case errors.As(err, &u):
+		return strings.ReplaceAll(u.Feature, " ", "-") + ": " + u.Name
+	case errors.As(err, &unknown):
+		return "unknown-plugin: " + unknown.Type
+	}
+	return "error: " + err.Error()
+}
+
+func firstWord(s string) string {
+	w, _, _ := strings.Cut(s, ":")
+	return w
+}

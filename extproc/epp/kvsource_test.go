@@ -1,0 +1,38 @@
+package epp
+
+import (
+	"testing"
+
+	"github.com/kvgate/kvgate/extproc/config"
+	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/kvevents"
+	"github.com/kvgate/kvgate/extproc/plugins/precise"
+)
+
+// llm-d's pod discovery (kvEventsConfig.podDiscoveryConfig) subscribes to
+// each endpoint's own publisher on its IP; an endpoint's configured
+// sources win, and without the llm-d layout nothing is derived.
+func TestKVEventSource(t *testing.T) {
+	ep := func(spec endpoints.Spec) *endpoints.Endpoint { return endpoints.NewEndpoint(spec) }
+	tests := []struct {
+		name string
+		ev   precise.KVEvents
+		spec endpoints.Spec
+		want kvevents.Source
+	}{
+		{"pod discovery", precise.KVEvents{SocketPort: 5556, ReplayPort: 5558}, endpoints.Spec{Name: "a", Address: "10.0.0.7:8000"},
+			kvevents.Source{Events: "tcp://10.0.0.7:5556", Replay: "tcp://10.0.0.7:5558"}},
+		{"IPv6", precise.KVEvents{SocketPort: 5557}, endpoints.Spec{Name: "a", Address: "[fd00::7]:8000"}, kvevents.Source{Events: "tcp://[fd00::7]:5557"}},
+		{"endpoint's own source wins", precise.KVEvents{SocketPort: 5556}, endpoints.Spec{Name: "a", Address: "10.0.0.7:8000", KVEvents: "tcp://10.0.0.7:9999"},
+			kvevents.Source{Events: "tcp://10.0.0.7:9999"}},
+		{"no llm-d layout", precise.KVEvents{}, endpoints.Spec{Name: "a", Address: "10.0.0.7:8000"}, kvevents.Source{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &Picker{built: &config.Built{KVEvents: tc.ev}}
+			if got := p.kvEventSource(ep(tc.spec)); got != tc.want {
+				t.Fatalf("source %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,140 @@
+// Package metricsdatasource is llm-d's metrics-data-source: the data-layer
+// source that polls each model server's Prometheus page. In kvgate it
+// configures the picker's scraper (extproc/endpoints/scrape): where the page
+// is and how it is fetched; a core-metrics-extractor says how it is read.
+//
+// Parameters (llm-d's names and defaults):
+//
+//	scheme: string           "http" (default) or "https"
+//	path: string             URL path of the page (default "/metrics")
+//	insecureSkipVerify: bool  do not verify an https server's certificate
+//	                         (default true, as llm-d: pods serve
+//	                         self-signed certificates)
+//	caCertPath: string       PEM CA bundle that verifies the server when
+//	                         insecureSkipVerify is false
+//	clientCertPath: string   client certificate (PEM) for mTLS; set with
+//	                         clientKeyPath
+//	clientKeyPath: string    its private key (PEM)
+//	interval: duration       scrape period, rounded to a multiple of
+//	                         --refresh-metrics-interval (default: that
+//	                         interval)
+//
+// An endpoint's own metricsURL (static endpoints file) still wins over the
+// scheme and path.
+package metricsdatasource
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/kvgate/kvgate/extproc/endpoints/scrape"
+	"github.com/kvgate/kvgate/extproc/scheduling"
+)
+
+// Type is the registered plugin type.
+const Type = "metrics-data-source"
+
+// Params are the plugin's parameters.
+type Params struct {
+	Scheme             string              `json:"scheme"`
+	Path               string              `json:"path"`
+	InsecureSkipVerify *bool               `json:"insecureSkipVerify"`
+	CACertPath         string              `json:"caCertPath"`
+	ClientCertPath     string              `json:"clientCertPath"`
+	ClientKeyPath      string              `json:"clientKeyPath"`
+	Interval           scheduling.Duration `json:"interval"`
+}
+
+// Source implements metrics-data-source.
+type Source struct {
+	scheduling.Named
+	target   scrape.Target
+	interval time.Duration
+}
+
+// New is the plugin factory.
+func New(name string, raw json.RawMessage, _ *scheduling.Handle) (scheduling.Plugin, error) {
+	var p Params
+	if err := scheduling.DecodeParams(raw, &p); err != nil {
+		return nil, err
+	}
+	s := &Source{Named: scheduling.NewNamed(Type, name), interval: time.Duration(p.Interval)}
+	if s.interval < 0 {
+		return nil, fmt.Errorf("parameters.interval must not be negative, got %s", s.interval)
+	}
+	switch strings.ToLower(p.Scheme) {
+	case "", "http":
+		s.target.Scheme = "http"
+	case "https":
+		s.target.Scheme = "https"
+	default:
+		return nil, fmt.Errorf("parameters.scheme: want http or https, got %q", p.Scheme)
+	}
+	s.target.Path = p.Path
+	if s.target.Path == "" {
+		s.target.Path = "/metrics"
+	}
+	if !strings.HasPrefix(s.target.Path, "/") {
+		return nil, fmt.Errorf("parameters.path must start with /, got %q", p.Path)
+	}
+	tlsCfg, err := tlsConfig(p)
+	if err != nil {
+		return nil, err
+	}
+	s.target.TLS = tlsCfg
+	return s, nil
+}
+
+// tlsConfig is the https client's configuration; nil when nothing differs
+// from Go's defaults.
+func tlsConfig(p Params) (*tls.Config, error) {
+	skip := p.InsecureSkipVerify == nil || *p.InsecureSkipVerify
+	c := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: skip} //nolint:gosec // llm-d's documented default; configurable
+	if p.CACertPath != "" {
+		pem, err := os.ReadFile(p.CACertPath)
+		if err != nil {
+			return nil, fmt.Errorf("parameters.caCertPath: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("parameters.caCertPath: %s holds no PEM certificate", p.CACertPath)
+		}
+		c.RootCAs = pool
+	}
+	if (p.ClientCertPath == "") != (p.ClientKeyPath == "") {
+		return nil, errors.New("parameters.clientCertPath and clientKeyPath must be set together")
+	}
+	if p.ClientCertPath != "" {
+		cert, err := tls.LoadX509KeyPair(p.ClientCertPath, p.ClientKeyPath)
+		if err != nil {
+			return nil, fmt.Errorf("parameters.clientCertPath/clientKeyPath: %w", err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
+}
+
+// DataLayerSource implements scheduling.DataSource.
+func (s *Source) DataLayerSource() {}
+
+// ScrapeTarget is where and how pages are fetched.
+func (s *Source) ScrapeTarget() scrape.Target { return s.target }
+
+// ScrapeInterval is the configured period rounded to the nearest multiple
+// of base (at least base), or base when none was configured.
+func (s *Source) ScrapeInterval(base time.Duration) time.Duration {
+	if s.interval == 0 || base <= 0 {
+		return base
+	}
+	n := math.Round(float64(s.interval) / float64(base))
+	return base * time.Duration(max(1, n))
+}
+
+var _ scheduling.DataSource = (*Source)(nil)

@@ -1,0 +1,269 @@
+// Package tokenproducer is llm-d's token-producer with its vLLM backend: a
+// data producer that asks a vLLM render endpoint (`vllm serve` or the
+// GPU-less `vllm launch render`) for the request's prompt tokens, exactly as
+// the model server's tokenizer and chat template make them, and leaves them
+// for the precise prefix match (prefixmatch.TokensKey), which then needs no
+// tokenizer of its own. POST {url}/v1/completions/render takes the
+// completions prompt, POST {url}/v1/chat/completions/render the chat
+// messages (with tools, documents and the chat-template fields); "model" is
+// modelName. A failed or slow render leaves no tokens and the precise
+// matcher falls back to its own tokenizer, if it has one, as llm-d's
+// director logs and continues.
+//
+// llm-d's estimate backend (no vllm block) is refused: kvgate's approximate
+// producers estimate tokens themselves (4 bytes a token), and its estimate
+// image and video settings have no counterpart. The deprecated
+// udsTokenizerConfig backend is refused too.
+//
+// Parameters (llm-d's names):
+//
+//	modelName: string   model sent in render requests (required)
+//	vllm: object        url (default http://localhost:8000; "http" is its
+//	                    older name), timeout (default 5s), mmTimeout for
+//	                    requests with images, audio or video (default 30s)
+//	estimate: object    refused (see above)
+//	udsTokenizerConfig: object  refused (deprecated upstream)
+package tokenproducer
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/prefixmatch"
+	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/internal/openai"
+)
+
+// Type is the registered plugin type.
+const Type = "token-producer"
+
+// llm-d's defaults and render paths.
+const (
+	DefaultURL         = "http://localhost:8000"
+	DefaultTimeout     = 5 * time.Second
+	DefaultMMTimeout   = 30 * time.Second
+	CompletionsRender  = "/v1/completions/render"
+	ChatRender         = "/v1/chat/completions/render"
+	maxRenderBodyBytes = 64 << 20
+)
+
+// Params are the plugin's parameters.
+type Params struct {
+	ModelName          string          `json:"modelName"`
+	VLLM               *VLLM           `json:"vllm"`
+	Estimate           json.RawMessage `json:"estimate"`
+	UDSTokenizerConfig json.RawMessage `json:"udsTokenizerConfig"`
+}
+
+// VLLM is the render backend's configuration.
+type VLLM struct {
+	URL       string              `json:"url"`
+	HTTP      string              `json:"http"`
+	Timeout   scheduling.Duration `json:"timeout"`
+	MMTimeout scheduling.Duration `json:"mmTimeout"`
+}
+
+// Producer implements token-producer.
+type Producer struct {
+	scheduling.Named
+	model              string
+	base               string
+	timeout, mmTimeout time.Duration
+	client             *http.Client
+	log                *slog.Logger
+}
+
+// New is the plugin factory.
+func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plugin, error) {
+	var p Params
+	if err := scheduling.DecodeParams(raw, &p); err != nil {
+		return nil, err
+	}
+	// null is absent, as for every other parameter.
+	p.UDSTokenizerConfig, p.Estimate = nonNull(p.UDSTokenizerConfig), nonNull(p.Estimate)
+	switch {
+	case len(p.UDSTokenizerConfig) > 0:
+		return nil, &scheduling.UnsupportedParameterError{Param: "udsTokenizerConfig", Reason: "the deprecated UDS tokenizer backend; use vllm.url (a vLLM render endpoint)"}
+	case len(p.Estimate) > 0 || (p.VLLM == nil && p.ModelName == ""):
+		return nil, &scheduling.UnsupportedParameterError{Param: "estimate", Reason: "the estimate backend: kvgate's approximate prefix producers estimate tokens themselves (drop the token-producer); for exact tokens give modelName and vllm.url"}
+	case p.ModelName == "":
+		return nil, errors.New("parameters.modelName is required by the vllm backend")
+	}
+	v := p.VLLM
+	if v == nil {
+		v = &VLLM{}
+	}
+	if v.URL != "" && v.HTTP != "" {
+		return nil, errors.New("parameters.vllm: give url or its older name http, not both")
+	}
+	base := strings.TrimRight(v.URL+v.HTTP, "/")
+	if base == "" {
+		base = DefaultURL
+	}
+	u, err := url.Parse(base)
+	if err != nil || u.Scheme != "http" || u.Host == "" {
+		return nil, fmt.Errorf("parameters.vllm.url %q: want http://host[:port] (llm-d's render backend speaks plain HTTP)", base)
+	}
+	pr := &Producer{Named: scheduling.NewNamed(Type, name), model: p.ModelName, base: base,
+		timeout: time.Duration(v.Timeout), mmTimeout: time.Duration(v.MMTimeout), log: slog.Default()}
+	if pr.timeout == 0 {
+		pr.timeout = DefaultTimeout
+	}
+	if pr.mmTimeout == 0 {
+		pr.mmTimeout = DefaultMMTimeout
+	}
+	if pr.timeout < 0 || pr.mmTimeout < 0 {
+		return nil, errors.New("parameters.vllm: timeouts must be positive")
+	}
+	if h != nil && h.Log != nil {
+		pr.log = h.Log
+	}
+	pr.client = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}}
+	return pr, nil
+}
+
+func nonNull(raw json.RawMessage) json.RawMessage {
+	if string(bytes.TrimSpace(raw)) == "null" {
+		return nil
+	}
+	return raw
+}
+
+// Produces implements scheduling.DataDependencies.
+func (p *Producer) Produces() []string { return []string{prefixmatch.TokensKey.String()} }
+
+// Consumes implements scheduling.DataDependencies.
+func (p *Producer) Consumes() []string { return nil }
+
+// Produce implements scheduling.DataProducer.
+func (p *Producer) Produce(ctx context.Context, cs *scheduling.CycleState, req *scheduling.Request, _ []*endpoints.Endpoint) {
+	if req.Body == nil {
+		return
+	}
+	tokens, err := p.Render(ctx, req.Body)
+	if err != nil {
+		p.log.Debug("token-producer: render failed; the precise match tokenizes itself", "err", err)
+		return
+	}
+	scheduling.Write(cs, prefixmatch.TokensKey, &tokens)
+}
+
+// renderResponse is one render result.
+type renderResponse struct {
+	TokenIDs []int `json:"token_ids"`
+}
+
+// chatFields are forwarded to the chat render as the client sent them.
+var chatFields = []string{"messages", "tools", "documents", "chat_template", "chat_template_kwargs", "add_generation_prompt", "continue_final_message"}
+
+// Render returns body's prompt tokens from the render endpoint.
+func (p *Producer) Render(ctx context.Context, body *openai.Request) ([]int, error) {
+	if len(body.PromptTokenIDs) > 0 {
+		return body.PromptTokenIDs, nil
+	}
+	payload := map[string]json.RawMessage{}
+	model, _ := json.Marshal(p.model)
+	payload["model"] = model
+	path, timeout := "", p.timeout
+	switch body.API {
+	case openai.Completions:
+		path = CompletionsRender
+		payload["prompt"] = body.RawField("prompt")
+	case openai.ChatCompletions:
+		path = ChatRender
+		for _, f := range chatFields {
+			if v := body.RawField(f); v != nil {
+				payload[f] = v
+			}
+		}
+		if multimodal(body.RawField("messages")) {
+			timeout = p.mmTimeout
+		}
+	default:
+		return nil, fmt.Errorf("no render endpoint for %s requests", body.API)
+	}
+	raw, err := json.Marshal(payload)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, p.base+path, bytes.NewReader(raw))
+	if err != nil {
+		return nil, err
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	resp, err := p.client.Do(hreq)
+	if err != nil {
+		return nil, fmt.Errorf("render: %w", err)
+	}
+	defer func() {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		_ = resp.Body.Close()
+	}()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxRenderBodyBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("render: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("render: HTTP %s: %.200s", resp.Status, data)
+	}
+	if len(data) > maxRenderBodyBytes {
+		return nil, fmt.Errorf("render: response larger than %d bytes", maxRenderBodyBytes)
+	}
+	return decodeRender(path, data)
+}
+
+// decodeRender reads a render response: the completions render answers one
+// result per prompt (a single prompt is one element), the chat render one
+// result.
+func decodeRender(path string, data []byte) ([]int, error) {
+	var r renderResponse
+	if path == CompletionsRender {
+		var rs []renderResponse
+		if err := json.Unmarshal(data, &rs); err != nil {
+			return nil, fmt.Errorf("render response: %w", err)
+		}
+		if len(rs) != 1 {
+			return nil, fmt.Errorf("render response: %d results for one prompt", len(rs))
+		}
+		r = rs[0]
+	} else if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("render response: %w", err)
+	}
+	if len(r.TokenIDs) == 0 {
+		return nil, errors.New("render response: no token_ids")
+	}
+	for _, t := range r.TokenIDs {
+		if t < 0 {
+			return nil, fmt.Errorf("render response: negative token id %d", t)
+		}
+	}
+	return r.TokenIDs, nil
+}
+
+// multimodal reports whether chat messages carry image, audio or video
+// parts (llm-d's mmTimeout applies).
+func multimodal(messages json.RawMessage) bool {
+	for _, k := range []string{`"image_url"`, `"input_audio"`, `"audio_url"`, `"video_url"`} {
+		if bytes.Contains(messages, []byte(k)) {
+			return true
+		}
+	}
+	return false
+}
+
+var (
+	_ scheduling.DataProducer     = (*Producer)(nil)
+	_ scheduling.DataDependencies = (*Producer)(nil)
+)
