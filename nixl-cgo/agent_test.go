@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -381,26 +380,5 @@ func TestReleaseInProgress(t *testing.T) {
 	}
 	if !bytes.Equal(init.reg.Bytes()[:4096], target.reg.Bytes()[:4096]) {
 		t.Fatal("content differs after reconnect")
-	}
-}
-
-func TestSharedRegion(t *testing.T) {
-	path := t.TempDir() + "/region"
-	a, err := MapShared(path, 1<<16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := MapShared(path, 1<<16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	a.Bytes()[100] = 42
-	if b.Bytes()[100] != 42 {
-		t.Fatal("second mapping does not see the first one's write")
-	}
-	if st, _ := os.Stat(path); st.Size() != 1<<16 {
-		t.Fatalf("file size %d", st.Size())
 	}
 }

@@ -15,8 +15,8 @@
 // active message.
 //
 // Memory rules (cgo): registered memory must not be Go heap memory; use
-// AllocDRAM (anonymous mmap) or MapShared (a shared file, /dev/shm) and pass
-// descriptor addresses as uintptr.
+// AllocDRAM (anonymous mmap) or a shared file mapping (agent/kvblock.Map,
+// /dev/shm) and pass descriptor addresses as uintptr.
 //
 // Concurrency: an Agent is safe for concurrent use; one lock serialises
 // every call into UCP (workers run in UCS_THREAD_MODE_SERIALIZED), as
