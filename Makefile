@@ -37,6 +37,7 @@ envtest:
 build: setup
 	@mkdir -p $(BIN)
 	$(GO) build $(GOFLAGS) -o $(BIN)/kvgate ./cmd/kvgate
+	$(GO) build $(GOFLAGS) -o $(BIN)/kvgate-agent ./cmd/kvgate-agent
 	$(MAKE) --no-print-directory wasm
 
 # jsonv2's decoder avoids encoding/json's per-byte indirect calls, which
