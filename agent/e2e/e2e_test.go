@@ -118,10 +118,11 @@ const (
 	blockBytes    = 16 * bytesPerToken
 )
 
-func startSim(t *testing.T, bin, agent, tok string) string {
-	_, addr := start(t, simRe, bin, "sim", "--host", "127.0.0.1", "--port", "0", "--tokenizer", tok,
+func startSim(t *testing.T, bin, agent, tok string, extra ...string) string {
+	args := append([]string{"sim", "--host", "127.0.0.1", "--port", "0", "--tokenizer", tok,
 		"--agent", agent, "--kv-bytes-per-token", strconv.Itoa(bytesPerToken), "--num-gpu-blocks", "64",
-		"--kv-region-dir", t.TempDir(), "--kv-transfer-timeout", "5s", "--log-level", "debug")
+		"--kv-region-dir", t.TempDir(), "--kv-transfer-timeout", "5s", "--log-level", "debug"}, extra...)
+	_, addr := start(t, simRe, bin, args...)
 	return "http://" + addr
 }
 
@@ -183,6 +184,21 @@ func waitMetric(t *testing.T, url, name string, atLeast float64) float64 {
 	}
 }
 
+// waitStable polls a counter until it stops moving for 300 ms (or 10 s).
+func waitStable(t *testing.T, url, name string) float64 {
+	t.Helper()
+	last, since := metric(t, url, name), time.Now()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		if v := metric(t, url, name); v != last {
+			last, since = v, time.Now()
+		} else if time.Since(since) > 300*time.Millisecond {
+			break
+		}
+	}
+	return last
+}
+
 // text is a prompt of distinct words (no shared prefix across seeds).
 func text(seed, words int) string {
 	var b strings.Builder
@@ -199,6 +215,8 @@ func TestKVDataPlane(t *testing.T) {
 	_, addrB := startAgent(t, agentBin)
 	prefill := startSim(t, kvgate, addrA, tok)
 	decode := startSim(t, kvgate, addrB, tok)
+	// A second decoder on agent B that recomputes when a pull fails.
+	recompute := startSim(t, kvgate, addrB, tok, "--kv-load-failure-policy", "recompute")
 
 	// P/D: the prefill leg, then the decode leg with its kv_transfer_params.
 	prompt := text(1, 120)
@@ -241,7 +259,8 @@ func TestKVDataPlane(t *testing.T) {
 			t.Fatalf("filler %d: %d %s", i, code, raw)
 		}
 	}
-	if v := waitMetric(t, decode, "kvgate_sim_kv_offloaded_blocks_total", 8); v < 8 {
+	// Offloads run behind the engine: wait until they settle.
+	if v := waitStable(t, decode, "kvgate_sim_kv_offloaded_blocks_total"); v < 8 {
 		t.Fatalf("only %v blocks offloaded to the CPU tier", v)
 	}
 	code, again, raw := post(t, decode, map[string]any{"model": "Qwen/Qwen3-0.6B", "prompt": hot, "max_tokens": 1})
@@ -279,4 +298,29 @@ func TestKVDataPlane(t *testing.T) {
 		t.Fatalf("decode from a dead prefiller agent: %d %s", code, raw)
 	}
 	t.Logf("dead prefiller agent: failed after %v: %s", time.Since(started).Round(time.Millisecond), raw)
+	code, rec, raw := post(t, recompute, map[string]any{"model": "Qwen/Qwen3-0.6B", "prompt": prompt, "max_tokens": 4, "kv_transfer_params": pre.KV})
+	if code != 200 || rec.Usage.Details.CachedTokens != 0 {
+		t.Fatalf("recompute policy: %d %s", code, raw)
+	}
+	if v := metric(t, recompute, "kvgate_sim_kv_recomputed_total"); v != 1 {
+		t.Fatalf("recomputed %v requests, want 1", v)
+	}
+}
+
+// The main kvgate binary stays pure Go: only kvgate-agent links UCX.
+func TestMainBinaryWithoutCgoPackages(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	cmd := exec.Command("go", "list", "-deps", "./cmd/kvgate")
+	cmd.Dir = testutil.RepoRoot(t)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		if p == "github.com/kvgate/kvgate/nixl-cgo" || p == "github.com/kvgate/kvgate/agent" {
+			t.Fatalf("cmd/kvgate depends on %s (cgo)", p)
+		}
+	}
 }

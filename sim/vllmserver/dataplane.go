@@ -44,10 +44,12 @@ const dpQueue = 4096
 // evictions offload to the agent's CPU tier and later hits load back;
 // remote_kv_source pulls a peer's CPU-tier blocks.
 //
-// Ownership: the engine's event sink (tee) only queues work (it runs under
-// the runner's lock); one worker goroutine talks to the agent for it. gpu
-// is the set of blocks the engine holds (from its own events), bounded by
-// its block count.
+// Ownership: the engine's event sink (tee) runs under the runner's lock:
+// it updates gpu, the blocks the engine holds (bounded by its block
+// count), and only queues agent work, which one worker goroutine does.
+// A CPU-tier hit trusts gpu as of the last delivered step: a leading block
+// the engine evicts in the step under way would be counted as loaded
+// though only the blocks after it were (a one-step window, accepted).
 type dataPlane struct {
 	s          *Server
 	log        *slog.Logger
@@ -61,7 +63,7 @@ type dataPlane struct {
 	hasher     *kvhash.Hasher
 	policy     string
 	timeout    time.Duration
-	work       chan []engine.Event
+	work       chan []dpWork
 	wg         sync.WaitGroup
 
 	gpuMu sync.Mutex
@@ -117,7 +119,7 @@ func newDataPlane(s *Server, kvBytesPerToken int) (*dataPlane, error) {
 	}
 	return &dataPlane{s: s, log: s.log.With("component", "kv-data-plane"), agentAddr: o.Agent, conn: conn,
 		c: agentv1.NewKVTransferClient(conn), blockBytes: kvBytesPerToken * o.BlockSize, hasher: h,
-		policy: o.KVLoadFailurePolicy, timeout: o.KVTransferTimeout, work: make(chan []engine.Event, dpQueue),
+		policy: o.KVLoadFailurePolicy, timeout: o.KVTransferTimeout, work: make(chan []dpWork, dpQueue),
 		gpu: map[uint64]gpuBlock{}}, nil
 }
 
@@ -171,44 +173,73 @@ func (d *dataPlane) slot(s uint32) []byte {
 }
 
 // tee is the engine's event sink in --agent mode: it forwards to the KV
-// events publisher (when there is one) and queues the data plane's work.
+// events publisher (when there is one), keeps the set of GPU-resident
+// blocks exact as of the events delivered, and queues the agent work.
 type tee struct {
 	next engine.EventSink
 	d    *dataPlane
+}
+
+// dpWork is one unit of the worker's: content to store, or blocks to
+// offload.
+type dpWork struct {
+	store   []uint64
+	offload []*agentv1.OffloadBlock
+	lora    string
 }
 
 func (t *tee) Publish(events []engine.Event) {
 	if t.next != nil {
 		t.next.Publish(events)
 	}
-	// The events are the engine's; copy what the worker needs.
-	var work []engine.Event
+	d := t.d
+	var work []dpWork
+	d.gpuMu.Lock()
 	for _, ev := range events {
 		switch e := ev.(type) {
 		case *engine.BlockStored:
 			if e.Medium != "" && e.Medium != engine.MediumGPU {
 				continue
 			}
-			c := *e
-			c.BlockHashes = append([]uint64(nil), e.BlockHashes...)
-			c.TokenIDs = append([]int(nil), e.TokenIDs...)
-			work = append(work, &c)
+			parent, has := e.ParentBlockHash, e.HasParent
+			for i, h := range e.BlockHashes {
+				toks := make([]int32, 0, e.BlockSize)
+				for _, tk := range e.TokenIDs[i*e.BlockSize : min((i+1)*e.BlockSize, len(e.TokenIDs))] {
+					toks = append(toks, int32(tk))
+				}
+				d.gpu[h] = gpuBlock{parent: parent, hasParent: has, tokens: toks, lora: e.LoRAName}
+				parent, has = h, true
+			}
+			work = append(work, dpWork{store: append([]uint64(nil), e.BlockHashes...)})
 		case *engine.BlockRemoved:
 			if e.Medium != engine.MediumGPU {
 				continue
 			}
-			work = append(work, &engine.BlockRemoved{BlockHashes: append([]uint64(nil), e.BlockHashes...), Medium: e.Medium})
+			w := dpWork{}
+			for _, h := range e.BlockHashes {
+				b, ok := d.gpu[h]
+				if !ok {
+					continue
+				}
+				delete(d.gpu, h)
+				w.offload = append(w.offload, &agentv1.OffloadBlock{Hash: h, ParentHash: b.parent, HasParent: b.hasParent, TokenIds: b.tokens})
+				w.lora = b.lora
+			}
+			if len(w.offload) > 0 {
+				work = append(work, w)
+			}
 		case *engine.AllBlocksCleared:
-			work = append(work, e)
+			clear(d.gpu)
 		}
 	}
+	d.gpuMu.Unlock()
 	if len(work) == 0 {
 		return
 	}
 	select {
-	case t.d.work <- work:
+	case d.work <- work:
 	default:
-		t.d.stats.Dropped.Add(uint64(len(work)))
+		d.stats.Dropped.Add(uint64(len(work)))
 	}
 }
 
@@ -221,57 +252,28 @@ func (d *dataPlane) worker(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case evs := <-d.work:
-			for _, ev := range evs {
-				d.apply(ctx, ev)
+		case ws := <-d.work:
+			for _, w := range ws {
+				d.apply(ctx, w)
 			}
 		}
 	}
 }
 
-func (d *dataPlane) apply(ctx context.Context, ev engine.Event) {
-	switch e := ev.(type) {
-	case *engine.BlockStored:
-		d.gpuMu.Lock()
-		parent, has := e.ParentBlockHash, e.HasParent
-		for i, h := range e.BlockHashes {
-			toks := make([]int32, 0, e.BlockSize)
-			for _, t := range e.TokenIDs[i*e.BlockSize : min((i+1)*e.BlockSize, len(e.TokenIDs))] {
-				toks = append(toks, int32(t))
-			}
-			d.gpu[h] = gpuBlock{parent: parent, hasParent: has, tokens: toks, lora: e.LoRAName}
-			parent, has = h, true
-		}
-		d.gpuMu.Unlock()
-		if _, err := d.store(ctx, e.BlockHashes, nil); err != nil {
+func (d *dataPlane) apply(ctx context.Context, w dpWork) {
+	if len(w.store) > 0 {
+		if _, err := d.store(ctx, w.store, nil); err != nil {
 			d.log.Debug("store blocks", "err", err)
 		}
-	case *engine.BlockRemoved:
-		req := &agentv1.OffloadBlocksRequest{EngineId: d.s.engID, BlockSizeTokens: uint32(d.s.engCfg.BlockSize)}
-		d.gpuMu.Lock()
-		for _, h := range e.BlockHashes {
-			b, ok := d.gpu[h]
-			if !ok {
-				continue
-			}
-			delete(d.gpu, h)
-			req.Blocks = append(req.Blocks, &agentv1.OffloadBlock{Hash: h, ParentHash: b.parent, HasParent: b.hasParent, TokenIds: b.tokens})
-			req.LoraName = b.lora
-		}
-		d.gpuMu.Unlock()
-		if len(req.Blocks) == 0 {
-			return
-		}
-		resp, err := d.c.OffloadBlocks(ctx, req)
+	}
+	if len(w.offload) > 0 {
+		resp, err := d.c.OffloadBlocks(ctx, &agentv1.OffloadBlocksRequest{EngineId: d.s.engID, Blocks: w.offload,
+			BlockSizeTokens: uint32(d.s.engCfg.BlockSize), LoraName: w.lora})
 		if err != nil {
 			d.log.Debug("offload to the CPU tier", "err", err)
 			return
 		}
 		d.stats.Offloaded.Add(uint64(resp.Offloaded))
-	case *engine.AllBlocksCleared:
-		d.gpuMu.Lock()
-		clear(d.gpu)
-		d.gpuMu.Unlock()
 	}
 }
 
