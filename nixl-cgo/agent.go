@@ -129,9 +129,11 @@ func (a *Agent) progressLoop(u *ucxBackend) {
 			a.mu.Unlock()
 			return
 		}
-		u.progress()
+		// Bounded under the lock: a peer's long READ keeps UCX busy, and
+		// this agent's own calls must get in between.
+		busy := u.progress(pollSpins)
 		a.drainNotifsLocked()
-		if a.cfg.ProgressSpin {
+		if busy || a.cfg.ProgressSpin {
 			a.mu.Unlock()
 			runtime.Gosched()
 			continue
@@ -732,7 +734,7 @@ func (a *Agent) GetNotifs() (map[string][][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	u.progress()
+	u.progress(pollSpins)
 	a.drainNotifsLocked()
 	out := a.notifs
 	a.notifs = map[string][][]byte{}
@@ -745,7 +747,7 @@ func (a *Agent) Progress() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if u, err := a.backend("progress"); err == nil {
-		u.progress()
+		u.progress(pollSpins)
 		a.drainNotifsLocked()
 	}
 }

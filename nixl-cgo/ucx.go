@@ -210,16 +210,17 @@ func (b *ucxBackend) pickWorker() int {
 	return w
 }
 
-// progress runs every worker until idle; it reports whether anything
-// happened.
-func (b *ucxBackend) progress() bool {
-	any := false
+// progress runs every worker until idle or for at most rounds rounds each;
+// it reports whether a worker was still busy (so the caller should come
+// back before sleeping).
+func (b *ucxBackend) progress(rounds int) (busy bool) {
 	for _, w := range b.workers {
-		for C.kvg_progress(w) != 0 {
-			any = true
+		n := 0
+		for ; n < rounds && C.kvg_progress(w) != 0; n++ {
 		}
+		busy = busy || n == rounds
 	}
-	return any
+	return busy
 }
 
 // arm readies every worker's event descriptor; false means events are

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make bench-transfer: nixl-cgo's 64 MiB READ/WRITE benchmark and
-# ucx_perftest's ucp_get/ucp_put_bw for the same size, over the same transport,
+# ucx_perftest's ucp_get/ucp_put_bw (UCX 1.13's name of the put bandwidth test)
+# for the same size, over the same transport,
 # in one run, with the ratio. Both report MB/s of 2^20 bytes.
 #   UCX_TLS (default tcp), UCX_NET_DEVICES (default lo), ITERS (default 30)
 set -euo pipefail
@@ -11,15 +12,18 @@ iters="${ITERS:-30}"
 size=$((64 << 20))
 command -v ucx_perftest >/dev/null || { echo "bench-transfer: ucx_perftest missing (Debian ucx-utils)" >&2; exit 1; }
 
-perftest() { # $1 = ucp_get | ucp_put; prints the overall MB/s of the Final line
-	local port log pid
+perftest() { # $1 = ucp_get | ucp_put_bw; prints the overall MB/s of the Final line
+	local port log pid n=$iters w=3
+	# UCX 1.13's ucp_put_bw moves 64 MiB over tcp at ~20 MB/s here: a few
+	# iterations keep the run short.
+	if [[ $1 == ucp_put_bw ]]; then n=3 w=1; fi
 	port=$((20000 + RANDOM % 20000))
 	log="$(mktemp)"
 	ucx_perftest -p "$port" >"$log" 2>&1 &
 	pid=$!
 	sleep 0.3
 	local out
-	out="$(ucx_perftest 127.0.0.1 -p "$port" -t "$1" -s "$size" -n "$iters" -w 3 2>&1)" || { kill "$pid" 2>/dev/null; cat "$log" >&2; echo "$out" >&2; return 1; }
+	out="$(ucx_perftest 127.0.0.1 -p "$port" -t "$1" -s "$size" -n "$n" -w "$w" 2>&1)" || { kill "$pid" 2>/dev/null; cat "$log" >&2; echo "$out" >&2; return 1; }
 	wait "$pid" 2>/dev/null || true
 	rm -f "$log"
 	awk '/^Final:/ {print $(NF-2)}' <<<"$out"

@@ -58,4 +58,23 @@
 // POST http://<remote_host>:<remote_port>/kvgate/release_kv
 // {"request_id": "<remote_request_id>"}, standing in for NIXL's completion
 // notification. The endpoint may also be called by hand.
+//
+// # Real KV bytes (--agent)
+//
+// With --agent ADDR the server shares a region file (/dev/shm) with its
+// node agent (kvgate-agent), which registers it with NIXL; each block's
+// bytes (--kv-bytes-per-token × block size; the preset model's real size by
+// default) are a deterministic function of its hash (agent/kvblock). A
+// prefill leg stores its full blocks under a hold and answers
+// remote_host:remote_port = the agent (vLLM's side channel) and
+// remote_block_ids = region slots. A decode leg has its agent READ those
+// blocks by NIXL before the engine sees the request, checks every byte,
+// and counts the measured pull in TTFT; the READ's notification frees the
+// prefiller's hold (no release_kv call). A failed or timed-out pull follows
+// --kv-load-failure-policy: fail (503) or recompute. GPU-tier evictions are
+// copied to the agent's CPU tier; a later request whose leading blocks the
+// engine lost loads them back (counted as cached). kv_transfer_params
+// remote_kv_source {remote_host, remote_port} (a peer agent) pulls the
+// prompt's leading blocks from that peer's CPU tier (P2P). The
+// kvgate_sim_kv_* counters on /metrics report all of it.
 package vllmserver
