@@ -62,6 +62,7 @@ type Agent struct {
 	watchers  map[string]map[chan *agentv1.Release]struct{}
 	stats     Stats
 	leaseSeq  uint64
+	retired   int // regions replaced by a restarted server, still mapped
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -77,6 +78,7 @@ type Stats struct {
 
 type region struct {
 	engine string
+	path   string
 	mem    []byte
 	pool   *slotPool
 	pub    *kvwire.Publisher
@@ -242,7 +244,14 @@ func (a *Agent) RegisterRegion(ctx context.Context, req *agentv1.RegisterRegionR
 	if _, ok := a.regions[req.EngineId]; ok {
 		return nil, status.Errorf(codes.AlreadyExists, "engine %s already has a region", req.EngineId)
 	}
-	if len(a.regions) >= maxRegions {
+	for _, old := range a.regions {
+		if old.path == req.Path {
+			// A restarted server (new engine id, same file): the old
+			// engine is gone.
+			a.retireLocked(old)
+		}
+	}
+	if len(a.regions)+a.retired >= maxRegions {
 		return nil, status.Errorf(codes.ResourceExhausted, "%d regions registered already", maxRegions)
 	}
 	if a.blockSize != 0 && a.blockSize != bb {
@@ -256,7 +265,7 @@ func (a *Agent) RegisterRegion(ctx context.Context, req *agentv1.RegisterRegionR
 		kvblock.Unmap(mem)
 		return nil, status.Errorf(codes.Internal, "register region: %v", err)
 	}
-	r := &region{engine: req.EngineId, mem: mem, pool: newSlotPool(mem, bb)}
+	r := &region{engine: req.EngineId, path: req.Path, mem: mem, pool: newSlotPool(mem, bb)}
 	resp := &agentv1.RegisterRegionResponse{}
 	if req.KvEventsEndpoint != "" {
 		r.pub, err = kvwire.NewPublisher(a.ctx, kvwire.PublisherConfig{Endpoint: req.KvEventsEndpoint, Topic: req.KvEventsTopic, Logger: a.cfg.Logger})
@@ -278,6 +287,32 @@ func (a *Agent) RegisterRegion(ctx context.Context, req *agentv1.RegisterRegionR
 	a.regions[req.EngineId] = r
 	a.log.Info("region registered", "engine", req.EngineId, "path", req.Path, "block_bytes", bb, "slots", n)
 	return resp, nil
+}
+
+// retireLocked forgets a region whose server is gone. Its address range
+// stays registered but is remapped to anonymous zero pages, so that a peer
+// still holding the old metadata reads zeros (and fails its content check)
+// instead of this process touching freed memory; the shared file's pages are
+// released.
+func (a *Agent) retireLocked(r *region) {
+	for _, l := range a.leases {
+		if l.engine == r.engine {
+			a.releaseLocked(l, true)
+		}
+	}
+	for ch := range a.watchers[r.engine] {
+		close(ch)
+	}
+	delete(a.watchers, r.engine)
+	if r.pub != nil {
+		r.pub.Close()
+	}
+	if err := kvblock.Blank(r.mem); err != nil {
+		a.log.Error("retire region", "engine", r.engine, "err", err)
+	}
+	delete(a.regions, r.engine)
+	a.retired++
+	a.log.Info("region retired (its file was registered again)", "engine", r.engine, "path", r.path)
 }
 
 func (a *Agent) initCPULocked() error {

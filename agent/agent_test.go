@@ -348,3 +348,58 @@ func TestPullErrors(t *testing.T) {
 		t.Fatalf("duplicate region: %v", err)
 	}
 }
+
+// A server restarting on the same region file (new engine id) retires the
+// old engine; a peer that handshook before a region existed fetches the
+// metadata again.
+func TestRestartedServerAndLateRegion(t *testing.T) {
+	p, d := newNode(t, "p", 0), newNode(t, "d", 0)
+	d.region(t, "D", blockBytes, 8, "")
+	ctx := t.Context()
+	path := t.TempDir() + "/srv"
+	mem, err := kvblock.Map(path, 8*blockBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kvblock.Unmap(mem)
+	reg := func(engine string) {
+		t.Helper()
+		if _, err := p.client.RegisterRegion(ctx, &agentv1.RegisterRegionRequest{EngineId: engine, Path: path, BlockBytes: blockBytes, Slots: 8}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg("P-1")
+	// d handshakes with p now (P-1 exists, P-2 not yet).
+	if _, err := d.client.PullBlocks(ctx, &agentv1.PullBlocksRequest{EngineId: "D", Peer: p.addr, Hashes: []uint64{1},
+		Source: &agentv1.PullBlocksRequest_Cpu{Cpu: &agentv1.CPUSource{}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.client.StoreBlocks(ctx, &agentv1.StoreBlocksRequest{EngineId: "P-1", Hashes: []uint64{5}, Hold: &agentv1.Hold{RequestId: "old"}}); err != nil {
+		t.Fatal(err)
+	}
+	reg("P-2") // the restart
+	if _, err := p.client.StoreBlocks(ctx, &agentv1.StoreBlocksRequest{EngineId: "P-1", Hashes: []uint64{6}}); codeOf(err) != codes.NotFound {
+		t.Fatalf("retired engine still answers: %v", err)
+	}
+	if s := p.a.Stats(); s.Expired != 1 {
+		t.Fatalf("the retired engine's hold was not released: %+v", s)
+	}
+	mem2, err := kvblock.Map(path, 8*blockBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kvblock.Unmap(mem2)
+	st, err := p.client.StoreBlocks(ctx, &agentv1.StoreBlocksRequest{EngineId: "P-2", Hashes: []uint64{7}, Hold: &agentv1.Hold{RequestId: "new"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvblock.Fill(mem2[int(st.Slots[0])*blockBytes:][:blockBytes], 7)
+	pull, err := d.client.PullBlocks(ctx, &agentv1.PullBlocksRequest{EngineId: "D", Peer: p.addr, Hashes: []uint64{7},
+		Source: &agentv1.PullBlocksRequest_Prefill{Prefill: &agentv1.PrefillSource{RemoteEngineId: "P-2", RemoteRequestId: "new", RemoteBlockIds: st.Slots}}})
+	if err != nil {
+		t.Fatalf("pull from a region registered after the handshake: %v", err)
+	}
+	if len(pull.Slots) != 1 {
+		t.Fatalf("pull %+v", pull)
+	}
+}

@@ -126,6 +126,16 @@ func (a *Agent) PullBlocks(ctx context.Context, req *agentv1.PullBlocksRequest) 
 		pf := src.Prefill
 		ri, ok := p.regions[pf.RemoteEngineId]
 		if !ok {
+			// The peer may have registered this engine's region after our
+			// handshake (a server that started or restarted): fetch its
+			// metadata anew, once.
+			a.forget(p)
+			if p, err = a.peerFor(ctx, req.Peer); err != nil {
+				return nil, a.pullFailed(err)
+			}
+			ri, ok = p.regions[pf.RemoteEngineId]
+		}
+		if !ok {
 			return nil, a.pullFailed(status.Errorf(codes.NotFound, "agent %s has no region for engine %q", req.Peer, pf.RemoteEngineId))
 		}
 		if len(pf.RemoteBlockIds) != len(req.Hashes) {

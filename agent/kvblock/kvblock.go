@@ -10,6 +10,9 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // Fill writes block hash's content into b: a splitmix64 stream seeded by
@@ -84,6 +87,18 @@ func Map(path string, size int) ([]byte, error) {
 		return nil, fmt.Errorf("kvblock: mmap %s: %w", path, err)
 	}
 	return b, nil
+}
+
+// Blank replaces a mapping made by Map, in place, by private zero pages: the
+// addresses stay valid (for readers that may still use them) while the
+// file's pages are released.
+func Blank(b []byte) error {
+	_, err := unix.MmapPtr(-1, 0, unsafe.Pointer(unsafe.SliceData(b)), uintptr(len(b)),
+		unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE|unix.MAP_FIXED)
+	if err != nil {
+		return fmt.Errorf("kvblock: blank region: %w", err)
+	}
+	return nil
 }
 
 // Unmap releases a mapping made by Map.

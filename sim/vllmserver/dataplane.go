@@ -2,6 +2,8 @@ package vllmserver
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -54,6 +56,7 @@ type dataPlane struct {
 	s          *Server
 	log        *slog.Logger
 	agentAddr  string
+	engine     string // the region's engine id: new at every start, as vLLM's engine_id
 	conn       *grpc.ClientConn
 	c          agentv1.KVTransferClient
 	blockBytes int
@@ -117,8 +120,11 @@ func newDataPlane(s *Server, kvBytesPerToken int) (*dataPlane, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--agent %q: %w", o.Agent, err)
 	}
+	var nonce [4]byte
+	_, _ = rand.Read(nonce[:])
 	return &dataPlane{s: s, log: s.log.With("component", "kv-data-plane"), agentAddr: o.Agent, conn: conn,
-		c: agentv1.NewKVTransferClient(conn), blockBytes: kvBytesPerToken * o.BlockSize, hasher: h,
+		engine: s.engID + "-" + hex.EncodeToString(nonce[:]),
+		c:      agentv1.NewKVTransferClient(conn), blockBytes: kvBytesPerToken * o.BlockSize, hasher: h,
 		policy: o.KVLoadFailurePolicy, timeout: o.KVTransferTimeout, work: make(chan []dpWork, dpQueue),
 		gpu: map[uint64]gpuBlock{}}, nil
 }
@@ -135,6 +141,8 @@ func (d *dataPlane) start(ctx context.Context, gpuBlocks int) error {
 	if dir == "" {
 		dir = "/dev/shm"
 	}
+	// Named after the server's address, not the engine id: a restarted
+	// server reuses the file, and the agent retires the old engine.
 	d.path = filepath.Join(dir, "kvgate-"+strings.NewReplacer("/", "_", ":", "_").Replace(d.s.engID)+".kv")
 	var err error
 	if d.mem, err = kvblock.Map(d.path, d.slots*d.blockBytes); err != nil {
@@ -142,7 +150,7 @@ func (d *dataPlane) start(ctx context.Context, gpuBlocks int) error {
 	}
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err = d.c.RegisterRegion(rctx, &agentv1.RegisterRegionRequest{EngineId: d.s.engID, Path: d.path,
+	_, err = d.c.RegisterRegion(rctx, &agentv1.RegisterRegionRequest{EngineId: d.engine, Path: d.path,
 		BlockBytes: uint64(d.blockBytes), Slots: uint32(d.slots), KvEventsEndpoint: o.KVOffloadEventsEndpoint, KvEventsTopic: d.s.topic})
 	if err != nil {
 		kvblock.Unmap(d.mem)
@@ -267,7 +275,7 @@ func (d *dataPlane) apply(ctx context.Context, w dpWork) {
 		}
 	}
 	if len(w.offload) > 0 {
-		resp, err := d.c.OffloadBlocks(ctx, &agentv1.OffloadBlocksRequest{EngineId: d.s.engID, Blocks: w.offload,
+		resp, err := d.c.OffloadBlocks(ctx, &agentv1.OffloadBlocksRequest{EngineId: d.engine, Blocks: w.offload,
 			BlockSizeTokens: uint32(d.s.engCfg.BlockSize), LoraName: w.lora})
 		if err != nil {
 			d.log.Debug("offload to the CPU tier", "err", err)
@@ -280,7 +288,7 @@ func (d *dataPlane) apply(ctx context.Context, w dpWork) {
 // store writes the content of hashes' blocks into region slots the agent
 // assigns (pinned under hold when given) and returns the slots.
 func (d *dataPlane) store(ctx context.Context, hashes []uint64, hold *agentv1.Hold) ([]uint32, error) {
-	resp, err := d.c.StoreBlocks(ctx, &agentv1.StoreBlocksRequest{EngineId: d.s.engID, Hashes: hashes, Hold: hold})
+	resp, err := d.c.StoreBlocks(ctx, &agentv1.StoreBlocksRequest{EngineId: d.engine, Hashes: hashes, Hold: hold})
 	if err != nil {
 		return nil, err
 	}
@@ -298,7 +306,7 @@ func (d *dataPlane) store(ctx context.Context, hashes []uint64, hold *agentv1.Ho
 func (d *dataPlane) watchReleases(ctx context.Context) {
 	defer d.wg.Done()
 	for ctx.Err() == nil {
-		stream, err := d.c.WatchReleases(ctx, &agentv1.WatchReleasesRequest{EngineId: d.s.engID})
+		stream, err := d.c.WatchReleases(ctx, &agentv1.WatchReleasesRequest{EngineId: d.engine})
 		for err == nil {
 			var rel *agentv1.Release
 			if rel, err = stream.Recv(); err != nil {
@@ -347,7 +355,7 @@ func (d *dataPlane) prefillParams(j *job) *vllm.KVTransferParams {
 	for i, s := range slots {
 		ids[i] = int(s)
 	}
-	id, eng, tp := j.id, d.s.engID, 1
+	id, eng, tp := j.id, d.engine, 1
 	return &vllm.KVTransferParams{DoRemotePrefill: true, RemoteEngineID: &eng, RemoteBlockIDs: ids,
 		RemoteRequestID: &id, RemoteHost: &host, RemotePort: &port, TPSize: &tp}
 }
@@ -408,7 +416,7 @@ func (d *dataPlane) beforeSubmit(ctx context.Context, j *job) *apiError {
 // pull has the agent READ blocks from peer into the region (req names the
 // source), then checks every block's bytes; it returns how many arrived.
 func (d *dataPlane) pull(ctx context.Context, peer string, hashes []uint64, req *agentv1.PullBlocksRequest) (int, error) {
-	req.EngineId, req.Peer, req.Hashes, req.TimeoutMs = d.s.engID, peer, hashes, uint32(d.timeout.Milliseconds())
+	req.EngineId, req.Peer, req.Hashes, req.TimeoutMs = d.engine, peer, hashes, uint32(d.timeout.Milliseconds())
 	resp, err := d.c.PullBlocks(ctx, req)
 	if err != nil {
 		d.stats.PullFailures.Add(1)
@@ -459,7 +467,7 @@ func (d *dataPlane) cpuHit(ctx context.Context, j *job) {
 	if g == len(hashes) {
 		return
 	}
-	resp, err := d.c.LoadBlocks(ctx, &agentv1.LoadBlocksRequest{EngineId: d.s.engID, Hashes: hashes[g:]})
+	resp, err := d.c.LoadBlocks(ctx, &agentv1.LoadBlocksRequest{EngineId: d.engine, Hashes: hashes[g:]})
 	if err != nil {
 		d.log.Debug("CPU tier lookup", "err", err)
 		return
