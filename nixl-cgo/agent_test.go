@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 var transports = []string{"tcp", "shm"}
@@ -263,7 +266,7 @@ func TestErrors(t *testing.T) {
 // bounded time; nothing is left behind.
 func TestRemoteKilledMidTransfer(t *testing.T) {
 	t.Setenv("UCX_TLS", "tcp")
-	base := liveCObjects()
+	base, goroutines := liveCObjects(), runtime.NumGoroutine()
 	init := newSide(t, "init", childSize, nil)
 	cmd, md := startChild(t)
 	if _, err := init.a.LoadRemoteMD(md); err != nil {
@@ -339,6 +342,7 @@ func TestRemoteKilledMidTransfer(t *testing.T) {
 	if n := liveCObjects(); n != base {
 		t.Fatalf("%d C objects left (was %d)", n, base)
 	}
+	testutil.NoGoroutineLeak(t, goroutines, "closing the agent")
 }
 
 // Releasing a request in progress aborts it without hanging, and the

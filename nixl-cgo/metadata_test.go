@@ -58,3 +58,17 @@ func FuzzDecodeMD(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParseNotif(f *testing.F) {
+	f.Add(notifPayload("agent-a", []byte("req-1:1")))
+	f.Add([]byte{0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		name, msg, ok := parseNotif(b)
+		if !ok {
+			return
+		}
+		if n2, m2, ok2 := parseNotif(notifPayload(name, msg)); !ok2 || n2 != name || !bytes.Equal(m2, msg) {
+			t.Fatalf("round trip of %q %q", name, msg)
+		}
+	})
+}
