@@ -24,7 +24,9 @@
 // poll (GetXferStatus, GetNotifs, Wait) and, when AgentConfig.ProgressThread
 // is set, by a goroutine that sleeps on the workers' event descriptor.
 //
-// The UCX backend is the only one here. The backend seam (the backend
-// interface in backend.go) is where one over the real libnixl C API would go
-// on nodes that have NIXL installed.
+// The UCX backend is the only one here, and the Agent calls it directly:
+// its surface (register/deregister, workerAddrs, newConn → conn.post,
+// xfer.poll, conn.notify, progress, notifs) is what a backend over the real
+// libnixl C API would implement on nodes that have NIXL; the Agent's
+// validation, metadata and request model stay as they are.
 package nixl
