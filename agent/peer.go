@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -194,7 +193,7 @@ func (a *Agent) PullBlocks(ctx context.Context, req *agentv1.PullBlocksRequest) 
 		rem.Descs[i] = nixl.Desc{Addr: uintptr(base + uint64(remote[i])*bb), Len: bb}
 	}
 	start := time.Now()
-	err = a.read(ctx, p, local, rem, notif)
+	post, err := a.read(ctx, p, local, rem, notif)
 	dur := time.Since(start)
 	a.mu.Lock()
 	for _, s := range slots {
@@ -219,7 +218,8 @@ func (a *Agent) PullBlocks(ctx context.Context, req *agentv1.PullBlocksRequest) 
 	a.stats.Pulls++
 	a.stats.PulledBytes += uint64(len(slots)) * bb
 	a.mu.Unlock()
-	return &agentv1.PullBlocksResponse{Slots: slots, Bytes: uint64(len(slots)) * bb, TransferUs: uint64(dur.Microseconds())}, nil
+	return &agentv1.PullBlocksResponse{Slots: slots, Bytes: uint64(len(slots)) * bb, TransferUs: uint64(dur.Microseconds()),
+		PostUs: uint64(post.Microseconds())}, nil
 }
 
 func (a *Agent) pullFailed(err error) error {
@@ -229,22 +229,23 @@ func (a *Agent) pullFailed(err error) error {
 	return err
 }
 
-// read runs one NIXL READ with its notification and waits for it.
-func (a *Agent) read(ctx context.Context, p *peer, local, remote nixl.DescList, notif string) error {
+// read runs one NIXL READ with its notification and waits for it; it
+// returns how long the post took.
+func (a *Agent) read(ctx context.Context, p *peer, local, remote nixl.DescList, notif string) (time.Duration, error) {
 	x, err := a.nx.CreateXferReq(nixl.Read, local, remote, p.name, nixl.XferOpts{HasNotif: true, NotifMsg: []byte(notif)})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer func() {
 		if rerr := a.nx.ReleaseXferReq(x); rerr != nil {
 			a.log.Debug("release transfer", "err", rerr)
 		}
 	}()
-	if _, err := a.nx.PostXferReq(x); err != nil {
-		return err
+	start := time.Now()
+	_, err = a.nx.PostXferReq(x)
+	post := time.Since(start)
+	if err != nil {
+		return post, err
 	}
-	if err := a.nx.Wait(ctx, x); err != nil {
-		return fmt.Errorf("%w", err)
-	}
-	return nil
+	return post, a.nx.Wait(ctx, x)
 }

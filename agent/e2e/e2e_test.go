@@ -164,7 +164,7 @@ func metric(t *testing.T, url, name string) float64 {
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == name {
+		if f := strings.Fields(sc.Text()); len(f) == 2 && (f[0] == name || strings.HasPrefix(f[0], name+"{")) {
 			v, _ := strconv.ParseFloat(f[1], 64)
 			return v
 		}
@@ -243,6 +243,11 @@ func TestKVDataPlane(t *testing.T) {
 	if v := metric(t, decode, "kvgate_sim_kv_verify_failures_total"); v != 0 {
 		t.Fatalf("%v blocks failed verification", v)
 	}
+	// vLLM's NixlConnector series, as the llm-d dashboards read them.
+	if n, b, d := metric(t, decode, "vllm:nixl_xfer_time_seconds_count"), metric(t, decode, "vllm:nixl_bytes_transferred_sum"),
+		metric(t, decode, "vllm:nixl_num_descriptors_sum"); n != 1 || b != float64(nb*blockBytes) || d != float64(nb) {
+		t.Fatalf("vllm:nixl_* transfers %v, bytes %v, descriptors %v; want 1, %d, %d", n, b, d, nb*blockBytes, nb)
+	}
 	// The READ's notification freed the prefiller's hold.
 	if v := waitMetric(t, prefill, "kvgate_sim_kv_released_total", 1); v < 1 {
 		t.Fatal("the prefiller's blocks were not released by the decoder's notification")
@@ -298,6 +303,9 @@ func TestKVDataPlane(t *testing.T) {
 		t.Fatalf("decode from a dead prefiller agent: %d %s", code, raw)
 	}
 	t.Logf("dead prefiller agent: failed after %v: %s", time.Since(started).Round(time.Millisecond), raw)
+	if v := metric(t, decode, "vllm:nixl_num_failed_transfers_total"); v != 1 {
+		t.Fatalf("vllm:nixl_num_failed_transfers_total %v, want 1", v)
+	}
 	code, rec, raw := post(t, recompute, map[string]any{"model": "Qwen/Qwen3-0.6B", "prompt": prompt, "max_tokens": 4, "kv_transfer_params": pre.KV})
 	if code != 200 || rec.Usage.Details.CachedTokens != 0 {
 		t.Fatalf("recompute policy: %d %s", code, raw)

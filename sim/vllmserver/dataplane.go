@@ -73,6 +73,45 @@ type dataPlane struct {
 	gpu   map[uint64]gpuBlock
 
 	stats dpStats
+	nixl  *nixlMetrics // vLLM's NixlConnector metrics; nil until start
+}
+
+// nixlMetrics are the vllm:nixl_* series vLLM's NixlConnector exports
+// (names, buckets and labels as vllm/distributed/kv_transfer/kv_connector/
+// v1/metrics.py; counters with the _total suffix Python's client adds),
+// fed by this server's pulls.
+type nixlMetrics struct {
+	xferTime, postTime, bytes, descs prometheus.Histogram
+	failed, expired                  prometheus.Counter
+}
+
+func newNIXLMetrics(reg prometheus.Registerer, labels prometheus.Labels) (*nixlMetrics, error) {
+	timeBuckets := []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0}
+	var byteBuckets []float64
+	for i := 1; i < 25; i += 2 {
+		byteBuckets = append(byteBuckets, float64(uint64(1)<<(10+i)))
+	}
+	h := func(name, help string, b []float64) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: b, ConstLabels: labels})
+	}
+	c := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels})
+	}
+	m := &nixlMetrics{
+		xferTime: h("vllm:nixl_xfer_time_seconds", "Histogram of transfer duration for NIXL KV Cache transfers.", timeBuckets[1:]),
+		postTime: h("vllm:nixl_post_time_seconds", "Histogram of transfer post time for NIXL KV Cache transfers.", timeBuckets),
+		bytes:    h("vllm:nixl_bytes_transferred", "Histogram of bytes transferred per NIXL KV Cache transfers.", byteBuckets),
+		descs: h("vllm:nixl_num_descriptors", "Histogram of number of descriptors per NIXL KV Cache transfers.",
+			[]float64{10, 20, 30, 50, 75, 100, 200, 400, 1000, 2000, 4000, 10000, 20000, 50000}),
+		failed:  c("vllm:nixl_num_failed_transfers_total", "Number of failed NIXL KV Cache transfers."),
+		expired: c("vllm:nixl_num_kv_expired_reqs_total", "Number of requests that had their KV expire. NOTE: This metric is tracked on the P instance."),
+	}
+	for _, col := range []prometheus.Collector{m.xferTime, m.postTime, m.bytes, m.descs, m.failed, m.expired} {
+		if err := reg.Register(col); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
 }
 
 type gpuBlock struct {
@@ -313,6 +352,9 @@ func (d *dataPlane) watchReleases(ctx context.Context) {
 				break
 			}
 			d.stats.Released.Add(1)
+			if rel.Expired {
+				d.nixl.expired.Inc()
+			}
 			if rerr := d.s.runner.Release(rel.RequestId); rerr != nil && !errors.Is(rerr, engine.ErrUnknownRequest) {
 				d.log.Warn("release held blocks", "request", rel.RequestId, "err", rerr)
 			}
@@ -420,7 +462,14 @@ func (d *dataPlane) pull(ctx context.Context, peer string, hashes []uint64, req 
 	resp, err := d.c.PullBlocks(ctx, req)
 	if err != nil {
 		d.stats.PullFailures.Add(1)
+		d.nixl.failed.Inc()
 		return 0, err
+	}
+	if len(resp.Slots) > 0 {
+		d.nixl.xferTime.Observe(float64(resp.TransferUs) / 1e6)
+		d.nixl.postTime.Observe(float64(resp.PostUs) / 1e6)
+		d.nixl.bytes.Observe(float64(resp.Bytes))
+		d.nixl.descs.Observe(float64(len(resp.Slots)))
 	}
 	if err := d.verify(resp.Slots, hashes); err != nil {
 		return 0, err
@@ -486,6 +535,10 @@ func (d *dataPlane) cpuHit(ctx context.Context, j *job) {
 
 // registerMetrics exports the counters on the server's /metrics.
 func (d *dataPlane) registerMetrics() error {
+	var err error
+	if d.nixl, err = newNIXLMetrics(d.s.reg, prometheus.Labels{"model_name": d.s.models.base[0], "engine": "0"}); err != nil {
+		return err
+	}
 	st := &d.stats
 	for _, m := range []struct {
 		name, help string

@@ -75,6 +75,9 @@
 // copied to the agent's CPU tier; a later request whose leading blocks the
 // engine lost loads them back (counted as cached). kv_transfer_params
 // remote_kv_source {remote_host, remote_port} (a peer agent) pulls the
-// prompt's leading blocks from that peer's CPU tier (P2P). The
-// kvgate_sim_kv_* counters on /metrics report all of it.
+// prompt's leading blocks from that peer's CPU tier (P2P). /metrics adds
+// vLLM's NixlConnector series (vllm:nixl_xfer_time_seconds,
+// vllm:nixl_post_time_seconds, vllm:nixl_bytes_transferred,
+// vllm:nixl_num_descriptors, vllm:nixl_num_failed_transfers_total,
+// vllm:nixl_num_kv_expired_reqs_total) and kvgate_sim_kv_* counters.
 package vllmserver

@@ -850,8 +850,9 @@ type PullBlocksResponse struct {
 	// fewer than asked: the leading ones it holds).
 	Slots []uint32 `protobuf:"varint,1,rep,packed,name=slots,proto3" json:"slots,omitempty"`
 	Bytes uint64   `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
-	// The NIXL READ's duration, post to completion.
+	// The NIXL READ's duration, post to completion, and of its post alone.
 	TransferUs    uint64 `protobuf:"varint,3,opt,name=transfer_us,json=transferUs,proto3" json:"transfer_us,omitempty"`
+	PostUs        uint64 `protobuf:"varint,4,opt,name=post_us,json=postUs,proto3" json:"post_us,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -903,6 +904,13 @@ func (x *PullBlocksResponse) GetBytes() uint64 {
 func (x *PullBlocksResponse) GetTransferUs() uint64 {
 	if x != nil {
 		return x.TransferUs
+	}
+	return 0
+}
+
+func (x *PullBlocksResponse) GetPostUs() uint64 {
+	if x != nil {
+		return x.PostUs
 	}
 	return 0
 }
@@ -1353,12 +1361,13 @@ const file_kvgate_agent_v1_kvtransfer_proto_rawDesc = "" +
 	"\x06hashes\x18\x05 \x03(\x04R\x06hashes\x12\x1d\n" +
 	"\n" +
 	"timeout_ms\x18\x06 \x01(\rR\ttimeoutMsB\b\n" +
-	"\x06source\"a\n" +
+	"\x06source\"z\n" +
 	"\x12PullBlocksResponse\x12\x14\n" +
 	"\x05slots\x18\x01 \x03(\rR\x05slots\x12\x14\n" +
 	"\x05bytes\x18\x02 \x01(\x04R\x05bytes\x12\x1f\n" +
 	"\vtransfer_us\x18\x03 \x01(\x04R\n" +
-	"transferUs\"\x7f\n" +
+	"transferUs\x12\x17\n" +
+	"\apost_us\x18\x04 \x01(\x04R\x06postUs\"\x7f\n" +
 	"\fOffloadBlock\x12\x12\n" +
 	"\x04hash\x18\x01 \x01(\x04R\x04hash\x12\x1f\n" +
 	"\vparent_hash\x18\x02 \x01(\x04R\n" +
