@@ -10,13 +10,13 @@ STAMP      := $(CACHE)/setup.stamp
 GOFLAGS    ?=
 # Debian packages the build and tests use (checked with dpkg, installed only
 # when missing).
-APT_PKGS   := nodejs npm
+APT_PKGS   := nodejs npm libucx-dev ucx-utils
 # Packages the wasm filter compiles in: they must keep building for wasip1.
 WASM_PKGS  := ./internal/openai ./internal/hints ./internal/prefixhash ./internal/kvhash \
               ./internal/tokenizer/... ./internal/prompt
 export KVGATE_TOKENIZER_DIR := $(CURDIR)/$(CACHE)/tokenizers/qwen3
 
-.PHONY: all setup envtest build wasm test test-short run bench bench-cluster bench-live lint fmt proto clean
+.PHONY: all setup envtest build wasm test test-short run bench bench-cluster bench-live bench-transfer lint fmt proto clean
 
 all: build
 
@@ -37,6 +37,7 @@ envtest:
 build: setup
 	@mkdir -p $(BIN)
 	$(GO) build $(GOFLAGS) -o $(BIN)/kvgate ./cmd/kvgate
+	$(GO) build $(GOFLAGS) -o $(BIN)/kvgate-agent ./cmd/kvgate-agent
 	$(MAKE) --no-print-directory wasm
 
 # jsonv2's decoder avoids encoding/json's per-byte indirect calls, which
@@ -86,6 +87,11 @@ bench-live: build
 		--arrival-quantum 1s --seed 1 --policies round-robin,approx,precise,oracle --out benchmarks/results/live-mixed-fleet
 	$(BIN)/kvgate bench --trace $(TRACE) --replicas 8 --preset llama-3.1-8b-h100 --sweep 2,3 --arrival-quantum 1s \
 		--seed 1 --slo-ttft 2s --slo-fraction 0.3 --policies round-robin,load,approx,precise --out benchmarks/results/live-slo
+
+# nixl-cgo's 64 MiB READ/WRITE against ucx_perftest's ucp_get/ucp_put_bw, same
+# run, same transport (UCX_TLS, default tcp on lo).
+bench-transfer: setup
+	@bash scripts/bench-transfer.sh
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Regenerates the Go code of kvgate's own gRPC APIs: every proto/**/*.proto
 # gets its .pb.go and _grpc.pb.go beside it. protoc comes from Debian
-# (protobuf-compiler), the Go plugins from the module proxy at pinned
-# versions, installed only when missing.
+# (protobuf-compiler, installed when missing); the Go plugins are the `tool`
+# entries of go.mod (protoc-gen-go, protoc-gen-go-grpc), built at the
+# versions go.mod pins.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -18,8 +19,8 @@ if ! command -v protoc >/dev/null; then
 fi
 gobin="$root/.cache/bin"
 mkdir -p "$gobin"
-[[ -x $gobin/protoc-gen-go ]] || GOBIN="$gobin" go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
-[[ -x $gobin/protoc-gen-go-grpc ]] || GOBIN="$gobin" go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.0
+go build -o "$gobin/protoc-gen-go" google.golang.org/protobuf/cmd/protoc-gen-go
+go build -o "$gobin/protoc-gen-go-grpc" google.golang.org/grpc/cmd/protoc-gen-go-grpc
 PATH="$gobin:$PATH" protoc -I proto \
 	--go_out=proto --go_opt=paths=source_relative \
 	--go-grpc_out=proto --go-grpc_opt=paths=source_relative \

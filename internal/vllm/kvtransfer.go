@@ -13,4 +13,15 @@ type KVTransferParams struct {
 	RemoteHost      *string `json:"remote_host"`
 	RemotePort      *int    `json:"remote_port"`
 	TPSize          *int    `json:"tp_size,omitempty"`
+	// RemoteKVSource is a P2P prefix pull (llm-d's sidecar injects it for
+	// vLLM's OffloadingConnector p2p tier): the peer whose CPU tier holds
+	// the prompt's leading blocks.
+	RemoteKVSource *RemoteKVSource `json:"remote_kv_source,omitempty"`
+}
+
+// RemoteKVSource is kv_transfer_params.remote_kv_source.
+type RemoteKVSource struct {
+	KVRequestID string `json:"kv_request_id,omitempty"`
+	RemoteHost  string `json:"remote_host"`
+	RemotePort  int    `json:"remote_port"`
 }

@@ -56,5 +56,12 @@ func (o Options) Args() []string {
 	str("kv-events-replay-endpoint", o.KVEventsReplayEndpoint, d.KVEventsReplayEndpoint)
 	str("kv-events-topic", o.KVEventsTopic, d.KVEventsTopic)
 	str("kv-events-format", o.KVEventsEncoding.String(), d.KVEventsEncoding.String())
+	str("agent", o.Agent, d.Agent)
+	num("kv-bytes-per-token", o.KVBytesPerToken, d.KVBytesPerToken)
+	add("kv-region-bytes", strconv.FormatInt(o.KVRegionBytes, 10), strconv.FormatInt(d.KVRegionBytes, 10))
+	str("kv-region-dir", o.KVRegionDir, d.KVRegionDir)
+	str("kv-load-failure-policy", o.KVLoadFailurePolicy, d.KVLoadFailurePolicy)
+	dur("kv-transfer-timeout", o.KVTransferTimeout, d.KVTransferTimeout)
+	str("kv-offload-events-endpoint", o.KVOffloadEventsEndpoint, d.KVOffloadEventsEndpoint)
 	return args
 }

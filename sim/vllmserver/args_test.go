@@ -19,6 +19,8 @@ func TestArgsRoundTrip(t *testing.T) {
 	full.HeldBlockTimeout, full.Role, full.TimeScale, full.FailureRate, full.Seed = time.Minute, RolePrefill, 0.03, 0.25, 3
 	full.Echo, full.DefaultMaxTokens, full.KVEventsEndpoint = true, 5, "tcp://127.0.0.1:5557"
 	full.KVEventsReplayEndpoint, full.KVEventsTopic, full.KVEventsEncoding = "tcp://*:5558", "kv@x@m", kvwire.EncodingMap
+	full.Agent, full.KVBytesPerToken, full.KVRegionBytes, full.KVRegionDir = "127.0.0.1:7600", 4096, 1<<20, "/tmp"
+	full.KVLoadFailurePolicy, full.KVTransferTimeout, full.KVOffloadEventsEndpoint = PolicyRecompute, time.Second, "tcp://127.0.0.1:5560"
 	cliflagtest.AllSet(t, full, "Tokenizer", "Logger")
 	// The logger is built from --log-level, not carried.
 	parse := func(args []string) (Options, error) {

@@ -58,4 +58,26 @@
 // POST http://<remote_host>:<remote_port>/kvgate/release_kv
 // {"request_id": "<remote_request_id>"}, standing in for NIXL's completion
 // notification. The endpoint may also be called by hand.
+//
+// # Real KV bytes (--agent)
+//
+// With --agent ADDR the server shares a region file (/dev/shm) with its
+// node agent (kvgate-agent), which registers it with NIXL; each block's
+// bytes (--kv-bytes-per-token × block size; the preset model's real size by
+// default) are a deterministic function of its hash (agent/kvblock). A
+// prefill leg stores its full blocks under a hold and answers
+// remote_host:remote_port = the agent (vLLM's side channel) and
+// remote_block_ids = region slots. A decode leg has its agent READ those
+// blocks by NIXL before the engine sees the request, checks every byte,
+// and counts the measured pull in TTFT; the READ's notification frees the
+// prefiller's hold (no release_kv call). A failed or timed-out pull follows
+// --kv-load-failure-policy: fail (503) or recompute. GPU-tier evictions are
+// copied to the agent's CPU tier; a later request whose leading blocks the
+// engine lost loads them back (counted as cached). kv_transfer_params
+// remote_kv_source {remote_host, remote_port} (a peer agent) pulls the
+// prompt's leading blocks from that peer's CPU tier (P2P). /metrics adds
+// vLLM's NixlConnector series (vllm:nixl_xfer_time_seconds,
+// vllm:nixl_post_time_seconds, vllm:nixl_bytes_transferred,
+// vllm:nixl_num_descriptors, vllm:nixl_num_failed_transfers_total,
+// vllm:nixl_num_kv_expired_reqs_total) and kvgate_sim_kv_* counters.
 package vllmserver

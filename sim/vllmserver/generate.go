@@ -158,6 +158,12 @@ func (s *Server) prepare(kind apiKind, body []byte) (*job, *apiError) {
 // serve hands a job to the engine and writes its response.
 func (s *Server) serve(ctx context.Context, w http.ResponseWriter, j *job) {
 	arrival := s.runner.Now()
+	if s.dp != nil {
+		if aerr := s.dp.beforeSubmit(ctx, j); aerr != nil {
+			writeError(w, aerr)
+			return
+		}
+	}
 	st, err := s.runner.Submit(engine.Request{
 		ID: j.id, Prompt: j.prompt, MaxTokens: j.engineMaxTokens(), LoRA: j.lora, CacheSalt: j.cacheSalt,
 		PrefillOnly: j.prefillOnly, RemotePrefill: j.remote,

@@ -96,6 +96,25 @@ type Options struct {
 	KVEventsTopic    string
 	KVEventsEncoding kvwire.Encoding
 
+	// Agent is the node agent's gRPC address (kvgate-agent): KV bytes then
+	// really move, through a shared region the agent registers with NIXL.
+	Agent string
+	// KVBytesPerToken sizes a block's bytes (0: the preset model's real
+	// KV size per token).
+	KVBytesPerToken int
+	// KVRegionBytes caps the shared region (slots: the engine's block
+	// count, or fewer to fit); KVRegionDir holds its file (/dev/shm).
+	KVRegionBytes int64
+	KVRegionDir   string
+	// KVLoadFailurePolicy is vLLM's kv_load_failure_policy: fail or
+	// recompute.
+	KVLoadFailurePolicy string
+	// KVTransferTimeout bounds one pull.
+	KVTransferTimeout time.Duration
+	// KVOffloadEventsEndpoint is where the agent publishes this server's
+	// CPU-tier KV events (medium "CPU"); empty for none.
+	KVOffloadEventsEndpoint string
+
 	Logger *slog.Logger
 }
 
@@ -115,6 +134,9 @@ func DefaultOptions() Options {
 		TimeScale:           1,
 		DefaultMaxTokens:    16,
 		MaxRequestBodyBytes: 32 << 20,
+		KVRegionBytes:       1 << 30,
+		KVLoadFailurePolicy: PolicyFail,
+		KVTransferTimeout:   10 * time.Second,
 	}
 }
 
@@ -210,6 +232,13 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.StringVar(&o.KVEventsTopic, "kv-events-topic", o.KVEventsTopic, "KV events topic (default kv@<host:port>@<model>)")
 	fs.StringVar(&encoding, "kv-events-format", encoding, "KV events encoding: array or map")
 	fs.TextVar(&logLevel, "log-level", logLevel, "log level: debug, info, warn, error")
+	fs.StringVar(&o.Agent, "agent", o.Agent, "node agent (kvgate-agent) gRPC address: KV blocks then move for real (P/D pulls, CPU offload, P2P)")
+	fs.IntVar(&o.KVBytesPerToken, "kv-bytes-per-token", o.KVBytesPerToken, "KV bytes per token with --agent (0: the preset model's real size)")
+	fs.Int64Var(&o.KVRegionBytes, "kv-region-bytes", o.KVRegionBytes, "cap of the shared KV region with --agent")
+	fs.StringVar(&o.KVRegionDir, "kv-region-dir", o.KVRegionDir, "folder of the shared KV region file (default /dev/shm)")
+	fs.StringVar(&o.KVLoadFailurePolicy, "kv-load-failure-policy", o.KVLoadFailurePolicy, "on a failed KV pull: fail the request or recompute the prompt (vLLM kv_load_failure_policy)")
+	fs.DurationVar(&o.KVTransferTimeout, "kv-transfer-timeout", o.KVTransferTimeout, "bound on one KV pull with --agent")
+	fs.StringVar(&o.KVOffloadEventsEndpoint, "kv-offload-events-endpoint", o.KVOffloadEventsEndpoint, "ZMQ endpoint where the agent publishes this server's CPU-tier KV events")
 
 	args = expandLists(args)
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -256,6 +285,10 @@ func (o *Options) validate() error {
 		return fmt.Errorf("--port %d out of range", o.Port)
 	case o.Model == "":
 		return errors.New("--model is required")
+	case o.KVLoadFailurePolicy != PolicyFail && o.KVLoadFailurePolicy != PolicyRecompute:
+		return fmt.Errorf("--kv-load-failure-policy %q: want fail or recompute", o.KVLoadFailurePolicy)
+	case o.KVBytesPerToken < 0 || o.KVRegionBytes <= 0 || o.KVTransferTimeout <= 0:
+		return errors.New("--kv-bytes-per-token must not be negative, --kv-region-bytes and --kv-transfer-timeout must be positive")
 	}
 	seen := make(map[string]bool)
 	for _, n := range o.servedNames() {

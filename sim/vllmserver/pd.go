@@ -45,6 +45,9 @@ func (s *Server) transferParams(j *job, fin *engine.Finished) *vllm.KVTransferPa
 	if !j.prefillOnly || fin.Transfer == nil {
 		return nil
 	}
+	if s.dp != nil {
+		return s.dp.prefillParams(j)
+	}
 	id, eng, host, port, tp := j.id, s.engID, s.host, s.port, 1
 	return &vllm.KVTransferParams{
 		DoRemotePrefill: true, RemoteEngineID: &eng, RemoteBlockIDs: fin.Transfer.BlockIDs,
@@ -83,7 +86,8 @@ func (s *Server) releaseKV(w http.ResponseWriter, r *http.Request) {
 // in the background and best effort: if it fails, or too many are in
 // flight, the prefiller's held-block timeout frees the blocks.
 func (s *Server) releaseRemote(kv *vllm.KVTransferParams) {
-	if kv == nil || !kv.DoRemotePrefill || kv.RemoteHost == nil || kv.RemotePort == nil ||
+	// With an agent, the pull's NIXL notification frees the prefiller.
+	if s.dp != nil || kv == nil || !kv.DoRemotePrefill || kv.RemoteHost == nil || kv.RemotePort == nil ||
 		kv.RemoteRequestID == nil || *kv.RemoteHost == "" {
 		return
 	}

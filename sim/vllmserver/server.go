@@ -52,7 +52,8 @@ type Server struct {
 	client  *http.Client // release notifications to prefillers
 	host    string       // advertised host of remote_host and the topic
 	port    int
-	engID   string // remote_engine_id
+	engID   string     // remote_engine_id
+	dp      *dataPlane // nil without --agent
 
 	ctx       context.Context // the server's lifetime; request contexts derive from it
 	cancel    context.CancelFunc
@@ -131,10 +132,27 @@ func New(o Options) (*Server, error) {
 		}
 		sink = newEventSink(s.pub, s.models.loraIDs, s.log)
 	}
+	if o.Agent != "" {
+		kvb := o.KVBytesPerToken
+		if kvb == 0 {
+			kvb = preset.Timing.Model.KVBytesPerToken()
+		}
+		if s.dp, err = newDataPlane(s, kvb); err != nil {
+			return fail(err)
+		}
+		sink = &tee{next: sink, d: s.dp}
+	}
 	cfg := engine.Config{
 		Timing: preset.Timing, Events: sink, BlockSize: o.BlockSize, NumGPUBlocks: o.NumGPUBlocks,
 		MaxNumSeqs: o.MaxNumSeqs, MaxNumBatchedTokens: o.MaxNumBatchedTokens, MaxModelLen: o.MaxModelLen,
 		MaxLoRAs: maxLoRAs, MaxWaiting: o.MaxWaiting, HashSeed: o.HashSeed, HeldBlockTimeout: o.HeldBlockTimeout,
+	}
+	if s.dp != nil {
+		// The pull is real and timed by the clock; the engine models only
+		// its default 1 ms for taking the landed blocks in. (A near-zero
+		// latency can pass between the engine's Step and NextWake and
+		// leave the request unscheduled.)
+		cfg.KVTransferBandwidth, cfg.KVTransferLatency = 1e15, time.Millisecond
 	}
 	if s.runner, err = engine.NewRunner(cfg, o.TimeScale); err != nil {
 		return fail(err)
@@ -144,6 +162,12 @@ func New(o Options) (*Server, error) {
 	s.reg = prometheus.NewRegistry()
 	if s.metrics, err = newServerMetrics(s.reg, s.models.base[0], s.runner, s.engCfg); err != nil {
 		return fail(err)
+	}
+	if s.dp != nil {
+		if err := s.dp.start(s.ctx, s.engCfg.NumGPUBlocks); err != nil {
+			s.dp.conn.Close()
+			return fail(err)
+		}
 	}
 	s.client = &http.Client{Timeout: 5 * time.Second}
 	s.http = &http.Server{
@@ -272,6 +296,9 @@ func (s *Server) Close() error {
 		s.relWG.Wait()
 		if s.pub != nil {
 			err = errors.Join(err, s.pub.Close())
+		}
+		if s.dp != nil {
+			s.dp.close()
 		}
 		s.closeErr = err
 	})

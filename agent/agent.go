@@ -1,0 +1,588 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kvgate/kvgate/agent/kvblock"
+	"github.com/kvgate/kvgate/internal/kvwire"
+	nixl "github.com/kvgate/kvgate/nixl-cgo"
+	agentv1 "github.com/kvgate/kvgate/proto/kvgate/agent/v1"
+)
+
+// Config configures an Agent.
+type Config struct {
+	// Name is the agent's NIXL name, unique among peers (default: the
+	// listen address given to New).
+	Name string
+	// CPUBytes sizes the CPU tier (0: none).
+	CPUBytes int
+	// DefaultLease holds blocks whose hold names no lease (vLLM's
+	// kv_lease_duration, 30 s).
+	DefaultLease time.Duration
+	// PullTimeout bounds a pull whose request names none.
+	PullTimeout time.Duration
+	// UCX are the UCX backend's parameters (num_workers, device_list, ...).
+	UCX    nixl.Params
+	Logger *slog.Logger
+}
+
+const (
+	maxRegions  = 64
+	maxPeers    = 256
+	maxHashes   = 1 << 16 // per request
+	watchQueue  = 1024
+	notifPeriod = 2 * time.Millisecond
+)
+
+// Agent is the KV-transfer service. It implements agentv1.KVTransferServer.
+type Agent struct {
+	agentv1.UnimplementedKVTransferServer
+	cfg Config
+	log *slog.Logger
+	nx  *nixl.Agent
+
+	mu        sync.Mutex
+	blockSize int // bytes per slot, set by the first region
+	regions   map[string]*region
+	cpu       *slotPool
+	cpuMem    *nixl.Region
+	cpuOwner  map[uint32]string // CPU slot → the engine whose topic announced it
+	leases    map[string]*lease
+	peers     map[string]*peer
+	watchers  map[string]map[chan *agentv1.Release]struct{}
+	stats     Stats
+	leaseSeq  uint64
+	retired   int // regions replaced by a restarted server, still mapped
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// Stats count what the agent did.
+type Stats struct {
+	Pulls, PullFailures, PulledBytes uint64
+	Offloaded, Loaded, CPUEvicted    uint64
+	Released, Expired                uint64
+}
+
+type region struct {
+	engine string
+	path   string
+	mem    []byte
+	pool   *slotPool
+	pub    *kvwire.Publisher
+}
+
+// lease pins slots of one pool until released or expired.
+type lease struct {
+	id       string
+	engine   string // "" for a P2P pin of the CPU tier
+	pool     *slotPool
+	slots    []uint32
+	deadline time.Time
+}
+
+// New starts an agent: NIXL agent, UCX backend, notification loop.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Name == "" {
+		return nil, fmt.Errorf("agent: a name is required")
+	}
+	if cfg.DefaultLease <= 0 {
+		cfg.DefaultLease = 30 * time.Second
+	}
+	if cfg.PullTimeout <= 0 {
+		cfg.PullTimeout = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	nx, err := nixl.NewAgent(cfg.Name, nixl.AgentConfig{ProgressThread: true, CaptureTelemetry: true})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := nx.CreateBackend("UCX", cfg.UCX); err != nil {
+		nx.Close()
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, log: cfg.Logger.With("component", "kv-agent"), nx: nx, regions: map[string]*region{},
+		cpuOwner: map[uint32]string{}, leases: map[string]*lease{}, peers: map[string]*peer{},
+		watchers: map[string]map[chan *agentv1.Release]struct{}{}}
+	a.ctx, a.cancel = context.WithCancel(context.Background())
+	a.wg.Add(1)
+	go a.notifLoop()
+	return a, nil
+}
+
+// Close stops the agent and frees its memory. Server regions stay mapped
+// by their servers.
+func (a *Agent) Close() error {
+	a.cancel()
+	a.wg.Wait()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, p := range a.peers {
+		p.conn.Close()
+	}
+	err := a.nx.Close()
+	for _, r := range a.regions {
+		if r.pub != nil {
+			r.pub.Close()
+		}
+		kvblock.Unmap(r.mem)
+	}
+	if a.cpuMem != nil {
+		a.cpuMem.Close()
+	}
+	for _, ws := range a.watchers {
+		for ch := range ws {
+			close(ch)
+		}
+	}
+	a.watchers = nil
+	return err
+}
+
+// Stats returns the running totals.
+func (a *Agent) Stats() Stats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.stats
+}
+
+func addr(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+
+// notifLoop applies completion notifications and expires leases.
+func (a *Agent) notifLoop() {
+	defer a.wg.Done()
+	t := time.NewTicker(notifPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-a.ctx.Done():
+			return
+		case <-t.C:
+		}
+		notifs, err := a.nx.GetNotifs()
+		if err != nil {
+			a.log.Warn("notifications", "err", err)
+			continue
+		}
+		a.mu.Lock()
+		for sender, msgs := range notifs {
+			for _, m := range msgs {
+				id := string(m)
+				if i := strings.LastIndexByte(id, ':'); i >= 0 {
+					id = id[:i]
+				}
+				if l, ok := a.leases[id]; ok {
+					a.releaseLocked(l, false)
+				} else {
+					// vLLM logs and ignores these too: a late notification
+					// after expiry, or a duplicate.
+					a.log.Debug("notification for no held request", "from", sender, "msg", string(m))
+				}
+			}
+		}
+		now := time.Now()
+		for _, l := range a.leases {
+			if now.After(l.deadline) {
+				a.releaseLocked(l, true)
+			}
+		}
+		a.mu.Unlock()
+	}
+}
+
+func (a *Agent) releaseLocked(l *lease, expired bool) {
+	for _, s := range l.slots {
+		l.pool.unpin(s)
+	}
+	delete(a.leases, l.id)
+	if expired {
+		a.stats.Expired++
+		a.log.Info("releasing expired KV blocks", "request", l.id, "blocks", len(l.slots))
+	} else {
+		a.stats.Released++
+	}
+	if l.engine == "" {
+		return
+	}
+	ev := &agentv1.Release{RequestId: l.id, Expired: expired}
+	for ch := range a.watchers[l.engine] {
+		select {
+		case ch <- ev:
+		default:
+			a.log.Warn("release watcher queue full; dropping", "engine", l.engine, "request", l.id)
+		}
+	}
+}
+
+// RegisterRegion maps a server's shared region and registers it with NIXL.
+func (a *Agent) RegisterRegion(ctx context.Context, req *agentv1.RegisterRegionRequest) (*agentv1.RegisterRegionResponse, error) {
+	bb, n := int(req.BlockBytes), int(req.Slots)
+	switch {
+	case req.EngineId == "":
+		return nil, status.Error(codes.InvalidArgument, "engine_id is required")
+	case req.Path == "":
+		return nil, status.Error(codes.InvalidArgument, "path is required")
+	case bb <= 0 || n <= 0 || bb > 1<<30 || n > 1<<24:
+		return nil, status.Errorf(codes.InvalidArgument, "block_bytes %d and slots %d must be positive (block ≤ 1 GiB, ≤ 16M slots)", bb, n)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.regions[req.EngineId]; ok {
+		return nil, status.Errorf(codes.AlreadyExists, "engine %s already has a region", req.EngineId)
+	}
+	for _, old := range a.regions {
+		if old.path == req.Path {
+			// A restarted server (new engine id, same file): the old
+			// engine is gone.
+			a.retireLocked(old)
+		}
+	}
+	if len(a.regions)+a.retired >= maxRegions {
+		return nil, status.Errorf(codes.ResourceExhausted, "%d regions registered already", maxRegions)
+	}
+	if a.blockSize != 0 && a.blockSize != bb {
+		return nil, status.Errorf(codes.FailedPrecondition, "block_bytes %d differs from this agent's %d (all servers of a node share one KV block size)", bb, a.blockSize)
+	}
+	mem, err := kvblock.Map(req.Path, bb*n)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := a.nx.RegisterMem(nixl.DescList{Type: nixl.DRAM, Descs: []nixl.Desc{{Addr: addr(mem), Len: uint64(len(mem))}}}); err != nil {
+		kvblock.Unmap(mem)
+		return nil, status.Errorf(codes.Internal, "register region: %v", err)
+	}
+	r := &region{engine: req.EngineId, path: req.Path, mem: mem, pool: newSlotPool(mem, bb)}
+	resp := &agentv1.RegisterRegionResponse{}
+	if req.KvEventsEndpoint != "" {
+		r.pub, err = kvwire.NewPublisher(a.ctx, kvwire.PublisherConfig{Endpoint: req.KvEventsEndpoint, Topic: req.KvEventsTopic, Logger: a.cfg.Logger})
+		if err != nil {
+			a.nx.DeregisterMem(nixl.DescList{Type: nixl.DRAM, Descs: []nixl.Desc{{Addr: addr(mem), Len: uint64(len(mem))}}})
+			kvblock.Unmap(mem)
+			return nil, status.Errorf(codes.InvalidArgument, "kv events: %v", err)
+		}
+		if ad := r.pub.Addr(); ad != nil {
+			resp.KvEventsAddr = ad.String()
+		}
+	}
+	if a.blockSize == 0 {
+		a.blockSize = bb
+		if err := a.initCPULocked(); err != nil {
+			a.log.Error("CPU tier disabled", "err", err)
+		}
+	}
+	a.regions[req.EngineId] = r
+	a.log.Info("region registered", "engine", req.EngineId, "path", req.Path, "block_bytes", bb, "slots", n)
+	return resp, nil
+}
+
+// retireLocked forgets a region whose server is gone. Its address range
+// stays registered but is remapped to anonymous zero pages, so that a peer
+// still holding the old metadata reads zeros (and fails its content check)
+// instead of this process touching freed memory; the shared file's pages are
+// released.
+func (a *Agent) retireLocked(r *region) {
+	for _, l := range a.leases {
+		if l.engine == r.engine {
+			a.releaseLocked(l, true)
+		}
+	}
+	for ch := range a.watchers[r.engine] {
+		close(ch)
+	}
+	delete(a.watchers, r.engine)
+	if r.pub != nil {
+		r.pub.Close()
+	}
+	if err := kvblock.Blank(r.mem); err != nil {
+		a.log.Error("retire region", "engine", r.engine, "err", err)
+	}
+	delete(a.regions, r.engine)
+	a.retired++
+	a.log.Info("region retired (its file was registered again)", "engine", r.engine, "path", r.path)
+}
+
+func (a *Agent) initCPULocked() error {
+	n := a.cfg.CPUBytes / a.blockSize
+	if n == 0 {
+		return nil
+	}
+	m, err := nixl.AllocDRAM(n * a.blockSize)
+	if err != nil {
+		return err
+	}
+	if err := a.nx.RegisterMem(nixl.DescList{Type: nixl.DRAM, Descs: []nixl.Desc{m.Desc(0, m.Len())}}); err != nil {
+		m.Close()
+		return err
+	}
+	a.cpuMem = m
+	a.cpu = newSlotPool(m.Bytes(), a.blockSize)
+	a.cpu.onEvict = func(slot uint32, h uint64) {
+		a.stats.CPUEvicted++
+		owner := a.cpuOwner[slot]
+		delete(a.cpuOwner, slot)
+		if r := a.regions[owner]; r != nil && r.pub != nil {
+			a.publish(r, kvwire.BlockRemoved{BlockHashes: []kvwire.Hash{kvwire.Uint64Hash(h)}, Medium: "CPU"})
+		}
+	}
+	return nil
+}
+
+func (a *Agent) publish(r *region, evs ...kvwire.Event) {
+	b := kvwire.EventBatch{TS: float64(time.Now().UnixNano()) / 1e9, Events: evs}
+	if err := r.pub.Publish(b); err != nil {
+		a.log.Debug("CPU-tier event not published", "err", err)
+	}
+}
+
+func (a *Agent) leaseOf(ms uint32) time.Duration {
+	if ms == 0 {
+		return a.cfg.DefaultLease
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+func (a *Agent) regionLocked(engine string) (*region, error) {
+	r, ok := a.regions[engine]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "no region registered for engine %q", engine)
+	}
+	return r, nil
+}
+
+func checkHashes(h []uint64) error {
+	if len(h) > maxHashes {
+		return status.Errorf(codes.InvalidArgument, "%d blocks exceed %d per request", len(h), maxHashes)
+	}
+	return nil
+}
+
+// StoreBlocks gives each hash a slot of the engine's region, pinned under
+// the hold when one is named.
+func (a *Agent) StoreBlocks(ctx context.Context, req *agentv1.StoreBlocksRequest) (*agentv1.StoreBlocksResponse, error) {
+	if err := checkHashes(req.Hashes); err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, err := a.regionLocked(req.EngineId)
+	if err != nil {
+		return nil, err
+	}
+	if h := req.Hold; h != nil {
+		if h.RequestId == "" {
+			return nil, status.Error(codes.InvalidArgument, "hold.request_id is required")
+		}
+		if _, ok := a.leases[h.RequestId]; ok {
+			return nil, status.Errorf(codes.AlreadyExists, "request %s already holds blocks", h.RequestId)
+		}
+	}
+	resp := &agentv1.StoreBlocksResponse{}
+	for _, h := range req.Hashes {
+		s, fresh, err := r.pool.acquire(h)
+		if err != nil {
+			for _, s := range resp.Slots {
+				r.pool.unpin(s)
+			}
+			return nil, status.Errorf(codes.ResourceExhausted, "engine %s region: %v (%d slots)", req.EngineId, err, r.pool.slots())
+		}
+		resp.Slots = append(resp.Slots, s)
+		resp.Fresh = append(resp.Fresh, fresh)
+	}
+	if h := req.Hold; h != nil {
+		a.leases[h.RequestId] = &lease{id: h.RequestId, engine: req.EngineId, pool: r.pool, slots: resp.Slots,
+			deadline: time.Now().Add(a.leaseOf(h.LeaseMs))}
+	} else {
+		for _, s := range resp.Slots {
+			r.pool.unpin(s)
+		}
+	}
+	return resp, nil
+}
+
+// WatchReleases streams the engine's released holds.
+func (a *Agent) WatchReleases(req *agentv1.WatchReleasesRequest, stream agentv1.KVTransfer_WatchReleasesServer) error {
+	ch := make(chan *agentv1.Release, watchQueue)
+	a.mu.Lock()
+	if _, err := a.regionLocked(req.EngineId); err != nil {
+		a.mu.Unlock()
+		return err
+	}
+	if a.watchers == nil {
+		a.mu.Unlock()
+		return status.Error(codes.Unavailable, "agent closing")
+	}
+	if a.watchers[req.EngineId] == nil {
+		a.watchers[req.EngineId] = map[chan *agentv1.Release]struct{}{}
+	}
+	a.watchers[req.EngineId][ch] = struct{}{}
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		if a.watchers != nil {
+			delete(a.watchers[req.EngineId], ch)
+		}
+		a.mu.Unlock()
+	}()
+	for {
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case <-a.ctx.Done():
+			return nil
+		case ev, ok := <-ch:
+			if !ok {
+				return nil
+			}
+			if err := stream.Send(ev); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// GetMetadata is the peers' handshake: NIXL metadata and the layout of
+// every registered area.
+func (a *Agent) GetMetadata(ctx context.Context, _ *agentv1.GetMetadataRequest) (*agentv1.GetMetadataResponse, error) {
+	md, err := a.nx.LocalMD()
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "%v", err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	resp := &agentv1.GetMetadataResponse{AgentName: a.nx.Name(), NixlMetadata: md, BlockBytes: uint64(a.blockSize)}
+	for _, r := range a.regions {
+		resp.Regions = append(resp.Regions, &agentv1.RegionInfo{EngineId: r.engine, BaseAddr: uint64(addr(r.mem)), Slots: uint32(r.pool.slots())})
+	}
+	if a.cpu != nil {
+		resp.CpuTier = &agentv1.RegionInfo{BaseAddr: uint64(a.cpuMem.Addr()), Slots: uint32(a.cpu.slots())}
+	}
+	return resp, nil
+}
+
+// PinBlocks pins the leading hashes present in the CPU tier for a peer's
+// pull.
+func (a *Agent) PinBlocks(ctx context.Context, req *agentv1.PinBlocksRequest) (*agentv1.PinBlocksResponse, error) {
+	if err := checkHashes(req.Hashes); err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.leaseSeq++
+	resp := &agentv1.PinBlocksResponse{LeaseId: "p2p-" + a.cfg.Name + "-" + strconv.FormatUint(a.leaseSeq, 10)}
+	if a.cpu == nil {
+		return resp, nil
+	}
+	for _, h := range req.Hashes {
+		s, ok := a.cpu.lookup(h)
+		if !ok {
+			break
+		}
+		a.cpu.pin(s)
+		resp.Slots = append(resp.Slots, s)
+	}
+	if len(resp.Slots) > 0 {
+		a.leases[resp.LeaseId] = &lease{id: resp.LeaseId, pool: a.cpu, slots: resp.Slots, deadline: time.Now().Add(a.leaseOf(req.LeaseMs))}
+	}
+	return resp, nil
+}
+
+// OffloadBlocks copies blocks of the engine's region into the CPU tier and
+// announces them with medium "CPU".
+func (a *Agent) OffloadBlocks(ctx context.Context, req *agentv1.OffloadBlocksRequest) (*agentv1.OffloadBlocksResponse, error) {
+	if len(req.Blocks) > maxHashes {
+		return nil, status.Errorf(codes.InvalidArgument, "%d blocks exceed %d per request", len(req.Blocks), maxHashes)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, err := a.regionLocked(req.EngineId)
+	if err != nil {
+		return nil, err
+	}
+	if a.cpu == nil {
+		return nil, status.Error(codes.FailedPrecondition, "this agent has no CPU tier (--cpu-bytes)")
+	}
+	resp := &agentv1.OffloadBlocksResponse{}
+	var stored []kvwire.Event
+	for _, b := range req.Blocks {
+		src, ok := r.pool.lookup(b.Hash)
+		if !ok {
+			continue
+		}
+		dst, fresh, err := a.cpu.acquire(b.Hash)
+		if err != nil {
+			break // the tier is pinned full: the rest is not offloaded
+		}
+		if fresh {
+			copy(a.cpu.bytes(dst), r.pool.bytes(src))
+			a.cpuOwner[dst] = req.EngineId
+			ev := kvwire.BlockStored{BlockHashes: []kvwire.Hash{kvwire.Uint64Hash(b.Hash)}, BlockSize: int(req.BlockSizeTokens),
+				Medium: "CPU", LoRAName: req.LoraName}
+			for _, t := range b.TokenIds {
+				ev.TokenIDs = append(ev.TokenIDs, int(t))
+			}
+			if b.HasParent {
+				p := kvwire.Uint64Hash(b.ParentHash)
+				ev.ParentBlockHash = &p
+			}
+			stored = append(stored, ev)
+		}
+		a.cpu.unpin(dst)
+		resp.Offloaded++
+	}
+	a.stats.Offloaded += uint64(resp.Offloaded)
+	if len(stored) > 0 && r.pub != nil {
+		a.publish(r, stored...)
+	}
+	return resp, nil
+}
+
+// LoadBlocks copies the leading hashes present in the CPU tier into the
+// engine's region.
+func (a *Agent) LoadBlocks(ctx context.Context, req *agentv1.LoadBlocksRequest) (*agentv1.LoadBlocksResponse, error) {
+	if err := checkHashes(req.Hashes); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, err := a.regionLocked(req.EngineId)
+	if err != nil {
+		return nil, err
+	}
+	resp := &agentv1.LoadBlocksResponse{}
+	if a.cpu == nil {
+		return resp, nil
+	}
+	for _, h := range req.Hashes {
+		src, ok := a.cpu.lookup(h)
+		if !ok {
+			break
+		}
+		dst, fresh, err := r.pool.acquire(h)
+		if err != nil {
+			break
+		}
+		if fresh {
+			copy(r.pool.bytes(dst), a.cpu.bytes(src))
+		}
+		r.pool.unpin(dst)
+		resp.Slots = append(resp.Slots, dst)
+	}
+	a.stats.Loaded += uint64(len(resp.Slots))
+	resp.CopyUs = uint64(time.Since(start).Microseconds())
+	return resp, nil
+}

@@ -1,0 +1,29 @@
+// Package agent is the node agent's KV-transfer service (kvgate-agent, a
+// DaemonSet on GPU nodes): it moves KV-cache blocks between the model
+// servers of its node and peer agents with NIXL over UCX (nixl-cgo), and
+// keeps a bounded CPU tier.
+//
+//   - Regions: each model server shares a memory file (/dev/shm) with the
+//     agent, registered once with NIXL. A block is addressed by (engine id,
+//     block hash) → slot, offset slot × block_bytes; slots are reused LRU
+//     unless pinned by a hold or a transfer.
+//   - P/D: a prefiller stores a request's blocks under a hold (lease); the
+//     decoder's agent READs them from the prefiller's agent into its own
+//     server's region and notifies "<request id>:<tp size>" once the data
+//     landed (vLLM NixlConnector's READ + notification); the prefiller's
+//     agent frees the hold on that notification or when the lease expires,
+//     and tells the server (WatchReleases) so it frees its blocks too.
+//   - CPU tier: blocks a server's GPU tier evicts are copied into the
+//     agent's DRAM tier (bounded, LRU) and published as vLLM KV events with
+//     medium "CPU" on the server's topic; a later hit loads them back.
+//   - P2P: a peer's CPU-tier blocks are pinned by PinBlocks, READ, and
+//     released by the notification.
+//
+// Agents find each other by gRPC address (vLLM's remote_host:remote_port)
+// and exchange NIXL metadata with GetMetadata (proto/kvgate/agent/v1).
+//
+// Ownership: one mutex guards the regions, pools, leases, peers and
+// watchers; transfers run outside it (nixl.Agent has its own lock). Every
+// map is bounded: regions by registrations, leases by pinned slots, peers
+// by maxPeers, watcher queues by watchQueue.
+package agent

@@ -1,0 +1,251 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	nixl "github.com/kvgate/kvgate/nixl-cgo"
+	agentv1 "github.com/kvgate/kvgate/proto/kvgate/agent/v1"
+)
+
+// peer is a remote agent whose NIXL metadata is loaded.
+type peer struct {
+	addr    string
+	name    string
+	conn    *grpc.ClientConn
+	client  agentv1.KVTransferClient
+	regions map[string]*agentv1.RegionInfo
+	cpu     *agentv1.RegionInfo
+}
+
+// peerFor returns the peer at addr, doing the handshake on first use.
+func (a *Agent) peerFor(ctx context.Context, addr string) (*peer, error) {
+	a.mu.Lock()
+	p, ok := a.peers[addr]
+	n := len(a.peers)
+	a.mu.Unlock()
+	if ok {
+		return p, nil
+	}
+	if n >= maxPeers {
+		return nil, status.Errorf(codes.ResourceExhausted, "%d peers connected already", maxPeers)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "peer %q: %v", addr, err)
+	}
+	c := agentv1.NewKVTransferClient(conn)
+	md, err := c.GetMetadata(ctx, &agentv1.GetMetadataRequest{})
+	if err != nil {
+		conn.Close()
+		return nil, status.Errorf(codes.Unavailable, "handshake with agent %s: %v", addr, err)
+	}
+	a.mu.Lock()
+	bb := a.blockSize
+	a.mu.Unlock()
+	if md.BlockBytes != uint64(bb) {
+		conn.Close()
+		return nil, status.Errorf(codes.FailedPrecondition, "block_len mismatch: agent %s uses %d-byte blocks, this one %d", addr, md.BlockBytes, bb)
+	}
+	name, err := a.nx.LoadRemoteMD(md.NixlMetadata)
+	if err != nil {
+		conn.Close()
+		return nil, status.Errorf(codes.FailedPrecondition, "agent %s metadata: %v", addr, err)
+	}
+	if name != md.AgentName {
+		conn.Close()
+		return nil, status.Errorf(codes.FailedPrecondition, "agent %s calls itself %q but its NIXL metadata says %q", addr, md.AgentName, name)
+	}
+	p = &peer{addr: addr, name: name, conn: conn, client: c, regions: map[string]*agentv1.RegionInfo{}, cpu: md.CpuTier}
+	for _, r := range md.Regions {
+		p.regions[r.EngineId] = r
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if old, ok := a.peers[addr]; ok { // raced with another handshake
+		conn.Close()
+		return old, nil
+	}
+	a.peers[addr] = p
+	return p, nil
+}
+
+// forget drops a peer after a failed transfer, so the next pull
+// handshakes again (a restarted peer has new addresses and rkeys).
+func (a *Agent) forget(p *peer) {
+	a.mu.Lock()
+	if a.peers[p.addr] == p {
+		delete(a.peers, p.addr)
+	}
+	a.mu.Unlock()
+	p.conn.Close()
+	if err := a.nx.InvalidateRemoteMD(p.name); err != nil && !errors.Is(err, nixl.ErrNotFound.Err()) {
+		a.log.Debug("invalidate peer metadata", "peer", p.name, "err", err)
+	}
+}
+
+// PullBlocks READs blocks from a peer agent into the engine's region and
+// notifies the source once they landed.
+func (a *Agent) PullBlocks(ctx context.Context, req *agentv1.PullBlocksRequest) (*agentv1.PullBlocksResponse, error) {
+	if err := checkHashes(req.Hashes); err != nil {
+		return nil, err
+	}
+	if req.Peer == "" {
+		return nil, status.Error(codes.InvalidArgument, "peer is required")
+	}
+	timeout := a.cfg.PullTimeout
+	if req.TimeoutMs > 0 {
+		timeout = time.Duration(req.TimeoutMs) * time.Millisecond
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	a.mu.Lock()
+	r, err := a.regionLocked(req.EngineId)
+	a.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	p, err := a.peerFor(ctx, req.Peer)
+	if err != nil {
+		return nil, a.pullFailed(err)
+	}
+	bb := uint64(r.pool.slotBytes)
+	var base uint64
+	var remote []uint32
+	var notif string
+	switch src := req.Source.(type) {
+	case *agentv1.PullBlocksRequest_Prefill:
+		pf := src.Prefill
+		ri, ok := p.regions[pf.RemoteEngineId]
+		if !ok {
+			// The peer may have registered this engine's region after our
+			// handshake (a server that started or restarted): fetch its
+			// metadata anew, once.
+			a.forget(p)
+			if p, err = a.peerFor(ctx, req.Peer); err != nil {
+				return nil, a.pullFailed(err)
+			}
+			ri, ok = p.regions[pf.RemoteEngineId]
+		}
+		if !ok {
+			return nil, a.pullFailed(status.Errorf(codes.NotFound, "agent %s has no region for engine %q", req.Peer, pf.RemoteEngineId))
+		}
+		if len(pf.RemoteBlockIds) != len(req.Hashes) {
+			return nil, a.pullFailed(status.Errorf(codes.InvalidArgument, "%d remote blocks for %d hashes", len(pf.RemoteBlockIds), len(req.Hashes)))
+		}
+		for _, id := range pf.RemoteBlockIds {
+			if id >= ri.Slots {
+				return nil, a.pullFailed(status.Errorf(codes.InvalidArgument, "remote block %d out of range (engine %s has %d)", id, pf.RemoteEngineId, ri.Slots))
+			}
+		}
+		base, remote = ri.BaseAddr, pf.RemoteBlockIds
+		tp := max(pf.TpSize, 1)
+		notif = pf.RemoteRequestId + ":" + strconv.FormatUint(uint64(tp), 10)
+	case *agentv1.PullBlocksRequest_Cpu:
+		if p.cpu == nil {
+			return &agentv1.PullBlocksResponse{}, nil
+		}
+		pin, err := p.client.PinBlocks(ctx, &agentv1.PinBlocksRequest{Hashes: req.Hashes, LeaseMs: uint32(timeout.Milliseconds())})
+		if err != nil {
+			return nil, a.pullFailed(status.Errorf(codes.Unavailable, "pin blocks at agent %s: %v", req.Peer, err))
+		}
+		if len(pin.Slots) == 0 {
+			return &agentv1.PullBlocksResponse{}, nil
+		}
+		base, remote, notif = p.cpu.BaseAddr, pin.Slots, pin.LeaseId+":1"
+	default:
+		return nil, status.Error(codes.InvalidArgument, "source (prefill or cpu) is required")
+	}
+	hashes := req.Hashes[:len(remote)]
+	if len(remote) == 0 {
+		// A full local hit: nothing to read, but the source must free.
+		if err := a.nx.GenNotif(p.name, []byte(notif)); err != nil {
+			return nil, a.pullFailed(status.Errorf(codes.Unavailable, "%v", err))
+		}
+		return &agentv1.PullBlocksResponse{}, nil
+	}
+	// Local slots, pinned for the transfer.
+	a.mu.Lock()
+	slots := make([]uint32, 0, len(hashes))
+	for _, h := range hashes {
+		s, _, err := r.pool.acquire(h)
+		if err != nil {
+			for _, s := range slots {
+				r.pool.unpin(s)
+			}
+			a.mu.Unlock()
+			return nil, a.pullFailed(status.Errorf(codes.ResourceExhausted, "engine %s region: %v", req.EngineId, err))
+		}
+		slots = append(slots, s)
+	}
+	a.mu.Unlock()
+	local := nixl.DescList{Type: nixl.DRAM, Descs: make([]nixl.Desc, len(slots))}
+	rem := nixl.DescList{Type: nixl.DRAM, Descs: make([]nixl.Desc, len(slots))}
+	for i, s := range slots {
+		local.Descs[i] = nixl.Desc{Addr: addr(r.pool.bytes(s)), Len: bb}
+		rem.Descs[i] = nixl.Desc{Addr: uintptr(base + uint64(remote[i])*bb), Len: bb}
+	}
+	start := time.Now()
+	post, err := a.read(ctx, p, local, rem, notif)
+	dur := time.Since(start)
+	a.mu.Lock()
+	for _, s := range slots {
+		if err != nil {
+			r.pool.drop(s) // its bytes are torn
+		} else {
+			r.pool.unpin(s)
+		}
+	}
+	a.mu.Unlock()
+	if err != nil {
+		if nixl.StatusOf(err) == nixl.ErrRemoteDisconnect || nixl.StatusOf(err) == nixl.ErrCanceled {
+			a.forget(p)
+		}
+		code := codes.Unavailable
+		if ctx.Err() != nil {
+			code = codes.DeadlineExceeded
+		}
+		return nil, a.pullFailed(status.Errorf(code, "READ of %d blocks from agent %s: %v", len(slots), req.Peer, err))
+	}
+	a.mu.Lock()
+	a.stats.Pulls++
+	a.stats.PulledBytes += uint64(len(slots)) * bb
+	a.mu.Unlock()
+	return &agentv1.PullBlocksResponse{Slots: slots, Bytes: uint64(len(slots)) * bb, TransferUs: uint64(dur.Microseconds()),
+		PostUs: uint64(post.Microseconds())}, nil
+}
+
+func (a *Agent) pullFailed(err error) error {
+	a.mu.Lock()
+	a.stats.PullFailures++
+	a.mu.Unlock()
+	return err
+}
+
+// read runs one NIXL READ with its notification and waits for it; it
+// returns how long the post took.
+func (a *Agent) read(ctx context.Context, p *peer, local, remote nixl.DescList, notif string) (time.Duration, error) {
+	x, err := a.nx.CreateXferReq(nixl.Read, local, remote, p.name, nixl.XferOpts{HasNotif: true, NotifMsg: []byte(notif)})
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		if rerr := a.nx.ReleaseXferReq(x); rerr != nil {
+			a.log.Debug("release transfer", "err", rerr)
+		}
+	}()
+	start := time.Now()
+	_, err = a.nx.PostXferReq(x)
+	post := time.Since(start)
+	if err != nil {
+		return post, err
+	}
+	return post, a.nx.Wait(ctx, x)
+}
