@@ -8,13 +8,14 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/flowcontrol"
 	"github.com/kvgate/kvgate/extproc/inferr"
 	"github.com/kvgate/kvgate/extproc/metrics"
 	"github.com/kvgate/kvgate/extproc/prefixmatch"
-	"github.com/kvgate/kvgate/extproc/saturation"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/server"
 	"github.com/kvgate/kvgate/internal/eppwire"
@@ -41,14 +42,37 @@ type Hooks struct {
 	ResponseComplete []scheduling.ResponseComplete
 }
 
+// Saturation tells whether the pool can take more work; without flow
+// control the director sheds sheddable requests while it cannot.
+type Saturation interface {
+	Saturated(eps []*endpoints.Endpoint) bool
+}
+
+// Admission is the flow-control layer (extproc/flowcontrol's Gate) as the
+// director uses it.
+type Admission interface {
+	// Admit holds the request until dispatch runs it (nil) or it is
+	// refused (a *flowcontrol.Error).
+	Admit(ctx context.Context, req flowcontrol.Request, dispatch func(*flowcontrol.Item)) error
+	// Notify says live load was released: a queued request may fit now.
+	Notify()
+	// Track and Finished bracket a dispatched request's response, for
+	// eviction.
+	Track(it *flowcontrol.Item, revoke func())
+	Finished(it *flowcontrol.Item)
+}
+
 // Options configures a Director. Pool and Scheduler are required.
 type Options struct {
 	Pool      Pool
 	Scheduler *scheduling.Scheduler
 	Hooks     Hooks
 	// Saturation sheds sheddable requests while the pool is saturated; nil
-	// disables shedding.
-	Saturation *saturation.Detector
+	// disables shedding. Unused with Admission, which queues them instead.
+	Saturation Saturation
+	// Admission, when set, is the flow-control layer every request passes
+	// before scheduling.
+	Admission Admission
 	// Objectives resolves priorities; nil means every request has priority 0.
 	Objectives Objectives
 	// TrustFilterHints makes requests without a body route on the
@@ -94,13 +118,36 @@ const (
 	DroppedSaturated   = "saturated"
 	DroppedFiltered    = "filtered"
 	DroppedNotAdmitted = "not-admitted"
+	// llm-d's flow-control reasons.
+	DroppedRejectedSaturated    = "rejected-saturated"
+	DroppedRejectedTTLExpired   = "rejected-ttl-expired"
+	DroppedRejectedNoEndpoints  = "rejected-no-endpoints"
+	DroppedRejectedCancelled    = "rejected-context-cancelled"
+	DroppedRejectedShuttingDown = "rejected-shutting-down"
 )
 
 // HandleRequest implements server.Director.
 func (d *Director) HandleRequest(ctx context.Context, req *server.Request) (*server.Decision, server.Exchange, error) {
 	sr := d.schedulingRequest(req)
 	d.metrics.RequestReceived(sr.IncomingModel, sr.TargetModel, sr.Priority)
-	dec, ex, err := d.decide(ctx, req, sr)
+	var (
+		dec *server.Decision
+		ex  *exchange
+		err error
+	)
+	if adm := d.opts.Admission; adm != nil {
+		if ferr := adm.Admit(ctx, FlowRequest(req, sr), func(it *flowcontrol.Item) {
+			dec, ex, err = d.decide(ctx, req, sr)
+			if err == nil {
+				ex.flow = it
+				adm.Track(it, ex.revoke)
+			}
+		}); ferr != nil {
+			err = FlowError(ferr)
+		}
+	} else {
+		dec, ex, err = d.decide(ctx, req, sr)
+	}
 	if err != nil {
 		e := inferr.As(err)
 		d.metrics.RequestError(sr.IncomingModel, sr.TargetModel, string(e.Code))
@@ -119,7 +166,7 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 		}
 		return nil, nil, inferr.New(inferr.ServiceUnavailable, "no candidate endpoints for the request")
 	}
-	if sr.Priority < 0 && d.opts.Saturation != nil && d.opts.Saturation.Saturated(candidates) {
+	if sr.Priority < 0 && d.opts.Admission == nil && d.opts.Saturation != nil && d.opts.Saturation.Saturated(candidates) {
 		return nil, nil, &inferr.Error{Code: inferr.InferencePoolResourceExhausted, Msg: "pool is saturated and the request is sheddable", DroppedReason: DroppedSaturated}
 	}
 
@@ -162,6 +209,51 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 		dec.TargetModel = req.ModelRewrite
 	}
 	return dec, ex, nil
+}
+
+// FlowRequest is what flow control knows of a request.
+func FlowRequest(req *server.Request, sr *scheduling.Request) flowcontrol.Request {
+	fr := flowcontrol.Request{
+		ID: req.ID, FairnessID: req.FairnessID, Priority: sr.Priority,
+		Model: sr.IncomingModel, TargetModel: sr.TargetModel,
+		Bytes: int64(len(req.Body)), ReceivedAt: req.ReceivedAt, TTFTSLO: sr.TTFTSLO,
+	}
+	if fr.FairnessID == "" {
+		fr.FairnessID = server.DefaultFairnessID
+	}
+	return fr
+}
+
+// FlowError is a flow-control refusal as the client sees it, mapped as
+// llm-d's router maps its outcomes: a full queue or a TTL that ran out
+// while the pool had endpoints is backpressure (429); no endpoints, a
+// cancelled client and a stopping picker are unavailability (503).
+func FlowError(err error) *inferr.Error {
+	var fe *flowcontrol.Error
+	if !errors.As(err, &fe) {
+		return inferr.As(err)
+	}
+	exhausted := func(reason string) *inferr.Error {
+		return &inferr.Error{Code: inferr.InferencePoolResourceExhausted, Msg: fe.Error(), DroppedReason: reason}
+	}
+	unavailable := func(reason string) *inferr.Error {
+		return &inferr.Error{Code: inferr.ServiceUnavailable, Msg: fe.Error(), DroppedReason: reason}
+	}
+	switch {
+	case fe.ShuttingDown:
+		return unavailable(DroppedRejectedShuttingDown)
+	case fe.Outcome == flowcontrol.RejectedCapacity:
+		return exhausted(DroppedRejectedSaturated)
+	case fe.Outcome == flowcontrol.RejectedNoEndpoints, fe.Outcome == flowcontrol.EvictedNoEndpoints,
+		fe.Outcome == flowcontrol.EvictedTTL && fe.PoolEmpty:
+		return unavailable(DroppedRejectedNoEndpoints)
+	case fe.Outcome == flowcontrol.EvictedTTL:
+		return exhausted(DroppedRejectedTTLExpired)
+	case fe.Outcome == flowcontrol.EvictedContextCancelled:
+		return unavailable(DroppedRejectedCancelled)
+	default:
+		return &inferr.Error{Code: inferr.Internal, Msg: fe.Error()}
+	}
 }
 
 // uncachedTokens is the prompt's length and the prefill work the chosen
@@ -302,7 +394,16 @@ type exchange struct {
 	first    time.Time
 	last     time.Time
 	released bool
+	// flow is the request's flow-control item, nil without flow control;
+	// revoked is set by the flow controller's goroutine.
+	flow    *flowcontrol.Item
+	revoked atomic.Bool
 }
+
+func (x *exchange) revoke() { x.revoked.Store(true) }
+
+// Revoked implements server.Revocable.
+func (x *exchange) Revoked() bool { return x.revoked.Load() }
 
 var _ server.Exchange = (*exchange)(nil)
 
@@ -334,6 +435,9 @@ func (x *exchange) ResponseChunk(ctx context.Context, chunk []byte) {
 	if x.chunks == 1 {
 		x.first = now
 		x.charge.FirstToken()
+		if adm := x.d.opts.Admission; adm != nil {
+			adm.Notify()
+		}
 		ttft := now.Sub(x.received)
 		x.d.metrics.TTFT(x.sched.IncomingModel, x.sched.TargetModel, ttft)
 		res := &scheduling.Response{Endpoint: x.charge.Endpoint(), Status: x.status, TTFT: ttft}
@@ -357,6 +461,9 @@ func (x *exchange) ResponseDone(ctx context.Context, sum server.ResponseSummary)
 	x.moveTo(sum.ServedEndpoint)
 	served := x.charge.Endpoint()
 	x.charge.Release()
+	if adm := x.d.opts.Admission; adm != nil && x.flow != nil {
+		adm.Finished(x.flow)
+	}
 
 	res := &scheduling.Response{Endpoint: served, Status: sum.Status, Usage: sum.Usage, Complete: sum.Complete}
 	if x.chunks > 0 {

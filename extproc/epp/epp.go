@@ -29,6 +29,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/endpoints/poolmetrics"
 	"github.com/kvgate/kvgate/extproc/endpoints/scrape"
 	"github.com/kvgate/kvgate/extproc/endpoints/staticfile"
+	"github.com/kvgate/kvgate/extproc/flowcontrol"
 	"github.com/kvgate/kvgate/extproc/kvevents"
 	"github.com/kvgate/kvgate/extproc/kvindex"
 	"github.com/kvgate/kvgate/extproc/latency"
@@ -198,6 +199,8 @@ type Picker struct {
 	scraper    *scrape.Scraper
 	built      *config.Built
 	server     *server.Server
+	// gate is the flow-control layer; nil without the flowControl gate.
+	gate *flowcontrol.Gate
 	// kvIndex holds what the servers' KV-cache events say they cache;
 	// kvEvents feeds it while Run runs.
 	kvIndex  *kvindex.Index
@@ -255,7 +258,7 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 		p.source, p.objectives = disc, disc
 	}
 
-	d := director.New(director.Options{
+	dopts := director.Options{
 		Pool:             p.ds,
 		Scheduler:        p.built.Scheduler,
 		Hooks:            director.Hooks{PreRequest: p.built.PreRequest, FirstToken: p.built.FirstToken, ResponseComplete: p.built.ResponseComplete},
@@ -264,9 +267,42 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 		Objectives:       p.objectives,
 		Metrics:          p.metrics,
 		Logger:           log,
-	})
+	}
+	if sd, ok := p.built.Detector.(director.Saturation); ok {
+		dopts.Saturation = sd
+	}
+	if err := p.flowControl(&dopts); err != nil {
+		return nil, err
+	}
+	d := director.New(dopts)
 	p.server = server.New(d, server.Options{MaxRequestBodyBytes: o.MaxRequestBodyBytes, Logger: log})
 	return p, nil
+}
+
+// flowControl builds the flow-control layer when the configuration turns it
+// on, and says when a flowControl section is ignored for want of the gate.
+func (p *Picker) flowControl(dopts *director.Options) error {
+	if p.built.FlowControlIgnored {
+		p.log.Warn("flowControl section ignored: the flowControl feature gate is off (add featureGates: [flowControl])")
+	}
+	fc := p.built.FlowControl
+	if fc == nil {
+		return nil
+	}
+	rec, err := flowcontrol.NewMetrics(p.reg, p.opts.PoolName)
+	if err != nil {
+		return fmt.Errorf("flow-control metrics: %w", err)
+	}
+	if p.gate, err = flowcontrol.NewGate(fc.Config, flowcontrol.Options{Pool: p.ds, Recorder: rec}, time.Now); err != nil {
+		return fmt.Errorf("flowControl: %w", err)
+	}
+	// A new endpoint may take queued requests at once.
+	p.ds.Subscribe(endpoints.ListenerFunc(func(endpoints.Change) { p.gate.Notify() }))
+	dopts.Admission = p.gate
+	cfg := fc.Config
+	p.log.Info("Flow Control enabled", "detector", cfg.DetectorName, "bands", len(cfg.Bands), "maxRequests", cfg.MaxRequests, "maxBytes", cfg.MaxBytes,
+		"defaultRequestTTL", cfg.RequestTTL, "noEndpointRequestTTL", cfg.NoEndpointTTL, "enableEviction", cfg.EnableEviction)
+	return nil
 }
 
 // checkedRegisterer keeps the first registration error of MustRegister
@@ -407,6 +443,12 @@ func (p *Picker) Run(ctx context.Context) error {
 	mux.Handle("/metrics", promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{Registry: p.reg}))
 	metricsSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 
+	// The dispatcher outlives ctx: it drains the queue during shutdown.
+	dispatchCtx, stopDispatch := context.WithCancel(context.Background())
+	defer stopDispatch()
+	if p.gate != nil {
+		g.Go(func() error { return p.gate.Run(dispatchCtx) })
+	}
 	src := &firstApply{Source: p.source, done: make(chan struct{})}
 	g.Go(func() error { return p.ds.Run(ctx, src) })
 	g.Go(func() error { return p.scraper.Run(ctx) })
@@ -439,7 +481,13 @@ func (p *Picker) Run(ctx context.Context) error {
 		healthSrv.Shutdown()
 		drain, cancel := context.WithTimeout(context.Background(), p.opts.DrainTimeout)
 		defer cancel()
+		if p.gate != nil {
+			// Queued requests dispatch while the drain lasts; what is
+			// left is refused as shutting down (503).
+			p.gate.Shutdown(drain)
+		}
 		stopGRPC(drain, extproc)
+		stopDispatch()
 		stopGRPC(drain, healthGRPC)
 		_ = metricsSrv.Shutdown(drain)
 		_ = p.kvEvents.Close()

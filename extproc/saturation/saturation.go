@@ -14,6 +14,9 @@ import (
 
 // Config is the EndpointPickerConfig `saturationDetector` section.
 type Config struct {
+	// PluginRef names the saturation-detector plugin to use (llm-d's
+	// form); the thresholds below are GIE's older inline form.
+	PluginRef                 string   `json:"pluginRef,omitempty"`
 	QueueDepthThreshold       int      `json:"queueDepthThreshold"`
 	KVCacheUtilThreshold      float64  `json:"kvCacheUtilThreshold"`
 	MetricsStalenessThreshold Duration `json:"metricsStalenessThreshold"`

@@ -3,6 +3,7 @@
 package all
 
 import (
+	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
 	"github.com/kvgate/kvgate/extproc/plugins/inflightload"
 	"github.com/kvgate/kvgate/extproc/plugins/kvcacheutil"
 	"github.com/kvgate/kvgate/extproc/plugins/latencyscorer"
@@ -53,6 +54,17 @@ func Registry() *scheduling.Registry {
 		{prefixaffinity.Type, prefixaffinity.New},
 		{sloheadroom.Type, sloheadroom.New},
 		{latencyslo.Type, latencyslo.New},
+		{flowpolicy.GlobalStrictType, flowpolicy.NewGlobalStrict},
+		{flowpolicy.RoundRobinType, flowpolicy.NewRoundRobin},
+		{flowpolicy.ProgramAwareType, flowpolicy.NewProgramAware},
+		{flowpolicy.FCFSType, flowpolicy.NewFCFS},
+		{flowpolicy.EDFType, flowpolicy.NewEDF},
+		{flowpolicy.SLODeadlineType, flowpolicy.NewSLODeadline},
+		{flowpolicy.StaticLimitType, flowpolicy.NewStaticLimit},
+		{flowpolicy.HoldbackType, flowpolicy.NewHoldback},
+		{flowpolicy.SoftReflectType, flowpolicy.NewSoftReflect},
+		{flowpolicy.UtilizationType, flowpolicy.NewUtilization},
+		{flowpolicy.ConcurrencyType, flowpolicy.NewConcurrency},
 	} {
 		mustNot(r.Register(p.typ, p.f))
 	}

@@ -15,7 +15,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvgate/kvgate/extproc/flowcontrol"
 	"github.com/kvgate/kvgate/extproc/kvindex"
+	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
 	"github.com/kvgate/kvgate/extproc/plugins/inflightload"
 	"github.com/kvgate/kvgate/extproc/plugins/latencyscorer"
 	"github.com/kvgate/kvgate/extproc/plugins/latencyslo"
@@ -57,6 +59,17 @@ var paramsOf = map[string]any{
 	prefixaffinity.Type:           prefixaffinity.Params{},
 	sloheadroom.Type:              sloheadroom.Params{},
 	latencyslo.Type:               nil,
+	flowpolicy.GlobalStrictType:   nil,
+	flowpolicy.RoundRobinType:     nil,
+	flowpolicy.ProgramAwareType:   flowpolicy.ProgramAwareParams{},
+	flowpolicy.FCFSType:           nil,
+	flowpolicy.EDFType:            nil,
+	flowpolicy.SLODeadlineType:    nil,
+	flowpolicy.StaticLimitType:    flowpolicy.StaticLimitParams{},
+	flowpolicy.HoldbackType:       flowpolicy.HoldbackParams{},
+	flowpolicy.SoftReflectType:    nil,
+	flowpolicy.UtilizationType:    flowpolicy.UtilizationParams{},
+	flowpolicy.ConcurrencyType:    flowpolicy.ConcurrencyParams{},
 }
 
 // The README's plugin table, each plugin package's documented parameters,
@@ -93,7 +106,7 @@ func TestDocsAgreeWithRegistry(t *testing.T) {
 		if !ok {
 			continue
 		}
-		p, err := r.Build(typ, "", nil, h)
+		p, err := r.Build(typ, "", minimalParams(typ, ""), h)
 		if err != nil {
 			t.Errorf("%s: %v", typ, err)
 			continue
@@ -134,6 +147,12 @@ var kinds = map[string]reflect.Type{
 	"profile handler": reflect.TypeFor[scheduling.ProfileHandler](),
 	"data producer":   reflect.TypeFor[scheduling.DataProducer](),
 	"admitter":        reflect.TypeFor[scheduling.Admitter](),
+	// Flow-control plugins (extproc/flowcontrol), referenced from the
+	// flowControl section; the detectors are also filters.
+	"fairness policy":     reflect.TypeFor[flowcontrol.FairnessPolicy](),
+	"ordering policy":     reflect.TypeFor[flowcontrol.OrderingPolicy](),
+	"usage-limit policy":  reflect.TypeFor[flowcontrol.UsageLimitPolicy](),
+	"saturation detector": reflect.TypeFor[flowcontrol.SaturationDetector](),
 }
 
 func isKind(p scheduling.Plugin, kind string) bool {
@@ -147,11 +166,11 @@ func isKind(p scheduling.Plugin, kind string) bool {
 func probeParams(t *testing.T, r *scheduling.Registry, h *scheduling.Handle, typ string, fields []string) {
 	t.Helper()
 	for _, f := range fields {
-		if _, err := r.Build(typ, "", []byte(`{"`+f+`": null}`), h); err != nil {
+		if _, err := r.Build(typ, "", minimalParams(typ, `"`+f+`": null`), h); err != nil {
 			t.Errorf("%s: declared parameter %s refused: %v", typ, f, err)
 		}
 	}
-	if _, err := r.Build(typ, "", []byte(`{"kvgateUndeclaredProbe": null}`), h); err == nil {
+	if _, err := r.Build(typ, "", minimalParams(typ, `"kvgateUndeclaredProbe": null`), h); err == nil {
 		t.Errorf("%s accepts an undeclared parameter: its parameters are not decoded strictly", typ)
 	}
 }
