@@ -118,12 +118,6 @@ const (
 	DroppedSaturated   = "saturated"
 	DroppedFiltered    = "filtered"
 	DroppedNotAdmitted = "not-admitted"
-	// llm-d's flow-control reasons.
-	DroppedRejectedSaturated    = "rejected-saturated"
-	DroppedRejectedTTLExpired   = "rejected-ttl-expired"
-	DroppedRejectedNoEndpoints  = "rejected-no-endpoints"
-	DroppedRejectedCancelled    = "rejected-context-cancelled"
-	DroppedRejectedShuttingDown = "rejected-shutting-down"
 )
 
 // HandleRequest implements server.Director.
@@ -209,51 +203,6 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 		dec.TargetModel = req.ModelRewrite
 	}
 	return dec, ex, nil
-}
-
-// FlowRequest is what flow control knows of a request.
-func FlowRequest(req *server.Request, sr *scheduling.Request) flowcontrol.Request {
-	fr := flowcontrol.Request{
-		ID: req.ID, FairnessID: req.FairnessID, Priority: sr.Priority,
-		Model: sr.IncomingModel, TargetModel: sr.TargetModel,
-		Bytes: int64(len(req.Body)), ReceivedAt: req.ReceivedAt, TTFTSLO: sr.TTFTSLO,
-	}
-	if fr.FairnessID == "" {
-		fr.FairnessID = server.DefaultFairnessID
-	}
-	return fr
-}
-
-// FlowError is a flow-control refusal as the client sees it, mapped as
-// llm-d's router maps its outcomes: a full queue or a TTL that ran out
-// while the pool had endpoints is backpressure (429); no endpoints, a
-// cancelled client and a stopping picker are unavailability (503).
-func FlowError(err error) *inferr.Error {
-	var fe *flowcontrol.Error
-	if !errors.As(err, &fe) {
-		return inferr.As(err)
-	}
-	exhausted := func(reason string) *inferr.Error {
-		return &inferr.Error{Code: inferr.InferencePoolResourceExhausted, Msg: fe.Error(), DroppedReason: reason}
-	}
-	unavailable := func(reason string) *inferr.Error {
-		return &inferr.Error{Code: inferr.ServiceUnavailable, Msg: fe.Error(), DroppedReason: reason}
-	}
-	switch {
-	case fe.ShuttingDown:
-		return unavailable(DroppedRejectedShuttingDown)
-	case fe.Outcome == flowcontrol.RejectedCapacity:
-		return exhausted(DroppedRejectedSaturated)
-	case fe.Outcome == flowcontrol.RejectedNoEndpoints, fe.Outcome == flowcontrol.EvictedNoEndpoints,
-		fe.Outcome == flowcontrol.EvictedTTL && fe.PoolEmpty:
-		return unavailable(DroppedRejectedNoEndpoints)
-	case fe.Outcome == flowcontrol.EvictedTTL:
-		return exhausted(DroppedRejectedTTLExpired)
-	case fe.Outcome == flowcontrol.EvictedContextCancelled:
-		return unavailable(DroppedRejectedCancelled)
-	default:
-		return &inferr.Error{Code: inferr.Internal, Msg: fe.Error()}
-	}
 }
 
 // uncachedTokens is the prompt's length and the prefill work the chosen

@@ -119,7 +119,6 @@ func (c *Controller) bandFor(p int) *band {
 	return c.addBand(t, false)
 }
 
-
 // Enqueue queues req at now. It returns an *Error when the request is
 // refused: the controller is closed, or a global or band limit would be
 // exceeded (RejectedCapacity, or RejectedNoEndpoints while the pool is
