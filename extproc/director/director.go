@@ -131,11 +131,7 @@ func (d *Director) HandleRequest(ctx context.Context, req *server.Request) (*ser
 	)
 	if adm := d.opts.Admission; adm != nil {
 		if ferr := adm.Admit(ctx, FlowRequest(req, sr), func(it *flowcontrol.Item) {
-			dec, ex, err = d.decide(ctx, req, sr)
-			if err == nil {
-				ex.flow = it
-				adm.Track(it, ex.revoke)
-			}
+			dec, ex, err = d.dispatch(ctx, req, sr, it)
 		}); ferr != nil {
 			err = FlowError(ferr)
 		}
@@ -148,6 +144,38 @@ func (d *Director) HandleRequest(ctx context.Context, req *server.Request) (*ser
 		return nil, nil, e
 	}
 	return dec, ex, nil
+}
+
+// Classify is the scheduling request the director makes of req and what
+// flow control knows of it, for drivers that run the flow-control layer
+// themselves (the cluster benchmark on its virtual clock) and then call
+// Dispatch.
+func (d *Director) Classify(req *server.Request) (*scheduling.Request, flowcontrol.Request) {
+	sr := d.schedulingRequest(req)
+	d.metrics.RequestReceived(sr.IncomingModel, sr.TargetModel, sr.Priority)
+	return sr, FlowRequest(req, sr)
+}
+
+// Dispatch routes a request that flow control has dispatched as it (nil
+// when the driver runs none), registering it for eviction with the
+// director's Admission.
+func (d *Director) Dispatch(ctx context.Context, req *server.Request, sr *scheduling.Request, it *flowcontrol.Item) (*server.Decision, server.Exchange, error) {
+	dec, ex, err := d.dispatch(ctx, req, sr, it)
+	if err != nil {
+		e := inferr.As(err)
+		d.metrics.RequestError(sr.IncomingModel, sr.TargetModel, string(e.Code))
+		return nil, nil, e
+	}
+	return dec, ex, nil
+}
+
+func (d *Director) dispatch(ctx context.Context, req *server.Request, sr *scheduling.Request, it *flowcontrol.Item) (*server.Decision, *exchange, error) {
+	dec, ex, err := d.decide(ctx, req, sr)
+	if err == nil && it != nil && d.opts.Admission != nil {
+		ex.flow = it
+		d.opts.Admission.Track(it, ex.revoke)
+	}
+	return dec, ex, err
 }
 
 func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduling.Request) (*server.Decision, *exchange, error) {
