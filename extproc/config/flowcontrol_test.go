@@ -299,3 +299,27 @@ func TestFlowControlGateOff(t *testing.T) {
 		t.Error("a misspelt field is refused with the gate off too")
 	}
 }
+
+// A flowControl section never panics the loader: it builds or is refused.
+func FuzzFlowControlSection(f *testing.F) {
+	for _, name := range []string{"llm-d-flow-control-guide.yaml", "llm-d-priority-holdback.yaml", "gie-flow-control-guide.yaml"} {
+		data, err := os.ReadFile(filepath.Join("testdata", "flowcontrol", name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(apiVersionLine.ReplaceAll(data, []byte("apiVersion: "+APIVersionLLM)))
+	}
+	f.Add([]byte("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nfeatureGates: [flowControl]\nflowControl:\n  maxBytes: -1\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse(data)
+		if err != nil {
+			return
+		}
+		b, err := Build(c, all.Registry(), &scheduling.Handle{Now: time.Now}, nil)
+		if err == nil && b.FlowControl != nil {
+			if err := b.FlowControl.Config.Validate(); err != nil {
+				t.Fatalf("built an invalid configuration: %v", err)
+			}
+		}
+	})
+}

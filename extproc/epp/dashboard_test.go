@@ -18,7 +18,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/server/envoytest"
 )
 
-// startPrometheus runs a real Prometheus scraping target every 100ms and
+// startPrometheus runs a real Prometheus scraping target every 200ms and
 // returns its base URL.
 func startPrometheus(t *testing.T, target string) string {
 	t.Helper()
@@ -27,7 +27,7 @@ func startPrometheus(t *testing.T, target string) string {
 		t.Fatal("prometheus not installed (Debian package prometheus; make setup installs it)")
 	}
 	dir := t.TempDir()
-	cfg := fmt.Sprintf("global:\n  scrape_interval: 100ms\n  scrape_timeout: 100ms\n  evaluation_interval: 1s\nscrape_configs:\n- job_name: epp\n  static_configs:\n  - targets: [%q]\n", target)
+	cfg := fmt.Sprintf("global:\n  scrape_interval: 200ms\n  scrape_timeout: 200ms\n  evaluation_interval: 1s\nscrape_configs:\n- job_name: epp\n  static_configs:\n  - targets: [%q]\n", target)
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,11 @@ func TestFlowControlDashboardPanels(t *testing.T) {
 	metricsURL, _ := url.Parse(f.metrics)
 	prom := startPrometheus(t, metricsURL.Host)
 	// Prometheus hands discovered targets to its scrapers every 5 s.
-	waitFor(t, "first scrape", func() bool { return query(t, prom, `up{job="epp"} == 1`) == 1 })
+	for deadline := time.Now().Add(time.Minute); query(t, prom, `up{job="epp"} == 1`) != 1; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("prometheus never scraped the picker")
+		}
+	}
 
 	// Three clients against a server that takes one request at a time:
 	// requests queue, dispatch as responses end, and some expire.
@@ -119,7 +123,6 @@ func TestFlowControlDashboardPanels(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	time.Sleep(300 * time.Millisecond) // a last scrape
 
 	data, err := os.ReadFile(filepath.Join("testdata", "flow-control-panels.txt"))
 	if err != nil {
@@ -132,10 +135,14 @@ func TestFlowControlDashboardPanels(t *testing.T) {
 			continue
 		}
 		panels++
+		// A scrape a loaded machine let time out marks the series stale
+		// until the next one: a panel gets a few seconds to show data.
 		got := 0
-		for _, e := range strings.Split(exprs, " || ") {
-			e = strings.NewReplacer("$__rate_interval", "5s", "$__range", "10s").Replace(e)
-			got += query(t, prom, e)
+		for deadline := time.Now().Add(10 * time.Second); got == 0 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			for _, e := range strings.Split(exprs, " || ") {
+				e = strings.NewReplacer("$__rate_interval", "10s", "$__range", "20s").Replace(e)
+				got += query(t, prom, e)
+			}
 		}
 		if got == 0 {
 			t.Errorf("panel %q returns no data", title)

@@ -15,7 +15,8 @@ import (
 )
 
 // One server that takes one request at a time (concurrency-detector,
-// maxConcurrency 1), a band of two queued requests, a 300ms TTL.
+// maxConcurrency 1), a band of two queued requests, a 3s TTL (long enough
+// for a loaded machine to take the test's steps before it runs out).
 const flowControlConfig = `apiVersion: llm-d.ai/v1alpha1
 kind: EndpointPickerConfig
 featureGates:
@@ -30,7 +31,7 @@ schedulingProfiles:
   plugins:
   - pluginRef: queue-scorer
 flowControl:
-  defaultRequestTTL: 300ms
+  defaultRequestTTL: 3s
   saturationDetector:
     pluginRef: concurrency-detector
   defaultPriorityBand:
