@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/flowcontrol"
 	"github.com/kvgate/kvgate/extproc/scheduling"
@@ -188,3 +190,60 @@ func (zero) Saturation([]*endpoints.Endpoint) float64 { return 0 }
 type poolOf []*endpoints.Endpoint
 
 func (p poolOf) Candidates() []*endpoints.Endpoint { return p }
+
+// program-aware-fairness exports llm-d's program metrics when offered a
+// registerer; a second instance shares them.
+func TestProgramAwareMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h := &scheduling.Handle{Now: func() time.Time { return now }, Services: map[string]any{ServiceRegisterer: prometheus.Registerer(reg)}}
+	p, err := NewProgramAware("", nil, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewProgramAware("second", nil, h); err != nil {
+		t.Fatalf("second instance: %v", err)
+	}
+	a := p.(*ProgramAware)
+	req := &scheduling.Request{FairnessID: "tenant-a"}
+	a.PreRequest(context.Background(), nil, req, nil)
+	a.ResponseComplete(context.Background(), nil, req, &scheduling.Response{Usage: openai.Usage{PromptTokens: 10, CompletionTokens: 5}})
+	band := flowcontrol.BandConfig{Fairness: a, Ordering: build(t, NewFCFS, "", nil).(flowcontrol.OrderingPolicy)}
+	c, err := flowcontrol.New(flowcontrol.Config{DefaultBand: band, DefaultNegativeBand: band,
+		UsageLimit: build(t, NewStaticLimit, "", nil).(flowcontrol.UsageLimitPolicy), Detector: zero{}},
+		flowcontrol.Options{Pool: poolOf{ep(0, 0, 0, 0, 0, 0)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"tenant-a", "tenant-b"} {
+		if _, err := c.Enqueue(flowcontrol.Request{ID: id, FairnessID: id}, now.Add(-time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for c.Next(now) != nil {
+	}
+	want := map[string]float64{
+		`llm_d_epp_program_aware_attained_service_tokens{program_id="tenant-a"}`:    20,
+		`llm_d_epp_program_aware_avg_wait_time_milliseconds{program_id="tenant-a"}`: 1000,
+		`llm_d_epp_program_aware_avg_wait_time_milliseconds{program_id="tenant-b"}`: 1000,
+		`llm_d_epp_program_aware_jains_fairness_index`:                              1,
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			name := mf.GetName()
+			if len(m.GetLabel()) > 0 {
+				name += fmt.Sprintf(`{%s="%s"}`, m.GetLabel()[0].GetName(), m.GetLabel()[0].GetValue())
+			}
+			got[name] = m.GetGauge().GetValue()
+		}
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v (all: %v)", k, got[k], v, got)
+		}
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvgate/kvgate/extproc/flowcontrol"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 )
@@ -26,7 +28,10 @@ const MaxPrograms = 4096
 //
 // dispatches, both terms min-max normalised over the flows waiting.
 // Programs idle (no completion, nothing in flight) for evictionTtlSeconds
-// are forgotten, checked every evictionSweepSeconds.
+// are forgotten, checked every evictionSweepSeconds. With the
+// ServiceRegisterer service it exports llm-d's
+// llm_d_epp_program_aware_{jains_fairness_index, avg_wait_time_milliseconds,
+// attained_service_tokens}.
 //
 // Parameters:
 //
@@ -40,6 +45,8 @@ type ProgramAware struct {
 	scheduling.Named
 	p   ProgramAwareParams
 	now func() time.Time
+
+	metrics *programMetrics // nil: not exported
 
 	mu        sync.Mutex
 	programs  map[string]*program
@@ -62,6 +69,10 @@ type program struct {
 	at       time.Time // when service was last decayed
 	last     time.Time // last completion (or first sight)
 	inFlight int
+	// meanWait is the running mean of its dispatched requests' queue wait
+	// (ms) over waits of them.
+	meanWait float64
+	waits    int64
 }
 
 type pick struct {
@@ -100,7 +111,15 @@ func NewProgramAware(name string, params json.RawMessage, h *scheduling.Handle) 
 	case !(*p.EvictionSweepSeconds > 0):
 		return nil, fmt.Errorf("parameters.evictionSweepSeconds must be > 0, got %v", *p.EvictionSweepSeconds)
 	}
-	return &ProgramAware{Named: scheduling.NewNamed(ProgramAwareType, name), p: p, now: scheduling.NowOf(h), programs: map[string]*program{}}, nil
+	a := &ProgramAware{Named: scheduling.NewNamed(ProgramAwareType, name), p: p, now: scheduling.NowOf(h), programs: map[string]*program{}}
+	if reg, ok := scheduling.Service[prometheus.Registerer](h, ServiceRegisterer); ok {
+		m, err := newProgramMetrics(reg)
+		if err != nil {
+			return nil, fmt.Errorf("program-aware-fairness metrics: %w", err)
+		}
+		a.metrics = m
+	}
+	return a, nil
 }
 
 // decayed brings a program's service to now.
@@ -138,6 +157,10 @@ func (a *ProgramAware) sweep(now time.Time, force bool) {
 	for id, pr := range a.programs {
 		if pr.inFlight == 0 && now.Sub(pr.last).Seconds() >= ttl {
 			delete(a.programs, id)
+			if a.metrics != nil {
+				a.metrics.wait.DeleteLabelValues(id)
+				a.metrics.service.DeleteLabelValues(id)
+			}
 		}
 	}
 }
@@ -145,15 +168,16 @@ func (a *ProgramAware) sweep(now time.Time, force bool) {
 // Pick implements flowcontrol.FairnessPolicy.
 func (a *ProgramAware) Pick(b flowcontrol.Band) *flowcontrol.Flow {
 	flows := b.Flows()
-	if len(flows) <= 1 {
-		if len(flows) == 1 {
-			return flows[0]
-		}
+	if len(flows) == 0 {
 		return nil
 	}
 	now := b.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if len(flows) == 1 {
+		a.dispatched(flows[0], now)
+		return flows[0]
+	}
 	a.sweep(now, false)
 	a.scratch = a.scratch[:0]
 	minS, maxS, minW, maxW := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
@@ -180,7 +204,23 @@ func (a *ProgramAware) Pick(b flowcontrol.Band) *flowcontrol.Flow {
 		}
 	}
 	clear(a.scratch)
+	a.dispatched(best, now)
 	return best
+}
+
+// dispatched records the wait of the request f dispatches now (its head).
+func (a *ProgramAware) dispatched(f *flowcontrol.Flow, now time.Time) {
+	pr := a.get(f.FairnessID(), now)
+	if pr == nil {
+		return
+	}
+	w := float64(now.Sub(f.Head().EnqueueTime()).Milliseconds())
+	pr.waits++
+	pr.meanWait += (w - pr.meanWait) / float64(pr.waits)
+	if a.metrics != nil {
+		a.metrics.wait.WithLabelValues(f.FairnessID()).Set(finite(pr.meanWait))
+		a.metrics.jain.Set(jains(a.programs))
+	}
 }
 
 // PreRequest implements scheduling.PreRequest: the program has a request
@@ -207,6 +247,9 @@ func (a *ProgramAware) ResponseComplete(_ context.Context, _ *scheduling.CycleSt
 	a.decayed(pr, now)
 	pr.service += float64(res.Usage.PromptTokens) + 2*float64(res.Usage.CompletionTokens)
 	pr.last = now
+	if a.metrics != nil {
+		a.metrics.service.WithLabelValues(req.FairnessID).Set(finite(pr.service))
+	}
 }
 
 // Service is a program's attained service now (for tests and reports).
