@@ -49,9 +49,12 @@ const maxConcurrentStreams = 10_000
 
 // Options are the picker's settings, one per flag.
 type Options struct {
-	ConfigFile             string
-	ConfigText             string
-	EndpointsFile          string
+	ConfigFile    string
+	ConfigText    string
+	EndpointsFile string
+	// ObjectivesFile holds InferenceObjectives (YAML) for a picker without
+	// Kubernetes discovery; empty for none.
+	ObjectivesFile         string
 	GRPCAddr               string
 	HealthAddr             string
 	MetricsAddr            string
@@ -98,6 +101,7 @@ func (o *Options) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.ConfigFile, "config-file", o.ConfigFile, "alias of --config, as the GIE picker names it")
 	fs.StringVar(&o.ConfigText, "config-text", o.ConfigText, "EndpointPickerConfig YAML given inline")
 	fs.StringVar(&o.EndpointsFile, "endpoints", o.EndpointsFile, "static endpoints YAML file, watched for changes")
+	fs.StringVar(&o.ObjectivesFile, "objectives", o.ObjectivesFile, "with --endpoints: InferenceObjective YAML documents (those whose poolRef is --pool-name) giving request priorities, read at start")
 	fs.StringVar(&o.GRPCAddr, "grpc-addr", o.GRPCAddr, "ext_proc gRPC listen address")
 	fs.StringVar(&o.HealthAddr, "health-addr", o.HealthAddr, "gRPC health service listen address")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Prometheus /metrics listen address")
@@ -163,6 +167,9 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	}
 	if o.EndpointsFile != "" && (o.EndpointSelector != "" || len(o.EndpointTargetPorts) > 0) {
 		return o, errors.New("--endpoints and --endpoint-selector are exclusive: endpoints come from the file or from Kubernetes")
+	}
+	if o.ObjectivesFile != "" && o.EndpointsFile == "" {
+		return o, errors.New("--objectives needs --endpoints: with Kubernetes discovery the InferenceObjectives come from the cluster")
 	}
 	if o.RefreshMetricsInterval <= 0 {
 		return o, fmt.Errorf("--refresh-metrics-interval must be positive, got %v", o.RefreshMetricsInterval)
@@ -252,6 +259,13 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	}
 	if o.EndpointsFile != "" {
 		p.source = &staticfile.File{Path: o.EndpointsFile, Logger: log}
+		if o.ObjectivesFile != "" {
+			objs, err := loadObjectives(o.ObjectivesFile, o.PoolName)
+			if err != nil {
+				return nil, err
+			}
+			p.objectives = objs
+		}
 	} else {
 		disc, err := kubernetesSource(o, log)
 		if err != nil {

@@ -3,6 +3,8 @@ package epp
 import (
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -10,6 +12,7 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 
+	"github.com/kvgate/kvgate/extproc/config"
 	"github.com/kvgate/kvgate/extproc/inferr"
 	"github.com/kvgate/kvgate/extproc/server/envoytest"
 )
@@ -163,5 +166,62 @@ func TestFlowControlOverLoopback(t *testing.T) {
 		if got := metric(t, f.metrics, m.name, m.labels...); got != m.want {
 			t.Errorf("%s%v = %v, want %v", m.name, m.labels, got, m.want)
 		}
+	}
+}
+
+// The llm-d flow-control guide over loopback: its EndpointPickerConfig (with
+// maxConcurrency 1 instead of 132, so that one request saturates the one
+// server) and its InferenceObjectives; a premium request queued after a
+// best-effort one is dispatched first.
+func TestFlowControlGuideOverLoopback(t *testing.T) {
+	cfg, err := os.ReadFile(filepath.Join("..", "config", "testdata", "flowcontrol", "llm-d-flow-control-guide.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Replace(string(cfg), "maxConcurrency: 132", "maxConcurrency: 1", 1)
+	if _, err := config.Parse([]byte(text)); err != nil && strings.Contains(err.Error(), "apiVersion") {
+		// apiVersion llm-d.ai/v1 is the config loader's to accept.
+		text = regexp.MustCompile(`(?m)^apiVersion: .*$`).ReplaceAllString(text, "apiVersion: "+config.APIVersionLLM)
+	}
+	f := startFleetWith(t, func(o *Options) {
+		o.ConfigText, o.PoolName = text, "flow-control"
+		o.ObjectivesFile = filepath.Join("testdata", "flow-control-objectives.yaml")
+	}, vllmMetrics(0, 0, ""))
+
+	finish := func(s *envoytest.Stream) {
+		s.Send(envoytest.ResponseHeaders(false, ":status", "200", "content-type", "application/json"))
+		s.Recv()
+		s.Send(envoytest.ResponseBody([]byte(`{}`), true))
+		s.Recv()
+	}
+	running, _ := f.route(t, []string{"x-gateway-inference-objective", "standard-traffic"}, completion, 1)
+	type result struct {
+		s   *envoytest.Stream
+		r   *extprocv3.ProcessingResponse
+		err error
+	}
+	done := make(chan result, 2)
+	send := func(objective string) {
+		s := envoytest.Open(t, f.client)
+		s.Send(envoytest.RequestHeaders(false, ":method", "POST", ":path", "/v1/completions", "x-gateway-inference-objective", objective))
+		s.Send(envoytest.RequestBody([]byte(completion), true))
+		go func() { r, err := s.Stream.Recv(); done <- result{s, r, err} }()
+	}
+	band := func(p string) float64 {
+		return metric(t, f.metrics, "llm_d_epp_flow_control_queue_size", `priority="`+p+`"`)
+	}
+	send("best-effort-traffic")
+	waitFor(t, "best effort queued", func() bool { return band("-10") == 1 })
+	send("premium-traffic")
+	waitFor(t, "premium queued", func() bool { return band("100") == 1 })
+
+	finish(running)
+	first := <-done
+	if first.err != nil || band("100") != 0 || band("-10") != 1 {
+		t.Fatalf("after one release: err %v, queued premium %v best-effort %v", first.err, band("100"), band("-10"))
+	}
+	finish(first.s)
+	if second := <-done; second.err != nil || f.destination(t, second.r) != f.servers[0].addr {
+		t.Fatalf("best-effort request: %v", second.err)
 	}
 }
