@@ -18,7 +18,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/server/envoytest"
 )
 
-// startPrometheus runs a real Prometheus scraping target every 200ms and
+// startPrometheus runs a real Prometheus scraping target every 500ms and
 // returns its base URL.
 func startPrometheus(t *testing.T, target string) string {
 	t.Helper()
@@ -27,7 +27,7 @@ func startPrometheus(t *testing.T, target string) string {
 		t.Fatal("prometheus not installed (Debian package prometheus; make setup installs it)")
 	}
 	dir := t.TempDir()
-	cfg := fmt.Sprintf("global:\n  scrape_interval: 200ms\n  scrape_timeout: 200ms\n  evaluation_interval: 1s\nscrape_configs:\n- job_name: epp\n  static_configs:\n  - targets: [%q]\n", target)
+	cfg := fmt.Sprintf("global:\n  scrape_interval: 500ms\n  scrape_timeout: 500ms\n  evaluation_interval: 1s\nscrape_configs:\n- job_name: epp\n  static_configs:\n  - targets: [%q]\n", target)
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestFlowControlDashboardPanels(t *testing.T) {
 
 	// Three clients against a server that takes one request at a time:
 	// requests queue, dispatch as responses end, and some expire.
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
 	for range 3 {
@@ -138,9 +138,9 @@ func TestFlowControlDashboardPanels(t *testing.T) {
 		// A scrape a loaded machine let time out marks the series stale
 		// until the next one: a panel gets a few seconds to show data.
 		got := 0
-		for deadline := time.Now().Add(10 * time.Second); got == 0 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		for deadline := time.Now().Add(20 * time.Second); got == 0 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 			for _, e := range strings.Split(exprs, " || ") {
-				e = strings.NewReplacer("$__rate_interval", "10s", "$__range", "20s").Replace(e)
+				e = strings.NewReplacer("$__rate_interval", "15s", "$__range", "30s").Replace(e)
 				got += query(t, prom, e)
 			}
 		}
