@@ -10,7 +10,7 @@ STAMP      := $(CACHE)/setup.stamp
 GOFLAGS    ?=
 # Debian packages the build and tests use (checked with dpkg, installed only
 # when missing).
-APT_PKGS   := nodejs npm libucx-dev ucx-utils
+APT_PKGS   := nodejs npm libucx-dev ucx-utils prometheus
 # Packages the wasm filter compiles in: they must keep building for wasip1.
 WASM_PKGS  := ./internal/openai ./internal/hints ./internal/prefixhash ./internal/kvhash \
               ./internal/tokenizer/... ./internal/prompt

@@ -60,6 +60,12 @@ type Options struct {
 	// SLO is carried by a Fraction of the requests.
 	SLOTTFT, SLOTPOT time.Duration
 	SLOFraction      float64
+	// Mixed workload: the batch stream beside the chat traffic, and the
+	// clients' patience (0: unbounded).
+	BatchQPS                    float64
+	BatchPromptTokens           int
+	BatchOutputTokens           int
+	OnlineTimeout, BatchTimeout time.Duration
 	// set records which flags were given, for the checks that depend on it.
 	set map[string]bool
 }
@@ -72,6 +78,7 @@ func DefaultOptions() Options {
 		Groups: 150, PrefixTokens: 6000, SuffixTokens: 1200, OutputTokens: 1000,
 		Ramp: "3,10,20,30,40,50,60", StageDuration: 30 * time.Second,
 		Burst: 1, SLOFraction: 1,
+		BatchPromptTokens: 1000, BatchOutputTokens: 300,
 	}
 }
 
@@ -101,7 +108,7 @@ func parseFlags(args []string, stderr io.Writer) (Options, plan, error) {
 	fs := flag.NewFlagSet("kvgate bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.Trace, "trace", o.Trace, "Mooncake trace (JSON lines: timestamp ms, input_length, output_length, hash_ids of 512-token blocks)")
-	fs.StringVar(&o.Workload, "workload", o.Workload, "generated workload instead of --trace: shared-prefix | chat")
+	fs.StringVar(&o.Workload, "workload", o.Workload, "generated workload instead of --trace: shared-prefix | chat | mixed (chat as objective \"online\", priority 100, plus a batch stream as \"batch\", priority -1)")
 	fs.IntVar(&o.Replicas, "replicas", o.Replicas, "simulated model servers")
 	fs.StringVar(&o.Preset, "preset", o.Preset, "engine preset: "+presetNames())
 	fs.StringVar(&o.Policies, "policies", o.Policies, "comma-separated built-in policies")
@@ -126,6 +133,11 @@ func parseFlags(args []string, stderr io.Writer) (Options, plan, error) {
 	fs.DurationVar(&o.SLOTTFT, "slo-ttft", o.SLOTTFT, "TTFT objective (e.g. 500ms): requests carry it to the picker in x-llm-d-slo-ttft-ms; adds attainment columns")
 	fs.DurationVar(&o.SLOTPOT, "slo-tpot", o.SLOTPOT, "TPOT objective (e.g. 50ms), in x-llm-d-slo-tpot-ms")
 	fs.Float64Var(&o.SLOFraction, "slo-fraction", o.SLOFraction, "share of requests, chosen by --seed, that carry the SLO; attainment is over them")
+	fs.Float64Var(&o.BatchQPS, "batch-qps", o.BatchQPS, "mixed: batch requests/s (0: online traffic alone)")
+	fs.IntVar(&o.BatchPromptTokens, "batch-prompt-tokens", o.BatchPromptTokens, "mixed: unique prompt tokens per batch request")
+	fs.IntVar(&o.BatchOutputTokens, "batch-output-tokens", o.BatchOutputTokens, "mixed: output tokens per batch request")
+	fs.DurationVar(&o.OnlineTimeout, "online-timeout", o.OnlineTimeout, "mixed: an online client cancels a request not started after this (0: never)")
+	fs.DurationVar(&o.BatchTimeout, "batch-timeout", o.BatchTimeout, "mixed: a batch client cancels a request not started after this (0: never)")
 	if err := fs.Parse(args); err != nil {
 		return o, plan{}, fmt.Errorf("%w: %w", ErrUsage, err)
 	}
@@ -204,9 +216,9 @@ func (o Options) plan() (plan, error) {
 			return pl, fmt.Errorf("--ramp: %v", err)
 		}
 		switch o.Workload {
-		case "shared-prefix", "chat":
+		case "shared-prefix", "chat", "mixed":
 		default:
-			return pl, fmt.Errorf("unknown workload %q (shared-prefix | chat)", o.Workload)
+			return pl, fmt.Errorf("unknown workload %q (shared-prefix | chat | mixed)", o.Workload)
 		}
 	}
 	return pl, nil
@@ -280,6 +292,17 @@ func (o Options) load() (reqs []workload.Request, name string, err error) {
 			c.Burst = o.Burst
 			reqs, err = c.Generate(o.Seed)
 			name = fmt.Sprintf("chat %d turns, conversations starting at %s", c.Turns, describe(c.Stages))
+		case "mixed":
+			c := workload.DefaultChat()
+			if o.RampSet {
+				c.Stages = stages
+			}
+			c.Burst = o.Burst
+			m := workload.Mixed{Online: c, OnlineTimeout: o.OnlineTimeout,
+				Batch: workload.Batch{QPS: o.BatchQPS, PromptTokens: o.BatchPromptTokens, OutputTokens: o.BatchOutputTokens, Timeout: o.BatchTimeout}}
+			reqs, err = m.Generate(o.Seed)
+			name = fmt.Sprintf("mixed: online chat %d turns, conversations starting at %s; batch %g req/s × %d prompt + %d output tokens",
+				c.Turns, describe(c.Stages), o.BatchQPS, o.BatchPromptTokens, o.BatchOutputTokens)
 		}
 		if err != nil {
 			return nil, "", err
@@ -350,8 +373,22 @@ func (o Options) replicas(pl plan) int {
 func (o Options) clusterOptions(pl plan, logger *slog.Logger) cluster.Options {
 	return cluster.Options{
 		Replicas: o.replicas(pl), Preset: pl.preset, Presets: pl.mixed, ScrapeInterval: o.ScrapeInterval, KVEventDelay: o.KVEventDelay,
-		Seed: o.Seed, Logger: logger, SLO: o.slo(),
+		Seed: o.Seed, Logger: logger, SLO: o.slo(), Objectives: o.objectives(),
 	}
+}
+
+// Priorities of the mixed workload's InferenceObjectives.
+const (
+	OnlinePriority = 100
+	BatchPriority  = -1
+)
+
+// objectives are the InferenceObjectives the workload's requests name.
+func (o Options) objectives() map[string]int {
+	if o.Workload != "mixed" {
+		return nil
+	}
+	return map[string]int{workload.ObjectiveOnline: OnlinePriority, workload.ObjectiveBatch: BatchPriority}
 }
 
 func presetNames() string {

@@ -40,9 +40,12 @@ type Summary struct {
 	// SLO is attainment when requests carried an SLO; Prediction the
 	// picker's accuracy when it predicted latencies; Presets a breakdown
 	// by preset for a mixed fleet or when there are predictions.
-	SLO              *SLOSummary        `json:"slo,omitempty"`
-	Prediction       *PredictionSummary `json:"prediction,omitempty"`
-	Presets          []PresetSummary    `json:"presets,omitempty"`
+	SLO        *SLOSummary        `json:"slo,omitempty"`
+	Prediction *PredictionSummary `json:"prediction,omitempty"`
+	Presets    []PresetSummary    `json:"presets,omitempty"`
+	// Classes break the run down by traffic class when requests named
+	// InferenceObjectives (the mixed workload).
+	Classes          []ClassSummary `json:"classes,omitempty"`
 	ttfts            []float64
 	predTTFT         []predictedTTFT
 	wall             time.Duration
@@ -164,6 +167,7 @@ func Summarize(name string, qpsScale float64, res *cluster.Result) Summary {
 		s.Stages = append(s.Stages, st)
 	}
 	s.SLO = summarizeSLO(res)
+	s.Classes = summarizeClasses(res)
 	s.Presets, s.Prediction, s.predTTFT = summarizeByPreset(res)
 	return s
 }
@@ -231,6 +235,7 @@ func Markdown(r *Results) string {
 		b.WriteString("\n")
 	}
 	presetTables(&b, r)
+	classTable(&b, r)
 	return b.String()
 }
 

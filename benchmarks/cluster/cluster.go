@@ -59,6 +59,9 @@ type Options struct {
 	Model string
 	// SLO, when it has an objective, is sent with a share of the requests.
 	SLO SLO
+	// Objectives are the InferenceObjectives requests name
+	// (workload.Request.Objective), by name: their priorities.
+	Objectives map[string]int
 	// Progress, when set, is called as requests complete.
 	Progress func(done, total int)
 	Logger   *slog.Logger
@@ -183,6 +186,20 @@ type RequestResult struct {
 	Replica    int
 	Preset     string
 	OfferedQPS float64
+	// Objective is the InferenceObjective the request named ("" none);
+	// Priority its priority.
+	Objective string
+	Priority  int
+	// Queued is the time the request spent in the picker's flow-control
+	// queue (zero without flow control).
+	Queued time.Duration
+	// Outcome is the flow-control outcome of a request that was not
+	// served (RejectedCapacity, EvictedTTL, EvictedContextCancelled, …, or
+	// Revoked for an in-flight request evicted); "" otherwise.
+	Outcome string
+	// LeftLate is, for a request that left the queue on its TTL or its
+	// client's cancellation, how long after that deadline it left.
+	LeftLate time.Duration
 	// Err is why the request failed; "" on success.
 	Err string
 }
@@ -299,6 +316,8 @@ type sim struct {
 	oracled map[string]oracleChoice // request id → the oracle's view of its choice
 	res     Result
 	done    int
+	// flow is the policy's flow-control layer; nil without the gate.
+	flow *simFlow
 }
 
 // start is an arbitrary fixed epoch: results must not depend on the wall
@@ -392,14 +411,25 @@ func newSim(opts Options, policy Policy, reqs []workload.Request) (*sim, error) 
 			s.model = m.Model()
 		}
 	}
-	s.dir = director.New(director.Options{
+	dopts := director.Options{
 		Pool:       ds,
 		Scheduler:  built.Scheduler,
 		Hooks:      director.Hooks{PreRequest: built.PreRequest, FirstToken: built.FirstToken, ResponseComplete: built.ResponseComplete},
 		Saturation: saturation.New(built.Saturation, s.clock.Now),
+		Objectives: objectives(opts.Objectives),
 		Now:        s.clock.Now,
 		Logger:     opts.Logger,
-	})
+	}
+	if sd, ok := built.Detector.(director.Saturation); ok {
+		dopts.Saturation = sd
+	}
+	if built.FlowControl != nil {
+		if s.flow, err = newSimFlow(s, built.FlowControl.Config, ds); err != nil {
+			return nil, fmt.Errorf("policy %s: %w", policy.Name, err)
+		}
+		dopts.Admission = s.flow
+	}
+	s.dir = director.New(dopts)
 	return s, nil
 }
 
@@ -518,10 +548,12 @@ func (s *sim) run(ctx context.Context) (*Result, error) {
 				}
 			}
 		}
+		s.flow.cancel(t)
 		for next < total && !s.start.Add(s.reqs[next].Arrival).After(t) {
 			s.arrive(ctx, next, t)
 			next++
 		}
+		s.flow.dispatch(ctx, t)
 		for _, r := range s.reps {
 			if !r.busy {
 				s.step(r, t)
@@ -562,6 +594,9 @@ func (s *sim) nextEvent(next int) (time.Time, bool) {
 	}
 	if len(s.kvq) > 0 {
 		take(s.kvq[0].due)
+	}
+	if ft, fok := s.flow.nextEvent(); fok {
+		take(ft)
 	}
 	if !ok {
 		return t, false
@@ -623,7 +658,26 @@ func (s *sim) arrive(ctx context.Context, i int, now time.Time) {
 		rr.SLO = true
 		s.opts.SLO.setHeaders(req.Headers)
 	}
+	if w.Objective != "" {
+		req.Objective = w.Objective
+		req.Headers[eppwire.HeaderObjective] = w.Objective
+		rr.Objective = w.Objective
+		rr.Priority = s.opts.Objectives[w.Objective]
+	}
+	if s.flow != nil {
+		s.flow.enqueue(i, req, prompt, now)
+		return
+	}
 	dec, ex, err := s.dir.HandleRequest(ctx, req)
+	s.begin(ctx, i, req, prompt, dec, ex, err, now)
+}
+
+// begin hands a routed request to the chosen engine; err is the picker's
+// refusal.
+func (s *sim) begin(ctx context.Context, i int, req *server.Request, prompt []int, dec *server.Decision, ex server.Exchange, err error, now time.Time) {
+	rr := &s.res.Requests[i]
+	id := req.ID
+	out := req.Parsed.MaxTokens
 	if err != nil {
 		s.fail(rr, fmt.Errorf("picker: %w", err))
 		return
@@ -642,7 +696,7 @@ func (s *sim) arrive(ctx context.Context, i int, now time.Time) {
 	}
 	// The engine holds its own copy; the picker is done with the body.
 	req.Parsed.PromptTokenIDs = nil
-	lr := &liveReq{idx: i, ex: ex, rep: r, arrival: now}
+	lr := &liveReq{idx: i, ex: ex, rep: r, arrival: s.start.Add(s.reqs[i].Arrival)}
 	if c, ok := s.oracled[id]; ok {
 		lr.oracle = c
 		r.backlog += c.uncached

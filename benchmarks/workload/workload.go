@@ -22,6 +22,12 @@ type Request struct {
 	// OfferedQPS is the arrival rate of the stage the request belongs to;
 	// zero when the workload has no stages (a trace).
 	OfferedQPS float64
+	// Objective is the InferenceObjective the request names (its traffic
+	// class, and so its priority); "" for none.
+	Objective string
+	// Timeout is how long its client waits for a response to start before
+	// giving up; zero waits for ever.
+	Timeout time.Duration
 }
 
 // PromptLen is the prompt's length in tokens.
@@ -82,6 +88,7 @@ const (
 	nsUnique
 	nsChatSystem
 	nsChatTurn
+	nsBatch
 )
 
 func key(ns uint64, a, b uint64) uint64 { return mix(mix(ns<<56^a) ^ b) }

@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 
+	"github.com/kvgate/kvgate/extproc/flowcontrol"
+
 	"github.com/kvgate/kvgate/extproc/plugins/picker"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
 	"github.com/kvgate/kvgate/extproc/plugins/profilehandler"
@@ -30,6 +32,15 @@ type Built struct {
 	// layout wants KV events from (zero: the flags and endpoint files
 	// say).
 	KVEvents precise.KVEvents
+	// FlowControl is the flow-control layer, nil unless the flowControl
+	// feature gate is on; FlowControlIgnored reports a flowControl section
+	// given without the gate (llm-d loads and ignores it; the picker says so).
+	FlowControl        *FlowControl
+	FlowControlIgnored bool
+	// Detector is the saturation detector a saturationDetector.pluginRef
+	// (or flowControl.saturationDetector) names; nil for the legacy
+	// thresholds.
+	Detector flowcontrol.SaturationDetector
 }
 
 // Build instantiates the configuration's plugins from reg and assembles the
@@ -76,6 +87,9 @@ func Build(c *Config, reg *scheduling.Registry, h *scheduling.Handle, observe sc
 		return nil, err
 	}
 	if handler, err = b.handlerFor(handler, names); err != nil {
+		return nil, err
+	}
+	if err := b.flowControl(c); err != nil {
 		return nil, err
 	}
 	stages, err := b.out.collectHooks()

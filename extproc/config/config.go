@@ -56,8 +56,7 @@ type Metadata struct {
 }
 
 // SaturationSpec is the saturationDetector section: GIE's thresholds, or
-// llm-d's pluginRef to a saturation-detector plugin (refused until flow
-// control lands).
+// llm-d's pluginRef to a saturation-detector plugin (see flowcontrol.go).
 type SaturationSpec struct {
 	saturation.Config
 	PluginRef string `json:"pluginRef,omitempty"`

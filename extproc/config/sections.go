@@ -12,11 +12,10 @@ import (
 
 // Features kvgate does not implement yet, as UnsupportedError.Feature.
 const (
-	FeaturePD          = "P/D disaggregation"
-	FeatureFlowControl = "flow control"
-	FeatureLatency     = "latency prediction"
-	FeatureGRPC        = "gRPC model servers"
-	FeatureOther       = "not implemented"
+	FeaturePD      = "P/D disaggregation"
+	FeatureLatency = "latency prediction"
+	FeatureGRPC    = "gRPC model servers"
+	FeatureOther   = "not implemented"
 )
 
 // UnsupportedError is a section, field, feature gate or plugin type of the
@@ -56,13 +55,6 @@ var knownPluginTypes = map[string]UnsupportedError{
 	"p2p-source-producer":              {Feature: FeaturePD},
 	"data-parallel-profile-handler":    {Feature: FeaturePD},
 	"header-profile-handler":           {Feature: FeaturePD},
-	"utilization-detector":             {Feature: FeatureFlowControl},
-	"concurrency-detector":             {Feature: FeatureFlowControl},
-	"round-robin-fairness-policy":      {Feature: FeatureFlowControl},
-	"global-strict-fairness-policy":    {Feature: FeatureFlowControl},
-	"fcfs-ordering-policy":             {Feature: FeatureFlowControl},
-	"program-aware-fairness":           {Feature: FeatureFlowControl},
-	"soft-reflective-ceiling-policy":   {Feature: FeatureFlowControl},
 	"predicted-latency-scorer":         {Feature: FeatureLatency, Hint: "kvgate's latency-scorer scores predicted-latency-producer's predictions"},
 	"vllmgrpc-parser": {Feature: FeatureGRPC, Hint: "kvgate's picker parses OpenAI-style HTTP bodies " +
 		"(openai-parser); it cannot route vLLM's gRPC API"},
@@ -83,8 +75,9 @@ func unknownType(where, typ string, err error) error {
 }
 
 // featureGates are the gates of the GIE / llm-d formats kvgate knows. A
-// true value is a gate whose feature kvgate always has (so turning it on
-// changes nothing); a gate not listed, or listed false, is refused.
+// true value is a gate kvgate accepts: a feature it always has (so turning
+// it on changes nothing) or one it builds when asked; a gate not listed, or
+// listed false, is refused.
 var featureGates = map[string]bool{
 	// GIE's pluggable data layer: kvgate's data layer is always the
 	// configured one.
@@ -95,7 +88,9 @@ var featureGates = map[string]bool{
 	// metrics polled are the same; kvgate has one scraper (llm-d removed
 	// the gate).
 	"enableLegacyMetrics": true,
-	"flowControl":         false,
+	// The flow-control layer: built from the flowControl section when on
+	// (flowcontrol.go).
+	"flowControl": true,
 }
 
 func checkFeatureGates(gates []string) error {
@@ -103,8 +98,6 @@ func checkFeatureGates(gates []string) error {
 		on, known := featureGates[g]
 		switch {
 		case on:
-		case g == "flowControl":
-			return &UnsupportedError{Where: fmt.Sprintf("featureGates[%d]", i), Name: g, Feature: FeatureFlowControl}
 		case known:
 			return &UnsupportedError{Where: fmt.Sprintf("featureGates[%d]", i), Name: g, Feature: FeatureOther}
 		default:
@@ -117,13 +110,6 @@ func checkFeatureGates(gates []string) error {
 // unsupportedSections refuses the sections and fields kvgate does not
 // implement.
 func unsupportedSections(c *Config) error {
-	if len(c.FlowControl) > 0 && string(c.FlowControl) != "null" {
-		return &UnsupportedError{Where: "flowControl", Name: "flowControl", Feature: FeatureFlowControl}
-	}
-	if sd := c.SaturationDetector; sd != nil && sd.PluginRef != "" {
-		return &UnsupportedError{Where: "saturationDetector.pluginRef", Name: sd.PluginRef, Feature: FeatureFlowControl,
-			Hint: "kvgate's saturation detector takes GIE's queueDepthThreshold, kvCacheUtilThreshold and metricsStalenessThreshold"}
-	}
 	dl := c.DataLayer
 	if dl == nil {
 		return nil

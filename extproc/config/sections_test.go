@@ -58,10 +58,7 @@ func TestSectionErrors(t *testing.T) {
 	tests := []struct {
 		name, yaml, want, feature string
 	}{
-		{"flowControl", llmdHead + "flowControl:\n  maxBytes: 1G\n", `"flowControl"`, FeatureFlowControl},
-		{"flowControl gate", llmdHead + "featureGates: [flowControl]\n", `featureGates[0]: "flowControl"`, FeatureFlowControl},
 		{"unknown gate", llmdHead + "featureGates: [dataLayer, magic]\n", `featureGates[1]: "magic"`, FeatureOther},
-		{"saturation plugin", llmdHead + "saturationDetector:\n  pluginRef: utilization-detector\n", `"utilization-detector"`, FeatureFlowControl},
 		{"discovery", llmdHead + "dataLayer:\n  discovery: {pluginRef: file-discovery}\n", `dataLayer.discovery: "file-discovery"`, FeatureOther},
 		{"peer discovery", llmdHead + "dataLayer:\n  peerDiscovery: {pluginRef: dns}\n", `dataLayer.peerDiscovery`, FeatureOther},
 		{"cross replica", llmdHead + "dataLayer:\n  crossReplicaSyncerPluginRef: redis\n", `crossReplicaSyncerPluginRef`, FeatureOther},
@@ -69,7 +66,6 @@ func TestSectionErrors(t *testing.T) {
 		{"P/D decider", llmdHead + "plugins:\n- type: prefix-based-pd-decider\n", `"prefix-based-pd-decider"`, FeaturePD},
 		{"p2p", llmdHead + "plugins:\n- type: p2p-source-producer\n", `"p2p-source-producer"`, FeaturePD},
 		{"gRPC parser", llmdHead + "plugins:\n- type: vllmgrpc-parser\n", "parses OpenAI-style HTTP bodies", FeatureGRPC},
-		{"fairness policy", llmdHead + "plugins:\n- type: round-robin-fairness-policy\n", `"round-robin-fairness-policy"`, FeatureFlowControl},
 		{"unknown type", llmdHead + "plugins:\n- type: passthrough-parser\n", `unknown plugin type "passthrough-parser"`, ""},
 		{"parser not configured", llmdHead + ms + "requestHandler:\n  parsers:\n  - pluginRef: anthropic-parser\n", `requestHandler.parsers[0].pluginRef: "anthropic-parser" is not a configured plugin`, ""},
 		{"parser not a parser", llmdHead + ms + "requestHandler:\n  parsers:\n  - pluginRef: queue-scorer\n", "is not a request parser", ""},

@@ -8,13 +8,14 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/flowcontrol"
 	"github.com/kvgate/kvgate/extproc/inferr"
 	"github.com/kvgate/kvgate/extproc/metrics"
 	"github.com/kvgate/kvgate/extproc/prefixmatch"
-	"github.com/kvgate/kvgate/extproc/saturation"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/server"
 	"github.com/kvgate/kvgate/internal/eppwire"
@@ -46,14 +47,37 @@ type Hooks struct {
 	ResponseComplete []scheduling.ResponseComplete
 }
 
+// Saturation tells whether the pool can take more work; without flow
+// control the director sheds sheddable requests while it cannot.
+type Saturation interface {
+	Saturated(eps []*endpoints.Endpoint) bool
+}
+
+// Admission is the flow-control layer (extproc/flowcontrol's Gate) as the
+// director uses it.
+type Admission interface {
+	// Admit holds the request until dispatch runs it (nil) or it is
+	// refused (a *flowcontrol.Error).
+	Admit(ctx context.Context, req flowcontrol.Request, dispatch func(*flowcontrol.Item)) error
+	// Notify says live load was released: a queued request may fit now.
+	Notify()
+	// Track and Finished bracket a dispatched request's response, for
+	// eviction.
+	Track(it *flowcontrol.Item, revoke func())
+	Finished(it *flowcontrol.Item)
+}
+
 // Options configures a Director. Pool and Scheduler are required.
 type Options struct {
 	Pool      Pool
 	Scheduler *scheduling.Scheduler
 	Hooks     Hooks
 	// Saturation sheds sheddable requests while the pool is saturated; nil
-	// disables shedding.
-	Saturation *saturation.Detector
+	// disables shedding. Unused with Admission, which queues them instead.
+	Saturation Saturation
+	// Admission, when set, is the flow-control layer every request passes
+	// before scheduling.
+	Admission Admission
 	// Objectives resolves priorities; nil means every request has priority 0.
 	Objectives Objectives
 	// Rewrites resolves model rewrites for requests without an
@@ -106,13 +130,58 @@ const maxTokensCharged = 4 << 20
 func (d *Director) HandleRequest(ctx context.Context, req *server.Request) (*server.Decision, server.Exchange, error) {
 	sr := d.schedulingRequest(req)
 	d.metrics.RequestReceived(sr.IncomingModel, sr.TargetModel, sr.Priority)
-	dec, ex, err := d.decide(ctx, req, sr)
+	var (
+		dec *server.Decision
+		ex  *exchange
+		err error
+	)
+	if adm := d.opts.Admission; adm != nil {
+		if ferr := adm.Admit(ctx, FlowRequest(req, sr), func(it *flowcontrol.Item) {
+			dec, ex, err = d.dispatch(ctx, req, sr, it)
+		}); ferr != nil {
+			err = FlowError(ferr)
+		}
+	} else {
+		dec, ex, err = d.decide(ctx, req, sr)
+	}
 	if err != nil {
 		e := inferr.As(err)
 		d.metrics.RequestError(sr.IncomingModel, sr.TargetModel, string(e.Code))
 		return nil, nil, e
 	}
 	return dec, ex, nil
+}
+
+// Classify is the scheduling request the director makes of req and what
+// flow control knows of it, for drivers that run the flow-control layer
+// themselves (the cluster benchmark on its virtual clock) and then call
+// Dispatch.
+func (d *Director) Classify(req *server.Request) (*scheduling.Request, flowcontrol.Request) {
+	sr := d.schedulingRequest(req)
+	d.metrics.RequestReceived(sr.IncomingModel, sr.TargetModel, sr.Priority)
+	return sr, FlowRequest(req, sr)
+}
+
+// Dispatch routes a request that flow control has dispatched as it (nil
+// when the driver runs none), registering it for eviction with the
+// director's Admission.
+func (d *Director) Dispatch(ctx context.Context, req *server.Request, sr *scheduling.Request, it *flowcontrol.Item) (*server.Decision, server.Exchange, error) {
+	dec, ex, err := d.dispatch(ctx, req, sr, it)
+	if err != nil {
+		e := inferr.As(err)
+		d.metrics.RequestError(sr.IncomingModel, sr.TargetModel, string(e.Code))
+		return nil, nil, e
+	}
+	return dec, ex, nil
+}
+
+func (d *Director) dispatch(ctx context.Context, req *server.Request, sr *scheduling.Request, it *flowcontrol.Item) (*server.Decision, *exchange, error) {
+	dec, ex, err := d.decide(ctx, req, sr)
+	if err == nil && it != nil && d.opts.Admission != nil {
+		ex.flow = it
+		d.opts.Admission.Track(it, ex.revoke)
+	}
+	return dec, ex, err
 }
 
 func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduling.Request) (*server.Decision, *exchange, error) {
@@ -125,7 +194,7 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 		}
 		return nil, nil, &inferr.Error{Code: inferr.ServiceUnavailable, Msg: "no candidate endpoints for the request", DroppedReason: eppwire.DroppedNoEndpoints}
 	}
-	if sr.Priority < 0 && d.opts.Saturation != nil && d.opts.Saturation.Saturated(candidates) {
+	if sr.Priority < 0 && d.opts.Admission == nil && d.opts.Saturation != nil && d.opts.Saturation.Saturated(candidates) {
 		return nil, nil, &inferr.Error{Code: inferr.ResourceExhausted, Msg: "pool is saturated and the request is sheddable", DroppedReason: eppwire.DroppedSaturated}
 	}
 
@@ -313,7 +382,16 @@ type exchange struct {
 	first    time.Time
 	last     time.Time
 	released bool
+	// flow is the request's flow-control item, nil without flow control;
+	// revoked is set by the flow controller's goroutine.
+	flow    *flowcontrol.Item
+	revoked atomic.Bool
 }
+
+func (x *exchange) revoke() { x.revoked.Store(true) }
+
+// Revoked implements server.Revocable.
+func (x *exchange) Revoked() bool { return x.revoked.Load() }
 
 var _ server.Exchange = (*exchange)(nil)
 
@@ -349,6 +427,9 @@ func (x *exchange) ResponseChunk(ctx context.Context, chunk []byte) {
 	if x.chunks == 1 {
 		x.first = now
 		x.charge.FirstToken()
+		if adm := x.d.opts.Admission; adm != nil {
+			adm.Notify()
+		}
 		ttft := now.Sub(x.received)
 		x.d.metrics.TTFT(x.sched.IncomingModel, x.sched.TargetModel, ttft)
 		res := &scheduling.Response{Endpoint: x.charge.Endpoint(), Status: x.status, TTFT: ttft}
@@ -372,6 +453,9 @@ func (x *exchange) ResponseDone(ctx context.Context, sum server.ResponseSummary)
 	x.moveTo(sum.ServedEndpoint)
 	served := x.charge.Endpoint()
 	x.charge.Release()
+	if adm := x.d.opts.Admission; adm != nil && x.flow != nil {
+		adm.Finished(x.flow)
+	}
 
 	res := &scheduling.Response{Endpoint: served, Status: sum.Status, Usage: sum.Usage, Complete: sum.Complete}
 	if x.chunks > 0 {

@@ -1,6 +1,9 @@
 // Package director is the picker's request lifecycle between the ext_proc
 // server and the scheduler: it turns a parsed request into a scheduling
-// request, applies the proxy's subset hint and load shedding, runs the
+// request, passes it through the flow-control layer when one is configured
+// (Admission: the request waits there until dispatched, and is then
+// scheduled on the dispatcher's goroutine), applies the proxy's subset hint
+// and, without flow control, load shedding, runs the
 // scheduler and the PreRequest hooks, charges the chosen endpoint's
 // in-flight counters, and on the response side measures TTFT, TPOT and
 // inter-chunk latency, releases the in-flight charge and feeds the

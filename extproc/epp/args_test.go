@@ -1,8 +1,11 @@
 package epp
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -12,7 +15,7 @@ import (
 // A command line built from Options parses back to the same Options.
 func TestArgsRoundTrip(t *testing.T) {
 	full := Options{
-		ConfigText: "kind: EndpointPickerConfig", EndpointsFile: "/tmp/eps.yaml",
+		ConfigText: "kind: EndpointPickerConfig", EndpointsFile: "/tmp/eps.yaml", ObjectivesFile: "/tmp/objectives.yaml",
 		GRPCAddr: "127.0.0.1:1", HealthAddr: "127.0.0.1:2", MetricsAddr: "127.0.0.1:3",
 		RefreshMetricsInterval: 50 * time.Millisecond, PoolName: "p", PoolNamespace: "ns",
 		Kubeconfig: "/k", KVEventsAddr: "tcp://127.0.0.1:4", TrustFilterHeaders: true,
@@ -24,4 +27,38 @@ func TestArgsRoundTrip(t *testing.T) {
 	cliflagtest.AllSet(t, full, "ConfigFile", "EndpointSelector", "EndpointTargetPorts")
 	parse := func(args []string) (Options, error) { return ParseFlags(args, io.Discard) }
 	cliflagtest.RoundTrip(t, parse, Options.Args, DefaultOptions(), full, k8s)
+}
+
+func TestLoadObjectives(t *testing.T) {
+	objs, err := loadObjectives("testdata/flow-control-objectives.yaml", "flow-control")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]int{"premium-traffic": 100, "standard-traffic": 0, "best-effort-traffic": -10} {
+		if p, ok := objs.Priority(name); !ok || p != want {
+			t.Errorf("%s: %d %v, want %d", name, p, ok, want)
+		}
+	}
+	if other, err := loadObjectives("testdata/flow-control-objectives.yaml", "another-pool"); err != nil || len(other) != 0 {
+		t.Errorf("another pool's objectives: %v %v", other, err)
+	}
+	dir := t.TempDir()
+	for i, bad := range []string{
+		"apiVersion: llm-d.ai/v1alpha2\nkind: InferencePool\nmetadata: {name: x}\n",
+		"apiVersion: v1\nkind: InferenceObjective\nmetadata: {name: x}\n",
+		"apiVersion: llm-d.ai/v1alpha2\nkind: InferenceObjective\nspec: {priority: 1}\n",
+		"apiVersion: llm-d.ai/v1alpha2\nkind: InferenceObjective\nmetadata: {name: x}\nspec: {priority: 9999999999, poolRef: {name: p}}\n",
+		"apiVersion: llm-d.ai/v1alpha2\nkind: InferenceObjective\nmetadata: {name: x}\nspec: {priority: high}\n",
+	} {
+		path := filepath.Join(dir, fmt.Sprint(i, ".yaml"))
+		if err := os.WriteFile(path, []byte(bad), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := loadObjectives(path, "p"); err == nil {
+			t.Errorf("accepted %q", bad)
+		}
+	}
+	if _, err := ParseFlags([]string{"--objectives", "x.yaml"}, io.Discard); err == nil {
+		t.Error("--objectives without --endpoints accepted")
+	}
 }

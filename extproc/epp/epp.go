@@ -29,11 +29,13 @@ import (
 	"github.com/kvgate/kvgate/extproc/endpoints/poolmetrics"
 	"github.com/kvgate/kvgate/extproc/endpoints/scrape"
 	"github.com/kvgate/kvgate/extproc/endpoints/staticfile"
+	"github.com/kvgate/kvgate/extproc/flowcontrol"
 	"github.com/kvgate/kvgate/extproc/kvevents"
 	"github.com/kvgate/kvgate/extproc/kvindex"
 	"github.com/kvgate/kvgate/extproc/latency"
 	"github.com/kvgate/kvgate/extproc/metrics"
 	"github.com/kvgate/kvgate/extproc/plugins/all"
+	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
 	"github.com/kvgate/kvgate/extproc/prefixmatch"
 	"github.com/kvgate/kvgate/extproc/saturation"
@@ -61,9 +63,12 @@ const maxConcurrentStreams = 10_000
 
 // Options are the picker's settings, one per flag.
 type Options struct {
-	ConfigFile             string
-	ConfigText             string
-	EndpointsFile          string
+	ConfigFile    string
+	ConfigText    string
+	EndpointsFile string
+	// ObjectivesFile holds InferenceObjectives (YAML) for a picker without
+	// Kubernetes discovery; empty for none.
+	ObjectivesFile         string
 	GRPCAddr               string
 	HealthAddr             string
 	MetricsAddr            string
@@ -110,6 +115,7 @@ func (o *Options) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.ConfigFile, "config-file", o.ConfigFile, "alias of --config, as the GIE picker names it")
 	fs.StringVar(&o.ConfigText, "config-text", o.ConfigText, "EndpointPickerConfig YAML given inline")
 	fs.StringVar(&o.EndpointsFile, "endpoints", o.EndpointsFile, "static endpoints YAML file, watched for changes")
+	fs.StringVar(&o.ObjectivesFile, "objectives", o.ObjectivesFile, "with --endpoints: InferenceObjective YAML documents (those whose poolRef is --pool-name) giving request priorities, read at start")
 	fs.StringVar(&o.GRPCAddr, "grpc-addr", o.GRPCAddr, "ext_proc gRPC listen address")
 	fs.StringVar(&o.HealthAddr, "health-addr", o.HealthAddr, "gRPC health service listen address")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "Prometheus /metrics listen address")
@@ -176,6 +182,9 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	if o.EndpointsFile != "" && (o.EndpointSelector != "" || len(o.EndpointTargetPorts) > 0) {
 		return o, errors.New("--endpoints and --endpoint-selector are exclusive: endpoints come from the file or from Kubernetes")
 	}
+	if o.ObjectivesFile != "" && o.EndpointsFile == "" {
+		return o, errors.New("--objectives needs --endpoints: with Kubernetes discovery the InferenceObjectives come from the cluster")
+	}
 	if o.RefreshMetricsInterval <= 0 {
 		return o, fmt.Errorf("--refresh-metrics-interval must be positive, got %v", o.RefreshMetricsInterval)
 	}
@@ -213,6 +222,8 @@ type Picker struct {
 	scraper    *scrape.Scraper
 	built      *config.Built
 	server     *server.Server
+	// gate is the flow-control layer; nil without the flowControl gate.
+	gate *flowcontrol.Gate
 	// kvIndex holds what the servers' KV-cache events say they cache;
 	// kvEvents feeds it while Run runs.
 	kvIndex  *kvindex.Index
@@ -248,6 +259,7 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	p.kvIndex = kvindex.New(kvindex.Config{})
 	h := &scheduling.Handle{Log: log, Now: time.Now, Services: precise.WithKVIndex(nil, p.kvIndex)}
 	h.Services[prefixmatch.ServiceRecorder] = p.metrics
+	h.Services[flowpolicy.ServiceRegisterer] = prometheus.Registerer(p.reg)
 	latency.WithRecorder(h.Services, p.metrics)
 	if p.built, err = config.Build(cfg, all.Registry(), h, p.metrics.PluginDuration); err != nil {
 		return nil, err
@@ -262,6 +274,13 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	}
 	if o.EndpointsFile != "" {
 		p.source = &staticfile.File{Path: o.EndpointsFile, Logger: log}
+		if o.ObjectivesFile != "" {
+			objs, err := loadObjectives(o.ObjectivesFile, o.PoolName)
+			if err != nil {
+				return nil, err
+			}
+			p.objectives = objs
+		}
 	} else {
 		disc, err := kubernetesSource(o, log)
 		if err != nil {
@@ -270,7 +289,7 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 		p.source, p.objectives, p.rewrites = disc, disc, disc
 	}
 
-	d := director.New(director.Options{
+	dopts := director.Options{
 		Pool:             p.ds,
 		Scheduler:        p.built.Scheduler,
 		Hooks:            director.Hooks{PreRequest: p.built.PreRequest, FirstToken: p.built.FirstToken, ResponseComplete: p.built.ResponseComplete},
@@ -280,9 +299,42 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 		Rewrites:         p.rewrites,
 		Metrics:          p.metrics,
 		Logger:           log,
-	})
+	}
+	if sd, ok := p.built.Detector.(director.Saturation); ok {
+		dopts.Saturation = sd
+	}
+	if err := p.flowControl(&dopts); err != nil {
+		return nil, err
+	}
+	d := director.New(dopts)
 	p.server = server.New(d, server.Options{MaxRequestBodyBytes: o.MaxRequestBodyBytes, Logger: log})
 	return p, nil
+}
+
+// flowControl builds the flow-control layer when the configuration turns it
+// on, and says when a flowControl section is ignored for want of the gate.
+func (p *Picker) flowControl(dopts *director.Options) error {
+	if p.built.FlowControlIgnored {
+		p.log.Warn("flowControl section ignored: the flowControl feature gate is off (add featureGates: [flowControl])")
+	}
+	fc := p.built.FlowControl
+	if fc == nil {
+		return nil
+	}
+	rec, err := flowcontrol.NewMetrics(p.reg, p.opts.PoolName)
+	if err != nil {
+		return fmt.Errorf("flow-control metrics: %w", err)
+	}
+	if p.gate, err = flowcontrol.NewGate(fc.Config, flowcontrol.Options{Pool: p.ds, Recorder: rec}, time.Now); err != nil {
+		return fmt.Errorf("flowControl: %w", err)
+	}
+	// A new endpoint may take queued requests at once.
+	p.ds.Subscribe(endpoints.ListenerFunc(func(endpoints.Change) { p.gate.Notify() }))
+	dopts.Admission = p.gate
+	cfg := fc.Config
+	p.log.Info("Flow Control enabled", "detector", cfg.DetectorName, "bands", len(cfg.Bands), "maxRequests", cfg.MaxRequests, "maxBytes", cfg.MaxBytes,
+		"defaultRequestTTL", cfg.RequestTTL, "noEndpointRequestTTL", cfg.NoEndpointTTL, "enableEviction", cfg.EnableEviction)
+	return nil
 }
 
 // checkedRegisterer keeps the first registration error of MustRegister
@@ -452,6 +504,12 @@ func (p *Picker) Run(ctx context.Context) error {
 	mux.Handle("/metrics", promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{Registry: p.reg}))
 	metricsSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 
+	// The dispatcher outlives ctx: it drains the queue during shutdown.
+	dispatchCtx, stopDispatch := context.WithCancel(context.Background())
+	defer stopDispatch()
+	if p.gate != nil {
+		g.Go(func() error { return p.gate.Run(dispatchCtx) })
+	}
 	src := &firstApply{Source: p.source, done: make(chan struct{})}
 	g.Go(func() error { return p.ds.Run(ctx, src) })
 	g.Go(func() error { return p.scraper.Run(ctx) })
@@ -489,7 +547,13 @@ func (p *Picker) Run(ctx context.Context) error {
 		}
 		drain, cancel := context.WithTimeout(context.Background(), p.opts.DrainTimeout)
 		defer cancel()
+		if p.gate != nil {
+			// Queued requests dispatch while the drain lasts; what is
+			// left is refused as shutting down (503).
+			p.gate.Shutdown(drain)
+		}
 		stopGRPC(drain, extproc)
+		stopDispatch()
 		stopGRPC(drain, healthGRPC)
 		_ = metricsSrv.Shutdown(drain)
 		_ = p.kvEvents.Close()

@@ -51,6 +51,14 @@ type Exchange interface {
 	ResponseDone(ctx context.Context, res ResponseSummary)
 }
 
+// Revocable is implemented by exchanges whose request may be revoked while
+// its response streams (flow control evicting a sheddable request): the
+// stream is aborted at the next response chunk, which makes the proxy
+// reset the request and the model server abort it.
+type Revocable interface {
+	Revoked() bool
+}
+
 // ResponseHead is what the response's headers tell.
 type ResponseHead struct {
 	Status  int

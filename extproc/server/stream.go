@@ -284,6 +284,9 @@ func (st *stream) onResponseBody(b *extprocv3.HttpBody) error {
 		return st.outOfOrder("response body")
 	}
 	chunk, eos := b.GetBody(), b.GetEndOfStream()
+	if r, ok := st.exchange.(Revocable); ok && !eos && r.Revoked() {
+		return status.Error(codes.Aborted, "request evicted by flow control")
+	}
 	// Pass the chunk on first: the client is waiting for it, the
 	// bookkeeping is not.
 	var resp *extprocv3.BodyResponse

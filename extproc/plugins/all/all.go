@@ -6,6 +6,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/approxprefix"
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
 	"github.com/kvgate/kvgate/extproc/plugins/endpointnotification"
+	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
 	"github.com/kvgate/kvgate/extproc/plugins/inflightload"
 	"github.com/kvgate/kvgate/extproc/plugins/kvcacheutil"
 	"github.com/kvgate/kvgate/extproc/plugins/labelselector"
@@ -75,6 +76,17 @@ func Registry() *scheduling.Registry {
 		{sessionaffinity.Type, sessionaffinity.New},
 		{labelselector.Type, labelselector.New},
 		{labelselector.ByLabelType, labelselector.NewByLabel},
+		{flowpolicy.GlobalStrictType, flowpolicy.NewGlobalStrict},
+		{flowpolicy.RoundRobinType, flowpolicy.NewRoundRobin},
+		{flowpolicy.ProgramAwareType, flowpolicy.NewProgramAware},
+		{flowpolicy.FCFSType, flowpolicy.NewFCFS},
+		{flowpolicy.EDFType, flowpolicy.NewEDF},
+		{flowpolicy.SLODeadlineType, flowpolicy.NewSLODeadline},
+		{flowpolicy.StaticLimitType, flowpolicy.NewStaticLimit},
+		{flowpolicy.HoldbackType, flowpolicy.NewHoldback},
+		{flowpolicy.SoftReflectType, flowpolicy.NewSoftReflect},
+		{flowpolicy.UtilizationType, flowpolicy.NewUtilization},
+		{flowpolicy.ConcurrencyType, flowpolicy.NewConcurrency},
 	} {
 		mustNot(r.Register(p.typ, p.f))
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kvgate/kvgate/extproc/kvindex"
+	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 )
@@ -40,6 +41,8 @@ var requiredParams = map[string]map[string]any{
 	// llm-d's default strategy (encoded_endpoint_header) is refused.
 	"session-affinity-scorer": {"strategy": "session_id"},
 	"by-label":                {"label": "hw", "allowsNoLabel": true},
+	// llm-d has no default floor for the holdback ceiling.
+	flowpolicy.HoldbackType: {"minCeiling": 0.5},
 }
 
 // minimalParams is typ's required parameters, with probe (when not empty)

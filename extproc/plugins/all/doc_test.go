@@ -15,10 +15,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvgate/kvgate/extproc/flowcontrol"
 	"github.com/kvgate/kvgate/extproc/kvindex"
 	"github.com/kvgate/kvgate/extproc/plugins/approxprefix"
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
 	"github.com/kvgate/kvgate/extproc/plugins/endpointnotification"
+	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
 	"github.com/kvgate/kvgate/extproc/plugins/inflightload"
 	"github.com/kvgate/kvgate/extproc/plugins/labelselector"
 	"github.com/kvgate/kvgate/extproc/plugins/latencyscorer"
@@ -78,6 +80,17 @@ var paramsOf = map[string]any{
 	sessionaffinity.Type:          sessionaffinity.Params{},
 	labelselector.Type:            labelselector.Params{},
 	labelselector.ByLabelType:     labelselector.ByLabelParams{},
+	flowpolicy.GlobalStrictType:   nil,
+	flowpolicy.RoundRobinType:     nil,
+	flowpolicy.ProgramAwareType:   flowpolicy.ProgramAwareParams{},
+	flowpolicy.FCFSType:           nil,
+	flowpolicy.EDFType:            nil,
+	flowpolicy.SLODeadlineType:    nil,
+	flowpolicy.StaticLimitType:    flowpolicy.StaticLimitParams{},
+	flowpolicy.HoldbackType:       flowpolicy.HoldbackParams{},
+	flowpolicy.SoftReflectType:    nil,
+	flowpolicy.UtilizationType:    flowpolicy.UtilizationParams{},
+	flowpolicy.ConcurrencyType:    flowpolicy.ConcurrencyParams{},
 }
 
 // The README's plugin table, each plugin package's documented parameters,
@@ -158,6 +171,12 @@ var kinds = map[string]reflect.Type{
 	"data source":     reflect.TypeFor[scheduling.DataSource](),
 	"data extractor":  reflect.TypeFor[scheduling.DataExtractor](),
 	"request parser":  reflect.TypeFor[scheduling.RequestParser](),
+	// Flow-control plugins (extproc/flowcontrol), referenced from the
+	// flowControl section; the detectors are also filters.
+	"fairness policy":     reflect.TypeFor[flowcontrol.FairnessPolicy](),
+	"ordering policy":     reflect.TypeFor[flowcontrol.OrderingPolicy](),
+	"usage-limit policy":  reflect.TypeFor[flowcontrol.UsageLimitPolicy](),
+	"saturation detector": reflect.TypeFor[flowcontrol.SaturationDetector](),
 }
 
 func isKind(p scheduling.Plugin, kind string) bool {
@@ -175,7 +194,7 @@ func probeParams(t *testing.T, r *scheduling.Registry, h *scheduling.Handle, typ
 			t.Errorf("%s: declared parameter %s refused: %v", typ, f, err)
 		}
 	}
-	if _, err := r.Build(typ, "", []byte(`{"kvgateUndeclaredProbe": null}`), h); err == nil {
+	if _, err := r.Build(typ, "", minimalParams(typ, "kvgateUndeclaredProbe"), h); err == nil {
 		t.Errorf("%s accepts an undeclared parameter: its parameters are not decoded strictly", typ)
 	}
 }

@@ -1,0 +1,139 @@
+package benchmarks
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/kvgate/kvgate/benchmarks/cluster"
+	"github.com/kvgate/kvgate/extproc/flowcontrol"
+)
+
+// ClassSummary is what one traffic class (the requests naming one
+// InferenceObjective) got.
+type ClassSummary struct {
+	Objective string  `json:"objective"`
+	Priority  int     `json:"priority"`
+	Requests  int     `json:"requests"`
+	Served    int     `json:"served"`
+	TTFTP50   float64 `json:"ttft_p50_s"`
+	TTFTP90   float64 `json:"ttft_p90_s"`
+	// SLOMet is the share of the class's requests (served or not) whose
+	// TTFT met the run's TTFT objective; -1 without one.
+	SLOMet float64 `json:"slo_met"`
+	// ThroughputOutputTokS is the output tokens of the class's requests
+	// that completed within the arrival window (first to last arrival of
+	// the run), per second of it: what the class got while the traffic
+	// was offered, not while a queue drained afterwards.
+	ThroughputOutputTokS float64 `json:"throughput_output_tok_s"`
+	// Queue time in flow control of the requests dispatched.
+	QueueP50 float64 `json:"queue_p50_s"`
+	QueueP90 float64 `json:"queue_p90_s"`
+	// Rejected at enqueue (capacity, no endpoints), Expired (TTL),
+	// Cancelled (client), Evicted (revoked in flight).
+	Rejected  int `json:"rejected"`
+	Expired   int `json:"expired"`
+	Cancelled int `json:"cancelled"`
+	Evicted   int `json:"evicted"`
+	// MaxLeftLate is the longest a request stayed queued past its TTL or
+	// its client's deadline, in seconds.
+	MaxLeftLate float64 `json:"max_left_late_s"`
+}
+
+// summarizeClasses is nil when no request named an objective.
+func summarizeClasses(res *cluster.Result) []ClassSummary {
+	type acc struct {
+		c           ClassSummary
+		ttft, queue []float64
+		out         int64
+		met         int
+	}
+	by := map[string]*acc{}
+	var order []string
+	first, last := time.Duration(math.MaxInt64), time.Duration(0)
+	for i := range res.Requests {
+		first, last = min(first, res.Requests[i].Arrival), max(last, res.Requests[i].Arrival)
+	}
+	span := (last - first).Seconds()
+	for i := range res.Requests {
+		r := &res.Requests[i]
+		if r.Objective == "" {
+			continue
+		}
+		a := by[r.Objective]
+		if a == nil {
+			a = &acc{c: ClassSummary{Objective: r.Objective, Priority: r.Priority}}
+			by[r.Objective] = a
+			order = append(order, r.Objective)
+		}
+		a.c.Requests++
+		switch r.Outcome {
+		case "":
+		case flowcontrol.RejectedCapacity.String(), flowcontrol.RejectedNoEndpoints.String(), flowcontrol.RejectedOther.String():
+			a.c.Rejected++
+		case flowcontrol.EvictedTTL.String(), flowcontrol.EvictedNoEndpoints.String():
+			a.c.Expired++
+		case flowcontrol.EvictedContextCancelled.String():
+			a.c.Cancelled++
+		default:
+			a.c.Evicted++
+		}
+		a.c.MaxLeftLate = max(a.c.MaxLeftLate, r.LeftLate.Seconds())
+		if r.Err != "" {
+			continue
+		}
+		a.c.Served++
+		a.ttft = append(a.ttft, r.TTFT.Seconds())
+		a.queue = append(a.queue, r.Queued.Seconds())
+		if r.Arrival+r.E2E <= last {
+			a.out += int64(r.OutputTokens)
+		}
+		if res.SLO.TTFT > 0 && r.TTFT <= res.SLO.TTFT {
+			a.met++
+		}
+	}
+	slices.SortFunc(order, func(x, y string) int { return by[y].c.Priority - by[x].c.Priority })
+	var out []ClassSummary
+	for _, name := range order {
+		a := by[name]
+		slices.Sort(a.ttft)
+		slices.Sort(a.queue)
+		a.c.TTFTP50, a.c.TTFTP90 = pct(a.ttft, 50), pct(a.ttft, 90)
+		a.c.QueueP50, a.c.QueueP90 = pct(a.queue, 50), pct(a.queue, 90)
+		a.c.SLOMet = -1
+		if res.SLO.TTFT > 0 {
+			a.c.SLOMet = float64(a.met) / float64(a.c.Requests)
+		}
+		if span > 0 {
+			a.c.ThroughputOutputTokS = float64(a.out) / span
+		}
+		out = append(out, a.c)
+	}
+	return out
+}
+
+// classTable writes the per-class breakdown the results have data for.
+func classTable(b *strings.Builder, r *Results) {
+	any := false
+	for _, s := range r.Policies {
+		any = any || len(s.Classes) > 0
+	}
+	if !any {
+		return
+	}
+	b.WriteString("\nBy traffic class (objective):\n\n| policy | qps scale | class | priority | requests | served | TTFT p50 s | TTFT p90 s | TTFT SLO met | output tok/s | queue p50 s | queue p90 s | rejected | expired | cancelled | evicted | max late ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, s := range r.Policies {
+		for _, c := range s.Classes {
+			met := "–"
+			if c.SLOMet >= 0 {
+				met = fmt.Sprintf("%.3f", c.SLOMet)
+			}
+			fmt.Fprintf(b, "| %s | %g | %s | %d | %d | %d | %.3f | %.3f | %s | %.0f | %.3f | %.3f | %d | %d | %d | %d | %.0f |\n",
+				s.Name, s.QPSScale, c.Objective, c.Priority, c.Requests, c.Served, c.TTFTP50, c.TTFTP90, met,
+				c.ThroughputOutputTokS, c.QueueP50, c.QueueP90, c.Rejected, c.Expired, c.Cancelled, c.Evicted,
+				c.MaxLeftLate*1000)
+		}
+	}
+}

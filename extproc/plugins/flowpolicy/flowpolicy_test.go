@@ -1,0 +1,249 @@
+package flowpolicy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/flowcontrol"
+	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/internal/openai"
+)
+
+var now = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func build(t *testing.T, f scheduling.Factory, params string, clock func() time.Time) scheduling.Plugin {
+	t.Helper()
+	var raw json.RawMessage
+	if params != "" {
+		raw = json.RawMessage(params)
+	}
+	p, err := f("", raw, &scheduling.Handle{Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// ep is an endpoint scraped at age before now with waiting requests and KV
+// use, and the picker's own requests: prefill ones (no first token yet)
+// and decoding ones.
+func ep(i int, age time.Duration, waiting int, kv float64, prefill, decode int) *endpoints.Endpoint {
+	e := endpoints.NewEndpoint(endpoints.Spec{Name: fmt.Sprint("e", i), Address: fmt.Sprintf("10.0.0.%d:8000", i+1)})
+	m := &endpoints.Metrics{WaitingQueueSize: waiting, KVCacheUsage: kv, UpdateTime: now.Add(-age)}
+	if age < 0 {
+		m.UpdateTime = time.Time{}
+	}
+	e.SetMetrics(m)
+	for range prefill {
+		e.Charge(0, 100, 200, 1000)
+	}
+	for range decode {
+		c := e.Charge(0, 100, 200, 1000)
+		c.FirstToken()
+	}
+	return e
+}
+
+func TestUtilizationDetector(t *testing.T) {
+	clock := func() time.Time { return now }
+	tests := []struct {
+		name   string
+		params string
+		eps    []*endpoints.Endpoint
+		want   float64
+		kept   int
+	}{
+		{"idle", "", []*endpoints.Endpoint{ep(0, 0, 0, 0, 0, 0), ep(1, 0, 0, 0, 0, 0)}, 0, 2},
+		// The picker's own prefill-phase requests count at once, before a
+		// scrape shows them; decoding ones are not queued.
+		{"live queue", "", []*endpoints.Endpoint{ep(0, 0, 0, 0, 5, 3), ep(1, 0, 0, 0, 0, 0)}, 0.5, 2},
+		{"kv bound", "", []*endpoints.Endpoint{ep(0, 0, 0, 0.8, 0, 0), ep(1, 0, 0, 0.4, 0, 0)}, 0.75, 2},
+		{"stale fails closed", "", []*endpoints.Endpoint{ep(0, time.Second, 0, 0, 0, 0), ep(1, 0, 0, 0, 0, 0)}, 0.5, 1},
+		{"never scraped", "", []*endpoints.Endpoint{ep(0, -1, 0, 0, 0, 0)}, 1, 1},
+		{"oversubscribed, filter fails open", `{"queueDepthThreshold": 2}`, []*endpoints.Endpoint{ep(0, 0, 0, 0, 6, 0), ep(1, 0, 0, 0, 4, 0)}, 2.5, 2},
+		{"headroom widens the filter", `{"queueDepthThreshold": 2, "headroom": 0.5}`, []*endpoints.Endpoint{ep(0, 0, 0, 0, 3, 0), ep(1, 0, 0, 0, 4, 0)}, 1.75, 1},
+		{"empty pool", "", nil, 1, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			u := build(t, NewUtilization, tc.params, clock).(*Utilization)
+			if got := u.Saturation(tc.eps); math.Abs(got-tc.want) > 1e-9 {
+				t.Errorf("saturation %v, want %v", got, tc.want)
+			}
+			if got := u.Filter(context.Background(), nil, nil, append([]*endpoints.Endpoint(nil), tc.eps...)); len(got) != tc.kept {
+				t.Errorf("filter kept %d, want %d", len(got), tc.kept)
+			}
+		})
+	}
+}
+
+func TestConcurrencyDetector(t *testing.T) {
+	eps := []*endpoints.Endpoint{ep(0, 0, 0, 0, 2, 2), ep(1, 0, 0, 0, 0, 0)} // 4 requests, 4000 tokens on e0
+	tests := []struct {
+		params string
+		want   float64
+		kept   int
+	}{
+		{`{"maxConcurrency": 4}`, 0.5, 1},
+		{`{"maxConcurrency": 8}`, 0.25, 2},
+		{`{"concurrencyMode": "tokens", "maxTokenConcurrency": 2000}`, 1, 1},
+		// hybrid: mean of max(4/10, 4000/4000) and 0.
+		{`{"concurrencyMode": "hybrid", "maxConcurrency": 10, "maxTokenConcurrency": 4000}`, 0.5, 1},
+		{`{"maxConcurrency": 4, "headroom": 0.5}`, 0.5, 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.params, func(t *testing.T) {
+			c := build(t, NewConcurrency, tc.params, nil).(*Concurrency)
+			if got := c.Saturation(eps); math.Abs(got-tc.want) > 1e-9 {
+				t.Errorf("saturation %v, want %v", got, tc.want)
+			}
+			if got := c.Filter(context.Background(), nil, nil, append([]*endpoints.Endpoint(nil), eps...)); len(got) != tc.kept {
+				t.Errorf("filter kept %d, want %d", len(got), tc.kept)
+			}
+		})
+	}
+	for _, bad := range []string{`{"concurrencyMode": "bytes"}`, `{"maxConcurrency": 0}`, `{"headroom": -1}`} {
+		if _, err := NewConcurrency("", json.RawMessage(bad), nil); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+}
+
+func TestHoldbackCeilings(t *testing.T) {
+	tests := []struct {
+		params string
+		prios  []int
+		want   []float64
+	}{
+		{`{"minCeiling": 0.5}`, []int{100, 60, 30, 10, -5, -10}, []float64{1, 0.9, 0.8, 0.7, 0.6, 0.5}},
+		{`{"minCeiling": 0.2, "maxCeiling": 0.8, "domain": "value"}`, []int{100, 50, 0}, []float64{0.8, 0.5, 0.2}},
+		{`{"minCeiling": 0.2}`, []int{7}, []float64{1}},
+	}
+	for _, tc := range tests {
+		h := build(t, NewHoldback, tc.params, nil).(*Holdback)
+		got := make([]float64, len(tc.prios))
+		h.Ceilings(0.5, tc.prios, got)
+		for i := range got {
+			if math.Abs(got[i]-tc.want[i]) > 1e-9 {
+				t.Errorf("%s: ceilings %v, want %v", tc.params, got, tc.want)
+				break
+			}
+		}
+	}
+	for _, bad := range []string{`{}`, `{"minCeiling": 1}`, `{"minCeiling": 0.5, "shape": "cubic"}`, `{"minCeiling": 0.6, "maxCeiling": 0.5}`, `{"minCeiling": 0.5, "domain": "log"}`} {
+		if _, err := NewHoldback("", json.RawMessage(bad), nil); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+}
+
+// program-aware-fairness serves the program with the least attained
+// service; service decays with its half-life.
+func TestProgramAwareLeastAttainedService(t *testing.T) {
+	clock := now
+	p := build(t, NewProgramAware, `{"lasHalfLifeSeconds": 10}`, func() time.Time { return clock }).(*ProgramAware)
+	for _, c := range []struct {
+		id     string
+		in, op int
+	}{{"heavy", 1000, 500}, {"light", 100, 10}} {
+		req := &scheduling.Request{FairnessID: c.id}
+		p.PreRequest(context.Background(), nil, req, nil)
+		p.ResponseComplete(context.Background(), nil, req, &scheduling.Response{Usage: openai.Usage{PromptTokens: c.in, CompletionTokens: c.op}})
+	}
+	if got := p.Service("heavy"); got != 2000 {
+		t.Fatalf("heavy service %v, want 1000 + 2·500", got)
+	}
+	clock = clock.Add(10 * time.Second)
+	if got := p.Service("heavy"); math.Abs(got-1000) > 1e-6 {
+		t.Fatalf("after one half-life %v, want 1000", got)
+	}
+
+	band := flowcontrol.BandConfig{Fairness: p, Ordering: build(t, NewFCFS, "", nil).(flowcontrol.OrderingPolicy)}
+	c, err := flowcontrol.New(flowcontrol.Config{DefaultBand: band, DefaultNegativeBand: band,
+		UsageLimit: build(t, NewStaticLimit, "", nil).(flowcontrol.UsageLimitPolicy), Detector: zero{}},
+		flowcontrol.Options{Pool: poolOf{ep(0, 0, 0, 0, 0, 0)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// heavy's requests arrived first, yet light is served first.
+	for i, id := range []string{"heavy", "heavy", "light"} {
+		if _, err := c.Enqueue(flowcontrol.Request{ID: fmt.Sprint(id, i), FairnessID: id}, clock); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if it := c.Next(clock); it == nil || it.Request().FairnessID != "light" {
+		t.Fatalf("dispatched %v, want light", it)
+	}
+}
+
+type zero struct{}
+
+func (zero) Saturation([]*endpoints.Endpoint) float64 { return 0 }
+
+type poolOf []*endpoints.Endpoint
+
+func (p poolOf) Candidates() []*endpoints.Endpoint { return p }
+
+// program-aware-fairness exports llm-d's program metrics when offered a
+// registerer; a second instance shares them.
+func TestProgramAwareMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h := &scheduling.Handle{Now: func() time.Time { return now }, Services: map[string]any{ServiceRegisterer: prometheus.Registerer(reg)}}
+	p, err := NewProgramAware("", nil, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewProgramAware("second", nil, h); err != nil {
+		t.Fatalf("second instance: %v", err)
+	}
+	a := p.(*ProgramAware)
+	req := &scheduling.Request{FairnessID: "tenant-a"}
+	a.PreRequest(context.Background(), nil, req, nil)
+	a.ResponseComplete(context.Background(), nil, req, &scheduling.Response{Usage: openai.Usage{PromptTokens: 10, CompletionTokens: 5}})
+	band := flowcontrol.BandConfig{Fairness: a, Ordering: build(t, NewFCFS, "", nil).(flowcontrol.OrderingPolicy)}
+	c, err := flowcontrol.New(flowcontrol.Config{DefaultBand: band, DefaultNegativeBand: band,
+		UsageLimit: build(t, NewStaticLimit, "", nil).(flowcontrol.UsageLimitPolicy), Detector: zero{}},
+		flowcontrol.Options{Pool: poolOf{ep(0, 0, 0, 0, 0, 0)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"tenant-a", "tenant-b"} {
+		if _, err := c.Enqueue(flowcontrol.Request{ID: id, FairnessID: id}, now.Add(-time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for c.Next(now) != nil {
+	}
+	want := map[string]float64{
+		`llm_d_epp_program_aware_attained_service_tokens{program_id="tenant-a"}`:    20,
+		`llm_d_epp_program_aware_avg_wait_time_milliseconds{program_id="tenant-a"}`: 1000,
+		`llm_d_epp_program_aware_avg_wait_time_milliseconds{program_id="tenant-b"}`: 1000,
+		`llm_d_epp_program_aware_jains_fairness_index`:                              1,
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			name := mf.GetName()
+			if len(m.GetLabel()) > 0 {
+				name += fmt.Sprintf(`{%s="%s"}`, m.GetLabel()[0].GetName(), m.GetLabel()[0].GetValue())
+			}
+			got[name] = m.GetGauge().GetValue()
+		}
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v (all: %v)", k, got[k], v, got)
+		}
+	}
+}
