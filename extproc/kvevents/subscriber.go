@@ -117,7 +117,7 @@ type Subscriber struct {
 	workers []*worker
 	seed    maphash.Seed
 	mem     budget
-	peers   atomic.Uint64 // connection ids
+	peers   atomic.Uint64  // connection ids
 	wg      sync.WaitGroup // readers and workers
 
 	mu      sync.Mutex // guards sources and hosts
