@@ -161,7 +161,7 @@ func Handshake(nc net.Conn, cfg HandshakeConfig, deadline time.Time) (*Conn, err
 	// The whole greeting goes at once: every ZMTP 3 peer (libzmq included)
 	// reads it in parts as it needs them.
 	var g [greetingSize]byte
-	g[0], g[9], g[10], g[11] = 0xff, 0x7f, 3, 0
+	g[0], g[9], g[10], g[11] = 0xff, 0x7f, 3, 1
 	copy(g[12:32], "NULL")
 	if _, err := c.w.Write(g[:]); err != nil {
 		return nil, err
