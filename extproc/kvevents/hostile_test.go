@@ -329,3 +329,69 @@ func TestAuthorizeDefaultRule(t *testing.T) {
 		t.Error("an IP with no endpoint left is admitted")
 	}
 }
+
+// A publisher that restarts and has already sent more batches than the
+// old one when the subscriber hears from it (the slow joiner's jump) is a
+// restart, not a gap of the old stream: the old entries go, and the new
+// publisher's start is replayed. A reconnect of the same publisher with a
+// jump is a gap, filled from its replay buffer, and keeps the entries.
+func TestRestartWithSlowJoinerJump(t *testing.T) {
+	const ep = "10.1.0.7:8000"
+	newStore := func(base uint64, n int) (*kvwire.Publisher, []kvwire.EventBatch) {
+		store, err := kvwire.NewPublisher(t.Context(), kvwire.PublisherConfig{Endpoint: "tcp://127.0.0.1:*", ReplayEndpoint: "tcp://127.0.0.1:*"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = store.Close() })
+		bs := make([]kvwire.EventBatch, n)
+		for i := range bs {
+			bs[i] = stored("", base+uint64(i))
+			if err := store.Publish(bs[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return store, bs
+	}
+	for _, restart := range []bool{true, false} {
+		t.Run(map[bool]string{true: "restart", false: "reconnect"}[restart], func(t *testing.T) {
+			f := newFixture(t, Config{})
+			old, oldBatches := newStore(600, 20)
+			p := followed(t, f, ep, "tcp://"+old.ReplayAddr().String())
+			for seq := range uint64(5) {
+				p.sendBatch(seq, oldBatches[seq])
+			}
+			f.eventually("the first stream", func() bool { return f.holds(ep, 604) == 1 })
+			store, batches := old, oldBatches
+			if restart {
+				store, batches = newStore(700, 20)
+			}
+			// A new connection (the source is replaced), on which the
+			// first batch heard is number 8 or later.
+			f.sub.AddEndpoint(ep, Source{Events: p.addr(), Replay: "tcp://" + store.ReplayAddr().String()})
+			seq := uint64(8)
+			f.eventually("the new stream", func() bool {
+				if seq < 20 {
+					p.sendBatch(seq, batches[seq])
+					seq++
+				}
+				time.Sleep(10 * time.Millisecond)
+				return f.holds(ep, 700+7) == 1 || f.holds(ep, 600+7) == 1
+			})
+			base, other := uint64(600), uint64(700)
+			if restart {
+				base, other = 700, 600
+			}
+			for i := range uint64(8) {
+				if f.holds(ep, base+i) != 1 {
+					t.Errorf("block %d of the current publisher missing", base+i)
+				}
+				if f.holds(ep, other+i) != 0 {
+					t.Errorf("block %d of the previous publisher survived", other+i)
+				}
+			}
+			if got := testutil.ToFloat64(f.sub.m.restarts); (got == 1) != restart {
+				t.Errorf("restarts = %v", got)
+			}
+		})
+	}
+}

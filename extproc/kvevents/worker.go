@@ -147,28 +147,24 @@ func (w *worker) restarted(ep string, seq, last uint64) {
 
 // verify asks the replay socket for batches from the last one applied up
 // to seq. If the first is that batch, byte for byte, the publisher is the
-// one followed so far and the rest fills the gap; otherwise it restarted,
-// the endpoint is cleared, and the contiguous run it still holds before
-// seq is applied.
+// one followed so far and the rest fills the gap. Otherwise it restarted:
+// the endpoint is cleared and rebuilt from the new publisher's start.
 func (w *worker) verify(ep, addr string, st *seqState, seq uint64) {
 	ctx, cancel := context.WithTimeout(w.s.ctx, w.s.cfg.ReplayTimeout)
 	defer cancel()
-	next, same, restart := st.last, false, false
+	next, checked, same := st.last, false, false
 	err := replay(ctx, addr, st.last, w.s.dialConfig(zmtp.DEALER), func(rs uint64, payload []byte) bool {
 		if rs >= seq {
 			return false
 		}
+		if !checked {
+			checked = true
+			same = rs == st.last && w.sum(payload) == st.sum
+			next = rs + 1
+			return same
+		}
 		if rs < next {
 			return true
-		}
-		if !same && !restart {
-			if rs == st.last && w.sum(payload) == st.sum {
-				same, next = true, rs+1
-				return true
-			}
-			restart = true
-			w.restarted(ep, seq, st.last)
-			next = rs
 		}
 		if rs > next {
 			// A hole in what the publisher holds: what came before it
@@ -184,16 +180,16 @@ func (w *worker) verify(ep, addr string, st *seqState, seq uint64) {
 		w.s.m.replays.WithLabelValues(replayFailed).Inc()
 		w.s.log.Debug("kv events replay failed", "endpoint", ep, "addr", addr, "err", err)
 		w.s.idx.ClearEndpoint(ep)
-	case !same && !restart:
-		// The publisher holds nothing from st.last to seq: it restarted
-		// with fewer batches, or its buffer moved past st.last.
-		w.s.m.replays.WithLabelValues(replayPartial).Inc()
+	case !same:
 		w.restarted(ep, seq, st.last)
+		if seq > 0 {
+			w.recover(ep, addr, 0, seq)
+		}
 	case next != seq:
 		w.s.m.replays.WithLabelValues(replayPartial).Inc()
 		w.s.idx.ClearEndpoint(ep)
 	default:
-		if same && seq > st.last+1 {
+		if seq > st.last+1 {
 			w.s.m.gaps.Inc()
 		}
 		w.s.m.replays.WithLabelValues(replayOK).Inc()
