@@ -229,3 +229,64 @@ func TestBinds(t *testing.T) {
 		}
 	}
 }
+
+// TestPublisherStalledSubscriber: a subscriber that stops reading (as a
+// hung or hostile peer does) neither blocks Publish nor starves another
+// subscriber; it loses batches, then is disconnected.
+func TestPublisherStalledSubscriber(t *testing.T) {
+	ctx := t.Context()
+	p, err := NewPublisher(ctx, PublisherConfig{Endpoint: "tcp://127.0.0.1:*", QueueSize: 16, WriteTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	stalled, err := zmtp.Dial(ctx, "tcp://"+p.Addr().String(), zmtp.DialConfig{HandshakeConfig: zmtp.HandshakeConfig{Type: zmtp.SUB}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stalled.Close()
+	if err := stalled.SendSubscribe(time.Time{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	sub := newTestSub()
+	dctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		zmtp.Redial(dctx, "tcp://"+p.Addr().String(), zmtp.DialConfig{HandshakeConfig: zmtp.HandshakeConfig{Type: zmtp.SUB}}, sub.serve)
+	}()
+	defer func() { cancel(); <-done }()
+	for deadline := time.Now().Add(testTimeout); p.Subscribers() < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("subscriptions never arrived")
+		}
+	}
+	// About 180 KB per batch: the stalled connection's socket buffers fill
+	// after some tens of them.
+	hs := make([]Hash, 20_000)
+	for i := range hs {
+		hs[i] = Uint64Hash(uint64(i) * 0x9e3779b97f4a7c15)
+	}
+	big := EventBatch{TS: 1, Events: []Event{BlockStored{BlockHashes: hs, BlockSize: 16}}}
+	received, afterDisconnect := 0, 0
+	deadline := time.Now().Add(testTimeout)
+	for afterDisconnect < 20 {
+		if time.Now().After(deadline) {
+			t.Fatalf("received %d, %d after the disconnect; stats %+v", received, afterDisconnect, p.Stats())
+		}
+		if err := p.Publish(big); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-sub.msgs:
+			received++
+			if p.Stats().Disconnected > 0 {
+				afterDisconnect++
+			}
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	if st := p.Stats(); st.Dropped == 0 || st.Disconnected != 1 || p.Subscribers() != 1 {
+		t.Fatalf("stats %+v, %d subscribers", st, p.Subscribers())
+	}
+}
