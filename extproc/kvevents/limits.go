@@ -15,31 +15,43 @@ var (
 )
 
 // budget counts the bytes of messages read but not yet applied, over all
-// connections.
+// connections, beyond each connection's floor.
 type budget struct {
 	max  int64
 	used atomic.Int64
 }
 
+// floorBytes is what every connection may hold whatever the others hold,
+// so that a flood from some peers cannot refuse every other publisher's
+// next batch: the intake holds at most MemoryBudget + MaxConns×floorBytes.
+const floorBytes = 128 << 10
+
 // connBudget is one connection's share of a budget; it implements
 // zmtp.Allocator. Bytes reserved by the connection's reader are released
 // by the worker that applies (or drops) the message.
 type connBudget struct {
-	g    *budget
-	max  int64
-	used atomic.Int64
+	g   *budget
+	max int64
+
+	mu      sync.Mutex
+	used    int64 // held by this connection
+	charged int64 // of which counted in g: what exceeds floorBytes
 }
 
 func (a *connBudget) Reserve(n int) error {
-	if a.used.Add(int64(n)) > a.max {
-		a.used.Add(-int64(n))
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.used+int64(n) > a.max {
 		return errPublisherBudget
 	}
-	if a.g.used.Add(int64(n)) > a.g.max {
-		a.g.used.Add(-int64(n))
-		a.used.Add(-int64(n))
-		return errGlobalBudget
+	if extra := max(0, a.used+int64(n)-floorBytes) - a.charged; extra > 0 {
+		if a.g.used.Add(extra) > a.g.max {
+			a.g.used.Add(-extra)
+			return errGlobalBudget
+		}
+		a.charged += extra
 	}
+	a.used += int64(n)
 	return nil
 }
 
@@ -47,8 +59,13 @@ func (a *connBudget) Release(n int) {
 	if a == nil || n == 0 {
 		return
 	}
-	a.used.Add(-int64(n))
-	a.g.used.Add(-int64(n))
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.used -= int64(n)
+	if want := max(0, a.used-floorBytes); a.charged > want {
+		a.g.used.Add(want - a.charged)
+		a.charged = want
+	}
 }
 
 // bucket is a token bucket on messages and bytes per second; take waits
