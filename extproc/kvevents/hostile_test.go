@@ -228,10 +228,12 @@ func TestForgedSequenceCannotWipe(t *testing.T) {
 func TestFloodMemoryBounded(t *testing.T) {
 	const ep = "10.1.0.6:8000"
 	const budgetBytes = 2 << 20
-	f := newFixture(t, Config{
+	// The index holds the flood's 80k entries without evicting the real
+	// publisher's.
+	f := newFixtureSized(t, Config{
 		Bind: "tcp://127.0.0.1:0", MemoryBudget: budgetBytes, PublisherMemory: 1 << 20, MaxMessageSize: 256 << 10,
 		PublisherRate: -1, PublisherBytes: -1,
-	})
+	}, 1<<20)
 	f.sub.AddEndpoint(ep, Source{})
 	flooded := make([]string, 4)
 	for i := range flooded {
@@ -270,24 +272,30 @@ func TestFloodMemoryBounded(t *testing.T) {
 		}
 	}()
 	var wg sync.WaitGroup
+	var flooders []*rawPub
 	for _, fep := range flooded {
 		p := newRawPub(t, kvwire.BuildTopic(fep, "m"), "tcp://"+f.sub.Addr().String())
+		flooders = append(flooders, p)
 		f.eventually("a flooder's subscription", p.subscribed)
 		wg.Go(func() {
-			for seq := range uint64(400) {
+			for seq := range uint64(200) {
 				p.send(seq, payload)
 				time.Sleep(time.Millisecond)
 			}
 		})
 	}
-	wg.Wait()
+	// The real publisher starts while the flood is on.
 	reach(t, f, realPublisher(t, f, ep), ep, 1, testTimeout)
+	wg.Wait()
+	for _, p := range flooders {
+		p.close()
+	}
 	close(stop)
 	<-sampled
 	if peakHeld > budgetBytes {
 		t.Fatalf("held %d bytes, budget %d", peakHeld, budgetBytes)
 	}
-	// About 290 MB were sent; the heap may hold the budget, the floors,
+	// About 145 MB were sent; the heap may hold the budget, the floors,
 	// the index, the connections' buffers and garbage not yet collected,
 	// not the flood.
 	if grew := int64(peakHeap) - int64(base); grew > 64<<20 {

@@ -28,7 +28,13 @@ type fixture struct {
 
 func newFixture(t *testing.T, cfg Config) *fixture {
 	t.Helper()
-	f := &fixture{t: t, idx: kvindex.New(kvindex.Config{MaxEntries: 10000, Shards: 4}), reg: prometheus.NewRegistry()}
+	return newFixtureSized(t, cfg, 10000)
+}
+
+// newFixtureSized is newFixture with an index of maxEntries.
+func newFixtureSized(t *testing.T, cfg Config, maxEntries int) *fixture {
+	t.Helper()
+	f := &fixture{t: t, idx: kvindex.New(kvindex.Config{MaxEntries: maxEntries, Shards: 4}), reg: prometheus.NewRegistry()}
 	cfg.Registerer = f.reg
 	sub, err := New(t.Context(), f.idx, cfg)
 	if err != nil {
