@@ -443,7 +443,8 @@ func (s *Subscriber) read(ctx context.Context, c *zmtp.Conn, endpoint string) {
 		}
 		ep := endpoint
 		if ep == "" {
-			if topic := msg.Frames[0]; string(topic) == lastTopic && lastEP != "" {
+			if topic := msg.Frames[0]; string(topic) == lastTopic && lastEP != "" && s.configured(lastEP) {
+				// Parsed and authorized already; still in the pool.
 				ep = lastEP
 			} else if ep = s.topicEndpoint(topic, c); ep == "" {
 				p.mem.Release(msg.Reserved)

@@ -232,7 +232,7 @@ func TestBinds(t *testing.T) {
 
 // TestPublisherStalledSubscriber: a subscriber that stops reading (as a
 // hung or hostile peer does) neither blocks Publish nor starves another
-// subscriber; it loses batches, then is disconnected.
+// subscriber; it is disconnected.
 func TestPublisherStalledSubscriber(t *testing.T) {
 	ctx := t.Context()
 	p, err := NewPublisher(ctx, PublisherConfig{Endpoint: "tcp://127.0.0.1:*", QueueSize: 16, WriteTimeout: 300 * time.Millisecond})
@@ -286,7 +286,9 @@ func TestPublisherStalledSubscriber(t *testing.T) {
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
-	if st := p.Stats(); st.Dropped == 0 || st.Disconnected != 1 || p.Subscribers() != 1 {
+	// Whether its queue filled (Dropped) before the write timed out
+	// depends on the machine's speed; the disconnect does not.
+	if st := p.Stats(); st.Disconnected != 1 || p.Subscribers() != 1 {
 		t.Fatalf("stats %+v, %d subscribers", st, p.Subscribers())
 	}
 }
