@@ -82,8 +82,9 @@ type Config struct {
 	// loopback, and may publish for an endpoint whose IP it has, or for
 	// any from loopback (a sidecar proxy, a local fleet).
 	Authorize func(remote netip.Addr, endpoint string) bool
-	// TLS, when set, makes the central socket accept only TLS; DialTLS
-	// makes per-endpoint and replay connections use TLS. vLLM's libzmq
+	// TLS, when set, makes the sockets the subscriber binds accept only
+	// TLS; DialTLS makes the connections it opens (per-endpoint, replay)
+	// use TLS. vLLM's libzmq
 	// does not speak TLS: these are for deployments that put a TLS proxy
 	// in front of their model servers' sockets.
 	TLS, DialTLS *tls.Config
@@ -382,7 +383,7 @@ func (s *Subscriber) replayOf(endpoint string) string {
 func (s *Subscriber) follow(ctx context.Context, endpoint, addr string) {
 	read := func(ctx context.Context, c *zmtp.Conn) { s.read(ctx, c, endpoint) }
 	if kvwire.Binds(addr) {
-		srv, err := zmtp.Listen(ctx, addr, s.serverConfig(nil), read)
+		srv, err := zmtp.Listen(ctx, addr, s.serverConfig(s.cfg.TLS), read)
 		if err != nil {
 			s.log.Error("kv events bind failed", "endpoint", endpoint, "addr", addr, "err", err)
 			return
