@@ -3,6 +3,7 @@ package kvwire
 import (
 	"context"
 	"encoding/binary"
+	"net"
 	"reflect"
 	"testing"
 	"time"
@@ -290,5 +291,60 @@ func TestPublisherStalledSubscriber(t *testing.T) {
 	// depends on the machine's speed; the disconnect does not.
 	if st := p.Stats(); st.Disconnected != 1 || p.Subscribers() != 1 {
 		t.Fatalf("stats %+v, %d subscribers", st, p.Subscribers())
+	}
+}
+
+// TestPublisherSurvivesHostilePeers: probes, silent peers and huge frame
+// declarations on the publisher's PUB and replay sockets leave both
+// serving.
+func TestPublisherSurvivesHostilePeers(t *testing.T) {
+	ctx := t.Context()
+	p, err := NewPublisher(ctx, PublisherConfig{Endpoint: "tcp://127.0.0.1:*", ReplayEndpoint: "tcp://127.0.0.1:*"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	greeting := make([]byte, 64)
+	greeting[0], greeting[9], greeting[10] = 0xff, 0x7f, 3
+	copy(greeting[12:], "NULL")
+	huge := append(greeting, binary.BigEndian.AppendUint64([]byte{0x06}, 1<<62)...)
+	for _, addr := range []string{p.Addr().String(), p.ReplayAddr().String()} {
+		for _, attack := range [][]byte{nil, greeting[:7], huge} {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if attack == nil {
+				_ = c.Close() // a port probe
+				continue
+			}
+			defer c.Close() // silent from here on
+			if _, err := c.Write(attack); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	sub := newTestSub()
+	dctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		zmtp.Redial(dctx, "tcp://"+p.Addr().String(), zmtp.DialConfig{HandshakeConfig: zmtp.HandshakeConfig{Type: zmtp.SUB}}, sub.serve)
+	}()
+	defer func() { cancel(); <-done }()
+	syncSub(t, p, sub)
+	dealer, err := zmtp.Dial(ctx, "tcp://"+p.ReplayAddr().String(), zmtp.DialConfig{HandshakeConfig: zmtp.HandshakeConfig{Type: zmtp.DEALER}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dealer.Close()
+	if err := dealer.Send(time.Now().Add(testTimeout), []byte{}, seqBytes(0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := dealer.SetReadDeadline(time.Now().Add(testTimeout)); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := dealer.Recv(); err != nil || len(m.Frames) != 3 {
+		t.Fatalf("replay after the attacks: %v, %v", m.Frames, err)
 	}
 }
