@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"crypto/tls"
 	"encoding/binary"
 	"io"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvgate/kvgate/internal/kvwire"
+	kvtest "github.com/kvgate/kvgate/internal/testutil"
 )
 
 // Regression tests for the KV-event port under hostile peers (issue 13,
@@ -402,5 +404,33 @@ func TestRestartWithSlowJoinerJump(t *testing.T) {
 				t.Errorf("restarts = %v", got)
 			}
 		})
+	}
+}
+
+// With TLS configured the central socket takes only TLS publishers.
+func TestCentralTLS(t *testing.T) {
+	const ep = "10.1.0.8:8000"
+	cert, pool := kvtest.SelfSignedCert(t)
+	f := centralFixture(t, Config{TLS: &tls.Config{Certificates: []tls.Certificate{cert}}}, ep)
+	plain := realPublisher(t, f, ep)
+	secure, err := kvwire.NewPublisher(t.Context(), kvwire.PublisherConfig{
+		Endpoint: "tcp://" + f.sub.Addr().String(), Topic: kvwire.BuildTopic(ep, "m"), TLS: &tls.Config{RootCAs: pool},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer secure.Close()
+	reach(t, f, secure, ep, 1, testTimeout)
+	for range 20 {
+		if err := plain.Publish(stored("", 2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reach(t, f, secure, ep, 3, testTimeout)
+	if f.holds(ep, 2) != 0 {
+		t.Fatal("a plain-text publisher got through the TLS socket")
+	}
+	if testutil.ToFloat64(f.sub.m.rejected.WithLabelValues("handshake")) == 0 {
+		t.Fatal("the plain-text publisher's handshakes were not refused")
 	}
 }

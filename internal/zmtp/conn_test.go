@@ -4,15 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"io"
-	"math/big"
 	"net"
 	"runtime"
 	"sync/atomic"
@@ -429,7 +424,7 @@ func TestPubSlowSubscriber(t *testing.T) {
 }
 
 func TestTLS(t *testing.T) {
-	cert, pool := selfSigned(t)
+	cert, pool := testutil.SelfSignedCert(t)
 	msgs := make(chan Msg, 1)
 	srv, err := Listen(t.Context(), "tcp://127.0.0.1:0", ServerConfig{
 		HandshakeConfig: HandshakeConfig{Type: SUB},
@@ -478,29 +473,4 @@ func TestParseEndpoint(t *testing.T) {
 			t.Errorf("ParseEndpoint(%q) = %q, %v; want %q", ep, got, err, want)
 		}
 	}
-}
-
-// selfSigned is a certificate for 127.0.0.1 and a pool trusting it.
-func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(leaf)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
 }
