@@ -334,7 +334,7 @@ func (s *Subscriber) AddEndpoint(endpoint string, src Source) {
 			<-prev
 		}
 		if src.Events != "" {
-			s.follow(ctx, endpoint, src.Events)
+			s.follow(ctx, endpoint, src.Events, src.Replay)
 		}
 	})
 }
@@ -366,6 +366,15 @@ func (s *Subscriber) EndpointRemoved(endpoint string) {
 	}
 }
 
+// replayFor is the replay socket address for a message: its per-endpoint
+// source's, or the configured one of a central-socket endpoint.
+func (s *Subscriber) replayFor(it item) string {
+	if it.peer.fixed {
+		return it.peer.replay
+	}
+	return s.replayOf(it.endpoint)
+}
+
 // replayOf returns the endpoint's replay socket address, if any.
 func (s *Subscriber) replayOf(endpoint string) string {
 	s.mu.Lock()
@@ -380,8 +389,8 @@ func (s *Subscriber) replayOf(endpoint string) string {
 // connection to addr (redialing with a bounded backoff), or, for an
 // address vLLM's rule binds, listens there for it. A bound socket never
 // dials.
-func (s *Subscriber) follow(ctx context.Context, endpoint, addr string) {
-	read := func(ctx context.Context, c *zmtp.Conn) { s.read(ctx, c, endpoint) }
+func (s *Subscriber) follow(ctx context.Context, endpoint, addr, replay string) {
+	read := func(ctx context.Context, c *zmtp.Conn) { s.readFixed(ctx, c, endpoint, replay) }
 	if kvwire.Binds(addr) {
 		srv, err := zmtp.Listen(ctx, addr, s.serverConfig(s.cfg.TLS), read)
 		if err != nil {
@@ -402,13 +411,27 @@ type peer struct {
 	closed atomic.Bool
 	conn   *zmtp.Conn
 	mem    *connBudget
+	// fixed: a per-endpoint source's connection, whose replay address is
+	// the one configured when it was opened (a source replaced meanwhile
+	// does not lend it the new one's).
+	fixed  bool
+	replay string
+}
+
+// readFixed is read for a per-endpoint source with its replay address.
+func (s *Subscriber) readFixed(ctx context.Context, c *zmtp.Conn, endpoint, replay string) {
+	s.readPeer(ctx, c, endpoint, &peer{fixed: true, replay: replay})
 }
 
 // read receives from one connection until it fails or ctx ends. A fixed
 // endpoint names the sender of every message; otherwise the topic does,
 // and the peer must be authorized for it.
 func (s *Subscriber) read(ctx context.Context, c *zmtp.Conn, endpoint string) {
-	p := &peer{id: s.peers.Add(1), conn: c, mem: &connBudget{g: &s.mem, max: s.cfg.PublisherMemory}}
+	s.readPeer(ctx, c, endpoint, &peer{})
+}
+
+func (s *Subscriber) readPeer(ctx context.Context, c *zmtp.Conn, endpoint string, p *peer) {
+	p.id, p.conn, p.mem = s.peers.Add(1), c, &connBudget{g: &s.mem, max: s.cfg.PublisherMemory}
 	c.SetAllocator(p.mem)
 	s.m.conns.Inc()
 	defer func() {
@@ -427,6 +450,12 @@ func (s *Subscriber) read(ctx context.Context, c *zmtp.Conn, endpoint string) {
 				s.m.closed.WithLabelValues(closeReason(err)).Inc()
 				s.log.Debug("kv events connection ended", "endpoint", endpoint, "remote", c.RemoteAddr(), "err", err)
 			}
+			return
+		}
+		if ctx.Err() != nil {
+			// The source was replaced or removed: what it still had
+			// buffered is not the new source's to apply.
+			p.mem.Release(msg.Reserved)
 			return
 		}
 		size := 0

@@ -91,7 +91,7 @@ func (w *worker) handle(it item) {
 		w.s.m.dropped.WithLabelValues(dropConflictingStream).Inc()
 		return
 	case it.peer != st.peer:
-		w.newStream(ep, st, seq)
+		w.newStream(ep, st, seq, w.s.replayFor(it))
 	case seq == st.last+1:
 	case seq <= st.last:
 		// No publisher counts backwards on one connection.
@@ -102,7 +102,7 @@ func (w *worker) handle(it item) {
 	default:
 		w.s.m.gaps.Inc()
 		w.s.log.Debug("kv events gap", "endpoint", ep, "seq", seq, "last", st.last)
-		replay := w.s.replayOf(ep)
+		replay := w.s.replayFor(it)
 		if replay == "" {
 			w.s.idx.ClearEndpoint(ep)
 		} else {
@@ -116,8 +116,7 @@ func (w *worker) handle(it item) {
 
 // newStream handles the first message of an endpoint's stream on a new
 // connection, after the previous one ended.
-func (w *worker) newStream(ep string, st *seqState, seq uint64) {
-	replay := w.s.replayOf(ep)
+func (w *worker) newStream(ep string, st *seqState, seq uint64, replay string) {
 	switch {
 	case seq <= st.last:
 		// Numbering restarted: a new publisher, and a new (empty) cache.
