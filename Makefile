@@ -11,6 +11,8 @@ GOFLAGS    ?=
 # Debian packages the build and tests use (checked with dpkg, installed only
 # when missing).
 APT_PKGS   := nodejs npm libucx-dev ucx-utils prometheus
+# libzmq3-dev, gcc: the KV-event interop tests against the real libzmq.
+APT_PKGS   += libzmq3-dev gcc
 # Packages the wasm filter compiles in: they must keep building for wasip1.
 WASM_PKGS  := ./internal/openai ./internal/hints ./internal/prefixhash ./internal/kvhash \
               ./internal/tokenizer/... ./internal/prompt
@@ -48,10 +50,10 @@ wasm:
 
 # The whole suite, race detector on. The KVGATE_REQUIRE_* variables turn
 # "skip when an asset is missing" (tokenizer files and node, the envtest
-# binaries) into failures: after setup they must be there. KVGATE_BIN_DIR
+# binaries, gcc and libzmq) into failures: after setup they must be there. KVGATE_BIN_DIR
 # lets the end-to-end tests use the binaries just built.
 test: build envtest
-	KVGATE_REQUIRE_TOKENIZER=1 KVGATE_REQUIRE_ENVTEST=1 KVGATE_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test -race -timeout 20m ./...
+	KVGATE_REQUIRE_TOKENIZER=1 KVGATE_REQUIRE_ENVTEST=1 KVGATE_REQUIRE_LIBZMQ=1 KVGATE_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test -race -timeout 20m ./...
 
 test-short: setup
 	$(GO) test -short ./...

@@ -19,16 +19,38 @@
 // is dropped and counted; the worker then sees a sequence gap and recovers
 // as from any loss, so a slow worker costs accuracy, never memory.
 //
-// Recovery: a gap in an endpoint's sequence numbers is filled from the
-// publisher's replay socket when one is configured for the endpoint (vLLM's
-// ROUTER protocol); otherwise, or when the replay cannot cover the gap, the
-// endpoint's entries are cleared and rebuilt from new events. A sequence
-// number that goes backwards means the publisher restarted (with an empty
-// cache): the endpoint is cleared, and what the new publisher sent before
-// the message in hand is replayed when it can be. The first message seen
-// from an endpoint may have any sequence number: ZMQ's slow joiner loses
-// the first messages after a connect, and a restarted picker joins
-// mid-stream. What came before is then unknown rather than wrong, and is
-// not replayed: a long-running publisher's buffer would take longer to
-// replay than it is worth.
+// Peers: the sockets are kvgate's own ZMTP (internal/zmtp), which bounds
+// what any peer can cost: a message size cap checked before allocation,
+// handshakes off the accept loop under a deadline, a connection cap, a
+// memory budget for messages read but not yet applied (global, per
+// connection, with a small floor each connection always has), a per
+// connection rate limit that slows a fast publisher down instead of
+// queueing its excess, and optional TLS. The central socket admits only
+// peers with the IP of a pool endpoint (or loopback), and a connection may
+// publish only for endpoints with its own IP (Config.Authorize replaces the
+// rule).
+//
+// Streams: an endpoint's stream is tied to the connection it arrives on,
+// since only that is hard to forge. While it is open, another connection
+// claiming the endpoint is ignored; a sequence number going back on it
+// closes it (no publisher does that). Once it has ended, the next
+// connection starts a new stream, and what its first sequence number
+// claims is checked before it can clear anything: with a replay socket
+// (an address from the pool's configuration) the publisher still holding
+// the last batch applied, byte for byte, is a reconnect whose gap is
+// filled; otherwise it restarted, the endpoint is cleared and rebuilt from
+// the new publisher's start, even when its numbering has already passed
+// the old one's (a slow-joiner jump). Without a replay socket a jump or a
+// restart on a new connection clears the endpoint, as the old entries can
+// no longer be trusted.
+//
+// Recovery: a gap in an endpoint's sequence numbers on its connection is
+// filled from the publisher's replay socket when one is configured for the
+// endpoint (vLLM's ROUTER protocol); otherwise, or when the replay cannot
+// cover the gap, the endpoint's entries are cleared and rebuilt from new
+// events. The first message seen from an endpoint may have any sequence
+// number: ZMQ's slow joiner loses the first messages after a connect, and
+// a restarted picker joins mid-stream. What came before is then unknown
+// rather than wrong, and is not replayed: a long-running publisher's
+// buffer would take longer to replay than it is worth.
 package kvevents

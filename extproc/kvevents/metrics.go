@@ -18,6 +18,15 @@ const (
 	// dropUnknownEndpoint: a central-socket message whose topic names no
 	// endpoint of the pool (a pod already removed, or a stray publisher).
 	dropUnknownEndpoint = "unknown_endpoint"
+	// dropUnauthorized: a central-socket topic naming an endpoint the
+	// connection may not publish for (Config.Authorize).
+	dropUnauthorized = "unauthorized"
+	// dropConflictingStream: a message for an endpoint whose stream comes
+	// on another connection that is still open.
+	dropConflictingStream = "conflicting_stream"
+	// dropSequenceRegression: a sequence number going back on one
+	// connection; the connection is closed.
+	dropSequenceRegression = "sequence_regression"
 )
 
 // Replay outcomes, the result label of kvgate_kvevents_replays_total.
@@ -37,9 +46,12 @@ type metrics struct {
 	dropped      *prometheus.CounterVec
 	indexErrors  prometheus.Counter
 	forgotten    prometheus.Counter
+	conns        prometheus.Gauge
+	rejected     *prometheus.CounterVec
+	closed       *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer, idx *kvindex.Index, queued func() int) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, idx *kvindex.Index, queued func() int, queuedBytes func() int64) (*metrics, error) {
 	m := &metrics{
 		batches: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvgate_kvevents_batches_total", Help: "KV event batches applied to the index.",
@@ -68,6 +80,15 @@ func newMetrics(reg prometheus.Registerer, idx *kvindex.Index, queued func() int
 		forgotten: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvgate_kvevents_forgotten_endpoints_total", Help: "Endpoint sequence states dropped to stay within MaxEndpoints.",
 		}),
+		conns: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kvgate_kvevents_connections", Help: "KV-event connections open past their handshake.",
+		}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvgate_kvevents_connections_rejected_total", Help: "Connections turned away, by reason (admission, max_conns, handshake).",
+		}, []string{"reason"}),
+		closed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvgate_kvevents_connections_closed_total", Help: "Connections ended, by reason (too_large, memory, protocol, timeout, closed).",
+		}, []string{"reason"}),
 	}
 	for _, t := range []string{"BlockStored", "BlockRemoved", "AllBlocksCleared", "unknown"} {
 		m.events.WithLabelValues(t)
@@ -75,15 +96,24 @@ func newMetrics(reg prometheus.Registerer, idx *kvindex.Index, queued func() int
 	for _, r := range []string{replayOK, replayPartial, replayFailed} {
 		m.replays.WithLabelValues(r)
 	}
-	for _, r := range []string{dropQueueFull, dropBadFrames, dropBadTopic} {
+	for _, r := range []string{dropQueueFull, dropBadFrames, dropBadTopic, dropUnknownEndpoint, dropUnauthorized, dropConflictingStream, dropSequenceRegression} {
 		m.dropped.WithLabelValues(r)
+	}
+	for _, r := range []string{"admission", "max_conns", "handshake"} {
+		m.rejected.WithLabelValues(r)
+	}
+	for _, r := range []string{"too_large", "memory", "protocol", "timeout", "closed"} {
+		m.closed.WithLabelValues(r)
 	}
 	queue := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "kvgate_kvevents_queued_messages", Help: "Messages waiting in the subscriber's worker queues.",
 	}, func() float64 { return float64(queued()) })
+	queueBytes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "kvgate_kvevents_held_bytes", Help: "Bytes of KV-event messages being read or waiting to be applied (bounded by the memory budget).",
+	}, func() float64 { return float64(queuedBytes()) })
 	for _, c := range []prometheus.Collector{
 		m.batches, m.events, m.gaps, m.restarts, m.replays, m.decodeErrors, m.dropped, m.indexErrors,
-		m.forgotten, queue, indexCollector{idx},
+		m.forgotten, m.conns, m.rejected, m.closed, queue, queueBytes, indexCollector{idx},
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("kvevents: register metrics: %w", err)

@@ -2,28 +2,40 @@ package kvevents
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/maphash"
 	"log/slog"
 	"net"
+	"net/netip"
+	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvgate/kvgate/extproc/kvindex"
 	"github.com/kvgate/kvgate/internal/kvwire"
+	"github.com/kvgate/kvgate/internal/zmtp"
 )
 
 // Defaults for a zero Config.
 const (
-	DefaultWorkers       = 4
-	DefaultQueueSize     = 4096
-	DefaultMaxEndpoints  = 4096
-	DefaultReplayTimeout = 2 * time.Second
+	DefaultWorkers          = 4
+	DefaultQueueSize        = 4096
+	DefaultMaxEndpoints     = 4096
+	DefaultReplayTimeout    = 2 * time.Second
+	DefaultMaxMessageSize   = zmtp.DefaultMaxMessageSize
+	DefaultHandshakeTimeout = zmtp.DefaultHandshakeTimeout
+	DefaultMessageTimeout   = 10 * time.Second
+	DefaultMaxConns         = zmtp.DefaultMaxConns
+	DefaultMemoryBudget     = 256 << 20
+	DefaultPublisherMemory  = 32 << 20
+	DefaultPublisherRate    = 5000     // messages per second
+	DefaultPublisherBytes   = 64 << 20 // bytes per second
 )
 
 // Config configures a Subscriber.
@@ -41,6 +53,42 @@ type Config struct {
 	MaxEndpoints int
 	// ReplayTimeout bounds one replay exchange with a publisher.
 	ReplayTimeout time.Duration
+
+	// MaxMessageSize bounds one message (topic, sequence and payload); a
+	// peer declaring more is disconnected. The default, 16 MiB, is far
+	// above a real engine step's batch (tens to hundreds of KiB).
+	MaxMessageSize int64
+	// HandshakeTimeout bounds a connection's ZMTP handshake, and
+	// MessageTimeout the time from a message's first byte to its last.
+	HandshakeTimeout, MessageTimeout time.Duration
+	// MaxConns bounds the central socket's open connections.
+	MaxConns int
+	// MemoryBudget bounds the bytes of messages read and not yet applied,
+	// over all connections, beyond a floor of 128 KiB each connection may
+	// always hold (so the intake holds at most MemoryBudget + MaxConns ×
+	// 128 KiB); PublisherMemory bounds one connection. A connection that
+	// would exceed either is disconnected (its publisher reconnects and
+	// recovers as from any loss).
+	MemoryBudget, PublisherMemory int64
+	// PublisherRate and PublisherBytes bound one connection's messages and
+	// bytes per second; a faster publisher is read more slowly. Negative
+	// for no limit.
+	PublisherRate, PublisherBytes float64
+	// Authorize decides which peers may publish. It is asked with an empty
+	// endpoint when a connection arrives on the central socket (before
+	// anything is read from it), then with each endpoint a connection's
+	// topics name. nil means the pool-membership rule: a peer may connect
+	// when its IP is that of an endpoint of the pool (AddEndpoint) or
+	// loopback, and may publish for an endpoint whose IP it has, or for
+	// any from loopback (a sidecar proxy, a local fleet).
+	Authorize func(remote netip.Addr, endpoint string) bool
+	// TLS, when set, makes the sockets the subscriber binds accept only
+	// TLS; DialTLS makes the connections it opens (per-endpoint, replay)
+	// use TLS. vLLM's libzmq
+	// does not speak TLS: these are for deployments that put a TLS proxy
+	// in front of their model servers' sockets.
+	TLS, DialTLS *tls.Config
+
 	// Registerer receives the metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
@@ -49,9 +97,10 @@ type Config struct {
 // Source says how an endpoint's events arrive.
 type Source struct {
 	// Events is a ZMQ endpoint (tcp://ip:port) the subscriber connects to
-	// for this endpoint's events; empty when the server publishes to the
-	// central socket. A server must use one path, not both: one stream
-	// arriving twice reads as endless restarts.
+	// for this endpoint's events (or binds, by vLLM's rule: an address
+	// with * or ::); empty when the server publishes to the central
+	// socket. A server must use one path, not both: the second stream is
+	// ignored while the first is connected.
 	Events string
 	// Replay is the server's replay ROUTER endpoint, empty when it has
 	// none.
@@ -67,13 +116,16 @@ type Subscriber struct {
 	m       *metrics
 	ctx     context.Context
 	cancel  context.CancelFunc
-	central zmq4.Socket // nil without Config.Bind
+	central *zmtp.Server // nil without Config.Bind
 	workers []*worker
 	seed    maphash.Seed
+	mem     budget
+	peers   atomic.Uint64  // connection ids
 	wg      sync.WaitGroup // readers and workers
 
-	mu      sync.Mutex // guards sources
+	mu      sync.Mutex // guards sources and hosts
 	sources map[string]*source
+	hosts   map[netip.Addr]int // configured endpoints per IP
 }
 
 // source is one configured endpoint; its socket belongs to its reader
@@ -87,21 +139,7 @@ type source struct {
 // New starts a subscriber applying events to idx; it binds Config.Bind
 // before returning. Close stops it.
 func New(ctx context.Context, idx *kvindex.Index, cfg Config) (*Subscriber, error) {
-	if cfg.Workers <= 0 {
-		cfg.Workers = DefaultWorkers
-	}
-	if cfg.QueueSize <= 0 {
-		cfg.QueueSize = DefaultQueueSize
-	}
-	if cfg.MaxEndpoints <= 0 {
-		cfg.MaxEndpoints = DefaultMaxEndpoints
-	}
-	if cfg.ReplayTimeout <= 0 {
-		cfg.ReplayTimeout = DefaultReplayTimeout
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg = withDefaults(cfg)
 	reg := cfg.Registerer
 	if reg == nil {
 		reg = prometheus.NewRegistry()
@@ -114,9 +152,11 @@ func New(ctx context.Context, idx *kvindex.Index, cfg Config) (*Subscriber, erro
 		ctx:     ctx,
 		cancel:  cancel,
 		seed:    maphash.MakeSeed(),
+		mem:     budget{max: cfg.MemoryBudget},
 		sources: make(map[string]*source),
+		hosts:   make(map[netip.Addr]int),
 	}
-	m, err := newMetrics(reg, idx, s.queued)
+	m, err := newMetrics(reg, idx, s.queued, func() int64 { return s.mem.used.Load() })
 	if err != nil {
 		cancel()
 		return nil, err
@@ -134,30 +174,119 @@ func New(ctx context.Context, idx *kvindex.Index, cfg Config) (*Subscriber, erro
 		s.wg.Go(w.run)
 	}
 	if cfg.Bind != "" {
-		s.central = zmq4.NewSub(ctx, socketOptions(cfg.Bind, s.log)...)
-		if err := s.central.SetOption(zmq4.OptionSubscribe, ""); err != nil {
+		s.central, err = zmtp.Listen(ctx, cfg.Bind, s.serverConfig(cfg.TLS), func(ctx context.Context, c *zmtp.Conn) {
+			s.read(ctx, c, "")
+		})
+		if err != nil {
 			s.Close()
-			return nil, fmt.Errorf("kvevents: subscribe: %w", err)
+			return nil, fmt.Errorf("kvevents: %w", err)
 		}
-		if err := s.central.Listen(cfg.Bind); err != nil {
-			s.Close()
-			return nil, fmt.Errorf("kvevents: bind %s: %w", cfg.Bind, err)
-		}
-		s.wg.Go(func() { s.read(ctx, s.central, "") })
 	}
 	return s, nil
 }
 
-// socketOptions route zmq4's log lines to slog at debug level and make a
-// connecting socket retry forever and redial after a disconnect, as libzmq
-// does (closing the socket ends it). A bound socket must not get automatic
-// reconnection: zmq4 would dial its own address.
-func socketOptions(endpoint string, log *slog.Logger) []zmq4.Option {
-	opts := []zmq4.Option{zmq4.WithLogger(slog.NewLogLogger(log.Handler(), slog.LevelDebug))}
-	if !kvwire.Binds(endpoint) {
-		opts = append(opts, zmq4.WithDialerMaxRetries(-1), zmq4.WithAutomaticReconnect(true))
+func withDefaults(cfg Config) Config {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
 	}
-	return opts
+	def(&cfg.Workers, DefaultWorkers)
+	def(&cfg.QueueSize, DefaultQueueSize)
+	def(&cfg.MaxEndpoints, DefaultMaxEndpoints)
+	def(&cfg.MaxConns, DefaultMaxConns)
+	for _, d := range []struct {
+		v *time.Duration
+		d time.Duration
+	}{{&cfg.ReplayTimeout, DefaultReplayTimeout}, {&cfg.HandshakeTimeout, DefaultHandshakeTimeout}, {&cfg.MessageTimeout, DefaultMessageTimeout}} {
+		if *d.v <= 0 {
+			*d.v = d.d
+		}
+	}
+	if cfg.MaxMessageSize <= 0 {
+		cfg.MaxMessageSize = DefaultMaxMessageSize
+	}
+	if cfg.MemoryBudget <= 0 {
+		cfg.MemoryBudget = DefaultMemoryBudget
+	}
+	if cfg.PublisherMemory <= 0 {
+		cfg.PublisherMemory = DefaultPublisherMemory
+	}
+	// One message must fit a publisher's share, and a share the budget.
+	cfg.PublisherMemory = max(cfg.PublisherMemory, cfg.MaxMessageSize)
+	cfg.MemoryBudget = max(cfg.MemoryBudget, cfg.PublisherMemory)
+	if cfg.PublisherRate == 0 {
+		cfg.PublisherRate = DefaultPublisherRate
+	}
+	if cfg.PublisherBytes == 0 {
+		cfg.PublisherBytes = DefaultPublisherBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return cfg
+}
+
+func (s *Subscriber) handshake(typ zmtp.Type) zmtp.HandshakeConfig {
+	return zmtp.HandshakeConfig{Type: typ, Limits: zmtp.Limits{
+		MaxMessageSize: s.cfg.MaxMessageSize, MaxFrames: maxFrames, MessageTimeout: s.cfg.MessageTimeout,
+	}}
+}
+
+// maxFrames: an event message has three frames; a few more are read (and
+// counted as bad) rather than ending the connection.
+const maxFrames = 8
+
+func (s *Subscriber) serverConfig(tc *tls.Config) zmtp.ServerConfig {
+	return zmtp.ServerConfig{
+		HandshakeConfig:  s.handshake(zmtp.SUB),
+		HandshakeTimeout: s.cfg.HandshakeTimeout,
+		MaxConns:         s.cfg.MaxConns,
+		Admit:            func(remote net.Addr) bool { return s.authorized(remote, "") },
+		TLS:              tc,
+		Rejected:         func(reason string) { s.m.rejected.WithLabelValues(reason).Inc() },
+		Logger:           s.log,
+	}
+}
+
+func (s *Subscriber) dialConfig(typ zmtp.Type) zmtp.DialConfig {
+	return zmtp.DialConfig{HandshakeConfig: s.handshake(typ), HandshakeTimeout: s.cfg.HandshakeTimeout, TLS: s.cfg.DialTLS, Logger: s.log}
+}
+
+// authorized applies Config.Authorize, or the pool-membership rule, to a
+// peer's address.
+func (s *Subscriber) authorized(remote net.Addr, endpoint string) bool {
+	ip := remoteIP(remote)
+	if s.cfg.Authorize != nil {
+		return s.cfg.Authorize(ip, endpoint)
+	}
+	if ip.IsLoopback() {
+		return true
+	}
+	if endpoint == "" {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.hosts[ip] > 0
+	}
+	host, ok := endpointIP(endpoint)
+	return ok && host == ip
+}
+
+func remoteIP(a net.Addr) netip.Addr {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		ip, _ := netip.AddrFromSlice(ta.IP)
+		return ip.Unmap()
+	}
+	return netip.IPv6Loopback() // a unix socket's peer is on this host
+}
+
+// endpointIP is the IP of an ip:port endpoint.
+func endpointIP(endpoint string) (netip.Addr, bool) {
+	ap, err := netip.ParseAddrPort(endpoint)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return ap.Addr().Unmap(), true
 }
 
 // Addr is the central socket's bound address (nil without Config.Bind),
@@ -172,8 +301,9 @@ func (s *Subscriber) Addr() net.Addr {
 // AddEndpoint registers an endpoint (its ip:port, the index's key) and how
 // its events arrive. With Source.Events set it connects a SUB socket to it,
 // in the background and retrying until Close or EndpointRemoved. Calling
-// it again with another Source replaces the endpoint's socket; with the
-// same Source it does nothing.
+// it again with another Source replaces the endpoint's socket (the new one
+// starts once the old one's reader has stopped, so the two streams never
+// interleave); with the same Source it does nothing.
 func (s *Subscriber) AddEndpoint(endpoint string, src Source) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -184,19 +314,28 @@ func (s *Subscriber) AddEndpoint(endpoint string, src Source) {
 	if ok && old.Source == src {
 		return
 	}
+	var prev chan struct{}
 	if ok {
 		old.cancel()
+		prev = old.done
+	} else if ip, isIP := endpointIP(endpoint); isIP {
+		s.hosts[ip]++
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	sc := &source{Source: src, cancel: cancel, done: make(chan struct{})}
 	s.sources[endpoint] = sc
-	if src.Events == "" {
+	if src.Events == "" && prev == nil {
 		close(sc.done)
 		return
 	}
 	s.wg.Go(func() {
 		defer close(sc.done)
-		s.follow(ctx, endpoint, src.Events)
+		if prev != nil {
+			<-prev
+		}
+		if src.Events != "" {
+			s.follow(ctx, endpoint, src.Events, src.Replay)
+		}
 	})
 }
 
@@ -207,7 +346,14 @@ func (s *Subscriber) AddEndpoint(endpoint string, src Source) {
 func (s *Subscriber) EndpointRemoved(endpoint string) {
 	s.mu.Lock()
 	sc, ok := s.sources[endpoint]
-	delete(s.sources, endpoint)
+	if ok {
+		delete(s.sources, endpoint)
+		if ip, isIP := endpointIP(endpoint); isIP {
+			if s.hosts[ip]--; s.hosts[ip] <= 0 {
+				delete(s.hosts, ip)
+			}
+		}
+	}
 	s.mu.Unlock()
 	if ok {
 		sc.cancel()
@@ -220,6 +366,15 @@ func (s *Subscriber) EndpointRemoved(endpoint string) {
 	}
 }
 
+// replayFor is the replay socket address for a message: its per-endpoint
+// source's, or the configured one of a central-socket endpoint.
+func (s *Subscriber) replayFor(it item) string {
+	if it.peer.fixed {
+		return it.peer.replay
+	}
+	return s.replayOf(it.endpoint)
+}
+
 // replayOf returns the endpoint's replay socket address, if any.
 func (s *Subscriber) replayOf(endpoint string) string {
 	s.mu.Lock()
@@ -230,74 +385,150 @@ func (s *Subscriber) replayOf(endpoint string) string {
 	return ""
 }
 
-// follow connects a SUB socket to one endpoint's publisher and reads it
-// until ctx ends.
-func (s *Subscriber) follow(ctx context.Context, endpoint, addr string) {
-	sock := zmq4.NewSub(ctx, socketOptions(addr, s.log)...)
-	defer sock.Close()
-	if err := sock.SetOption(zmq4.OptionSubscribe, ""); err != nil {
-		s.log.Error("kv events subscribe failed", "endpoint", endpoint, "err", err)
-		return
-	}
+// follow reads one endpoint's own publisher until ctx ends: it keeps a
+// connection to addr (redialing with a bounded backoff), or, for an
+// address vLLM's rule binds, listens there for it. A bound socket never
+// dials.
+func (s *Subscriber) follow(ctx context.Context, endpoint, addr, replay string) {
+	read := func(ctx context.Context, c *zmtp.Conn) { s.readFixed(ctx, c, endpoint, replay) }
 	if kvwire.Binds(addr) {
-		if err := sock.Listen(addr); err != nil {
+		srv, err := zmtp.Listen(ctx, addr, s.serverConfig(s.cfg.TLS), read)
+		if err != nil {
 			s.log.Error("kv events bind failed", "endpoint", endpoint, "addr", addr, "err", err)
 			return
 		}
-	} else {
-		// Dial blocks until the first connection (the socket redials by
-		// itself after that) and returns once ctx ends.
-		dialed := make(chan struct{})
-		defer func() { <-dialed }()
-		go func() {
-			defer close(dialed)
-			if err := sock.Dial(addr); err != nil && ctx.Err() == nil {
-				s.log.Warn("kv events connect failed", "endpoint", endpoint, "addr", addr, "err", err)
-			}
-		}()
+		<-ctx.Done()
+		_ = srv.Close()
+		return
 	}
-	s.read(ctx, sock, endpoint)
+	zmtp.Redial(ctx, addr, s.dialConfig(zmtp.SUB), read)
 }
 
-// read receives from sock until ctx ends. A fixed endpoint names the
-// sender of every message; otherwise the topic does.
-func (s *Subscriber) read(ctx context.Context, sock zmq4.Socket, endpoint string) {
+// peer is one connection a stream can come from. Its reader marks it
+// closed when the connection ends, before it returns.
+type peer struct {
+	id     uint64
+	closed atomic.Bool
+	conn   *zmtp.Conn
+	mem    *connBudget
+	// fixed: a per-endpoint source's connection, whose replay address is
+	// the one configured when it was opened (a source replaced meanwhile
+	// does not lend it the new one's).
+	fixed  bool
+	replay string
+}
+
+// readFixed is read for a per-endpoint source with its replay address.
+func (s *Subscriber) readFixed(ctx context.Context, c *zmtp.Conn, endpoint, replay string) {
+	s.readPeer(ctx, c, endpoint, &peer{fixed: true, replay: replay})
+}
+
+// read receives from one connection until it fails or ctx ends. A fixed
+// endpoint names the sender of every message; otherwise the topic does,
+// and the peer must be authorized for it.
+func (s *Subscriber) read(ctx context.Context, c *zmtp.Conn, endpoint string) {
+	s.readPeer(ctx, c, endpoint, &peer{})
+}
+
+func (s *Subscriber) readPeer(ctx context.Context, c *zmtp.Conn, endpoint string, p *peer) {
+	p.id, p.conn, p.mem = s.peers.Add(1), c, &connBudget{g: &s.mem, max: s.cfg.PublisherMemory}
+	c.SetAllocator(p.mem)
+	s.m.conns.Inc()
+	defer func() {
+		p.closed.Store(true)
+		s.m.conns.Dec()
+	}()
+	if err := c.SendSubscribe(time.Now().Add(s.cfg.HandshakeTimeout), nil); err != nil {
+		return
+	}
+	rate := newBucket(s.cfg.PublisherRate, s.cfg.PublisherBytes, 2*s.cfg.MaxMessageSize)
+	var lastTopic, lastEP string // the topic last authorized
 	for {
-		msg, err := sock.Recv()
+		msg, err := c.Recv()
 		if err != nil {
-			if ctx.Err() != nil {
-				return
+			if ctx.Err() == nil {
+				s.m.closed.WithLabelValues(closeReason(err)).Inc()
+				s.log.Debug("kv events connection ended", "endpoint", endpoint, "remote", c.RemoteAddr(), "err", err)
 			}
-			// A peer went away; zmq4 reports it once per connection.
-			s.log.Debug("kv events receive", "endpoint", endpoint, "err", err)
-			continue
+			return
+		}
+		if ctx.Err() != nil {
+			// The source was replaced or removed: what it still had
+			// buffered is not the new source's to apply.
+			p.mem.Release(msg.Reserved)
+			return
+		}
+		size := 0
+		for _, f := range msg.Frames {
+			size += len(f)
+		}
+		if err := rate.take(ctx, size); err != nil {
+			p.mem.Release(msg.Reserved)
+			return
 		}
 		if len(msg.Frames) != 3 || len(msg.Frames[1]) != 8 {
+			p.mem.Release(msg.Reserved)
 			s.m.dropped.WithLabelValues(dropBadFrames).Inc()
 			continue
 		}
 		ep := endpoint
 		if ep == "" {
-			var ok bool
-			if ep, _, ok = kvwire.ParseTopic(string(msg.Frames[0])); !ok {
-				s.m.dropped.WithLabelValues(dropBadTopic).Inc()
+			if topic := msg.Frames[0]; string(topic) == lastTopic && lastEP != "" && s.configured(lastEP) {
+				// Parsed and authorized already; still in the pool.
+				ep = lastEP
+			} else if ep = s.topicEndpoint(topic, c); ep == "" {
+				p.mem.Release(msg.Reserved)
 				continue
-			}
-			// Only the pool's endpoints may put entries in the index: a
-			// topic names any address, and entries (and index ids) of
-			// endpoints nobody will ever remove would only accumulate.
-			if !s.configured(ep) {
-				s.m.dropped.WithLabelValues(dropUnknownEndpoint).Inc()
-				continue
+			} else {
+				lastTopic, lastEP = string(topic), ep
 			}
 		}
-		it := item{endpoint: ep, seq: binary.BigEndian.Uint64(msg.Frames[1]), payload: msg.Frames[2]}
+		it := item{endpoint: ep, seq: binary.BigEndian.Uint64(msg.Frames[1]), payload: msg.Frames[2], peer: p, reserved: msg.Reserved}
 		select {
 		case s.workerOf(ep).q <- it:
 		default:
+			p.mem.Release(msg.Reserved)
 			s.m.dropped.WithLabelValues(dropQueueFull).Inc()
 		}
 	}
+}
+
+// topicEndpoint is the endpoint a central-socket topic names, or "" (the
+// drop counted) when it names none of the pool or one the peer may not
+// publish for.
+func (s *Subscriber) topicEndpoint(topic []byte, c *zmtp.Conn) string {
+	ep, _, ok := kvwire.ParseTopic(string(topic))
+	if !ok {
+		s.m.dropped.WithLabelValues(dropBadTopic).Inc()
+		return ""
+	}
+	// Only the pool's endpoints may put entries in the index: a topic
+	// names any address, and entries (and index ids) of endpoints nobody
+	// will ever remove would only accumulate.
+	if !s.configured(ep) {
+		s.m.dropped.WithLabelValues(dropUnknownEndpoint).Inc()
+		return ""
+	}
+	if !s.authorized(c.RemoteAddr(), ep) {
+		s.m.dropped.WithLabelValues(dropUnauthorized).Inc()
+		return ""
+	}
+	return ep
+}
+
+// closeReason labels why a connection ended.
+func closeReason(err error) string {
+	switch {
+	case errors.Is(err, zmtp.ErrTooLarge):
+		return "too_large"
+	case errors.Is(err, zmtp.ErrBudget):
+		return "memory"
+	case errors.Is(err, zmtp.ErrProtocol):
+		return "protocol"
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return "timeout"
+	}
+	return "closed"
 }
 
 // configured reports whether endpoint was added and not removed.
@@ -325,14 +556,9 @@ func (s *Subscriber) Close() error {
 	s.mu.Lock()
 	s.cancel()
 	s.mu.Unlock()
-	var err error
 	if s.central != nil {
-		err = s.central.Close()
+		_ = s.central.Close()
 	}
 	s.wg.Wait()
-	if errors.Is(err, context.Canceled) || errors.Is(err, net.ErrClosed) {
-		// Cancelling the context has already closed the connections.
-		err = nil
-	}
-	return err
+	return nil
 }

@@ -1,17 +1,18 @@
 package kvevents
 
 import (
+	"context"
 	"encoding/binary"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvgate/kvgate/extproc/kvindex"
 	"github.com/kvgate/kvgate/internal/kvwire"
+	"github.com/kvgate/kvgate/internal/zmtp"
 )
 
 // testTimeout bounds every wait on the network so that a broken test fails
@@ -27,7 +28,13 @@ type fixture struct {
 
 func newFixture(t *testing.T, cfg Config) *fixture {
 	t.Helper()
-	f := &fixture{t: t, idx: kvindex.New(kvindex.Config{MaxEntries: 10000, Shards: 4}), reg: prometheus.NewRegistry()}
+	return newFixtureSized(t, cfg, 10000)
+}
+
+// newFixtureSized is newFixture with an index of maxEntries.
+func newFixtureSized(t *testing.T, cfg Config, maxEntries int) *fixture {
+	t.Helper()
+	f := &fixture{t: t, idx: kvindex.New(kvindex.Config{MaxEntries: maxEntries, Shards: 4}), reg: prometheus.NewRegistry()}
 	cfg.Registerer = f.reg
 	sub, err := New(t.Context(), f.idx, cfg)
 	if err != nil {
@@ -79,39 +86,69 @@ func removed(medium string, hashes ...uint64) kvwire.EventBatch {
 
 // rawPub is a hand-driven PUB socket that sends chosen sequence numbers.
 type rawPub struct {
-	t     *testing.T
-	sock  zmq4.Socket
-	topic string
+	t      *testing.T
+	pub    *zmtp.Pub
+	srv    *zmtp.Server // nil when it connects
+	bound  string
+	cancel context.CancelFunc
+	done   chan struct{}
+	topic  string
 }
 
 // newRawPub binds a PUB socket on loopback, or connects it to addr.
 func newRawPub(t *testing.T, topic, connectTo string) *rawPub {
 	t.Helper()
-	sock := zmq4.NewPub(t.Context())
-	t.Cleanup(func() { sock.Close() })
-	var err error
-	if connectTo != "" {
-		err = sock.Dial(connectTo)
-	} else {
-		err = sock.Listen("tcp://127.0.0.1:*")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &rawPub{t: t, sock: sock, topic: topic}
+	p := &rawPub{t: t, topic: topic}
+	p.start(connectTo, "tcp://127.0.0.1:*")
+	t.Cleanup(p.close)
+	return p
 }
 
-func (p *rawPub) addr() string { return "tcp://" + p.sock.Addr().String() }
-
-// subscribers is how many connected peers subscribed.
-func (p *rawPub) subscribed() bool { return len(p.sock.(zmq4.Topics).Topics()) > 0 }
-
-func (p *rawPub) send(seq uint64, payload []byte) {
+func (p *rawPub) start(connectTo, bind string) {
 	p.t.Helper()
-	err := p.sock.Send(zmq4.NewMsgFrom([]byte(p.topic), binary.BigEndian.AppendUint64(nil, seq), payload))
+	ctx, cancel := context.WithCancel(context.Background())
+	p.pub, p.cancel, p.done = zmtp.NewPub(zmtp.PubConfig{}), cancel, make(chan struct{})
+	hs := zmtp.HandshakeConfig{Type: zmtp.PUB}
+	if connectTo != "" {
+		go func() {
+			defer close(p.done)
+			zmtp.Redial(ctx, connectTo, zmtp.DialConfig{HandshakeConfig: hs, RedialMin: 10 * time.Millisecond}, p.pub.Serve)
+		}()
+		return
+	}
+	close(p.done)
+	srv, err := zmtp.Listen(ctx, bind, zmtp.ServerConfig{HandshakeConfig: hs}, p.pub.Serve)
 	if err != nil {
+		cancel()
 		p.t.Fatal(err)
 	}
+	p.srv, p.bound = srv, "tcp://"+srv.Addr().String()
+}
+
+// close stops the socket and its connections.
+func (p *rawPub) close() {
+	p.cancel()
+	if p.srv != nil {
+		_ = p.srv.Close()
+	}
+	<-p.done
+}
+
+// restart replaces a bound socket with a fresh one on the same address,
+// as a restarted server does.
+func (p *rawPub) restart() {
+	p.t.Helper()
+	p.close()
+	p.start("", p.bound)
+}
+
+func (p *rawPub) addr() string { return p.bound }
+
+// subscribed reports whether a connected peer subscribed.
+func (p *rawPub) subscribed() bool { return p.pub.Subscribers() > 0 }
+
+func (p *rawPub) send(seq uint64, payload []byte) {
+	p.pub.Send([]byte(p.topic), binary.BigEndian.AppendUint64(nil, seq), payload)
 }
 
 func (p *rawPub) sendBatch(seq uint64, b kvwire.EventBatch) {
@@ -288,7 +325,7 @@ func TestReplayUnreachableClears(t *testing.T) {
 	// Nothing listens on the replay address.
 	dead := newRawPub(t, "", "")
 	addr := dead.addr()
-	dead.sock.Close()
+	dead.close()
 	p := followed(t, f, ep, addr)
 	p.sendBatch(0, stored("", 300))
 	f.eventually("seq 0", func() bool { return f.holds(ep, 300) == 1 })
@@ -309,6 +346,8 @@ func TestPublisherRestartClears(t *testing.T) {
 	p.sendBatch(0, stored("", 30))
 	p.sendBatch(1, stored("", 31))
 	f.eventually("seq 1", func() bool { return f.holds(ep, 31) == 1 })
+	p.restart()
+	f.eventually("the new subscription", p.subscribed)
 	p.sendBatch(0, stored("", 40))
 	f.eventually("the restarted stream", func() bool { return f.holds(ep, 40) == 1 })
 	if f.holds(ep, 30) != 0 || f.holds(ep, 31) != 0 {
@@ -366,9 +405,7 @@ func TestCentralDropsMalformed(t *testing.T) {
 	bad.sendBatch(0, stored("", 1))
 	stray.sendBatch(0, stored("", 1))
 	good.send(0, []byte{0x01})
-	if err := good.sock.Send(zmq4.NewMsgFrom([]byte(good.topic), []byte{1})); err != nil {
-		t.Fatal(err)
-	}
+	good.pub.Send([]byte(good.topic), []byte{1})
 	f.eventually("the drops", func() bool {
 		return testutil.ToFloat64(f.sub.m.dropped.WithLabelValues(dropBadTopic)) == 1 &&
 			testutil.ToFloat64(f.sub.m.dropped.WithLabelValues(dropUnknownEndpoint)) == 1 &&
@@ -426,8 +463,9 @@ func TestSequenceStatesAreBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ep := range []string{"a:1", "b:1", "a:1", "c:1"} {
-		w.handle(item{endpoint: ep, seq: 5, payload: payload})
+	p := &peer{}
+	for i, ep := range []string{"a:1", "b:1", "a:1", "c:1"} {
+		w.handle(item{endpoint: ep, seq: uint64(5 + i), payload: payload, peer: p})
 	}
 	if _, ok := w.states["b:1"]; ok || len(w.states) != 2 {
 		t.Fatalf("states %v: want a:1 and c:1, b:1 (least recently heard) forgotten", w.states)
@@ -459,6 +497,8 @@ func TestRestartReplaysNewPublishersStart(t *testing.T) {
 		p.sendBatch(seq, stored("", 400+seq))
 	}
 	f.eventually("the old stream", func() bool { return f.holds(ep, 404) == 1 })
+	p.restart()
+	f.eventually("the new subscription", p.subscribed)
 	p.sendBatch(2, batches[2])
 	f.eventually("the new stream", func() bool { return f.holds(ep, 502) == 1 })
 	if f.holds(ep, 500) != 1 || f.holds(ep, 501) != 1 {

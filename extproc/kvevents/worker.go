@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"log/slog"
-
-	"github.com/go-zeromq/zmq4"
+	"hash/maphash"
+	"time"
 
 	"github.com/kvgate/kvgate/extproc/kvindex"
 	"github.com/kvgate/kvgate/internal/kvwire"
+	"github.com/kvgate/kvgate/internal/zmtp"
 )
 
 // item is one queued message, or an endpoint's removal.
@@ -17,13 +17,17 @@ type item struct {
 	endpoint string
 	seq      uint64
 	payload  []byte
+	peer     *peer // the connection it came on
+	reserved int   // bytes to give back to peer.mem once handled
 	remove   bool
 }
 
 // seqState is what a worker knows of one endpoint's stream.
 type seqState struct {
 	last uint64 // sequence number of the last batch applied
+	sum  uint64 // hash of that batch's payload, to recognise it in a replay
 	seen uint64 // the worker's tick when it was applied
+	peer *peer  // the connection the stream comes on
 }
 
 // worker applies the events of the endpoints hashed to it. Its goroutine
@@ -49,12 +53,28 @@ func (w *worker) run() {
 				continue
 			}
 			w.handle(it)
+			it.peer.mem.Release(it.reserved)
 		}
 	}
 }
 
-// handle checks a message's place in its endpoint's sequence, repairs what
+func (w *worker) sum(payload []byte) uint64 { return maphash.Bytes(w.s.seed, payload) }
+
+// handle checks a message's place in its endpoint's stream, repairs what
 // came before it when needed, then applies it.
+//
+// A stream is tied to the connection it comes on. Sequence numbers are
+// only believed within that connection: a real publisher counts up by one
+// on one connection, and only a new connection (a restart, a reconnect)
+// can start a new count. So a message on another connection is ignored
+// while the stream's connection is open (whoever sent it, it cannot
+// clear the stream's entries), and once that connection has ended it
+// starts a new stream: the replay socket, when configured (an address
+// from the pool's configuration, not from the peer), tells a reconnect of
+// the same publisher (its buffer still holds the last batch applied,
+// byte for byte) from a restart (it does not), whatever the new sequence
+// number claims. A restarted publisher's slow-joiner jump is therefore
+// not mistaken for a gap of the old stream.
 func (w *worker) handle(it item) {
 	ep, seq := it.endpoint, it.seq
 	st, known := w.states[ep]
@@ -67,21 +87,22 @@ func (w *worker) handle(it item) {
 		}
 		st = &seqState{}
 		w.states[ep] = st
+	case it.peer != st.peer && !st.peer.closed.Load():
+		w.s.m.dropped.WithLabelValues(dropConflictingStream).Inc()
+		return
+	case it.peer != st.peer:
+		w.newStream(ep, st, seq, w.s.replayFor(it))
 	case seq == st.last+1:
 	case seq <= st.last:
-		// Numbering restarted: a new publisher, and a new (empty) cache.
-		w.s.m.restarts.Inc()
-		w.s.log.Info("kv events publisher restarted", "endpoint", ep, "seq", seq, "last", st.last)
-		w.s.idx.ClearEndpoint(ep)
-		if seq > 0 {
-			if replay := w.s.replayOf(ep); replay != "" {
-				w.recover(ep, replay, 0, seq)
-			}
-		}
+		// No publisher counts backwards on one connection.
+		w.s.m.dropped.WithLabelValues(dropSequenceRegression).Inc()
+		w.s.log.Debug("kv events sequence went back on one connection; disconnecting", "endpoint", ep, "seq", seq, "last", st.last)
+		_ = it.peer.conn.Close()
+		return
 	default:
 		w.s.m.gaps.Inc()
 		w.s.log.Debug("kv events gap", "endpoint", ep, "seq", seq, "last", st.last)
-		replay := w.s.replayOf(ep)
+		replay := w.s.replayFor(it)
 		if replay == "" {
 			w.s.idx.ClearEndpoint(ep)
 		} else {
@@ -89,8 +110,89 @@ func (w *worker) handle(it item) {
 		}
 	}
 	w.tick++
-	st.last, st.seen = seq, w.tick
+	st.last, st.sum, st.seen, st.peer = seq, w.sum(it.payload), w.tick, it.peer
 	w.apply(ep, it.payload)
+}
+
+// newStream handles the first message of an endpoint's stream on a new
+// connection, after the previous one ended.
+func (w *worker) newStream(ep string, st *seqState, seq uint64, replay string) {
+	switch {
+	case seq <= st.last:
+		// Numbering restarted: a new publisher, and a new (empty) cache.
+		w.restarted(ep, seq, st.last)
+		if seq > 0 && replay != "" {
+			w.recover(ep, replay, 0, seq)
+		}
+	case replay != "":
+		w.verify(ep, replay, st, seq)
+	case seq == st.last+1:
+		// A reconnect that lost nothing, or a restart that happens to
+		// continue the count: without a replay socket to ask, the first
+		// is far likelier.
+	default:
+		// Lost messages or a restart: either way what the index holds
+		// may be stale.
+		w.s.m.gaps.Inc()
+		w.s.idx.ClearEndpoint(ep)
+	}
+}
+
+func (w *worker) restarted(ep string, seq, last uint64) {
+	w.s.m.restarts.Inc()
+	w.s.log.Info("kv events publisher restarted", "endpoint", ep, "seq", seq, "last", last)
+	w.s.idx.ClearEndpoint(ep)
+}
+
+// verify asks the replay socket for batches from the last one applied up
+// to seq. If the first is that batch, byte for byte, the publisher is the
+// one followed so far and the rest fills the gap. Otherwise it restarted:
+// the endpoint is cleared and rebuilt from the new publisher's start.
+func (w *worker) verify(ep, addr string, st *seqState, seq uint64) {
+	ctx, cancel := context.WithTimeout(w.s.ctx, w.s.cfg.ReplayTimeout)
+	defer cancel()
+	next, checked, same := st.last, false, false
+	err := replay(ctx, addr, st.last, w.s.dialConfig(zmtp.DEALER), func(rs uint64, payload []byte) bool {
+		if rs >= seq {
+			return false
+		}
+		if !checked {
+			checked = true
+			same = rs == st.last && w.sum(payload) == st.sum
+			next = rs + 1
+			return same
+		}
+		if rs < next {
+			return true
+		}
+		if rs > next {
+			// A hole in what the publisher holds: what came before it
+			// may have been removed since.
+			w.s.idx.ClearEndpoint(ep)
+		}
+		w.apply(ep, payload)
+		next = rs + 1
+		return true
+	})
+	switch {
+	case err != nil:
+		w.s.m.replays.WithLabelValues(replayFailed).Inc()
+		w.s.log.Debug("kv events replay failed", "endpoint", ep, "addr", addr, "err", err)
+		w.s.idx.ClearEndpoint(ep)
+	case !same:
+		w.restarted(ep, seq, st.last)
+		if seq > 0 {
+			w.recover(ep, addr, 0, seq)
+		}
+	case next != seq:
+		w.s.m.replays.WithLabelValues(replayPartial).Inc()
+		w.s.idx.ClearEndpoint(ep)
+	default:
+		if seq > st.last+1 {
+			w.s.m.gaps.Inc()
+		}
+		w.s.m.replays.WithLabelValues(replayOK).Inc()
+	}
 }
 
 // forgetOldest drops the sequence state of the endpoint heard from least
@@ -120,7 +222,7 @@ func (w *worker) recover(ep, addr string, from, to uint64) {
 	ctx, cancel := context.WithTimeout(w.s.ctx, w.s.cfg.ReplayTimeout)
 	defer cancel()
 	next, partial := from, false
-	err := replay(ctx, addr, from, w.s.log, func(seq uint64, payload []byte) bool {
+	err := replay(ctx, addr, from, w.s.dialConfig(zmtp.DEALER), func(seq uint64, payload []byte) bool {
 		if seq >= to {
 			return false
 		}
@@ -153,23 +255,22 @@ func (w *worker) recover(ep, addr string, from, to uint64) {
 // errBadReply is returned for a reply that does not follow the protocol.
 var errBadReply = errors.New("kvevents: malformed replay reply")
 
-// replay runs one exchange of vLLM's replay protocol with a DEALER socket:
-// it sends ["", from] and hands each [_, seq, payload] reply to fn until the
-// end marker, until fn returns false, or until ctx ends.
-func replay(ctx context.Context, addr string, from uint64, log *slog.Logger, fn func(seq uint64, payload []byte) bool) error {
-	// The socket's context ends its dial retries and a blocked Recv.
-	sock := zmq4.NewDealer(ctx, zmq4.WithDialerMaxRetries(-1),
-		zmq4.WithLogger(slog.NewLogLogger(log.Handler(), slog.LevelDebug)))
-	defer sock.Close()
-	if err := sock.Dial(addr); err != nil {
+// replay runs one exchange of vLLM's replay protocol as a DEALER: it sends
+// ["", from] and hands each ["", seq, payload] reply to fn until the end
+// marker, until fn returns false, or until ctx ends.
+func replay(ctx context.Context, addr string, from uint64, cfg zmtp.DialConfig, fn func(seq uint64, payload []byte) bool) error {
+	c, err := zmtp.Dial(ctx, addr, cfg)
+	if err != nil {
 		return err
 	}
-	req := zmq4.NewMsgFrom([]byte{}, binary.BigEndian.AppendUint64(nil, from))
-	if err := sock.Send(req); err != nil {
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { _ = c.Close() })
+	defer stop()
+	if err := c.Send(time.Now().Add(cfg.HandshakeTimeout), []byte{}, binary.BigEndian.AppendUint64(nil, from)); err != nil {
 		return err
 	}
 	for {
-		msg, err := sock.Recv()
+		msg, err := c.Recv()
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()

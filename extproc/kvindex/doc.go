@@ -16,7 +16,9 @@
 // walk: a prompt's blocks spread over all shards, and one lock round trip
 // per block would cost more than the walk itself. Writers therefore wait
 // for at most the lookups in flight, and taking the locks in one order
-// keeps lookups from deadlocking one another.
+// keeps lookups from deadlocking one another. A lookup also holds the
+// endpoint ids' lock shared for its walk, so ClearEndpoint cannot recycle
+// a candidate's id to another endpoint mid-walk.
 //
 // Memory: each shard is one open-addressing table of 16-byte block records
 // holding up to three (endpoint, tiers) entries inline; blocks shared by

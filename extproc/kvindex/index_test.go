@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 )
 
 type op struct {
@@ -422,4 +423,50 @@ func TestLookupRuns(t *testing.T) {
 			t.Fatalf("runs %v out %v, want %v %v", runs, out, wantRuns, wantOut)
 		}
 	}
+}
+
+// TestLookupDuringIDReuse: an endpoint's id freed and handed to another
+// endpoint while a lookup walks must not make the lookup score the other
+// endpoint's blocks for the first. (A stress test: the interleaving it
+// needs is narrow, so it runs many rounds.)
+func TestLookupDuringIDReuse(t *testing.T) {
+	idx := New(Config{MaxEntries: 1 << 12, Shards: 1})
+	// Many blocks make the walk long and the window wide.
+	onlyB := make([]uint64, 256)
+	for i := range onlyB {
+		onlyB[i] = uint64(i+1) * 0x9e3779b97f4a7c15
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := idx.Add("a", TierGPU, []uint64{7}); err != nil {
+				t.Error(err)
+				return
+			}
+			idx.ClearEndpoint("a")
+			if err := idx.Add("b", TierGPU, onlyB); err != nil {
+				t.Error(err)
+				return
+			}
+			idx.ClearEndpoint("b")
+		}
+	}()
+	out := make([]float64, 1)
+	deadline := time.Now().Add(time.Second)
+	for n := 0; time.Now().Before(deadline); n++ {
+		if idx.Lookup(onlyB, []string{"a"}, out); out[0] != 0 {
+			close(stop)
+			<-done
+			t.Fatalf("lookup %d scored endpoint a %v on blocks only b ever held", n, out[0])
+		}
+	}
+	close(stop)
+	<-done
 }

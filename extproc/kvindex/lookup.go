@@ -54,7 +54,11 @@ func (idx *Index) lookup(hashes []uint64, endpoints []string, out []float64, run
 	gen := sc.gen
 	active := sc.active[:0]
 
+	// epMu stays read-locked for the whole walk: ClearEndpoint frees an
+	// id only under the write lock, so no id resolved here can be handed
+	// to another endpoint (and match its blocks) before the walk ends.
 	idx.epMu.RLock()
+	defer idx.epMu.RUnlock()
 	for i, ep := range endpoints {
 		id, ok := idx.ids[ep]
 		if !ok || sc.stamp[id] == gen {
@@ -65,7 +69,6 @@ func (idx *Index) lookup(hashes []uint64, endpoints []string, out []float64, run
 		sc.hit[id] = 0
 		active = append(active, id)
 	}
-	idx.epMu.RUnlock()
 	if runs != nil {
 		sc.initial = append(sc.initial[:0], active...)
 	}

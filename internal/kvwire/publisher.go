@@ -2,6 +2,7 @@ package kvwire
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -11,7 +12,9 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/go-zeromq/zmq4"
+	"time"
+
+	"github.com/kvgate/kvgate/internal/zmtp"
 )
 
 // ReplayEnd is the sequence number of the replay protocol's end marker
@@ -32,8 +35,8 @@ var ErrClosed = errors.New("kvwire: publisher closed")
 type PublisherConfig struct {
 	// Endpoint is where the PUB socket lives. As in vLLM, an address with
 	// "*" or "::", or an ipc:// one, is bound (tcp://*:5557); any other is
-	// connected to (a picker's central tcp://10.0.0.9:5557), retrying until
-	// it answers and again after it goes away.
+	// connected to (a picker's central tcp://10.0.0.9:5557), retrying with
+	// a bounded backoff until it answers and again after it goes away.
 	Endpoint string
 	// ReplayEndpoint, when set, gets a ROUTER socket serving replay
 	// requests; the same bind-or-connect rule applies.
@@ -42,19 +45,27 @@ type PublisherConfig struct {
 	// kv@<ip:port>@<model>.
 	Topic    string
 	Encoding Encoding
-	// QueueSize bounds the batches waiting to be sent, and separately the
-	// socket's own send queue (its high-water mark).
+	// QueueSize bounds each subscriber's send queue (its high-water mark):
+	// a subscriber that falls further behind loses batches, one that stops
+	// reading for WriteTimeout is disconnected. Publish never waits for
+	// either.
 	QueueSize int
+	// WriteTimeout bounds one write to a subscriber.
+	WriteTimeout time.Duration
 	// ReplaySize bounds the batches kept for replay.
 	ReplaySize int
-	Logger     *slog.Logger
+	// TLS, when set, runs both sockets over TLS: as the server side when
+	// they bind, the client side when they connect.
+	TLS    *tls.Config
+	Logger *slog.Logger
 }
 
 // PublisherStats counts a publisher's batches.
 type PublisherStats struct {
-	Published uint64 // given a sequence number
-	Dropped   uint64 // dropped because the send queue was full
-	Replays   uint64 // replay requests served
+	Published    uint64 // given a sequence number
+	Dropped      uint64 // (batch, subscriber) pairs lost to a full send queue
+	Disconnected uint64 // subscribers disconnected for not reading
+	Replays      uint64 // replay requests served
 }
 
 type message struct {
@@ -62,37 +73,34 @@ type message struct {
 	payload []byte
 }
 
-// Publisher sends event batches over ZMQ PUB with vLLM's framing: topic,
+// Publisher sends event batches over ZMTP PUB with vLLM's framing: topic,
 // 8-byte big-endian sequence number from 0, msgpack payload.
 //
 // Publish never blocks on the network. It numbers the batch, keeps it in
-// the replay ring, and queues it for the sender goroutine; when the queue is
-// full the batch is dropped from the live stream and counted (drop newest,
-// so what subscribers already have stays consistent). A dropped batch keeps
-// its sequence number and its place in the replay ring, so subscribers see
-// a gap and can fetch it through replay. The PUB socket's own queue is
-// bounded by the same size (its high-water mark) and drops silently when a
-// subscriber's connection cannot keep up, which subscribers again see as a
-// gap.
+// the replay ring, and queues it for each subscriber (internal/zmtp.Pub).
+// A subscriber whose queue is full loses the batch (it keeps its sequence
+// number and its place in the replay ring, so the subscriber sees a gap and
+// can fetch it through replay); one that does not read at all is
+// disconnected after WriteTimeout, so no subscriber can stall the engine
+// that publishes.
 type Publisher struct {
 	cfg    PublisherConfig
 	log    *slog.Logger
+	ctx    context.Context
 	cancel context.CancelFunc
-	pub    zmq4.Socket
-	router zmq4.Socket    // nil without replay
-	wg     sync.WaitGroup // dialers and the replay server
-	sent   chan struct{}  // closed when the sender has drained the queue
+	pub    *zmtp.Pub
+	server *zmtp.Server // the PUB socket when bound
+	router *zmtp.Server // the replay socket when bound
+	wg     sync.WaitGroup
 
-	// mu orders sequence numbers, the ring and the queue, so that the
-	// queue holds batches in sequence order.
+	// mu orders sequence numbers, the ring and the sends.
 	mu     sync.Mutex
 	closed bool
 	next   uint64
-	queue  chan message
 	ring   []message // the last ReplaySize batches
 	ringAt int       // index of the oldest batch once the ring is full
 
-	published, dropped, replays atomic.Uint64
+	published, replays atomic.Uint64
 }
 
 // NewPublisher opens the sockets. It returns once bound sockets listen;
@@ -114,45 +122,42 @@ func NewPublisher(ctx context.Context, cfg PublisherConfig) (*Publisher, error) 
 	p := &Publisher{
 		cfg:    cfg,
 		log:    cfg.Logger.With("component", "kvevents-publisher", "endpoint", cfg.Endpoint),
+		ctx:    ctx,
 		cancel: cancel,
-		queue:  make(chan message, cfg.QueueSize),
-		sent:   make(chan struct{}),
+		pub:    zmtp.NewPub(zmtp.PubConfig{SendQueue: cfg.QueueSize, WriteTimeout: cfg.WriteTimeout}),
 	}
-	p.pub = zmq4.NewPub(ctx, socketOptions(cfg.Endpoint, p.log)...)
-	if err := p.pub.SetOption(zmq4.OptionHWM, cfg.QueueSize); err != nil {
-		_ = p.pub.Close()
-		cancel()
-		return nil, fmt.Errorf("kvwire: set PUB high-water mark: %w", err)
-	}
-	if err := p.open(ctx, p.pub, cfg.Endpoint); err != nil {
-		_ = p.pub.Close()
+	var err error
+	if p.server, err = p.open(cfg.Endpoint, zmtp.PUB, p.pub.Serve); err != nil {
 		cancel()
 		return nil, err
 	}
 	if cfg.ReplayEndpoint != "" {
-		p.router = zmq4.NewRouter(ctx, socketOptions(cfg.ReplayEndpoint, p.log)...)
-		if err := p.open(ctx, p.router, cfg.ReplayEndpoint); err != nil {
-			_ = p.pub.Close()
-			_ = p.router.Close()
-			cancel()
+		if p.router, err = p.open(cfg.ReplayEndpoint, zmtp.ROUTER, p.serveReplay); err != nil {
+			p.Close()
 			return nil, err
 		}
-		p.wg.Go(func() { p.serveReplay(ctx) })
 	}
-	go p.send()
 	return p, nil
 }
 
-// socketOptions route zmq4's own log lines to slog at debug level and make
-// a socket that connects retry forever and redial after a disconnect, as
-// libzmq does (closing the socket ends the retries). zmq4 would also
-// "redial" a bound socket's address, so only connecting sockets get it.
-func socketOptions(endpoint string, log *slog.Logger) []zmq4.Option {
-	opts := []zmq4.Option{zmq4.WithLogger(slog.NewLogLogger(log.Handler(), slog.LevelDebug))}
-	if !Binds(endpoint) {
-		opts = append(opts, zmq4.WithDialerMaxRetries(-1), zmq4.WithAutomaticReconnect(true))
+// open binds endpoint (returning its server) or keeps connecting to it,
+// by vLLM's rule (Binds).
+func (p *Publisher) open(endpoint string, typ zmtp.Type, handler func(context.Context, *zmtp.Conn)) (*zmtp.Server, error) {
+	hs := zmtp.HandshakeConfig{Type: typ}
+	if Binds(endpoint) {
+		s, err := zmtp.Listen(p.ctx, endpoint, zmtp.ServerConfig{HandshakeConfig: hs, TLS: p.cfg.TLS, Logger: p.log}, handler)
+		if err != nil {
+			return nil, fmt.Errorf("kvwire: %w", err)
+		}
+		return s, nil
 	}
-	return opts
+	if _, _, err := zmtp.ParseEndpoint(endpoint); err != nil {
+		return nil, fmt.Errorf("kvwire: %w", err)
+	}
+	p.wg.Go(func() {
+		zmtp.Redial(p.ctx, endpoint, zmtp.DialConfig{HandshakeConfig: hs, TLS: p.cfg.TLS, Logger: p.log}, handler)
+	})
+	return nil, nil
 }
 
 // Binds reports whether vLLM would bind (rather than connect) a socket to
@@ -162,24 +167,14 @@ func Binds(endpoint string) bool {
 		strings.HasPrefix(endpoint, "ipc://") || strings.HasPrefix(endpoint, "inproc://")
 }
 
-func (p *Publisher) open(ctx context.Context, s zmq4.Socket, endpoint string) error {
-	if Binds(endpoint) {
-		if err := s.Listen(endpoint); err != nil {
-			return fmt.Errorf("kvwire: bind %s: %w", endpoint, err)
-		}
-		return nil
-	}
-	p.wg.Go(func() {
-		if err := s.Dial(endpoint); err != nil && ctx.Err() == nil {
-			p.log.Warn("kv events socket could not connect", "to", endpoint, "err", err)
-		}
-	})
-	return nil
-}
-
 // Addr is the PUB socket's bound address (nil when it connects), which
 // tells the port picked for a tcp://host:* endpoint.
-func (p *Publisher) Addr() net.Addr { return p.pub.Addr() }
+func (p *Publisher) Addr() net.Addr {
+	if p.server == nil {
+		return nil
+	}
+	return p.server.Addr()
+}
 
 // ReplayAddr is the replay socket's bound address, or nil.
 func (p *Publisher) ReplayAddr() net.Addr {
@@ -188,6 +183,9 @@ func (p *Publisher) ReplayAddr() net.Addr {
 	}
 	return p.router.Addr()
 }
+
+// Subscribers counts the peers subscribed to the PUB socket.
+func (p *Publisher) Subscribers() int { return p.pub.Subscribers() }
 
 // Publish encodes and queues a batch; it never blocks on the network.
 // It fails only on an encoding error or after Close.
@@ -210,23 +208,8 @@ func (p *Publisher) Publish(b EventBatch) error {
 		p.ringAt = (p.ringAt + 1) % len(p.ring)
 	}
 	p.published.Add(1)
-	select {
-	case p.queue <- m:
-	default:
-		p.dropped.Add(1)
-	}
+	p.pub.Send([]byte(p.cfg.Topic), seqBytes(m.seq), m.payload)
 	return nil
-}
-
-// send is the only goroutine writing to the PUB socket.
-func (p *Publisher) send() {
-	defer close(p.sent)
-	topic := []byte(p.cfg.Topic)
-	for m := range p.queue {
-		if err := p.pub.Send(zmq4.NewMsgFrom(topic, seqBytes(m.seq), m.payload)); err != nil {
-			p.log.Debug("kv events send failed", "seq", m.seq, "err", err)
-		}
-	}
 }
 
 func seqBytes(seq uint64) []byte {
@@ -247,45 +230,50 @@ func (p *Publisher) replayFrom(start uint64) []message {
 	return out
 }
 
-// serveReplay answers [identity, "", start_seq] with [identity, "", seq,
-// payload] for each buffered batch from start_seq, then [identity, "",
-// ReplayEnd, ""]. Requests are served one at a time.
-func (p *Publisher) serveReplay(ctx context.Context) {
+// replayWriteTimeout bounds one reply message to a replay client.
+const replayWriteTimeout = 5 * time.Second
+
+// serveReplay answers one replay client's requests, ["", start_seq] as a
+// DEALER or REQ peer sends them (a ROUTER application sees its identity
+// first), with ["", seq, payload] for each buffered batch from start_seq,
+// then ["", ReplayEnd, ""]. Each client has its own connection and
+// goroutine, so a slow one delays only itself.
+func (p *Publisher) serveReplay(ctx context.Context, c *zmtp.Conn) {
 	empty := []byte{}
-	for {
-		req, err := p.router.Recv()
+	for ctx.Err() == nil {
+		req, err := c.Recv()
 		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			p.log.Debug("kv events replay receive failed", "err", err)
-			continue
+			return
 		}
-		if len(req.Frames) != 3 || len(req.Frames[1]) != 0 || len(req.Frames[2]) != 8 {
+		if len(req.Frames) != 2 || len(req.Frames[0]) != 0 || len(req.Frames[1]) != 8 {
 			p.log.Debug("malformed kv events replay request", "frames", len(req.Frames))
 			continue
 		}
-		id, start := req.Frames[0], binary.BigEndian.Uint64(req.Frames[2])
+		start := binary.BigEndian.Uint64(req.Frames[1])
 		p.replays.Add(1)
 		for _, m := range p.replayFrom(start) {
-			if err := p.router.Send(zmq4.NewMsgFrom(id, empty, seqBytes(m.seq), m.payload)); err != nil {
+			if err := c.Send(time.Now().Add(replayWriteTimeout), empty, seqBytes(m.seq), m.payload); err != nil {
 				p.log.Debug("kv events replay send failed", "err", err)
-				break
+				return
 			}
 		}
-		if err := p.router.Send(zmq4.NewMsgFrom(id, empty, seqBytes(ReplayEnd), empty)); err != nil {
+		if err := c.Send(time.Now().Add(replayWriteTimeout), empty, seqBytes(ReplayEnd), empty); err != nil {
 			p.log.Debug("kv events replay end marker failed", "err", err)
+			return
 		}
 	}
 }
 
 // Stats returns the publisher's counters.
 func (p *Publisher) Stats() PublisherStats {
-	return PublisherStats{Published: p.published.Load(), Dropped: p.dropped.Load(), Replays: p.replays.Load()}
+	ps := p.pub.Stats()
+	return PublisherStats{
+		Published: p.published.Load(), Dropped: ps.Dropped, Disconnected: ps.Disconnected, Replays: p.replays.Load(),
+	}
 }
 
-// Close stops the publisher. Batches still queued are handed to the socket
-// first, but delivery of what the socket holds is not awaited.
+// Close stops the publisher and closes its connections; batches still in
+// subscribers' queues are not awaited.
 func (p *Publisher) Close() error {
 	p.mu.Lock()
 	if p.closed {
@@ -293,15 +281,13 @@ func (p *Publisher) Close() error {
 		return nil
 	}
 	p.closed = true
-	close(p.queue)
 	p.mu.Unlock()
-
-	<-p.sent
 	p.cancel()
-	err := p.pub.Close()
-	if p.router != nil {
-		err = errors.Join(err, p.router.Close())
+	for _, s := range []*zmtp.Server{p.server, p.router} {
+		if s != nil {
+			_ = s.Close()
+		}
 	}
 	p.wg.Wait()
-	return err
+	return nil
 }

@@ -1,12 +1,14 @@
 package kvwire
 
 import (
+	"context"
 	"encoding/binary"
+	"net"
 	"reflect"
 	"testing"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
+	"github.com/kvgate/kvgate/internal/zmtp"
 )
 
 // testTimeout bounds waits for the network so a broken test fails rather
@@ -19,49 +21,55 @@ func batchN(i int) EventBatch {
 	}}
 }
 
-// recvTimeout receives from s or fails the test after testTimeout.
-func recvTimeout(t *testing.T, s zmq4.Socket) zmq4.Msg {
-	t.Helper()
-	type res struct {
-		m   zmq4.Msg
-		err error
+// testSub is a SUB side fed by one or more connections.
+type testSub struct {
+	msgs chan zmtp.Msg
+}
+
+func newTestSub() *testSub { return &testSub{msgs: make(chan zmtp.Msg, 1024)} }
+
+// serve subscribes to everything on c and forwards its messages.
+func (s *testSub) serve(ctx context.Context, c *zmtp.Conn) {
+	if err := c.SendSubscribe(time.Time{}, nil); err != nil {
+		return
 	}
-	ch := make(chan res, 1)
-	go func() {
-		m, err := s.Recv()
-		ch <- res{m, err}
-	}()
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			t.Fatalf("recv: %v", r.err)
+	for {
+		m, err := c.Recv()
+		if err != nil {
+			return
 		}
-		return r.m
+		select {
+		case s.msgs <- m:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// recvTimeout receives from s or fails the test after testTimeout.
+func recvTimeout(t *testing.T, msgs <-chan zmtp.Msg) zmtp.Msg {
+	t.Helper()
+	select {
+	case m := <-msgs:
+		return m
 	case <-time.After(testTimeout):
 		t.Fatal("timed out waiting for a message")
 	}
-	return zmq4.Msg{}
+	return zmtp.Msg{}
 }
 
 // syncSub publishes until sub receives, beating the slow-joiner loss, and
 // returns the first sequence number received.
-func syncSub(t *testing.T, p *Publisher, sub zmq4.Socket) uint64 {
+func syncSub(t *testing.T, p *Publisher, sub *testSub) uint64 {
 	t.Helper()
-	got := make(chan uint64, 1)
-	go func() {
-		m, err := sub.Recv()
-		if err == nil && len(m.Frames) == 3 {
-			got <- binary.BigEndian.Uint64(m.Frames[1])
-		}
-	}()
 	deadline := time.After(testTimeout)
-	for i := 0; ; i++ {
+	for {
 		if err := p.Publish(batchN(-1)); err != nil {
 			t.Fatal(err)
 		}
 		select {
-		case seq := <-got:
-			return seq
+		case m := <-sub.msgs:
+			return binary.BigEndian.Uint64(m.Frames[1])
 		case <-time.After(20 * time.Millisecond):
 		case <-deadline:
 			t.Fatal("subscriber never received")
@@ -81,17 +89,15 @@ func TestPublisherFraming(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()
-			sub := zmq4.NewSub(ctx)
-			defer sub.Close()
-			if err := sub.SetOption(zmq4.OptionSubscribe, ""); err != nil {
-				t.Fatal(err)
-			}
+			sub := newTestSub()
 			cfg := PublisherConfig{Endpoint: "tcp://127.0.0.1:*", Topic: "kv@10.0.0.1:8000@m", Encoding: tc.enc}
 			if tc.connect {
-				if err := sub.Listen("tcp://127.0.0.1:*"); err != nil {
+				srv, err := zmtp.Listen(ctx, "tcp://127.0.0.1:*", zmtp.ServerConfig{HandshakeConfig: zmtp.HandshakeConfig{Type: zmtp.SUB}}, sub.serve)
+				if err != nil {
 					t.Fatal(err)
 				}
-				cfg.Endpoint = "tcp://" + sub.Addr().String()
+				defer srv.Close()
+				cfg.Endpoint = "tcp://" + srv.Addr().String()
 			}
 			p, err := NewPublisher(ctx, cfg)
 			if err != nil {
@@ -99,21 +105,25 @@ func TestPublisherFraming(t *testing.T) {
 			}
 			defer p.Close()
 			if !tc.connect {
-				if err := sub.Dial("tcp://" + p.Addr().String()); err != nil {
-					t.Fatal(err)
-				}
+				dctx, cancel := context.WithCancel(ctx)
+				done := make(chan struct{})
+				defer func() { cancel(); <-done }()
+				go func() {
+					defer close(done)
+					zmtp.Redial(dctx, "tcp://"+p.Addr().String(), zmtp.DialConfig{HandshakeConfig: zmtp.HandshakeConfig{Type: zmtp.SUB}}, sub.serve)
+				}()
 			}
 			last := syncSub(t, p, sub)
 			// Drain what the sync loop sent after the first one arrived.
 			for p.Stats().Published > last+1 {
-				m := recvTimeout(t, sub)
+				m := recvTimeout(t, sub.msgs)
 				last = binary.BigEndian.Uint64(m.Frames[1])
 			}
 			for i := range 5 {
 				if err := p.Publish(batchN(i)); err != nil {
 					t.Fatal(err)
 				}
-				m := recvTimeout(t, sub)
+				m := recvTimeout(t, sub.msgs)
 				if len(m.Frames) != 3 || string(m.Frames[0]) != cfg.Topic || len(m.Frames[1]) != 8 {
 					t.Fatalf("frames %q", m.Frames)
 				}
@@ -144,11 +154,11 @@ func TestPublisherReplay(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	dealer := zmq4.NewDealer(ctx)
-	defer dealer.Close()
-	if err := dealer.Dial("tcp://" + p.ReplayAddr().String()); err != nil {
+	dealer, err := zmtp.Dial(ctx, "tcp://"+p.ReplayAddr().String(), zmtp.DialConfig{HandshakeConfig: zmtp.HandshakeConfig{Type: zmtp.DEALER}})
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer dealer.Close()
 	for _, tc := range []struct {
 		start uint64
 		want  []uint64 // the ring holds the last 4 of seq 0..5
@@ -157,12 +167,18 @@ func TestPublisherReplay(t *testing.T) {
 		{4, []uint64{4, 5}},
 		{9, nil},
 	} {
-		if err := dealer.Send(zmq4.NewMsgFrom([]byte{}, seqBytes(tc.start))); err != nil {
+		if err := dealer.Send(time.Time{}, []byte{}, seqBytes(tc.start)); err != nil {
 			t.Fatal(err)
 		}
 		var got []uint64
 		for {
-			m := recvTimeout(t, dealer)
+			if err := dealer.SetReadDeadline(time.Now().Add(testTimeout)); err != nil {
+				t.Fatal(err)
+			}
+			m, err := dealer.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
 			if len(m.Frames) != 3 || len(m.Frames[0]) != 0 || len(m.Frames[1]) != 8 {
 				t.Fatalf("replay frames %q", m.Frames)
 			}
@@ -212,5 +228,123 @@ func TestBinds(t *testing.T) {
 		if Binds(ep) != want {
 			t.Errorf("Binds(%q) = %v", ep, !want)
 		}
+	}
+}
+
+// TestPublisherStalledSubscriber: a subscriber that stops reading (as a
+// hung or hostile peer does) neither blocks Publish nor starves another
+// subscriber; it is disconnected.
+func TestPublisherStalledSubscriber(t *testing.T) {
+	ctx := t.Context()
+	p, err := NewPublisher(ctx, PublisherConfig{Endpoint: "tcp://127.0.0.1:*", QueueSize: 16, WriteTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	stalled, err := zmtp.Dial(ctx, "tcp://"+p.Addr().String(), zmtp.DialConfig{HandshakeConfig: zmtp.HandshakeConfig{Type: zmtp.SUB}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stalled.Close()
+	if err := stalled.SendSubscribe(time.Time{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	sub := newTestSub()
+	dctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		zmtp.Redial(dctx, "tcp://"+p.Addr().String(), zmtp.DialConfig{HandshakeConfig: zmtp.HandshakeConfig{Type: zmtp.SUB}}, sub.serve)
+	}()
+	defer func() { cancel(); <-done }()
+	for deadline := time.Now().Add(testTimeout); p.Subscribers() < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("subscriptions never arrived")
+		}
+	}
+	// About 180 KB per batch: the stalled connection's socket buffers fill
+	// after some tens of them.
+	hs := make([]Hash, 20_000)
+	for i := range hs {
+		hs[i] = Uint64Hash(uint64(i) * 0x9e3779b97f4a7c15)
+	}
+	big := EventBatch{TS: 1, Events: []Event{BlockStored{BlockHashes: hs, BlockSize: 16}}}
+	received, afterDisconnect := 0, 0
+	deadline := time.Now().Add(testTimeout)
+	for afterDisconnect < 20 {
+		if time.Now().After(deadline) {
+			t.Fatalf("received %d, %d after the disconnect; stats %+v", received, afterDisconnect, p.Stats())
+		}
+		if err := p.Publish(big); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-sub.msgs:
+			received++
+			if p.Stats().Disconnected > 0 {
+				afterDisconnect++
+			}
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	// Whether its queue filled (Dropped) before the write timed out
+	// depends on the machine's speed; the disconnect does not.
+	if st := p.Stats(); st.Disconnected != 1 || p.Subscribers() != 1 {
+		t.Fatalf("stats %+v, %d subscribers", st, p.Subscribers())
+	}
+}
+
+// TestPublisherSurvivesHostilePeers: probes, silent peers and huge frame
+// declarations on the publisher's PUB and replay sockets leave both
+// serving.
+func TestPublisherSurvivesHostilePeers(t *testing.T) {
+	ctx := t.Context()
+	p, err := NewPublisher(ctx, PublisherConfig{Endpoint: "tcp://127.0.0.1:*", ReplayEndpoint: "tcp://127.0.0.1:*"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	greeting := make([]byte, 64)
+	greeting[0], greeting[9], greeting[10] = 0xff, 0x7f, 3
+	copy(greeting[12:], "NULL")
+	huge := append(greeting, binary.BigEndian.AppendUint64([]byte{0x06}, 1<<62)...)
+	for _, addr := range []string{p.Addr().String(), p.ReplayAddr().String()} {
+		for _, attack := range [][]byte{nil, greeting[:7], huge} {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if attack == nil {
+				_ = c.Close() // a port probe
+				continue
+			}
+			defer c.Close() // silent from here on
+			if _, err := c.Write(attack); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	sub := newTestSub()
+	dctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		zmtp.Redial(dctx, "tcp://"+p.Addr().String(), zmtp.DialConfig{HandshakeConfig: zmtp.HandshakeConfig{Type: zmtp.SUB}}, sub.serve)
+	}()
+	defer func() { cancel(); <-done }()
+	syncSub(t, p, sub)
+	dealer, err := zmtp.Dial(ctx, "tcp://"+p.ReplayAddr().String(), zmtp.DialConfig{HandshakeConfig: zmtp.HandshakeConfig{Type: zmtp.DEALER}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dealer.Close()
+	if err := dealer.Send(time.Now().Add(testTimeout), []byte{}, seqBytes(0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := dealer.SetReadDeadline(time.Now().Add(testTimeout)); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := dealer.Recv(); err != nil || len(m.Frames) != 3 {
+		t.Fatalf("replay after the attacks: %v, %v", m.Frames, err)
 	}
 }

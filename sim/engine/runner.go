@@ -29,6 +29,10 @@ type Runner struct {
 	mu      sync.Mutex
 	eng     *Engine
 	streams map[string]*Stream // one per live request with a reader; bounded like the engine's requests
+	// unsent is the step whose events wait for its duration to elapse;
+	// ResetPrefixCache announces them before its own, as vLLM, which
+	// resets between steps, would have.
+	unsent *StepResult
 }
 
 // NewRunner builds an engine whose clock runs scale times faster than wall
@@ -114,9 +118,18 @@ func (r *Runner) ResetPrefixCache() error {
 		return err
 	}
 	if r.sink != nil {
+		r.publishUnsent()
 		r.sink.Publish([]Event{&AllBlocksCleared{}})
 	}
 	return nil
+}
+
+// publishUnsent hands the pending step's events to the sink; r.mu is held.
+func (r *Runner) publishUnsent() {
+	if r.unsent != nil && len(r.unsent.Events) > 0 && r.sink != nil {
+		r.sink.Publish(r.unsent.Events)
+	}
+	r.unsent = nil
 }
 
 // Run steps the engine until ctx is done and then returns nil. Requests
@@ -127,6 +140,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	for {
 		r.mu.Lock()
 		res := r.eng.Step()
+		r.unsent = res
 		dur := res.Duration
 		wake, hasWake := r.eng.NextWake()
 		r.mu.Unlock()
@@ -165,8 +179,8 @@ func (r *Runner) Run(ctx context.Context) error {
 func (r *Runner) deliver(res *StepResult) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(res.Events) > 0 && r.sink != nil {
-		r.sink.Publish(res.Events)
+	if r.unsent == res {
+		r.publishUnsent()
 	}
 	for _, t := range res.Tokens {
 		if st, ok := r.streams[t.ID]; ok {

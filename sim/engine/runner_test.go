@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 )
 
 func startRunner(t *testing.T, cfg Config) *Runner {
@@ -127,5 +128,55 @@ func TestRunnerPrefillOnly(t *testing.T) {
 	}
 	if m := r.Metrics(); m.HeldRequests != 0 || m.KVUsage != 0 {
 		t.Errorf("after release: %+v", m)
+	}
+}
+
+// TestRunnerResetAfterPendingStep: a reset while a finished step's events
+// still wait for its duration announces those events first, so that a
+// subscriber applying them in order ends up with an empty cache, as the
+// engine has.
+func TestRunnerResetAfterPendingStep(t *testing.T) {
+	p, _ := LookupPreset("qwen3-0.6b-h100")
+	sink := &lockedRecorder{}
+	r, err := NewRunner(Config{Timing: p.Timing, Events: sink}, 0.005) // steps 200 times slower than modelled
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	for attempt := 0; ; attempt++ {
+		if attempt == 20 {
+			t.Fatal("never reset while a step's events were pending")
+		}
+		st, err := r.Submit(Request{ID: strconv.Itoa(attempt), Prompt: make([]int, 64), MaxTokens: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The request finishes in its first step; until that step's
+		// duration has passed, its events are pending.
+		inWindow := false
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+			r.mu.Lock()
+			pending := r.unsent != nil && len(r.unsent.Finished) > 0 && len(r.unsent.Events) > 0
+			r.mu.Unlock()
+			if pending {
+				inWindow = r.ResetPrefixCache() == nil
+				break
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		drain(t, st)
+		if !inWindow {
+			continue
+		}
+		sink.mu.Lock()
+		evs := sink.rec.events
+		sink.mu.Unlock()
+		if _, ok := evs[len(evs)-1].(*AllBlocksCleared); !ok {
+			t.Fatalf("the last event is %T, not the reset: the reset was announced before the step's events", evs[len(evs)-1])
+		}
+		return
 	}
 }

@@ -10,7 +10,10 @@ import (
 
 // eventSink publishes each engine step's KV-cache events as one batch, as
 // vLLM does. The Runner calls it with its lock held; Publisher.Publish
-// encodes and queues without touching the network, so it never blocks.
+// encodes and queues without touching the network, so it never blocks: a
+// subscriber that reads slowly loses batches from its bounded queue, one
+// that stops reading is disconnected (internal/zmtp.Pub), and neither can
+// stall the engine.
 type eventSink struct {
 	pub     *kvwire.Publisher
 	loraIDs map[string]int // immutable

@@ -14,13 +14,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/kvgate/kvgate/internal/kvwire"
 	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/internal/tokenizer"
 	"github.com/kvgate/kvgate/internal/vllm"
+	"github.com/kvgate/kvgate/internal/zmtp"
 )
 
 // testTimeout bounds every wait so that a broken test fails instead of
@@ -223,21 +223,22 @@ func waitFor(tb testing.TB, what string, cond func() bool) {
 // beats the slow-joiner loss: it sends small distinct requests until one
 // of their events arrives. The returned channel carries every later
 // message; it closes when the test ends.
-func subscribe(tb testing.TB, s *Server) <-chan zmq4.Msg {
+func subscribe(tb testing.TB, s *Server) <-chan zmtp.Msg {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	sub := zmq4.NewSub(ctx)
+	sub, err := zmtp.Dial(ctx, "tcp://"+s.KVEventsAddr(), zmtp.DialConfig{HandshakeConfig: zmtp.HandshakeConfig{Type: zmtp.SUB}})
+	if err != nil {
+		cancel()
+		tb.Fatal(err)
+	}
 	tb.Cleanup(func() {
 		cancel()
 		_ = sub.Close()
 	})
-	if err := sub.SetOption(zmq4.OptionSubscribe, ""); err != nil {
+	if err := sub.SendSubscribe(time.Now().Add(testTimeout), nil); err != nil {
 		tb.Fatal(err)
 	}
-	if err := sub.Dial("tcp://" + s.KVEventsAddr()); err != nil {
-		tb.Fatal(err)
-	}
-	msgs := make(chan zmq4.Msg, 1024)
+	msgs := make(chan zmtp.Msg, 1024)
 	go func() {
 		defer close(msgs)
 		for {
@@ -270,7 +271,7 @@ func subscribe(tb testing.TB, s *Server) <-chan zmq4.Msg {
 }
 
 // nextBatch decodes the next KV-events message, checking its framing.
-func nextBatch(tb testing.TB, s *Server, msgs <-chan zmq4.Msg) kvwire.EventBatch {
+func nextBatch(tb testing.TB, s *Server, msgs <-chan zmtp.Msg) kvwire.EventBatch {
 	tb.Helper()
 	select {
 	case m, ok := <-msgs:
