@@ -20,8 +20,8 @@ var (
 	gieReady   = gauge("inference_pool_ready_pods", "Model-server endpoints of the pool that are routing candidates.", poolLabels)
 	giePerPod  = gauge("inference_pool_per_pod_queue_size", "Requests waiting in each model server's queue.", []string{"name", "model_server_pod"})
 
-	llmdReady    = gauge("llm_d_epp_ready_endpoints", "Model-server endpoints of the pool that are routing candidates.", poolLabels)
-	llmdQueue    = gauge("llm_d_epp_average_queue_size", "Average number of requests waiting in the pool's ready model servers' queues.", poolLabels)
+	llmdReady      = gauge("llm_d_epp_ready_endpoints", "Model-server endpoints of the pool that are routing candidates.", poolLabels)
+	llmdQueue      = gauge("llm_d_epp_average_queue_size", "Average number of requests waiting in the pool's ready model servers' queues.", poolLabels)
 	llmdQueueStd   = gauge("llm_d_epp_std_dev_queue_size", "Population standard deviation of the queue length across the pool's ready model servers.", poolLabels)
 	llmdRunning    = gauge("llm_d_epp_average_running_requests", "Average number of requests running on the pool's ready model servers.", poolLabels)
 	llmdRunningStd = gauge("llm_d_epp_std_dev_running_requests", "Population standard deviation of the running requests across the pool's ready model servers.", poolLabels)
