@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -59,7 +60,6 @@ func startFleet(t *testing.T, tokDir string, replicas int, failRate float64) *fl
 	f := &fleet{cancel: cancel, poolName: "kvgate"}
 	t.Cleanup(f.stop)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	kvPort := freePort(t)
 
 	var specs []endpoints.Spec
 	for i := range replicas {
@@ -68,7 +68,11 @@ func startFleet(t *testing.T, tokDir string, replicas int, failRate float64) *fl
 		o.Model, o.Tokenizer = fleetModel, tok
 		o.HashSeed, o.BlockSize = kvhash.DefaultSeed, kvhash.DefaultBlockSize
 		o.Seed = uint64(i + 1)
-		o.KVEventsEndpoint = fmt.Sprintf("tcp://127.0.0.1:%d", kvPort)
+		// Each server binds its publisher and the picker connects to it,
+		// as with llm-d's per-pod subscriptions. (Not the picker's central
+		// socket: zmq4's bound socket races with itself whenever a
+		// publisher disconnects.)
+		o.KVEventsEndpoint = "tcp://127.0.0.1:*"
 		o.Logger = quiet
 		if i == replicas-1 {
 			o.FailureRate = failRate
@@ -79,7 +83,7 @@ func startFleet(t *testing.T, tokDir string, replicas int, failRate float64) *fl
 		}
 		name := fmt.Sprintf("vllm-%d", i)
 		f.sims, f.simNames = append(f.sims, s), append(f.simNames, name)
-		specs = append(specs, endpoints.Spec{Name: name, Address: s.Addr().String()})
+		specs = append(specs, endpoints.Spec{Name: name, Address: s.Addr().String(), KVEvents: "tcp://" + s.KVEventsAddr()})
 		f.run(func() error { return s.Run(ctx) })
 	}
 
@@ -98,8 +102,11 @@ func startFleet(t *testing.T, tokDir string, replicas int, failRate float64) *fl
 	eo := epp.DefaultOptions()
 	eo.EndpointsFile, eo.ConfigText, eo.PoolName = epFile, string(cfg), f.poolName
 	eo.GRPCAddr, eo.HealthAddr, eo.MetricsAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	eo.KVEventsAddr = fmt.Sprintf("tcp://127.0.0.1:%d", kvPort)
-	eo.RefreshMetricsInterval = 50 * time.Millisecond
+	eo.KVEventsAddr = ""
+	// Slower than the default so that a loaded test machine (the race
+	// detector, parallel packages) does not time scrapes out and empty the
+	// candidate set; the dashboards need no finer picture.
+	eo.RefreshMetricsInterval = 500 * time.Millisecond
 	eo.DrainTimeout = time.Second
 	p, err := epp.New(eo, quiet)
 	if err != nil {
@@ -129,6 +136,10 @@ func startFleet(t *testing.T, tokDir string, replicas int, failRate float64) *fl
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		status, err := f.chat(ctx, fleetModel, "ready?", false)
+		var sb *statusBody
+		if errors.As(err, &sb) {
+			err = nil
+		}
 		if err == nil && status == http.StatusOK {
 			break
 		}
@@ -182,9 +193,22 @@ func (f *fleet) chat(ctx context.Context, model, prompt string, stream bool) (in
 		return 0, err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, err := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return resp.StatusCode, &statusBody{body: string(b), err: err}
+	}
 	_, err = io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode, err
 }
+
+// statusBody carries a non-200 answer's body (and any read error) to the
+// load report.
+type statusBody struct {
+	body string
+	err  error
+}
+
+func (e *statusBody) Error() string { return fmt.Sprintf("body %q (%v)", e.body, e.err) }
 
 // systemPrompt is shared by every request, so that the servers' prefix
 // caches hit and the precise scorer has blocks to find.
@@ -195,22 +219,31 @@ type loadResult struct {
 	mu     sync.Mutex
 	status map[int]int
 	errors int
+	// sample is one body per non-200 status.
+	sample map[int]string
 }
 
-// load drives the fleet with workers concurrent clients for d: multi-turn
-// style prompts with a shared prefix, half of them streamed, and a request
-// for a model no server has every unknownEvery requests (answered 404 by
-// the model server).
-func (f *fleet) load(ctx context.Context, workers int, d time.Duration, unknownEvery int) *loadResult {
-	res := &loadResult{status: map[int]int{}}
-	ctx, cancel := context.WithTimeout(ctx, d)
+// load drives the fleet with workers concurrent clients until requests
+// have been sent, for at least minDur (so that rates span several scrapes)
+// and at most maxDur (a starved machine still ends): prompts with a shared
+// prefix, half of them streamed, and every unknownEvery-th request for a
+// model no server has (answered 404 by the model server). Counting
+// requests rather than time keeps what the dashboards see the same on a
+// slow machine.
+func (f *fleet) load(ctx context.Context, workers, requests int, minDur, maxDur time.Duration, unknownEvery int) *loadResult {
+	res := &loadResult{status: map[int]int{}, sample: map[int]string{}}
+	ctx, cancel := context.WithTimeout(ctx, maxDur)
 	defer cancel()
+	minEnd := time.Now().Add(minDur)
 	var n atomic.Int64
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
 			for turn := 0; ctx.Err() == nil; turn++ {
 				i := n.Add(1)
+				if i > int64(requests) && time.Now().After(minEnd) {
+					return
+				}
 				model := fleetModel
 				if unknownEvery > 0 && i%int64(unknownEvery) == 0 {
 					model = "no-such-model"
@@ -219,11 +252,18 @@ func (f *fleet) load(ctx context.Context, workers int, d time.Duration, unknownE
 				prompt := fmt.Sprintf("session %d turn %d: %s", w, turn, strings.Repeat("tell me more. ", 1+turn%7))
 				status, err := f.chat(ctx, model, prompt, i%2 == 0)
 				res.mu.Lock()
-				if err != nil {
+				var sb *statusBody
+				switch {
+				case errors.As(err, &sb):
+					res.status[status]++
+					if _, ok := res.sample[status]; !ok {
+						res.sample[status] = sb.body
+					}
+				case err != nil:
 					if ctx.Err() == nil {
 						res.errors++
 					}
-				} else {
+				default:
 					res.status[status]++
 				}
 				res.mu.Unlock()
