@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/kvgate/kvgate/extproc/scheduling"
@@ -170,4 +171,19 @@ func testutilCount(t *testing.T, c prometheus.Collector) int {
 		n++
 	}
 	return n
+}
+
+// A client-chosen value too long for a label, or not UTF-8, goes to the
+// OtherModel series rather than into the registry.
+func TestUnfitLabelValues(t *testing.T) {
+	m := New(prometheus.NewRegistry())
+	long := strings.Repeat("m", MaxLabelValueBytes+1)
+	m.RequestReceived(Labels{Model: long, Target: "\xff", FairnessID: long}, -1)
+	m.RequestReceived(Labels{Model: "ok", Target: "ok", FairnessID: "f"}, -1)
+	if got := testutilCount(t, m.requests); got != 2 {
+		t.Fatalf("%d series, want 2", got)
+	}
+	if v := testutil.ToFloat64(m.requests.WithLabelValues(OtherModel, OtherModel, OtherModel, "0")); v != 1 {
+		t.Fatalf("other series %v, want 1", v)
+	}
 }

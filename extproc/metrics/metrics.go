@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -73,16 +74,22 @@ type Metrics struct {
 
 // MaxModelLabels is how many distinct model names (incoming and target
 // together) get their own series, and MaxFairnessLabels how many fairness
-// ids, as in llm-d; later values are counted under OtherModel.
+// ids, as in llm-d; later values are counted under OtherModel. Values
+// longer than MaxLabelValueBytes, or not UTF-8, are counted there too: a
+// thousand names of a megabyte each would make /metrics a gigabyte.
 const (
-	MaxModelLabels    = 1000
-	MaxFairnessLabels = 1000
-	OtherModel        = "other"
+	MaxModelLabels     = 1000
+	MaxFairnessLabels  = 1000
+	MaxLabelValueBytes = 256
+	OtherModel         = "other"
 )
 
 // bound returns v as a label value, or OtherModel once set holds max
-// values.
+// values or when v is unfit for one.
 func (m *Metrics) bound(set map[string]struct{}, max int, v string) string {
+	if len(v) > MaxLabelValueBytes || !utf8.ValidString(v) {
+		return OtherModel
+	}
 	if _, ok := set[v]; ok {
 		return v
 	}
