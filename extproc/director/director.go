@@ -101,7 +101,6 @@ const (
 func (d *Director) HandleRequest(ctx context.Context, req *server.Request) (*server.Decision, server.Exchange, error) {
 	sr := d.schedulingRequest(req)
 	labels := metrics.Labels{Model: sr.IncomingModel, Target: sr.TargetModel, FairnessID: sr.FairnessID, Priority: sr.Priority}
-	d.metrics.RequestReceived(labels, requestSize(req))
 	dec, ex, err := d.decide(ctx, req, sr)
 	if !req.ReceivedAt.IsZero() {
 		d.metrics.RequestProcessing(time.Since(req.ReceivedAt))
@@ -111,6 +110,9 @@ func (d *Director) HandleRequest(ctx context.Context, req *server.Request) (*ser
 		d.metrics.RequestError(labels, string(e.Code))
 		return nil, nil, e
 	}
+	// Counted once routed, as llm-d does: a refusal is an error, not a
+	// request, so the dashboards' error rate is errors over routed requests.
+	d.metrics.RequestReceived(labels, requestSize(req))
 	ex.labels = labels
 	d.metrics.Running(labels, 1)
 	return dec, ex, nil

@@ -80,6 +80,34 @@ func TestModelServerErrorsCounted(t *testing.T) {
 			t.Fatalf("after a %d: %v ModelServerError errors, want %v", tc.status, got, tc.wantErrors)
 		}
 	}
+	// A request the picker refuses is an error, not a routed request.
+	empty := liveDirector(t, pool{}, time.Now)
+	empty.metrics = m
+	if _, _, err := empty.HandleRequest(ctx, completion("no one to serve it", false)); err == nil {
+		t.Fatal("routed without endpoints")
+	}
+	total, refused := 0.0, 0.0
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, s := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "llm_d_epp_request_total":
+				total += s.GetCounter().GetValue()
+			case "llm_d_epp_request_error_total":
+				for _, l := range s.GetLabel() {
+					if l.GetName() == "error_code" && l.GetValue() == "ServiceUnavailable" {
+						refused += s.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+	}
+	if total != 4 || refused != 1 {
+		t.Errorf("request_total %v and ServiceUnavailable errors %v after 4 routed and 1 refused, want 4 and 1", total, refused)
+	}
 	if n, err := testutil.GatherAndCount(reg, "llm_d_epp_request_size_bytes", "llm_d_epp_response_size_bytes", "llm_d_epp_request_duration_seconds"); err != nil || n != 3 {
 		t.Fatalf("size and duration series: %d (%v), want 3", n, err)
 	}

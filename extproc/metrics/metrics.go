@@ -315,8 +315,10 @@ func (m *Metrics) PrefixActual(plugin scheduling.TypedName, predicted, actual in
 	m.predictionErr.WithLabelValues(plugin.Type).Observe(float64(actual - predicted))
 }
 
-// RequestReceived counts a request; size is its body's length in bytes, or
-// negative when unknown (a headers-only request without content-length).
+// RequestReceived counts a routed request (llm-d counts a request once the
+// picker has decided where it goes; refusals count as errors only); size is
+// its body's length in bytes, or negative when unknown (a headers-only
+// request without content-length).
 func (m *Metrics) RequestReceived(l Labels, size int) {
 	if m == nil {
 		return
