@@ -10,7 +10,10 @@ STAMP      := $(CACHE)/setup.stamp
 GOFLAGS    ?=
 # Debian packages the build and tests use (checked with dpkg, installed only
 # when missing).
-APT_PKGS   := nodejs npm libucx-dev ucx-utils prometheus
+# prometheus: deploy/dashboards evaluates the dashboards' PromQL with it.
+APT_PKGS   := nodejs npm prometheus
+# libucx-dev, ucx-utils: nixl-cgo and the node agent (cgo over UCX), ucx_perftest.
+APT_PKGS   += libucx-dev ucx-utils
 # libzmq3-dev, gcc: the KV-event interop tests against the real libzmq.
 APT_PKGS   += libzmq3-dev gcc
 # Packages the wasm filter compiles in: they must keep building for wasip1.
@@ -22,7 +25,7 @@ export KVGATE_TOKENIZER_DIR := $(CURDIR)/$(CACHE)/tokenizers/qwen3
 
 all: build
 
-$(STAMP): go.mod go.sum scripts/setup.sh scripts/setup-tokenizer.sh
+$(STAMP): go.mod go.sum Makefile scripts/setup.sh scripts/setup-tokenizer.sh
 	@bash scripts/setup.sh $(APT_PKGS)
 	@bash scripts/setup-tokenizer.sh
 	@mkdir -p $(CACHE) && touch $@
@@ -50,10 +53,10 @@ wasm:
 
 # The whole suite, race detector on. The KVGATE_REQUIRE_* variables turn
 # "skip when an asset is missing" (tokenizer files and node, the envtest
-# binaries, gcc and libzmq) into failures: after setup they must be there. KVGATE_BIN_DIR
+# binaries, gcc and libzmq, prometheus) into failures: after setup they must be there. KVGATE_BIN_DIR
 # lets the end-to-end tests use the binaries just built.
 test: build envtest
-	KVGATE_REQUIRE_TOKENIZER=1 KVGATE_REQUIRE_ENVTEST=1 KVGATE_REQUIRE_LIBZMQ=1 KVGATE_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test -race -timeout 20m ./...
+	KVGATE_REQUIRE_TOKENIZER=1 KVGATE_REQUIRE_ENVTEST=1 KVGATE_REQUIRE_LIBZMQ=1 KVGATE_REQUIRE_PROMETHEUS=1 KVGATE_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test -race -timeout 20m ./...
 
 test-short: setup
 	$(GO) test -short ./...

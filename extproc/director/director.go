@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -129,7 +130,6 @@ const maxTokensCharged = 4 << 20
 // HandleRequest implements server.Director.
 func (d *Director) HandleRequest(ctx context.Context, req *server.Request) (*server.Decision, server.Exchange, error) {
 	sr := d.schedulingRequest(req)
-	d.metrics.RequestReceived(sr.IncomingModel, sr.TargetModel, sr.Priority)
 	var (
 		dec *server.Decision
 		ex  *exchange
@@ -144,11 +144,25 @@ func (d *Director) HandleRequest(ctx context.Context, req *server.Request) (*ser
 	} else {
 		dec, ex, err = d.decide(ctx, req, sr)
 	}
+	return d.routed(req, sr, dec, ex, err)
+}
+
+// routed counts a decision. A refusal is an error, not a request, as llm-d
+// counts them (the dashboards' error rate is errors over routed requests);
+// a routed request runs until its exchange ends.
+func (d *Director) routed(req *server.Request, sr *scheduling.Request, dec *server.Decision, ex *exchange, err error) (*server.Decision, server.Exchange, error) {
+	labels := metrics.Labels{Model: sr.IncomingModel, Target: sr.TargetModel, FairnessID: sr.FairnessID, Priority: sr.Priority}
+	if !req.ReceivedAt.IsZero() {
+		d.metrics.RequestProcessing(time.Since(req.ReceivedAt))
+	}
 	if err != nil {
 		e := inferr.As(err)
-		d.metrics.RequestError(sr.IncomingModel, sr.TargetModel, string(e.Code))
+		d.metrics.RequestError(labels, string(e.Code))
 		return nil, nil, e
 	}
+	d.metrics.RequestReceived(labels, requestSize(req))
+	ex.labels = labels
+	d.metrics.Running(labels, 1)
 	return dec, ex, nil
 }
 
@@ -158,7 +172,6 @@ func (d *Director) HandleRequest(ctx context.Context, req *server.Request) (*ser
 // Dispatch.
 func (d *Director) Classify(req *server.Request) (*scheduling.Request, flowcontrol.Request) {
 	sr := d.schedulingRequest(req)
-	d.metrics.RequestReceived(sr.IncomingModel, sr.TargetModel, sr.Priority)
 	return sr, FlowRequest(req, sr)
 }
 
@@ -167,12 +180,7 @@ func (d *Director) Classify(req *server.Request) (*scheduling.Request, flowcontr
 // director's Admission.
 func (d *Director) Dispatch(ctx context.Context, req *server.Request, sr *scheduling.Request, it *flowcontrol.Item) (*server.Decision, server.Exchange, error) {
 	dec, ex, err := d.dispatch(ctx, req, sr, it)
-	if err != nil {
-		e := inferr.As(err)
-		d.metrics.RequestError(sr.IncomingModel, sr.TargetModel, string(e.Code))
-		return nil, nil, e
-	}
-	return dec, ex, nil
+	return d.routed(req, sr, dec, ex, err)
 }
 
 func (d *Director) dispatch(ctx context.Context, req *server.Request, sr *scheduling.Request, it *flowcontrol.Item) (*server.Decision, *exchange, error) {
@@ -182,6 +190,18 @@ func (d *Director) dispatch(ctx context.Context, req *server.Request, sr *schedu
 		d.opts.Admission.Track(it, ex.revoke)
 	}
 	return dec, ex, err
+}
+
+// requestSize is the request body's length: the body the picker read, or
+// the content-length a headers-only request announced; -1 when unknown.
+func requestSize(req *server.Request) int {
+	if !req.HeaderOnly {
+		return len(req.Body)
+	}
+	if n, err := strconv.Atoi(req.Headers["content-length"]); err == nil && n >= 0 {
+		return n
+	}
+	return -1
 }
 
 func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduling.Request) (*server.Decision, *exchange, error) {
@@ -202,6 +222,7 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 	start := time.Now()
 	res, err := d.opts.Scheduler.Schedule(ctx, cs, sr, candidates)
 	d.metrics.SchedulerDuration(time.Since(start))
+	d.schedulerAttempt(sr, res, err)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		// The stream ended while scheduling: whatever a plugin made of
@@ -238,6 +259,22 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 	}
 	return dec, ex, nil
 }
+
+// schedulerAttempt counts a scheduling attempt with the primary endpoint
+// it chose.
+func (d *Director) schedulerAttempt(sr *scheduling.Request, res *scheduling.Result, err error) {
+	if err != nil || res == nil || len(res.Primary().Targets) == 0 {
+		d.metrics.SchedulerAttempt(metrics.AttemptFailure, sr.TargetModel, "", "", "")
+		return
+	}
+	t := res.Primary().Targets[0]
+	_, port, _ := net.SplitHostPort(t.Address())
+	d.metrics.SchedulerAttempt(metrics.AttemptSuccess, sr.TargetModel, t.Name(), t.Label(namespaceLabel), port)
+}
+
+// namespaceLabel is the endpoint label that carries its pod's namespace
+// when discovery knows it.
+const namespaceLabel = "namespace"
 
 // uncachedTokens is the prompt's length and the prefill work the chosen
 // endpoint must do: the prompt less what the prefix producer says it holds,
@@ -373,6 +410,7 @@ func subset(eps []*endpoints.Endpoint, hint []string) []*endpoints.Endpoint {
 // one event at a time, so it needs no lock.
 type exchange struct {
 	d        *Director
+	labels   metrics.Labels
 	sched    *scheduling.Request
 	cs       *scheduling.CycleState
 	charge   endpoints.Charge
@@ -381,6 +419,9 @@ type exchange struct {
 	chunks   int
 	first    time.Time
 	last     time.Time
+	bytes    int
+	// busy is the picker's time spent on the response's chunks.
+	busy     time.Duration
 	released bool
 	// flow is the request's flow-control item, nil without flow control;
 	// revoked is set by the flow controller's goroutine.
@@ -420,6 +461,8 @@ func (x *exchange) ResponseChunk(ctx context.Context, chunk []byte) {
 		return
 	}
 	now := x.d.now()
+	defer func() { x.busy += x.d.now().Sub(now) }()
+	x.bytes += len(chunk)
 	x.chunks++
 	if e := x.charge.Endpoint(); e != nil {
 		e.ObserveStep(now)
@@ -439,7 +482,7 @@ func (x *exchange) ResponseChunk(ctx context.Context, chunk []byte) {
 			x.d.metrics.PluginDuration(scheduling.PointFirstToken, h.TypedName(), time.Since(hs))
 		}
 	} else if x.sched.Stream {
-		x.d.metrics.ITL(x.sched.IncomingModel, x.sched.TargetModel, now.Sub(x.last))
+		x.d.metrics.ITL(x.labels, now.Sub(x.last))
 	}
 	x.last = now
 }
@@ -450,24 +493,35 @@ func (x *exchange) ResponseDone(ctx context.Context, sum server.ResponseSummary)
 		return
 	}
 	x.released = true
+	start := x.d.now()
 	x.moveTo(sum.ServedEndpoint)
 	served := x.charge.Endpoint()
 	x.charge.Release()
 	if adm := x.d.opts.Admission; adm != nil && x.flow != nil {
 		adm.Finished(x.flow)
 	}
+	x.d.metrics.Running(x.labels, -1)
+	// A model server's answer other than 200 is the request's error, as
+	// llm-d counts it.
+	if sum.Status != 0 && sum.Status != 200 {
+		x.d.metrics.RequestError(x.labels, string(inferr.ModelServerError))
+	}
 
 	res := &scheduling.Response{Endpoint: served, Status: sum.Status, Usage: sum.Usage, Complete: sum.Complete}
 	if x.chunks > 0 {
 		res.TTFT = x.first.Sub(x.received)
 	}
+	if sum.Complete {
+		x.d.metrics.ResponseComplete(x.labels, metrics.Response{
+			Received: x.received, FirstChunk: x.first, Done: start, Streaming: sum.Streaming, Bytes: x.bytes,
+			Usage: sum.Usage, UsageFound: sum.UsageFound, Processing: x.busy + x.d.now().Sub(start),
+		})
+	}
 	if sum.Complete && sum.UsageFound {
-		x.d.metrics.Usage(x.sched.IncomingModel, x.sched.TargetModel, sum.Usage)
 		// Time per output token needs tokens spread over time: only a
 		// streamed response shows when its tokens were produced.
 		if n := sum.Usage.CompletionTokens; sum.Streaming && n > 1 && x.chunks > 0 {
 			res.TPOT = x.last.Sub(x.first) / time.Duration(n-1)
-			x.d.metrics.TPOT(x.sched.IncomingModel, x.sched.TargetModel, res.TPOT)
 		}
 	}
 	for _, h := range x.d.opts.Hooks.ResponseComplete {

@@ -257,6 +257,9 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	}
 
 	p.kvIndex = kvindex.New(kvindex.Config{})
+	if err := p.reg.Register(kvindex.NewCollector(p.kvIndex)); err != nil {
+		return nil, fmt.Errorf("kv index metrics: %w", err)
+	}
 	h := &scheduling.Handle{Log: log, Now: time.Now, Services: precise.WithKVIndex(nil, p.kvIndex)}
 	h.Services[prefixmatch.ServiceRecorder] = p.metrics
 	h.Services[flowpolicy.ServiceRegisterer] = prometheus.Registerer(p.reg)

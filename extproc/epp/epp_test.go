@@ -385,7 +385,7 @@ func TestSSEPassthroughWithUsage(t *testing.T) {
 	waitFor(t, "usage in metrics", func() bool {
 		page := getPage(t, f.metrics)
 		return strings.Contains(page, `inference_objective_input_tokens_sum{model_name="base",target_model_name="base"} 7`) &&
-			strings.Contains(page, `llm_d_epp_request_cached_tokens_sum{model_name="base",target_model_name="base"} 4`) &&
+			strings.Contains(page, `llm_d_epp_request_cached_tokens_sum{fairness_id="default-flow",model_name="base",priority="0",target_model_name="base"} 4`) &&
 			strings.Contains(page, `inference_objective_request_ttft_seconds_count{model_name="base",target_model_name="base"} 1`) &&
 			strings.Contains(page, `kvgate_prefix_predicted_cached_tokens_count{plugin_type="prefix-cache-scorer"} 1`) &&
 			strings.Contains(page, `kvgate_prefix_prediction_error_tokens_count{plugin_type="prefix-cache-scorer"} 1`)

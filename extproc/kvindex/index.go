@@ -47,6 +47,8 @@ type Index struct {
 	nextID uint16 // ids below it have been handed out at least once
 
 	scratch sync.Pool // *lookupScratch
+
+	act activity
 }
 
 // New returns an empty index.
@@ -123,6 +125,7 @@ func (idx *Index) Add(endpoint string, tier Tier, hashes []uint64) error {
 		}
 	}
 	defer idx.epMu.RUnlock()
+	idx.act.admissions.Add(uint64(len(hashes)))
 	bit := tier.bit()
 	for _, h := range hashes {
 		m := mix64(h)
@@ -142,6 +145,7 @@ func (idx *Index) Remove(endpoint string, tier Tier, hashes []uint64) {
 	if !ok {
 		return
 	}
+	idx.act.removals.Add(uint64(len(hashes)))
 	bit := tier.bit()
 	for _, h := range hashes {
 		m := mix64(h)

@@ -1,5 +1,7 @@
 package kvindex
 
+import "time"
+
 // lookupScratch is one Lookup's working memory, pooled so that Lookup does
 // not allocate. Arrays are indexed by endpoint id; stamp tells which ids are
 // this call's candidates still matching, so nothing needs clearing between
@@ -42,6 +44,15 @@ func (idx *Index) LookupRuns(hashes []uint64, endpoints []string, out []float64,
 }
 
 func (idx *Index) lookup(hashes []uint64, endpoints []string, out []float64, runs []int) int {
+	start := time.Now()
+	matched := idx.walk(hashes, endpoints, out, runs)
+	idx.act.lookups.Add(1)
+	idx.act.hits.Add(uint64(matched))
+	idx.act.latency.observe(time.Since(start))
+	return matched
+}
+
+func (idx *Index) walk(hashes []uint64, endpoints []string, out []float64, runs []int) int {
 	out = out[:len(endpoints)]
 	clear(out)
 	sc := idx.scratch.Get().(*lookupScratch)

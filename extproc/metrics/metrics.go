@@ -1,16 +1,22 @@
-// Package metrics defines the picker's request and scheduler metrics under
-// the names users' dashboards already use: GIE's inference_objective_* and
-// inference_extension_*, and llm-d's llm_d_epp_*. Pool and endpoint gauges
-// live with the endpoint datastore that owns that state.
+// Package metrics defines the picker's request, scheduler, plugin and
+// build metrics under the names users' dashboards and autoscalers read:
+// llm-d's current llm_d_epp_* catalog, and the GIE-era names that llm-d
+// still emits beside them (inference_objective_*, inference_extension_*),
+// with upstream's labels and buckets (llm-d-router pkg/epp/metrics). Pool
+// and endpoint gauges live with the endpoint datastore that owns that state
+// (extproc/endpoints/poolmetrics); KV-index metrics with the index
+// (extproc/kvindex.Collector).
 //
 // Everything registers on a Registerer the binary passes in; nothing touches
 // the global Prometheus registry.
 package metrics
 
 import (
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -20,24 +26,38 @@ import (
 	"github.com/kvgate/kvgate/internal/openai"
 )
 
-// Metrics records per-request and per-decision observations.
+// Labels identify a request in the request metrics.
+type Labels struct {
+	Model, Target string
+	FairnessID    string
+	Priority      int
+}
+
+// Metrics records per-request and per-decision observations. A nil
+// *Metrics records nothing.
 type Metrics struct {
-	requests      *prometheus.CounterVec
-	errors        *prometheus.CounterVec
-	ttft          []*prometheus.HistogramVec
-	tpot          []*prometheus.HistogramVec
-	itl           *prometheus.HistogramVec
-	inputTokens   *prometheus.HistogramVec
-	outputTokens  *prometheus.HistogramVec
-	cachedTokens  []*prometheus.HistogramVec
-	schedulerE2E  []prometheus.Histogram
-	pluginLatency []*prometheus.HistogramVec
-	prefixHit     []*prometheus.HistogramVec
-	predicted     *prometheus.HistogramVec
-	predictionErr *prometheus.HistogramVec
-	predTTFT      *prometheus.HistogramVec
-	predTPOT      *prometheus.HistogramVec
-	latencyErr    *prometheus.HistogramVec
+	// GIE names: labels model_name, target_model_name (+priority on the
+	// request counter, +error_code on the error counter).
+	gieRequests, gieErrors                   *prometheus.CounterVec
+	gieDuration, gieReqSize, gieRespSize     *prometheus.HistogramVec
+	gieInput, gieOutput, gieCached, gieNTPOT *prometheus.HistogramVec
+	gieRunning                               *prometheus.GaugeVec // model_name only
+	// llm-d names: labels model_name, target_model_name, fairness_id,
+	// priority (+error_code, +streaming).
+	requests, errors               *prometheus.CounterVec
+	duration, reqSize, respSize    *prometheus.HistogramVec
+	input, output, cached, ntpot   *prometheus.HistogramVec
+	ttftLLMD, tpotLLMD, itlLLMD    *prometheus.HistogramVec
+	running                        *prometheus.GaugeVec
+	reqProcessing, respProcessing  prometheus.Histogram
+	schedulerE2E                   []prometheus.Histogram
+	gieAttempts, attempts          *prometheus.CounterVec
+	pluginLatency                  []*prometheus.HistogramVec
+	gieHitRatio                    prometheus.Histogram
+	hitRatio                       *prometheus.HistogramVec
+	gieTTFT, gieTPOT               *prometheus.HistogramVec
+	predicted, predictionErr       *prometheus.HistogramVec
+	predTTFT, predTPOT, latencyErr *prometheus.HistogramVec
 
 	// pluginObservers caches the label lookups of plugin timings, which run
 	// several times per request on the hot path. Bounded by the number of
@@ -45,32 +65,53 @@ type Metrics struct {
 	mu              sync.RWMutex
 	pluginObservers map[pluginKey][]prometheus.Observer
 
-	// models bounds the model-name label values: the names come from
-	// clients, and each new one would create series for good.
-	modelMu sync.Mutex
-	models  map[string]struct{}
+	// models and fairness bound the label values that come from clients:
+	// each new value would create series for good.
+	boundMu  sync.Mutex
+	models   map[string]struct{}
+	fairness map[string]struct{}
 }
 
-// MaxModelLabels is how many distinct model names get their own series;
-// later ones are counted under OtherModel.
+// MaxModelLabels is how many distinct model names (incoming and target
+// together) get their own series, and MaxFairnessLabels how many fairness
+// ids, as in llm-d; later values are counted under OtherModel. Values
+// longer than MaxLabelValueBytes, or not UTF-8, are counted there too: a
+// thousand names of a megabyte each would make /metrics a gigabyte.
 const (
-	MaxModelLabels = 256
-	OtherModel     = "other"
+	MaxModelLabels     = 1000
+	MaxFairnessLabels  = 1000
+	MaxLabelValueBytes = 256
+	OtherModel         = "other"
 )
 
-// model returns name as a label value, or OtherModel once the bound is
-// reached.
-func (m *Metrics) model(name string) string {
-	m.modelMu.Lock()
-	defer m.modelMu.Unlock()
-	if _, ok := m.models[name]; ok {
-		return name
-	}
-	if len(m.models) >= MaxModelLabels {
+// bound returns v as a label value, or OtherModel once set holds max
+// values or when v is unfit for one.
+func (m *Metrics) bound(set map[string]struct{}, max int, v string) string {
+	if len(v) > MaxLabelValueBytes || !utf8.ValidString(v) {
 		return OtherModel
 	}
-	m.models[name] = struct{}{}
-	return name
+	if _, ok := set[v]; ok {
+		return v
+	}
+	if len(set) >= max {
+		return OtherModel
+	}
+	set[v] = struct{}{}
+	return v
+}
+
+func (m *Metrics) model(name string) string {
+	m.boundMu.Lock()
+	defer m.boundMu.Unlock()
+	return m.bound(m.models, MaxModelLabels, name)
+}
+
+// values are l's llm-d label values: model, target, fairness, priority.
+func (m *Metrics) values(l Labels) (model, target, fairness, priority string) {
+	m.boundMu.Lock()
+	defer m.boundMu.Unlock()
+	return m.bound(m.models, MaxModelLabels, l.Model), m.bound(m.models, MaxModelLabels, l.Target),
+		m.bound(m.fairness, MaxFairnessLabels, l.FairnessID), strconv.Itoa(l.Priority)
 }
 
 type pluginKey struct {
@@ -78,22 +119,48 @@ type pluginKey struct {
 	tn    scheduling.TypedName
 }
 
-// Bucket layouts.
+// Bucket layouts, upstream's (llm-d-router pkg/epp/metrics) unless noted.
 var (
-	// latencyBuckets cover time to first token and whole requests.
-	latencyBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
-	// tokenLatencyBuckets cover per-token latencies.
+	// generalLatencyBuckets: 5 ms to an hour.
+	generalLatencyBuckets = []float64{0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3, 4, 5, 6,
+		8, 10, 15, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600, 900, 1200, 1800, 2700, 3600}
+	requestSizeBuckets = []float64{64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536,
+		131072, 262144, 524288, 1048576, 2097152, 4194304, 8388608,
+		16777216, 33554432, 67108864, 134217728, 268435456, 536870912, 1073741824}
+	// 32778 (sic) is upstream's.
+	responseSizeBuckets = []float64{1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32778, 65536}
+	inputTokenBuckets   = []float64{1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32778, 65536, 131072, 262144, 524288, 1048576}
+	outputTokenBuckets  = []float64{1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192}
+	ntpotBuckets        = []float64{0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0}
+	ttftBuckets         = []float64{0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 45, 60, 120}
+	tpotBuckets         = []float64{0.0005, 0.00205, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.125, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1, 2}
+	itlBuckets          = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2}
+	schedulerBuckets    = []float64{0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1}
+	reqProcBuckets      = []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.015, 0.025, 0.04, 0.06, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+	respProcBuckets     = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}
+	ratioBuckets        = []float64{0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0}
+
+	// kvgate's own histograms.
+	latencyBuckets      = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
 	tokenLatencyBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1}
-	// schedulerBuckets start at 100 µs as GIE's do, with finer steps below
-	// since kvgate's decisions take tens of microseconds.
-	schedulerBuckets = []float64{0.00001, 0.000025, 0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05, 0.1}
-	tokenBuckets     = prometheus.ExponentialBuckets(16, 2, 16)
-	ratioBuckets     = prometheus.LinearBuckets(0, 0.1, 11)
+	tokenBuckets        = prometheus.ExponentialBuckets(16, 2, 16)
 	// errorBuckets are symmetric: a prediction can miss either way.
 	errorBuckets = []float64{-8192, -2048, -512, -128, -32, -1, 0, 1, 32, 128, 512, 2048, 8192}
+	// relativeErrorBuckets span under- and over-prediction by up to 4x.
+	relativeErrorBuckets = []float64{-0.75, -0.5, -0.25, -0.1, -0.05, 0, 0.05, 0.1, 0.25, 0.5, 1, 2, 4}
 )
 
-var modelLabels = []string{"model_name", "target_model_name"}
+var (
+	modelLabels      = []string{"model_name", "target_model_name"}
+	requestLabels    = []string{"model_name", "target_model_name", "fairness_id", "priority"}
+	pluginLabels     = []string{"extension_point", "plugin_type", "plugin_name"}
+	gieAttemptLabels = []string{"status", "target_model_name", "pod_name", "namespace", "port"}
+	attemptLabels    = []string{"status", "target_model_name", "endpoint_name", "namespace", "port"}
+)
+
+func with(labels []string, more ...string) []string {
+	return append(append([]string{}, labels...), more...)
+}
 
 // New creates and registers the metrics on reg.
 func New(reg prometheus.Registerer) *Metrics {
@@ -102,46 +169,74 @@ func New(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(h)
 		return h
 	}
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+		reg.MustRegister(c)
+		return c
+	}
+	gauge := func(name, help string, labels ...string) *prometheus.GaugeVec {
+		g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+		reg.MustRegister(g)
+		return g
+	}
+	plain := func(name, help string, buckets []float64) prometheus.Histogram {
+		h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
+		reg.MustRegister(h)
+		return h
+	}
 	m := &Metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "inference_objective_request_total", Help: "Requests received, by model and priority.",
-		}, append(modelLabels, "priority")),
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "inference_objective_request_error_total", Help: "Requests answered with an error by the picker, by error code.",
-		}, append(modelLabels, "error_code")),
 		pluginObservers: map[pluginKey][]prometheus.Observer{},
 		models:          map[string]struct{}{},
+		fairness:        map[string]struct{}{},
 	}
-	reg.MustRegister(m.requests, m.errors)
-	m.ttft = []*prometheus.HistogramVec{
-		hist("inference_objective_request_ttft_seconds", "Time to first token measured on the response stream.", latencyBuckets, modelLabels...),
-		hist("llm_d_epp_request_ttft_seconds", "Time to first token measured on the response stream.", latencyBuckets, modelLabels...),
-	}
-	m.tpot = []*prometheus.HistogramVec{
-		hist("inference_objective_request_tpot_seconds", "Time per output token after the first, measured on streamed responses.", tokenLatencyBuckets, modelLabels...),
-		hist("llm_d_epp_request_streaming_tpot_seconds", "Time per output token after the first, measured on streamed responses.", tokenLatencyBuckets, modelLabels...),
-	}
-	m.itl = hist("llm_d_epp_request_streaming_itl_seconds", "Gap between consecutive response chunks of streaming requests.", tokenLatencyBuckets, modelLabels...)
-	m.inputTokens = hist("inference_objective_input_tokens", "Prompt tokens per request as reported by the model server.", tokenBuckets, modelLabels...)
-	m.outputTokens = hist("inference_objective_output_tokens", "Completion tokens per request as reported by the model server.", tokenBuckets, modelLabels...)
-	m.cachedTokens = []*prometheus.HistogramVec{
-		hist("inference_objective_prompt_cached_tokens", "Prompt tokens served from the prefix cache, as reported by the model server.", tokenBuckets, modelLabels...),
-		hist("llm_d_epp_request_cached_tokens", "Prompt tokens served from the prefix cache, as reported by the model server.", tokenBuckets, modelLabels...),
-	}
+
+	m.gieRequests = counter("inference_objective_request_total", "[Deprecated: use llm_d_epp_request_total] Requests received, by model and priority.", with(modelLabels, "priority")...)
+	m.gieErrors = counter("inference_objective_request_error_total", "[Deprecated: use llm_d_epp_request_error_total] Request errors, by error code.", with(modelLabels, "error_code")...)
+	m.gieDuration = hist("inference_objective_request_duration_seconds", "[Deprecated: use llm_d_epp_request_duration_seconds] Request latency, from its arrival at the picker to the end of the response.", generalLatencyBuckets, modelLabels...)
+	m.gieReqSize = hist("inference_objective_request_sizes", "[Deprecated: use llm_d_epp_request_size_bytes] Request body size in bytes.", requestSizeBuckets, modelLabels...)
+	m.gieRespSize = hist("inference_objective_response_sizes", "[Deprecated: use llm_d_epp_response_size_bytes] Response body size in bytes.", responseSizeBuckets, modelLabels...)
+	m.gieInput = hist("inference_objective_input_tokens", "[Deprecated: use llm_d_epp_request_input_tokens] Prompt tokens per request as reported by the model server.", inputTokenBuckets, modelLabels...)
+	m.gieOutput = hist("inference_objective_output_tokens", "[Deprecated: use llm_d_epp_request_output_tokens] Completion tokens per request as reported by the model server.", outputTokenBuckets, modelLabels...)
+	m.gieCached = hist("inference_objective_prompt_cached_tokens", "[Deprecated: use llm_d_epp_request_cached_tokens] Prompt tokens served from the prefix cache, as reported by the model server.", inputTokenBuckets, modelLabels...)
+	m.gieRunning = gauge("inference_objective_running_requests", "[Deprecated: use llm_d_epp_request_running] Requests routed whose response has not ended.", "model_name")
+	m.gieNTPOT = hist("inference_objective_normalized_time_per_output_token_seconds", "[Deprecated: use llm_d_epp_request_ntpot_seconds] Request latency divided by its output tokens.", ntpotBuckets, modelLabels...)
+
+	m.requests = counter("llm_d_epp_request_total", "Total number of processed requests.", requestLabels...)
+	m.errors = counter("llm_d_epp_request_error_total", "Total number of request errors.", with(requestLabels, "error_code")...)
+	m.duration = hist("llm_d_epp_request_duration_seconds", "End-to-end request latency distribution in seconds.", generalLatencyBuckets, requestLabels...)
+	m.reqSize = hist("llm_d_epp_request_size_bytes", "Incoming request body size distribution in bytes.", requestSizeBuckets, requestLabels...)
+	m.respSize = hist("llm_d_epp_response_size_bytes", "Outgoing response body size distribution in bytes.", responseSizeBuckets, requestLabels...)
+	m.input = hist("llm_d_epp_request_input_tokens", "Input token count distribution per request.", inputTokenBuckets, requestLabels...)
+	m.output = hist("llm_d_epp_request_output_tokens", "Output token count distribution per request.", outputTokenBuckets, requestLabels...)
+	m.cached = hist("llm_d_epp_request_cached_tokens", "Prompt tokens read from cache per request, as reported by the model server.", inputTokenBuckets, requestLabels...)
+	m.running = gauge("llm_d_epp_request_running", "Current number of active running requests.", requestLabels...)
+	m.ntpot = hist("llm_d_epp_request_ntpot_seconds", "Normalized time per output token in seconds (end-to-end latency divided by output token count).", ntpotBuckets, requestLabels...)
+	m.ttftLLMD = hist("llm_d_epp_request_ttft_seconds", "Time to first token in seconds, from request received to the first response byte; for non-streaming requests, the whole request.", ttftBuckets, with(requestLabels, "streaming")...)
+	m.tpotLLMD = hist("llm_d_epp_request_streaming_tpot_seconds", "Average time per output token of streaming requests, (e2e - TTFT) / (output_tokens - 1).", tpotBuckets, requestLabels...)
+	m.itlLLMD = hist("llm_d_epp_request_streaming_itl_seconds", "Time between consecutive response body chunks of streaming requests.", itlBuckets, requestLabels...)
+	m.reqProcessing = plain("llm_d_epp_request_processing_duration_seconds", "Picker time from a request's arrival until its body was handled (the routing decision sent).", reqProcBuckets)
+	m.respProcessing = plain("llm_d_epp_response_processing_duration_seconds", "Picker time spent handling a response: the sum of its per-chunk handling.", respProcBuckets)
+
 	for _, name := range []string{"inference_extension_scheduler_e2e_duration_seconds", "llm_d_epp_scheduler_e2e_duration_seconds"} {
-		h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: "Time to schedule one request, all profiles.", Buckets: schedulerBuckets})
-		reg.MustRegister(h)
-		m.schedulerE2E = append(m.schedulerE2E, h)
+		m.schedulerE2E = append(m.schedulerE2E, plain(name, "End-to-end scheduling latency distribution in seconds.", schedulerBuckets))
 	}
-	pluginLabels := []string{"extension_point", "plugin_type", "plugin_name"}
+	m.gieAttempts = counter("inference_extension_scheduler_attempts_total", "[Deprecated: use llm_d_epp_scheduler_attempts_total] Total number of scheduling attempts.", gieAttemptLabels...)
+	m.attempts = counter("llm_d_epp_scheduler_attempts_total", "Total number of scheduling attempts.", attemptLabels...)
 	m.pluginLatency = []*prometheus.HistogramVec{
-		hist("inference_extension_plugin_duration_seconds", "Time spent in one plugin call.", schedulerBuckets, pluginLabels...),
-		hist("llm_d_epp_plugin_duration_seconds", "Time spent in one plugin call.", schedulerBuckets, pluginLabels...),
+		hist("inference_extension_plugin_duration_seconds", "[Deprecated: use llm_d_epp_plugin_duration_seconds] Plugin processing latency in seconds.", schedulerBuckets, pluginLabels...),
+		hist("llm_d_epp_plugin_duration_seconds", "Plugin processing latency distribution in seconds for each extension point, plugin type and plugin name.", schedulerBuckets, pluginLabels...),
 	}
-	m.prefixHit = []*prometheus.HistogramVec{
-		hist("inference_extension_prefix_indexer_hit_ratio", "Share of a routed prompt the prefix plugin expected the chosen endpoint to have cached.", ratioBuckets, "plugin_type"),
-		hist("llm_d_epp_prefix_indexer_hit_ratio", "Share of a routed prompt the prefix plugin expected the chosen endpoint to have cached.", ratioBuckets, "plugin_type"),
+	m.gieHitRatio = plain("inference_extension_prefix_indexer_hit_ratio", "[Deprecated: use llm_d_epp_prefix_indexer_hit_ratio] Share of a routed prompt the prefix plugin expected the chosen endpoint to have cached.", ratioBuckets)
+	m.hitRatio = hist("llm_d_epp_prefix_indexer_hit_ratio", "Share of a routed prompt the prefix plugin expected the chosen endpoint to have cached.", ratioBuckets, "plugin_name", "plugin_type")
+
+	commit, ref := buildInfo()
+	for _, name := range []string{"inference_extension_info", "llm_d_epp_info"} {
+		g := gauge(name, "General information of the current build of the endpoint picker.", "commit", "build_ref")
+		g.WithLabelValues(commit, ref).Set(1)
 	}
+
+	m.gieTTFT = hist("inference_objective_request_ttft_seconds", "Time to first token measured on the response stream.", latencyBuckets, modelLabels...)
+	m.gieTPOT = hist("inference_objective_request_tpot_seconds", "Time per output token after the first, measured on streamed responses.", tokenLatencyBuckets, modelLabels...)
 	m.predicted = hist("kvgate_prefix_predicted_cached_tokens", "Prompt tokens the prefix plugin expected the chosen endpoint to serve from cache.", tokenBuckets, "plugin_type")
 	m.predictionErr = hist("kvgate_prefix_prediction_error_tokens", "Cached tokens the server reported minus those the prefix plugin predicted.", errorBuckets, "plugin_type")
 	m.predTTFT = hist("llm_d_epp_request_predicted_ttft_seconds", "Predicted time to first token of each routed request on its chosen endpoint.", latencyBuckets, modelLabels...)
@@ -150,8 +245,20 @@ func New(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// relativeErrorBuckets span under- and over-prediction by up to 4x.
-var relativeErrorBuckets = []float64{-0.75, -0.5, -0.25, -0.1, -0.05, 0, 0.05, 0.1, 0.25, 0.5, 1, 2, 4}
+// buildInfo is the info metrics' commit and build_ref: the VCS revision
+// and the module version the binary was built from.
+func buildInfo() (commit, ref string) {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "", ""
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" {
+			commit = s.Value
+		}
+	}
+	return commit, bi.Main.Version
+}
 
 // Predicted implements latency.Recorder.
 func (m *Metrics) Predicted(_, model string, e latency.Estimate) {
@@ -182,7 +289,6 @@ func (m *Metrics) observedLatency(kind string, predicted, actual time.Duration) 
 	m.latencyErr.WithLabelValues(kind).Observe((predicted - actual).Seconds() / actual.Seconds())
 }
 
-// PrefixPredicted implements scheduling.PrefixRecorder.
 // The picker hands Metrics to the prefix scorers as an untyped handle
 // service; this keeps a signature change from silently disabling the
 // prediction metrics.
@@ -194,9 +300,9 @@ func (m *Metrics) PrefixPredicted(plugin scheduling.TypedName, predicted, prompt
 		return
 	}
 	if prompt > 0 {
-		for _, h := range m.prefixHit {
-			h.WithLabelValues(plugin.Type).Observe(float64(predicted) / float64(prompt))
-		}
+		r := float64(predicted) / float64(prompt)
+		m.gieHitRatio.Observe(r)
+		m.hitRatio.WithLabelValues(plugin.Name, plugin.Type).Observe(r)
 	}
 	m.predicted.WithLabelValues(plugin.Type).Observe(float64(predicted))
 }
@@ -209,20 +315,52 @@ func (m *Metrics) PrefixActual(plugin scheduling.TypedName, predicted, actual in
 	m.predictionErr.WithLabelValues(plugin.Type).Observe(float64(actual - predicted))
 }
 
-// RequestReceived counts a request.
-func (m *Metrics) RequestReceived(model, target string, priority int) {
+// RequestReceived counts a routed request (llm-d counts a request once the
+// picker has decided where it goes; refusals count as errors only); size is
+// its body's length in bytes, or negative when unknown (a headers-only
+// request without content-length).
+func (m *Metrics) RequestReceived(l Labels, size int) {
 	if m == nil {
 		return
 	}
-	m.requests.WithLabelValues(m.model(model), m.model(target), strconv.Itoa(priority)).Inc()
+	model, target, fair, prio := m.values(l)
+	m.gieRequests.WithLabelValues(model, target, prio).Inc()
+	m.requests.WithLabelValues(model, target, fair, prio).Inc()
+	if size >= 0 {
+		m.gieReqSize.WithLabelValues(model, target).Observe(float64(size))
+		m.reqSize.WithLabelValues(model, target, fair, prio).Observe(float64(size))
+	}
 }
 
-// RequestError counts a request the picker answered with an error.
-func (m *Metrics) RequestError(model, target, code string) {
+// RequestError counts a request that ended in an error: one the picker
+// answered, or a model server's non-200 answer (inferr.ModelServerError).
+func (m *Metrics) RequestError(l Labels, code string) {
+	if m == nil || code == "" {
+		return
+	}
+	model, target, fair, prio := m.values(l)
+	m.gieErrors.WithLabelValues(model, target, code).Inc()
+	m.errors.WithLabelValues(model, target, fair, prio, code).Inc()
+}
+
+// Running adds delta (+1 when a request is routed, -1 when its response
+// ends) to the running-requests gauges.
+func (m *Metrics) Running(l Labels, delta int) {
+	if m == nil || l.Model == "" {
+		return
+	}
+	model, target, fair, prio := m.values(l)
+	m.gieRunning.WithLabelValues(model).Add(float64(delta))
+	m.running.WithLabelValues(model, target, fair, prio).Add(float64(delta))
+}
+
+// RequestProcessing records the picker's time on a request up to its
+// decision.
+func (m *Metrics) RequestProcessing(d time.Duration) {
 	if m == nil {
 		return
 	}
-	m.errors.WithLabelValues(m.model(model), m.model(target), code).Inc()
+	m.reqProcessing.Observe(d.Seconds())
 }
 
 // SchedulerDuration records one scheduling decision.
@@ -233,6 +371,23 @@ func (m *Metrics) SchedulerDuration(d time.Duration) {
 	for _, h := range m.schedulerE2E {
 		h.Observe(d.Seconds())
 	}
+}
+
+// Scheduler attempt outcomes, the status label.
+const (
+	AttemptSuccess = "success"
+	AttemptFailure = "failure"
+)
+
+// SchedulerAttempt counts one scheduling attempt and, on success, the
+// primary endpoint chosen (name, namespace, port; empty on failure).
+func (m *Metrics) SchedulerAttempt(status, target, endpoint, namespace, port string) {
+	if m == nil {
+		return
+	}
+	target = m.model(target)
+	m.gieAttempts.WithLabelValues(status, target, endpoint, namespace, port).Inc()
+	m.attempts.WithLabelValues(status, target, endpoint, namespace, port).Inc()
 }
 
 // PluginDuration records one plugin call; it has the scheduling.Observer
@@ -258,44 +413,75 @@ func (m *Metrics) PluginDuration(point string, tn scheduling.TypedName, d time.D
 	}
 }
 
-// TTFT records a time to first token.
+// TTFT records a time to first token as the first response chunk passes.
 func (m *Metrics) TTFT(model, target string, d time.Duration) {
 	if m == nil {
 		return
 	}
-	for _, h := range m.ttft {
-		h.WithLabelValues(m.model(model), m.model(target)).Observe(d.Seconds())
-	}
-}
-
-// TPOT records the mean time per output token after the first, measured on
-// a streamed response.
-func (m *Metrics) TPOT(model, target string, d time.Duration) {
-	if m == nil {
-		return
-	}
-	for _, h := range m.tpot {
-		h.WithLabelValues(m.model(model), m.model(target)).Observe(d.Seconds())
-	}
+	m.gieTTFT.WithLabelValues(m.model(model), m.model(target)).Observe(d.Seconds())
 }
 
 // ITL records the gap between two response chunks of a streaming request.
-func (m *Metrics) ITL(model, target string, d time.Duration) {
+func (m *Metrics) ITL(l Labels, d time.Duration) {
 	if m == nil {
 		return
 	}
-	m.itl.WithLabelValues(m.model(model), m.model(target)).Observe(d.Seconds())
+	model, target, fair, prio := m.values(l)
+	m.itlLLMD.WithLabelValues(model, target, fair, prio).Observe(d.Seconds())
 }
 
-// Usage records the token counts a response reported.
-func (m *Metrics) Usage(model, target string, u openai.Usage) {
+// Response is what the picker saw of a response that ended.
+type Response struct {
+	Received, FirstChunk, Done time.Time // FirstChunk zero without a body
+	Streaming                  bool
+	Bytes                      int
+	// Usage is the token counts the response reported; UsageFound false
+	// when it reported none.
+	Usage      openai.Usage
+	UsageFound bool
+	// Processing is the picker's own time spent on the response.
+	Processing time.Duration
+}
+
+// ResponseComplete records a response seen to its end: latency, size,
+// TTFT, time per output token and token counts.
+func (m *Metrics) ResponseComplete(l Labels, r Response) {
 	if m == nil {
 		return
 	}
-	model, target = m.model(model), m.model(target)
-	m.inputTokens.WithLabelValues(model, target).Observe(float64(u.PromptTokens))
-	m.outputTokens.WithLabelValues(model, target).Observe(float64(u.CompletionTokens))
-	for _, h := range m.cachedTokens {
-		h.WithLabelValues(model, target).Observe(float64(u.CachedTokens))
+	model, target, fair, prio := m.values(l)
+	m.respProcessing.Observe(r.Processing.Seconds())
+	m.gieRespSize.WithLabelValues(model, target).Observe(float64(r.Bytes))
+	m.respSize.WithLabelValues(model, target, fair, prio).Observe(float64(r.Bytes))
+	if !r.Done.After(r.Received) {
+		return
+	}
+	e2e := r.Done.Sub(r.Received).Seconds()
+	m.gieDuration.WithLabelValues(model, target).Observe(e2e)
+	m.duration.WithLabelValues(model, target, fair, prio).Observe(e2e)
+	if r.FirstChunk.After(r.Received) {
+		m.ttftLLMD.WithLabelValues(model, target, fair, prio, strconv.FormatBool(r.Streaming)).Observe(r.FirstChunk.Sub(r.Received).Seconds())
+	}
+	if !r.UsageFound {
+		return
+	}
+	u := r.Usage
+	if u.PromptTokens > 0 {
+		m.gieInput.WithLabelValues(model, target).Observe(float64(u.PromptTokens))
+		m.input.WithLabelValues(model, target, fair, prio).Observe(float64(u.PromptTokens))
+	}
+	if u.CompletionTokens > 0 {
+		m.gieOutput.WithLabelValues(model, target).Observe(float64(u.CompletionTokens))
+		m.output.WithLabelValues(model, target, fair, prio).Observe(float64(u.CompletionTokens))
+		n := e2e / float64(u.CompletionTokens)
+		m.gieNTPOT.WithLabelValues(model, target).Observe(n)
+		m.ntpot.WithLabelValues(model, target, fair, prio).Observe(n)
+	}
+	m.gieCached.WithLabelValues(model, target).Observe(float64(u.CachedTokens))
+	m.cached.WithLabelValues(model, target, fair, prio).Observe(float64(u.CachedTokens))
+	if r.Streaming && u.CompletionTokens > 1 && r.FirstChunk.After(r.Received) && r.Done.After(r.FirstChunk) {
+		tpot := r.Done.Sub(r.FirstChunk) / time.Duration(u.CompletionTokens-1)
+		m.tpotLLMD.WithLabelValues(model, target, fair, prio).Observe(tpot.Seconds())
+		m.gieTPOT.WithLabelValues(model, target).Observe(tpot.Seconds())
 	}
 }

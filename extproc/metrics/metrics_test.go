@@ -19,16 +19,16 @@ func TestModelLabelsBounded(t *testing.T) {
 	m := New(reg)
 	for i := range MaxModelLabels + 50 {
 		name := fmt.Sprintf("model-%d", i)
-		m.RequestReceived(name, name, 0)
+		m.RequestReceived(Labels{Model: name, Target: name, FairnessID: "f"}, -1)
 	}
-	if n := testutil.CollectAndCount(m.requests); n != MaxModelLabels+1 {
+	if n := testutil.CollectAndCount(m.gieRequests); n != MaxModelLabels+1 {
 		t.Fatalf("%d request series, want %d", n, MaxModelLabels+1)
 	}
-	if got := testutil.ToFloat64(m.requests.WithLabelValues(OtherModel, OtherModel, "0")); got != 50 {
+	if got := testutil.ToFloat64(m.gieRequests.WithLabelValues(OtherModel, OtherModel, "0")); got != 50 {
 		t.Fatalf("other series counted %v, want 50", got)
 	}
-	m.RequestReceived("model-3", "model-3", 0) // a known name keeps its series
-	if got := testutil.ToFloat64(m.requests.WithLabelValues("model-3", "model-3", "0")); got != 2 {
+	m.RequestReceived(Labels{Model: "model-3", Target: "model-3", FairnessID: "f"}, -1) // a known name keeps its series
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("model-3", "model-3", "f", "0")); got != 2 {
 		t.Fatalf("known model counted %v, want 2", got)
 	}
 }

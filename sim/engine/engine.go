@@ -45,6 +45,8 @@ type counters struct {
 	promptTokens, generatedTokens int64
 	preemptions                   int64
 	steps                         int64
+	// iterationTokens are the tokens each step computed.
+	iterationTokens histogram
 }
 
 // New builds an engine; the error wraps ErrConfig.
@@ -235,6 +237,7 @@ func (e *Engine) Step() *StepResult {
 	}
 	if res.Duration > 0 {
 		e.stats.steps++
+		e.stats.iterationTokens.observe(res.Shape.PrefillTokens + res.Shape.DecodeSeqs)
 	}
 	return res
 }
@@ -286,7 +289,7 @@ func (e *Engine) admit(now time.Time, budget int) int {
 				// The pulled blocks enter the prefix cache only when they
 				// land, so that no other request hits them before then.
 				s.remoteDone = true
-				e.firstSchedule(s, hitTokens, hitTokens+ext)
+				e.firstSchedule(now, s, hitTokens, hitTokens+ext)
 				s.remotePending = s.computed + ext
 				s.state = stateRemote
 				s.ready = now.Add(e.transferTime(ext))
@@ -302,7 +305,7 @@ func (e *Engine) admit(now time.Time, budget int) int {
 			continue
 		}
 		e.cacheFull(s, min(s.computed+n, len(s.tokens)))
-		e.firstSchedule(s, hitTokens, hitTokens)
+		e.firstSchedule(now, s, hitTokens, hitTokens)
 		s.state = stateRunning
 		e.running = append(e.running, s)
 		e.sched = append(e.sched, scheduled{s, n})
@@ -348,11 +351,13 @@ func (e *Engine) reclaimWaiting(keep *seq) bool {
 }
 
 // firstSchedule records prefix-cache statistics once per request, as vLLM
-// does for requests that were never preempted.
-func (e *Engine) firstSchedule(s *seq, localHit, cached int) {
+// does for requests that were never preempted, and when the request left
+// the queue.
+func (e *Engine) firstSchedule(now time.Time, s *seq, localHit, cached int) {
 	if s.numCached >= 0 {
 		return
 	}
+	s.scheduledAt = now
 	s.numCached = cached
 	e.stats.prefixQueries += int64(len(s.tokens))
 	e.stats.prefixHits += int64(localHit)
@@ -478,7 +483,7 @@ func (e *Engine) execute(now time.Time) {
 
 func (e *Engine) finish(s *seq) {
 	f := Finished{
-		ID: s.req.ID, Reason: FinishLength, Preemptions: s.preemptions,
+		ID: s.req.ID, Reason: FinishLength, Preemptions: s.preemptions, Scheduled: s.scheduledAt,
 		Usage: Usage{PromptTokens: s.numPrompt, CompletionTokens: s.out, CachedTokens: max(s.numCached, 0)},
 	}
 	if s.req.PrefillOnly {

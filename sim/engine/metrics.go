@@ -34,6 +34,9 @@ type Metrics struct {
 	GenerationTokens   int64
 	Preemptions        int64
 	Steps              int64
+	// IterationTokens are the tokens computed per step
+	// (vllm:iteration_tokens_total).
+	IterationTokens Histogram
 }
 
 // Metrics takes a snapshot.
@@ -54,6 +57,7 @@ func (e *Engine) Metrics() Metrics {
 		GenerationTokens:   e.stats.generatedTokens,
 		Preemptions:        e.stats.preemptions,
 		Steps:              e.stats.steps,
+		IterationTokens:    e.stats.iterationTokens.snapshot(),
 	}
 }
 
@@ -65,4 +69,41 @@ func loraNames(seqs []*seq) []string {
 		}
 	}
 	return slices.Sorted(maps.Keys(set))
+}
+
+// IterationTokensBuckets are the upper bounds of vLLM's
+// vllm:iteration_tokens_total histogram (tokens per engine step).
+var IterationTokensBuckets = []float64{1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384}
+
+// Histogram is a cumulative histogram snapshot in Prometheus's shape.
+type Histogram struct {
+	Count uint64
+	Sum   float64
+	// Buckets maps each upper bound to the observations at or below it.
+	Buckets map[float64]uint64
+}
+
+// histogram counts observations per IterationTokensBuckets bucket; the
+// engine's lock guards it.
+type histogram struct {
+	count  uint64
+	sum    float64
+	counts [14]uint64 // per bucket, the last one above every bound
+}
+
+func (h *histogram) observe(v int) {
+	h.count++
+	h.sum += float64(v)
+	i, _ := slices.BinarySearch(IterationTokensBuckets, float64(v))
+	h.counts[i]++
+}
+
+func (h *histogram) snapshot() Histogram {
+	out := Histogram{Count: h.count, Sum: h.sum, Buckets: make(map[float64]uint64, len(IterationTokensBuckets))}
+	var cum uint64
+	for i, ub := range IterationTokensBuckets {
+		cum += h.counts[i]
+		out.Buckets[ub] = cum
+	}
+	return out
 }

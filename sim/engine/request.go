@@ -68,6 +68,9 @@ type Finished struct {
 	Reason      string
 	Usage       Usage
 	Preemptions int
+	// Scheduled is when the request first left the waiting queue (engine
+	// clock): vLLM's queued time ends and its prefill begins there.
+	Scheduled time.Time
 	// Transfer is set for prefill-only requests, whose blocks stay held.
 	Transfer *TransferParams
 }
@@ -124,6 +127,8 @@ type seq struct {
 
 	rng         uint64
 	preemptions int
+	// scheduledAt is when the request first left the waiting queue.
+	scheduledAt time.Time
 }
 
 // nextToken draws a deterministic pseudo-random token id (splitmix64), so

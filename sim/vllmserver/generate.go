@@ -172,7 +172,7 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, j *job) {
 		writeError(w, s.engineError(err, len(j.prompt), j.maxTokens))
 		return
 	}
-	rec := s.metrics.newRecorder(arrival)
+	rec := s.metrics.newRecorder(arrival, j.maxTokens)
 	var out outputWriter
 	if j.stream {
 		// Headers go out at once, as Starlette's StreamingResponse sends
@@ -216,7 +216,7 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, j *job) {
 			return
 		}
 		reason := j.finishReason(fin)
-		rec.finish(now, reason)
+		rec.finish(now, reason, fin)
 		_ = out.finish(fin, reason, s.transferParams(j, fin))
 		return
 	}

@@ -18,15 +18,34 @@ var (
 		2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}
 	itlBuckets = []float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0,
 		2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}
+	// e2eBuckets also bound the per-phase request times, as in vLLM.
 	e2eBuckets = []float64{0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
 		60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}
+	prefillTokenBuckets = []float64{0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0}
+	paramsNBuckets      = []float64{1, 2, 5, 10, 20}
 )
+
+// buckets125 are vLLM's 1-2-5 buckets up to limit (build_1_2_5_buckets):
+// 1, 2, 5, 10, 20, 50, ... while at most limit.
+func buckets125(limit int) []float64 {
+	var out []float64
+	for scale := 1; ; scale *= 10 {
+		for _, m := range []int{1, 2, 5} {
+			if m*scale > limit {
+				return out
+			}
+			out = append(out, float64(m*scale))
+		}
+	}
+}
 
 // serverMetrics are the latency histograms and request counters the
 // handlers observe; everything else is read from the engine at scrape time.
 type serverMetrics struct {
-	ttft, itl, e2e prometheus.Histogram
-	success        *prometheus.CounterVec
+	ttft, itl, tpotOld, reqTPOT, e2e              prometheus.Histogram
+	queue, prefill, decode, inference, perPrefill prometheus.Histogram
+	promptLen, genLen, maxGen, maxTokens, paramN  prometheus.Histogram
+	success                                       *prometheus.CounterVec
 }
 
 func newServerMetrics(reg prometheus.Registerer, model string, r *engine.Runner, cfg engine.Config) (*serverMetrics, error) {
@@ -34,14 +53,29 @@ func newServerMetrics(reg prometheus.Registerer, model string, r *engine.Runner,
 	hist := func(name, help string, buckets []float64) prometheus.Histogram {
 		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets, ConstLabels: labels})
 	}
+	lengths := buckets125(cfg.MaxModelLen)
 	m := &serverMetrics{
-		ttft: hist(vllm.MetricTimeToFirstTokenSeconds, "Time to first token in seconds (simulated).", ttftBuckets),
-		itl:  hist(vllm.MetricInterTokenLatencySeconds, "Inter-token latency in seconds (simulated).", itlBuckets),
-		e2e:  hist(vllm.MetricE2ERequestLatencySeconds, "End-to-end request latency in seconds (simulated).", e2eBuckets),
+		ttft:       hist(vllm.MetricTimeToFirstTokenSeconds, "Time to first token in seconds (simulated).", ttftBuckets),
+		itl:        hist(vllm.MetricInterTokenLatencySeconds, "Inter-token latency in seconds (simulated).", itlBuckets),
+		tpotOld:    hist(vllm.MetricTimePerOutputTokenSeconds, "Time per output token in seconds (simulated; deprecated: use vllm:inter_token_latency_seconds).", itlBuckets),
+		reqTPOT:    hist(vllm.MetricRequestTimePerOutputTokenSeconds, "Time per output token of each request in seconds (simulated).", itlBuckets),
+		e2e:        hist(vllm.MetricE2ERequestLatencySeconds, "End-to-end request latency in seconds (simulated).", e2eBuckets),
+		queue:      hist(vllm.MetricRequestQueueTimeSeconds, "Time spent in WAITING phase for request (simulated).", e2eBuckets),
+		prefill:    hist(vllm.MetricRequestPrefillTimeSeconds, "Time spent in PREFILL phase for request (simulated).", e2eBuckets),
+		decode:     hist(vllm.MetricRequestDecodeTimeSeconds, "Time spent in DECODE phase for request (simulated).", e2eBuckets),
+		inference:  hist(vllm.MetricRequestInferenceTimeSeconds, "Time spent in RUNNING phase for request (simulated).", e2eBuckets),
+		perPrefill: hist(vllm.MetricTimePerPrefillTokenSeconds, "Time spent per token during prefill phase in seconds (simulated).", prefillTokenBuckets),
+		promptLen:  hist(vllm.MetricRequestPromptTokens, "Number of prefill tokens processed.", lengths),
+		genLen:     hist(vllm.MetricRequestGenerationTokens, "Number of generation tokens processed.", lengths),
+		maxGen:     hist(vllm.MetricRequestMaxNumGenerationTokens, "Histogram of maximum number of requested generation tokens.", lengths),
+		maxTokens:  hist(vllm.MetricRequestParamsMaxTokens, "Histogram of the max_tokens request parameter.", lengths),
+		paramN:     hist(vllm.MetricRequestParamsN, "Histogram of the n request parameter.", paramsNBuckets),
 		success: prometheus.NewCounterVec(prometheus.CounterOpts{Name: vllm.MetricRequestSuccessTotal,
 			Help: "Count of successfully processed requests.", ConstLabels: labels}, []string{"finished_reason"}),
 	}
-	for _, c := range []prometheus.Collector{m.ttft, m.itl, m.e2e, m.success, newEngineCollector(r, cfg, labels)} {
+	for _, c := range []prometheus.Collector{m.ttft, m.itl, m.tpotOld, m.reqTPOT, m.e2e, m.queue, m.prefill, m.decode,
+		m.inference, m.perPrefill, m.promptLen, m.genLen, m.maxGen, m.maxTokens, m.paramN, m.success,
+		newEngineCollector(r, cfg, labels)} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -51,14 +85,18 @@ func newServerMetrics(reg prometheus.Registerer, model string, r *engine.Runner,
 
 // recorder observes one request's latencies on the engine's clock.
 type recorder struct {
-	m       *serverMetrics
-	arrival time.Time
-	last    time.Time
-	n       int
+	m         *serverMetrics
+	arrival   time.Time
+	first     time.Time
+	last      time.Time
+	n         int
+	maxTokens int
 }
 
-func (m *serverMetrics) newRecorder(arrival time.Time) *recorder {
-	return &recorder{m: m, arrival: arrival}
+// newRecorder starts recording a request that arrived at arrival and asked
+// for maxTokens (0: it did not say).
+func (m *serverMetrics) newRecorder(arrival time.Time, maxTokens int) *recorder {
+	return &recorder{m: m, arrival: arrival, maxTokens: maxTokens}
 }
 
 // tokens records k tokens read at now. Tokens read together (a reader that
@@ -66,21 +104,48 @@ func (m *serverMetrics) newRecorder(arrival time.Time) *recorder {
 func (r *recorder) tokens(now time.Time, k int) {
 	if r.n == 0 {
 		r.m.ttft.Observe(now.Sub(r.arrival).Seconds())
-		r.n, r.last, k = 1, now, k-1
+		r.n, r.first, r.last, k = 1, now, now, k-1
 	}
 	if k > 0 {
 		gap := now.Sub(r.last).Seconds() / float64(k)
 		for range k {
 			r.m.itl.Observe(gap)
+			r.m.tpotOld.Observe(gap)
 		}
 		r.n += k
 	}
 	r.last = now
 }
 
-func (r *recorder) finish(now time.Time, reason string) {
-	r.m.e2e.Observe(now.Sub(r.arrival).Seconds())
-	r.m.success.WithLabelValues(reason).Inc()
+// finish records a finished request: vLLM's per-request histograms, its
+// phases measured from when the engine first scheduled it.
+func (r *recorder) finish(now time.Time, reason string, fin *engine.Finished) {
+	m := r.m
+	m.e2e.Observe(now.Sub(r.arrival).Seconds())
+	m.success.WithLabelValues(reason).Inc()
+	u := fin.Usage
+	m.promptLen.Observe(float64(u.PromptTokens))
+	m.genLen.Observe(float64(u.CompletionTokens))
+	// n is always 1: the request's own output is the group's longest.
+	m.maxGen.Observe(float64(u.CompletionTokens))
+	m.paramN.Observe(1)
+	if r.maxTokens > 0 {
+		m.maxTokens.Observe(float64(r.maxTokens))
+	}
+	if fin.Scheduled.IsZero() || r.n == 0 {
+		return
+	}
+	m.queue.Observe(fin.Scheduled.Sub(r.arrival).Seconds())
+	prefill := r.first.Sub(fin.Scheduled).Seconds()
+	m.prefill.Observe(prefill)
+	if u.PromptTokens > 0 {
+		m.perPrefill.Observe(prefill / float64(u.PromptTokens))
+	}
+	m.decode.Observe(r.last.Sub(r.first).Seconds())
+	m.inference.Observe(r.last.Sub(fin.Scheduled).Seconds())
+	if r.n > 1 {
+		m.reqTPOT.Observe(r.last.Sub(r.first).Seconds() / float64(r.n-1))
+	}
 }
 
 // engineCollector exports the engine's state and counters under vLLM's
@@ -97,6 +162,7 @@ type engineCollector struct {
 	generation  *prometheus.Desc
 	preemptions *prometheus.Desc
 	lora        *prometheus.Desc
+	iteration   *prometheus.Desc
 	cacheConfig prometheus.Metric
 }
 
@@ -123,6 +189,7 @@ func newEngineCollector(r *engine.Runner, cfg engine.Config, labels prometheus.L
 		prompt:      d(vllm.MetricPromptTokensTotal, "Number of prefill tokens processed."),
 		generation:  d(vllm.MetricGenerationTokensTotal, "Number of generation tokens processed."),
 		preemptions: d(vllm.MetricNumPreemptionsTotal, "Cumulative number of preemptions from the engine."),
+		iteration:   d(vllm.MetricIterationTokensTotal, "Histogram of number of tokens per engine_step."),
 		lora: prometheus.NewDesc(vllm.MetricLoRARequestsInfo, "Running stats on LoRA requests.",
 			[]string{vllm.LabelMaxLoRA, vllm.LabelRunningLoRAAdapters, vllm.LabelWaitingLoRAAdapters}, nil),
 		cacheConfig: prometheus.MustNewConstMetric(
@@ -134,7 +201,7 @@ func newEngineCollector(r *engine.Runner, cfg engine.Config, labels prometheus.L
 // Describe implements prometheus.Collector.
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.running, c.waiting, c.kvUsage, c.queries, c.hits, c.prompt,
-		c.generation, c.preemptions, c.lora, c.cacheConfig.Desc()} {
+		c.generation, c.preemptions, c.iteration, c.lora, c.cacheConfig.Desc()} {
 		ch <- d
 	}
 }
@@ -154,6 +221,8 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.prompt, m.PromptTokens)
 	counter(c.generation, m.GenerationTokens)
 	counter(c.preemptions, m.Preemptions)
+	it := m.IterationTokens
+	ch <- prometheus.MustNewConstHistogram(c.iteration, it.Count, it.Sum, it.Buckets)
 	if c.maxLoRAs > 0 {
 		// vLLM sets the value to the time of the snapshot; readers keep the
 		// newest series.

@@ -12,6 +12,7 @@ import (
 var (
 	poolLabels     = []string{"name"}
 	endpointLabels = []string{"name", "endpoint"}
+	inflightLabels = []string{"endpoint_name", "namespace", "producer_name"}
 
 	gieKV      = gauge("inference_pool_average_kv_cache_utilization", "Average KV-cache utilization (0..1) of the pool's ready model servers.", poolLabels)
 	gieQueue   = gauge("inference_pool_average_queue_size", "Average number of requests waiting in the pool's ready model servers' queues.", poolLabels)
@@ -19,14 +20,18 @@ var (
 	gieReady   = gauge("inference_pool_ready_pods", "Model-server endpoints of the pool that are routing candidates.", poolLabels)
 	giePerPod  = gauge("inference_pool_per_pod_queue_size", "Requests waiting in each model server's queue.", []string{"name", "model_server_pod"})
 
-	llmdReady    = gauge("llm_d_epp_ready_endpoints", "Model-server endpoints of the pool that are routing candidates.", poolLabels)
-	llmdQueue    = gauge("llm_d_epp_average_queue_size", "Average number of requests waiting in the pool's ready model servers' queues.", poolLabels)
-	llmdQueueStd = gauge("llm_d_epp_std_dev_queue_size", "Population standard deviation of the queue length across the pool's ready model servers.", poolLabels)
-	llmdRunning  = gauge("llm_d_epp_average_running_requests", "Average number of requests running on the pool's ready model servers.", poolLabels)
-	llmdKV       = gauge("llm_d_epp_average_kv_cache_utilization", "Average KV-cache utilization (0..1) of the pool's ready model servers.", poolLabels)
-	llmdPerEP    = gauge("llm_d_epp_per_endpoint_queue_size", "Requests waiting in each model server's queue.", endpointLabels)
-	llmdInflight = gauge("llm_d_epp_inflight_requests", "Requests the picker routed to an endpoint whose response has not finished.", endpointLabels)
-	llmdTokens   = gauge("llm_d_epp_inflight_tokens", "Estimated prompt and output tokens of the picker's in-flight requests per endpoint.", endpointLabels)
+	llmdReady      = gauge("llm_d_epp_ready_endpoints", "Model-server endpoints of the pool that are routing candidates.", poolLabels)
+	llmdQueue      = gauge("llm_d_epp_average_queue_size", "Average number of requests waiting in the pool's ready model servers' queues.", poolLabels)
+	llmdQueueStd   = gauge("llm_d_epp_std_dev_queue_size", "Population standard deviation of the queue length across the pool's ready model servers.", poolLabels)
+	llmdRunning    = gauge("llm_d_epp_average_running_requests", "Average number of requests running on the pool's ready model servers.", poolLabels)
+	llmdRunningStd = gauge("llm_d_epp_std_dev_running_requests", "Population standard deviation of the running requests across the pool's ready model servers.", poolLabels)
+	llmdKV         = gauge("llm_d_epp_average_kv_cache_utilization", "Average KV-cache utilization (0..1) of the pool's ready model servers.", poolLabels)
+	llmdKVStd      = gauge("llm_d_epp_std_dev_kv_cache_utilization", "Population standard deviation of the KV-cache utilization across the pool's ready model servers.", poolLabels)
+	// llm-d's label names: model_server_endpoint for the per-endpoint
+	// queue; endpoint_name, namespace, producer_name for in-flight load.
+	llmdPerEP    = gauge("llm_d_epp_per_endpoint_queue_size", "Requests waiting in each model server's queue.", []string{"name", "model_server_endpoint"})
+	llmdInflight = gauge("llm_d_epp_inflight_requests", "Requests the picker routed to an endpoint whose response has not finished.", inflightLabels)
+	llmdTokens   = gauge("llm_d_epp_inflight_tokens", "Estimated prompt and output tokens of the picker's in-flight requests per endpoint.", inflightLabels)
 	// The live load model (extproc/endpoints).
 	prefillTokens   = gauge("kvgate_endpoint_prefill_backlog_tokens", "Uncached prompt tokens of the requests routed to an endpoint that have not produced a first token.", endpointLabels)
 	prefillRequests = gauge("kvgate_endpoint_prefill_backlog_requests", "Requests routed to an endpoint that have not produced a first token.", endpointLabels)
@@ -36,6 +41,20 @@ var (
 	age   = gauge("kvgate_endpoint_metrics_age_seconds", "Seconds since the endpoint's metrics were last scraped successfully; +Inf if never.", endpointLabels)
 	ready = gauge("kvgate_endpoint_ready", "1 if the endpoint is a routing candidate, 0 if its scrapes are failing.", endpointLabels)
 )
+
+// NamespaceLabel is the endpoint label giving its pod's namespace, when
+// discovery knows it.
+const NamespaceLabel = "namespace"
+
+// InflightProducer is the producer_name of the in-flight gauges: the
+// picker's own account of the requests it routed, which is what llm-d's
+// inflight-load-producer keeps (kvgate keeps it whether or not that plugin
+// is configured).
+const InflightProducer = "inflight-load-producer"
+
+// stdDev is the population standard deviation from E[x²] and E[x],
+// clamped: rounding can leave E[x²]−E[x]² a hair below zero.
+func stdDev(meanSq, mean float64) float64 { return math.Sqrt(max(0, meanSq-mean*mean)) }
 
 func gauge(name, help string, labels []string) *prometheus.Desc {
 	return prometheus.NewDesc(name, help, labels, nil)
@@ -62,7 +81,7 @@ func Register(reg prometheus.Registerer, pool string, ds *endpoints.Datastore) e
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{gieKV, gieQueue, gieRunning, gieReady, giePerPod,
-		llmdReady, llmdQueue, llmdQueueStd, llmdRunning, llmdKV, llmdPerEP, llmdInflight, llmdTokens, prefillTokens, prefillRequests, decodeRequests, foreignRequests, age, ready} {
+		llmdReady, llmdQueue, llmdQueueStd, llmdRunning, llmdRunningStd, llmdKV, llmdKVStd, llmdPerEP, llmdInflight, llmdTokens, prefillTokens, prefillRequests, decodeRequests, foreignRequests, age, ready} {
 		ch <- d
 	}
 }
@@ -76,7 +95,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 
 	cands := c.ds.Candidates()
 	isCandidate := make(map[*endpoints.Endpoint]bool, len(cands))
-	var n, queue, queueSq, running, kv float64
+	var n, queue, queueSq, running, runningSq, kv, kvSq float64
 	for _, e := range cands {
 		isCandidate[e] = true
 		m := e.Metrics()
@@ -87,14 +106,16 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		n++
 		queue += q
 		queueSq += q * q
-		running += float64(m.RunningRequests)
+		r := float64(m.RunningRequests)
+		running += r
+		runningSq += r * r
 		kv += m.KVCacheUsage
+		kvSq += m.KVCacheUsage * m.KVCacheUsage
 	}
-	var avgQueue, stdQueue, avgRunning, avgKV float64
+	var avgQueue, stdQueue, avgRunning, stdRunning, avgKV, stdKV float64
 	if n > 0 {
 		avgQueue, avgRunning, avgKV = queue/n, running/n, kv/n
-		// Clamp: rounding can leave E[q²]−E[q]² a hair below zero.
-		stdQueue = math.Sqrt(max(0, queueSq/n-avgQueue*avgQueue))
+		stdQueue, stdRunning, stdKV = stdDev(queueSq/n, avgQueue), stdDev(runningSq/n, avgRunning), stdDev(kvSq/n, avgKV)
 	}
 	readyCount := float64(len(cands))
 
@@ -106,7 +127,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	emit(llmdQueue, avgQueue, c.pool)
 	emit(llmdQueueStd, stdQueue, c.pool)
 	emit(llmdRunning, avgRunning, c.pool)
+	emit(llmdRunningStd, stdRunning, c.pool)
 	emit(llmdKV, avgKV, c.pool)
+	emit(llmdKVStd, stdKV, c.pool)
 
 	for _, e := range c.ds.All() {
 		name := e.Name()
@@ -116,8 +139,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			emit(giePerPod, q, c.pool, name)
 			emit(llmdPerEP, q, c.pool, name)
 		}
-		emit(llmdInflight, float64(e.InflightRequests()), c.pool, name)
-		emit(llmdTokens, float64(e.InflightTokens()), c.pool, name)
+		ns := e.Label(NamespaceLabel)
+		emit(llmdInflight, float64(e.InflightRequests()), name, ns, InflightProducer)
+		emit(llmdTokens, float64(e.InflightTokens()), name, ns, InflightProducer)
 		l := e.Load()
 		emit(prefillTokens, float64(l.PrefillTokens), c.pool, name)
 		emit(prefillRequests, float64(l.PrefillRequests), c.pool, name)

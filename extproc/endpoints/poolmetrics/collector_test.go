@@ -108,27 +108,33 @@ llm_d_epp_average_queue_size{name="llama"} 4
 llm_d_epp_average_running_requests{name="llama"} 15
 # HELP llm_d_epp_inflight_requests Requests the picker routed to an endpoint whose response has not finished.
 # TYPE llm_d_epp_inflight_requests gauge
-llm_d_epp_inflight_requests{endpoint="a",name="llama"} 3
-llm_d_epp_inflight_requests{endpoint="b",name="llama"} 0
-llm_d_epp_inflight_requests{endpoint="c",name="llama"} 0
-llm_d_epp_inflight_requests{endpoint="d",name="llama"} 1
+llm_d_epp_inflight_requests{endpoint_name="a",namespace="",producer_name="inflight-load-producer"} 3
+llm_d_epp_inflight_requests{endpoint_name="b",namespace="",producer_name="inflight-load-producer"} 0
+llm_d_epp_inflight_requests{endpoint_name="c",namespace="",producer_name="inflight-load-producer"} 0
+llm_d_epp_inflight_requests{endpoint_name="d",namespace="",producer_name="inflight-load-producer"} 1
 # HELP llm_d_epp_inflight_tokens Estimated prompt and output tokens of the picker's in-flight requests per endpoint.
 # TYPE llm_d_epp_inflight_tokens gauge
-llm_d_epp_inflight_tokens{endpoint="a",name="llama"} 3000
-llm_d_epp_inflight_tokens{endpoint="b",name="llama"} 0
-llm_d_epp_inflight_tokens{endpoint="c",name="llama"} 0
-llm_d_epp_inflight_tokens{endpoint="d",name="llama"} 512
+llm_d_epp_inflight_tokens{endpoint_name="a",namespace="",producer_name="inflight-load-producer"} 3000
+llm_d_epp_inflight_tokens{endpoint_name="b",namespace="",producer_name="inflight-load-producer"} 0
+llm_d_epp_inflight_tokens{endpoint_name="c",namespace="",producer_name="inflight-load-producer"} 0
+llm_d_epp_inflight_tokens{endpoint_name="d",namespace="",producer_name="inflight-load-producer"} 512
 # HELP llm_d_epp_per_endpoint_queue_size Requests waiting in each model server's queue.
 # TYPE llm_d_epp_per_endpoint_queue_size gauge
-llm_d_epp_per_endpoint_queue_size{endpoint="a",name="llama"} 2
-llm_d_epp_per_endpoint_queue_size{endpoint="b",name="llama"} 6
-llm_d_epp_per_endpoint_queue_size{endpoint="c",name="llama"} 100
+llm_d_epp_per_endpoint_queue_size{model_server_endpoint="a",name="llama"} 2
+llm_d_epp_per_endpoint_queue_size{model_server_endpoint="b",name="llama"} 6
+llm_d_epp_per_endpoint_queue_size{model_server_endpoint="c",name="llama"} 100
 # HELP llm_d_epp_ready_endpoints Model-server endpoints of the pool that are routing candidates.
 # TYPE llm_d_epp_ready_endpoints gauge
 llm_d_epp_ready_endpoints{name="llama"} 3
+# HELP llm_d_epp_std_dev_kv_cache_utilization Population standard deviation of the KV-cache utilization across the pool's ready model servers.
+# TYPE llm_d_epp_std_dev_kv_cache_utilization gauge
+llm_d_epp_std_dev_kv_cache_utilization{name="llama"} 0.25
 # HELP llm_d_epp_std_dev_queue_size Population standard deviation of the queue length across the pool's ready model servers.
 # TYPE llm_d_epp_std_dev_queue_size gauge
 llm_d_epp_std_dev_queue_size{name="llama"} 2
+# HELP llm_d_epp_std_dev_running_requests Population standard deviation of the running requests across the pool's ready model servers.
+# TYPE llm_d_epp_std_dev_running_requests gauge
+llm_d_epp_std_dev_running_requests{name="llama"} 5
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Error(err)
@@ -151,8 +157,8 @@ llm_d_epp_std_dev_queue_size{name="empty"} 0
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "llm_d_epp_ready_endpoints", "llm_d_epp_std_dev_queue_size"); err != nil {
 		t.Error(err)
 	}
-	if n, err := testutil.GatherAndCount(reg); err != nil || n != 9 {
-		t.Errorf("empty pool exports %d series (%v), want the 9 pool-wide ones", n, err)
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 11 {
+		t.Errorf("empty pool exports %d series (%v), want the 11 pool-wide ones", n, err)
 	}
 	// Registering the same pool twice is a caller bug the registry reports.
 	if err := Register(reg, "empty", endpoints.NewDatastore()); err == nil {
