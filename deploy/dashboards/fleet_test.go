@@ -99,6 +99,9 @@ func startFleet(t *testing.T, tokDir string, replicas int, failRate float64) *fl
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Flow control on, with llm-d's defaults, so that its dashboard row has
+	// data.
+	cfg = append(cfg, "featureGates: [flowControl]\nflowControl:\n  defaultRequestTTL: 30s\n"...)
 	eo := epp.DefaultOptions()
 	eo.EndpointsFile, eo.ConfigText, eo.PoolName = epFile, string(cfg), f.poolName
 	eo.GRPCAddr, eo.HealthAddr, eo.MetricsAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"

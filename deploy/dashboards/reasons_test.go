@@ -18,7 +18,6 @@ type reason struct {
 }
 
 var reasons = []reason{
-	{text: "flow control not merged yet (its own issue)", metric: regexp.MustCompile(`^(llm_d_epp|inference_extension)_flow_control_`)},
 	{text: "P/D disaggregation not built yet: no prefill/decode pods (disagg profile handler, its own issue)",
 		metric: regexp.MustCompile(`^vllm:nixl_`), selector: regexp.MustCompile(`(pod|endpoint_name)=~"\.\*(prefill|decode)\.\*"`)},
 	{text: "GIE's Body-Based Router is a separate component kvgate does not build (the picker and the wasm filter read the model from the body)", metric: regexp.MustCompile(`^bbr_`)},
