@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvgate/kvgate/internal/bytebudget"
 	"github.com/kvgate/kvgate/internal/openai"
 )
 
@@ -21,6 +22,24 @@ const (
 	DefaultFairnessID    = "default-flow"
 	DefaultMaxBodyBytes  = 16 << 20
 	DefaultBodyChunkSize = 62_000
+	// DefaultMaxHeaders and DefaultMaxHeaderBytes are well above what
+	// Envoy passes with its defaults (100 headers, 60 KiB) plus the
+	// filter's hints, and far below what costs the picker noticeable CPU.
+	DefaultMaxHeaders     = 1000
+	DefaultMaxHeaderBytes = 256 << 10
+	// DefaultBodyBudgetBytes bounds the request bodies all streams hold
+	// at once: 32 maximal bodies.
+	DefaultBodyBudgetBytes = 32 * DefaultMaxBodyBytes
+	// DefaultRequestIdleTimeout bounds the wait for the next message while
+	// the request is still arriving (headers, body): a stalled upload
+	// holds a stream and its buffered body.
+	DefaultRequestIdleTimeout = 30 * time.Second
+	// DefaultResponseIdleTimeout bounds the wait for the response's next
+	// message once the request is routed: a stream held open without a
+	// response must not keep its endpoint's in-flight count up forever. A
+	// model server's time to first byte under a deep queue is minutes at
+	// worst.
+	DefaultResponseIdleTimeout = 10 * time.Minute
 )
 
 // Director decides where each request goes. Implementations must be safe
@@ -71,7 +90,9 @@ type Request struct {
 	// Headers holds the request headers by lower-case name. A client-sent
 	// x-gateway-destination-endpoint is removed: only the picker sets it.
 	Headers map[string]string
-	// Body is the complete request body; nil when HeaderOnly.
+	// Body is the complete request body; nil when HeaderOnly. It is valid
+	// during HandleRequest: the server drops it (and its share of the body
+	// budget) once it has sent the body back to the proxy.
 	Body []byte
 	// API is the OpenAI API named by Path, "" for any other path.
 	API openai.API
@@ -130,6 +151,21 @@ type Options struct {
 	// BodyChunkBytes is the largest StreamedBodyResponse chunk the body is
 	// re-sent in. Default 62,000, under Envoy's 64 KiB recommendation.
 	BodyChunkBytes int
+	// MaxHeaders and MaxHeaderBytes bound one message's header list
+	// (names plus values); a request over them is answered 431, a
+	// response over them ends the stream. Defaults DefaultMaxHeaders,
+	// DefaultMaxHeaderBytes.
+	MaxHeaders     int
+	MaxHeaderBytes int
+	// BodyBudget bounds the request-body bytes buffered by all streams
+	// together; a body that does not fit is answered 503. Default a budget
+	// of DefaultBodyBudgetBytes; bytebudget.New(-1) is unlimited.
+	BodyBudget *bytebudget.Budget
+	// RequestIdleTimeout and ResponseIdleTimeout end a stream that sends
+	// nothing for that long before, respectively after, its request was
+	// routed (see the defaults). A negative value disables the timeout.
+	RequestIdleTimeout  time.Duration
+	ResponseIdleTimeout time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -141,6 +177,10 @@ type Server struct {
 	director Director
 	maxBody  int
 	chunk    int
+	headers  headerLimits
+	budget   *bytebudget.Budget
+	reqIdle  time.Duration
+	respIdle time.Duration
 	log      *slog.Logger
 }
 
@@ -150,7 +190,20 @@ func New(director Director, opts Options) *Server {
 		director: director,
 		maxBody:  opts.MaxRequestBodyBytes,
 		chunk:    opts.BodyChunkBytes,
+		headers:  headerLimits{count: opts.MaxHeaders, bytes: opts.MaxHeaderBytes},
+		budget:   opts.BodyBudget,
+		reqIdle:  positiveOr(opts.RequestIdleTimeout, DefaultRequestIdleTimeout),
+		respIdle: positiveOr(opts.ResponseIdleTimeout, DefaultResponseIdleTimeout),
 		log:      opts.Logger,
+	}
+	if s.headers.count <= 0 {
+		s.headers.count = DefaultMaxHeaders
+	}
+	if s.headers.bytes <= 0 {
+		s.headers.bytes = DefaultMaxHeaderBytes
+	}
+	if s.budget == nil {
+		s.budget = bytebudget.New(DefaultBodyBudgetBytes)
 	}
 	if s.maxBody <= 0 {
 		s.maxBody = DefaultMaxBodyBytes
@@ -164,29 +217,69 @@ func New(director Director, opts Options) *Server {
 	return s
 }
 
+// positiveOr is d, def for zero, and no timeout (0) for a negative d.
+func positiveOr(d, def time.Duration) time.Duration {
+	switch {
+	case d < 0:
+		return 0
+	case d == 0:
+		return def
+	}
+	return d
+}
+
+// BodyBudget is the budget request bodies are buffered against.
+func (s *Server) BodyBudget() *bytebudget.Budget { return s.budget }
+
 // Register adds the ext_proc service to g.
 func (s *Server) Register(g *grpc.Server) {
 	extprocv3.RegisterExternalProcessorServer(g, s)
 }
 
 // Process serves one HTTP request's ext_proc stream.
+//
+// Messages are received on a goroutine of their own so that the stream's
+// idle timeout can end the stream while a Recv is blocked: returning from
+// the handler is the only way to end a gRPC stream, and it makes that Recv
+// return.
 func (s *Server) Process(ps extprocv3.ExternalProcessor_ProcessServer) error {
-	st := stream{srv: s, ps: ps, ctx: ps.Context()}
+	st := stream{srv: s, ps: ps, ctx: ps.Context(), body: s.budget.Hold()}
 	st.reqMode, st.respMode = fullDuplex, fullDuplex
+	defer st.body.Done()
 	defer st.abort()
+	msgs := make(chan received)
+	quit := make(chan struct{})
+	defer close(quit)
+	go receive(ps, msgs, quit)
+	idle := time.NewTimer(time.Hour)
+	defer idle.Stop()
 	for {
-		msg, err := ps.Recv()
-		if errors.Is(err, io.EOF) {
+		var r received
+		timeout := st.idleTimeout()
+		if timeout > 0 {
+			idle.Reset(timeout)
+		} else {
+			idle.Stop()
+		}
+		select {
+		case r = <-msgs:
+		case <-idle.C:
+			err := status.Errorf(codes.DeadlineExceeded, "ext_proc: no message for %v while %s", timeout, st.phase)
+			s.log.LogAttrs(st.ctx, slog.LevelWarn, "ext_proc stream idle, ended",
+				slog.String("request_id", st.requestID()), slog.Any("error", err))
+			return err
+		}
+		if errors.Is(r.err, io.EOF) {
 			st.closed()
 			return nil
 		}
-		if err != nil {
+		if r.err != nil {
 			if ctxErr := st.ctx.Err(); ctxErr != nil {
 				return status.FromContextError(ctxErr).Err()
 			}
-			return err
+			return r.err
 		}
-		end, err := st.handle(msg)
+		end, err := st.handle(r.msg)
 		if err != nil {
 			if s.log.Enabled(st.ctx, slog.LevelWarn) && status.Code(err) != codes.Canceled {
 				s.log.LogAttrs(st.ctx, slog.LevelWarn, "ext_proc stream failed",
@@ -196,6 +289,27 @@ func (s *Server) Process(ps extprocv3.ExternalProcessor_ProcessServer) error {
 		}
 		if end {
 			return nil
+		}
+	}
+}
+
+type received struct {
+	msg *extprocv3.ProcessingRequest
+	err error
+}
+
+// receive hands the stream's messages to Process one at a time, until an
+// error (which it hands over too) or until Process has returned.
+func receive(ps extprocv3.ExternalProcessor_ProcessServer, msgs chan<- received, quit <-chan struct{}) {
+	for {
+		msg, err := ps.Recv()
+		select {
+		case msgs <- received{msg, err}:
+		case <-quit:
+			return
+		}
+		if err != nil {
+			return
 		}
 	}
 }
