@@ -10,6 +10,7 @@ package metrics
 import (
 	"strconv"
 	"sync"
+	"unicode/utf8"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,14 +54,21 @@ type Metrics struct {
 
 // MaxModelLabels is how many distinct model names get their own series;
 // later ones are counted under OtherModel.
+// Names longer than MaxLabelValueBytes (or not UTF-8) are counted under
+// OtherModel too: 256 names of a megabyte each grew /metrics past a
+// gigabyte.
 const (
-	MaxModelLabels = 256
-	OtherModel     = "other"
+	MaxModelLabels     = 256
+	MaxLabelValueBytes = 256
+	OtherModel         = "other"
 )
 
 // model returns name as a label value, or OtherModel once the bound is
-// reached.
+// reached or when name is too long for one.
 func (m *Metrics) model(name string) string {
+	if len(name) > MaxLabelValueBytes || !utf8.ValidString(name) {
+		return OtherModel
+	}
 	m.modelMu.Lock()
 	defer m.modelMu.Unlock()
 	if _, ok := m.models[name]; ok {

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,6 +32,36 @@ func TestModelLabelsBounded(t *testing.T) {
 	if got := testutil.ToFloat64(m.requests.WithLabelValues("model-3", "model-3", "0")); got != 2 {
 		t.Fatalf("known model counted %v, want 2", got)
 	}
+}
+
+// TestLabelValueLengthBounded (Medium): long or non-UTF-8 model names go
+// to the OtherModel series, so /metrics stays small whatever clients send.
+func TestLabelValueLengthBounded(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := New(reg)
+	long := strings.Repeat("m", 1<<20)
+	for i := range 10 {
+		m.RequestReceived(long+fmt.Sprint(i), long, 0)
+	}
+	m.RequestReceived("bad\xff", "bad\xff", 0)
+	m.RequestReceived(strings.Repeat("a", MaxLabelValueBytes), "ok", 0)
+	if got := testutil.ToFloat64(m.requests.WithLabelValues(OtherModel, OtherModel, "0")); got != 11 {
+		t.Fatalf("other series counted %v, want 11", got)
+	}
+	var size int
+	for _, mf := range must(reg.Gather()) {
+		size += len(mf.String())
+	}
+	if size > 64<<10 {
+		t.Fatalf("exposition is %d bytes after 10 megabyte-long names", size)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }
 
 // Latency predictions land in llm-d's predicted-latency histograms and their
