@@ -10,8 +10,8 @@ package metrics
 import (
 	"strconv"
 	"sync"
-	"unicode/utf8"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
