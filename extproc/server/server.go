@@ -28,8 +28,8 @@ const (
 	DefaultMaxHeaders     = 1000
 	DefaultMaxHeaderBytes = 256 << 10
 	// DefaultBodyBudgetBytes bounds the request bodies all streams hold
-	// at once: 32 maximal bodies.
-	DefaultBodyBudgetBytes = 32 * DefaultMaxBodyBytes
+	// at once: 16 maximal bodies.
+	DefaultBodyBudgetBytes = 16 * DefaultMaxBodyBytes
 	// DefaultRequestIdleTimeout bounds the wait for the next message while
 	// the request is still arriving (headers, body): a stalled upload
 	// holds a stream and its buffered body.

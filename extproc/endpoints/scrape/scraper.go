@@ -213,7 +213,7 @@ func (s *Scraper) loop(ctx context.Context, e *endpoints.Endpoint) {
 				log.Debug("scrape timed out while the picker ran late; not counted", "elapsed", now.Sub(began))
 				return
 			}
-			if j.failed(now) {
+			if j.failed(now, se == nil || se.reason != reasonTimeout) {
 				log.Warn("endpoint leaves the candidate set after failed scrapes", "failures", j.failures,
 					"over", now.Sub(j.since), "err", err)
 				s.ds.SetHealthy(e, false)
@@ -252,8 +252,10 @@ func (s *Scraper) loop(ctx context.Context, e *endpoints.Endpoint) {
 	}
 }
 
-// judge decides when consecutive failures evict: threshold of them, over at
-// least window of wall time, once.
+// judge decides when consecutive failures evict: threshold of them, once,
+// and over at least window of wall time unless the latest is definite (a
+// refused connection, an error status: nothing the picker's own slowness
+// causes), so that a killed server leaves as fast as before.
 type judge struct {
 	threshold int
 	window    time.Duration
@@ -263,12 +265,12 @@ type judge struct {
 }
 
 // failed records a failure at now and reports whether it evicts.
-func (j *judge) failed(now time.Time) bool {
+func (j *judge) failed(now time.Time, definite bool) bool {
 	if j.failures == 0 {
 		j.since = now
 	}
 	j.failures++
-	if j.evicted || j.failures < j.threshold || now.Sub(j.since) < j.window {
+	if j.evicted || j.failures < j.threshold || (!definite && now.Sub(j.since) < j.window) {
 		return false
 	}
 	j.evicted = true

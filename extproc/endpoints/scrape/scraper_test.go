@@ -362,27 +362,29 @@ func TestJudge(t *testing.T) {
 		name     string
 		failures []time.Time
 		want     []bool
+		definite bool
 	}{
-		{"burst inside the window", []time.Time{ms(0), ms(1), ms(2), ms(3), ms(4)}, []bool{false, false, false, false, false}},
-		{"threshold over the window", []time.Time{ms(0), ms(200), ms(400), ms(600)}, []bool{false, false, false, true}},
-		{"window then threshold", []time.Time{ms(0), ms(600), ms(601)}, []bool{false, false, true}},
-		{"evicts once", []time.Time{ms(0), ms(300), ms(600), ms(900)}, []bool{false, false, true, false}},
+		{"definite failures need no window", []time.Time{ms(0), ms(1), ms(2)}, []bool{false, false, true}, true},
+		{"burst inside the window", []time.Time{ms(0), ms(1), ms(2), ms(3), ms(4)}, []bool{false, false, false, false, false}, false},
+		{"threshold over the window", []time.Time{ms(0), ms(200), ms(400), ms(600)}, []bool{false, false, false, true}, false},
+		{"window then threshold", []time.Time{ms(0), ms(600), ms(601)}, []bool{false, false, true}, false},
+		{"evicts once", []time.Time{ms(0), ms(300), ms(600), ms(900)}, []bool{false, false, true, false}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			j := judge{threshold: 3, window: 500 * time.Millisecond}
 			for i, at := range tc.failures {
-				if got := j.failed(at); got != tc.want[i] {
+				if got := j.failed(at, tc.definite); got != tc.want[i] {
 					t.Fatalf("failure %d: evict %v, want %v", i, got, tc.want[i])
 				}
 			}
 		})
 	}
 	j := judge{threshold: 1, window: 0}
-	if !j.failed(t0) {
+	if !j.failed(t0, false) {
 		t.Fatal("threshold 1 did not evict")
 	}
 	j.succeeded()
-	if !j.failed(t0) {
+	if !j.failed(t0, false) {
 		t.Fatal("a new run of failures after a success did not evict")
 	}
 }
