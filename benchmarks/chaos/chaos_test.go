@@ -54,6 +54,10 @@ func TestChaos(t *testing.T) {
 	if d, err := time.ParseDuration(os.Getenv("KVGATE_CHAOS_SOAK")); err == nil {
 		soak = d
 	}
+	outage := 20 * time.Second
+	if d, err := time.ParseDuration(os.Getenv("KVGATE_CHAOS_OUTAGE")); err == nil {
+		outage = d
+	}
 	f := startFleet(t, bin, wasm, tok, 3)
 	var results []result
 	add := func(r result) {
@@ -62,10 +66,11 @@ func TestChaos(t *testing.T) {
 	}
 	for _, check := range []func(*fleet) result{
 		headerFlood, adminPath, stalledUploadsGateway, stalledStreamsPicker, pickerHeaderFlood,
-		simKilled, simStopped, pickerRestart,
+		simKilled, simStopped,
 	} {
 		add(check(f))
 	}
+	add(pickerRestart(f, outage))
 	add(soakRun(f, soak))
 
 	var b strings.Builder
@@ -339,13 +344,18 @@ func (f *fleet) timedCounts(d, each time.Duration) map[int]int {
 	return out
 }
 
-// pickerRestart kills the picker, keeps traffic on the fallbacks, starts a
-// new picker and measures how soon the gateway routes through it again.
-func pickerRestart(f *fleet) result {
+// pickerRestart kills the picker, keeps traffic on the fallbacks for the
+// outage (long enough for gRPC's default back-off to grow to several
+// seconds), starts a new picker and measures how soon the gateway routes
+// through it again.
+func pickerRestart(f *fleet, outage time.Duration) result {
 	_ = f.picker.cmd.Process.Kill()
 	_, _ = f.picker.cmd.Process.Wait()
-	down := f.statusCounts(20)
-	time.Sleep(5 * time.Second) // long enough for gRPC's default back-off to pass 4 s
+	down := map[int]int{}
+	for end := time.Now().Add(outage); time.Now().Before(end); {
+		down[f.complete(context.Background(), "picker down")]++
+		time.Sleep(100 * time.Millisecond)
+	}
 	f.restartPicker()
 	started := time.Now()
 	waitHTTP(f.t, f.metrics)
@@ -360,8 +370,8 @@ func pickerRestart(f *fleet) result {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return result{"picker killed, restarted after 5 s", down[200] == 20 && routedAfter > 0 && routedAfter < 5*time.Second,
-		fmt.Sprintf("20 requests while down: %v (fail-open); new picker serving metrics after %v, first routed request %v after its start",
+	return result{fmt.Sprintf("picker killed, restarted after %v", outage), len(down) == 1 && down[200] > 0 && routedAfter > 0 && routedAfter < 5*time.Second,
+		fmt.Sprintf("requests while down: %v (fail-open); new picker serving metrics after %v, first routed request %v after its start",
 			down, ready.Round(time.Millisecond), routedAfter.Round(time.Millisecond))}
 }
 
