@@ -157,7 +157,7 @@ func TestHugePromptTokenizedUpToTheHashedBlocks(t *testing.T) {
 	dir := testutil.TokenizerDir(t)
 	s := build(t, kvindex.New(kvindex.Config{}), fmt.Sprintf(`{"tokenizer": %q, "blockSize": 16, "maxBlocksToMatch": 64}`, dir))
 	var b strings.Builder
-	for i := 0; b.Len() < 4<<20; i++ {
+	for i := 0; b.Len() < 1<<20; i++ {
 		fmt.Fprintf(&b, "line %d of a very long document that no model's context could hold.\n", i)
 	}
 	body, _ := json.Marshal(map[string]any{"model": "m", "prompt": b.String()})
