@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
+	"sync/atomic"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -238,48 +240,86 @@ func (s *Server) Register(g *grpc.Server) {
 
 // Process serves one HTTP request's ext_proc stream.
 //
-// Messages are received on a goroutine of their own so that the stream's
-// idle timeout can end the stream while a Recv is blocked: returning from
-// the handler is the only way to end a gRPC stream, and it makes that Recv
-// return.
+// The stream runs on a goroutine of its own and the handler watches its
+// idle timeout: returning from the handler is the only way to end a gRPC
+// stream whose Recv is blocked, and it makes that Recv return. The timeout
+// runs only while the stream waits in Recv, and a message that arrives as
+// it expires is not handled, so nothing is sent after the handler returned.
 func (s *Server) Process(ps extprocv3.ExternalProcessor_ProcessServer) error {
-	st := stream{srv: s, ps: ps, ctx: ps.Context(), body: s.budget.Hold()}
+	st := &stream{srv: s, ps: ps, ctx: ps.Context(), body: s.budget.Hold()}
 	st.reqMode, st.respMode = fullDuplex, fullDuplex
+	w := &watch{expired: make(chan struct{})}
+	w.timer = time.AfterFunc(time.Hour, w.expire)
+	w.timer.Stop()
+	done := make(chan error, 1)
+	go func() { done <- st.run(w) }()
+	select {
+	case err := <-done:
+		return err
+	case <-w.expired:
+		return status.Error(codes.DeadlineExceeded, "ext_proc: stream idle past its timeout")
+	}
+}
+
+// watch is a stream's idle timer. state moves idle -> receiving -> idle
+// around each Recv; the timer firing while receiving moves it to expired
+// for good. deadline (unix ns) tells a callback of an earlier arming, run
+// late, from the current one.
+type watch struct {
+	timer    *time.Timer
+	state    atomic.Int32
+	deadline atomic.Int64
+	expired  chan struct{}
+}
+
+const (
+	watchIdle int32 = iota
+	watchReceiving
+	watchExpired
+)
+
+func (w *watch) expire() {
+	if time.Now().UnixNano() < w.deadline.Load() {
+		return // an earlier arming's callback; the timer is armed again
+	}
+	if w.state.CompareAndSwap(watchReceiving, watchExpired) {
+		close(w.expired)
+	}
+}
+
+// run receives and handles the stream's messages until it ends; it owns
+// st. After an expiry it only cleans up: the handler has returned.
+func (st *stream) run(w *watch) error {
+	s := st.srv
 	defer st.body.Done()
 	defer st.abort()
-	msgs := make(chan received)
-	quit := make(chan struct{})
-	defer close(quit)
-	go receive(ps, msgs, quit)
-	idle := time.NewTimer(time.Hour)
-	defer idle.Stop()
 	for {
-		var r received
 		timeout := st.idleTimeout()
+		// Receiving before the timer is armed, or an early expiry is lost.
+		w.deadline.Store(math.MaxInt64)
+		w.state.Store(watchReceiving)
 		if timeout > 0 {
-			idle.Reset(timeout)
-		} else {
-			idle.Stop()
+			w.deadline.Store(time.Now().Add(timeout).UnixNano())
+			w.timer.Reset(timeout)
 		}
-		select {
-		case r = <-msgs:
-		case <-idle.C:
-			err := status.Errorf(codes.DeadlineExceeded, "ext_proc: no message for %v while %s", timeout, st.phase)
+		msg, err := st.ps.Recv()
+		w.timer.Stop()
+		if !w.state.CompareAndSwap(watchReceiving, watchIdle) {
 			s.log.LogAttrs(st.ctx, slog.LevelWarn, "ext_proc stream idle, ended",
-				slog.String("request_id", st.requestID()), slog.Any("error", err))
-			return err
+				slog.String("request_id", st.requestID()), slog.Duration("timeout", timeout), slog.String("phase", st.phase.String()))
+			return nil
 		}
-		if errors.Is(r.err, io.EOF) {
+		if errors.Is(err, io.EOF) {
 			st.closed()
 			return nil
 		}
-		if r.err != nil {
+		if err != nil {
 			if ctxErr := st.ctx.Err(); ctxErr != nil {
 				return status.FromContextError(ctxErr).Err()
 			}
-			return r.err
+			return err
 		}
-		end, err := st.handle(r.msg)
+		end, err := st.handle(msg)
 		if err != nil {
 			if s.log.Enabled(st.ctx, slog.LevelWarn) && status.Code(err) != codes.Canceled {
 				s.log.LogAttrs(st.ctx, slog.LevelWarn, "ext_proc stream failed",
@@ -289,27 +329,6 @@ func (s *Server) Process(ps extprocv3.ExternalProcessor_ProcessServer) error {
 		}
 		if end {
 			return nil
-		}
-	}
-}
-
-type received struct {
-	msg *extprocv3.ProcessingRequest
-	err error
-}
-
-// receive hands the stream's messages to Process one at a time, until an
-// error (which it hands over too) or until Process has returned.
-func receive(ps extprocv3.ExternalProcessor_ProcessServer, msgs chan<- received, quit <-chan struct{}) {
-	for {
-		msg, err := ps.Recv()
-		select {
-		case msgs <- received{msg, err}:
-		case <-quit:
-			return
-		}
-		if err != nil {
-			return
 		}
 	}
 }
