@@ -1,13 +1,13 @@
 package agent
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
 	"testing"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvgate/kvgate/agent/kvblock"
 	"github.com/kvgate/kvgate/internal/kvwire"
+	"github.com/kvgate/kvgate/internal/zmtp"
 	agentv1 "github.com/kvgate/kvgate/proto/kvgate/agent/v1"
 )
 
@@ -173,16 +174,29 @@ func TestLeaseExpiry(t *testing.T) {
 }
 
 func TestCPUTierAndP2P(t *testing.T) {
-	sub := zmq4.NewSub(t.Context())
-	defer sub.Close()
-	if err := sub.SetOption(zmq4.OptionSubscribe, ""); err != nil {
+	sub := make(chan zmtp.Msg, 64)
+	srv, err := zmtp.Listen(t.Context(), "tcp://127.0.0.1:*", zmtp.ServerConfig{HandshakeConfig: zmtp.HandshakeConfig{Type: zmtp.SUB}}, func(ctx context.Context, c *zmtp.Conn) {
+		if c.SendSubscribe(time.Time{}, nil) != nil {
+			return
+		}
+		for {
+			m, err := c.Recv()
+			if err != nil {
+				return
+			}
+			select {
+			case sub <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sub.Listen("tcp://127.0.0.1:*"); err != nil {
-		t.Fatal(err)
-	}
+	defer srv.Close()
 	src, dst := newNode(t, "src", 4*blockBytes), newNode(t, "dst", 4*blockBytes)
-	smem := src.region(t, "S", blockBytes, 8, "tcp://"+sub.Addr().String())
+	smem := src.region(t, "S", blockBytes, 8, "tcp://"+srv.Addr().String())
 	dmem := dst.region(t, "T", blockBytes, 8, "")
 	ctx := t.Context()
 	hashes := []uint64{11, 12, 13}
@@ -291,18 +305,12 @@ func TestCPUTierAndP2P(t *testing.T) {
 	}
 }
 
-func recvTimeout(s zmq4.Socket, d time.Duration) (zmq4.Msg, error) {
-	type res struct {
-		m   zmq4.Msg
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() { m, err := s.Recv(); ch <- res{m, err} }()
+func recvTimeout(s <-chan zmtp.Msg, d time.Duration) (zmtp.Msg, error) {
 	select {
-	case r := <-ch:
-		return r.m, r.err
+	case m := <-s:
+		return m, nil
 	case <-time.After(d):
-		return zmq4.Msg{}, fmt.Errorf("no KV event within %v", d)
+		return zmtp.Msg{}, fmt.Errorf("no KV event within %v", d)
 	}
 }
 

@@ -15,6 +15,9 @@ func TestArgsRoundTrip(t *testing.T) {
 		WasmVMConfig: "@vm.json", WasmVMs: 3, FailureModeAllow: true, RequestBodyMode: "none",
 		ResponseBodyMode: "none", ExtProcTimeout: 30 * time.Second, UpstreamTimeout: 2 * time.Minute,
 		Fallback: "127.0.0.1:3,127.0.0.1:4", MaxRequestBuffer: 99,
+		BodyBudgetBytes: 1 << 30, BodyIdleTimeout: time.Second, UpstreamIdleTimeout: time.Minute,
+		MaxRequestHeaders: 7, MaxRequestHeaderBytes: 8, BlockedPaths: "/a,/b", TrustClientRewrite: true,
+		PickerReconnectMax: 3 * time.Second,
 	}
 	noFilter := DefaultOptions()
 	noFilter.WasmPath, noFilter.ExtProc = "", ""

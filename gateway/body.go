@@ -6,11 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+
+	"github.com/kvgate/kvgate/internal/bytebudget"
 )
 
 // chunkSize bounds one body message to the picker; GIE re-sends bodies in
@@ -26,6 +30,9 @@ type bodySender struct {
 	src  io.Reader
 	max  int
 	done chan struct{}
+	// readErr is the client body's read error (not EOF), written before
+	// done closes.
+	readErr error
 	// sendingSince is when the send in progress began (unix ns), 0
 	// between sends: a send blocked for long means the picker stopped
 	// reading, while time spent reading the client is the client's.
@@ -34,11 +41,12 @@ type bodySender struct {
 	mu        sync.Mutex // guards the fields below
 	retaining bool
 	retained  []byte
+	held      bytebudget.Holder // retained's share of the body budget
 	overflow  bool
 }
 
-func startBodySender(ctx context.Context, p *processor, src io.Reader, max int) *bodySender {
-	s := &bodySender{p: p, src: src, max: max, done: make(chan struct{}), retaining: true}
+func startBodySender(ctx context.Context, p *processor, src io.Reader, max int, budget *bytebudget.Budget) *bodySender {
+	s := &bodySender{p: p, src: src, max: max, done: make(chan struct{}), retaining: true, held: budget.Hold()}
 	go s.run(ctx)
 	return s
 }
@@ -60,7 +68,9 @@ func (s *bodySender) run(ctx context.Context) {
 			return
 		}
 		if err != nil {
-			// The client went away; the request context ends with it.
+			// The client went away (the request context ends with it) or
+			// stalled past the idle timeout.
+			s.readErr = err
 			return
 		}
 	}
@@ -93,17 +103,35 @@ func (s *bodySender) keep(b []byte) {
 	if !s.retaining {
 		return
 	}
-	if len(s.retained)+len(b) > s.max {
-		s.retaining, s.retained, s.overflow = false, nil, true
+	n := len(s.retained) + len(b)
+	if n > s.max {
+		s.drop(true)
 		return
 	}
+	if n > cap(s.retained) {
+		c := min(max(n, 2*cap(s.retained)), s.max)
+		if s.held.Grow(int64(c)) != nil {
+			// No memory for a replay copy: the body still streams to
+			// the picker, but this request cannot fail open any more.
+			s.drop(true)
+			return
+		}
+		s.retained = append(make([]byte, 0, c), s.retained...)
+	}
 	s.retained = append(s.retained, b...)
+}
+
+// drop ends retaining; s.mu is held.
+func (s *bodySender) drop(overflow bool) {
+	s.retaining, s.retained = false, nil
+	s.overflow = s.overflow || overflow
+	s.held.Done()
 }
 
 // decided drops the copy: the picker answered and owns the body now.
 func (s *bodySender) decided() {
 	s.mu.Lock()
-	s.retaining, s.retained = false, nil
+	s.drop(false)
 	s.mu.Unlock()
 }
 
@@ -116,6 +144,7 @@ func (s *bodySender) abandon() (io.Reader, bool) {
 	if s.overflow {
 		return nil, false
 	}
+	// The copy stays reserved until finish drops it with the request.
 	return io.MultiReader(bytes.NewReader(s.retained), s.src), true
 }
 
@@ -184,6 +213,107 @@ type touchReader struct {
 func (t *touchReader) Read(p []byte) (int, error) {
 	t.touched.Store(true)
 	return t.r.Read(p)
+}
+
+// idleReader reads the client's body with a deadline on each read, so an
+// upload that stalls for the idle timeout fails (os.ErrDeadlineExceeded)
+// instead of holding its buffers for ever; interrupt makes a read in
+// progress, and every later one, fail at once.
+type idleReader struct {
+	r           io.Reader
+	rc          *http.ResponseController
+	idle        time.Duration
+	interrupted atomic.Bool
+}
+
+func newIdleReader(r io.Reader, rc *http.ResponseController, idle time.Duration) *idleReader {
+	return &idleReader{r: r, rc: rc, idle: idle}
+}
+
+func (r *idleReader) Read(p []byte) (int, error) {
+	if r.interrupted.Load() {
+		return 0, os.ErrDeadlineExceeded
+	}
+	if r.idle <= 0 {
+		return r.r.Read(p)
+	}
+	// Not every ResponseWriter supports deadlines (a test recorder); then
+	// the body is read without one.
+	_ = r.rc.SetReadDeadline(time.Now().Add(r.idle))
+	n, err := r.r.Read(p)
+	if errors.Is(err, io.EOF) {
+		// At the body's end the connection's own reads take over (HTTP/1
+		// watches for the client closing while the response streams): a
+		// deadline left behind would cut a long response. After a
+		// timeout it stays, so that net/http's discarding of the unread
+		// body fails at once too.
+		_ = r.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
+}
+
+func (r *idleReader) interrupt() {
+	r.interrupted.Store(true)
+	_ = r.rc.SetReadDeadline(time.Now())
+}
+
+// idleWatch cancels an upstream exchange when neither direction moves for
+// its timeout: no request body byte read, no response yet, no response
+// body byte.
+type idleWatch struct {
+	d     time.Duration
+	t     *time.Timer
+	fired atomic.Bool
+}
+
+func newIdleWatch(d time.Duration, cancel context.CancelFunc) *idleWatch {
+	w := &idleWatch{d: d}
+	if d > 0 {
+		w.t = time.AfterFunc(d, func() { w.fired.Store(true); cancel() })
+	}
+	return w
+}
+
+func (w *idleWatch) touch() {
+	if w.t != nil {
+		w.t.Reset(w.d)
+	}
+}
+
+func (w *idleWatch) stop() {
+	if w.t != nil {
+		w.t.Stop()
+	}
+}
+
+func (w *idleWatch) reader(r io.Reader) io.Reader {
+	if w.t == nil {
+		return r
+	}
+	return &watchedReader{r: r, w: w}
+}
+
+func (w *idleWatch) readCloser(rc io.ReadCloser) io.ReadCloser {
+	if w.t == nil {
+		return rc
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{&watchedReader{r: rc, w: w}, rc}
+}
+
+type watchedReader struct {
+	r io.Reader
+	w *idleWatch
+}
+
+func (r *watchedReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if n > 0 {
+		r.w.touch()
+	}
+	return n, err
 }
 
 // countingReader counts the bytes the client sent; a body sender may still

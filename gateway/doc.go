@@ -5,9 +5,15 @@
 //
 // Per request, in order:
 //
+//  0. Limits: more header values or bytes than Config.MaxRequestHeaders /
+//     MaxRequestHeaderBytes is answered 431, a path in Config.BlockedPaths
+//     (model servers' admin endpoints by default) 403. Body bytes held in
+//     memory count against Config.BodyBudget (503 when it is spent), and a
+//     body that stalls for Config.BodyIdleTimeout is answered 408.
 //  1. x-gateway-destination-endpoint sent by the client is dropped: only
 //     the picker chooses upstreams. x-kvgate-* headers are dropped too when
-//     no filter runs (the filter strips them itself otherwise).
+//     no filter runs (the filter strips them itself otherwise), and the
+//     model rewrite headers unless Config.TrustClientRewrite.
 //  2. The filter sees the request headers and, while it pauses, the
 //     buffered body (bounded by Config.MaxRequestBuffer, 413 above it, as
 //     Envoy's buffer limit).
@@ -26,12 +32,17 @@
 //
 // When the picker cannot be reached or fails, FailureModeAllow decides as
 // Envoy's failure_mode_allow does: continue without it (to the fallback
-// endpoints) or answer 500 (504 on a message timeout).
+// endpoints, each request starting at the next one in turn) or answer 500
+// (504 on a message timeout, also when opening the stream takes longer).
+// The picker connection reconnects with a back-off of at most
+// Config.PickerReconnectMax and is health-checked. An upstream exchange
+// that makes no progress for Config.UpstreamIdleTimeout is cut.
 //
 // Where it differs from Envoy: the message timeout (Config.ExtProcTimeout)
 // also bounds each wait in FULL_DUPLEX_STREAMED mode, where Envoy has none;
-// request trailers are not sent to the picker (response trailers are, after
-// the body's end-of-stream chunk); mode_override is ignored.
+// request trailers are not sent to the picker (response trailers are, in
+// place of the body's end-of-stream chunk, as Envoy sends them);
+// mode_override is ignored.
 //
 // One access-log record per request goes to slog.
 package gateway

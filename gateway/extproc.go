@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -35,11 +36,20 @@ type processor struct {
 	recvErr error // written by recvLoop before it closes msgs
 }
 
-func openProcessor(ctx context.Context, client extprocv3.ExternalProcessorClient, timeout time.Duration) (*processor, error) {
+// openProcessor opens the request's stream. Opening waits for a connection
+// that is still being made and for stream quota on one that is (a picker
+// at its concurrent-stream limit); openTimeout bounds that wait, as it
+// bounds each message after.
+func openProcessor(ctx context.Context, client extprocv3.ExternalProcessorClient, timeout, openTimeout time.Duration) (*processor, error) {
 	sctx, cancel := context.WithCancel(ctx)
+	var timedOut atomic.Bool
+	t := time.AfterFunc(openTimeout, func() { timedOut.Store(true); cancel() })
 	stream, err := client.Process(sctx)
-	if err != nil {
+	if !t.Stop() || err != nil {
 		cancel()
+		if timedOut.Load() {
+			return nil, fmt.Errorf("%w: opening the stream", errProcessorTimeout)
+		}
 		return nil, fmt.Errorf("%w: open: %w", errProcessor, err)
 	}
 	// msgs is small: the picker answers in step with what is sent, so a

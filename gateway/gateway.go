@@ -9,9 +9,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
+	"os"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -20,9 +24,12 @@ import (
 	"github.com/google/uuid"
 	"github.com/tetratelabs/wazero"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
+	_ "google.golang.org/grpc/health" // client-side health checking
 
 	"github.com/kvgate/kvgate/gateway/wasmhost"
+	"github.com/kvgate/kvgate/internal/bytebudget"
 	"github.com/kvgate/kvgate/internal/eppwire"
 	"github.com/kvgate/kvgate/internal/hints"
 )
@@ -85,13 +92,65 @@ type Config struct {
 	// MaxRequestBuffer bounds the body bytes held for the filter and for a
 	// fail-open replay (default 16 MiB).
 	MaxRequestBuffer int
-	Logger           *slog.Logger
+	// BodyBudget bounds the request-body bytes all requests hold at once
+	// (the filter's buffer, the replay copy): a body that cannot be held
+	// is refused with 503, a replay copy that cannot is dropped (the
+	// request then cannot fail open). Default DefaultBodyBudgetBytes;
+	// bytebudget.New(-1) is unlimited.
+	BodyBudget *bytebudget.Budget
+	// BodyIdleTimeout bounds the wait for the next bytes of a request body
+	// (default 60s; negative: none); a stalled upload is answered 408.
+	BodyIdleTimeout time.Duration
+	// UpstreamIdleTimeout bounds the wait for the upstream's response
+	// headers and, after them, for each body chunk (default 5m, Envoy's
+	// stream idle timeout; negative: none).
+	UpstreamIdleTimeout time.Duration
+	// MaxRequestHeaders and MaxRequestHeaderBytes bound the client's
+	// header list (count of values; names plus values), as Envoy's
+	// max_headers_count and max_request_headers_kb: 431 above them.
+	// Defaults 100 and 60 KiB, Envoy's.
+	MaxRequestHeaders     int
+	MaxRequestHeaderBytes int
+	// BlockedPaths are request paths never forwarded (403): model
+	// servers' admin endpoints. nil takes DefaultBlockedPaths; an empty,
+	// non-nil list blocks nothing.
+	BlockedPaths []string
+	// TrustClientRewrite keeps client-sent model rewrite headers
+	// (x-gateway-model-name-rewrite, x-llm-d-model-name-rewrite); by default
+	// they are removed, since they choose which model serves the request.
+	TrustClientRewrite bool
+	// PickerReconnectMax bounds the back-off between attempts to reach an
+	// unreachable picker (default 1s), so that traffic returns to the
+	// picker within about that long after an outage.
+	PickerReconnectMax time.Duration
+	Logger             *slog.Logger
+}
+
+// Defaults of Config.
+const (
+	DefaultBodyBudgetBytes       = 256 << 20
+	DefaultBodyIdleTimeout       = 60 * time.Second
+	DefaultUpstreamIdleTimeout   = 5 * time.Minute
+	DefaultMaxRequestHeaders     = 100
+	DefaultMaxRequestHeaderBytes = 60 << 10
+	DefaultPickerReconnectMax    = time.Second
+)
+
+// DefaultBlockedPaths are vLLM's administrative endpoints: a client able to
+// reach them could flush a server's prefix cache (and with it the picker's
+// index), put it to sleep, load adapters or read its metrics.
+var DefaultBlockedPaths = []string{
+	"/metrics", "/reset_prefix_cache", "/reset_mm_cache", "/sleep", "/wake_up", "/is_sleeping",
+	"/collective_rpc", "/start_profile", "/stop_profile", "/scale_elastic_ep", "/is_scaling_elastic_ep",
+	"/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/server_info",
 }
 
 // Gateway is the request pipeline; it is an http.Handler safe for
 // concurrent use.
 type Gateway struct {
 	cfg       Config
+	blocked   map[string]bool
+	fallbacks atomic.Uint64 // fail-open rotation
 	conn      *grpc.ClientConn
 	client    extprocv3.ExternalProcessorClient
 	filter    *wasmhost.Host
@@ -112,7 +171,25 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	g := &Gateway{cfg: cfg, log: cfg.Logger}
+	if cfg.BodyBudget == nil {
+		cfg.BodyBudget = bytebudget.New(DefaultBodyBudgetBytes)
+	}
+	cfg.BodyIdleTimeout = orDefault(cfg.BodyIdleTimeout, DefaultBodyIdleTimeout)
+	cfg.UpstreamIdleTimeout = orDefault(cfg.UpstreamIdleTimeout, DefaultUpstreamIdleTimeout)
+	cfg.PickerReconnectMax = orDefault(cfg.PickerReconnectMax, DefaultPickerReconnectMax)
+	if cfg.MaxRequestHeaders <= 0 {
+		cfg.MaxRequestHeaders = DefaultMaxRequestHeaders
+	}
+	if cfg.MaxRequestHeaderBytes <= 0 {
+		cfg.MaxRequestHeaderBytes = DefaultMaxRequestHeaderBytes
+	}
+	if cfg.BlockedPaths == nil {
+		cfg.BlockedPaths = DefaultBlockedPaths
+	}
+	g := &Gateway{cfg: cfg, log: cfg.Logger, blocked: map[string]bool{}}
+	for _, p := range cfg.BlockedPaths {
+		g.blocked[cleanPath(p)] = true
+	}
 	dialer := &net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}
 	g.transport = &http.Transport{
 		Proxy: nil, // never an environment proxy: the picker chose the host
@@ -139,7 +216,8 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 		g.filter = h
 	}
 	if cfg.ExtProc != "" {
-		conn, err := grpc.NewClient(cfg.ExtProc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(cfg.ExtProc, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			pickerConnectParams(cfg.PickerReconnectMax), grpc.WithDefaultServiceConfig(pickerServiceConfig))
 		if err != nil {
 			g.Close()
 			return nil, fmt.Errorf("gateway: ext_proc %s: %w", cfg.ExtProc, err)
@@ -162,6 +240,40 @@ func (g *Gateway) Close() {
 	g.transport.CloseIdleConnections()
 }
 
+// orDefault is d, def for zero, and none (0) for a negative d.
+func orDefault(d, def time.Duration) time.Duration {
+	switch {
+	case d < 0:
+		return 0
+	case d == 0:
+		return def
+	}
+	return d
+}
+
+// pickerConnectParams bound gRPC's reconnect back-off: its default grows
+// to 120 s, so after a picker outage of a minute the gateway kept failing
+// (or failing open) for tens of seconds more, with the picker back.
+func pickerConnectParams(maxDelay time.Duration) grpc.DialOption {
+	return grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff: backoff.Config{
+			BaseDelay:  min(100*time.Millisecond, maxDelay),
+			Multiplier: 1.6,
+			Jitter:     0.2,
+			MaxDelay:   maxDelay,
+		},
+		MinConnectTimeout: 2 * time.Second,
+	})
+}
+
+// pickerServiceConfig turns on gRPC client-side health checking against
+// the picker's health service on the ext_proc port: a picker that is not
+// ready yet or is draining answers NOT_SERVING, and requests then fail
+// fast (or fail open) instead of queueing on it. A server without the
+// health service counts as healthy.
+const pickerServiceConfig = `{"loadBalancingConfig":[{"round_robin":{}}],` +
+	`"healthCheckConfig":{"serviceName":"envoy.service.ext_proc.v3.ExternalProcessor"}}`
+
 type dialError struct{ err error }
 
 func (e *dialError) Error() string { return "connect: " + e.err.Error() }
@@ -172,6 +284,9 @@ type statusError struct {
 	status int
 	msg    string
 	err    error
+	// close ends the connection after the answer: the client's request
+	// was not read to its end.
+	close bool
 }
 
 func (e *statusError) Error() string {
@@ -187,25 +302,53 @@ func (e *statusError) Unwrap() error { return e.err }
 type request struct {
 	headers   headerList
 	body      io.Reader
+	client    *idleReader // the client's body, read under the idle timeout
 	hasBody   bool
-	proc      *processor // nil without a picker or after failing open
-	pump      *bodyPump  // full duplex: the picker's body on its way upstream
+	held      bytebudget.Holder // the filter's buffered body
+	proc      *processor        // nil without a picker or after failing open
+	sender    *bodySender       // full duplex: the client's body on its way to the picker
+	pump      *bodyPump         // full duplex: the picker's body on its way upstream
 	endpoints []string
 	rec       *accessRecord
 }
 
+// finish runs when ServeHTTP returns: nothing may read the client's body
+// after that (net/http forbids it), so a body sender still running is
+// interrupted and waited for, and the buffered body's budget returned.
+func (req *request) finish() {
+	if req.sender != nil {
+		select {
+		case <-req.sender.done:
+		default:
+			req.client.interrupt()
+			<-req.sender.done
+		}
+		req.sender.decided()
+	}
+	req.held.Done()
+}
+
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	in := &countingReader{r: r.Body}
+	client := newIdleReader(r.Body, http.NewResponseController(w), g.cfg.BodyIdleTimeout)
+	in := &countingReader{r: client}
 	rec := &accessRecord{start: time.Now(), method: r.Method, path: r.URL.RequestURI(), in: in}
 	defer g.logAccess(r.Context(), rec)
 	ctx := r.Context()
 
+	if err := g.checkRequest(r); err != nil {
+		rec.outcome = "refused"
+		g.fail(w, rec, err)
+		return
+	}
 	req := &request{
-		headers: requestHeaderList(r, g.filter == nil),
+		headers: requestHeaderList(r, g.filter == nil, !g.cfg.TrustClientRewrite),
 		body:    in,
+		client:  client,
 		hasBody: r.ContentLength != 0,
+		held:    g.cfg.BodyBudget.Hold(),
 		rec:     rec,
 	}
+	defer req.finish()
 	rid, ok := req.headers.get(eppwire.HeaderRequestID)
 	if !ok {
 		rid = uuid.NewString()
@@ -237,7 +380,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	} else {
-		req.endpoints = g.cfg.Fallback
+		req.endpoints = g.fallbackOrder()
 		rec.outcome = "no_picker"
 	}
 	rec.decided = time.Since(rec.start)
@@ -245,6 +388,52 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer req.proc.close()
 	}
 	g.proxy(ctx, w, req)
+}
+
+// checkRequest applies the limits that hold before anything is read: the
+// header list's size (431) and the blocked admin paths (403).
+func (g *Gateway) checkRequest(r *http.Request) error {
+	n, size := 0, len(r.Host)
+	for name, values := range r.Header {
+		n += len(values)
+		for _, v := range values {
+			size += len(name) + len(v)
+		}
+	}
+	if n > g.cfg.MaxRequestHeaders || size > g.cfg.MaxRequestHeaderBytes {
+		return &statusError{status: http.StatusRequestHeaderFieldsTooLarge,
+			msg: fmt.Sprintf("request headers too large: %d headers, %d bytes (at most %d, %d bytes)",
+				n, size, g.cfg.MaxRequestHeaders, g.cfg.MaxRequestHeaderBytes)}
+	}
+	if g.blocked[cleanPath(r.URL.RequestURI())] {
+		return &statusError{status: http.StatusForbidden, msg: "path not exposed through the gateway"}
+	}
+	return nil
+}
+
+// cleanPath is the form paths are compared in: the path as forwarded
+// (the request target, which may start with "//"), without its query,
+// decoded as the model server's router decodes it, without dot segments,
+// repeated or trailing slashes.
+func cleanPath(target string) string {
+	p, _, _ := strings.Cut(target, "?")
+	if u, err := url.PathUnescape(p); err == nil {
+		p = u
+	}
+	return strings.TrimSuffix(path.Clean("/"+p), "/")
+}
+
+// fallbackOrder is the fallback list, starting at the next endpoint in
+// turn: fail-open traffic spreads over all of them (each request still
+// tries the rest, in order, when its first cannot be reached).
+func (g *Gateway) fallbackOrder() []string {
+	fb := g.cfg.Fallback
+	if len(fb) < 2 {
+		return fb
+	}
+	start := int(g.fallbacks.Add(1) % uint64(len(fb)))
+	out := make([]string, 0, len(fb))
+	return append(append(out, fb[start:]...), fb[:start]...)
 }
 
 // runFilter passes the request through the wasm filter, buffering the body
@@ -258,8 +447,8 @@ func (g *Gateway) runFilter(ctx context.Context, req *request) (*wasmhost.LocalR
 	eof := !req.hasBody
 	if req.hasBody {
 		var err error
-		if buffered, eof, err = readUpTo(req.body, g.cfg.MaxRequestBuffer+1); err != nil {
-			return nil, &statusError{status: http.StatusBadRequest, msg: "reading request body", err: err}
+		if buffered, eof, err = readUpTo(req.body, g.cfg.MaxRequestBuffer+1, &req.held); err != nil {
+			return nil, bodyError(err)
 		}
 	}
 	vm, err := g.filter.Acquire(ctx)
@@ -317,7 +506,7 @@ func stripHints(hs headerList) headerList {
 // requestPhase runs the request side of ext_proc. It returns the picker's
 // immediate response if it sent one; otherwise req is ready for proxy.
 func (g *Gateway) requestPhase(ctx context.Context, req *request) (*extprocv3.ImmediateResponse, error) {
-	p, err := openProcessor(ctx, g.client, g.cfg.ExtProcTimeout)
+	p, err := openProcessor(ctx, g.client, g.cfg.ExtProcTimeout, g.cfg.ExtProcTimeout)
 	if err != nil {
 		return nil, g.failOpen(ctx, req, err)
 	}
@@ -335,9 +524,23 @@ func (g *Gateway) requestPhase(ctx context.Context, req *request) (*extprocv3.Im
 	}
 	var sender *bodySender
 	if req.hasBody && g.cfg.RequestBodyMode == FullDuplexStreamed {
-		sender = startBodySender(ctx, p, req.body, g.cfg.MaxRequestBuffer)
+		sender = startBodySender(ctx, p, req.body, g.cfg.MaxRequestBuffer, g.cfg.BodyBudget)
+		req.sender = sender
 	}
 	m, err := awaitDecision(ctx, p, sender)
+	if err != nil && sender != nil {
+		// A failed client body also cancels the request context (HTTP/1):
+		// whichever the wait saw first, the body is the cause, and there
+		// is no picker failure to fail open on.
+		select {
+		case <-sender.done:
+			if sender.readErr != nil {
+				p.close()
+				return nil, bodyError(sender.readErr)
+			}
+		default:
+		}
+	}
 	if err == nil {
 		switch m.GetResponse().(type) {
 		case *extprocv3.ProcessingResponse_ImmediateResponse, *extprocv3.ProcessingResponse_RequestHeaders:
@@ -388,7 +591,7 @@ func (g *Gateway) failOpen(ctx context.Context, req *request, cause error) error
 	}
 	g.log.WarnContext(ctx, "endpoint picker failed, failing open", "err", cause, "fallback", g.cfg.Fallback)
 	req.rec.outcome = "fail_open"
-	req.endpoints = g.cfg.Fallback
+	req.endpoints = g.fallbackOrder()
 	return nil
 }
 
@@ -410,13 +613,19 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, req *request
 		g.fail(w, rec, &statusError{status: http.StatusServiceUnavailable, msg: "no healthy upstream"})
 		return
 	}
-	uctx := ctx
+	uctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	if g.cfg.UpstreamTimeout > 0 {
-		var cancel context.CancelFunc
-		uctx, cancel = context.WithTimeout(ctx, g.cfg.UpstreamTimeout)
+		uctx, cancel = context.WithTimeout(uctx, g.cfg.UpstreamTimeout)
 		defer cancel()
 	}
+	idle := newIdleWatch(g.cfg.UpstreamIdleTimeout, cancel)
+	defer idle.stop()
+	req.body = idle.reader(req.body)
 	resp, ep, err := g.forward(uctx, req)
+	if err != nil && idle.fired.Load() {
+		err = &statusError{status: http.StatusGatewayTimeout, msg: "upstream idle timeout", err: err}
+	}
 	if err != nil && req.pump != nil {
 		// No upstream will read the rest of the request body. After a
 		// success the transport closes the body when it is done with it
@@ -429,6 +638,7 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, req *request
 		g.fail(w, rec, err)
 		return
 	}
+	resp.Body = idle.readCloser(resp.Body)
 	defer resp.Body.Close()
 	rec.endpoint = ep
 	rec.upstream = time.Since(rec.start)
@@ -592,12 +802,40 @@ func (a *attemptBody) stopPump() {
 }
 
 // readUpTo reads r until EOF or until it has limit bytes; eof tells which.
-func readUpTo(r io.Reader, limit int) (b []byte, eof bool, err error) {
-	b, err = io.ReadAll(io.LimitReader(r, int64(limit)))
-	if err != nil {
-		return nil, false, err
+// The buffer grows in steps, each reserved from h's budget first.
+func readUpTo(r io.Reader, limit int, h *bytebudget.Holder) (b []byte, eof bool, err error) {
+	const first = 64 << 10
+	for {
+		if len(b) == cap(b) {
+			if len(b) >= limit {
+				return b, false, nil
+			}
+			c := min(max(first, 2*cap(b)), limit)
+			if err := h.Grow(int64(c)); err != nil {
+				return nil, false, err
+			}
+			b = append(make([]byte, 0, c), b...)
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if errors.Is(err, io.EOF) {
+			return b, true, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
 	}
-	return b, len(b) < limit, nil
+}
+
+// bodyError is the client's answer to a failure reading its body.
+func bodyError(err error) error {
+	switch {
+	case errors.Is(err, bytebudget.ErrExhausted):
+		return &statusError{status: http.StatusServiceUnavailable, msg: "request body refused: gateway memory budget exhausted", err: err}
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return &statusError{status: http.StatusRequestTimeout, msg: "request body idle timeout", err: err, close: true}
+	}
+	return &statusError{status: http.StatusBadRequest, msg: "reading request body", err: err}
 }
 
 // awaitDecision waits for the picker's answer to the request headers. A
@@ -615,6 +853,9 @@ func awaitDecision(ctx context.Context, p *processor, sender *bodySender) (*extp
 		m, err := p.wait(ctx, tick.C, sender.done)
 		switch {
 		case errors.Is(err, errStopped):
+			if sender.readErr != nil {
+				return nil, sender.readErr
+			}
 			return p.next(ctx)
 		case errors.Is(err, errProcessorTimeout):
 			if sender.stalledFor() > p.timeout {

@@ -22,9 +22,10 @@ var hopByHop = map[string]bool{
 	"trailer": true, "transfer-encoding": true, "upgrade": true,
 }
 
-// requestHeaderList builds the Envoy view of r, dropping hop-by-hop headers
-// and the client's attempt to pick an upstream.
-func requestHeaderList(r *http.Request, stripHints bool) headerList {
+// requestHeaderList builds the Envoy view of r, dropping hop-by-hop headers,
+// the client's attempt to pick an upstream and, with stripRewrite, to pick
+// the model.
+func requestHeaderList(r *http.Request, stripHints, stripRewrite bool) headerList {
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
@@ -32,7 +33,8 @@ func requestHeaderList(r *http.Request, stripHints bool) headerList {
 	hs := headerList{{":method", r.Method}, {":path", r.URL.RequestURI()}, {":authority", r.Host}, {":scheme", scheme}}
 	for name, values := range r.Header {
 		lname := strings.ToLower(name)
-		if hopByHop[lname] || pickerOnly[lname] || lname == "host" || (stripHints && hints.IsHintHeader(lname)) {
+		if hopByHop[lname] || pickerOnly[lname] || lname == "host" || (stripHints && hints.IsHintHeader(lname)) ||
+			(stripRewrite && modelRewrite[lname]) {
 			continue
 		}
 		for _, v := range values {
@@ -163,4 +165,12 @@ func (hs headerList) apply(m *extprocv3.HeaderMutation) headerList {
 var pickerOnly = map[string]bool{
 	eppwire.HeaderDestination: true,
 	eppwire.HeaderPrefiller:   true,
+}
+
+// modelRewrite are the headers that make the picker serve another model
+// than the body names: GIE's, set by an HTTPRoute filter, and llm-d's. A
+// client sending them would choose the model itself.
+var modelRewrite = map[string]bool{
+	eppwire.HeaderModelRewrite:           true,
+	eppwire.HeaderModelRewriteDeprecated: true,
 }

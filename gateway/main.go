@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/bytebudget"
 	"github.com/kvgate/kvgate/internal/cliflag"
 )
 
@@ -31,8 +32,17 @@ type Options struct {
 	ExtProcTimeout   time.Duration
 	UpstreamTimeout  time.Duration
 	// Fallback is a comma list of ip:port.
-	Fallback         string
-	MaxRequestBuffer int
+	Fallback              string
+	MaxRequestBuffer      int
+	BodyBudgetBytes       int64
+	BodyIdleTimeout       time.Duration
+	UpstreamIdleTimeout   time.Duration
+	MaxRequestHeaders     int
+	MaxRequestHeaderBytes int
+	// BlockedPaths is a comma list; empty blocks nothing.
+	BlockedPaths       string
+	TrustClientRewrite bool
+	PickerReconnectMax time.Duration
 }
 
 // DefaultOptions are the flag defaults.
@@ -46,6 +56,14 @@ func DefaultOptions() Options {
 		ResponseBodyMode: "full-duplex-streamed",
 		ExtProcTimeout:   10 * time.Second,
 		MaxRequestBuffer: 16 << 20,
+
+		BodyBudgetBytes:       DefaultBodyBudgetBytes,
+		BodyIdleTimeout:       DefaultBodyIdleTimeout,
+		UpstreamIdleTimeout:   DefaultUpstreamIdleTimeout,
+		MaxRequestHeaders:     DefaultMaxRequestHeaders,
+		MaxRequestHeaderBytes: DefaultMaxRequestHeaderBytes,
+		BlockedPaths:          strings.Join(DefaultBlockedPaths, ","),
+		PickerReconnectMax:    DefaultPickerReconnectMax,
 	}
 }
 
@@ -67,6 +85,14 @@ func (o *Options) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.UpstreamTimeout, "upstream-timeout", o.UpstreamTimeout, "bound on a whole upstream exchange (0: none)")
 	fs.StringVar(&o.Fallback, "fallback-endpoint", o.Fallback, "comma list of ip:port for fail-open traffic")
 	fs.IntVar(&o.MaxRequestBuffer, "max-request-buffer", o.MaxRequestBuffer, "request body bytes held for the filter or a fail-open replay")
+	fs.Int64Var(&o.BodyBudgetBytes, "body-budget-bytes", o.BodyBudgetBytes, "request body bytes all requests together may hold; beyond it new bodies get 503 (<0: unlimited)")
+	fs.DurationVar(&o.BodyIdleTimeout, "body-idle-timeout", o.BodyIdleTimeout, "longest pause in a client's request body before 408 (<0: none)")
+	fs.DurationVar(&o.UpstreamIdleTimeout, "upstream-idle-timeout", o.UpstreamIdleTimeout, "longest time an upstream exchange may make no progress either way (<0: none)")
+	fs.IntVar(&o.MaxRequestHeaders, "max-request-headers", o.MaxRequestHeaders, "most request header values before 431 (Envoy's max_headers_count)")
+	fs.IntVar(&o.MaxRequestHeaderBytes, "max-request-header-bytes", o.MaxRequestHeaderBytes, "most request header bytes before 431 (Envoy's max_request_headers_kb)")
+	fs.StringVar(&o.BlockedPaths, "blocked-paths", o.BlockedPaths, "comma list of request paths answered 403 instead of forwarded (model servers' admin endpoints); empty: none")
+	fs.BoolVar(&o.TrustClientRewrite, "trust-client-model-rewrite", o.TrustClientRewrite, "keep client-sent x-gateway-model-name-rewrite / x-llm-d-model-name-rewrite headers (default: removed)")
+	fs.DurationVar(&o.PickerReconnectMax, "extproc-reconnect-max", o.PickerReconnectMax, "longest back-off between attempts to reach an unreachable picker")
 	return fs
 }
 
@@ -100,7 +126,30 @@ func (o Options) config(log *slog.Logger) (Config, error) {
 		UpstreamTimeout:  o.UpstreamTimeout,
 		Fallback:         splitEndpoints(o.Fallback),
 		MaxRequestBuffer: o.MaxRequestBuffer,
-		Logger:           log,
+		BodyBudget:       bytebudget.New(o.BodyBudgetBytes),
+		BodyIdleTimeout:  negativeForZero(o.BodyIdleTimeout),
+
+		UpstreamIdleTimeout:   negativeForZero(o.UpstreamIdleTimeout),
+		MaxRequestHeaders:     o.MaxRequestHeaders,
+		MaxRequestHeaderBytes: o.MaxRequestHeaderBytes,
+		BlockedPaths:          []string{},
+		TrustClientRewrite:    o.TrustClientRewrite,
+		PickerReconnectMax:    o.PickerReconnectMax,
+		Logger:                log,
+	}
+	for p := range strings.SplitSeq(o.BlockedPaths, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			if !strings.HasPrefix(p, "/") {
+				return cfg, fmt.Errorf("gateway: --blocked-paths %q: a path starts with /", p)
+			}
+			cfg.BlockedPaths = append(cfg.BlockedPaths, p)
+		}
+	}
+	if o.BodyBudgetBytes == 0 {
+		return cfg, errors.New("gateway: --body-budget-bytes 0 would refuse every body; use a negative value for no limit")
+	}
+	if o.MaxRequestHeaders <= 0 || o.MaxRequestHeaderBytes <= 0 || o.PickerReconnectMax <= 0 {
+		return cfg, errors.New("gateway: --max-request-headers, --max-request-header-bytes and --extproc-reconnect-max must be positive")
 	}
 	var err error
 	if cfg.RequestBodyMode, err = ParseBodyMode(o.RequestBodyMode); err != nil {
@@ -156,7 +205,16 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	}
 	log.Info("gateway listening", "addr", ln.Addr().String(), "extproc", cfg.ExtProc,
 		"wasm", o.WasmPath, "request_body_mode", o.RequestBodyMode, "failure_mode_allow", cfg.FailureModeAllow)
-	return serve(ctx, ln, g, log)
+	return serve(ctx, ln, g, log, o.MaxRequestHeaderBytes)
+}
+
+// negativeForZero maps a flag's 0 ("none") to Config's "none" (negative):
+// in Config, zero takes the default.
+func negativeForZero(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // readInline returns v, or the file's contents for "@file".
@@ -170,10 +228,13 @@ func readInline(v string) ([]byte, error) {
 // Serve serves h on ln over HTTP/1.1 and h2c until ctx ends, then shuts
 // down gracefully (in-flight streams get 10 s).
 func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
-	return serve(ctx, ln, h, slog.Default())
+	return serve(ctx, ln, h, slog.Default(), DefaultMaxRequestHeaderBytes)
 }
 
-func serve(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger) error {
+// serve serves h; maxHeaderBytes is the header limit the handler checks,
+// and net/http refuses (431) what is far above it before the handler runs,
+// so a header flood is not even parsed whole.
+func serve(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger, maxHeaderBytes int) error {
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
@@ -181,7 +242,10 @@ func serve(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logge
 		Handler:           h,
 		Protocols:         &protocols,
 		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// Room for the request line and the per-header overhead net/http
+		// counts on top of names and values.
+		MaxHeaderBytes: 2*maxHeaderBytes + 8<<10,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

@@ -13,6 +13,8 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -57,6 +59,10 @@ func startPicker(t testing.TB, p *testPicker) string {
 	}
 	s := grpc.NewServer()
 	extprocv3.RegisterExternalProcessorServer(s, p)
+	// As kvgate's picker: the health service on the ext_proc port.
+	hs := health.NewServer()
+	hs.SetServingStatus("envoy.service.ext_proc.v3.ExternalProcessor", healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(s, hs)
 	go func() { _ = s.Serve(ln) }()
 	t.Cleanup(s.Stop)
 	return ln.Addr().String()

@@ -58,6 +58,9 @@ func (g *Gateway) fail(w http.ResponseWriter, rec *accessRecord, err error) {
 	var se *statusError
 	if errors.As(err, &se) {
 		status, msg = se.status, se.msg
+		if se.close {
+			w.Header().Set("connection", "close")
+		}
 	}
 	rec.err = err
 	if rec.outcome == "" || rec.outcome == "routed" || rec.outcome == "fail_open" {
@@ -161,9 +164,10 @@ func (g *Gateway) streamThroughPicker(ctx context.Context, w http.ResponseWriter
 	// once instead of waiting for replies that will never come.
 	sendDone := make(chan struct{})
 	var sendErr error
+	var trailers headerList
 	go func() {
 		defer close(sendDone)
-		sendErr = sendResponseBody(p, resp.Body)
+		trailers, sendErr = sendResponseBody(p, resp)
 	}()
 	sending := true
 	for {
@@ -184,6 +188,16 @@ func (g *Gateway) streamThroughPicker(ctx context.Context, w http.ResponseWriter
 		if err != nil {
 			abort(rec, err)
 		}
+		if tr := m.GetResponseTrailers(); tr != nil {
+			// Trailers end the stream in place of an end-of-stream chunk.
+			if <-sendDone; sendErr != nil || trailers == nil {
+				abort(rec, errors.New("ext_proc: trailers response to no trailers"))
+			}
+			for _, kv := range trailers.apply(tr.GetHeaderMutation()) {
+				w.Header().Add(http.TrailerPrefix+kv[0], kv[1])
+			}
+			return
+		}
 		sr := m.GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse()
 		if sr == nil {
 			abort(rec, errors.New("ext_proc: want a streamed response body"))
@@ -200,40 +214,34 @@ func (g *Gateway) streamThroughPicker(ctx context.Context, w http.ResponseWriter
 	if <-sendDone; sendErr != nil {
 		abort(rec, sendErr)
 	}
-	// resp.Trailer is complete now that the body is read.
-	if len(resp.Trailer) == 0 {
-		return
-	}
-	tl := trailerList(resp.Trailer)
-	err := p.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseTrailers{
-		ResponseTrailers: &extprocv3.HttpTrailers{Trailers: tl.proto()},
-	}})
-	var m *extprocv3.ProcessingResponse
-	if err == nil {
-		m, err = p.next(ctx)
-	}
-	if err != nil {
-		abort(rec, err)
-	}
-	for _, kv := range tl.apply(m.GetResponseTrailers().GetHeaderMutation()) {
-		w.Header().Add(http.TrailerPrefix+kv[0], kv[1])
-	}
 }
 
-func sendResponseBody(p *processor, body io.Reader) error {
+// sendResponseBody sends the upstream body to the picker in chunks. Its end
+// is an end-of-stream chunk or, when the upstream sent trailers (known only
+// once the body is read), the trailers, as Envoy does: a body chunk with
+// end of stream is never followed by trailers. It returns the trailers it
+// sent.
+func sendResponseBody(p *processor, resp *http.Response) (headerList, error) {
 	buf := make([]byte, chunkSize)
 	for {
-		n, err := body.Read(buf)
+		n, err := resp.Body.Read(buf)
 		if n > 0 {
 			if serr := p.send(responseBody(buf[:n], false)); serr != nil {
-				return serr
+				return nil, serr
 			}
 		}
 		if errors.Is(err, io.EOF) {
-			return p.send(responseBody(nil, true))
+			// Announced trailers may never come: then nothing follows.
+			tl := trailerList(resp.Trailer)
+			if len(tl) == 0 {
+				return nil, p.send(responseBody(nil, true))
+			}
+			return tl, p.send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseTrailers{
+				ResponseTrailers: &extprocv3.HttpTrailers{Trailers: tl.proto()},
+			}})
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
 	}
 }

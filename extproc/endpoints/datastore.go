@@ -2,6 +2,8 @@ package endpoints
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -60,6 +62,8 @@ type snapshot struct {
 // changes membership takes it before mu and keeps it until every listener
 // has returned, so listeners see changes one at a time and in order.
 type Datastore struct {
+	cfg Config
+
 	notifyMu  sync.Mutex
 	listeners []*listenerEntry // guarded by notifyMu
 
@@ -69,9 +73,35 @@ type Datastore struct {
 
 type listenerEntry struct{ l Listener }
 
-// NewDatastore returns an empty datastore.
-func NewDatastore() *Datastore {
-	d := &Datastore{}
+// DefaultMaxEndpoints bounds a pool: every decision scores every
+// candidate and each endpoint costs a scrape loop, so a runaway set (a
+// 10,000-line file) would starve the picker rather than serve.
+const DefaultMaxEndpoints = 2048
+
+// ErrTooManyEndpoints rejects a membership set larger than the cap.
+var ErrTooManyEndpoints = errors.New("too many endpoints")
+
+// Config tunes a Datastore; the zero value takes the defaults.
+type Config struct {
+	// MaxEndpoints caps the pool (default DefaultMaxEndpoints); a larger
+	// set is rejected whole and the previous one stays.
+	MaxEndpoints int
+	// AwaitFirstScrape keeps new endpoints out of the candidate set until
+	// their scraper reports them healthy (SetHealthy): a server that never
+	// answered its /metrics is not routed to. Only for a datastore whose
+	// endpoints are scraped.
+	AwaitFirstScrape bool
+}
+
+// NewDatastore returns an empty datastore with the default Config.
+func NewDatastore() *Datastore { return NewDatastoreWith(Config{}) }
+
+// NewDatastoreWith returns an empty datastore configured by cfg.
+func NewDatastoreWith(cfg Config) *Datastore {
+	if cfg.MaxEndpoints <= 0 {
+		cfg.MaxEndpoints = DefaultMaxEndpoints
+	}
+	d := &Datastore{cfg: cfg}
 	d.state.Store(&snapshot{})
 	return d
 }
@@ -104,9 +134,12 @@ func (d *Datastore) Healthy(e *Endpoint) bool {
 // Replace makes specs the complete membership. An endpoint whose Spec is
 // unchanged keeps its *Endpoint, so its metrics, in-flight counters and
 // health survive; new or changed specs get fresh endpoints, which start
-// healthy. An invalid set (see Validate) is rejected whole and nothing
-// changes.
+// healthy (or, with AwaitFirstScrape, once scraped). An invalid set (see
+// Validate) or one over MaxEndpoints is rejected whole and nothing changes.
 func (d *Datastore) Replace(specs []Spec) error {
+	if len(specs) > d.cfg.MaxEndpoints {
+		return fmt.Errorf("%w: %d, at most %d per pool (--max-endpoints)", ErrTooManyEndpoints, len(specs), d.cfg.MaxEndpoints)
+	}
 	if err := Validate(specs); err != nil {
 		return err
 	}
@@ -127,6 +160,9 @@ func (d *Datastore) Replace(specs []Spec) error {
 		if e == nil || !specEqual(e.spec, s) {
 			e = NewEndpoint(cloneSpec(s))
 			c.Added = append(c.Added, e)
+			if d.cfg.AwaitFirstScrape {
+				next.unhealthy[e] = struct{}{}
+			}
 		} else if _, bad := old.unhealthy[e]; bad {
 			next.unhealthy[e] = struct{}{}
 		}

@@ -317,3 +317,47 @@ func BenchmarkReplace(b *testing.B) {
 	}
 	b.ReportMetric(float64(n), "endpoints")
 }
+
+// TestMaxEndpoints: a set over the cap is rejected whole with
+// ErrTooManyEndpoints, and the set in force stays.
+func TestMaxEndpoints(t *testing.T) {
+	d := NewDatastoreWith(Config{MaxEndpoints: 3})
+	specs := func(n int) []Spec {
+		out := make([]Spec, n)
+		for i := range out {
+			out[i] = Spec{Name: fmt.Sprintf("e%d", i), Address: fmt.Sprintf("10.0.0.%d:8000", i+1)}
+		}
+		return out
+	}
+	if err := d.Replace(specs(3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Replace(specs(4)); !errors.Is(err, ErrTooManyEndpoints) {
+		t.Fatalf("4 endpoints over a cap of 3: %v", err)
+	}
+	if n := len(d.Candidates()); n != 3 {
+		t.Fatalf("%d candidates after a refused set", n)
+	}
+	if err := NewDatastore().Replace(specs(DefaultMaxEndpoints + 1)); !errors.Is(err, ErrTooManyEndpoints) {
+		t.Fatalf("default cap: %v", err)
+	}
+}
+
+// TestAwaitFirstScrape: new endpoints wait for SetHealthy; unchanged ones
+// keep their health across a Replace.
+func TestAwaitFirstScrape(t *testing.T) {
+	d := NewDatastoreWith(Config{AwaitFirstScrape: true})
+	if err := d.Replace([]Spec{{Name: "a", Address: "10.0.0.1:8000"}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Candidates()) != 0 {
+		t.Fatal("an unscraped endpoint is a candidate")
+	}
+	d.SetHealthy(d.Get("a"), true)
+	if err := d.Replace([]Spec{{Name: "a", Address: "10.0.0.1:8000"}, {Name: "b", Address: "10.0.0.2:8000"}}); err != nil {
+		t.Fatal(err)
+	}
+	if c := d.Candidates(); len(c) != 1 || c[0].Name() != "a" {
+		t.Fatalf("candidates %v", c)
+	}
+}

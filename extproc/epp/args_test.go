@@ -19,7 +19,8 @@ func TestArgsRoundTrip(t *testing.T) {
 		GRPCAddr: "127.0.0.1:1", HealthAddr: "127.0.0.1:2", MetricsAddr: "127.0.0.1:3",
 		RefreshMetricsInterval: 50 * time.Millisecond, PoolName: "p", PoolNamespace: "ns",
 		Kubeconfig: "/k", KVEventsAddr: "tcp://127.0.0.1:4", TrustFilterHeaders: true,
-		MaxRequestBodyBytes: 123, DrainTimeout: 2 * time.Second, LogLevel: slog.LevelDebug,
+		MaxRequestBodyBytes: 123, MaxRequestHeaders: 5, MaxRequestHeaderBytes: 6, RequestBodyBudgetBytes: 7,
+		RequestIdleTimeout: time.Second, ResponseIdleTimeout: time.Minute, MaxEndpoints: 8, DrainTimeout: 2 * time.Second, LogLevel: slog.LevelDebug,
 	}
 	// Exclusive with the file-based ones above, so set in their own options.
 	k8s := DefaultOptions()

@@ -41,6 +41,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/saturation"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/server"
+	"github.com/kvgate/kvgate/internal/bytebudget"
 	"github.com/kvgate/kvgate/internal/cliflag"
 )
 
@@ -86,6 +87,13 @@ type Options struct {
 	KVEventsAddr        string
 	TrustFilterHeaders  bool
 	MaxRequestBodyBytes int
+	// Budgets (see server.Options and endpoints.Config).
+	MaxRequestHeaders      int
+	MaxRequestHeaderBytes  int
+	RequestBodyBudgetBytes int64
+	RequestIdleTimeout     time.Duration
+	ResponseIdleTimeout    time.Duration
+	MaxEndpoints           int
 	// DrainTimeout bounds the wait for in-flight streams at shutdown: an
 	// LLM response can stream for minutes, but a Kubernetes pod is killed
 	// 30 s after SIGTERM by default.
@@ -102,6 +110,12 @@ func DefaultOptions() Options {
 		RefreshMetricsInterval: scrape.DefaultInterval,
 		PoolName:               "kvgate",
 		MaxRequestBodyBytes:    server.DefaultMaxBodyBytes,
+		MaxRequestHeaders:      server.DefaultMaxHeaders,
+		MaxRequestHeaderBytes:  server.DefaultMaxHeaderBytes,
+		RequestBodyBudgetBytes: server.DefaultBodyBudgetBytes,
+		RequestIdleTimeout:     server.DefaultRequestIdleTimeout,
+		ResponseIdleTimeout:    server.DefaultResponseIdleTimeout,
+		MaxEndpoints:           endpoints.DefaultMaxEndpoints,
 		DrainTimeout:           25 * time.Second,
 	}
 }
@@ -128,6 +142,12 @@ func (o *Options) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.KVEventsAddr, "kv-events-addr", o.KVEventsAddr, "ZMQ endpoint to bind for vLLM KV-cache events, e.g. tcp://*:5557 (servers publish with topic kv@<ip:port>@<model>)")
 	fs.BoolVar(&o.TrustFilterHeaders, "trust-filter-headers", o.TrustFilterHeaders, "route requests without a body on the x-kvgate-* headers of kvgate's wasm filter (Envoy request body mode NONE); only behind a proxy that runs the filter")
 	fs.IntVar(&o.MaxRequestBodyBytes, "max-request-body-bytes", o.MaxRequestBodyBytes, "largest request body the picker buffers")
+	fs.IntVar(&o.MaxRequestHeaders, "max-request-headers", o.MaxRequestHeaders, "most headers in one ext_proc header message before 431")
+	fs.IntVar(&o.MaxRequestHeaderBytes, "max-request-header-bytes", o.MaxRequestHeaderBytes, "most header bytes (names plus values) in one ext_proc header message before 431")
+	fs.Int64Var(&o.RequestBodyBudgetBytes, "request-body-budget-bytes", o.RequestBodyBudgetBytes, "request body bytes all streams together may buffer; beyond it new bodies get 503 (<0: unlimited)")
+	fs.DurationVar(&o.RequestIdleTimeout, "request-idle-timeout", o.RequestIdleTimeout, "longest silence of a stream while its request arrives (<0: none)")
+	fs.DurationVar(&o.ResponseIdleTimeout, "response-idle-timeout", o.ResponseIdleTimeout, "longest silence of a routed stream before it is ended and its in-flight charge released (<0: none)")
+	fs.IntVar(&o.MaxEndpoints, "max-endpoints", o.MaxEndpoints, "most endpoints in the pool; a larger set is refused and the previous one kept")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, "at shutdown, how long in-flight requests may finish before their streams are cut")
 	fs.TextVar(&o.LogLevel, "log-level", o.LogLevel, "log level: debug, info, warn, error")
 	return fs
@@ -184,6 +204,12 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	}
 	if o.ObjectivesFile != "" && o.EndpointsFile == "" {
 		return o, errors.New("--objectives needs --endpoints: with Kubernetes discovery the InferenceObjectives come from the cluster")
+	}
+	if o.MaxRequestHeaders <= 0 || o.MaxRequestHeaderBytes <= 0 || o.MaxEndpoints <= 0 {
+		return o, errors.New("--max-request-headers, --max-request-header-bytes and --max-endpoints must be positive")
+	}
+	if o.RequestBodyBudgetBytes == 0 {
+		return o, errors.New("--request-body-budget-bytes 0 would refuse every body; use a negative value for no limit")
 	}
 	if o.RefreshMetricsInterval <= 0 {
 		return o, fmt.Errorf("--refresh-metrics-interval must be positive, got %v", o.RefreshMetricsInterval)
@@ -242,7 +268,9 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Picker{opts: o, log: log, reg: prometheus.NewRegistry(), ds: endpoints.NewDatastore(), listening: make(chan struct{})}
+	p := &Picker{opts: o, log: log, reg: prometheus.NewRegistry(), ds: endpoints.NewDatastoreWith(endpoints.Config{
+		MaxEndpoints: o.MaxEndpoints, AwaitFirstScrape: true,
+	}), listening: make(chan struct{})}
 	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		if err := p.reg.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)
@@ -310,8 +338,23 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 		return nil, err
 	}
 	d := director.New(dopts)
-	p.server = server.New(d, server.Options{MaxRequestBodyBytes: o.MaxRequestBodyBytes, Logger: log})
+	p.server = server.New(d, server.Options{
+		MaxRequestBodyBytes: o.MaxRequestBodyBytes, Logger: log,
+		MaxHeaders: o.MaxRequestHeaders, MaxHeaderBytes: o.MaxRequestHeaderBytes,
+		BodyBudget:          bytebudget.New(o.RequestBodyBudgetBytes),
+		RequestIdleTimeout:  zeroIsNone(o.RequestIdleTimeout),
+		ResponseIdleTimeout: zeroIsNone(o.ResponseIdleTimeout),
+	})
 	return p, nil
+}
+
+// zeroIsNone maps a flag's 0 ("none") to the options' "none" (negative):
+// there, zero takes the default.
+func zeroIsNone(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // flowControl builds the flow-control layer when the configuration turns it
@@ -531,6 +574,17 @@ func (p *Picker) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-src.done:
+		}
+		// Endpoints are routable only once scraped; give the first
+		// scrapes a moment so that a fresh picker does not answer its
+		// first requests with 503. Servers not answering by then stay
+		// out until they do.
+		for wait := time.Now().Add(time.Second); len(p.ds.Candidates()) < len(p.ds.All()) && time.Now().Before(wait); {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(10 * time.Millisecond):
+			}
 		}
 		for _, svc := range readinessServices {
 			healthSrv.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,6 +32,36 @@ func TestModelLabelsBounded(t *testing.T) {
 	if got := testutil.ToFloat64(m.requests.WithLabelValues("model-3", "model-3", "f", "0")); got != 2 {
 		t.Fatalf("known model counted %v, want 2", got)
 	}
+}
+
+// TestLabelValueLengthBounded (Medium): long or non-UTF-8 model names go
+// to the OtherModel series, so /metrics stays small whatever clients send.
+func TestLabelValueLengthBounded(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := New(reg)
+	long := strings.Repeat("m", 1<<20)
+	for i := range 10 {
+		m.RequestReceived(Labels{Model: long + fmt.Sprint(i), Target: long, FairnessID: long}, -1)
+	}
+	m.RequestReceived(Labels{Model: "bad\xff", Target: "bad\xff", FairnessID: "f"}, -1)
+	m.RequestReceived(Labels{Model: strings.Repeat("a", MaxLabelValueBytes), Target: "ok", FairnessID: "f"}, -1)
+	if got := testutil.ToFloat64(m.gieRequests.WithLabelValues(OtherModel, OtherModel, "0")); got != 11 {
+		t.Fatalf("other series counted %v, want 11", got)
+	}
+	var size int
+	for _, mf := range must(reg.Gather()) {
+		size += len(mf.String())
+	}
+	if size > 64<<10 {
+		t.Fatalf("exposition is %d bytes after 10 megabyte-long names", size)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }
 
 // Latency predictions land in llm-d's predicted-latency histograms and their

@@ -20,6 +20,13 @@
 // so that the Director's policy, not the protocol layer, decides what happens
 // to them.
 //
+// Budgets: a header message over Options.MaxHeaders or MaxHeaderBytes is
+// answered 431 (repeats are joined in linear time below the limits); request
+// bodies of all streams together draw on Options.BodyBudget (503 when it is
+// spent) and are dropped once sent back; a stream silent for
+// RequestIdleTimeout while its request arrives, or ResponseIdleTimeout once
+// routed, is ended (DeadlineExceeded) and its exchange released.
+//
 // Concurrency: gRPC runs each stream on its own goroutine, and everything a
 // stream owns (its Request, body buffer and usage scanner) is touched only by
 // that goroutine. The Director is called from many streams at once and must

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"sync"
@@ -35,8 +36,11 @@ func newTestDirector(endpoints ...string) *testDirector {
 }
 
 func (d *testDirector) HandleRequest(ctx context.Context, req *Request) (*Decision, Exchange, error) {
+	// The server drops the body once it is sent back; keep what was seen.
+	seen := *req
+	seen.Body = bytes.Clone(req.Body)
 	d.mu.Lock()
-	d.reqs = append(d.reqs, req)
+	d.reqs = append(d.reqs, &seen)
 	d.mu.Unlock()
 	if d.decide != nil {
 		dec, err := d.decide(req)

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -14,8 +16,7 @@ import (
 // newRequest builds the Request from Envoy's request headers and the
 // metadata that came with them. generated reports whether the ID was made
 // here.
-func newRequest(hm *corev3.HeaderMap, md *corev3.Metadata) (req *Request, generated bool) {
-	h := headerMap(hm)
+func newRequest(h map[string]string, md *corev3.Metadata) (req *Request, generated bool) {
 	// Only the picker names the destination and the prefiller; a
 	// client-sent value must not reach anything that might trust it (llm-d's
 	// P/D routing sidecar sends the prompt to the prefiller it names).
@@ -52,24 +53,60 @@ func either(h map[string]string, canonical, deprecated string) string {
 	return h[deprecated]
 }
 
+// headerLimits bound the header list of one message, as Envoy's
+// max_headers_count and max_request_headers_kb do at its listener: a
+// client talking to the picker directly must not cost it more than a
+// proxy would let through.
+type headerLimits struct {
+	count int // headers, pseudo-headers included
+	bytes int // names plus values
+}
+
+// errHeadersTooLarge is headerMap's answer to a list over the limits.
+var errHeadersTooLarge = errors.New("headers exceed the limits")
+
 // headerMap flattens Envoy's header list: lower-case names, the value from
 // raw_value when value is empty (Envoy sends raw_value by default), and
-// repeated headers joined with a comma as HTTP allows.
-func headerMap(hm *corev3.HeaderMap) map[string]string {
+// repeated headers joined with a comma as HTTP allows. The list is checked
+// against lim before anything is copied, and repeats are joined once at the
+// end, so the cost is linear in the list's size whatever its shape.
+func headerMap(hm *corev3.HeaderMap, lim headerLimits) (map[string]string, error) {
 	hs := hm.GetHeaders()
+	if len(hs) > lim.count {
+		return nil, fmt.Errorf("%w: %d headers, at most %d", errHeadersTooLarge, len(hs), lim.count)
+	}
+	size := 0
+	for _, hv := range hs {
+		size += len(hv.GetKey()) + len(hv.GetValue()) + len(hv.GetRawValue())
+	}
+	if size > lim.bytes {
+		return nil, fmt.Errorf("%w: %d bytes, at most %d", errHeadersTooLarge, size, lim.bytes)
+	}
 	m := make(map[string]string, len(hs))
+	var repeated map[string][]string
 	for _, hv := range hs {
 		k := strings.ToLower(hv.GetKey())
 		v := hv.GetValue()
 		if v == "" {
 			v = string(hv.GetRawValue())
 		}
-		if prev, ok := m[k]; ok {
-			v = prev + "," + v
+		prev, seen := m[k]
+		if !seen {
+			m[k] = v
+			continue
 		}
-		m[k] = v
+		if repeated == nil {
+			repeated = map[string][]string{}
+		}
+		if repeated[k] == nil {
+			repeated[k] = []string{prev}
+		}
+		repeated[k] = append(repeated[k], v)
 	}
-	return m
+	for k, vs := range repeated {
+		m[k] = strings.Join(vs, ",")
+	}
+	return m, nil
 }
 
 // subsetHint reads envoy.lb.subset_hint / x-gateway-destination-endpoint-subset:

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
+	"sync/atomic"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -12,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvgate/kvgate/internal/bytebudget"
 	"github.com/kvgate/kvgate/internal/openai"
 )
 
@@ -21,6 +24,24 @@ const (
 	DefaultFairnessID    = "default-flow"
 	DefaultMaxBodyBytes  = 16 << 20
 	DefaultBodyChunkSize = 62_000
+	// DefaultMaxHeaders and DefaultMaxHeaderBytes are well above what
+	// Envoy passes with its defaults (100 headers, 60 KiB) plus the
+	// filter's hints, and far below what costs the picker noticeable CPU.
+	DefaultMaxHeaders     = 1000
+	DefaultMaxHeaderBytes = 256 << 10
+	// DefaultBodyBudgetBytes bounds the request bodies all streams hold
+	// at once: 16 maximal bodies.
+	DefaultBodyBudgetBytes = 16 * DefaultMaxBodyBytes
+	// DefaultRequestIdleTimeout bounds the wait for the next message while
+	// the request is still arriving (headers, body): a stalled upload
+	// holds a stream and its buffered body.
+	DefaultRequestIdleTimeout = 30 * time.Second
+	// DefaultResponseIdleTimeout bounds the wait for the response's next
+	// message once the request is routed: a stream held open without a
+	// response must not keep its endpoint's in-flight count up forever. A
+	// model server's time to first byte under a deep queue is minutes at
+	// worst.
+	DefaultResponseIdleTimeout = 10 * time.Minute
 )
 
 // Director decides where each request goes. Implementations must be safe
@@ -79,7 +100,9 @@ type Request struct {
 	// Headers holds the request headers by lower-case name. A client-sent
 	// x-gateway-destination-endpoint is removed: only the picker sets it.
 	Headers map[string]string
-	// Body is the complete request body; nil when HeaderOnly.
+	// Body is the complete request body; nil when HeaderOnly. It is valid
+	// during HandleRequest: the server drops it (and its share of the body
+	// budget) once it has sent the body back to the proxy.
 	Body []byte
 	// API is the OpenAI API named by Path, "" for any other path.
 	API openai.API
@@ -141,6 +164,21 @@ type Options struct {
 	// BodyChunkBytes is the largest StreamedBodyResponse chunk the body is
 	// re-sent in. Default 62,000, under Envoy's 64 KiB recommendation.
 	BodyChunkBytes int
+	// MaxHeaders and MaxHeaderBytes bound one message's header list
+	// (names plus values); a request over them is answered 431, a
+	// response over them ends the stream. Defaults DefaultMaxHeaders,
+	// DefaultMaxHeaderBytes.
+	MaxHeaders     int
+	MaxHeaderBytes int
+	// BodyBudget bounds the request-body bytes buffered by all streams
+	// together; a body that does not fit is answered 503. Default a budget
+	// of DefaultBodyBudgetBytes; bytebudget.New(-1) is unlimited.
+	BodyBudget *bytebudget.Budget
+	// RequestIdleTimeout and ResponseIdleTimeout end a stream that sends
+	// nothing for that long before, respectively after, its request was
+	// routed (see the defaults). A negative value disables the timeout.
+	RequestIdleTimeout  time.Duration
+	ResponseIdleTimeout time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -152,6 +190,10 @@ type Server struct {
 	director Director
 	maxBody  int
 	chunk    int
+	headers  headerLimits
+	budget   *bytebudget.Budget
+	reqIdle  time.Duration
+	respIdle time.Duration
 	log      *slog.Logger
 }
 
@@ -161,7 +203,20 @@ func New(director Director, opts Options) *Server {
 		director: director,
 		maxBody:  opts.MaxRequestBodyBytes,
 		chunk:    opts.BodyChunkBytes,
+		headers:  headerLimits{count: opts.MaxHeaders, bytes: opts.MaxHeaderBytes},
+		budget:   opts.BodyBudget,
+		reqIdle:  positiveOr(opts.RequestIdleTimeout, DefaultRequestIdleTimeout),
+		respIdle: positiveOr(opts.ResponseIdleTimeout, DefaultResponseIdleTimeout),
 		log:      opts.Logger,
+	}
+	if s.headers.count <= 0 {
+		s.headers.count = DefaultMaxHeaders
+	}
+	if s.headers.bytes <= 0 {
+		s.headers.bytes = DefaultMaxHeaderBytes
+	}
+	if s.budget == nil {
+		s.budget = bytebudget.New(DefaultBodyBudgetBytes)
 	}
 	if s.maxBody <= 0 {
 		s.maxBody = DefaultMaxBodyBytes
@@ -175,18 +230,96 @@ func New(director Director, opts Options) *Server {
 	return s
 }
 
+// positiveOr is d, def for zero, and no timeout (0) for a negative d.
+func positiveOr(d, def time.Duration) time.Duration {
+	switch {
+	case d < 0:
+		return 0
+	case d == 0:
+		return def
+	}
+	return d
+}
+
+// BodyBudget is the budget request bodies are buffered against.
+func (s *Server) BodyBudget() *bytebudget.Budget { return s.budget }
+
 // Register adds the ext_proc service to g.
 func (s *Server) Register(g *grpc.Server) {
 	extprocv3.RegisterExternalProcessorServer(g, s)
 }
 
 // Process serves one HTTP request's ext_proc stream.
+//
+// The stream runs on a goroutine of its own and the handler watches its
+// idle timeout: returning from the handler is the only way to end a gRPC
+// stream whose Recv is blocked, and it makes that Recv return. The timeout
+// runs only while the stream waits in Recv, and a message that arrives as
+// it expires is not handled, so nothing is sent after the handler returned.
 func (s *Server) Process(ps extprocv3.ExternalProcessor_ProcessServer) error {
-	st := stream{srv: s, ps: ps, ctx: ps.Context()}
+	st := &stream{srv: s, ps: ps, ctx: ps.Context(), body: s.budget.Hold()}
 	st.reqMode, st.respMode = fullDuplex, fullDuplex
+	w := &watch{expired: make(chan struct{})}
+	w.timer = time.AfterFunc(time.Hour, w.expire)
+	w.timer.Stop()
+	done := make(chan error, 1)
+	go func() { done <- st.run(w) }()
+	select {
+	case err := <-done:
+		return err
+	case <-w.expired:
+		return status.Error(codes.DeadlineExceeded, "ext_proc: stream idle past its timeout")
+	}
+}
+
+// watch is a stream's idle timer. state moves idle -> receiving -> idle
+// around each Recv; the timer firing while receiving moves it to expired
+// for good. deadline (unix ns) tells a callback of an earlier arming, run
+// late, from the current one.
+type watch struct {
+	timer    *time.Timer
+	state    atomic.Int32
+	deadline atomic.Int64
+	expired  chan struct{}
+}
+
+const (
+	watchIdle int32 = iota
+	watchReceiving
+	watchExpired
+)
+
+func (w *watch) expire() {
+	if time.Now().UnixNano() < w.deadline.Load() {
+		return // an earlier arming's callback; the timer is armed again
+	}
+	if w.state.CompareAndSwap(watchReceiving, watchExpired) {
+		close(w.expired)
+	}
+}
+
+// run receives and handles the stream's messages until it ends; it owns
+// st. After an expiry it only cleans up: the handler has returned.
+func (st *stream) run(w *watch) error {
+	s := st.srv
+	defer st.body.Done()
 	defer st.abort()
 	for {
-		msg, err := ps.Recv()
+		timeout := st.idleTimeout()
+		// Receiving before the timer is armed, or an early expiry is lost.
+		w.deadline.Store(math.MaxInt64)
+		w.state.Store(watchReceiving)
+		if timeout > 0 {
+			w.deadline.Store(time.Now().Add(timeout).UnixNano())
+			w.timer.Reset(timeout)
+		}
+		msg, err := st.ps.Recv()
+		w.timer.Stop()
+		if !w.state.CompareAndSwap(watchReceiving, watchIdle) {
+			s.log.LogAttrs(st.ctx, slog.LevelWarn, "ext_proc stream idle, ended",
+				slog.String("request_id", st.requestID()), slog.Duration("timeout", timeout), slog.String("phase", st.phase.String()))
+			return nil
+		}
 		if errors.Is(err, io.EOF) {
 			st.closed()
 			return nil

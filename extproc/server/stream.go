@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kvgate/kvgate/extproc/inferr"
+	"github.com/kvgate/kvgate/internal/bytebudget"
 	"github.com/kvgate/kvgate/internal/openai"
 )
 
@@ -47,8 +49,10 @@ type stream struct {
 	reqMode, respMode procmode.ProcessingMode_BodySendMode
 	observeOnly       bool // Envoy ignores responses; send none
 
-	phase      phase
-	req        *Request
+	phase phase
+	req   *Request
+	// body is the request body's share of the server's byte budget.
+	body       bytebudget.Holder
 	generated  bool // req.ID was generated here
 	reqEnded   bool // no more request body or trailers will come
 	hadCLength bool
@@ -114,7 +118,11 @@ func (st *stream) onRequestHeaders(msg *extprocv3.ProcessingRequest, h *extprocv
 		return false, status.Errorf(codes.Unimplemented,
 			"ext_proc: request body mode %s is not supported; use FULL_DUPLEX_STREAMED or NONE", st.reqMode)
 	}
-	st.req, st.generated = newRequest(h.GetHeaders(), msg.GetMetadataContext())
+	hm, err := headerMap(h.GetHeaders(), st.srv.headers)
+	if err != nil {
+		return true, st.immediate(&inferr.Error{Code: inferr.BadRequest, Status: http.StatusRequestHeaderFieldsTooLarge, Msg: err.Error()})
+	}
+	st.req, st.generated = newRequest(hm, msg.GetMetadataContext())
 	st.req.ReceivedAt = time.Now()
 	cl, hasCL := st.req.Headers["content-length"]
 	st.hadCLength = hasCL
@@ -132,7 +140,11 @@ func (st *stream) onRequestHeaders(msg *extprocv3.ProcessingRequest, h *extprocv
 		// Size the buffer for the announced body, but only up to what a
 		// typical prompt needs: the claim costs the client nothing until
 		// the bytes arrive.
-		st.req.Body = make([]byte, 0, min(n, preallocBodyBytes))
+		c := min(n, preallocBodyBytes)
+		if err := st.body.Grow(c); err != nil {
+			return true, st.immediate(overBudget(err))
+		}
+		st.req.Body = make([]byte, 0, c)
 	}
 	return false, nil
 }
@@ -142,8 +154,17 @@ func (st *stream) onRequestBody(b *extprocv3.HttpBody) (bool, error) {
 		return false, st.outOfOrder("request body")
 	}
 	chunk := b.GetBody()
-	if len(st.req.Body)+len(chunk) > st.srv.maxBody {
+	n := len(st.req.Body) + len(chunk)
+	if n > st.srv.maxBody {
 		return true, st.immediate(tooLarge(st.srv.maxBody))
+	}
+	if n > cap(st.req.Body) {
+		// Grow as append would, but with the bytes reserved first.
+		c := min(max(n, 2*cap(st.req.Body)), st.srv.maxBody)
+		if err := st.body.Grow(int64(c)); err != nil {
+			return true, st.immediate(overBudget(err))
+		}
+		st.req.Body = append(make([]byte, 0, c), st.req.Body...)
 	}
 	st.req.Body = append(st.req.Body, chunk...)
 	if !b.GetEndOfStream() {
@@ -236,7 +257,11 @@ func (st *stream) decide(bodyEOS bool) (bool, error) {
 	if st.req.HeaderOnly {
 		return false, nil
 	}
-	return false, st.sendBody(body, bodyEOS)
+	err = st.sendBody(body, bodyEOS)
+	// The body is Envoy's again: nothing after the decision reads it.
+	st.req.Body = nil
+	st.body.Done()
+	return false, err
 }
 
 // sendBody re-sends the request body in chunks Envoy can take; the last
@@ -262,7 +287,10 @@ func (st *stream) onResponseHeaders(h *extprocv3.HttpHeaders) error {
 	if st.phase != awaitResponseHeaders {
 		return st.outOfOrder("response headers")
 	}
-	headers := headerMap(h.GetHeaders())
+	headers, err := headerMap(h.GetHeaders(), st.srv.headers)
+	if err != nil {
+		return status.Errorf(codes.ResourceExhausted, "ext_proc: response %v", err)
+	}
 	st.status, _ = strconv.Atoi(headers[":status"])
 	st.streaming = strings.HasPrefix(headers["content-type"], "text/event-stream")
 	st.usage.Reset(st.streaming)
@@ -369,6 +397,25 @@ func (st *stream) send(r *extprocv3.ProcessingResponse) error {
 		return fmt.Errorf("ext_proc send: %w", err)
 	}
 	return nil
+}
+
+// idleTimeout is how long the stream may stay silent in its phase: the
+// request timeout while the request arrives, the response timeout once it is
+// routed or finished, none while nothing is due (a response whose body
+// bypasses the picker sends nothing until the stream closes).
+func (st *stream) idleTimeout() time.Duration {
+	switch {
+	case st.phase == awaitRequestHeaders || st.phase == readingRequestBody:
+		return st.srv.reqIdle
+	case st.phase == readingResponseBody && st.respMode == noBody:
+		return 0
+	}
+	// Routed, or finished and waiting for the close.
+	return st.srv.respIdle
+}
+
+func overBudget(err error) *inferr.Error {
+	return &inferr.Error{Code: inferr.ServiceUnavailable, Msg: "request body refused: " + err.Error()}
 }
 
 func tooLarge(limit int) *inferr.Error {

@@ -34,6 +34,12 @@ type Stream struct {
 func (vm *VM) NewStream(ctx context.Context, headers [][2]string) (*Stream, error) {
 	s := &Stream{vm: vm, id: vm.nextID, headers: headers}
 	vm.nextID++
+	if vm.nextID <= vm.rootID {
+		// Wrapped after 2^32 streams: 0 is no context and the root's id
+		// is taken, so start again above it. A VM runs one stream at a
+		// time, so no live stream holds the ids reused.
+		vm.nextID = vm.rootID + 1
+	}
 	if _, err := s.call(ctx, vm.onContextCreate, uint64(s.id), uint64(vm.rootID)); err != nil {
 		return nil, err
 	}

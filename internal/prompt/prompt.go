@@ -10,6 +10,7 @@ package prompt
 
 import (
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/kvgate/kvgate/internal/openai"
 	"github.com/kvgate/kvgate/internal/tokenizer"
@@ -58,4 +59,42 @@ func Tokens(enc Encoder, tmpl Templater, req *openai.Request) ([]int, error) {
 		return nil, err
 	}
 	return enc.Encode(text), nil
+}
+
+// bytesPerTokenGuess is the first text length tried per token wanted by
+// TokensUpTo: well above English's ~4 bytes a token, so one encoding
+// nearly always suffices.
+const bytesPerTokenGuess = 16
+
+// tailMargin is how many tokens past the cut TokensUpTo encodes and drops:
+// only the text's last pre-token can tokenize differently when the text is
+// cut in it, and it is short in any natural prompt.
+const tailMargin = 1024
+
+// TokensUpTo returns the first max of req's prompt token ids, encoding no
+// more of the text than that needs: a prompt of megabytes costs what its
+// first max tokens cost. truncated reports whether the prompt has more.
+// The ids equal the first max of Tokens' unless the cut falls inside one
+// pre-token longer than tailMargin tokens (a single enormous "word").
+func TokensUpTo(enc Encoder, tmpl Templater, req *openai.Request, max int) (ids []int, truncated bool, err error) {
+	if len(req.PromptTokenIDs) > 0 {
+		ids := req.PromptTokenIDs
+		return ids[:min(len(ids), max)], len(ids) > max, nil
+	}
+	text, err := Text(tmpl, req)
+	if err != nil {
+		return nil, false, err
+	}
+	for cut := (max + tailMargin) * bytesPerTokenGuess; ; cut *= 2 {
+		if cut >= len(text) {
+			ids := enc.Encode(text)
+			return ids[:min(len(ids), max)], len(ids) > max, nil
+		}
+		for cut > 0 && !utf8.RuneStart(text[cut]) {
+			cut--
+		}
+		if ids := enc.Encode(text[:cut]); len(ids) >= max+tailMargin {
+			return ids[:max], true, nil
+		}
+	}
 }

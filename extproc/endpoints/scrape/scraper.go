@@ -23,6 +23,13 @@ const (
 	DefaultInterval         = 50 * time.Millisecond
 	DefaultFailureThreshold = 5
 	DefaultMaxPageBytes     = 4 << 20
+	// DefaultMinTimeout is the least default scrape timeout: a busy
+	// server's Python event loop (or the picker's own GC) can take tens of
+	// milliseconds to answer, and that is not death.
+	DefaultMinTimeout = 250 * time.Millisecond
+	// DefaultFailureWindow is the least wall time consecutive failures
+	// must span before they evict.
+	DefaultFailureWindow = 500 * time.Millisecond
 )
 
 // Config tunes a Scraper. Zero fields take the defaults.
@@ -32,9 +39,9 @@ type Config struct {
 	// Interval between scrapes of one endpoint (--refresh-metrics-interval,
 	// default 50 ms as in GIE).
 	Interval time.Duration
-	// Timeout bounds one scrape; default 4/5 of Interval, so a slow server
-	// costs at most one tick and scrapes of one endpoint never overlap. A
-	// value not below Interval is replaced by the default.
+	// Timeout bounds one scrape; default 4/5 of Interval but at least
+	// DefaultMinTimeout. Scrapes of one endpoint never overlap: a scrape
+	// longer than Interval skips ticks.
 	Timeout time.Duration
 	// FailureThreshold is how many consecutive failed scrapes take an
 	// endpoint out of the candidate set. The default, 5 (250 ms at 50 ms),
@@ -43,6 +50,12 @@ type Config struct {
 	// it has stopped attracting traffic anyway, and one slow /metrics answer
 	// (a GC pause, a busy Python event loop) never evicts it.
 	FailureThreshold int
+	// FailureWindow is the least wall time from the first to the last of
+	// those failures (default DefaultFailureWindow): a burst of failures
+	// in a moment of the picker's own overload is not a dead server. A
+	// timeout noticed well after its deadline (the picker itself ran
+	// late: CPU starvation) does not count as a failure at all.
+	FailureWindow time.Duration
 	// MaxPageBytes bounds a /metrics response; a larger page is an error.
 	MaxPageBytes int64
 	// Target is how a page is fetched when an endpoint names no metrics
@@ -62,11 +75,14 @@ func (c Config) withDefaults() Config {
 	if c.Interval <= 0 {
 		c.Interval = DefaultInterval
 	}
-	if c.Timeout <= 0 || c.Timeout >= c.Interval {
-		c.Timeout = c.Interval * 4 / 5
+	if c.Timeout <= 0 {
+		c.Timeout = max(c.Interval*4/5, DefaultMinTimeout)
 	}
 	if c.FailureThreshold <= 0 {
 		c.FailureThreshold = DefaultFailureThreshold
+	}
+	if c.FailureWindow <= 0 {
+		c.FailureWindow = DefaultFailureWindow
 	}
 	if c.MaxPageBytes <= 0 {
 		c.MaxPageBytes = DefaultMaxPageBytes
@@ -212,8 +228,9 @@ func (s *Scraper) loop(ctx context.Context, e *endpoints.Endpoint) {
 	url := s.metricsURL(e)
 	schema := s.cfg.Engines.For(e)
 	log := s.cfg.Logger.With("endpoint", e.Name(), "url", url)
-	failures := 0
+	j := judge{threshold: s.cfg.FailureThreshold, window: s.cfg.FailureWindow}
 	scrape := func() {
+		began := time.Now()
 		err := s.scrapeOnce(ctx, e, url, schema)
 		if ctx.Err() != nil {
 			return // stopping; the failure is ours, not the server's
@@ -223,21 +240,31 @@ func (s *Scraper) loop(ctx context.Context, e *endpoints.Endpoint) {
 		if errors.As(err, &se) {
 			s.stats.errors[se.reason].Add(1)
 		}
+		now := time.Now()
 		if err != nil {
-			failures++
-			if failures == s.cfg.FailureThreshold {
-				log.Warn("endpoint leaves the candidate set after failed scrapes", "failures", failures, "err", err)
+			if se != nil && se.reason == reasonTimeout && now.Sub(began) > s.cfg.Timeout*3/2 {
+				// Noticed late: the picker, not the server, was slow.
+				s.stats.lateTimeouts.Add(1)
+				log.Debug("scrape timed out while the picker ran late; not counted", "elapsed", now.Sub(began))
+				return
+			}
+			if j.failed(now, se == nil || se.reason != reasonTimeout) {
+				log.Warn("endpoint leaves the candidate set after failed scrapes", "failures", j.failures,
+					"over", now.Sub(j.since), "err", err)
 				s.ds.SetHealthy(e, false)
 			} else {
-				log.Debug("scrape failed", "failures", failures, "err", err)
+				log.Debug("scrape failed", "failures", j.failures, "err", err)
 			}
 			return
 		}
-		if failures >= s.cfg.FailureThreshold {
-			log.Info("endpoint is back in the candidate set", "after_failures", failures)
+		if !s.ds.Healthy(e) {
+			// Back after failures, or scraped for the first time.
+			if j.failures > 0 {
+				log.Info("endpoint is back in the candidate set", "after_failures", j.failures)
+			}
 			s.ds.SetHealthy(e, true)
 		}
-		failures = 0
+		j.succeeded()
 	}
 
 	// Scrape at once so a new endpoint has metrics quickly, then spread the
@@ -259,6 +286,33 @@ func (s *Scraper) loop(ctx context.Context, e *endpoints.Endpoint) {
 		}
 	}
 }
+
+// judge decides when consecutive failures evict: threshold of them, once,
+// and over at least window of wall time unless the latest is definite (a
+// refused connection, an error status: nothing the picker's own slowness
+// causes), so that a killed server leaves as fast as before.
+type judge struct {
+	threshold int
+	window    time.Duration
+	failures  int
+	since     time.Time // the first failure of the run
+	evicted   bool
+}
+
+// failed records a failure at now and reports whether it evicts.
+func (j *judge) failed(now time.Time, definite bool) bool {
+	if j.failures == 0 {
+		j.since = now
+	}
+	j.failures++
+	if j.evicted || j.failures < j.threshold || (!definite && now.Sub(j.since) < j.window) {
+		return false
+	}
+	j.evicted = true
+	return true
+}
+
+func (j *judge) succeeded() { j.failures, j.evicted = 0, false }
 
 // scrapeOnce fetches and parses one page and publishes the snapshot.
 func (s *Scraper) scrapeOnce(ctx context.Context, e *endpoints.Endpoint, url string, schema *Schema) error {

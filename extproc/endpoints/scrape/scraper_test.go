@@ -256,7 +256,10 @@ func TestCollector(t *testing.T) {
 	if total != h.s.stats.scrapes.Load() || errCount(h.s, "http_status") == 0 {
 		t.Errorf("%d errors of %d scrapes, all should have failed", total, h.s.stats.scrapes.Load())
 	}
-	fmt.Fprintf(&want, `# HELP kvgate_endpoint_scrape_loops Running scrape loops; equals the pool's endpoint count unless loops leak or lag.
+	fmt.Fprintf(&want, `# HELP kvgate_endpoint_scrape_late_timeouts_total Scrape timeouts noticed well after their deadline because the picker itself ran late; not counted against the server.
+# TYPE kvgate_endpoint_scrape_late_timeouts_total counter
+kvgate_endpoint_scrape_late_timeouts_total{name="llama"} 0
+# HELP kvgate_endpoint_scrape_loops Running scrape loops; equals the pool's endpoint count unless loops leak or lag.
 # TYPE kvgate_endpoint_scrape_loops gauge
 kvgate_endpoint_scrape_loops{name="llama"} 0
 # HELP kvgate_endpoint_scrapes_total Metrics scrapes of the pool's model servers, successful or not.
@@ -348,4 +351,97 @@ func BenchmarkScrapeOnce(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/scrape")
+}
+
+// TestJudge: eviction needs the threshold of consecutive failures over at
+// least the window, once per run of failures.
+func TestJudge(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	for _, tc := range []struct {
+		name     string
+		failures []time.Time
+		want     []bool
+		definite bool
+	}{
+		{"definite failures need no window", []time.Time{ms(0), ms(1), ms(2)}, []bool{false, false, true}, true},
+		{"burst inside the window", []time.Time{ms(0), ms(1), ms(2), ms(3), ms(4)}, []bool{false, false, false, false, false}, false},
+		{"threshold over the window", []time.Time{ms(0), ms(200), ms(400), ms(600)}, []bool{false, false, false, true}, false},
+		{"window then threshold", []time.Time{ms(0), ms(600), ms(601)}, []bool{false, false, true}, false},
+		{"evicts once", []time.Time{ms(0), ms(300), ms(600), ms(900)}, []bool{false, false, true, false}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := judge{threshold: 3, window: 500 * time.Millisecond}
+			for i, at := range tc.failures {
+				if got := j.failed(at, tc.definite); got != tc.want[i] {
+					t.Fatalf("failure %d: evict %v, want %v", i, got, tc.want[i])
+				}
+			}
+		})
+	}
+	j := judge{threshold: 1, window: 0}
+	if !j.failed(t0, false) {
+		t.Fatal("threshold 1 did not evict")
+	}
+	j.succeeded()
+	if !j.failed(t0, false) {
+		t.Fatal("a new run of failures after a success did not evict")
+	}
+}
+
+// TestSlowServerIsNotDead (Medium): a server that answers /metrics in 60 ms
+// (a busy engine; or a picker starved of CPU, which looks the same) stays
+// a candidate at the default settings, where a 40 ms timeout evicted it.
+func TestSlowServerIsNotDead(t *testing.T) {
+	var served atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(60 * time.Millisecond)
+		served.Add(1)
+		fmt.Fprintln(w, "vllm:num_requests_waiting{model_name=\"m\"} 1\nvllm:num_requests_running{model_name=\"m\"} 1")
+	}))
+	defer srv.Close()
+	ds := endpoints.NewDatastore()
+	s := New(ds, Config{Logger: slog.New(slog.DiscardHandler)})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	if err := ds.Replace([]endpoints.Spec{{Name: "slow", Address: strings.TrimPrefix(srv.URL, "http://")}}); err != nil {
+		t.Fatal(err)
+	}
+	for served.Load() < 12 { // about ten intervals of slow answers
+		if len(ds.Candidates()) != 1 {
+			t.Fatalf("slow server evicted after %d answers", served.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if ds.Get("slow").Metrics().UpdateTime.IsZero() {
+		t.Fatal("slow answers never made a snapshot")
+	}
+}
+
+// TestRoutableAfterFirstScrape (Low): with AwaitFirstScrape a new endpoint
+// is a candidate only once a scrape succeeded; one whose /metrics never
+// answers is never routed to.
+func TestRoutableAfterFirstScrape(t *testing.T) {
+	good := newModelServer(t)
+	dead := newModelServer(t)
+	dead.mode.Store(serve500)
+	ds := endpoints.NewDatastoreWith(endpoints.Config{AwaitFirstScrape: true})
+	if err := ds.Replace([]endpoints.Spec{{Name: "good", Address: good.addr()}, {Name: "dead", Address: dead.addr()}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(ds.Candidates()); n != 0 {
+		t.Fatalf("%d candidates before any scrape", n)
+	}
+	s := New(ds, Config{Interval: 25 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	eventually(t, "first scrape admits good", func() bool { return len(ds.Candidates()) == 1 })
+	eventually(t, "dead scraped a few times", func() bool { return dead.hits.Load() >= 3 })
+	if c := ds.Candidates(); len(c) != 1 || c[0].Name() != "good" {
+		t.Fatalf("candidates %v", c)
+	}
 }

@@ -30,6 +30,9 @@ func (r reason) String() string { return reasonNames[r] }
 type stats struct {
 	scrapes atomic.Uint64
 	errors  [numReasons]atomic.Uint64
+	// lateTimeouts are timeouts noticed long after their deadline (the
+	// picker ran late), not held against the server.
+	lateTimeouts atomic.Uint64
 }
 
 var (
@@ -37,6 +40,8 @@ var (
 		"Metrics scrapes of the pool's model servers, successful or not.", []string{"name"}, nil)
 	scrapeErrorsDesc = prometheus.NewDesc("kvgate_endpoint_scrape_errors_total",
 		"Failed metrics scrapes of the pool's model servers, by reason.", []string{"name", "reason"}, nil)
+	lateDesc = prometheus.NewDesc("kvgate_endpoint_scrape_late_timeouts_total",
+		"Scrape timeouts noticed well after their deadline because the picker itself ran late; not counted against the server.", []string{"name"}, nil)
 	loopsDesc = prometheus.NewDesc("kvgate_endpoint_scrape_loops",
 		"Running scrape loops; equals the pool's endpoint count unless loops leak or lag.", []string{"name"}, nil)
 )
@@ -46,12 +51,14 @@ func (s *Scraper) Describe(ch chan<- *prometheus.Desc) {
 	ch <- scrapesDesc
 	ch <- scrapeErrorsDesc
 	ch <- loopsDesc
+	ch <- lateDesc
 }
 
 // Collect implements prometheus.Collector; the "name" label is Config.Pool.
 func (s *Scraper) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(loopsDesc, prometheus.GaugeValue, float64(s.running.Load()), s.cfg.Pool)
 	ch <- prometheus.MustNewConstMetric(scrapesDesc, prometheus.CounterValue, float64(s.stats.scrapes.Load()), s.cfg.Pool)
+	ch <- prometheus.MustNewConstMetric(lateDesc, prometheus.CounterValue, float64(s.stats.lateTimeouts.Load()), s.cfg.Pool)
 	for r := range numReasons {
 		ch <- prometheus.MustNewConstMetric(scrapeErrorsDesc, prometheus.CounterValue,
 			float64(s.stats.errors[r].Load()), s.cfg.Pool, r.String())

@@ -64,11 +64,12 @@ func (f *File) Run(ctx context.Context, apply func([]endpoints.Spec) error) erro
 		return fmt.Errorf("static endpoints: watch %s: %w", filepath.Dir(f.Path), err)
 	}
 
-	applied, n, err := f.load(nil, apply)
+	applied, n, err := f.load(nil, 0, apply)
 	if err != nil {
 		return fmt.Errorf("static endpoints %s: %w", f.Path, err)
 	}
 	log.Info("static endpoints loaded", "endpoints", n)
+	current := n
 
 	timer := time.NewTimer(debounce)
 	timer.Stop()
@@ -90,22 +91,27 @@ func (f *File) Run(ctx context.Context, apply func([]endpoints.Spec) error) erro
 			log.Warn("file watch error; re-reading", "err", err)
 			timer.Reset(debounce)
 		case <-timer.C:
-			data, n, err := f.load(applied, apply)
+			data, n, err := f.load(applied, current, apply)
 			switch {
 			case err != nil:
-				log.Error("static endpoints not updated; keeping the previous set", "err", err)
+				log.Error("static endpoints not updated; keeping the previous set", "err", err, "endpoints", current)
 			case data != nil:
-				applied = data
+				applied, current = data, n
 				log.Info("static endpoints updated", "endpoints", n)
 			}
 		}
 	}
 }
 
+// ErrWouldEmpty refuses an edit that leaves no endpoint in a pool that has
+// some: a truncated or half-written file must not take every server out of
+// service. An empty file at start is accepted (an empty pool is known).
+var ErrWouldEmpty = errors.New("the edit lists no endpoints; refusing to empty the pool")
+
 // load reads and applies the file unless its content equals prev. It
 // returns the applied content and its endpoint count; nil content when
-// nothing changed.
-func (f *File) load(prev []byte, apply func([]endpoints.Spec) error) ([]byte, int, error) {
+// nothing changed. current is the count in force.
+func (f *File) load(prev []byte, current int, apply func([]endpoints.Spec) error) ([]byte, int, error) {
 	data, err := readFile(f.Path)
 	if err != nil {
 		return nil, 0, err
@@ -116,6 +122,9 @@ func (f *File) load(prev []byte, apply func([]endpoints.Spec) error) ([]byte, in
 	specs, err := Parse(data)
 	if err != nil {
 		return nil, 0, err
+	}
+	if prev != nil && current > 0 && len(specs) == 0 {
+		return nil, 0, ErrWouldEmpty
 	}
 	if err := apply(specs); err != nil {
 		return nil, 0, fmt.Errorf("rejected: %w", err)

@@ -217,3 +217,52 @@ func TestRunFailsOnBadStart(t *testing.T) {
 		})
 	}
 }
+
+// bigPool lists n endpoints with distinct addresses.
+func bigPool(n int) string {
+	var b strings.Builder
+	b.WriteString("endpoints:\n")
+	for i := range n {
+		fmt.Fprintf(&b, "  - name: e%d\n    address: 10.%d.%d.%d:8000\n", i, i>>16&255, i>>8&255, i&255)
+	}
+	return b.String()
+}
+
+// TestHostileEdits (Low, Medium): an edit to `endpoints: []` and one over
+// the pool's endpoint cap are refused with an error logged, and the set in
+// force keeps routing.
+func TestHostileEdits(t *testing.T) {
+	for _, tc := range []struct {
+		name, content string
+	}{
+		{"empty list", "endpoints: []\n"},
+		{"10,000 endpoints", bigPool(10_000)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "endpoints.yaml")
+			write(t, path, pool("a", "b"))
+			r := run(t, path)
+			r.waitFor(t, "a", "b")
+			errs := r.logs.count()
+			replace(t, path, tc.content)
+			eventually(t, "the edit to be refused", func() bool { return r.logs.count() > errs })
+			if got := r.names(); !slices.Equal(got, []string{"a", "b"}) {
+				t.Fatalf("membership %v after the edit", got)
+			}
+			if len(r.ds.Candidates()) != 2 {
+				t.Fatal("the kept endpoints are no longer candidates")
+			}
+			replace(t, path, pool("c"))
+			r.waitFor(t, "c")
+		})
+	}
+}
+
+// TestEmptyAtStart: an empty file at start is a known, empty pool.
+func TestEmptyAtStart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "endpoints.yaml")
+	write(t, path, "endpoints: []\n")
+	r := run(t, path)
+	write(t, path, pool("a"))
+	r.waitFor(t, "a")
+}

@@ -239,19 +239,23 @@ func NewWithParams(typ, name string, p Params, h *scheduling.Handle) (*Scorer, e
 func (s *Scorer) StateKey() scheduling.Key[*Prompt] { return s.key }
 
 // Tokens returns the request's prompt token ids as the model server computes
-// them, or an error when they cannot be known.
+// them, at most the maxBlocksToMatch blocks the scorer hashes: tokens past
+// them cannot change the match, so a prompt of megabytes is not tokenized
+// whole (it is longer than any model's context anyway, and its server will
+// refuse it). An error when they cannot be known.
 func (s *Scorer) Tokens(req *scheduling.Request) ([]int, error) {
 	if req.Body == nil {
 		return nil, fmt.Errorf("request has no body")
 	}
-	if len(req.Body.PromptTokenIDs) > 0 {
-		return req.Body.PromptTokenIDs, nil
-	}
-	if s.tok == nil {
+	if len(req.Body.PromptTokenIDs) == 0 && s.tok == nil {
 		return nil, fmt.Errorf("no tokenizer configured")
 	}
-	return prompt.Tokens(s.cache, s.tok, req.Body)
+	ids, _, err := prompt.TokensUpTo(s.cache, s.tok, req.Body, s.maxTokens())
+	return ids, err
 }
+
+// maxTokens is how many prompt tokens the scorer's hashes can use.
+func (s *Scorer) maxTokens() int { return s.params.MaxBlocksToMatch * s.params.BlockSize }
 
 // Hashes returns the request's block hashes, at most maxBlocksToMatch.
 // adapter is the LoRA adapter the request addresses ("" for the base

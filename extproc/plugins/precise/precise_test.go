@@ -3,6 +3,7 @@ package precise
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -147,4 +148,33 @@ func BenchmarkTokenizeAndHash6k(b *testing.B) {
 		_ = s.Hashes(toks, "", "")
 	}
 	b.ReportMetric(float64(len(tokens)), "prompt-tokens")
+}
+
+// TestHugePromptTokenizedUpToTheHashedBlocks (Medium): a prompt far longer
+// than the blocks the scorer can match is tokenized only as far as those
+// blocks, and hashes as the whole prompt would.
+func TestHugePromptTokenizedUpToTheHashedBlocks(t *testing.T) {
+	dir := testutil.TokenizerDir(t)
+	s := build(t, kvindex.New(kvindex.Config{}), fmt.Sprintf(`{"tokenizer": %q, "blockSize": 16, "maxBlocksToMatch": 64}`, dir))
+	var b strings.Builder
+	for i := 0; b.Len() < 1<<20; i++ {
+		fmt.Fprintf(&b, "line %d of a very long document that no model's context could hold.\n", i)
+	}
+	body, _ := json.Marshal(map[string]any{"model": "m", "prompt": b.String()})
+	req := completion(t, string(body))
+	tokens, err := s.Tokens(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tokens) != 64*16 {
+		t.Fatalf("%d tokens, want the %d the hashes use", len(tokens), 64*16)
+	}
+	short, _ := json.Marshal(map[string]any{"model": "m", "prompt": b.String()[:20_000]})
+	want, err := s.Tokens(completion(t, string(short)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(s.Hashes(tokens, "", ""), s.Hashes(want, "", "")) {
+		t.Fatal("the capped prompt hashes differently from its prefix")
+	}
 }

@@ -213,17 +213,16 @@ func (s *Scorer) SetTokenBounds(maxTokens, minBlockTokens int) {
 	s.maxTokens, s.minBlockTokens = maxTokens, minBlockTokens
 }
 
-// blockChars is the configured block size in bytes, or the servers' own
-// block size in tokens × 4 when auto-tuning and one of them reports it;
-// never below the minimum block size.
+// blockChars is the configured block size in bytes, or, when auto-tuning,
+// the servers' own block size in tokens × 4: the size most candidates
+// report (the smaller on a tie), so that the order of the candidates, or
+// one odd server among them, does not change how a prompt is hashed; never
+// below the minimum block size.
 func (s *Scorer) blockChars(eps []*endpoints.Endpoint) int {
 	chars := s.params.BlockSize
 	if s.auto {
-		for _, e := range eps {
-			if bs := e.Metrics().BlockSize; bs > 0 {
-				chars = bs * prefixhash.CharsPerToken
-				break
-			}
+		if bs := commonBlockSize(eps); bs > 0 {
+			chars = bs * prefixhash.CharsPerToken
 		}
 	}
 	return max(chars, s.minBlockTokens*prefixhash.CharsPerToken)
@@ -235,6 +234,42 @@ func (s *Scorer) maxBlocks(blockChars int) int {
 		return max(1, s.maxTokens/max(1, blockChars/prefixhash.CharsPerToken))
 	}
 	return s.params.MaxPrefixBlocksToMatch
+}
+
+// commonBlockSize is the block size most of eps report (the smaller on a
+// tie), 0 when none does. A pool has few distinct sizes; past the first
+// eight the rest are not counted.
+func commonBlockSize(eps []*endpoints.Endpoint) int {
+	var sizes, counts [8]int
+	n := 0
+	for _, e := range eps {
+		bs := e.Metrics().BlockSize
+		if bs <= 0 {
+			continue
+		}
+		i := 0
+		for i < n && sizes[i] != bs {
+			i++
+		}
+		if i == n {
+			if n == len(sizes) {
+				continue
+			}
+			sizes[n] = bs
+			n++
+		}
+		counts[i]++
+	}
+	best := 0
+	for i := 1; i < n; i++ {
+		if counts[i] > counts[best] || (counts[i] == counts[best] && sizes[i] < sizes[best]) {
+			best = i
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return sizes[best]
 }
 
 func (s *Scorer) capacity(e *endpoints.Endpoint) int {

@@ -106,6 +106,38 @@ func TestPrefixAutoTune(t *testing.T) {
 	}
 }
 
+// TestAutoTuneBlockSizeNotFromFirst (left open): the auto-tuned block size
+// is the one most candidates report, whatever their order, not the first
+// candidate's.
+func TestAutoTuneBlockSizeNotFromFirst(t *testing.T) {
+	s, err := schedtest.Build[*Scorer](New, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := func(name string, bs int) *endpoints.Endpoint {
+		return schedtest.Endpoint(name, endpoints.Metrics{BlockSize: bs, NumGPUBlocks: 100})
+	}
+	for _, tc := range []struct {
+		name string
+		eps  []*endpoints.Endpoint
+		want int // tokens
+	}{
+		{"odd one first", []*endpoints.Endpoint{ep("a", 32), ep("b", 16), ep("c", 16)}, 16},
+		{"odd one last", []*endpoints.Endpoint{ep("b", 16), ep("c", 16), ep("a", 32)}, 16},
+		{"tie takes the smaller", []*endpoints.Endpoint{ep("a", 32), ep("b", 16)}, 16},
+		{"unreported ignored", []*endpoints.Endpoint{ep("a", 0), ep("b", 32)}, 32},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := s.blockChars(tc.eps); got != tc.want*4 {
+				t.Fatalf("block chars %d, want %d", got, tc.want*4)
+			}
+		})
+	}
+	if got := s.blockChars([]*endpoints.Endpoint{ep("a", 0)}); got != s.params.BlockSize {
+		t.Fatalf("no reported size: %d, want the configured %d", got, s.params.BlockSize)
+	}
+}
+
 // Chat requests hash the whole conversation, so a follow-up turn extends
 // the previous turn's prefix.
 func TestPrefixChatConversation(t *testing.T) {

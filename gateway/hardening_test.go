@@ -1,0 +1,479 @@
+package gateway_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+
+	"github.com/kvgate/kvgate/extproc/server"
+	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/internal/bytebudget"
+)
+
+// client has a hang guard: a request that the gateway leaves hanging fails
+// the test instead of stalling it.
+var client = &http.Client{Timeout: 10 * time.Second}
+
+// TestHeaderLimits (H4, gateway side): header floods are refused with 431
+// before anything reaches the picker or an upstream.
+func TestHeaderLimits(t *testing.T) {
+	up := newUpstream(t, nil)
+	picker := &testPicker{endpoints: up.addr()}
+	url := startGateway(t, gateway.Config{ExtProc: startPicker(t, picker)})
+	many := map[string]string{}
+	for i := range 101 {
+		many["x-h"+strconv.Itoa(i)] = "v"
+	}
+	for _, tc := range []struct {
+		name    string
+		headers map[string]string
+		want    int
+	}{
+		{"101 headers", many, http.StatusRequestHeaderFieldsTooLarge},
+		{"61 KiB value", map[string]string{"x-big": strings.Repeat("a", 61<<10)}, http.StatusRequestHeaderFieldsTooLarge},
+		{"1 MiB value", map[string]string{"x-big": strings.Repeat("a", 1<<20)}, http.StatusRequestHeaderFieldsTooLarge},
+		{"within the limits", map[string]string{"x-big": strings.Repeat("a", 50<<10)}, http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, _ := post(t, client, url+"/v1/completions", `{"model":"m","prompt":"hi"}`, tc.headers)
+			if resp.StatusCode != tc.want {
+				t.Fatalf("status %d, want %d", resp.StatusCode, tc.want)
+			}
+		})
+	}
+	select {
+	case saw := <-up.got:
+		if len(saw.header.Get("x-big")) != 50<<10 {
+			t.Fatal("an over-limit request reached the upstream")
+		}
+	default:
+		t.Fatal("the request within the limits did not reach the upstream")
+	}
+}
+
+// TestRepeatedHeaderFlood: one name repeated many times (the H4 request)
+// is counted per value, not per name.
+func TestRepeatedHeaderFlood(t *testing.T) {
+	up := newUpstream(t, nil)
+	url := startGateway(t, gateway.Config{ExtProc: startPicker(t, &testPicker{endpoints: up.addr()})})
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/completions", strings.NewReader(`{"model":"m","prompt":"hi"}`))
+	for range 5000 {
+		req.Header.Add("x-a", "1")
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+}
+
+// TestBlockedPaths: model servers' admin endpoints are not reachable
+// through the gateway by default, however the path is spelled; the list is
+// configurable.
+func TestBlockedPaths(t *testing.T) {
+	up := newUpstream(t, nil)
+	picker := &testPicker{endpoints: up.addr()}
+	addr := startPicker(t, picker)
+	def := startGateway(t, gateway.Config{ExtProc: addr})
+	open := startGateway(t, gateway.Config{ExtProc: addr, BlockedPaths: []string{}})
+	for _, tc := range []struct {
+		url, path string
+		want      int
+	}{
+		{def, "/reset_prefix_cache", http.StatusForbidden},
+		{def, "/metrics", http.StatusForbidden},
+		{def, "/reset_prefix_cache/", http.StatusForbidden},
+		{def, "/./metrics", http.StatusForbidden},
+		{def, "/v1//../reset_prefix_cache", http.StatusForbidden},
+		{def, "/v1/../reset_prefix_cache", http.StatusForbidden},
+		{def, "/%72eset_prefix_cache", http.StatusForbidden},
+		{def, "/sleep?level=1", http.StatusForbidden},
+		{def, "/v1/completions", http.StatusOK},
+		{open, "/reset_prefix_cache", http.StatusOK},
+	} {
+		req, err := http.NewRequest(http.MethodPost, tc.url+"/x", strings.NewReader(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.URL.Opaque = tc.path // sent as written, not cleaned by the client
+		if p, q, ok := strings.Cut(tc.path, "?"); ok {
+			req.URL.Opaque, req.URL.RawQuery = p, q
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s via %s: status %d, want %d", tc.path, tc.url, resp.StatusCode, tc.want)
+		}
+	}
+}
+
+// TestClientRewriteHeadersStripped: a client cannot choose the served model
+// with the rewrite headers unless the gateway is told to trust them.
+func TestClientRewriteHeadersStripped(t *testing.T) {
+	up := newUpstream(t, nil)
+	for _, trust := range []bool{false, true} {
+		picker := &testPicker{endpoints: up.addr()}
+		url := startGateway(t, gateway.Config{ExtProc: startPicker(t, picker), TrustClientRewrite: trust})
+		post(t, client, url+"/v1/completions", `{"model":"m","prompt":"hi"}`, map[string]string{
+			"x-gateway-model-name-rewrite": "expensive", "x-llm-d-model-name-rewrite": "expensive",
+		})
+		saw := picker.next(t)
+		for _, h := range []string{"x-gateway-model-name-rewrite", "x-llm-d-model-name-rewrite"} {
+			if _, ok := saw.headers[h]; ok != trust {
+				t.Errorf("trust=%v: %s reached the picker: %v", trust, h, ok)
+			}
+		}
+	}
+}
+
+// TestFailOpenSpreads: with the picker down, fail-open traffic spreads over
+// every fallback instead of all going to the first.
+func TestFailOpenSpreads(t *testing.T) {
+	var fallbacks []string
+	ups := make([]*upstream, 3)
+	for i := range ups {
+		ups[i] = newUpstream(t, nil)
+		fallbacks = append(fallbacks, ups[i].addr())
+	}
+	url := startGateway(t, gateway.Config{ExtProc: closedAddr(t), FailureModeAllow: true, Fallback: fallbacks})
+	for range 30 {
+		if resp, _ := post(t, client, url+"/v1/completions", `{"model":"m","prompt":"hi"}`, nil); resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	for i, u := range ups {
+		if n := len(u.got); n != 10 {
+			t.Errorf("fallback %d took %d of 30 requests, want 10", i, n)
+		}
+	}
+}
+
+// attemptCounter accepts connections and closes them at once: a picker
+// port that refuses to speak, recording when each reconnect attempt came.
+type attemptCounter struct {
+	ln net.Listener
+	mu sync.Mutex
+	at []time.Time
+}
+
+func (a *attemptCounter) run() {
+	for {
+		c, err := a.ln.Accept()
+		if err != nil {
+			return
+		}
+		a.mu.Lock()
+		a.at = append(a.at, time.Now())
+		a.mu.Unlock()
+		_ = c.Close()
+	}
+}
+
+// TestPickerReconnect (Medium): during a picker outage the gateway keeps
+// retrying at the bounded back-off (gRPC's default grows past 4 s within
+// 10 s and to 120 s later), and once the picker is back it routes again.
+func TestPickerReconnect(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	down := &attemptCounter{ln: ln}
+	go down.run()
+	up := newUpstream(t, nil)
+	url := startGateway(t, gateway.Config{ExtProc: addr, ExtProcTimeout: 200 * time.Millisecond})
+
+	outage := time.Now().Add(6 * time.Second)
+	for time.Now().Before(outage) {
+		resp, _ := post(t, client, url+"/v1/completions", `{"model":"m","prompt":"hi"}`, nil)
+		if resp.StatusCode == http.StatusOK {
+			t.Fatal("routed with the picker down")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_ = ln.Close()
+	down.mu.Lock()
+	var widest time.Duration
+	for i := 1; i < len(down.at); i++ {
+		widest = max(widest, down.at[i].Sub(down.at[i-1]))
+	}
+	attempts := len(down.at)
+	down.mu.Unlock()
+	// 1 s bound plus 20% jitter plus a scheduling margin.
+	if attempts < 4 || widest > 2*gateway.DefaultPickerReconnectMax {
+		t.Fatalf("%d reconnect attempts in the outage, widest gap %v: back-off not bounded by %v",
+			attempts, widest, gateway.DefaultPickerReconnectMax)
+	}
+
+	picker := &testPicker{endpoints: up.addr()}
+	startPickerAt(t, picker, addr)
+	for i := 0; ; i++ {
+		resp, _ := post(t, client, url+"/v1/completions", `{"model":"m","prompt":"hi"}`, nil)
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		if i == 50 { // 5 s of 100 ms polls: several back-off periods
+			t.Fatalf("still status %d after the picker came back", resp.StatusCode)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// startPickerAt serves p on addr (which must be free).
+func startPickerAt(t *testing.T, p *testPicker, addr string) {
+	t.Helper()
+	var ln net.Listener
+	var err error
+	for range 50 { // the address was just released
+		if ln, err = net.Listen("tcp", addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.seen = make(chan pickerSaw, 64)
+	s := grpc.NewServer()
+	extprocv3.RegisterExternalProcessorServer(s, p)
+	go func() { _ = s.Serve(ln) }()
+	t.Cleanup(s.Stop)
+}
+
+// TestPickerStreamOpenTimeout (left open): a picker at its stream limit
+// makes opening a stream wait for quota; the open is bounded by the
+// message timeout.
+func TestPickerStreamOpenTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer(grpc.MaxConcurrentStreams(1))
+	extprocv3.RegisterExternalProcessorServer(s, &testPicker{stall: true, seen: make(chan pickerSaw, 64)})
+	go func() { _ = s.Serve(ln) }()
+	t.Cleanup(s.Stop)
+
+	// A first request whose upload stalls holds the connection's only
+	// stream.
+	url := startGateway(t, gateway.Config{ExtProc: ln.Addr().String(), ExtProcTimeout: 300 * time.Millisecond})
+	body := &stallingBody{first: []byte(`{"model":"m",`), sent: make(chan struct{}), release: make(chan struct{})}
+	defer close(body.release)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, url+"/v1/completions", body)
+		req.ContentLength = 100
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-body.sent
+	time.Sleep(100 * time.Millisecond) // the held stream is open
+	resp, _ := post(t, client, url+"/v1/completions", `{"model":"m","prompt":"hi"}`, nil)
+	if resp.StatusCode != http.StatusGatewayTimeout {
+		t.Fatalf("status %d, want 504", resp.StatusCode)
+	}
+}
+
+// stallingBody sends first, closes sent, then blocks until release closes.
+type stallingBody struct {
+	first   []byte
+	sent    chan struct{}
+	release chan struct{}
+	done    bool
+}
+
+func (b *stallingBody) Read(p []byte) (int, error) {
+	if !b.done {
+		b.done = true
+		close(b.sent)
+		return copy(p, b.first), nil
+	}
+	<-b.release
+	return 0, io.ErrUnexpectedEOF
+}
+
+// TestStalledUpload: an upload that stops sending is answered 408 after
+// the body idle timeout, whichever path holds it (the filter's buffer or the
+// stream to the picker), and its bytes go back to the budget.
+func TestStalledUpload(t *testing.T) {
+	up := newUpstream(t, nil)
+	for _, tc := range []struct {
+		name   string
+		filter bool
+		mode   gateway.BodyMode
+	}{
+		{"to the picker", false, gateway.FullDuplexStreamed},
+		{"in the filter's buffer", true, gateway.None},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			budget := bytebudget.New(1 << 30)
+			cfg := gateway.Config{ExtProc: startPicker(t, &testPicker{endpoints: up.addr()}),
+				RequestBodyMode: tc.mode, BodyIdleTimeout: 200 * time.Millisecond, BodyBudget: budget}
+			if tc.filter {
+				cfg = withFilter(t, cfg, `{}`)
+			}
+			url := startGateway(t, cfg)
+			status := rawStalledPost(t, url, 1000, []byte(`{"model":"m","prompt":"`))
+			if status != http.StatusRequestTimeout {
+				t.Fatalf("status %d, want 408", status)
+			}
+			if budget.Used() != 0 {
+				t.Fatalf("%d bytes still held", budget.Used())
+			}
+		})
+	}
+}
+
+// rawStalledPost announces length bytes, sends sent, stops, and returns the
+// status the gateway answers with.
+func rawStalledPost(t *testing.T, url string, length int, sent []byte) int {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second)) // hang guard
+	fmt.Fprintf(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", length)
+	_, _ = c.Write(sent)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled upload: %v", err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestBodyBudgetRefuses: while stalled uploads hold the budget, a new body
+// that does not fit is refused with 503, and fits again once they are gone.
+func TestBodyBudgetRefuses(t *testing.T) {
+	up := newUpstream(t, nil)
+	budget := bytebudget.New(200 << 10)
+	url := startGateway(t, withFilter(t, gateway.Config{ExtProc: startPicker(t, &testPicker{endpoints: up.addr()}),
+		RequestBodyMode: gateway.None, BodyBudget: budget, BodyIdleTimeout: 2 * time.Second}, `{}`))
+	// Two stalled uploads of 100 KiB hold the budget (each buffer grows in
+	// steps: 64 KiB, then 128 KiB).
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() { rawStalledPost(t, url, 200<<10, []byte(strings.Repeat("a", 100<<10))) })
+	}
+	for i := 0; budget.Used() < 128<<10; i++ {
+		if i > 500 {
+			t.Fatalf("stalled uploads hold %d bytes", budget.Used())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	big := `{"model":"m","prompt":"` + strings.Repeat("b", 100<<10) + `"}`
+	resp, _ := post(t, client, url+"/v1/completions", big, nil)
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("over budget: status %d, want 503", resp.StatusCode)
+	}
+	wg.Wait() // the stalled uploads timed out
+	if resp, _ := post(t, client, url+"/v1/completions", big, nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("after the release: status %d", resp.StatusCode)
+	}
+	if budget.Peak() > budget.Limit() {
+		t.Fatalf("peak %d over the budget %d", budget.Peak(), budget.Limit())
+	}
+}
+
+// TestUpstreamIdleTimeout (Low): an upstream that accepts the request and
+// never answers is given up on after the idle timeout.
+func TestUpstreamIdleTimeout(t *testing.T) {
+	block := make(chan struct{})
+	defer close(block)
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { <-block })
+	url := startGateway(t, gateway.Config{ExtProc: startPicker(t, &testPicker{endpoints: up.addr()}),
+		UpstreamIdleTimeout: 200 * time.Millisecond})
+	resp, _ := post(t, client, url+"/v1/completions", `{"model":"m","prompt":"hi"}`, nil)
+	if resp.StatusCode != http.StatusGatewayTimeout {
+		t.Fatalf("status %d, want 504", resp.StatusCode)
+	}
+}
+
+// TestDefaultsBound: the defaults bound every wait and buffer.
+func TestDefaultsBound(t *testing.T) {
+	o := gateway.DefaultOptions()
+	if o.UpstreamIdleTimeout <= 0 || o.BodyIdleTimeout <= 0 || o.BodyBudgetBytes <= 0 ||
+		o.MaxRequestHeaders <= 0 || o.MaxRequestHeaderBytes <= 0 || o.BlockedPaths == "" || o.TrustClientRewrite {
+		t.Fatalf("unbounded defaults: %+v", o)
+	}
+}
+
+// TestTrailersEndTheStream (left open): upstream trailers go to the real
+// picker in place of an end-of-stream body chunk, and reach the client.
+func TestTrailersEndTheStream(t *testing.T) {
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", "x-checksum")
+		_, _ = io.WriteString(w, "part one;")
+		w.(http.Flusher).Flush()
+		_, _ = io.WriteString(w, "part two")
+		w.Header().Set("x-checksum", "abc")
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	d := &oneDirector{endpoint: up.addr(), done: make(chan server.ResponseSummary, 1)}
+	server.New(d, server.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Register(g)
+	go func() { _ = g.Serve(ln) }()
+	t.Cleanup(g.Stop)
+	url := startGateway(t, gateway.Config{ExtProc: ln.Addr().String()})
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/completions", strings.NewReader(`{"model":"m","prompt":"hi"}`))
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || string(b) != "part one;part two" || resp.Trailer.Get("x-checksum") != "abc" {
+		t.Fatalf("body %q err %v trailer %v", b, err, resp.Trailer)
+	}
+	select {
+	case res := <-d.done:
+		if !res.Complete {
+			t.Fatal("picker saw the response incomplete")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("picker never saw the response end")
+	}
+}
+
+// oneDirector routes everything to one endpoint.
+type oneDirector struct {
+	endpoint string
+	done     chan server.ResponseSummary
+}
+
+func (d *oneDirector) HandleRequest(context.Context, *server.Request) (*server.Decision, server.Exchange, error) {
+	return &server.Decision{Endpoints: []string{d.endpoint}}, oneExchange{d}, nil
+}
+
+type oneExchange struct{ d *oneDirector }
+
+func (oneExchange) ResponseStarted(context.Context, server.ResponseHead) {}
+func (oneExchange) ResponseChunk(context.Context, []byte)                {}
+func (x oneExchange) ResponseDone(_ context.Context, res server.ResponseSummary) {
+	select {
+	case x.d.done <- res:
+	default:
+	}
+}

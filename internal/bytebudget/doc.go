@@ -1,0 +1,6 @@
+// Package bytebudget is a process-wide byte budget for request bodies held
+// in memory, in the spirit of Envoy's overload manager: every holder
+// reserves what it buffers before it buffers it, and once the budget is
+// spent new reservations fail, so the caller refuses the request (503)
+// instead of growing its heap. The gateway and the picker each own one.
+package bytebudget
