@@ -150,4 +150,3 @@ func TestConfigErrors(t *testing.T) {
 		t.Errorf("CipherSuites = %v, %v", ids, err)
 	}
 }
-
