@@ -208,7 +208,9 @@ func TestLeaderElectionReadiness(t *testing.T) {
 		rs[i] = replica{dial(t, healthAddr, insecure.NewCredentials()), cancel, done}
 		t.Cleanup(func() { cancel(); <-done })
 	}
-	ready := func(i int) bool { return healthStatus(t, rs[i].conn, "readiness") == healthpb.HealthCheckResponse_SERVING }
+	ready := func(i int) bool {
+		return healthStatus(t, rs[i].conn, "readiness") == healthpb.HealthCheckResponse_SERVING
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for !ready(0) && !ready(1) {
 		if time.Now().After(deadline) {
