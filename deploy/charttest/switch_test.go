@@ -356,8 +356,14 @@ func TestUpstreamDeploymentRunsKvgate(t *testing.T) {
 	ensureNamespace(t, c, releaseNamespace)
 	k := &kubelet{t: t, cs: cs, image: image, apiHost: u.Host, caData: env.Config.CAData}
 
+	imageRef, err := ociimage.RefName(image)
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		file string
+		// values renders kvgate's own chart with a ci/ value set instead.
+		values string
 		// ha: two replicas rendered, so --ha-enable-leader-election and
 		// the liveness / readiness probe services.
 		ha bool
@@ -367,11 +373,19 @@ func TestUpstreamDeploymentRunsKvgate(t *testing.T) {
 		{file: "gie-v1.5.0-ha.yaml", ha: true},
 		{file: "llm-d-router-v0.9.0.yaml"},
 		{file: "llm-d-router-v0.9.0-ha.yaml", ha: true},
+		{values: "default-values.yaml"},
+		{values: "gie-values.yaml", ha: true},
 	}
 	for _, tc := range tests {
-		t.Run(tc.file, func(t *testing.T) {
+		t.Run(tc.file+tc.values, func(t *testing.T) {
 			k.t = t
-			objs := readManifest(t, tc.file)
+			var objs []*unstructured.Unstructured
+			if tc.file != "" {
+				objs = readManifest(t, tc.file)
+			} else {
+				// A release name of its own: the other tests' objects stay.
+				objs = mustRender(t, tc.values, "fullnameOverride=switch")
+			}
 			var dep *appsv1.Deployment
 			configMaps := map[string]*corev1.ConfigMap{}
 			for _, o := range objs {
@@ -400,6 +414,9 @@ func TestUpstreamDeploymentRunsKvgate(t *testing.T) {
 			}
 			if dep == nil {
 				t.Fatal("no Deployment rendered")
+			}
+			if img := dep.Spec.Template.Spec.Containers[0].Image; tc.values != "" && img != imageRef {
+				t.Errorf("the chart names image %s; make images builds %s", img, imageRef)
 			}
 			// Created for real: the picker reads the pool and the pods with
 			// the chart's own RBAC, through its service account.
@@ -446,7 +463,7 @@ func TestUpstreamDeploymentRunsKvgate(t *testing.T) {
 			if tc.ha {
 				// The one replica leads, on the Lease llm-d's picker uses.
 				var lease coordinationv1.Lease
-				key := client.ObjectKey{Namespace: releaseNamespace, Name: "epp-llm-qwen.llm-d.ai"}
+				key := client.ObjectKey{Namespace: releaseNamespace, Name: "epp-llm-" + argValue(want, "--pool-name") + ".llm-d.ai"}
 				if err := c.Get(context.Background(), key, &lease); err != nil {
 					t.Fatalf("Lease: %v", err)
 				}
@@ -470,13 +487,18 @@ func TestUpstreamDeploymentRunsKvgate(t *testing.T) {
 			if err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 				t.Errorf("ext_proc port over TLS: %v %v", r.GetStatus(), err)
 			}
-			// The charts leave metrics auth on: no token, no metrics.
+			// The charts leave metrics auth on unless told: no token, no
+			// metrics.
+			wantStatus := http.StatusUnauthorized
+			if slices.Contains(want, "--metrics-endpoint-auth=false") {
+				wantStatus = http.StatusOK
+			}
 			if resp, err := http.Get("http://127.0.0.1:9090/metrics"); err != nil {
 				t.Errorf("metrics port: %v", err)
 			} else {
 				resp.Body.Close()
-				if resp.StatusCode != http.StatusUnauthorized {
-					t.Errorf("metrics without a token: %d, want 401", resp.StatusCode)
+				if resp.StatusCode != wantStatus {
+					t.Errorf("metrics without a token: %d, want %d", resp.StatusCode, wantStatus)
 				}
 			}
 			if err := p.stop(t); err != nil {
