@@ -430,7 +430,7 @@ func checkCommon(t *testing.T, objs []*unstructured.Unstructured) {
 		t.Fatal("no Role")
 	}
 	rules := str(t, main, "rules")
-	for _, r := range []string{"pods", "inferencepools", "inferenceobjectives"} {
+	for _, r := range []string{"pods", "inferencepools", "inferenceobjectives", "inferencemodelrewrites", "llm-d.ai", "inference.networking.x-k8s.io"} {
 		if !strings.Contains(rules, r) {
 			t.Errorf("Role lacks %s: %s", r, rules)
 		}

@@ -45,6 +45,20 @@ import (
 	"github.com/kvgate/kvgate/internal/cliflag"
 )
 
+// gRPC health service names. HealthLiveness and HealthReadiness are
+// llm-d's; HealthInferenceExtension is what the GIE chart's probes ask
+// for. Readiness (and the overall "" service, the ext_proc service and
+// GIE's name) turns SERVING once discovery delivered the first endpoint
+// set and NOT_SERVING when draining starts; liveness is SERVING from the
+// start to the end.
+const (
+	HealthLiveness           = "liveness"
+	HealthReadiness          = "readiness"
+	HealthInferenceExtension = "inference-extension"
+)
+
+var readinessServices = []string{"", HealthReadiness, HealthInferenceExtension, "envoy.service.ext_proc.v3.ExternalProcessor"}
+
 // maxConcurrentStreams bounds in-flight ext_proc streams per connection.
 const maxConcurrentStreams = 10_000
 

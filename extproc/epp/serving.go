@@ -87,20 +87,9 @@ func (p *Picker) metricsHandler() http.Handler {
 	return mux
 }
 
-// Health service names. The upstream charts probe "inference-extension"
-// (one replica) or "liveness" / "readiness" (several, with leader
-// election); Envoy checks "" or the ext_proc service.
-const (
-	healthExtProc   = "envoy.service.ext_proc.v3.ExternalProcessor"
-	healthInference = "inference-extension"
-	healthLiveness  = "liveness"
-	healthReadiness = "readiness"
-)
-
 // readiness drives the health statuses: ready once discovery has synced
 // and, with leader election, only while leading; "liveness" is SERVING
-// from the start under leader election, so that a standby replica is not
-// restarted.
+// from the start.
 type readiness struct {
 	leaderElection bool
 
@@ -152,9 +141,11 @@ func (r *readiness) applyLocked() {
 		}
 		return healthpb.HealthCheckResponse_NOT_SERVING
 	}
+	// Live as soon as it answers: neither a picker waiting for its first
+	// endpoint set nor a standby replica may be restarted for it.
 	ready := r.readyLocked()
-	for _, name := range []string{"", healthExtProc, healthInference, healthReadiness} {
+	for _, name := range readinessServices {
 		r.srv.SetServingStatus(name, st(ready))
 	}
-	r.srv.SetServingStatus(healthLiveness, st(r.leaderElection || ready))
+	r.srv.SetServingStatus(HealthLiveness, healthpb.HealthCheckResponse_SERVING)
 }
