@@ -21,7 +21,7 @@ WASM_PKGS  := ./internal/openai ./internal/hints ./internal/prefixhash ./interna
               ./internal/tokenizer/... ./internal/prompt
 export KVGATE_TOKENIZER_DIR := $(CURDIR)/$(CACHE)/tokenizers/qwen3
 
-.PHONY: all setup envtest build wasm test test-short run bench bench-cluster bench-live bench-transfer chaos lint fmt proto clean
+.PHONY: all setup envtest build wasm images test test-short run bench bench-cluster bench-live bench-transfer chaos lint fmt proto clean
 
 all: build
 
@@ -51,11 +51,38 @@ wasm:
 	@mkdir -p $(BIN)
 	GOEXPERIMENT=jsonv2 GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o $(BIN)/kvgate-filter.wasm ./wasm-filter
 
+# Container images without a Docker daemon (cmd/mkimage, go-containerregistry):
+# the static binary (CGO_ENABLED=0) on an empty base, nothing pulled. One
+# image per component, named as the Helm chart names them; the tarballs in
+# bin/images/ load with `docker load`, `podman load`, `kind load
+# image-archive`, or push with `crane push`. IMAGE_REGISTRY and
+# IMAGE_VERSION override the names.
+IMAGE_REGISTRY ?= ghcr.io/kvgate
+IMAGE_VERSION  ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}/\1/p' deploy/helm/kvgate/Chart.yaml)
+IMAGE_USER     := 65532:65532
+IMAGE_LABELS   := --label org.opencontainers.image.source=https://github.com/kvgate/kvgate \
+                  --label org.opencontainers.image.version=$(IMAGE_VERSION)
+images: setup wasm
+	@mkdir -p $(BIN)/static $(BIN)/images
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS) -trimpath -ldflags='-s -w' -o $(BIN)/static/kvgate ./cmd/kvgate
+	$(GO) build $(GOFLAGS) -o $(BIN)/mkimage ./cmd/mkimage
+	$(BIN)/mkimage --ref $(IMAGE_REGISTRY)/kvgate-epp:$(IMAGE_VERSION) --out $(BIN)/images/kvgate-epp.tar \
+		--add $(BIN)/static/kvgate:/kvgate:0755 --entrypoint /kvgate,epp --user $(IMAGE_USER) \
+		--port 9002 --port 9003 --port 9090 $(IMAGE_LABELS)
+	$(BIN)/mkimage --ref $(IMAGE_REGISTRY)/kvgate-sim:$(IMAGE_VERSION) --out $(BIN)/images/kvgate-sim.tar \
+		--add $(BIN)/static/kvgate:/kvgate:0755 --entrypoint /kvgate,sim --user $(IMAGE_USER) \
+		--port 8000 $(IMAGE_LABELS)
+	$(BIN)/mkimage --ref $(IMAGE_REGISTRY)/kvgate-gateway:$(IMAGE_VERSION) --out $(BIN)/images/kvgate-gateway.tar \
+		--add $(BIN)/static/kvgate:/kvgate:0755 --add $(BIN)/kvgate-filter.wasm:/bin/kvgate-filter.wasm \
+		--workdir / --entrypoint /kvgate,gateway --user $(IMAGE_USER) --port 8080 $(IMAGE_LABELS)
+	$(BIN)/mkimage --ref $(IMAGE_REGISTRY)/kvgate-filter:$(IMAGE_VERSION) --out $(BIN)/images/kvgate-filter.tar \
+		--add $(BIN)/kvgate-filter.wasm:/plugin.wasm $(IMAGE_LABELS)
+
 # The whole suite, race detector on. The KVGATE_REQUIRE_* variables turn
 # "skip when an asset is missing" (tokenizer files and node, the envtest
 # binaries, gcc and libzmq, prometheus) into failures: after setup they must be there. KVGATE_BIN_DIR
 # lets the end-to-end tests use the binaries just built.
-test: build envtest
+test: build envtest images
 	KVGATE_REQUIRE_TOKENIZER=1 KVGATE_REQUIRE_ENVTEST=1 KVGATE_REQUIRE_LIBZMQ=1 KVGATE_REQUIRE_PROMETHEUS=1 KVGATE_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test -race -timeout 20m ./...
 
 test-short: setup

@@ -28,6 +28,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/endpoints/k8s"
 	"github.com/kvgate/kvgate/extproc/endpoints/k8s/k8stest"
+	"github.com/kvgate/kvgate/extproc/epp"
 	"github.com/kvgate/kvgate/extproc/plugins/all"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/internal/testutil"
@@ -225,7 +226,8 @@ func TestRender(t *testing.T) {
 				if got := str(t, pool, "spec", "endpointPickerRef", "port", "number"); got != "9002" {
 					t.Errorf("endpointPickerRef.port = %s", got)
 				}
-				if got := str(t, pool, "spec", "endpointPickerRef", "failureMode"); got != "FailClose" {
+				// FailOpen by default, as upstream.
+				if got := str(t, pool, "spec", "endpointPickerRef", "failureMode"); got != "FailOpen" {
 					t.Errorf("failureMode = %s", got)
 				}
 				// The default configuration is GIE's default profile.
@@ -235,6 +237,13 @@ func TestRender(t *testing.T) {
 				}
 				if got := pickerConfig(t, objs); !reflect.DeepEqual(got, want) {
 					t.Errorf("default picker config = %+v, want GIE's default %+v", got, want)
+				}
+				args := containerArgs(t, objs)
+				if slices.Contains(args, "--secure-serving=false") || slices.Contains(args, "--metrics-endpoint-auth=false") {
+					t.Errorf("TLS and metrics auth stay on by default, as upstream: %v", args)
+				}
+				if got := str(t, find(t, objs, "Deployment"), "spec", "template", "spec", "containers"); !strings.Contains(got, "image:ghcr.io/kvgate/kvgate-epp:0.1.0") {
+					t.Errorf("image: %s", got)
 				}
 			},
 		},
@@ -268,14 +277,18 @@ func TestRender(t *testing.T) {
 		},
 		{
 			values: "multiport-values.yaml",
-			kinds:  append(slices.Clone(base), "InferencePool", "ServiceMonitor"),
+			kinds:  append(slices.Clone(base), "ClusterRole", "ClusterRoleBinding", "InferencePool", "Secret", "ServiceMonitor"),
 			check: func(t *testing.T, objs []*unstructured.Unstructured) {
 				pool := find(t, objs, "InferencePool")
 				if got := str(t, pool, "spec", "targetPorts"); got != "[map[number:8000] map[number:8001] map[number:8002] map[number:8003]]" {
 					t.Errorf("targetPorts = %s", got)
 				}
-				if got := str(t, pool, "spec", "endpointPickerRef", "failureMode"); got != "FailOpen" {
+				if got := str(t, pool, "spec", "endpointPickerRef", "failureMode"); got != "FailClose" {
 					t.Errorf("failureMode = %s", got)
+				}
+				// Authenticated scrapes with the picker's token.
+				if got := str(t, find(t, objs, "ServiceMonitor"), "spec", "endpoints"); !strings.Contains(got, "inference-gateway-sa-metrics-reader-secret") || !strings.Contains(got, "port:http-metrics") {
+					t.Errorf("ServiceMonitor endpoints = %s", got)
 				}
 			},
 		},
@@ -290,6 +303,10 @@ func TestRender(t *testing.T) {
 				// With the filter in front, ext_proc runs headers-only.
 				if got := str(t, p, "spec", "extProc"); !strings.Contains(got, "request:map[]") || !strings.Contains(got, "failOpen:false") {
 					t.Errorf("extProc = %s", got)
+				}
+				// The policy's ext_proc is plaintext.
+				if !slices.Contains(containerArgs(t, objs), "--secure-serving=false") {
+					t.Errorf("args = %v, want --secure-serving=false", containerArgs(t, objs))
 				}
 			},
 		},
@@ -311,6 +328,48 @@ func TestRender(t *testing.T) {
 				}
 			},
 		},
+		{
+			values: "gie-values.yaml",
+			kinds:  append(slices.Clone(base), "DestinationRule", "InferenceObjective", "InferenceObjective", "InferencePool", "Role", "RoleBinding", "ServiceMonitor"),
+			check: func(t *testing.T, objs []*unstructured.Unstructured) {
+				args := containerArgs(t, objs)
+				for _, want := range []string{"--ha-enable-leader-election", "--v=3", "--refresh-metrics-interval=100ms", "--metrics-endpoint-auth=false"} {
+					if !slices.Contains(args, want) {
+						t.Errorf("args %v lack %s", args, want)
+					}
+				}
+				if got := str(t, find(t, objs, "Deployment"), "spec", "template", "spec", "containers"); !strings.Contains(got, "service:readiness") || !strings.Contains(got, "service:liveness") {
+					t.Errorf("HA probes: %s", got)
+				}
+				dr := find(t, objs, "DestinationRule")
+				if got := str(t, dr, "spec"); !strings.Contains(got, "host:kvgate-epp.llm.svc.cluster.local") || !strings.Contains(got, "mode:SIMPLE") || !strings.Contains(got, "maxRequestsPerConnection:256000") {
+					t.Errorf("DestinationRule = %s", got)
+				}
+				if got := str(t, find(t, objs, "Service"), "spec", "ports"); !strings.Contains(got, "port:8081") {
+					t.Errorf("extraServicePorts missing: %s", got)
+				}
+				if got := str(t, find(t, objs, "InferencePool"), "spec", "selector"); !strings.Contains(got, "app:sglang-qwen3-32b") {
+					t.Errorf("pool selector = %s", got)
+				}
+			},
+		},
+		{
+			values: "llm-d-router-values.yaml",
+			kinds:  append(slices.Clone(base), "InferenceObjective", "InferencePool"),
+			check: func(t *testing.T, objs []*unstructured.Unstructured) {
+				args := containerArgs(t, objs)
+				if !slices.Contains(args, "--v=4") || !slices.Contains(args, "--tracing=true") || argValue(args, "--config-file") != "/config/custom-plugins.yaml" {
+					t.Errorf("args = %v", args)
+				}
+				pool := find(t, objs, "InferencePool")
+				if got := str(t, pool, "spec", "endpointPickerRef", "failureMode"); got != "FailClose" {
+					t.Errorf("router.inferencePool.failureMode not applied: %s", got)
+				}
+				if got := str(t, find(t, objs, "Deployment"), "spec", "template", "spec", "containers"); !strings.Contains(got, "http://otel-collector.monitoring:4317") {
+					t.Errorf("tracing env: %s", got)
+				}
+			},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.values, func(t *testing.T) {
@@ -327,13 +386,17 @@ func TestRender(t *testing.T) {
 }
 
 // checkCommon checks what every value set must get right: the picker's
-// command line, ports and probes, a parsable configuration, and RBAC that
-// stays in the namespace.
+// command line (the upstream flags, parsed by the picker itself), ports
+// and probes, a parsable configuration, and RBAC that stays in the
+// namespace but for the metrics-auth reviews.
 func checkCommon(t *testing.T, objs []*unstructured.Unstructured) {
 	t.Helper()
 	args := containerArgs(t, objs)
-	if args[0] != "epp" || argValue(args, "--pool-namespace") != releaseNamespace || argValue(args, "--config") != "/etc/kvgate/config.yaml" {
+	if argValue(args, "--pool-namespace") != releaseNamespace || !strings.HasPrefix(argValue(args, "--config-file"), "/config/") {
 		t.Errorf("picker args = %v", args)
+	}
+	if _, err := epp.ParseFlags(args, io.Discard); err != nil {
+		t.Errorf("kvgate epp refuses the chart's args %v: %v", args, err)
 	}
 	for _, o := range objs {
 		if o.GetKind() == "InferencePool" && argValue(args, "--pool-name") != o.GetName() {
@@ -342,21 +405,32 @@ func checkCommon(t *testing.T, objs []*unstructured.Unstructured) {
 	}
 	d := find(t, objs, "Deployment")
 	c := str(t, d, "spec", "template", "spec", "containers")
-	for _, want := range []string{"containerPort:9002", "containerPort:9003", "containerPort:9090", "readinessProbe:map[failureThreshold:3 grpc:map[port:9003]"} {
+	for _, want := range []string{"containerPort:9002", "containerPort:9003", "containerPort:9090", "readinessProbe:map[grpc:map[port:9003 service:"} {
 		if !strings.Contains(c, want) {
 			t.Errorf("container lacks %s: %s", want, c)
 		}
 	}
-	if got := str(t, find(t, objs, "Service"), "spec", "ports"); !strings.Contains(got, "port:9002") || !strings.Contains(got, "port:9003") || !strings.Contains(got, "port:9090") {
+	if got := str(t, find(t, objs, "Service"), "spec", "ports"); !strings.Contains(got, "name:grpc-ext-proc") || !strings.Contains(got, "port:9002") || !strings.Contains(got, "name:http-metrics") {
 		t.Errorf("service ports = %s", got)
 	}
 	pickerConfig(t, objs)
 	for _, o := range objs {
 		if strings.HasPrefix(o.GetKind(), "Cluster") {
-			t.Errorf("cluster-scoped %s rendered", o.GetKind())
+			if rules := str(t, o, "rules"); o.GetKind() == "ClusterRole" && (!strings.Contains(rules, "tokenreviews") || strings.Contains(rules, "pods")) {
+				t.Errorf("cluster-scoped %s grants %s", o.GetName(), rules)
+			}
 		}
 	}
-	rules := str(t, find(t, objs, "Role"), "rules")
+	var main *unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == "Role" && !strings.HasSuffix(o.GetName(), "-leader-election") {
+			main = o
+		}
+	}
+	if main == nil {
+		t.Fatal("no Role")
+	}
+	rules := str(t, main, "rules")
 	for _, r := range []string{"pods", "inferencepools", "inferenceobjectives", "inferencemodelrewrites", "llm-d.ai", "inference.networking.x-k8s.io"} {
 		if !strings.Contains(rules, r) {
 			t.Errorf("Role lacks %s: %s", r, rules)
@@ -371,7 +445,8 @@ func checkCommon(t *testing.T, objs []*unstructured.Unstructured) {
 // parser.
 func pickerConfig(t testing.TB, objs []*unstructured.Unstructured) *config.Config {
 	t.Helper()
-	data := str(t, find(t, objs, "ConfigMap"), "data", "config.yaml")
+	file := strings.TrimPrefix(argValue(containerArgs(t, objs), "--config-file"), "/config/")
+	data := str(t, find(t, objs, "ConfigMap"), "data", file)
 	c, err := config.Parse([]byte(data))
 	if err != nil {
 		t.Fatalf("the picker would reject the chart's config: %v\n%s", err, data)
@@ -395,7 +470,8 @@ func TestRenderConfigText(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := renderArgs(t, "", "--set-file", "picker.configText="+file)
+	objs, err := renderArgs(t, "default-values.yaml", "--set-file", `inferenceExtension.pluginsCustomConfig.old\.yaml=`+file,
+		"--set", "inferenceExtension.pluginsConfigFile=old.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,17 +486,25 @@ func TestRenderRejects(t *testing.T) {
 		sets []string
 		want string
 	}{
-		{name: "failure mode", sets: []string{"inferencePool.failureMode=Sometimes"}, want: "FailOpen or FailClose"},
+		{name: "failure mode", sets: []string{"inferenceExtension.failureMode=Sometimes"}, want: "failureMode"},
 		{name: "no ports", sets: []string{"inferencePool.targetPorts=null"}, want: "1 to 8 ports"},
-		{name: "nine ports", sets: []string{"inferencePool.targetPorts={1,2,3,4,5,6,7,8,9}"}, want: "1 to 8 ports"},
-		{name: "empty selector", sets: []string{"inferencePool.selector.matchLabels=null"}, want: "must not be empty"},
+		{name: "empty selector", sets: []string{"inferencePool.modelServers=null"}, want: "matchLabels is required"},
+		{name: "unknown key", sets: []string{"inferenceExtension.bogus=1"}, want: "bogus"},
+		{name: "unknown top-level key", sets: []string{"picker.extraArgs={--x}"}, want: "picker"},
+		{name: "triton", sets: []string{"inferencePool.modelServerType=triton-tensorrt-llm"}, want: "vllm and sglang"},
+		{name: "grpc model servers", sets: []string{"inferencePool.modelServerProtocol=grpc"}, want: "modelServerProtocol"},
+		{name: "latency predictor sidecars", sets: []string{"inferenceExtension.latencyPredictor.enabled=true"}, want: "latencyPredictor"},
+		{name: "metrics path", sets: []string{"inferenceExtension.metricsDataSource.path=/stats"}, want: "metricsDataSource"},
+		{name: "config file", sets: []string{"inferenceExtension.pluginsConfigFile=mine.yaml"}, want: "pluginsConfigFile"},
+		{name: "gke", sets: []string{"provider.name=gke"}, want: "provider.name"},
+		{name: "istio without TLS", sets: []string{"provider.name=istio", "inferenceExtension.flags.secure-serving=false"}, want: "TLS"},
 		{name: "HTTP wasm without digest", sets: []string{"wasmFilter.type=HTTP"}, want: "sha256 is required"},
 		{name: "service account", sets: []string{"serviceAccount.create=false"}, want: "serviceAccount.name is required"},
 		{name: "empty policy", sets: []string{"envoyGateway.enabled=true", "envoyGateway.wasm.enabled=false"}, want: "needs envoyGateway.wasm.enabled"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := render(t, "", tc.sets...)
+			_, err := render(t, "default-values.yaml", tc.sets...)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("render = %v, want an error containing %q", err, tc.want)
 			}
@@ -624,5 +708,75 @@ func TestChartRBACRunsDiscovery(t *testing.T) {
 		if !apierrors.IsForbidden(err) {
 			t.Errorf("listing pods in %q as the picker: %v, want forbidden", ns, err)
 		}
+	}
+}
+
+// The upstream charts' own values files (unedited, testdata/upstream)
+// install with kvgate's chart: the schema knows every key they set, and
+// the objects pass the API server's dry run.
+func TestUpstreamValuesFiles(t *testing.T) {
+	c := adminClient(t)
+	ensureNamespace(t, c, releaseNamespace)
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	up := func(name string) string {
+		p, err := filepath.Abs(filepath.Join("testdata", "upstream", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// routerlib's values are the router: subchart's defaults.
+	routerlib, err := os.ReadFile(up("llm-d-routerlib-v0.9.0-values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nested strings.Builder
+	nested.WriteString("router:\n")
+	for _, l := range strings.Split(string(routerlib), "\n") {
+		nested.WriteString("  " + l + "\n")
+	}
+	tests := []struct {
+		name  string
+		files []string
+		// pool is what the rendered InferencePool must select.
+		pool string
+	}{
+		{"GIE v1.5 values.yaml", []string{up("gie-v1.5.0-values.yaml"), write("gie-sel.yaml", "inferencePool:\n  modelServers:\n    matchLabels:\n      app: vllm-qwen\n")}, "app:vllm-qwen"},
+		{"llm-d-router v0.9 values.yaml", []string{write("routerlib.yaml", nested.String()), up("llm-d-router-v0.9.0-values.yaml"),
+			write("llmd-sel.yaml", "router:\n  modelServers:\n    matchLabels:\n      app: vllm-qwen\n")}, "app:vllm-qwen"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			// A name of its own: dry runs collide with objects other
+			// tests created.
+			args := []string{"--set", "fullnameOverride=upstream-values"}
+			for _, f := range tc.files {
+				args = append(args, "--values", f)
+			}
+			objs, err := renderArgs(t, "", args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkCommon(t, objs)
+			pool := find(t, objs, "InferencePool")
+			if got := str(t, pool, "spec", "selector"); !strings.Contains(got, tc.pool) {
+				t.Errorf("selector = %s", got)
+			}
+			if got := str(t, pool, "spec", "endpointPickerRef", "failureMode"); got != "FailOpen" {
+				t.Errorf("failureMode = %s", got)
+			}
+			for _, o := range objs {
+				if err := c.Create(context.Background(), o, client.DryRunAll); err != nil {
+					t.Errorf("%s %s rejected: %v", o.GetKind(), o.GetName(), err)
+				}
+			}
+		})
 	}
 }

@@ -21,6 +21,11 @@ func TestArgsRoundTrip(t *testing.T) {
 		Kubeconfig: "/k", KVEventsAddr: "tcp://127.0.0.1:4", TrustFilterHeaders: true,
 		MaxRequestBodyBytes: 123, MaxRequestHeaders: 5, MaxRequestHeaderBytes: 6, RequestBodyBudgetBytes: 7,
 		RequestIdleTimeout: time.Second, ResponseIdleTimeout: time.Minute, MaxEndpoints: 8, DrainTimeout: 2 * time.Second, LogLevel: slog.LevelDebug,
+		LogFormat: "json", PoolGroup: poolGroup, LeaderElection: true, SecureServing: ToggleOn,
+		CertPath: "/certs", CertReload: true, TLSMinVersion: "VersionTLS13",
+		TLSCipherSuites: "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", MetricsAuth: ToggleOff, Tracing: true,
+		ModelServerMetrics: MetricNames{Queued: "sglang:num_queue_reqs", Running: "sglang:num_running_reqs",
+			KVCache: "sglang:token_usage", CacheInfo: "vllm:cache_config_info"},
 	}
 	// Exclusive with the file-based ones above, so set in their own options.
 	k8s := DefaultOptions()

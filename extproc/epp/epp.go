@@ -2,6 +2,7 @@ package epp
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,7 +17,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -30,6 +30,9 @@ import (
 	"github.com/kvgate/kvgate/extproc/endpoints/scrape"
 	"github.com/kvgate/kvgate/extproc/endpoints/staticfile"
 	"github.com/kvgate/kvgate/extproc/flowcontrol"
+	"github.com/kvgate/kvgate/extproc/epp/leader"
+	"github.com/kvgate/kvgate/extproc/epp/metricsauth"
+	"github.com/kvgate/kvgate/extproc/epp/tracing"
 	"github.com/kvgate/kvgate/extproc/kvevents"
 	"github.com/kvgate/kvgate/extproc/kvindex"
 	"github.com/kvgate/kvgate/extproc/latency"
@@ -99,6 +102,37 @@ type Options struct {
 	// 30 s after SIGTERM by default.
 	DrainTimeout time.Duration
 	LogLevel     slog.Level
+	// LogFormat is "console" (text) or "json" (--zap-encoder, as the
+	// upstream charts pass it).
+	LogFormat string
+
+	// The upstream pickers' serving flags (flags.go).
+
+	// PoolGroup is the InferencePool's API group; kvgate serves
+	// inference.networking.k8s.io (v1) pools only.
+	PoolGroup string
+	// LeaderElection: replicas compete for a Lease; only the leader
+	// reports ready (--ha-enable-leader-election).
+	LeaderElection bool
+	// SecureServing puts TLS on the ext_proc port; unset means on with
+	// Kubernetes discovery (the upstream default, which gateways dial with
+	// TLS) and off with --endpoints (a local run).
+	SecureServing Toggle
+	CertPath      string
+	CertReload    bool
+	TLSMinVersion string
+	// TLSCipherSuites is a comma-separated list of Go cipher-suite names.
+	TLSCipherSuites string
+	// MetricsAuth guards /metrics with TokenReview and
+	// SubjectAccessReview; unset means on with Kubernetes discovery, off
+	// with --endpoints.
+	MetricsAuth Toggle
+	// Tracing exports OpenTelemetry spans over OTLP, configured by the
+	// OTEL_* environment.
+	Tracing bool
+	// ModelServerMetrics are the upstream metric-name flags; each must
+	// name a metric kvgate's scraper reads.
+	ModelServerMetrics MetricNames
 }
 
 // DefaultOptions are the flag defaults.
@@ -117,6 +151,9 @@ func DefaultOptions() Options {
 		ResponseIdleTimeout:    server.DefaultResponseIdleTimeout,
 		MaxEndpoints:           endpoints.DefaultMaxEndpoints,
 		DrainTimeout:           25 * time.Second,
+		LogFormat:              "console",
+		PoolGroup:              poolGroup,
+		ModelServerMetrics:     defaultMetricNames(),
 	}
 }
 
@@ -150,6 +187,7 @@ func (o *Options) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.MaxEndpoints, "max-endpoints", o.MaxEndpoints, "most endpoints in the pool; a larger set is refused and the previous one kept")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, "at shutdown, how long in-flight requests may finish before their streams are cut")
 	fs.TextVar(&o.LogLevel, "log-level", o.LogLevel, "log level: debug, info, warn, error")
+	o.upstreamFlags(fs)
 	return fs
 }
 
@@ -183,14 +221,14 @@ func (p ports) Set(v string) error {
 // the flags whose values differ from the defaults.
 func (o Options) Args() []string {
 	def := DefaultOptions()
-	return cliflag.Args(o.flagSet(io.Discard), def.flagSet(io.Discard), "config-file")
+	return cliflag.Args(o.flagSet(io.Discard), def.flagSet(io.Discard), aliasFlags...)
 }
 
 // ParseFlags parses `kvgate epp` arguments.
 func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	o := DefaultOptions()
 	fs := o.flagSet(stderr)
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(joinBoolValues(fs, args)); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
@@ -214,6 +252,9 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	if o.RefreshMetricsInterval <= 0 {
 		return o, fmt.Errorf("--refresh-metrics-interval must be positive, got %v", o.RefreshMetricsInterval)
 	}
+	if err := o.validateUpstream(); err != nil {
+		return o, err
+	}
 	return o, nil
 }
 
@@ -224,7 +265,7 @@ func Main(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.LogLevel}))
+	log := newLogger(stderr, o)
 	p, err := New(o, log)
 	if err != nil {
 		return err
@@ -258,6 +299,15 @@ type Picker struct {
 	// Addrs and KVEventsAddr are valid.
 	listening chan struct{}
 	listeners struct{ grpc, health, metrics net.Listener }
+	// Serving settings resolved from the flags (serving.go): TLS of the
+	// ext_proc port (nil: plaintext), the Lease elector (nil without
+	// --ha-enable-leader-election), the /metrics guard (nil: open), the
+	// tracer (nil without --tracing).
+	tls     *tls.Config
+	ready   *readiness
+	elector *leader.Elector
+	guard   *metricsauth.Guard
+	tracer  *tracing.Tracer
 }
 
 // New builds a picker: configuration, plugins, metrics and discovery. It
@@ -345,6 +395,9 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 		RequestIdleTimeout:  zeroIsNone(o.RequestIdleTimeout),
 		ResponseIdleTimeout: zeroIsNone(o.ResponseIdleTimeout),
 	})
+	if err := p.serving(); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -532,7 +585,7 @@ func (p *Picker) Run(ctx context.Context) error {
 
 	// Each stream buffers at most one request body; bounding the streams
 	// bounds the picker's memory under a flood.
-	extproc := grpc.NewServer(grpc.MaxConcurrentStreams(maxConcurrentStreams))
+	extproc := grpc.NewServer(p.extprocOptions()...)
 	p.server.Register(extproc)
 	healthSrv := health.NewServer()
 	healthGRPC := grpc.NewServer()
@@ -540,15 +593,11 @@ func (p *Picker) Run(ctx context.Context) error {
 	// The ext_proc service answers on the main port too, so that Envoy's
 	// own gRPC health checks against :9002 work as with the GIE picker.
 	healthpb.RegisterHealthServer(extproc, healthSrv)
-	for _, svc := range readinessServices {
-		healthSrv.SetServingStatus(svc, healthpb.HealthCheckResponse_NOT_SERVING)
+	p.ready.attach(healthSrv)
+	metricsSrv := &http.Server{Handler: p.metricsHandler(), ReadHeaderTimeout: 5 * time.Second}
+	if p.elector != nil {
+		g.Go(func() error { return p.elector.Run(ctx) })
 	}
-	// Live as soon as it answers: a picker still waiting for its first
-	// endpoint set must not be restarted for it.
-	healthSrv.SetServingStatus(HealthLiveness, healthpb.HealthCheckResponse_SERVING)
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{Registry: p.reg}))
-	metricsSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 
 	// The dispatcher outlives ctx: it drains the queue during shutdown.
 	dispatchCtx, stopDispatch := context.WithCancel(context.Background())
@@ -586,9 +635,7 @@ func (p *Picker) Run(ctx context.Context) error {
 			case <-time.After(10 * time.Millisecond):
 			}
 		}
-		for _, svc := range readinessServices {
-			healthSrv.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
-		}
+		p.ready.setSynced()
 		p.log.Info("picker ready", "grpc", p.listeners.grpc.Addr().String(), "endpoints", len(p.ds.All()))
 		return nil
 	})
@@ -614,9 +661,12 @@ func (p *Picker) Run(ctx context.Context) error {
 		stopGRPC(drain, healthGRPC)
 		_ = metricsSrv.Shutdown(drain)
 		_ = p.kvEvents.Close()
+		if p.tracer != nil {
+			_ = p.tracer.Shutdown(drain)
+		}
 		return nil
 	})
-	p.log.Info("picker starting", "grpc", p.listeners.grpc.Addr().String(), "health", p.listeners.health.Addr().String(), "metrics", p.listeners.metrics.Addr().String())
+	p.log.Info("picker starting", "tls", p.tls != nil, "leader-election", p.elector != nil, "metrics-auth", p.guard != nil, "tracing", p.tracer != nil, "grpc", p.listeners.grpc.Addr().String(), "health", p.listeners.health.Addr().String(), "metrics", p.listeners.metrics.Addr().String())
 	return g.Wait()
 }
 

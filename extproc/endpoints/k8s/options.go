@@ -123,3 +123,12 @@ func (o *Options) restConfig() (*rest.Config, string, error) {
 	}
 	return cfg, ns, nil
 }
+
+// ClientConfig resolves the API server connection and namespace as
+// discovery does (kubeconfig file, $KUBECONFIG, ~/.kube/config, else the
+// in-cluster service account), for the picker's other Kubernetes clients:
+// leader election and the metrics endpoint's token reviews.
+func ClientConfig(kubeconfig, namespace string) (*rest.Config, string, error) {
+	o := Options{Kubeconfig: kubeconfig, PoolNamespace: namespace}
+	return o.restConfig()
+}

@@ -164,3 +164,18 @@ func (s *Suite) Env(tb testing.TB) *Env {
 	}
 	return s.env
 }
+
+// WriteKubeconfig writes a kubeconfig file for a cluster administrator of
+// the control plane, for processes the tests start (`kvgate epp
+// --kubeconfig`, or $KUBECONFIG).
+func (e *Env) WriteKubeconfig(path string) error {
+	u, err := e.env.AddUser(envtest.User{Name: "kvgate-test-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return fmt.Errorf("envtest user: %w", err)
+	}
+	data, err := u.KubeConfig()
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	return os.WriteFile(path, data, 0o600)
+}

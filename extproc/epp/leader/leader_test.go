@@ -1,0 +1,106 @@
+package leader
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kvgate/kvgate/extproc/endpoints/k8s/k8stest"
+)
+
+var suite k8stest.Suite
+
+func TestMain(m *testing.M) { os.Exit(suite.Main(m)) }
+
+// fast are short lease timings so that a takeover happens within seconds.
+func fast(cfg Config) Config {
+	cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 2*time.Second, 1500*time.Millisecond, 200*time.Millisecond
+	return cfg
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Two replicas against the real API server: exactly one leads, the Lease
+// carries llm-d's name and the leader's identity, and when the leader
+// stops (releasing the Lease) the other takes over.
+func TestActivePassive(t *testing.T) {
+	env := suite.Env(t)
+	base := fast(Config{RestConfig: env.Config, Namespace: "default", Pool: "pool-a"})
+	var elect [2]*Elector
+	var cancel [2]context.CancelFunc
+	var done [2]chan struct{}
+	for i := range elect {
+		cfg := base
+		cfg.Identity = []string{"replica-0", "replica-1"}[i]
+		e, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		elect[i] = e
+		ctx, c := context.WithCancel(context.Background())
+		cancel[i], done[i] = c, make(chan struct{})
+		go func() { defer close(done[i]); _ = e.Run(ctx) }()
+	}
+	defer func() {
+		for i := range cancel {
+			cancel[i]()
+			<-done[i]
+		}
+	}()
+	waitFor(t, "a leader", func() bool { return elect[0].Leading() || elect[1].Leading() })
+	lead := 0
+	if elect[1].Leading() {
+		lead = 1
+	}
+	// Both never lead at once: watch a while.
+	for range 10 {
+		if elect[0].Leading() && elect[1].Leading() {
+			t.Fatal("both replicas lead")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	c, err := client.New(env.Config, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lease coordinationv1.Lease
+	key := types.NamespacedName{Namespace: "default", Name: "epp-default-pool-a.llm-d.ai"}
+	if err := c.Get(context.Background(), key, &lease); err != nil {
+		t.Fatalf("the Lease llm-d names: %v", err)
+	}
+	if got := *lease.Spec.HolderIdentity; got != elect[lead].Identity() {
+		t.Errorf("Lease holder = %s, want the leader %s", got, elect[lead].Identity())
+	}
+
+	cancel[lead]()
+	<-done[lead]
+	if elect[lead].Leading() {
+		t.Error("a stopped replica still reports leading")
+	}
+	other := 1 - lead
+	waitFor(t, "the standby to take over", elect[other].Leading)
+}
+
+func TestNewErrors(t *testing.T) {
+	if _, err := New(Config{Namespace: "ns", Pool: "p"}); err == nil {
+		t.Error("no client configuration accepted")
+	}
+	if got := LeaseName("llm", "qwen"); got != "epp-llm-qwen.llm-d.ai" {
+		t.Errorf("LeaseName = %s", got)
+	}
+}
