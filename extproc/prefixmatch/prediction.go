@@ -220,3 +220,20 @@ func ResolveSource(lookup func(string) (scheduling.Plugin, bool), param, name st
 // prompt as the model server tokenizes it; the precise matcher uses these
 // tokens before tokenizing the prompt itself.
 var TokensKey = scheduling.NewKey[*[]int]("tokenized-prompt")
+
+// Matcher is a prefix plugin's matching side: what it produces for a
+// request, the hooks that keep its index, and its match.
+type Matcher interface {
+	Source
+	scheduling.DataProducer
+	scheduling.DataDependencies
+	scheduling.PreRequest
+	scheduling.ResponseComplete
+	scheduling.EndpointsRemoved
+}
+
+// MatchProducer exposes a prefix scorer as llm-d's producer plugins do: the same
+// matching and index upkeep, without scoring (a prefix-cache-scorer reads
+// the match). Embedding the interface hides every other method of the
+// scorer, so the framework cannot find a Score to run.
+type MatchProducer struct{ Matcher }

@@ -23,11 +23,9 @@
 package approxprefix
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 
-	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/plugins/prefix"
 	"github.com/kvgate/kvgate/extproc/prefixmatch"
 	"github.com/kvgate/kvgate/extproc/scheduling"
@@ -58,9 +56,7 @@ type Params struct {
 }
 
 // Producer implements approx-prefix-cache-producer.
-type Producer struct {
-	m *prefix.Scorer
-}
+type Producer struct{ prefixmatch.MatchProducer }
 
 // New is the plugin factory.
 func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plugin, error) {
@@ -108,40 +104,7 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 		return nil, err
 	}
 	m.SetTokenBounds(maxTokens, MinBlockTokens)
-	return &Producer{m: m}, nil
-}
-
-// TypedName implements scheduling.Plugin.
-func (p *Producer) TypedName() scheduling.TypedName { return p.m.TypedName() }
-
-// Produce implements scheduling.DataProducer.
-func (p *Producer) Produce(ctx context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) {
-	p.m.Produce(ctx, cs, req, eps)
-}
-
-// Produces implements scheduling.DataDependencies.
-func (p *Producer) Produces() []string { return p.m.Produces() }
-
-// Consumes implements scheduling.DataDependencies.
-func (p *Producer) Consumes() []string { return p.m.Consumes() }
-
-// PreRequest implements scheduling.PreRequest: the chosen endpoint now
-// holds the prompt's blocks.
-func (p *Producer) PreRequest(ctx context.Context, cs *scheduling.CycleState, req *scheduling.Request, res *scheduling.Result) {
-	p.m.PreRequest(ctx, cs, req, res)
-}
-
-// ResponseComplete implements scheduling.ResponseComplete.
-func (p *Producer) ResponseComplete(ctx context.Context, cs *scheduling.CycleState, req *scheduling.Request, res *scheduling.Response) {
-	p.m.ResponseComplete(ctx, cs, req, res)
-}
-
-// EndpointsRemoved implements scheduling.EndpointsRemoved.
-func (p *Producer) EndpointsRemoved(addresses []string) { p.m.EndpointsRemoved(addresses) }
-
-// MatchOf implements prefixmatch.Source.
-func (p *Producer) MatchOf(cs *scheduling.CycleState) (prefixmatch.Match, bool) {
-	return p.m.MatchOf(cs)
+	return &Producer{prefixmatch.MatchProducer{Matcher: m}}, nil
 }
 
 var (

@@ -28,10 +28,8 @@
 package preciseproducer
 
 import (
-	"context"
 	"encoding/json"
 
-	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
 	"github.com/kvgate/kvgate/extproc/prefixmatch"
 	"github.com/kvgate/kvgate/extproc/scheduling"
@@ -42,6 +40,7 @@ const Type = "precise-prefix-cache-producer"
 
 // Producer implements precise-prefix-cache-producer.
 type Producer struct {
+	prefixmatch.MatchProducer
 	m *precise.Scorer
 }
 
@@ -55,39 +54,7 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 	if err != nil {
 		return nil, err
 	}
-	return &Producer{m: m}, nil
-}
-
-// TypedName implements scheduling.Plugin.
-func (p *Producer) TypedName() scheduling.TypedName { return p.m.TypedName() }
-
-// Produce implements scheduling.DataProducer.
-func (p *Producer) Produce(ctx context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) {
-	p.m.Produce(ctx, cs, req, eps)
-}
-
-// Produces implements scheduling.DataDependencies.
-func (p *Producer) Produces() []string { return p.m.Produces() }
-
-// Consumes implements scheduling.DataDependencies.
-func (p *Producer) Consumes() []string { return p.m.Consumes() }
-
-// PreRequest implements scheduling.PreRequest.
-func (p *Producer) PreRequest(ctx context.Context, cs *scheduling.CycleState, req *scheduling.Request, res *scheduling.Result) {
-	p.m.PreRequest(ctx, cs, req, res)
-}
-
-// ResponseComplete implements scheduling.ResponseComplete.
-func (p *Producer) ResponseComplete(ctx context.Context, cs *scheduling.CycleState, req *scheduling.Request, res *scheduling.Response) {
-	p.m.ResponseComplete(ctx, cs, req, res)
-}
-
-// EndpointsRemoved implements scheduling.EndpointsRemoved.
-func (p *Producer) EndpointsRemoved(addresses []string) { p.m.EndpointsRemoved(addresses) }
-
-// MatchOf implements prefixmatch.Source.
-func (p *Producer) MatchOf(cs *scheduling.CycleState) (prefixmatch.Match, bool) {
-	return p.m.MatchOf(cs)
+	return &Producer{MatchProducer: prefixmatch.MatchProducer{Matcher: m}, m: m}, nil
 }
 
 // AcceptsSource implements scheduling.DataExtractor.
