@@ -454,8 +454,8 @@ func (x *exchange) moveTo(served string) {
 
 // ResponseChunk implements server.Exchange: the first body chunk marks the
 // first token, ending the request's prefill; later chunks of a stream
-// measure inter-chunk latency. Every chunk is also a step end of the
-// serving endpoint, which its step clock keeps.
+// measure inter-chunk latency. Every chunk of a stream is also a step end
+// of the serving endpoint, which its step clock keeps.
 func (x *exchange) ResponseChunk(ctx context.Context, chunk []byte) {
 	if len(chunk) == 0 {
 		return
@@ -464,8 +464,12 @@ func (x *exchange) ResponseChunk(ctx context.Context, chunk []byte) {
 	defer func() { x.busy += x.d.now().Sub(now) }()
 	x.bytes += len(chunk)
 	x.chunks++
-	if e := x.charge.Endpoint(); e != nil {
-		e.ObserveStep(now)
+	if e := x.charge.Endpoint(); e != nil && x.sched.Stream {
+		var itl time.Duration
+		if x.chunks > 1 {
+			itl = now.Sub(x.last)
+		}
+		e.ObserveStep(now, itl)
 	}
 	if x.chunks == 1 {
 		x.first = now

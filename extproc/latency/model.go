@@ -66,8 +66,8 @@ type Features struct {
 	DecodeTokens float64
 	// StepRemaining is the seconds left of the decode step in progress
 	// there (endpoints.Endpoint.StepRemaining): the request waits it out
-	// before its prefill starts. Zero while prefills are in flight, whose
-	// steps the backlog terms price.
+	// before its prefill starts. Zero unless the endpoint is decoding with
+	// no prefill in flight (prefill steps are priced by the backlog terms).
 	StepRemaining float64
 }
 

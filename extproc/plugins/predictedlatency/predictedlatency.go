@@ -183,7 +183,7 @@ func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, req *sc
 			l = e.Load()
 		}
 		f := p.features(prompt, held, l, meanPrefill)
-		if f.Backlog == 0 {
+		if f.Backlog == 0 && l.DecodeRequests > 0 {
 			f.StepRemaining = e.StepRemaining(now).Seconds()
 		}
 		est := p.model.Predict(e.Address(), f)
