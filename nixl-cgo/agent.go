@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 )
@@ -33,7 +34,7 @@ type AgentConfig struct {
 type Backend struct {
 	Type   string
 	Params Params
-	ucx    *ucxBackend
+	eng    backendEngine
 }
 
 // Agent is one process's NIXL agent (nixlAgent).
@@ -43,7 +44,7 @@ type Agent struct {
 
 	mu       sync.Mutex
 	closed   bool
-	ucx      *Backend
+	be       *Backend // nil until CreateBackend
 	regs     []*registration
 	remotes  map[string]*remoteAgent
 	notifs   map[string][][]byte
@@ -58,7 +59,7 @@ type Agent struct {
 type registration struct {
 	typ MemType
 	d   Desc
-	reg *ucxReg
+	mem backendMem
 }
 
 type remoteAgent struct {
@@ -66,7 +67,7 @@ type remoteAgent struct {
 	md    *agentMD
 	blob  []byte
 	regs  []regionMD
-	conn  *ucxConn
+	conn  backendPeer
 	inUse int // requests in progress on conn
 }
 
@@ -86,37 +87,36 @@ func NewAgent(name string, cfg AgentConfig) (*Agent, error) {
 // Name is the agent's name.
 func (a *Agent) Name() string { return a.name }
 
-// AvailablePlugins lists the backend types CreateBackend accepts.
-func AvailablePlugins() []string { return []string{"UCX"} }
-
-// CreateBackend creates a backend by type name with its parameters. Only
-// "UCX" exists here; one per agent.
+// CreateBackend creates a backend by type name (one of AvailablePlugins)
+// with its parameters. An agent has one backend: transfers, metadata and
+// notifications all go through it.
 func (a *Agent) CreateBackend(typ string, params Params) (*Backend, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
 		return nil, errorf("createBackend", ErrNotAllowed, "agent %s is closed", a.name)
 	}
-	if typ != "UCX" {
-		return nil, errorf("createBackend", ErrNotFound, "no backend plugin %q (available: UCX)", typ)
+	plugin, ok := backendPlugins[typ]
+	if !ok {
+		return nil, unknownPlugin("createBackend", typ)
 	}
-	if a.ucx != nil {
-		return nil, errorf("createBackend", ErrNotAllowed, "agent %s already has a UCX backend", a.name)
+	if a.be != nil {
+		return nil, errorf("createBackend", ErrNotAllowed, "agent %s already has a %s backend", a.name, a.be.Type)
 	}
-	u, err := newUCXBackend(params, a.cfg.ProgressThread && !a.cfg.ProgressSpin)
+	eng, err := plugin.create(params, engineOpts{wakeup: a.cfg.ProgressThread && !a.cfg.ProgressSpin})
 	if err != nil {
 		return nil, err
 	}
-	be := &Backend{Type: typ, Params: params, ucx: u}
-	a.ucx = be
+	be := &Backend{Type: typ, Params: params, eng: eng}
+	a.be = be
 	if a.cfg.ProgressThread {
 		a.wg.Add(1)
-		go a.progressLoop(u)
+		go a.progressLoop(eng)
 	}
 	return be, nil
 }
 
-func (a *Agent) progressLoop(u *ucxBackend) {
+func (a *Agent) progressLoop(u backendEngine) {
 	defer a.wg.Done()
 	for {
 		select {
@@ -138,27 +138,27 @@ func (a *Agent) progressLoop(u *ucxBackend) {
 			runtime.Gosched()
 			continue
 		}
-		armed := u.arm()
-		ws := u.workers
+		wait := u.armWait()
 		a.mu.Unlock()
-		if armed {
-			waitEvents(ws, a.cfg.ProgressDelay)
+		if wait != nil {
+			wait(a.cfg.ProgressDelay)
 		}
 	}
 }
 
-func (a *Agent) backend(op string) (*ucxBackend, error) {
+func (a *Agent) backend(op string) (backendEngine, error) {
 	if a.closed {
 		return nil, errorf(op, ErrNotAllowed, "agent %s is closed", a.name)
 	}
-	if a.ucx == nil {
-		return nil, errorf(op, ErrNotFound, "agent %s has no backend; CreateBackend(\"UCX\", ...) first", a.name)
+	if a.be == nil {
+		return nil, errorf(op, ErrNotFound, "agent %s has no backend; CreateBackend first (available: %s)", a.name, strings.Join(AvailablePlugins(), ", "))
 	}
-	return a.ucx.ucx, nil
+	return a.be.eng, nil
 }
 
-// RegisterMem registers each descriptor of the list with the backend.
-// DRAM is supported; VRAM only where UCX maps CUDA memory.
+// RegisterMem registers each descriptor of the list with the backend, for
+// the memory types the backend supports (UCX: DRAM; VRAM only where UCX
+// maps CUDA memory).
 func (a *Agent) RegisterMem(l DescList) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -166,14 +166,8 @@ func (a *Agent) RegisterMem(l DescList) error {
 	if err != nil {
 		return err
 	}
-	switch l.Type {
-	case DRAM:
-	case VRAM:
-		if !u.cuda {
-			return errorf("registerMem", ErrNotSupported, "VRAM_SEG: this node's UCX cannot map GPU memory (no CUDA support or no GPU)")
-		}
-	default:
-		return errorf("registerMem", ErrNotSupported, "%s: the UCX backend registers DRAM_SEG and VRAM_SEG only", l.Type)
+	if err := u.supportsMem(l.Type); err != nil {
+		return err
 	}
 	if len(l.Descs) == 0 {
 		return errorf("registerMem", ErrInvalidParam, "empty descriptor list")
@@ -188,15 +182,15 @@ func (a *Agent) RegisterMem(l DescList) error {
 			err = errorf("registerMem", ErrNotAllowed, "descriptor %d {addr %#x, len %d} overlaps registered {addr %#x, len %d}", i, d.Addr, d.Len, r.d.Addr, r.d.Len)
 			break
 		}
-		var reg *ucxReg
-		if reg, err = u.register(d); err != nil {
+		var m backendMem
+		if m, err = u.registerMem(l.Type, d); err != nil {
 			break
 		}
-		added = append(added, &registration{typ: l.Type, d: d, reg: reg})
+		added = append(added, &registration{typ: l.Type, d: d, mem: m})
 	}
 	if err != nil {
 		for _, r := range added {
-			u.deregister(r.reg)
+			u.deregisterMem(r.mem)
 		}
 		return err
 	}
@@ -240,7 +234,7 @@ func (a *Agent) DeregisterMem(l DescList) error {
 	drop := map[int]bool{}
 	for _, j := range idx {
 		if !drop[j] {
-			u.deregister(a.regs[j].reg)
+			u.deregisterMem(a.regs[j].mem)
 			drop[j] = true
 		}
 	}
@@ -254,8 +248,9 @@ func (a *Agent) DeregisterMem(l DescList) error {
 	return nil
 }
 
-// LocalMD is the agent's metadata for peers (getLocalMD): its workers'
-// addresses and, per registered region, the packed rkey.
+// LocalMD is the agent's metadata for peers (getLocalMD): the backend's
+// connection info and, per registered region, its public data (UCX: the
+// workers' addresses and packed rkeys).
 func (a *Agent) LocalMD() ([]byte, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -263,9 +258,9 @@ func (a *Agent) LocalMD() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	be := backendMD{Type: "UCX", Workers: u.workerAddrs()}
+	be := backendMD{Type: a.be.Type, Workers: u.connInfo()}
 	for _, r := range a.regs {
-		be.Regions = append(be.Regions, regionMD{Type: r.typ, Desc: r.d, RKey: r.reg.rkey})
+		be.Regions = append(be.Regions, regionMD{Type: r.typ, Desc: r.d, RKey: r.mem.publicMD()})
 	}
 	return (&agentMD{Name: a.name, Backends: []backendMD{be}}).encode(), nil
 }
@@ -289,12 +284,12 @@ func (a *Agent) LoadRemoteMD(blob []byte) (string, error) {
 	}
 	var be *backendMD
 	for i := range md.Backends {
-		if md.Backends[i].Type == "UCX" {
+		if md.Backends[i].Type == a.be.Type {
 			be = &md.Backends[i]
 		}
 	}
 	if be == nil {
-		return "", errorf("loadRemoteMD", ErrMismatch, "agent %s has no UCX backend in common", md.Name)
+		return "", errorf("loadRemoteMD", ErrMismatch, "agent %s has no %s backend in common", md.Name, a.be.Type)
 	}
 	if old, ok := a.remotes[md.Name]; ok {
 		if bytes.Equal(old.blob, blob) && old.conn.failed() == nil {
@@ -306,7 +301,7 @@ func (a *Agent) LoadRemoteMD(blob []byte) (string, error) {
 		old.conn.close()
 		delete(a.remotes, md.Name)
 	}
-	a.remotes[md.Name] = &remoteAgent{name: md.Name, md: md, blob: bytes.Clone(blob), regs: be.Regions, conn: u.newConn(be)}
+	a.remotes[md.Name] = &remoteAgent{name: md.Name, md: md, blob: bytes.Clone(blob), regs: be.Regions, conn: u.loadRemote(be)}
 	return md.Name, nil
 }
 
@@ -404,17 +399,14 @@ func (a *Agent) prepLocked(agent string, l DescList) (*PreppedList, error) {
 // XferReq is a transfer request (nixlXferReqH): made once, posted, polled,
 // reposted after completion, released.
 type XferReq struct {
-	op      XferOp
-	remote  *remoteAgent
-	worker  int
-	laddr   []uintptr
-	raddr   []uint64
-	lens    []uint64
-	regions []int
-	bytes   uint64
-	opts    XferOpts
+	op     XferOp
+	remote *remoteAgent
+	ndesc  int
+	bytes  uint64
+	opts   XferOpts
 
-	x        *ucxXfer
+	h        backendXfer
+	active   bool // posted and not ended
 	status   Status
 	err      error
 	released bool
@@ -429,14 +421,13 @@ type XferReq struct {
 func (a *Agent) MakeXferReq(op XferOp, local *PreppedList, li []int, remote *PreppedList, ri []int, opts XferOpts) (*XferReq, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	u, err := a.backend("makeXferReq")
-	if err != nil {
+	if _, err := a.backend("makeXferReq"); err != nil {
 		return nil, err
 	}
-	return a.makeLocked(u, op, local, li, remote, ri, opts)
+	return a.makeLocked(op, local, li, remote, ri, opts)
 }
 
-func (a *Agent) makeLocked(u *ucxBackend, op XferOp, local *PreppedList, li []int, remote *PreppedList, ri []int, opts XferOpts) (*XferReq, error) {
+func (a *Agent) makeLocked(op XferOp, local *PreppedList, li []int, remote *PreppedList, ri []int, opts XferOpts) (*XferReq, error) {
 	const fn = "makeXferReq"
 	switch {
 	case op != Read && op != Write:
@@ -458,9 +449,8 @@ func (a *Agent) makeLocked(u *ucxBackend, op XferOp, local *PreppedList, li []in
 	case opts.HasNotif && len(opts.NotifMsg) > maxNotif:
 		return nil, errorf(fn, ErrInvalidParam, "notification of %d bytes exceeds %d", len(opts.NotifMsg), maxNotif)
 	}
-	r := &XferReq{op: op, remote: remote.remote, worker: u.pickWorker(), opts: opts, status: ErrNotPosted,
-		laddr: make([]uintptr, len(li)), raddr: make([]uint64, len(li)), lens: make([]uint64, len(li)),
-		regions: make([]int, len(li))}
+	r := &XferReq{op: op, remote: remote.remote, ndesc: len(li), opts: opts, status: ErrNotPosted}
+	laddr, raddr, lens, regions := make([]uintptr, len(li)), make([]uint64, len(li)), make([]uint64, len(li)), make([]int, len(li))
 	if opts.HasNotif {
 		r.opts.NotifMsg = notifPayload(a.name, opts.NotifMsg)
 	}
@@ -472,10 +462,11 @@ func (a *Agent) makeLocked(u *ucxBackend, op XferOp, local *PreppedList, li []in
 		if ld.Len != rd.Len {
 			return nil, errorf(fn, ErrMismatch, "pair %d: local length %d != remote length %d", k, ld.Len, rd.Len)
 		}
-		r.laddr[k], r.raddr[k], r.lens[k] = ld.Addr, uint64(rd.Addr), ld.Len
-		r.regions[k] = remote.regions[ri[k]]
+		laddr[k], raddr[k], lens[k] = ld.Addr, uint64(rd.Addr), ld.Len
+		regions[k] = remote.regions[ri[k]]
 		r.bytes += ld.Len
 	}
+	r.h = remote.remote.conn.prepXfer(op, laddr, raddr, lens, regions)
 	return r, nil
 }
 
@@ -484,8 +475,7 @@ func (a *Agent) makeLocked(u *ucxBackend, op XferOp, local *PreppedList, li []in
 func (a *Agent) CreateXferReq(op XferOp, local, remote DescList, remoteAgent string, opts XferOpts) (*XferReq, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	u, err := a.backend("createXferReq")
-	if err != nil {
+	if _, err := a.backend("createXferReq"); err != nil {
 		return nil, err
 	}
 	if len(local.Descs) != len(remote.Descs) {
@@ -506,7 +496,7 @@ func (a *Agent) CreateXferReq(op XferOp, local, remote DescList, remoteAgent str
 	for i := range idx {
 		idx[i] = i
 	}
-	return a.makeLocked(u, op, lp, idx, rp, idx, opts)
+	return a.makeLocked(op, lp, idx, rp, idx, opts)
 }
 
 // maxNotif bounds a notification message (it travels as one eager active
@@ -542,7 +532,7 @@ func (a *Agent) PostXferReq(r *XferReq) (Status, error) {
 	switch {
 	case r.released:
 		return ErrInvalidParam, errorf("postXferReq", ErrInvalidParam, "request was released")
-	case r.x != nil:
+	case r.active:
 		return ErrRepostActive, errorf("postXferReq", ErrRepostActive, "request is still in progress")
 	case a.remotes[r.remote.name] != r.remote:
 		return ErrNotFound, errorf("postXferReq", ErrNotFound, "agent %s's metadata was reloaded or invalidated", r.remote.name)
@@ -552,7 +542,7 @@ func (a *Agent) PostXferReq(r *XferReq) (Status, error) {
 		notif = r.opts.NotifMsg
 	}
 	r.start = time.Now()
-	x, err := r.remote.conn.post(r.worker, r.op, r.laddr, r.raddr, r.lens, r.regions, notif)
+	err := r.h.post(notif)
 	r.postDur = time.Since(r.start)
 	a.stats.XfersPosted++
 	if err != nil {
@@ -560,7 +550,7 @@ func (a *Agent) PostXferReq(r *XferReq) (Status, error) {
 		a.stats.XfersFailed++
 		return r.status, err
 	}
-	r.x = x
+	r.active = true
 	r.remote.inUse++
 	a.inflight[r] = struct{}{}
 	return a.pollLocked(r, 0)
@@ -569,10 +559,10 @@ func (a *Agent) PostXferReq(r *XferReq) (Status, error) {
 // pollLocked advances r (spins rounds of progress at most) and finishes it
 // when its batch ended.
 func (a *Agent) pollLocked(r *XferReq, spins int) (Status, error) {
-	if r.x == nil {
+	if !r.active {
 		return r.status, r.err
 	}
-	st, err := r.x.poll(spins)
+	st, err := r.h.check(spins)
 	if st == InProg {
 		r.status, r.err = InProg, nil
 		return InProg, nil
@@ -582,8 +572,8 @@ func (a *Agent) pollLocked(r *XferReq, spins int) (Status, error) {
 }
 
 func (a *Agent) finishLocked(r *XferReq, st Status, err error) {
-	r.x.free()
-	r.x = nil
+	r.h.release()
+	r.active = false
 	r.remote.inUse--
 	delete(a.inflight, r)
 	if err != nil {
@@ -599,7 +589,7 @@ func (a *Agent) finishLocked(r *XferReq, st Status, err error) {
 	r.status, r.err = st, err
 	if a.cfg.CaptureTelemetry {
 		r.telem = Telemetry{StartTimeUS: r.start.UnixMicro(), PostDurationUS: r.postDur.Microseconds(),
-			XferDurationUS: time.Since(r.start).Microseconds(), TotalBytes: r.bytes, DescCount: len(r.laddr)}
+			XferDurationUS: time.Since(r.start).Microseconds(), TotalBytes: r.bytes, DescCount: r.ndesc}
 		r.hasTelem = true
 	}
 }
@@ -645,7 +635,7 @@ func (a *Agent) ReleaseXferReq(r *XferReq) error {
 	if r.released {
 		return errorf("releaseXferReq", ErrInvalidParam, "request already released")
 	}
-	if r.x != nil {
+	if r.active {
 		a.abortLocked(r.remote)
 	}
 	r.released = true
@@ -695,7 +685,7 @@ func (a *Agent) GenNotif(remote string, msg []byte) error {
 	if len(msg) > maxNotif {
 		return errorf("genNotif", ErrInvalidParam, "notification of %d bytes exceeds %d", len(msg), maxNotif)
 	}
-	if err := r.conn.notify(notifPayload(a.name, msg)); err != nil {
+	if err := r.conn.genNotif(notifPayload(a.name, msg)); err != nil {
 		return fmt.Errorf("notification to agent %s: %w", remote, err)
 	}
 	a.stats.NotifsSent++
@@ -711,7 +701,7 @@ func (a *Agent) drainNotifsLocked() {
 	for _, l := range a.notifs {
 		held += len(l)
 	}
-	dropped := a.ucx.ucx.notifs(func(p []byte) {
+	dropped := a.be.eng.getNotifs(func(p []byte) {
 		name, msg, ok := parseNotif(p)
 		if !ok || held >= maxHeldNotifs {
 			a.stats.NotifsDropped++
@@ -769,14 +759,14 @@ func (a *Agent) Close() error {
 	}
 	a.closed = true
 	close(a.stop)
-	if a.ucx != nil {
-		a.ucx.ucx.signal()
+	if a.be != nil {
+		a.be.eng.signal()
 	}
 	a.mu.Unlock()
 	a.wg.Wait()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.ucx == nil {
+	if a.be == nil {
 		return nil
 	}
 	for _, r := range a.remotes {
@@ -786,12 +776,12 @@ func (a *Agent) Close() error {
 		r.conn.close()
 	}
 	a.remotes = nil
-	u := a.ucx.ucx
+	u := a.be.eng
 	for _, r := range a.regs {
-		u.deregister(r.reg)
+		u.deregisterMem(r.mem)
 	}
 	a.regs = nil
 	u.close()
-	a.ucx = nil
+	a.be = nil
 	return nil
 }

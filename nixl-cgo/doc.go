@@ -24,9 +24,19 @@
 // poll (GetXferStatus, GetNotifs, Wait) and, when AgentConfig.ProgressThread
 // is set, by a goroutine that sleeps on the workers' event descriptor.
 //
-// The UCX backend is the only one here, and the Agent calls it directly:
-// its surface (register/deregister, workerAddrs, newConn → conn.post,
-// xfer.poll, conn.notify, progress, notifs) is what a backend over the real
-// libnixl C API would implement on nodes that have NIXL; the Agent's
-// validation, metadata and request model stay as they are.
+// Backends sit behind a seam: the Agent drives a small internal interface
+// (backendEngine, backendPeer, backendXfer in backend.go) with the
+// operations of NIXL's backend plugin API — supported memory types,
+// register/deregister memory, connection info and per-region public data
+// for the local metadata, loading a peer's metadata, prepare and post a
+// transfer with its notification, check status, release, standalone and
+// received notifications, progress. CreateBackend looks the type name up in
+// a registry fixed at build time (AvailablePlugins, PluginParams); UCX, in
+// ucx.go, is the only entry, and an unknown name is refused by name. The
+// Agent keeps validation, registrations, the metadata format, peers and the
+// request model, so a backend over the real libnixl C API (nodes that have
+// NIXL) would be one more file implementing the interface and one registry
+// entry — libnixl's agent-level calls fit it with libnixl's own metadata
+// blob as the connection info and libnixl resolving addresses itself; none
+// is written here, as none can be tested. An agent has one backend.
 package nixl

@@ -42,11 +42,18 @@ func newSide(t testing.TB, name string, size int, params Params) *side {
 
 func newSideCfg(t testing.TB, name string, size int, params Params, cfg AgentConfig) *side {
 	t.Helper()
+	return newSideOn(t, "UCX", name, size, params, cfg)
+}
+
+// newSideOn makes an agent with the backend named backend and size bytes of
+// DRAM registered.
+func newSideOn(t testing.TB, backend, name string, size int, params Params, cfg AgentConfig) *side {
+	t.Helper()
 	a, err := NewAgent(name, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.CreateBackend("UCX", params); err != nil {
+	if _, err := a.CreateBackend(backend, params); err != nil {
 		a.Close()
 		t.Fatal(err)
 	}

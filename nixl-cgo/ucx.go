@@ -10,6 +10,7 @@ import "C"
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,22 +31,18 @@ var ucxParams = map[string]string{
 
 // UCXParams lists the UCX backend's parameters with their meaning
 // (getPluginParams).
-func UCXParams() map[string]string {
-	out := make(map[string]string, len(ucxParams))
-	for k, v := range ucxParams {
-		out[k] = v
-	}
-	return out
-}
+func UCXParams() map[string]string { return maps.Clone(ucxParams) }
 
 // epCloseWait bounds how long closing an endpoint waits for the peer.
 const epCloseWait = 2 * time.Second
 
+// ucxBackend is the UCX backend engine: one UCP context and its workers.
 type ucxBackend struct {
 	ctx        C.ucp_context_h
 	workers    []*C.kvg_worker
 	errPeer    bool
 	closeForce bool
+	wakeup     bool // workers made with UCP_FEATURE_WAKEUP (event descriptors)
 	cuda       bool
 	next       int // round-robin worker choice
 }
@@ -130,24 +127,24 @@ func sortedKeys(m map[string]string) []string {
 	return ks
 }
 
-func newUCXBackend(p Params, wakeup bool) (*ucxBackend, error) {
+func newUCXBackend(p Params, o engineOpts) (backendEngine, error) {
 	devices, nworkers, errPeer, force, err := parseUCXParams(p)
 	if err != nil {
 		return nil, errorf("createBackend", ErrInvalidParam, "UCX: %v", err)
 	}
-	b := &ucxBackend{errPeer: errPeer, closeForce: force}
+	b := &ucxBackend{errPeer: errPeer, closeForce: force, wakeup: o.wakeup}
 	var cdev *C.char
 	if devices != "" {
 		cdev = C.CString(devices)
 		defer C.free(unsafe.Pointer(cdev))
 	}
-	if st := C.kvg_context_create(cdev, cbool(wakeup), &b.ctx); st != C.UCS_OK {
+	if st := C.kvg_context_create(cdev, cbool(b.wakeup), &b.ctx); st != C.UCS_OK {
 		return nil, ucsError("createBackend", st)
 	}
 	b.cuda = C.kvg_cuda_supported(b.ctx) != 0
 	for range nworkers {
 		var w *C.kvg_worker
-		if st := C.kvg_worker_create(b.ctx, cbool(wakeup), &w); st != C.UCS_OK {
+		if st := C.kvg_worker_create(b.ctx, cbool(b.wakeup), &w); st != C.UCS_OK {
 			b.close()
 			return nil, ucsError("createBackend", st)
 		}
@@ -174,7 +171,20 @@ func (b *ucxBackend) close() {
 	}
 }
 
-func (b *ucxBackend) workerAddrs() [][]byte {
+func (b *ucxBackend) supportsMem(t MemType) error {
+	switch t {
+	case DRAM:
+		return nil
+	case VRAM:
+		if !b.cuda {
+			return errorf("registerMem", ErrNotSupported, "VRAM_SEG: this node's UCX cannot map GPU memory (no CUDA support or no GPU)")
+		}
+		return nil
+	}
+	return errorf("registerMem", ErrNotSupported, "%s: the UCX backend registers DRAM_SEG and VRAM_SEG only", t)
+}
+
+func (b *ucxBackend) connInfo() [][]byte {
 	out := make([][]byte, len(b.workers))
 	for i, w := range b.workers {
 		out[i] = C.GoBytes(w.addr, C.int(w.addrlen))
@@ -188,7 +198,11 @@ type ucxReg struct {
 	rkey []byte
 }
 
-func (b *ucxBackend) register(d Desc) (*ucxReg, error) {
+func (r *ucxReg) publicMD() []byte { return r.rkey }
+
+// registerMem maps d; ucp_mem_map tells host from CUDA memory itself, so
+// the type (checked by supportsMem) is not needed.
+func (b *ucxBackend) registerMem(_ MemType, d Desc) (backendMem, error) {
 	var (
 		mh   C.ucp_mem_h
 		rk   unsafe.Pointer
@@ -202,7 +216,7 @@ func (b *ucxBackend) register(d Desc) (*ucxReg, error) {
 	return r, nil
 }
 
-func (b *ucxBackend) deregister(r *ucxReg) { C.kvg_mem_unmap(b.ctx, r.mh) }
+func (b *ucxBackend) deregisterMem(m backendMem) { C.kvg_mem_unmap(b.ctx, m.(*ucxReg).mh) }
 
 func (b *ucxBackend) pickWorker() int {
 	w := b.next % len(b.workers)
@@ -223,25 +237,32 @@ func (b *ucxBackend) progress(rounds int) (busy bool) {
 	return busy
 }
 
-// arm readies every worker's event descriptor; false means events are
+// armWait readies every worker's event descriptor; nil means events are
 // pending and the caller should progress again.
-func (b *ucxBackend) arm() bool {
+func (b *ucxBackend) armWait() func(time.Duration) {
 	for _, w := range b.workers {
 		if C.kvg_worker_arm(w) != C.UCS_OK {
-			return false
+			return nil
 		}
 	}
-	return true
+	ws := b.workers
+	return func(timeout time.Duration) { waitEvents(ws, timeout) }
 }
 
+// signal wakes the progress goroutine's sleep; workers without wakeup
+// have no sleeper (and UCP refuses ucp_worker_signal on them).
 func (b *ucxBackend) signal() {
+	if !b.wakeup {
+		return
+	}
 	for _, w := range b.workers {
 		C.kvg_worker_signal(w)
 	}
 }
 
-// notifs drains received notification payloads.
-func (b *ucxBackend) notifs(yield func([]byte)) (dropped uint64) {
+// getNotifs drains received notification payloads; dropped is the
+// workers' running count.
+func (b *ucxBackend) getNotifs(yield func([]byte)) (dropped uint64) {
 	for _, w := range b.workers {
 		for n := C.kvg_pop_notif(w); n != nil; n = C.kvg_pop_notif(w) {
 			yield(C.GoBytes(C.kvg_notif_data(n), C.int(n.len)))
@@ -263,7 +284,7 @@ type ucxConn struct {
 	unpk  []map[int]C.ucp_rkey_h // per worker: region → rkey
 }
 
-func (b *ucxBackend) newConn(md *backendMD) *ucxConn {
+func (b *ucxBackend) loadRemote(md *backendMD) backendPeer {
 	c := &ucxConn{b: b, addrs: md.Workers, eps: make([]*C.kvg_ep, len(b.workers)),
 		unpk: make([]map[int]C.ucp_rkey_h, len(b.workers))}
 	for _, r := range md.Regions {
@@ -337,7 +358,7 @@ func (c *ucxConn) close() {
 	c.eps, c.unpk = nil, nil
 }
 
-func (c *ucxConn) notify(payload []byte) error {
+func (c *ucxConn) genNotif(payload []byte) error {
 	e, err := c.ep(0)
 	if err != nil {
 		return err
@@ -350,22 +371,37 @@ func (c *ucxConn) notify(payload []byte) error {
 	return nil
 }
 
-// ucxXfer is a posted batch.
+// ucxXfer is a request on one worker's endpoint to the peer; x is its
+// batch while posted.
 type ucxXfer struct {
-	x *C.kvg_xfer
+	c       *ucxConn
+	worker  int
+	op      XferOp
+	laddr   []uintptr
+	raddr   []uint64
+	lens    []uint64
+	regions []int
+	x       *C.kvg_xfer
 }
 
-// post issues the batch on worker's endpoint. laddr/raddr/lens/regions are
-// per descriptor (regions: the remote region index, for the rkey).
-func (c *ucxConn) post(worker int, op XferOp, laddr []uintptr, raddr, lens []uint64, regions []int, notif []byte) (*ucxXfer, error) {
-	e, err := c.ep(worker)
+// prepXfer spreads requests over the workers round-robin; the endpoint and
+// rkeys are made on the first post.
+func (c *ucxConn) prepXfer(op XferOp, laddr []uintptr, raddr, lens []uint64, regions []int) backendXfer {
+	return &ucxXfer{c: c, worker: c.b.pickWorker(), op: op, laddr: laddr, raddr: raddr, lens: lens, regions: regions}
+}
+
+// post issues the batch of gets or puts, then the flush and, after it, the
+// notification.
+func (x *ucxXfer) post(notif []byte) error {
+	c, laddr, raddr, lens := x.c, x.laddr, x.raddr, x.lens
+	e, err := c.ep(x.worker)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	rkeys := make([]C.ucp_rkey_h, len(regions))
-	for i, r := range regions {
-		if rkeys[i], err = c.rkey(worker, r); err != nil {
-			return nil, err
+	rkeys := make([]C.ucp_rkey_h, len(x.regions))
+	for i, r := range x.regions {
+		if rkeys[i], err = c.rkey(x.worker, r); err != nil {
+			return err
 		}
 	}
 	var cn unsafe.Pointer
@@ -383,15 +419,15 @@ func (c *ucxConn) post(worker int, op XferOp, laddr []uintptr, raddr, lens []uin
 		np = (*C.uint64_t)(unsafe.Pointer(&lens[0]))
 		kp = &rkeys[0]
 	}
-	x := C.kvg_xfer_post(e, C.int(op), C.int(len(laddr)), lp, rp, np, kp, cn, C.size_t(len(notif)))
-	if x == nil {
-		return nil, errorf("postXferReq", ErrBackend, "out of memory")
+	x.x = C.kvg_xfer_post(e, C.int(x.op), C.int(len(laddr)), lp, rp, np, kp, cn, C.size_t(len(notif)))
+	if x.x == nil {
+		return errorf("postXferReq", ErrBackend, "out of memory")
 	}
-	return &ucxXfer{x: x}, nil
+	return nil
 }
 
-// poll progresses and returns the batch's state: InProg, Success or an error.
-func (x *ucxXfer) poll(spins int) (Status, error) {
+// check progresses and returns the batch's state: InProg, Success or an error.
+func (x *ucxXfer) check(spins int) (Status, error) {
 	st := C.kvg_xfer_poll(x.x, C.int(spins))
 	switch st {
 	case C.UCS_INPROGRESS:
@@ -403,7 +439,7 @@ func (x *ucxXfer) poll(spins int) (Status, error) {
 	return StatusOf(err), err
 }
 
-func (x *ucxXfer) free() {
+func (x *ucxXfer) release() {
 	if x.x != nil {
 		C.kvg_xfer_free(x.x)
 		x.x = nil
