@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,10 +30,10 @@ import (
 	"github.com/kvgate/kvgate/extproc/endpoints/poolmetrics"
 	"github.com/kvgate/kvgate/extproc/endpoints/scrape"
 	"github.com/kvgate/kvgate/extproc/endpoints/staticfile"
-	"github.com/kvgate/kvgate/extproc/flowcontrol"
 	"github.com/kvgate/kvgate/extproc/epp/leader"
 	"github.com/kvgate/kvgate/extproc/epp/metricsauth"
 	"github.com/kvgate/kvgate/extproc/epp/tracing"
+	"github.com/kvgate/kvgate/extproc/flowcontrol"
 	"github.com/kvgate/kvgate/extproc/kvevents"
 	"github.com/kvgate/kvgate/extproc/kvindex"
 	"github.com/kvgate/kvgate/extproc/latency"
@@ -46,6 +47,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/server"
 	"github.com/kvgate/kvgate/internal/bytebudget"
 	"github.com/kvgate/kvgate/internal/cliflag"
+	"github.com/kvgate/kvgate/internal/memlimit"
 )
 
 // gRPC health service names. HealthLiveness and HealthReadiness are
@@ -94,9 +96,12 @@ type Options struct {
 	MaxRequestHeaders      int
 	MaxRequestHeaderBytes  int
 	RequestBodyBudgetBytes int64
-	RequestIdleTimeout     time.Duration
-	ResponseIdleTimeout    time.Duration
-	MaxEndpoints           int
+	// MemoryLimit is the Go soft memory limit Main applies (memlimit.Auto:
+	// the body budget plus memlimit.Headroom; 0: none); GOMEMLIMIT wins.
+	MemoryLimit         int64
+	RequestIdleTimeout  time.Duration
+	ResponseIdleTimeout time.Duration
+	MaxEndpoints        int
 	// DrainTimeout bounds the wait for in-flight streams at shutdown: an
 	// LLM response can stream for minutes, but a Kubernetes pod is killed
 	// 30 s after SIGTERM by default.
@@ -147,6 +152,7 @@ func DefaultOptions() Options {
 		MaxRequestHeaders:      server.DefaultMaxHeaders,
 		MaxRequestHeaderBytes:  server.DefaultMaxHeaderBytes,
 		RequestBodyBudgetBytes: server.DefaultBodyBudgetBytes,
+		MemoryLimit:            memlimit.Auto,
 		RequestIdleTimeout:     server.DefaultRequestIdleTimeout,
 		ResponseIdleTimeout:    server.DefaultResponseIdleTimeout,
 		MaxEndpoints:           endpoints.DefaultMaxEndpoints,
@@ -182,6 +188,7 @@ func (o *Options) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.MaxRequestHeaders, "max-request-headers", o.MaxRequestHeaders, "most headers in one ext_proc header message before 431")
 	fs.IntVar(&o.MaxRequestHeaderBytes, "max-request-header-bytes", o.MaxRequestHeaderBytes, "most header bytes (names plus values) in one ext_proc header message before 431")
 	fs.Int64Var(&o.RequestBodyBudgetBytes, "request-body-budget-bytes", o.RequestBodyBudgetBytes, "request body bytes all streams together may buffer; beyond it new bodies get 503 (<0: unlimited)")
+	fs.Var(memlimit.Value{N: &o.MemoryLimit}, "memory-limit", "Go soft memory limit (bytes, or with KiB/MiB/GiB): auto = --request-body-budget-bytes + 256 MiB (none if the budget is unlimited), 0 = none; GOMEMLIMIT in the environment wins")
 	fs.DurationVar(&o.RequestIdleTimeout, "request-idle-timeout", o.RequestIdleTimeout, "longest silence of a stream while its request arrives (<0: none)")
 	fs.DurationVar(&o.ResponseIdleTimeout, "response-idle-timeout", o.ResponseIdleTimeout, "longest silence of a routed stream before it is ended and its in-flight charge released (<0: none)")
 	fs.IntVar(&o.MaxEndpoints, "max-endpoints", o.MaxEndpoints, "most endpoints in the pool; a larger set is refused and the previous one kept")
@@ -266,12 +273,21 @@ func Main(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return err
 	}
 	log := newLogger(stderr, o)
+	limit, src := o.ApplyMemoryLimit(os.Getenv)
+	log.Info("memory limit", "bytes", limit, "from", src)
 	p, err := New(o, log)
 	if err != nil {
 		return err
 	}
 	defer p.Close()
 	return p.Run(ctx)
+}
+
+// ApplyMemoryLimit sets the process's Go memory limit from --memory-limit
+// (see internal/memlimit) and returns the limit in force and where it came
+// from. It is process-wide, so Main calls it, not New.
+func (o Options) ApplyMemoryLimit(getenv func(string) string) (int64, memlimit.Source) {
+	return memlimit.Apply(memlimit.Resolve(o.MemoryLimit, o.RequestBodyBudgetBytes), getenv)
 }
 
 // Picker is an assembled Endpoint Picker. New builds it without starting
