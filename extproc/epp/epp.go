@@ -89,7 +89,9 @@ type Options struct {
 	Kubeconfig          string
 	// KVEventsAddr is the ZMQ endpoint the picker binds for the model
 	// servers' KV-cache events (e.g. tcp://*:5557); empty for none.
-	KVEventsAddr        string
+	KVEventsAddr string
+	// KVEvents are the intake's limits (kvflags.go).
+	KVEvents            KVEventLimits
 	TrustFilterHeaders  bool
 	MaxRequestBodyBytes int
 	// Budgets (see server.Options and endpoints.Config).
@@ -156,6 +158,7 @@ func DefaultOptions() Options {
 		RequestIdleTimeout:     server.DefaultRequestIdleTimeout,
 		ResponseIdleTimeout:    server.DefaultResponseIdleTimeout,
 		MaxEndpoints:           endpoints.DefaultMaxEndpoints,
+		KVEvents:               defaultKVEventLimits(),
 		DrainTimeout:           25 * time.Second,
 		LogFormat:              "console",
 		PoolGroup:              poolGroup,
@@ -195,6 +198,7 @@ func (o *Options) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, "at shutdown, how long in-flight requests may finish before their streams are cut")
 	fs.TextVar(&o.LogLevel, "log-level", o.LogLevel, "log level: debug, info, warn, error")
 	o.upstreamFlags(fs)
+	o.KVEvents.flags(fs)
 	return fs
 }
 
@@ -262,6 +266,9 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	if err := o.validateUpstream(); err != nil {
 		return o, err
 	}
+	if err := o.KVEvents.config(&kvevents.Config{}); err != nil {
+		return o, err
+	}
 	return o, nil
 }
 
@@ -311,6 +318,8 @@ type Picker struct {
 	// kvEvents feeds it while Run runs.
 	kvIndex  *kvindex.Index
 	kvEvents *kvevents.Subscriber
+	// kvCfg holds the intake's limits and TLS from the flags.
+	kvCfg kvevents.Config
 	// listening is closed once Run has bound every socket: from then on
 	// Addrs and KVEventsAddr are valid.
 	listening chan struct{}
@@ -414,6 +423,12 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	if err := p.serving(); err != nil {
 		return nil, err
 	}
+	if err := o.KVEvents.config(&p.kvCfg); err != nil {
+		return nil, err
+	}
+	if p.kvCfg.TLS, err = o.KVEvents.tls(); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -514,6 +529,14 @@ func (p *Picker) Datastore() *endpoints.Datastore { return p.ds }
 // Valid once Listening is closed.
 func (p *Picker) KVEventsAddr() net.Addr { return p.kvEvents.Addr() }
 
+// kvEventsConfig is the intake's configuration: the flags' limits (checked
+// by New) on the socket bind.
+func (p *Picker) kvEventsConfig(bind string) kvevents.Config {
+	cfg := p.kvCfg
+	cfg.Bind, cfg.Registerer, cfg.Logger = bind, p.reg, p.log
+	return cfg
+}
+
 // bind starts the KV-event subscriber (it binds its socket) and binds the
 // three listeners. On error it undoes exactly the steps already taken.
 func (p *Picker) bind() (err error) {
@@ -521,7 +544,7 @@ func (p *Picker) bind() (err error) {
 	if bind == "" {
 		bind = p.built.KVEvents.Bind // llm-d's kvEventsConfig.zmqEndpoint
 	}
-	if p.kvEvents, err = kvevents.New(context.Background(), p.kvIndex, kvevents.Config{Bind: bind, Registerer: p.reg, Logger: p.log}); err != nil {
+	if p.kvEvents, err = kvevents.New(context.Background(), p.kvIndex, p.kvEventsConfig(bind)); err != nil {
 		return fmt.Errorf("--kv-events-addr: %w", err)
 	}
 	var bound []net.Listener
