@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/extproc/kvevents"
 	"github.com/kvgate/kvgate/extproc/server"
 	"github.com/kvgate/kvgate/internal/cliflag/cliflagtest"
 	"github.com/kvgate/kvgate/internal/memlimit"
@@ -75,8 +76,8 @@ func TestLoadObjectives(t *testing.T) {
 	}
 }
 
-// --memory-limit reaches the runtime: auto is the body budget plus the
-// headroom, a size is taken as given, 0 is none, and GOMEMLIMIT wins.
+// --memory-limit reaches the runtime: auto is the body and KV-event
+// budgets plus the headroom, a size is taken as given, 0 is none, and GOMEMLIMIT wins.
 func TestMemoryLimitFlag(t *testing.T) {
 	prev := debug.SetMemoryLimit(-1)
 	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
@@ -85,8 +86,8 @@ func TestMemoryLimitFlag(t *testing.T) {
 		args []string
 		want int64
 	}{
-		{nil, server.DefaultBodyBudgetBytes + memlimit.Headroom},
-		{[]string{"--request-body-budget-bytes", "1048576"}, 1<<20 + memlimit.Headroom},
+		{nil, server.DefaultBodyBudgetBytes + kvevents.DefaultMemoryBudget + memlimit.Headroom},
+		{[]string{"--request-body-budget-bytes", "1048576", "--kv-events-memory-budget-bytes", "33554432"}, 1<<20 + 32<<20 + memlimit.Headroom},
 		{[]string{"--memory-limit", "3GiB"}, 3 << 30},
 		{[]string{"--memory-limit=0"}, math.MaxInt64},
 		{[]string{"--request-body-budget-bytes", "-1"}, math.MaxInt64},

@@ -99,7 +99,8 @@ type Options struct {
 	MaxRequestHeaderBytes  int
 	RequestBodyBudgetBytes int64
 	// MemoryLimit is the Go soft memory limit Main applies (memlimit.Auto:
-	// the body budget plus memlimit.Headroom; 0: none); GOMEMLIMIT wins.
+	// the body and KV-event budgets plus memlimit.Headroom; 0: none);
+	// GOMEMLIMIT wins.
 	MemoryLimit         int64
 	RequestIdleTimeout  time.Duration
 	ResponseIdleTimeout time.Duration
@@ -191,7 +192,7 @@ func (o *Options) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.MaxRequestHeaders, "max-request-headers", o.MaxRequestHeaders, "most headers in one ext_proc header message before 431")
 	fs.IntVar(&o.MaxRequestHeaderBytes, "max-request-header-bytes", o.MaxRequestHeaderBytes, "most header bytes (names plus values) in one ext_proc header message before 431")
 	fs.Int64Var(&o.RequestBodyBudgetBytes, "request-body-budget-bytes", o.RequestBodyBudgetBytes, "request body bytes all streams together may buffer; beyond it new bodies get 503 (<0: unlimited)")
-	fs.Var(memlimit.Value{N: &o.MemoryLimit}, "memory-limit", "Go soft memory limit (bytes, or with KiB/MiB/GiB): auto = --request-body-budget-bytes + 256 MiB (none if the budget is unlimited), 0 = none; GOMEMLIMIT in the environment wins")
+	fs.Var(memlimit.Value{N: &o.MemoryLimit}, "memory-limit", "Go soft memory limit (bytes, or with KiB/MiB/GiB): auto = --request-body-budget-bytes + --kv-events-memory-budget-bytes + 256 MiB (none if the body budget is unlimited), 0 = none; GOMEMLIMIT in the environment wins")
 	fs.DurationVar(&o.RequestIdleTimeout, "request-idle-timeout", o.RequestIdleTimeout, "longest silence of a stream while its request arrives (<0: none)")
 	fs.DurationVar(&o.ResponseIdleTimeout, "response-idle-timeout", o.ResponseIdleTimeout, "longest silence of a routed stream before it is ended and its in-flight charge released (<0: none)")
 	fs.IntVar(&o.MaxEndpoints, "max-endpoints", o.MaxEndpoints, "most endpoints in the pool; a larger set is refused and the previous one kept")
@@ -292,9 +293,15 @@ func Main(ctx context.Context, args []string, _, stderr io.Writer) error {
 
 // ApplyMemoryLimit sets the process's Go memory limit from --memory-limit
 // (see internal/memlimit) and returns the limit in force and where it came
-// from. It is process-wide, so Main calls it, not New.
+// from. It is process-wide, so Main calls it, not New. Auto counts both
+// budgets the picker buffers against: request bodies and KV events read
+// but not yet applied.
 func (o Options) ApplyMemoryLimit(getenv func(string) string) (int64, memlimit.Source) {
-	return memlimit.Apply(memlimit.Resolve(o.MemoryLimit, o.RequestBodyBudgetBytes), getenv)
+	budget := o.RequestBodyBudgetBytes
+	if budget >= 0 {
+		budget += o.KVEvents.MemoryBudgetBytes
+	}
+	return memlimit.Apply(memlimit.Resolve(o.MemoryLimit, budget), getenv)
 }
 
 // Picker is an assembled Endpoint Picker. New builds it without starting
