@@ -531,7 +531,13 @@ func (g *Gateway) requestPhase(ctx context.Context, req *request) (*extprocv3.Im
 	if err != nil && sender != nil {
 		// A failed client body also cancels the request context (HTTP/1):
 		// whichever the wait saw first, the body is the cause, and there
-		// is no picker failure to fail open on.
+		// is no picker failure to fail open on. The context can end before
+		// the sender has recorded the read error, so once it has ended the
+		// sender is stopped and waited for.
+		if ctx.Err() != nil {
+			req.client.interrupt()
+			<-sender.done
+		}
 		select {
 		case <-sender.done:
 			if sender.readErr != nil {

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -475,5 +477,98 @@ func (x oneExchange) ResponseDone(_ context.Context, res server.ResponseSummary)
 	select {
 	case x.d.done <- res:
 	default:
+	}
+}
+
+// probeBody watches the reads of a request body around the handler's
+// return: a read in progress when the handler returns, or one started
+// after, is counted in late.
+type probeBody struct {
+	r        io.ReadCloser
+	active   atomic.Int32
+	returned atomic.Bool
+	late     *atomic.Int32
+}
+
+func (b *probeBody) Read(p []byte) (int, error) {
+	if b.returned.Load() {
+		b.late.Add(1)
+	}
+	b.active.Add(1)
+	defer b.active.Add(-1)
+	n, err := b.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		// An interrupted read lingers a moment before it returns, so that a
+		// handler that does not wait for its reader returns while the
+		// read is still in progress, every time.
+		time.Sleep(50 * time.Millisecond)
+	}
+	return n, err
+}
+
+func (b *probeBody) Close() error { return b.r.Close() }
+
+// TestBodySenderStopsBeforeHandlerReturns (left open: "the body sender
+// reading after the handler returned"): the picker answers on the headers
+// while the client's body is still on its way; the goroutine streaming that
+// body to the picker is blocked reading it, and the handler must interrupt
+// it and wait for it before returning (net/http forbids reading a request
+// body after that).
+func TestBodySenderStopsBeforeHandlerReturns(t *testing.T) {
+	up := newUpstream(t, nil)
+	picker := &testPicker{endpoints: up.addr(), immediate: http.StatusTooManyRequests, decideOnHeaders: true}
+	budget := bytebudget.New(1 << 30)
+	ctx, cancel := context.WithCancel(context.Background())
+	g, err := gateway.New(ctx, gateway.Config{ExtProc: startPicker(t, picker), BodyBudget: budget,
+		BodyIdleTimeout: time.Minute, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var late, inProgress, served atomic.Int32
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		pb := &probeBody{r: r.Body, late: &late}
+		r.Body = pb
+		g.ServeHTTP(w, r)
+		pb.returned.Store(true)
+		inProgress.Add(pb.active.Load())
+		served.Add(1)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- gateway.Serve(ctx, ln, h) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		g.Close()
+	}()
+
+	for i := range 5 {
+		// The body is announced, begun, and then stalls: the sender is
+		// inside a read of it when the immediate response comes.
+		status := rawStalledPost(t, "http://"+ln.Addr().String(), 1<<20, []byte(`{"model":"m","prompt":"`))
+		if status != http.StatusTooManyRequests {
+			t.Fatalf("request %d: status %d, want 429", i, status)
+		}
+	}
+	for i := 0; served.Load() < 5; i++ { // the handlers end after the answers
+		if i > 1000 {
+			t.Fatalf("%d of 5 handlers returned", served.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // room for a late read to show
+	if n := inProgress.Load(); n != 0 {
+		t.Errorf("%d handler(s) returned while the body sender was still reading the client's body", n)
+	}
+	if n := late.Load(); n != 0 {
+		t.Errorf("the client's body was read %d time(s) after the handler returned", n)
+	}
+	if budget.Used() != 0 {
+		t.Errorf("%d body bytes still held", budget.Used())
 	}
 }

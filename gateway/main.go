@@ -16,6 +16,7 @@ import (
 
 	"github.com/kvgate/kvgate/internal/bytebudget"
 	"github.com/kvgate/kvgate/internal/cliflag"
+	"github.com/kvgate/kvgate/internal/memlimit"
 )
 
 // Options are `kvgate gateway`'s flags, one field per flag.
@@ -32,9 +33,12 @@ type Options struct {
 	ExtProcTimeout   time.Duration
 	UpstreamTimeout  time.Duration
 	// Fallback is a comma list of ip:port.
-	Fallback              string
-	MaxRequestBuffer      int
-	BodyBudgetBytes       int64
+	Fallback         string
+	MaxRequestBuffer int
+	BodyBudgetBytes  int64
+	// MemoryLimit is the Go soft memory limit Main applies (memlimit.Auto:
+	// the body budget plus memlimit.Headroom; 0: none); GOMEMLIMIT wins.
+	MemoryLimit           int64
 	BodyIdleTimeout       time.Duration
 	UpstreamIdleTimeout   time.Duration
 	MaxRequestHeaders     int
@@ -58,6 +62,7 @@ func DefaultOptions() Options {
 		MaxRequestBuffer: 16 << 20,
 
 		BodyBudgetBytes:       DefaultBodyBudgetBytes,
+		MemoryLimit:           memlimit.Auto,
 		BodyIdleTimeout:       DefaultBodyIdleTimeout,
 		UpstreamIdleTimeout:   DefaultUpstreamIdleTimeout,
 		MaxRequestHeaders:     DefaultMaxRequestHeaders,
@@ -86,6 +91,7 @@ func (o *Options) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.Fallback, "fallback-endpoint", o.Fallback, "comma list of ip:port for fail-open traffic")
 	fs.IntVar(&o.MaxRequestBuffer, "max-request-buffer", o.MaxRequestBuffer, "request body bytes held for the filter or a fail-open replay")
 	fs.Int64Var(&o.BodyBudgetBytes, "body-budget-bytes", o.BodyBudgetBytes, "request body bytes all requests together may hold; beyond it new bodies get 503 (<0: unlimited)")
+	fs.Var(memlimit.Value{N: &o.MemoryLimit}, "memory-limit", "Go soft memory limit (bytes, or with KiB/MiB/GiB): auto = --body-budget-bytes + 256 MiB (none if the budget is unlimited), 0 = none; GOMEMLIMIT in the environment wins")
 	fs.DurationVar(&o.BodyIdleTimeout, "body-idle-timeout", o.BodyIdleTimeout, "longest pause in a client's request body before 408 (<0: none)")
 	fs.DurationVar(&o.UpstreamIdleTimeout, "upstream-idle-timeout", o.UpstreamIdleTimeout, "longest time an upstream exchange may make no progress either way (<0: none)")
 	fs.IntVar(&o.MaxRequestHeaders, "max-request-headers", o.MaxRequestHeaders, "most request header values before 431 (Envoy's max_headers_count)")
@@ -184,7 +190,17 @@ func Main(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return Run(ctx, o, slog.New(slog.NewTextHandler(stderr, nil)))
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	limit, src := o.ApplyMemoryLimit(os.Getenv)
+	log.Info("memory limit", "bytes", limit, "from", src)
+	return Run(ctx, o, log)
+}
+
+// ApplyMemoryLimit sets the process's Go memory limit from --memory-limit
+// (see internal/memlimit) and returns the limit in force and where it came
+// from. It is process-wide, so Main calls it, not Run.
+func (o Options) ApplyMemoryLimit(getenv func(string) string) (int64, memlimit.Source) {
+	return memlimit.Apply(memlimit.Resolve(o.MemoryLimit, o.BodyBudgetBytes), getenv)
 }
 
 // Run builds the gateway o describes, binds --listen and serves until ctx

@@ -27,6 +27,9 @@ type testPicker struct {
 	extprocv3.UnimplementedExternalProcessorServer
 	endpoints string
 	immediate int // when non-zero, answer request headers with this status
+	// decideOnHeaders decides on the request headers even when a body
+	// follows (the body is then read and ignored).
+	decideOnHeaders bool
 	// failOnBody aborts the stream once the whole request body arrived.
 	failOnBody bool
 	// stall never answers.
@@ -139,7 +142,7 @@ func (p *testPicker) Process(stream extprocv3.ExternalProcessor_ProcessServer) e
 			}
 			saw.headers = headerMap(r.RequestHeaders.GetHeaders())
 			saw.mode = req.GetProtocolConfig().GetRequestBodyMode()
-			if r.RequestHeaders.GetEndOfStream() || saw.mode == extprocfilterv3.ProcessingMode_NONE {
+			if r.RequestHeaders.GetEndOfStream() || saw.mode == extprocfilterv3.ProcessingMode_NONE || p.decideOnHeaders {
 				if err := decide(); err != nil {
 					return err
 				}

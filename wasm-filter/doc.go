@@ -33,6 +33,11 @@
 //
 //	{"tokenizer":<tokenizer.json>,"tokenizerConfig":<tokenizer_config.json>}
 //
+// A VM callback cannot be interrupted, so precise mode tokenizes only the
+// prompt's first maxPrefixBlocks×blockSize tokens (internal/prompt
+// TokensUpTo): a prompt of megabytes costs what one filling the blocks
+// costs, and x-kvgate-prompt-len is then an estimate above that cap.
+//
 // LoRA adapters are not mixed into precise hashes: the filter cannot tell an
 // adapter name from a base model name.
 //

@@ -50,8 +50,9 @@ const prefixCacheBytes = 8 << 20
 // with vLLM's PYTHONHASHSEED. A VM runs one callback at a time, so the
 // Hasher's and cache's single-goroutine rules hold.
 type precise struct {
-	tok       *tokenizer.Tokenizer
-	cache     *tokenizer.PrefixCache
+	tok *tokenizer.Tokenizer
+	// enc encodes the prompt: the tokenizer's prefix cache.
+	enc       prompt.Encoder
 	hasher    *kvhash.Hasher
 	seedID    uint64
 	blockSize int
@@ -72,7 +73,7 @@ func newPrecise(c config, tok *tokenizer.Tokenizer) (*precise, error) {
 	}
 	return &precise{
 		tok:       tok,
-		cache:     tokenizer.NewPrefixCache(tok, prefixCacheBytes),
+		enc:       tokenizer.NewPrefixCache(tok, prefixCacheBytes),
 		hasher:    h,
 		seedID:    h.None().Uint64(),
 		blockSize: c.BlockSize,
@@ -81,16 +82,22 @@ func newPrecise(c config, tok *tokenizer.Tokenizer) (*precise, error) {
 	}, nil
 }
 
+// hash tokenizes no more of the prompt than its hashed blocks need
+// (maxPrefixBlocks × blockSize tokens): a VM callback cannot be
+// interrupted, so a prompt of megabytes must cost no more than one that
+// fills the blocks. The prompt length is then the known lower bound or the
+// text-length estimate, whichever is larger.
 func (p *precise) hash(r *openai.Request) (hints.Prefix, int, error) {
-	ids, err := prompt.Tokens(p.cache, p.tok, r)
+	limit := p.maxBlocks * p.blockSize
+	ids, truncated, err := prompt.TokensUpTo(p.enc, p.tok, r, limit)
 	if err != nil {
 		return hints.Prefix{}, 0, err
 	}
-	hashed := ids
-	if limit := p.maxBlocks * p.blockSize; len(hashed) > limit {
-		hashed = hashed[:limit]
-	}
-	hs := p.hasher.AppendUint64s(make([]uint64, 0, len(hashed)/p.blockSize), hashed, kvhash.Extra{CacheSalt: r.CacheSalt})
+	hs := p.hasher.AppendUint64s(make([]uint64, 0, len(ids)/p.blockSize), ids, kvhash.Extra{CacheSalt: r.CacheSalt})
 	pr, err := hints.NewPrefix(hints.Precise, p.blockSize, p.seedID, hs, p.dense)
-	return pr, len(ids), err
+	promptLen := len(ids)
+	if truncated {
+		promptLen = max(limit+1, hints.EstimateTokens(len(r.PromptText())))
+	}
+	return pr, promptLen, err
 }

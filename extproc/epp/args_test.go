@@ -4,12 +4,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/extproc/kvevents"
+	"github.com/kvgate/kvgate/extproc/server"
 	"github.com/kvgate/kvgate/internal/cliflag/cliflagtest"
+	"github.com/kvgate/kvgate/internal/memlimit"
 )
 
 // A command line built from Options parses back to the same Options.
@@ -19,11 +24,13 @@ func TestArgsRoundTrip(t *testing.T) {
 		GRPCAddr: "127.0.0.1:1", HealthAddr: "127.0.0.1:2", MetricsAddr: "127.0.0.1:3",
 		RefreshMetricsInterval: 50 * time.Millisecond, PoolName: "p", PoolNamespace: "ns",
 		Kubeconfig: "/k", KVEventsAddr: "tcp://127.0.0.1:4", TrustFilterHeaders: true,
-		MaxRequestBodyBytes: 123, MaxRequestHeaders: 5, MaxRequestHeaderBytes: 6, RequestBodyBudgetBytes: 7,
+		MaxRequestBodyBytes: 123, MaxRequestHeaders: 5, MaxRequestHeaderBytes: 6, RequestBodyBudgetBytes: 7, MemoryLimit: 1 << 30,
 		RequestIdleTimeout: time.Second, ResponseIdleTimeout: time.Minute, MaxEndpoints: 8, DrainTimeout: 2 * time.Second, LogLevel: slog.LevelDebug,
 		LogFormat: "json", PoolGroup: poolGroup, LeaderElection: true, SecureServing: ToggleOn,
 		CertPath: "/certs", CertReload: true, TLSMinVersion: "VersionTLS13",
 		TLSCipherSuites: "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", MetricsAuth: ToggleOff, Tracing: true,
+		KVEvents: KVEventLimits{MaxConns: 3, MaxMessageBytes: 4, MemoryBudgetBytes: 6, PublisherMemoryBytes: 5, PublisherRate: -1,
+			PublisherBytesPerSecond: 1e6, HandshakeTimeout: time.Second, TrustedCIDRs: "10.0.0.0/8", TLSCertPath: "/kvcerts"},
 		ModelServerMetrics: MetricNames{Queued: "sglang:num_queue_reqs", Running: "sglang:num_running_reqs",
 			KVCache: "sglang:token_usage", CacheInfo: "vllm:cache_config_info"},
 	}
@@ -66,5 +73,51 @@ func TestLoadObjectives(t *testing.T) {
 	}
 	if _, err := ParseFlags([]string{"--objectives", "x.yaml"}, io.Discard); err == nil {
 		t.Error("--objectives without --endpoints accepted")
+	}
+}
+
+// --memory-limit reaches the runtime: auto is the body and KV-event
+// budgets plus the headroom, a size is taken as given, 0 is none, and GOMEMLIMIT wins.
+func TestMemoryLimitFlag(t *testing.T) {
+	prev := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
+	noEnv := func(string) string { return "" }
+	for _, tc := range []struct {
+		args []string
+		want int64
+	}{
+		{nil, server.DefaultBodyBudgetBytes + kvevents.DefaultMemoryBudget + memlimit.Headroom},
+		{[]string{"--request-body-budget-bytes", "1048576", "--kv-events-memory-budget-bytes", "33554432"}, 1<<20 + 32<<20 + memlimit.Headroom},
+		{[]string{"--memory-limit", "3GiB"}, 3 << 30},
+		{[]string{"--memory-limit=0"}, math.MaxInt64},
+		{[]string{"--request-body-budget-bytes", "-1"}, math.MaxInt64},
+	} {
+		o, err := ParseFlags(tc.args, io.Discard)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if got, _ := o.ApplyMemoryLimit(noEnv); got != tc.want {
+			t.Errorf("%v: ApplyMemoryLimit = %d, want %d", tc.args, got, tc.want)
+		}
+		if got := debug.SetMemoryLimit(-1); got != tc.want {
+			t.Errorf("%v: runtime limit %d, want %d", tc.args, got, tc.want)
+		}
+	}
+	o, err := ParseFlags([]string{"--memory-limit", "1GiB"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	debug.SetMemoryLimit(2 << 30) // what the runtime took from GOMEMLIMIT=2GiB
+	env := func(k string) string {
+		if k == "GOMEMLIMIT" {
+			return "2GiB"
+		}
+		return ""
+	}
+	if got, src := o.ApplyMemoryLimit(env); got != 2<<30 || src != memlimit.FromEnv || debug.SetMemoryLimit(-1) != 2<<30 {
+		t.Errorf("with GOMEMLIMIT: %d from %s, runtime %d", got, src, debug.SetMemoryLimit(-1))
+	}
+	if _, err := ParseFlags([]string{"--memory-limit", "-5"}, io.Discard); err == nil {
+		t.Error("--memory-limit -5 accepted")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,6 +47,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/server"
 	"github.com/kvgate/kvgate/internal/bytebudget"
 	"github.com/kvgate/kvgate/internal/cliflag"
+	"github.com/kvgate/kvgate/internal/memlimit"
 )
 
 // gRPC health service names. HealthLiveness and HealthReadiness are
@@ -87,16 +89,22 @@ type Options struct {
 	Kubeconfig          string
 	// KVEventsAddr is the ZMQ endpoint the picker binds for the model
 	// servers' KV-cache events (e.g. tcp://*:5557); empty for none.
-	KVEventsAddr        string
+	KVEventsAddr string
+	// KVEvents are the intake's limits (kvflags.go).
+	KVEvents            KVEventLimits
 	TrustFilterHeaders  bool
 	MaxRequestBodyBytes int
 	// Budgets (see server.Options and endpoints.Config).
 	MaxRequestHeaders      int
 	MaxRequestHeaderBytes  int
 	RequestBodyBudgetBytes int64
-	RequestIdleTimeout     time.Duration
-	ResponseIdleTimeout    time.Duration
-	MaxEndpoints           int
+	// MemoryLimit is the Go soft memory limit Main applies (memlimit.Auto:
+	// the body and KV-event budgets plus memlimit.Headroom; 0: none);
+	// GOMEMLIMIT wins.
+	MemoryLimit         int64
+	RequestIdleTimeout  time.Duration
+	ResponseIdleTimeout time.Duration
+	MaxEndpoints        int
 	// DrainTimeout bounds the wait for in-flight streams at shutdown: an
 	// LLM response can stream for minutes, but a Kubernetes pod is killed
 	// 30 s after SIGTERM by default.
@@ -147,9 +155,11 @@ func DefaultOptions() Options {
 		MaxRequestHeaders:      server.DefaultMaxHeaders,
 		MaxRequestHeaderBytes:  server.DefaultMaxHeaderBytes,
 		RequestBodyBudgetBytes: server.DefaultBodyBudgetBytes,
+		MemoryLimit:            memlimit.Auto,
 		RequestIdleTimeout:     server.DefaultRequestIdleTimeout,
 		ResponseIdleTimeout:    server.DefaultResponseIdleTimeout,
 		MaxEndpoints:           endpoints.DefaultMaxEndpoints,
+		KVEvents:               defaultKVEventLimits(),
 		DrainTimeout:           25 * time.Second,
 		LogFormat:              "console",
 		PoolGroup:              poolGroup,
@@ -182,12 +192,14 @@ func (o *Options) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.MaxRequestHeaders, "max-request-headers", o.MaxRequestHeaders, "most headers in one ext_proc header message before 431")
 	fs.IntVar(&o.MaxRequestHeaderBytes, "max-request-header-bytes", o.MaxRequestHeaderBytes, "most header bytes (names plus values) in one ext_proc header message before 431")
 	fs.Int64Var(&o.RequestBodyBudgetBytes, "request-body-budget-bytes", o.RequestBodyBudgetBytes, "request body bytes all streams together may buffer; beyond it new bodies get 503 (<0: unlimited)")
+	fs.Var(memlimit.Value{N: &o.MemoryLimit}, "memory-limit", "Go soft memory limit (bytes, or with KiB/MiB/GiB): auto = --request-body-budget-bytes + --kv-events-memory-budget-bytes + 256 MiB (none if the body budget is unlimited), 0 = none; GOMEMLIMIT in the environment wins")
 	fs.DurationVar(&o.RequestIdleTimeout, "request-idle-timeout", o.RequestIdleTimeout, "longest silence of a stream while its request arrives (<0: none)")
 	fs.DurationVar(&o.ResponseIdleTimeout, "response-idle-timeout", o.ResponseIdleTimeout, "longest silence of a routed stream before it is ended and its in-flight charge released (<0: none)")
 	fs.IntVar(&o.MaxEndpoints, "max-endpoints", o.MaxEndpoints, "most endpoints in the pool; a larger set is refused and the previous one kept")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", o.DrainTimeout, "at shutdown, how long in-flight requests may finish before their streams are cut")
 	fs.TextVar(&o.LogLevel, "log-level", o.LogLevel, "log level: debug, info, warn, error")
 	o.upstreamFlags(fs)
+	o.KVEvents.flags(fs)
 	return fs
 }
 
@@ -255,6 +267,9 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	if err := o.validateUpstream(); err != nil {
 		return o, err
 	}
+	if err := o.KVEvents.config(&kvevents.Config{}); err != nil {
+		return o, err
+	}
 	return o, nil
 }
 
@@ -266,12 +281,27 @@ func Main(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return err
 	}
 	log := newLogger(stderr, o)
+	limit, src := o.ApplyMemoryLimit(os.Getenv)
+	log.Info("memory limit", "bytes", limit, "from", src)
 	p, err := New(o, log)
 	if err != nil {
 		return err
 	}
 	defer p.Close()
 	return p.Run(ctx)
+}
+
+// ApplyMemoryLimit sets the process's Go memory limit from --memory-limit
+// (see internal/memlimit) and returns the limit in force and where it came
+// from. It is process-wide, so Main calls it, not New. Auto counts both
+// budgets the picker buffers against: request bodies and KV events read
+// but not yet applied.
+func (o Options) ApplyMemoryLimit(getenv func(string) string) (int64, memlimit.Source) {
+	budget := o.RequestBodyBudgetBytes
+	if budget >= 0 {
+		budget += o.KVEvents.MemoryBudgetBytes
+	}
+	return memlimit.Apply(memlimit.Resolve(o.MemoryLimit, budget), getenv)
 }
 
 // Picker is an assembled Endpoint Picker. New builds it without starting
@@ -295,6 +325,8 @@ type Picker struct {
 	// kvEvents feeds it while Run runs.
 	kvIndex  *kvindex.Index
 	kvEvents *kvevents.Subscriber
+	// kvCfg holds the intake's limits and TLS from the flags.
+	kvCfg kvevents.Config
 	// listening is closed once Run has bound every socket: from then on
 	// Addrs and KVEventsAddr are valid.
 	listening chan struct{}
@@ -398,6 +430,12 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	if err := p.serving(); err != nil {
 		return nil, err
 	}
+	if err := o.KVEvents.config(&p.kvCfg); err != nil {
+		return nil, err
+	}
+	if p.kvCfg.TLS, err = o.KVEvents.tls(); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -498,6 +536,14 @@ func (p *Picker) Datastore() *endpoints.Datastore { return p.ds }
 // Valid once Listening is closed.
 func (p *Picker) KVEventsAddr() net.Addr { return p.kvEvents.Addr() }
 
+// kvEventsConfig is the intake's configuration: the flags' limits (checked
+// by New) on the socket bind.
+func (p *Picker) kvEventsConfig(bind string) kvevents.Config {
+	cfg := p.kvCfg
+	cfg.Bind, cfg.Registerer, cfg.Logger = bind, p.reg, p.log
+	return cfg
+}
+
 // bind starts the KV-event subscriber (it binds its socket) and binds the
 // three listeners. On error it undoes exactly the steps already taken.
 func (p *Picker) bind() (err error) {
@@ -505,7 +551,7 @@ func (p *Picker) bind() (err error) {
 	if bind == "" {
 		bind = p.built.KVEvents.Bind // llm-d's kvEventsConfig.zmqEndpoint
 	}
-	if p.kvEvents, err = kvevents.New(context.Background(), p.kvIndex, kvevents.Config{Bind: bind, Registerer: p.reg, Logger: p.log}); err != nil {
+	if p.kvEvents, err = kvevents.New(context.Background(), p.kvIndex, p.kvEventsConfig(bind)); err != nil {
 		return fmt.Errorf("--kv-events-addr: %w", err)
 	}
 	var bound []net.Listener

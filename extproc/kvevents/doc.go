@@ -27,8 +27,8 @@
 // connection rate limit that slows a fast publisher down instead of
 // queueing its excess, and optional TLS. The central socket admits only
 // peers with the IP of a pool endpoint (or loopback), and a connection may
-// publish only for endpoints with its own IP (Config.Authorize replaces the
-// rule).
+// publish only for endpoints with its own IP (Config.TrustedNets adds
+// networks trusted as loopback is; Config.Authorize replaces the rule).
 //
 // Streams: an endpoint's stream is tied to the connection it arrives on,
 // since only that is hard to forge. While it is open, another connection

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
+	"net/netip"
 	"runtime"
 	"sync"
 	"testing"
@@ -338,6 +339,30 @@ func TestAuthorizeDefaultRule(t *testing.T) {
 	f.sub.EndpointRemoved("10.2.0.1:8001")
 	if f.sub.authorized(addr("10.2.0.1"), "") {
 		t.Error("an IP with no endpoint left is admitted")
+	}
+}
+
+// TrustedNets admit their peers as loopback is, for any endpoint, and
+// leave the rule as it was for everyone else.
+func TestAuthorizeTrustedNets(t *testing.T) {
+	f := newFixture(t, Config{TrustedNets: []netip.Prefix{netip.MustParsePrefix("10.9.0.0/16"), netip.MustParsePrefix("fd00:1::/64")}})
+	f.sub.AddEndpoint("10.2.0.1:8000", Source{})
+	addr := func(ip string) net.Addr { return &net.TCPAddr{IP: net.ParseIP(ip), Port: 40000} }
+	for _, tc := range []struct {
+		remote, endpoint string
+		want             bool
+	}{
+		{"10.9.3.4", "", true},
+		{"10.9.3.4", "10.2.0.1:8000", true},
+		{"::ffff:10.9.3.4", "10.7.0.1:8000", true},
+		{"fd00:1::5", "10.2.0.1:8000", true},
+		{"10.10.0.1", "", false},
+		{"10.2.0.1", "10.2.0.1:8000", true},
+		{"10.2.0.1", "10.9.0.1:8000", false},
+	} {
+		if got := f.sub.authorized(addr(tc.remote), tc.endpoint); got != tc.want {
+			t.Errorf("authorized(%s, %q) = %v", tc.remote, tc.endpoint, got)
+		}
 	}
 }
 

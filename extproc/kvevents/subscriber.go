@@ -82,6 +82,11 @@ type Config struct {
 	// loopback, and may publish for an endpoint whose IP it has, or for
 	// any from loopback (a sidecar proxy, a local fleet).
 	Authorize func(remote netip.Addr, endpoint string) bool
+	// TrustedNets extend the pool-membership rule (Authorize nil): a peer
+	// in one of these networks is treated as loopback is, so it may
+	// connect and publish for any endpoint (a proxy or sidecar network
+	// that relays the servers' events).
+	TrustedNets []netip.Prefix
 	// TLS, when set, makes the sockets the subscriber binds accept only
 	// TLS; DialTLS makes the connections it opens (per-endpoint, replay)
 	// use TLS. vLLM's libzmq
@@ -260,7 +265,7 @@ func (s *Subscriber) authorized(remote net.Addr, endpoint string) bool {
 	if s.cfg.Authorize != nil {
 		return s.cfg.Authorize(ip, endpoint)
 	}
-	if ip.IsLoopback() {
+	if ip.IsLoopback() || s.trusted(ip) {
 		return true
 	}
 	if endpoint == "" {
@@ -270,6 +275,15 @@ func (s *Subscriber) authorized(remote net.Addr, endpoint string) bool {
 	}
 	host, ok := endpointIP(endpoint)
 	return ok && host == ip
+}
+
+func (s *Subscriber) trusted(ip netip.Addr) bool {
+	for _, n := range s.cfg.TrustedNets {
+		if n.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 func remoteIP(a net.Addr) netip.Addr {

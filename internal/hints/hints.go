@@ -35,8 +35,9 @@ var ErrMalformed = errors.New("hints: malformed")
 type Hints struct {
 	Model  string
 	Stream bool
-	// PromptLen is in tokens: exact when Prefix.Mode is Precise, else an
-	// estimate.
+	// PromptLen is in tokens: exact when Prefix.Mode is Precise and the
+	// prompt fits the hashed blocks (a longer one is tokenized only that
+	// far), else an estimate.
 	PromptLen int
 	// MaxTokens is 0 when the request sets no output limit.
 	MaxTokens int
