@@ -23,6 +23,9 @@ type Engine struct {
 	waiting []*seq          // FCFS; preempted requests return to the front
 	running []*seq          // scheduling order; the tail is preempted first
 	held    []*seq          // by deadline
+	// stepped is when Step last ran: a transfer that landed after it has not
+	// been offered to admission yet.
+	stepped time.Time
 
 	stats counters
 
@@ -172,8 +175,17 @@ func (e *Engine) freeBlocks(s *seq) {
 func (e *Engine) NextWake() (t time.Time, ok bool) {
 	now := e.clock.Now()
 	for _, s := range e.waiting {
-		if s.state == stateRemote && s.ready.After(now) && (!ok || s.ready.Before(t)) {
-			t, ok = s.ready, true
+		if s.state != stateRemote || !s.ready.After(e.stepped) {
+			continue
+		}
+		// One that landed since the last Step (between it and this call)
+		// is due now: only a Step can take it in.
+		at := s.ready
+		if at.Before(now) {
+			at = now
+		}
+		if !ok || at.Before(t) {
+			t, ok = at, true
 		}
 	}
 	if len(e.held) > 0 && (!ok || e.held[0].deadline.Before(t)) {
@@ -190,6 +202,7 @@ func (e *Engine) NextWake() (t time.Time, ok bool) {
 // has advanced by Duration.
 func (e *Engine) Step() *StepResult {
 	now := e.clock.Now()
+	e.stepped = now
 	res := &e.res
 	res.Duration, res.Shape = 0, Shape{}
 	res.Tokens, res.Finished, res.Preempted = res.Tokens[:0], res.Finished[:0], res.Preempted[:0]

@@ -432,3 +432,34 @@ func TestResetPrefixCache(t *testing.T) {
 		t.Errorf("%d tokens hit a cleared cache", got)
 	}
 }
+
+// TestWakeForTransferThatLandedUnseen: when a transfer lands between a
+// Step and the caller's NextWake (a real clock moves on in between), the
+// engine must still ask for a Step, or the request is never scheduled.
+func TestWakeForTransferThatLandedUnseen(t *testing.T) {
+	clock := NewVirtualClock(epoch)
+	e := newTestEngine(t, testConfig(clock, nil))
+	prompt := randomPrompt(rand.New(rand.NewPCG(17, 18)), 100)
+	if err := e.Add(Request{ID: "d", Prompt: prompt, MaxTokens: 2, RemotePrefill: &RemotePrefill{Tokens: 99}}); err != nil {
+		t.Fatal(err)
+	}
+	e.Step() // the pull starts
+	landed, ok := e.NextWake()
+	if !ok {
+		t.Fatal("no wake-up for the transfer")
+	}
+	clock.Set(landed.Add(time.Millisecond)) // it lands before anyone looks
+	w, ok := e.NextWake()
+	if !ok || w.After(clock.Now()) {
+		t.Fatalf("NextWake = %v, %v after the transfer landed unseen; want now", w, ok)
+	}
+	if res := e.Step(); res.Shape.PrefillTokens == 0 {
+		t.Fatalf("the landed request was not scheduled: %+v", res.Shape)
+	}
+	// Taken in: no wake-up is owed for it any more.
+	for !e.Step().Idle() {
+	}
+	if w, ok := e.NextWake(); ok {
+		t.Fatalf("NextWake = %v after the request finished", w)
+	}
+}

@@ -149,9 +149,7 @@ func New(o Options) (*Server, error) {
 	}
 	if s.dp != nil {
 		// The pull is real and timed by the clock; the engine models only
-		// its default 1 ms for taking the landed blocks in. (A near-zero
-		// latency can pass between the engine's Step and NextWake and
-		// leave the request unscheduled.)
+		// its default 1 ms for taking the landed blocks in.
 		cfg.KVTransferBandwidth, cfg.KVTransferLatency = 1e15, time.Millisecond
 	}
 	if s.runner, err = engine.NewRunner(cfg, o.TimeScale); err != nil {
