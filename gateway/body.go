@@ -240,6 +240,12 @@ func (r *idleReader) Read(p []byte) (int, error) {
 	// Not every ResponseWriter supports deadlines (a test recorder); then
 	// the body is read without one.
 	_ = r.rc.SetReadDeadline(time.Now().Add(r.idle))
+	if r.interrupted.Load() {
+		// interrupt ran between the check above and the deadline just
+		// set, which replaced its own: the read must still fail at once.
+		// (An interrupt after this check sets its deadline after ours.)
+		_ = r.rc.SetReadDeadline(time.Now())
+	}
 	n, err := r.r.Read(p)
 	if errors.Is(err, io.EOF) {
 		// At the body's end the connection's own reads take over (HTTP/1
