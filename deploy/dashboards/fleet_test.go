@@ -69,9 +69,7 @@ func startFleet(t *testing.T, tokDir string, replicas int, failRate float64) *fl
 		o.HashSeed, o.BlockSize = kvhash.DefaultSeed, kvhash.DefaultBlockSize
 		o.Seed = uint64(i + 1)
 		// Each server binds its publisher and the picker connects to it,
-		// as with llm-d's per-pod subscriptions. (Not the picker's central
-		// socket: zmq4's bound socket races with itself whenever a
-		// publisher disconnects.)
+		// as with llm-d's per-pod subscriptions.
 		o.KVEventsEndpoint = "tcp://127.0.0.1:*"
 		o.Logger = quiet
 		if i == replicas-1 {
