@@ -15,6 +15,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/server"
 	"github.com/kvgate/kvgate/internal/cliflag/cliflagtest"
 	"github.com/kvgate/kvgate/internal/memlimit"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // A command line built from Options parses back to the same Options.
@@ -107,16 +108,7 @@ func TestMemoryLimitFlag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	debug.SetMemoryLimit(2 << 30) // what the runtime took from GOMEMLIMIT=2GiB
-	env := func(k string) string {
-		if k == "GOMEMLIMIT" {
-			return "2GiB"
-		}
-		return ""
-	}
-	if got, src := o.ApplyMemoryLimit(env); got != 2<<30 || src != memlimit.FromEnv || debug.SetMemoryLimit(-1) != 2<<30 {
-		t.Errorf("with GOMEMLIMIT: %d from %s, runtime %d", got, src, debug.SetMemoryLimit(-1))
-	}
+	testutil.MemoryLimitEnvWins(t, o.ApplyMemoryLimit)
 	if _, err := ParseFlags([]string{"--memory-limit", "-5"}, io.Discard); err == nil {
 		t.Error("--memory-limit -5 accepted")
 	}
