@@ -9,14 +9,6 @@ import (
 	"github.com/kvgate/kvgate/extproc/scheduling/schedtest"
 )
 
-func names(eps []*endpoints.Endpoint) []string {
-	out := []string{}
-	for _, e := range eps {
-		out = append(out, e.Name())
-	}
-	return out
-}
-
 func pool() []*endpoints.Endpoint {
 	return []*endpoints.Endpoint{
 		schedtest.Endpoint("d-h100", endpoints.Metrics{}, "llm-d.ai/role", "decode", "hw", "H100"),
@@ -43,7 +35,7 @@ func TestLabelSelectorFilter(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := names(f.Filter(context.Background(), scheduling.NewCycleState(), &scheduling.Request{}, pool()))
+		got := schedtest.Names(f.Filter(context.Background(), scheduling.NewCycleState(), &scheduling.Request{}, pool()))
 		if len(got) != len(tc.want) {
 			t.Fatalf("%s: kept %v, want %v", tc.params, got, tc.want)
 		}
@@ -71,7 +63,7 @@ func TestByLabel(t *testing.T) {
 			t.Fatal(err)
 		}
 		if got := f.Filter(context.Background(), scheduling.NewCycleState(), &scheduling.Request{}, pool()); len(got) != want {
-			t.Errorf("%s: kept %v, want %d", params, names(got), want)
+			t.Errorf("%s: kept %v, want %d", params, schedtest.Names(got), want)
 		}
 	}
 	for _, bad := range []string{`{}`, `{"label": "hw"}`} {

@@ -30,14 +30,6 @@ func build(t *testing.T, params string) *Filter {
 	return p.(*Filter)
 }
 
-func names(eps []*endpoints.Endpoint) []string {
-	out := make([]string, len(eps))
-	for i, e := range eps {
-		out[i] = e.Name()
-	}
-	return out
-}
-
 func fleet(n int) []*endpoints.Endpoint {
 	eps := make([]*endpoints.Endpoint, n)
 	for i := range eps {
@@ -108,12 +100,12 @@ func TestFilterWithPredictions(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			in := slices.Clone(tc.in)
-			got := names(build(t, tc.params).Filter(context.Background(), predicted(eps, tc.cands), &scheduling.Request{PromptTokens: 1000}, in))
+			got := schedtest.Names(build(t, tc.params).Filter(context.Background(), predicted(eps, tc.cands), &scheduling.Request{PromptTokens: 1000}, in))
 			if !slices.Equal(got, tc.want) {
 				t.Fatalf("kept %v, want %v", got, tc.want)
 			}
 			if !slices.Equal(in, tc.in) {
-				t.Fatalf("filter rewrote its input: %v", names(in))
+				t.Fatalf("filter rewrote its input: %v", schedtest.Names(in))
 			}
 		})
 	}
@@ -159,7 +151,7 @@ func TestFilterWithPrefixMatch(t *testing.T) {
 					eps[i].Charge(0, n, n, n)
 				}
 			}
-			got := names(build(t, tc.params).Filter(context.Background(), cs, &scheduling.Request{PromptTokens: tc.prompt}, eps))
+			got := schedtest.Names(build(t, tc.params).Filter(context.Background(), cs, &scheduling.Request{PromptTokens: tc.prompt}, eps))
 			if !slices.Equal(got, tc.want) {
 				t.Fatalf("kept %v, want %v", got, tc.want)
 			}
@@ -227,7 +219,7 @@ func TestWithProducer(t *testing.T) {
 	req := &scheduling.Request{PromptTokens: 1000}
 	prod.Produce(context.Background(), cs, req, eps)
 	for _, params := range []string{"", `{"ttftSource": "latencyPredictor"}`} {
-		if got := names(build(t, params).Filter(context.Background(), cs, req, slices.Clone(eps))); !slices.Equal(got, []string{"a"}) {
+		if got := schedtest.Names(build(t, params).Filter(context.Background(), cs, req, slices.Clone(eps))); !slices.Equal(got, []string{"a"}) {
 			t.Errorf("%s: kept %v, want the 90%% holder", params, got)
 		}
 	}

@@ -30,14 +30,6 @@ func seeded(t *testing.T, params string) *Filter {
 	return p.(*Filter)
 }
 
-func names(eps []*endpoints.Endpoint) []string {
-	out := make([]string, len(eps))
-	for i, e := range eps {
-		out[i] = e.Name()
-	}
-	return out
-}
-
 func TestFilter(t *testing.T) {
 	eps := []*endpoints.Endpoint{
 		schedtest.Endpoint("fast", endpoints.Metrics{}),
@@ -90,7 +82,7 @@ func TestFilter(t *testing.T) {
 				scheduling.Write(cs, latency.PredictionsKey, p)
 			}
 			in := slices.Clone(tc.in)
-			got := names(seeded(t, tc.params).Filter(context.Background(), cs, &tc.req, in))
+			got := schedtest.Names(seeded(t, tc.params).Filter(context.Background(), cs, &tc.req, in))
 			if !slices.Equal(got, tc.want) {
 				t.Fatalf("kept %v, want %v", got, tc.want)
 			}

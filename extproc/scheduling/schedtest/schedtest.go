@@ -66,3 +66,12 @@ func ExpectScores(t testing.TB, got, want []float64) {
 		}
 	}
 }
+
+// Names is the endpoints' names in order, for comparing a filter's output.
+func Names(eps []*endpoints.Endpoint) []string {
+	out := make([]string, len(eps))
+	for i, e := range eps {
+		out[i] = e.Name()
+	}
+	return out
+}
