@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"github.com/kvgate/kvgate/agent/kvblock"
 	"github.com/kvgate/kvgate/internal/kvwire"
 	"github.com/kvgate/kvgate/internal/zmtp"
+	"github.com/kvgate/kvgate/internal/zmtp/zmtptest"
 	agentv1 "github.com/kvgate/kvgate/proto/kvgate/agent/v1"
 )
 
@@ -175,22 +175,7 @@ func TestLeaseExpiry(t *testing.T) {
 
 func TestCPUTierAndP2P(t *testing.T) {
 	sub := make(chan zmtp.Msg, 64)
-	srv, err := zmtp.Listen(t.Context(), "tcp://127.0.0.1:*", zmtp.ServerConfig{HandshakeConfig: zmtp.HandshakeConfig{Type: zmtp.SUB}}, func(ctx context.Context, c *zmtp.Conn) {
-		if c.SendSubscribe(time.Time{}, nil) != nil {
-			return
-		}
-		for {
-			m, err := c.Recv()
-			if err != nil {
-				return
-			}
-			select {
-			case sub <- m:
-			case <-ctx.Done():
-				return
-			}
-		}
-	})
+	srv, err := zmtp.Listen(t.Context(), "tcp://127.0.0.1:*", zmtp.ServerConfig{HandshakeConfig: zmtp.HandshakeConfig{Type: zmtp.SUB}}, zmtptest.Subscriber(sub, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/internal/zmtp"
+	"github.com/kvgate/kvgate/internal/zmtp/zmtptest"
 )
 
 // testTimeout bounds waits for the network so a broken test fails rather
@@ -28,23 +29,8 @@ type testSub struct {
 
 func newTestSub() *testSub { return &testSub{msgs: make(chan zmtp.Msg, 1024)} }
 
-// serve subscribes to everything on c and forwards its messages.
-func (s *testSub) serve(ctx context.Context, c *zmtp.Conn) {
-	if err := c.SendSubscribe(time.Time{}, nil); err != nil {
-		return
-	}
-	for {
-		m, err := c.Recv()
-		if err != nil {
-			return
-		}
-		select {
-		case s.msgs <- m:
-		case <-ctx.Done():
-			return
-		}
-	}
-}
+// serve subscribes to everything on a connection and forwards its messages.
+func (s *testSub) serve(ctx context.Context, c *zmtp.Conn) { zmtptest.Subscriber(s.msgs, 0)(ctx, c) }
 
 // recvTimeout receives from s or fails the test after testTimeout.
 func recvTimeout(t *testing.T, msgs <-chan zmtp.Msg) zmtp.Msg {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvgate/kvgate/internal/zmtp"
 	"github.com/kvgate/kvgate/internal/zmtp/libzmqtest"
+	"github.com/kvgate/kvgate/internal/zmtp/zmtptest"
 )
 
 // Interoperability with the real libzmq, in both directions and both
@@ -54,26 +55,6 @@ func checkStream(t *testing.T, msgs <-chan zmtp.Msg, topic string, size, n int) 
 	}
 }
 
-// subscriber forwards every message of the connections it serves.
-func subscriber(msgs chan<- zmtp.Msg) func(context.Context, *zmtp.Conn) {
-	return func(ctx context.Context, c *zmtp.Conn) {
-		if err := c.SendSubscribe(time.Now().Add(timeout), nil); err != nil {
-			return
-		}
-		for {
-			m, err := c.Recv()
-			if err != nil {
-				return
-			}
-			select {
-			case msgs <- m:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}
-}
-
 var subCfg = zmtp.HandshakeConfig{Type: zmtp.SUB}
 
 func TestLibzmqPublisher(t *testing.T) {
@@ -87,14 +68,14 @@ func TestLibzmqPublisher(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				zmtp.Redial(ctx, ep, zmtp.DialConfig{HandshakeConfig: subCfg}, subscriber(msgs))
+				zmtp.Redial(ctx, ep, zmtp.DialConfig{HandshakeConfig: subCfg}, zmtptest.Subscriber(msgs, timeout))
 			}()
 			defer func() { cancel(); <-done }()
 			checkStream(t, msgs, "kv@10.0.0.1:8000@m", size, 20)
 		})
 		t.Run(fmt.Sprintf("libzmq connects, %d bytes", size), func(t *testing.T) {
 			msgs := make(chan zmtp.Msg, 16)
-			srv, err := zmtp.Listen(t.Context(), "tcp://127.0.0.1:0", zmtp.ServerConfig{HandshakeConfig: subCfg}, subscriber(msgs))
+			srv, err := zmtp.Listen(t.Context(), "tcp://127.0.0.1:0", zmtp.ServerConfig{HandshakeConfig: subCfg}, zmtptest.Subscriber(msgs, timeout))
 			if err != nil {
 				t.Fatal(err)
 			}
