@@ -162,16 +162,7 @@ func (w *worker) verify(ep, addr string, st *seqState, seq uint64) {
 			next = rs + 1
 			return same
 		}
-		if rs < next {
-			return true
-		}
-		if rs > next {
-			// A hole in what the publisher holds: what came before it
-			// may have been removed since.
-			w.s.idx.ClearEndpoint(ep)
-		}
-		w.apply(ep, payload)
-		next = rs + 1
+		w.fill(ep, &next, rs, payload)
 		return true
 	})
 	switch {
@@ -213,10 +204,10 @@ func (w *worker) forgetOldest() {
 	w.s.m.forgotten.Inc()
 }
 
-// recover replays batches [from, to) from the endpoint's publisher. When
-// the publisher no longer holds batch from, the endpoint is cleared before
-// the rest applies (later batches are still true, but what was lost may
-// have removed blocks); when the exchange fails or stops short of to, it is
+// recover replays batches [from, to) from the endpoint's publisher. Where
+// the publisher no longer holds a batch, the endpoint is cleared before the
+// rest applies (later batches are still true, but what was lost may have
+// removed blocks); when the exchange fails or stops short of to, it is
 // cleared after.
 func (w *worker) recover(ep, addr string, from, to uint64) {
 	ctx, cancel := context.WithTimeout(w.s.ctx, w.s.cfg.ReplayTimeout)
@@ -226,15 +217,7 @@ func (w *worker) recover(ep, addr string, from, to uint64) {
 		if seq >= to {
 			return false
 		}
-		if seq < next {
-			return true
-		}
-		if seq > next && !partial {
-			partial = true
-			w.s.idx.ClearEndpoint(ep)
-		}
-		w.apply(ep, payload)
-		next = seq + 1
+		partial = w.fill(ep, &next, seq, payload) || partial
 		return true
 	})
 	switch {
@@ -250,6 +233,23 @@ func (w *worker) recover(ep, addr string, from, to uint64) {
 	default:
 		w.s.m.replays.WithLabelValues(replayOK).Inc()
 	}
+}
+
+// fill applies a replayed batch seq that continues the endpoint's stream
+// at *next, skipping one already applied. Before a batch that follows a
+// hole in what the publisher holds, the endpoint is cleared: events lost
+// in the hole may have removed blocks that earlier batches stored. It
+// reports whether there was a hole.
+func (w *worker) fill(ep string, next *uint64, seq uint64, payload []byte) (hole bool) {
+	if seq < *next {
+		return false
+	}
+	if hole = seq > *next; hole {
+		w.s.idx.ClearEndpoint(ep)
+	}
+	w.apply(ep, payload)
+	*next = seq + 1
+	return hole
 }
 
 // errBadReply is returned for a reply that does not follow the protocol.
