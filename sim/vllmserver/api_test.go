@@ -295,7 +295,7 @@ func TestQueueFull(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan struct{}, 2)
-	for range 2 {
+	hold := func() {
 		go func() {
 			defer func() { done <- struct{}{} }()
 			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.URL()+"/v1/completions",
@@ -305,6 +305,11 @@ func TestQueueFull(t *testing.T) {
 			}
 		}()
 	}
+	// One at a time: sent together, the second can find the first still
+	// in the one-place waiting queue and be refused itself.
+	hold()
+	waitFor(t, "one running request", func() bool { return s.Engine().Metrics().Running == 1 })
+	hold()
 	waitFor(t, "one running and one waiting request", func() bool {
 		m := s.Engine().Metrics()
 		return m.Running == 1 && m.Waiting == 1
