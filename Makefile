@@ -16,6 +16,8 @@ APT_PKGS   := nodejs npm prometheus
 APT_PKGS   += libucx-dev ucx-utils
 # libzmq3-dev, gcc: the KV-event interop tests against the real libzmq.
 APT_PKGS   += libzmq3-dev gcc
+# redis-server: the batch and async Redis modes are tested against the real server.
+APT_PKGS   += redis-server
 # Packages the wasm filter compiles in: they must keep building for wasip1.
 WASM_PKGS  := ./internal/openai ./internal/hints ./internal/prefixhash ./internal/kvhash \
               ./internal/tokenizer/... ./internal/prompt
@@ -83,7 +85,7 @@ images: setup wasm
 # binaries, gcc and libzmq, prometheus) into failures: after setup they must be there. KVGATE_BIN_DIR
 # lets the end-to-end tests use the binaries just built.
 test: build envtest images
-	KVGATE_REQUIRE_TOKENIZER=1 KVGATE_REQUIRE_ENVTEST=1 KVGATE_REQUIRE_LIBZMQ=1 KVGATE_REQUIRE_PROMETHEUS=1 KVGATE_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test -race -timeout 20m ./...
+	KVGATE_REQUIRE_TOKENIZER=1 KVGATE_REQUIRE_ENVTEST=1 KVGATE_REQUIRE_LIBZMQ=1 KVGATE_REQUIRE_PROMETHEUS=1 KVGATE_REQUIRE_REDIS=1 KVGATE_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test -race -timeout 20m ./...
 
 test-short: setup
 	$(GO) test -short ./...
