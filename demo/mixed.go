@@ -69,10 +69,10 @@ var mixedScenarios = []mixedScenario{
 
 // classOutcome is one traffic class of one scenario.
 type classOutcome struct {
-	Scenario string           `json:"scenario"`
-	Class    string           `json:"class"`
-	Summary  report.Summary   `json:"summary"`
-	Shed     int              `json:"shed"`
+	Scenario string            `json:"scenario"`
+	Class    string            `json:"class"`
+	Summary  report.Summary    `json:"summary"`
+	Shed     int               `json:"shed"`
 	Results  []workload.Result `json:"-"`
 }
 
