@@ -35,6 +35,8 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
+require github.com/cilium/ebpf v0.22.0 // indirect
+
 require (
 	cel.dev/expr v0.25.3 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
@@ -100,6 +102,7 @@ require (
 )
 
 tool (
+	github.com/cilium/ebpf/cmd/bpf2go
 	google.golang.org/grpc/cmd/protoc-gen-go-grpc
 	google.golang.org/protobuf/cmd/protoc-gen-go
 )
