@@ -122,7 +122,7 @@ func (t *Tracker) account(now time.Time, entries []flowEntry) []flowKey {
 		}
 	}
 	t.expireLocked(now)
-	t.counts.mapEntries = len(entries)
+	t.counts.mapEntries = len(entries) - len(closed)
 	return closed
 }
 

@@ -159,15 +159,17 @@ int kvgate_sockops(struct bpf_sock_ops *skops)
 		count(STAT_MISSED);
 		return 1;
 	}
-	if (op == BPF_SOCK_OPS_STATE_CB) {
-		// args[1] is the new state; only the end matters.
-		if (skops->args[1] != BPF_TCP_CLOSE)
-			return 1;
+	// STATE_CB: args[1] is the new state; the loader deletes the flow
+	// once it has counted it closed.
+	if (op == BPF_SOCK_OPS_STATE_CB && skops->args[1] == BPF_TCP_CLOSE)
 		f->closed = 1;
-	} else if (op == BPF_SOCK_OPS_RTT_CB) {
+	fill(skops, f);
+	if (op == BPF_SOCK_OPS_RTT_CB) {
+		// args[1] is the srtt the sample just produced (<< 3): the
+		// socket's field may not hold it yet.
+		f->srtt_us = skops->args[1] >> 3;
 		__sync_fetch_and_add(&f->rtt_samples, 1);
 	}
-	fill(skops, f);
 	count(STAT_EVENTS);
 	return 1;
 }
