@@ -123,7 +123,6 @@ func mean(ds []time.Duration) time.Duration {
 	return s / time.Duration(len(ds))
 }
 
-
 // TestRTTMatchesSS is issue 17's check: flows between two namespaces over a
 // veth pair with delay added by a TUN forwarder show in the metrics with
 // the RTT `ss -ti` reports for the same flows (within 20%), on both ends.
