@@ -84,7 +84,7 @@ func (n *netFlags) tracker(log *slog.Logger) (*netobs.Tracker, error) {
 		if !errors.Is(err, netobs.ErrUnavailable) {
 			return nil, err
 		}
-		log.Warn("eBPF network tracking unavailable: running without it (NIXL transfer timings only)", "err", err)
+		log.Warn("running without eBPF network tracking (NIXL transfer timings only)", "err", err)
 	}
 	return t, nil
 }

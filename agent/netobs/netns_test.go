@@ -138,18 +138,8 @@ func TestRTTMatchesSS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	defer wg.Wait()
+	defer delaylink.Echo(ln)()
 	defer ln.Close()
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() { defer c.Close(); _, _ = io.Copy(c, c) })
-		}
-	})
 	const rounds, msg = 25, 1024
 	var sent uint64
 	var cwg sync.WaitGroup

@@ -1,6 +1,7 @@
 package netobs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -305,13 +306,7 @@ func (t *Tracker) Peers() []PeerStats {
 		if c := a.Peer.Compare(b.Peer); c != 0 {
 			return c
 		}
-		if a.Class < b.Class {
-			return -1
-		}
-		if a.Class > b.Class {
-			return 1
-		}
-		return 0
+		return cmp.Compare(a.Class, b.Class)
 	})
 	return out
 }

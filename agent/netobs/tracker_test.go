@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func TestParseClass(t *testing.T) {
@@ -199,5 +201,23 @@ func TestObserveTransfer(t *testing.T) {
 	tr.ObserveTransfer("no-such-host.invalid:7600", 1, time.Millisecond, false)
 	if got := tr.counts.peersDropped; got != 1 {
 		t.Fatalf("dropped %d after an unresolvable peer", got)
+	}
+}
+
+// TestMetricsLint: the exported families pass Prometheus's linter and
+// carry only the bounded labels.
+func TestMetricsLint(t *testing.T) {
+	tr := newTestTracker(t, Config{})
+	tr.account(time.Now(), []flowEntry{{key("10.0.0.2", 1, 7000), netobsFlow{SrttUs: 100, RttSamples: 1, BytesAcked: 5, ClassId: 1}}})
+	tr.ObserveTransfer("10.0.0.2:7600", 10, time.Millisecond, false)
+	problems, err := promtestutil.CollectAndLint(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("%s: %s", p.Metric, p.Text)
+	}
+	if n := promtestutil.CollectAndCount(tr, "kvgate_netobs_tcp_srtt_seconds", "kvgate_netobs_kv_transfer_seconds"); n != 2 {
+		t.Errorf("%d histogram series, want one RTT and one transfer", n)
 	}
 }

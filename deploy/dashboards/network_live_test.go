@@ -1,7 +1,6 @@
 package dashboards
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/kvgate/kvgate/agent/kvblock"
 	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/internal/testutil/delaylink"
+	"github.com/kvgate/kvgate/internal/testutil/proctest"
 	agentv1 "github.com/kvgate/kvgate/proto/kvgate/agent/v1"
 )
 
@@ -50,59 +49,19 @@ var (
 
 // liveAgent is a running kvgate-agent process.
 type liveAgent struct {
+	*proctest.Proc
 	addr, metrics string
-	log           *testutil.SyncBuffer
 	client        agentv1.KVTransferClient
 }
 
-// startAgent runs bin with args and waits for its gRPC (and, with
-// --metrics-addr, metrics) address.
+// startAgent runs bin with args and waits for its gRPC address; the
+// metrics address (--metrics-addr) is printed before it.
 func startAgent(t *testing.T, bin string, env []string, args ...string) *liveAgent {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	a := &liveAgent{log: &testutil.SyncBuffer{}}
-	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		pw.Close()
-	})
-	wantMetrics := strings.Contains(strings.Join(args, " "), "--metrics-addr")
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(pr)
-		closed := false
-		for sc.Scan() {
-			line := sc.Text()
-			fmt.Fprintln(a.log, line)
-			if m := agentListening.FindStringSubmatch(line); m != nil {
-				a.addr = m[1]
-			}
-			if m := agentMetrics.FindStringSubmatch(line); m != nil {
-				a.metrics = m[1]
-			}
-			if !closed && a.addr != "" && (!wantMetrics || a.metrics != "") {
-				closed = true
-				close(ready)
-			}
-		}
-	}()
-	select {
-	case <-ready:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("kvgate-agent did not start:\n%s", a.log.String())
+	p, addr := proctest.Start(t, agentListening, env, bin, args...)
+	a := &liveAgent{Proc: p, addr: addr}
+	if m := agentMetrics.FindStringSubmatch(p.Log.String()); m != nil {
+		a.metrics = m[1]
 	}
 	conn, err := grpc.NewClient(a.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -160,8 +119,11 @@ func TestNetworkDashboardOnLiveAgent(t *testing.T) {
 		"--netobs", "--netobs-interval", "200ms",
 		"--netobs-class", fmt.Sprintf("kv_ucx_tcp=%d-%d", lo, lo+19),
 		"--netobs-class", fmt.Sprintf("model_ingress=%d", ingressPort))
-	if strings.Contains(dst.log.String(), "unavailable") {
-		t.Fatalf("the agent runs without eBPF:\n%s", dst.log.String())
+	if dst.metrics == "" {
+		t.Fatalf("no metrics address in the agent's output:\n%s", dst.Log.String())
+	}
+	if strings.Contains(dst.Log.String(), "running without eBPF") {
+		t.Fatalf("the agent runs without eBPF:\n%s", dst.Log.String())
 	}
 	prom := startPrometheus(t, promBin, []scrapeTarget{{Job: "kvgate-agent", Addr: dst.metrics}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -180,16 +142,8 @@ func TestNetworkDashboardOnLiveAgent(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	defer delaylink.Echo(ln)()
 	defer ln.Close()
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() { defer c.Close(); _, _ = io.Copy(c, c) })
-		}
-	})
 
 	loadStart := time.Now()
 	loadCtx, stopLoad := context.WithTimeout(ctx, 5*time.Second)
@@ -224,7 +178,7 @@ func TestNetworkDashboardOnLiveAgent(t *testing.T) {
 		if _, err := dst.client.PullBlocks(ctx, &agentv1.PullBlocksRequest{EngineId: "D", Peer: src.addr, Hashes: hashes,
 			Source: &agentv1.PullBlocksRequest_Prefill{Prefill: &agentv1.PrefillSource{RemoteEngineId: "P",
 				RemoteRequestId: req, RemoteBlockIds: st.Slots, TpSize: 1}}}); err != nil {
-			t.Fatalf("pull %d: %v\nagent:\n%s", i, err, dst.log.String())
+			t.Fatalf("pull %d: %v\nagent:\n%s", i, err, dst.Log.String())
 		}
 		pulls++
 		time.Sleep(20 * time.Millisecond)
@@ -257,6 +211,7 @@ func TestNetworkDashboardOnLiveAgent(t *testing.T) {
 	// The series behind the panels: both link ends, the UCX class, NIXL,
 	// and retransmits the dropped segments caused.
 	for _, q := range []string{
+		`kvgate_netobs_bpf_attached == 1`,
 		fmt.Sprintf(`kvgate_netobs_tcp_smoothed_rtt_seconds{peer=%q, class="model_ingress"} > 0.005`, link.AddrB),
 		fmt.Sprintf(`kvgate_netobs_tcp_srtt_seconds_count{peer=%q, class="model_ingress"} > 0`, link.AddrA),
 		`kvgate_netobs_tcp_bytes_acked_total{peer="127.0.0.1", class="kv_ucx_tcp"} > 0`,

@@ -3,6 +3,7 @@ package delaylink
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -276,4 +277,23 @@ func (l *Link) write() {
 		}
 		l.forwarded.Add(1)
 	}
+}
+
+// Echo serves ln until it is closed: each connection gets its bytes back.
+// The returned wait blocks until the listener and every connection ended.
+func Echo(ln net.Listener) (wait func()) {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				_, _ = io.Copy(c, c)
+			})
+		}
+	})
+	return wg.Wait
 }

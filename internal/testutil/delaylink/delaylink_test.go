@@ -17,15 +17,8 @@ func TestDelay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer Echo(ln)()
 	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		io.Copy(c, c)
-	}()
 	c, err := l.Dial(l.A, l.AddrB.String()+":7000")
 	if err != nil {
 		t.Fatal(err)
