@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0
+	github.com/cilium/ebpf v0.22.0
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/go-logr/logr v1.4.4
@@ -34,8 +35,6 @@ require (
 	sigs.k8s.io/gateway-api-inference-extension v1.6.0
 	sigs.k8s.io/yaml v1.6.0
 )
-
-require github.com/cilium/ebpf v0.22.0 // indirect
 
 require (
 	cel.dev/expr v0.25.3 // indirect

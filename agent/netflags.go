@@ -52,7 +52,7 @@ type netFlags struct {
 
 func (n *netFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&n.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address (empty: none)")
-	fs.BoolVar(&n.enable, "netobs", false, "track TCP RTT, retransmits and bytes acked per peer with eBPF (sockops; needs CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON or root)")
+	fs.BoolVar(&n.enable, "netobs", false, "track TCP RTT, retransmits and bytes acked per peer with eBPF (sockops; needs CAP_BPF and CAP_NET_ADMIN, or root)")
 	fs.StringVar(&n.cgroup, "netobs-cgroup", "", "cgroup v2 whose sockets are tracked (default "+netobs.DefaultCgroupPath()+")")
 	var defaults []string
 	for _, c := range netobs.DefaultClasses() {

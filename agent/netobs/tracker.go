@@ -183,7 +183,7 @@ func (t *Tracker) Run(ctx context.Context) {
 	}
 }
 
-// Close detaches the eBPF programs.
+// Close detaches the eBPF programs; call it once Run has returned.
 func (t *Tracker) Close() error {
 	if t.bpf == nil {
 		return nil
