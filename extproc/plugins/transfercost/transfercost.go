@@ -47,6 +47,12 @@
 //	                         (default 15928, llm-d's peakPrefillThroughput)
 //	prefillFilter: string    the filter plugin that keeps prefill servers
 //	                         (default "prefill-filter")
+//	decodeStallWeight: float  weight of what a local prefill costs the
+//	                         requests decoding on the decode server: each
+//	                         of them waits out the prefill's compute time
+//	                         (default 0: the request's own TTFT alone; 1
+//	                         counts their stall like the request's TTFT,
+//	                         minimising the sum of all requests' latency)
 package transfercost
 
 import (
@@ -95,6 +101,7 @@ type Params struct {
 	Overhead                scheduling.Duration `json:"overhead"`
 	PrefillTokensPerSecond  float64             `json:"prefillTokensPerSecond"`
 	PrefillFilter           string              `json:"prefillFilter"`
+	DecodeStallWeight       float64             `json:"decodeStallWeight"`
 }
 
 // Decider implements transfer-cost-pd-decider.
@@ -117,6 +124,8 @@ type state struct {
 	// (tokens per second), held its cached prompt tokens.
 	ttft, step, rate []float64
 	held             []int
+	// decodes are the sequences decoding there.
+	decodes []float64
 	// remote is each candidate's predicted TTFT as the prefill server of
 	// the last decision (+Inf for those that cannot be), for Score.
 	remote []float64
@@ -143,6 +152,8 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 		return nil, fmt.Errorf("parameters.rtt and overhead must not be negative")
 	case p.PrefillFilter == "":
 		return nil, fmt.Errorf("parameters.prefillFilter must name a filter")
+	case !(p.DecodeStallWeight >= 0) || math.IsInf(p.DecodeStallWeight, 0):
+		return nil, fmt.Errorf("parameters.decodeStallWeight must be a non-negative number, got %v", p.DecodeStallWeight)
 	}
 	d := &Decider{Named: scheduling.NewNamed(Type, name), p: p}
 	d.key = scheduling.NewKey[*state](d.TypedName().String())
@@ -189,7 +200,7 @@ func (d *Decider) Consumes() []string {
 func (d *Decider) Produce(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) {
 	n := len(eps)
 	st := &state{candidates: eps, ttft: make([]float64, n), step: make([]float64, n), rate: make([]float64, n),
-		held: make([]int, n), remote: make([]float64, n)}
+		held: make([]int, n), remote: make([]float64, n), decodes: make([]float64, n)}
 	st.prompt = req.PromptTokens
 	m, _ := scheduling.Read(cs, prefixmatch.MatchKey)
 	if m != nil {
@@ -204,12 +215,14 @@ func (d *Decider) Produce(_ context.Context, cs *scheduling.CycleState, req *sch
 		k := predicted(preds, e, i)
 		if k < 0 {
 			// The live backlog at the configured rate.
+			l := e.Load()
+			st.decodes[i] = float64(l.DecodeRequests + l.ExternalRunning)
 			st.rate[i] = d.p.PrefillTokensPerSecond
 			st.ttft[i] = float64(e.Load().PrefillTokens+int64(uncached)) / st.rate[i]
 			continue
 		}
 		est, f := preds.Estimates[k], preds.Features[k]
-		st.ttft[i], st.step[i] = est.TTFT.Seconds(), est.TPOT.Seconds()
+		st.ttft[i], st.step[i], st.decodes[i] = est.TTFT.Seconds(), est.TPOT.Seconds(), f.Decodes
 		st.rate[i] = d.p.PrefillTokensPerSecond
 		if work := f.Prefill + f.Backlog; work > 0 && st.ttft[i] > 0 {
 			st.rate[i] = work / st.ttft[i]
@@ -257,9 +270,9 @@ func (d *Decider) transfer(from, to *endpoints.Endpoint, bytes float64) float64 
 
 // Costs is one decision's comparison, for tests and benchmarks.
 type Costs struct {
-	// Local is the predicted TTFT prefilled on the decode server, Remote
-	// the best with a remote prefill (+Inf without a prefill server) on
-	// Prefill.
+	// Local is the predicted TTFT prefilled on the decode server (plus
+	// the weighted stall of its decodes), Remote the best with a remote
+	// prefill (+Inf without a prefill server) on Prefill.
 	Local, Remote time.Duration
 	Prefill       *endpoints.Endpoint
 }
@@ -275,9 +288,12 @@ func (d *Decider) Compare(ctx context.Context, cs *scheduling.CycleState, req *s
 	if j < 0 {
 		return Costs{}, false
 	}
-	local := st.ttft[j]
+	uncached := float64(prefixmatch.Uncached(st.prompt, st.held[j]))
+	// A local prefill also holds up every sequence decoding there for its
+	// compute time.
+	local := st.ttft[j] + d.p.DecodeStallWeight*st.decodes[j]*uncached/st.rate[j]
 	// The decode server receives the KV of every prompt token it lacks.
-	bytes := float64(d.p.KVBytesPerToken) * float64(prefixmatch.Uncached(st.prompt, st.held[j]))
+	bytes := float64(d.p.KVBytesPerToken) * uncached
 	kept := d.filter.Filter(ctx, cs, req, append([]*endpoints.Endpoint(nil), st.candidates...))
 	best := math.Inf(1)
 	for i := range st.remote {
