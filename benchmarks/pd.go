@@ -160,18 +160,33 @@ type pdRow struct {
 	// E2EMean is the mean request latency, arrival to last token.
 	E2EMean float64
 	OutTokS float64
-	// Disagg is the share of requests prefilled on another server.
-	Disagg float64
+	// Disagg is the share of requests prefilled on another server;
+	// DisaggBy the same by prompt length (pdBuckets).
+	Disagg   float64
+	DisaggBy [len(pdBuckets)]float64
+}
+
+// pdBuckets are the prompt lengths the decider's choices are shown by:
+// below 1k tokens, below 4k, the rest.
+var pdBuckets = [...]int{1024, 4096, math.MaxInt}
+
+func bucket(prompt int) int {
+	for i, b := range pdBuckets {
+		if prompt < b {
+			return i
+		}
+	}
+	return len(pdBuckets) - 1
 }
 
 func pdTable(rows []pdRow) string {
 	var b strings.Builder
-	b.WriteString("| fleet | decider | workload | network | QPS | ok | TTFT p50 | TTFT p90 | TTFT mean | TPOT p50 | TPOT p90 | E2E mean | out tok/s | P/D share |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| fleet | decider | workload | network | QPS | ok | TTFT p50 | TTFT p90 | TTFT mean | TPOT p50 | TPOT p90 | E2E mean | out tok/s | P/D share | P/D <1k / 1k-4k / 4k+ |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %.3g | %d/%d | %.3fs | %.3fs | %.3fs | %.1fms | %.1fms | %.2fs | %.0f | %.0f%% |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %.3g | %d/%d | %.3fs | %.3fs | %.3fs | %.1fms | %.1fms | %.2fs | %.0f | %.0f%% | %s |\n",
 			r.Fleet, r.Decider, r.Workload, r.Network, r.QPS, r.OK, r.OK+r.Failed, r.TTFTP50, r.TTFTP90, r.TTFTMean,
-			r.TPOTP50*1e3, r.TPOTP90*1e3, r.E2EMean, r.OutTokS, 100*r.Disagg)
+			r.TPOTP50*1e3, r.TPOTP90*1e3, r.E2EMean, r.OutTokS, 100*r.Disagg, shares(r.DisaggBy))
 	}
 	return b.String()
 }
@@ -295,6 +310,18 @@ func uniformLen(lo, hi int) func(*rand.Rand) int {
 	return func(r *rand.Rand) int { return lo + r.IntN(hi-lo+1) }
 }
 
+// shares writes the per-bucket shares; "–" for a bucket without requests.
+func shares(by [len(pdBuckets)]float64) string {
+	parts := make([]string, len(by))
+	for i, v := range by {
+		parts[i] = "–"
+		if v >= 0 {
+			parts[i] = fmt.Sprintf("%.0f%%", 100*v)
+		}
+	}
+	return strings.Join(parts, " / ")
+}
+
 func (o PDOptions) run(ctx context.Context, preset engine.Preset, f pdFleet, net pdNetwork, wname string, qps float64, reqs []workload.Request, stderr io.Writer) (pdRow, error) {
 	co := cluster.Options{Replicas: o.GPUs, Preset: preset, Seed: o.Seed}
 	row := pdRow{Fleet: f.name, Decider: f.decider, Workload: wname, Network: net.name, QPS: qps}
@@ -318,6 +345,7 @@ func (o PDOptions) run(ctx context.Context, preset engine.Preset, f pdFleet, net
 	var ttft, tpot, e2e []float64
 	var output int64
 	disagg := 0
+	var by, of [len(pdBuckets)]int
 	first, end := time.Duration(math.MaxInt64), time.Duration(0)
 	for _, r := range res.Requests {
 		first = min(first, r.Arrival)
@@ -333,8 +361,11 @@ func (o PDOptions) run(ctx context.Context, preset engine.Preset, f pdFleet, net
 		}
 		output += int64(r.OutputTokens)
 		end = max(end, r.Arrival+r.E2E)
+		k := bucket(r.PromptTokens)
+		of[k]++
 		if r.Prefill >= 0 {
 			disagg++
+			by[k]++
 		}
 	}
 	slices.Sort(ttft)
@@ -346,6 +377,12 @@ func (o PDOptions) run(ctx context.Context, preset engine.Preset, f pdFleet, net
 	}
 	if row.OK > 0 {
 		row.Disagg = float64(disagg) / float64(row.OK)
+	}
+	for k := range by {
+		row.DisaggBy[k] = -1
+		if of[k] > 0 {
+			row.DisaggBy[k] = float64(by[k]) / float64(of[k])
+		}
 	}
 	fmt.Fprintf(stderr, "%-14s %-44s %-6s %-6s TTFT p50 %6.3fs p90 %6.3fs  TPOT p50 %5.1fms  P/D %3.0f%%  wall %.1fs\n",
 		row.Fleet, row.Decider, row.Workload, row.Network, row.TTFTP50, row.TTFTP90, row.TPOTP50*1e3, 100*row.Disagg, time.Since(start).Seconds())

@@ -26,7 +26,7 @@ func TestPDBench(t *testing.T) {
 	rows := 0
 	for _, line := range strings.Split(string(md), "\n") {
 		cells := strings.Split(line, "|")
-		if len(cells) < 15 || strings.HasPrefix(line, "| fleet") || strings.HasPrefix(line, "|---") {
+		if len(cells) < 16 || strings.HasPrefix(line, "| fleet") || strings.HasPrefix(line, "|---") {
 			continue
 		}
 		rows++
