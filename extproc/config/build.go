@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/kvgate/kvgate/extproc/flowcontrol"
 
@@ -32,6 +33,10 @@ type Built struct {
 	// layout wants KV events from (zero: the flags and endpoint files
 	// say).
 	KVEvents precise.KVEvents
+	// KVIndexLogInterval is how often the picker logs the KV index's
+	// metrics (llm-d's metricsLoggingInterval; the shortest a precise
+	// plugin asks for); 0 for never.
+	KVIndexLogInterval time.Duration
 	// FlowControl is the flow-control layer, nil unless the flowControl
 	// feature gate is on; FlowControlIgnored reports a flowControl section
 	// given without the gate (llm-d loads and ignores it; the picker says so).

@@ -303,12 +303,23 @@ type kvEventSources interface {
 	KVEventSources() precise.KVEvents
 }
 
+// kvIndexLogger is a precise prefix plugin that asks for the KV index's
+// metrics in the log.
+type kvIndexLogger interface {
+	KVIndexLogInterval() time.Duration
+}
+
 // kvEvents collects what the precise prefix plugins ask the picker for;
 // two that ask for different sources are a conflict, since the picker has
 // one KV index fed one way.
 func (b *builder) kvEvents() error {
 	var from scheduling.TypedName
 	for _, p := range b.out.Plugins {
+		if l, ok := p.(kvIndexLogger); ok {
+			if d := l.KVIndexLogInterval(); d > 0 && (b.out.KVIndexLogInterval == 0 || d < b.out.KVIndexLogInterval) {
+				b.out.KVIndexLogInterval = d
+			}
+		}
 		k, ok := p.(kvEventSources)
 		if !ok {
 			continue

@@ -2,11 +2,16 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kvgate/kvgate/extproc/endpoints/scrape"
+	"github.com/kvgate/kvgate/extproc/kvindex"
+	"github.com/kvgate/kvgate/extproc/plugins/all"
+	"github.com/kvgate/kvgate/extproc/plugins/precise"
+	"github.com/kvgate/kvgate/extproc/scheduling"
 )
 
 const llmdHead = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n"
@@ -139,5 +144,24 @@ schedulingProfiles:
 	}
 	if _, err := build(t, strings.Replace(yaml, "name: gpu", "name: cpu", 1)); err == nil || !strings.Contains(err.Error(), `"gpu" is not a configured plugin`) {
 		t.Fatalf("dangling producer: %v", err)
+	}
+}
+
+// llm-d's metricsLoggingInterval reaches the picker: the shortest asked.
+func TestKVIndexLogInterval(t *testing.T) {
+	const producer = "- type: precise-prefix-cache-producer\n  name: %s\n  parameters:\n    indexerConfig:\n      kvBlockIndexConfig: {enableMetrics: true, metricsLoggingInterval: %d}\n"
+	c, err := Parse([]byte(llmdHead + "plugins:\n" + fmt.Sprintf(producer, "a", int64(time.Minute)) + fmt.Sprintf(producer, "b", int64(10*time.Second))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Build(c, all.Registry(), &scheduling.Handle{Services: precise.WithKVIndex(nil, kvindex.New(kvindex.Config{}))}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.KVIndexLogInterval != 10*time.Second {
+		t.Fatalf("interval %v", b.KVIndexLogInterval)
+	}
+	if b, err = build(t, llmdHead); err != nil || b.KVIndexLogInterval != 0 {
+		t.Fatalf("default: %v %v", b.KVIndexLogInterval, err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/kvindex"
 	"github.com/kvgate/kvgate/extproc/plugins/all"
+	"github.com/kvgate/kvgate/extproc/plugins/headerfilter"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/scheduling/schedtest"
@@ -169,7 +170,10 @@ func loadAndRun(data []byte, reg *scheduling.Registry) error {
 		schedtest.Endpoint("a", endpoints.Metrics{WaitingQueueSize: 3}, "llm-d.ai/role", "decode", "role", "decode"),
 		schedtest.Endpoint("b", endpoints.Metrics{}, "llm-d.ai/role", "decode", "role", "decode"),
 	}
-	res, err := b.Scheduler.Schedule(context.Background(), scheduling.NewCycleState(), &scheduling.Request{}, eps)
+	// The conformance filter (header-based-testing-filter) keeps the
+	// endpoints its header names.
+	req := &scheduling.Request{Headers: map[string]string{headerfilter.Header: eps[0].Address() + "," + eps[1].Address()}}
+	res, err := b.Scheduler.Schedule(context.Background(), scheduling.NewCycleState(), req, eps)
 	if err != nil {
 		return fmt.Errorf("schedule: %w", err)
 	}

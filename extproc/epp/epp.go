@@ -654,6 +654,9 @@ func (p *Picker) Run(ctx context.Context) error {
 	src := &firstApply{Source: p.source, done: make(chan struct{})}
 	g.Go(func() error { return p.ds.Run(ctx, src) })
 	g.Go(func() error { return p.scraper.Run(ctx) })
+	if every := p.built.KVIndexLogInterval; every > 0 {
+		g.Go(func() error { p.kvIndex.LogMetrics(ctx, p.log, every); return nil })
+	}
 	g.Go(func() error { return serveGRPC(extproc, p.listeners.grpc) })
 	g.Go(func() error { return serveGRPC(healthGRPC, p.listeners.health) })
 	g.Go(func() error {

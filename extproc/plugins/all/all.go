@@ -7,6 +7,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
 	"github.com/kvgate/kvgate/extproc/plugins/endpointnotification"
 	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
+	"github.com/kvgate/kvgate/extproc/plugins/headerfilter"
 	"github.com/kvgate/kvgate/extproc/plugins/inflightload"
 	"github.com/kvgate/kvgate/extproc/plugins/kvcacheutil"
 	"github.com/kvgate/kvgate/extproc/plugins/labelselector"
@@ -23,6 +24,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/predictedlatency"
 	"github.com/kvgate/kvgate/extproc/plugins/prefix"
 	"github.com/kvgate/kvgate/extproc/plugins/prefixaffinity"
+	"github.com/kvgate/kvgate/extproc/plugins/probadmitter"
 	"github.com/kvgate/kvgate/extproc/plugins/profilehandler"
 	"github.com/kvgate/kvgate/extproc/plugins/queue"
 	"github.com/kvgate/kvgate/extproc/plugins/rolefilter"
@@ -87,6 +89,9 @@ func Registry() *scheduling.Registry {
 		{flowpolicy.SoftReflectType, flowpolicy.NewSoftReflect},
 		{flowpolicy.UtilizationType, flowpolicy.NewUtilization},
 		{flowpolicy.ConcurrencyType, flowpolicy.NewConcurrency},
+		// llm-d's and GIE's remaining vocabulary (compat-plugins).
+		{headerfilter.Type, headerfilter.New},
+		{probadmitter.Type, probadmitter.New},
 	} {
 		mustNot(r.Register(p.typ, p.f))
 	}
