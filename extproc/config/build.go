@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/extproc/flowcontrol"
+	"github.com/kvgate/kvgate/extproc/parsers"
 
 	"github.com/kvgate/kvgate/extproc/plugins/picker"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
@@ -26,6 +27,9 @@ type Built struct {
 	EndpointsRemoved []scheduling.EndpointsRemoved
 	Saturation       saturation.Config
 	FeatureGates     map[string]bool
+	// Parsers is the request handler: the configured request parsers, or
+	// llm-d's defaults.
+	Parsers *parsers.Set
 	// Metrics is the data layer's metrics source and extractor, applied
 	// to the scraper with Metrics.Scrape.
 	Metrics Metrics

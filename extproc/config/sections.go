@@ -6,7 +6,12 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/extproc/endpoints/scrape"
+	"github.com/kvgate/kvgate/extproc/parsers"
+	"github.com/kvgate/kvgate/extproc/plugins/anthropicparser"
+	"github.com/kvgate/kvgate/extproc/plugins/openaiparser"
+	"github.com/kvgate/kvgate/extproc/plugins/passthroughparser"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
+	"github.com/kvgate/kvgate/extproc/plugins/vllmhttpparser"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 )
 
@@ -254,9 +259,15 @@ func (b *builder) dataLayer(c *Config) error {
 	return nil
 }
 
-// parsers checks the request parsers the configuration names: each a
-// configured parser plugin (only openai-parser exists in kvgate, which
-// parses OpenAI-style bodies whatever is configured).
+// defaultParsers are llm-d's request parsers when the configuration names
+// none: the OpenAI, Anthropic and vLLM HTTP APIs, and passthrough for any
+// other path.
+var defaultParsers = []string{openaiparser.Type, anthropicparser.Type, vllmhttpparser.Type, passthroughparser.Type}
+
+// parsers builds the request handler from the request parsers the
+// configuration names, or llm-d's defaults. As in llm-d, a reference to a
+// plugin that is not configured builds the parser type of that name with
+// its defaults.
 func (b *builder) parsers(c *Config) error {
 	var refs []Ref
 	where := "requestHandler.parsers"
@@ -269,6 +280,13 @@ func (b *builder) parsers(c *Config) error {
 		}
 		refs, where = []Ref{*c.Parser}, "parser"
 	}
+	if len(refs) == 0 {
+		for _, typ := range defaultParsers {
+			refs = append(refs, Ref{PluginRef: typ})
+		}
+		where = "default parsers"
+	}
+	ps := make([]parsers.Parser, 0, len(refs))
 	for i, r := range refs {
 		at := fmt.Sprintf("%s[%d].pluginRef", where, i)
 		if where == "parser" {
@@ -276,12 +294,22 @@ func (b *builder) parsers(c *Config) error {
 		}
 		p, ok := b.byName[r.PluginRef]
 		if !ok {
-			return fmt.Errorf("%s: %q is not a configured plugin", at, r.PluginRef)
+			var err error
+			if p, err = b.add(at, PluginSpec{Type: r.PluginRef}); err != nil {
+				return fmt.Errorf("%s: %q is not a configured plugin nor a parser type: %w", at, r.PluginRef, err)
+			}
 		}
-		if _, ok := p.(scheduling.RequestParser); !ok {
+		parser, ok := p.(parsers.Parser)
+		if !ok {
 			return fmt.Errorf("%s: %q (type %s) is not a request parser", at, r.PluginRef, p.TypedName().Type)
 		}
+		ps = append(ps, parser)
 	}
+	set, err := parsers.NewSet(ps)
+	if err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	b.out.Parsers = set
 	return nil
 }
 

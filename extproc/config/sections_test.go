@@ -71,8 +71,9 @@ func TestSectionErrors(t *testing.T) {
 		{"P/D decider", llmdHead + "plugins:\n- type: prefix-based-pd-decider\n", `"prefix-based-pd-decider"`, FeaturePD},
 		{"p2p", llmdHead + "plugins:\n- type: p2p-source-producer\n", `"p2p-source-producer"`, FeaturePD},
 		{"gRPC parser", llmdHead + "plugins:\n- type: vllmgrpc-parser\n", "parses OpenAI-style HTTP bodies", FeatureGRPC},
-		{"unknown type", llmdHead + "plugins:\n- type: passthrough-parser\n", `unknown plugin type "passthrough-parser"`, ""},
-		{"parser not configured", llmdHead + ms + "requestHandler:\n  parsers:\n  - pluginRef: anthropic-parser\n", `requestHandler.parsers[0].pluginRef: "anthropic-parser" is not a configured plugin`, ""},
+		{"unknown type", llmdHead + "plugins:\n- type: sglanghttp-parser\n", `unknown plugin type "sglanghttp-parser"`, ""},
+		{"parser not configured", llmdHead + ms + "requestHandler:\n  parsers:\n  - pluginRef: my-parser\n", `requestHandler.parsers[0].pluginRef: "my-parser" is not a configured plugin nor a parser type`, ""},
+		{"parser after fallback", llmdHead + ms + "requestHandler:\n  parsers:\n  - pluginRef: passthrough-parser\n  - pluginRef: openai-parser\n", "must be last", ""},
 		{"parser not a parser", llmdHead + ms + "requestHandler:\n  parsers:\n  - pluginRef: queue-scorer\n", "is not a request parser", ""},
 		{"GIE parser form", llmdHead + ms + "parser:\n  pluginRef: queue-scorer\n", "parser.pluginRef", ""},
 		{"both parser forms", llmdHead + ms + "parser: {pluginRef: openai-parser}\nrequestHandler:\n  parsers: [{pluginRef: openai-parser}]\n", "give one", ""},
@@ -163,5 +164,42 @@ func TestKVIndexLogInterval(t *testing.T) {
 	}
 	if b, err = build(t, llmdHead); err != nil || b.KVIndexLogInterval != 0 {
 		t.Fatalf("default: %v %v", b.KVIndexLogInterval, err)
+	}
+}
+
+// The request handler: the parsers listed (a type name not configured as a
+// plugin builds that parser, as in llm-d), GIE's single parser, or llm-d's
+// defaults.
+func TestRequestHandler(t *testing.T) {
+	tests := []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"defaults", llmdHead, []string{"openai-parser", "anthropic-parser", "vllmhttp-parser", "passthrough-parser"}},
+		{"listed", llmdHead + "plugins:\n- {name: mine, type: openai-parser}\nrequestHandler:\n  parsers:\n  - pluginRef: vllmhttp-parser\n  - pluginRef: mine\n", []string{"vllmhttp-parser", "openai-parser"}},
+		{"GIE parser", llmdHead + "plugins:\n- type: openai-parser\nparser: {pluginRef: openai-parser}\n", []string{"openai-parser"}},
+		{"payload agnostic", llmdHead + "requestHandler:\n  parsers: [{pluginRef: passthrough-parser}]\n", []string{"passthrough-parser"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := build(t, tc.yaml)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, p := range b.Parsers.Parsers() {
+				got = append(got, p.TypedName().Type)
+			}
+			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Fatalf("parsers %v, want %v", got, tc.want)
+			}
+		})
+	}
+	b, err := build(t, llmdHead+"requestHandler:\n  parsers: [{pluginRef: openai-parser}]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Parsers.Parse("/v1/messages", []byte(`{}`)); err == nil {
+		t.Fatal("an explicit list without a fallback accepted an unclaimed path")
 	}
 }

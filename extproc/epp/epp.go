@@ -421,7 +421,7 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	}
 	d := director.New(dopts)
 	p.server = server.New(d, server.Options{
-		MaxRequestBodyBytes: o.MaxRequestBodyBytes, Logger: log,
+		MaxRequestBodyBytes: o.MaxRequestBodyBytes, Logger: log, Parser: p.built.Parsers,
 		MaxHeaders: o.MaxRequestHeaders, MaxHeaderBytes: o.MaxRequestHeaderBytes,
 		BodyBudget:          bytebudget.New(o.RequestBodyBudgetBytes),
 		RequestIdleTimeout:  zeroIsNone(o.RequestIdleTimeout),

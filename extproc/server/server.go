@@ -104,9 +104,11 @@ type Request struct {
 	// during HandleRequest: the server drops it (and its share of the body
 	// budget) once it has sent the body back to the proxy.
 	Body []byte
-	// API is the OpenAI API named by Path, "" for any other path.
+	// API is the API the body was parsed as: until then the OpenAI API
+	// named by Path ("" for any other path), after the parser's.
 	API openai.API
-	// Parsed is the body parsed as API; nil when HeaderOnly or when API is "".
+	// Parsed is the body parsed as API; nil when HeaderOnly or when the
+	// body is routed without interpretation.
 	Parsed *openai.Request
 	// HeaderOnly is true when no body is seen: the request had none
 	// (end_of_stream on its headers), or Envoy sends headers only (request
@@ -179,8 +181,19 @@ type Options struct {
 	// routed (see the defaults). A negative value disables the timeout.
 	RequestIdleTimeout  time.Duration
 	ResponseIdleTimeout time.Duration
+	// Parser parses request bodies; nil parses the OpenAI API :path
+	// names and routes any other body uninterpreted.
+	Parser BodyParser
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+}
+
+// BodyParser turns a request body into its routing view: nil for a body
+// routed without interpretation, an error for one that must be refused
+// (answered 400). A parsed request keeps body: the caller does not
+// modify it.
+type BodyParser interface {
+	Parse(path string, body []byte) (*openai.Request, error)
 }
 
 // Server implements the ext_proc service.
@@ -194,6 +207,7 @@ type Server struct {
 	budget   *bytebudget.Budget
 	reqIdle  time.Duration
 	respIdle time.Duration
+	parser   BodyParser
 	log      *slog.Logger
 }
 
@@ -207,6 +221,7 @@ func New(director Director, opts Options) *Server {
 		budget:   opts.BodyBudget,
 		reqIdle:  positiveOr(opts.RequestIdleTimeout, DefaultRequestIdleTimeout),
 		respIdle: positiveOr(opts.ResponseIdleTimeout, DefaultResponseIdleTimeout),
+		parser:   opts.Parser,
 		log:      opts.Logger,
 	}
 	if s.headers.count <= 0 {

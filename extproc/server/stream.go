@@ -197,14 +197,30 @@ func (st *stream) finishRequest(bodyEOS bool) (bool, error) {
 	if st.req.Body == nil {
 		st.req.Body = []byte{} // a body was announced, even if empty
 	}
-	if st.req.API != "" {
-		parsed, err := openai.Parse(st.req.API, st.req.Body)
-		if err != nil {
-			return true, st.immediate(&inferr.Error{Code: inferr.BadRequest, Msg: err.Error()})
-		}
-		st.req.Parsed = parsed
+	parsed, err := st.parse()
+	if err != nil {
+		return true, st.immediate(&inferr.Error{Code: inferr.BadRequest, Msg: err.Error()})
 	}
+	if st.srv.parser != nil {
+		st.req.API = ""
+		if parsed != nil {
+			st.req.API = parsed.API
+		}
+	}
+	st.req.Parsed = parsed
 	return st.decide(bodyEOS)
+}
+
+// parse is the body's routing view: the server's parser's, or the OpenAI
+// API the path names.
+func (st *stream) parse() (*openai.Request, error) {
+	switch {
+	case st.srv.parser != nil:
+		return st.srv.parser.Parse(st.req.Path, st.req.Body)
+	case st.req.API != "":
+		return openai.Parse(st.req.API, st.req.Body)
+	}
+	return nil, nil
 }
 
 // decide asks the Director and answers Envoy with the decision: the headers

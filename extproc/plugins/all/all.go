@@ -3,6 +3,7 @@
 package all
 
 import (
+	"github.com/kvgate/kvgate/extproc/plugins/anthropicparser"
 	"github.com/kvgate/kvgate/extproc/plugins/approxprefix"
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
 	"github.com/kvgate/kvgate/extproc/plugins/endpointnotification"
@@ -18,6 +19,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/metricsdatasource"
 	"github.com/kvgate/kvgate/extproc/plugins/nohitlru"
 	"github.com/kvgate/kvgate/extproc/plugins/openaiparser"
+	"github.com/kvgate/kvgate/extproc/plugins/passthroughparser"
 	"github.com/kvgate/kvgate/extproc/plugins/picker"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
 	"github.com/kvgate/kvgate/extproc/plugins/preciseproducer"
@@ -33,6 +35,8 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/sloheadroom"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenload"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenproducer"
+	"github.com/kvgate/kvgate/extproc/plugins/vertexaiparser"
+	"github.com/kvgate/kvgate/extproc/plugins/vllmhttpparser"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 )
 
@@ -92,6 +96,10 @@ func Registry() *scheduling.Registry {
 		// llm-d's and GIE's remaining vocabulary (compat-plugins).
 		{headerfilter.Type, headerfilter.New},
 		{probadmitter.Type, probadmitter.New},
+		{passthroughparser.Type, passthroughparser.New},
+		{anthropicparser.Type, anthropicparser.New},
+		{vllmhttpparser.Type, vllmhttpparser.New},
+		{vertexaiparser.Type, vertexaiparser.New},
 	} {
 		mustNot(r.Register(p.typ, p.f))
 	}

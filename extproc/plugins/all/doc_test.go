@@ -17,10 +17,12 @@ import (
 
 	"github.com/kvgate/kvgate/extproc/flowcontrol"
 	"github.com/kvgate/kvgate/extproc/kvindex"
+	"github.com/kvgate/kvgate/extproc/plugins/anthropicparser"
 	"github.com/kvgate/kvgate/extproc/plugins/approxprefix"
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
 	"github.com/kvgate/kvgate/extproc/plugins/endpointnotification"
 	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
+	"github.com/kvgate/kvgate/extproc/plugins/headerfilter"
 	"github.com/kvgate/kvgate/extproc/plugins/inflightload"
 	"github.com/kvgate/kvgate/extproc/plugins/labelselector"
 	"github.com/kvgate/kvgate/extproc/plugins/latencyscorer"
@@ -29,16 +31,20 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/metricsdatasource"
 	"github.com/kvgate/kvgate/extproc/plugins/nohitlru"
 	"github.com/kvgate/kvgate/extproc/plugins/openaiparser"
+	"github.com/kvgate/kvgate/extproc/plugins/passthroughparser"
 	"github.com/kvgate/kvgate/extproc/plugins/picker"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
 	"github.com/kvgate/kvgate/extproc/plugins/preciseproducer"
 	"github.com/kvgate/kvgate/extproc/plugins/predictedlatency"
 	"github.com/kvgate/kvgate/extproc/plugins/prefix"
 	"github.com/kvgate/kvgate/extproc/plugins/prefixaffinity"
+	"github.com/kvgate/kvgate/extproc/plugins/probadmitter"
 	"github.com/kvgate/kvgate/extproc/plugins/sessionaffinity"
 	"github.com/kvgate/kvgate/extproc/plugins/sloheadroom"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenload"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenproducer"
+	"github.com/kvgate/kvgate/extproc/plugins/vertexaiparser"
+	"github.com/kvgate/kvgate/extproc/plugins/vllmhttpparser"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 )
 
@@ -91,6 +97,12 @@ var paramsOf = map[string]any{
 	flowpolicy.SoftReflectType:    nil,
 	flowpolicy.UtilizationType:    flowpolicy.UtilizationParams{},
 	flowpolicy.ConcurrencyType:    flowpolicy.ConcurrencyParams{},
+	headerfilter.Type:             nil,
+	probadmitter.Type:             probadmitter.Params{},
+	passthroughparser.Type:        nil,
+	anthropicparser.Type:          nil,
+	vllmhttpparser.Type:           nil,
+	vertexaiparser.Type:           nil,
 }
 
 // The README's plugin table, each plugin package's documented parameters,

@@ -10,8 +10,12 @@
 // (1/k)^(1/power) ≈ 0.34. A refusal is answered 429 (ResourceExhausted,
 // dropped reason rejected-saturated) like every admitter's.
 //
-// Parameters: queueDepthThreshold (5), kvCacheUtilThreshold (0.8),
-// power (5), k (300); each must be positive.
+// Parameters (each must be positive):
+//
+//	queueDepthThreshold: int      waiting requests at which an endpoint counts as saturated (default 5)
+//	kvCacheUtilThreshold: float  KV-cache use, 0..1, at which it does (default 0.8)
+//	power: float                 the curve's steepness (default 5)
+//	k: float                     its scale: everything is shed from (1/k)^(1/power) (default 300)
 package probadmitter
 
 import (
