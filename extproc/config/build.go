@@ -21,6 +21,7 @@ type Built struct {
 	// defaults added.
 	Plugins []scheduling.Plugin
 	// Hooks are the plugins implementing each request-lifecycle extension.
+	RequestHeader    []scheduling.RequestHeader
 	PreRequest       []scheduling.PreRequest
 	ResponseComplete []scheduling.ResponseComplete
 	FirstToken       []scheduling.FirstToken
@@ -246,6 +247,9 @@ func (b *builder) handlerFor(handler scheduling.ProfileHandler, names []string) 
 func (b *Built) collectHooks() (scheduling.Stages, error) {
 	var stages scheduling.Stages
 	for _, p := range b.Plugins {
+		if x, ok := p.(scheduling.RequestHeader); ok {
+			b.RequestHeader = append(b.RequestHeader, x)
+		}
 		if x, ok := p.(scheduling.PreRequest); ok {
 			b.PreRequest = append(b.PreRequest, x)
 		}

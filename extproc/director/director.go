@@ -43,6 +43,7 @@ type ModelRewrites interface {
 
 // Hooks are the request-lifecycle plugins of a configuration.
 type Hooks struct {
+	RequestHeader    []scheduling.RequestHeader
 	PreRequest       []scheduling.PreRequest
 	FirstToken       []scheduling.FirstToken
 	ResponseComplete []scheduling.ResponseComplete
@@ -130,6 +131,7 @@ const maxTokensCharged = 4 << 20
 // HandleRequest implements server.Director.
 func (d *Director) HandleRequest(ctx context.Context, req *server.Request) (*server.Decision, server.Exchange, error) {
 	sr := d.schedulingRequest(req)
+	d.requestHeader(ctx, sr)
 	var (
 		dec *server.Decision
 		ex  *exchange
@@ -172,7 +174,17 @@ func (d *Director) routed(req *server.Request, sr *scheduling.Request, dec *serv
 // Dispatch.
 func (d *Director) Classify(req *server.Request) (*scheduling.Request, flowcontrol.Request) {
 	sr := d.schedulingRequest(req)
+	d.requestHeader(context.Background(), sr)
 	return sr, FlowRequest(req, sr)
+}
+
+// requestHeader runs the RequestHeader hooks on a new request.
+func (d *Director) requestHeader(ctx context.Context, sr *scheduling.Request) {
+	for _, h := range d.opts.Hooks.RequestHeader {
+		start := time.Now()
+		h.RequestHeader(ctx, sr)
+		d.metrics.PluginDuration(scheduling.PointRequestHeader, h.TypedName(), time.Since(start))
+	}
 }
 
 // Dispatch routes a request that flow control has dispatched as it (nil

@@ -405,7 +405,7 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	dopts := director.Options{
 		Pool:             p.ds,
 		Scheduler:        p.built.Scheduler,
-		Hooks:            director.Hooks{PreRequest: p.built.PreRequest, FirstToken: p.built.FirstToken, ResponseComplete: p.built.ResponseComplete},
+		Hooks:            director.Hooks{RequestHeader: p.built.RequestHeader, PreRequest: p.built.PreRequest, FirstToken: p.built.FirstToken, ResponseComplete: p.built.ResponseComplete},
 		Saturation:       saturation.New(p.built.Saturation, time.Now),
 		TrustFilterHints: o.TrustFilterHeaders,
 		Objectives:       p.objectives,

@@ -37,6 +37,15 @@ type Admitter interface {
 	Admit(ctx context.Context, cs *CycleState, req *Request, candidates []*endpoints.Endpoint) error
 }
 
+// RequestHeader runs once per request as the picker assembles it, before
+// flow control and scheduling (llm-d's RequestHeaderProcessor): plugins
+// derive request attributes from the headers, such as the fairness id
+// flow control queues the request under.
+type RequestHeader interface {
+	Plugin
+	RequestHeader(ctx context.Context, req *Request)
+}
+
 // ErrNotAdmitted wraps an admitter's refusal.
 var ErrNotAdmitted = errors.New("request not admitted")
 
@@ -49,9 +58,10 @@ type FirstToken interface {
 
 // Point names of the stages in plugin duration metrics.
 const (
-	PointDataProducer = "DataProducer"
-	PointAdmitter     = "Admitter"
-	PointFirstToken   = "FirstToken"
+	PointDataProducer  = "DataProducer"
+	PointAdmitter      = "Admitter"
+	PointFirstToken    = "FirstToken"
+	PointRequestHeader = "RequestHeader"
 )
 
 // OrderProducers returns producers so that each runs after the producers of

@@ -3,6 +3,7 @@
 package all
 
 import (
+	"github.com/kvgate/kvgate/extproc/plugins/agentidentity"
 	"github.com/kvgate/kvgate/extproc/plugins/anthropicparser"
 	"github.com/kvgate/kvgate/extproc/plugins/approxprefix"
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
@@ -100,6 +101,7 @@ func Registry() *scheduling.Registry {
 		{anthropicparser.Type, anthropicparser.New},
 		{vllmhttpparser.Type, vllmhttpparser.New},
 		{vertexaiparser.Type, vertexaiparser.New},
+		{agentidentity.Type, agentidentity.New},
 	} {
 		mustNot(r.Register(p.typ, p.f))
 	}

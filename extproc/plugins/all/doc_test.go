@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvgate/kvgate/extproc/flowcontrol"
 	"github.com/kvgate/kvgate/extproc/kvindex"
+	"github.com/kvgate/kvgate/extproc/plugins/agentidentity"
 	"github.com/kvgate/kvgate/extproc/plugins/anthropicparser"
 	"github.com/kvgate/kvgate/extproc/plugins/approxprefix"
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
@@ -103,6 +104,7 @@ var paramsOf = map[string]any{
 	anthropicparser.Type:          nil,
 	vllmhttpparser.Type:           nil,
 	vertexaiparser.Type:           nil,
+	agentidentity.Type:            agentidentity.Params{},
 }
 
 // The README's plugin table, each plugin package's documented parameters,
@@ -183,6 +185,7 @@ var kinds = map[string]reflect.Type{
 	"data source":     reflect.TypeFor[scheduling.DataSource](),
 	"data extractor":  reflect.TypeFor[scheduling.DataExtractor](),
 	"request parser":  reflect.TypeFor[scheduling.RequestParser](),
+	"request header":  reflect.TypeFor[scheduling.RequestHeader](),
 	// Flow-control plugins (extproc/flowcontrol), referenced from the
 	// flowControl section; the detectors are also filters.
 	"fairness policy":     reflect.TypeFor[flowcontrol.FairnessPolicy](),
