@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/flowcontrol"
 	"github.com/kvgate/kvgate/extproc/parsers"
 
@@ -28,6 +29,9 @@ type Built struct {
 	EndpointsRemoved []scheduling.EndpointsRemoved
 	Saturation       saturation.Config
 	FeatureGates     map[string]bool
+	// Discovery is the endpoint membership dataLayer.discovery names
+	// (file-discovery); nil: the picker's flags choose.
+	Discovery endpoints.Source
 	// Parsers is the request handler: the configured request parsers, or
 	// llm-d's defaults.
 	Parsers *parsers.Set

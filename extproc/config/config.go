@@ -75,8 +75,9 @@ type DataLayerSpec struct {
 	// configured (default true).
 	InjectDefaults *bool            `json:"injectDefaults,omitempty"`
 	Sources        []DataSourceSpec `json:"sources,omitempty"`
-	// Discovery, PeerDiscovery and the cross-replica fields are llm-d's;
-	// Build refuses them by name until kvgate implements them.
+	// Discovery names the endpoint discovery plugin (file-discovery).
+	// PeerDiscovery and the cross-replica fields are llm-d's; Build
+	// refuses them by name until kvgate implements them.
 	Discovery                   *Ref   `json:"discovery,omitempty"`
 	PeerDiscovery               *Ref   `json:"peerDiscovery,omitempty"`
 	CrossReplicaSyncerPluginRef string `json:"crossReplicaSyncerPluginRef,omitempty"`

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/endpoints/scrape"
 	"github.com/kvgate/kvgate/extproc/parsers"
 	"github.com/kvgate/kvgate/extproc/plugins/anthropicparser"
@@ -120,9 +121,6 @@ func unsupportedSections(c *Config) error {
 		return nil
 	}
 	switch {
-	case dl.Discovery != nil:
-		return &UnsupportedError{Where: "dataLayer.discovery", Name: dl.Discovery.PluginRef, Feature: FeatureOther,
-			Hint: "kvgate discovers endpoints from the InferencePool, --endpoint-selector or --endpoints-file"}
 	case dl.PeerDiscovery != nil:
 		return &UnsupportedError{Where: "dataLayer.peerDiscovery", Name: dl.PeerDiscovery.PluginRef, Feature: FeatureOther}
 	case dl.CrossReplicaSyncerPluginRef != "":
@@ -141,6 +139,10 @@ type (
 	}
 	metricsExtractor interface {
 		ScrapeEngines() *scrape.Engines
+	}
+	// endpointDiscovery is a dataLayer.discovery plugin (file-discovery).
+	endpointDiscovery interface {
+		EndpointSource() endpoints.Source
 	}
 )
 
@@ -183,6 +185,17 @@ func (b *builder) dataLayer(c *Config) error {
 		spec = &DataLayerSpec{}
 	}
 	wired := map[string]bool{}
+	if d := spec.Discovery; d != nil {
+		p, ok := b.byName[d.PluginRef]
+		if !ok {
+			return fmt.Errorf("%s.discovery.pluginRef: %q is not a configured plugin", where, d.PluginRef)
+		}
+		ed, ok := p.(endpointDiscovery)
+		if !ok {
+			return fmt.Errorf("%s.discovery.pluginRef: %q (type %s) is not an endpoint discovery", where, d.PluginRef, p.TypedName().Type)
+		}
+		b.out.Discovery, wired[d.PluginRef] = ed.EndpointSource(), true
+	}
 	for i, src := range spec.Sources {
 		at := fmt.Sprintf("%s.sources[%d]", where, i)
 		p, ok := b.byName[src.PluginRef]
@@ -239,6 +252,8 @@ func (b *builder) dataLayer(c *Config) error {
 			looseSources = append(looseSources, p)
 		case metricsExtractor:
 			looseExtractors = append(looseExtractors, p)
+		case endpointDiscovery:
+			return fmt.Errorf("plugins: %q (type %s) discovers endpoints but %s.discovery does not name it", p.TypedName().Name, p.TypedName().Type, where)
 		}
 	}
 	if len(spec.Sources) == 0 && len(looseSources) <= 1 && len(looseExtractors) <= 1 {

@@ -64,7 +64,9 @@ func TestSectionErrors(t *testing.T) {
 		name, yaml, want, feature string
 	}{
 		{"unknown gate", llmdHead + "featureGates: [dataLayer, magic]\n", `featureGates[1]: "magic"`, FeatureOther},
-		{"discovery", llmdHead + "dataLayer:\n  discovery: {pluginRef: file-discovery}\n", `dataLayer.discovery: "file-discovery"`, FeatureOther},
+		{"discovery not configured", llmdHead + "dataLayer:\n  discovery: {pluginRef: file-discovery}\n", `dataLayer.discovery.pluginRef: "file-discovery" is not a configured plugin`, ""},
+		{"discovery not a discovery", llmdHead + ms + "dataLayer:\n  discovery: {pluginRef: queue-scorer}\n", "is not an endpoint discovery", ""},
+		{"discovery not wired", llmdHead + "plugins:\n- type: file-discovery\n  parameters: {path: /e.yaml}\n", "discovers endpoints but dataLayer.discovery does not name it", ""},
 		{"peer discovery", llmdHead + "dataLayer:\n  peerDiscovery: {pluginRef: dns}\n", `dataLayer.peerDiscovery`, FeatureOther},
 		{"cross replica", llmdHead + "dataLayer:\n  crossReplicaSyncerPluginRef: redis\n", `crossReplicaSyncerPluginRef`, FeatureOther},
 		{"P/D handler", llmdHead + "plugins:\n- type: disagg-profile-handler\n", `"disagg-profile-handler"`, FeaturePD},

@@ -31,9 +31,6 @@ type upstreamDoc struct {
 	} `json:"plugins"`
 	FlowControl  any      `json:"flowControl"`
 	FeatureGates []string `json:"featureGates"`
-	DataLayer    *struct {
-		Discovery any `json:"discovery"`
-	} `json:"dataLayer"`
 }
 
 // invalidUpstream are upstream documents that are themselves wrong, with
@@ -89,9 +86,6 @@ func TestUpstreamConfigs(t *testing.T) {
 		var refused []string
 		if !slices.Contains(APIVersions, doc.APIVersion) {
 			refused = append(refused, doc.APIVersion)
-		}
-		if doc.DataLayer != nil && doc.DataLayer.Discovery != nil {
-			refused = append(refused, "dataLayer.discovery")
 		}
 		for _, g := range doc.FeatureGates {
 			if !featureGates[g] {

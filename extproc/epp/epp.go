@@ -385,8 +385,16 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	if err := p.reg.Register(p.scraper); err != nil {
 		return nil, fmt.Errorf("scrape metrics: %w", err)
 	}
-	if o.EndpointsFile != "" {
+	switch {
+	case p.built.Discovery != nil && o.EndpointsFile != "":
+		return nil, errors.New("--endpoints and the configuration's dataLayer.discovery both name the endpoints: give one")
+	case p.built.Discovery != nil:
+		// llm-d's file-discovery: no Kubernetes.
+		p.source = p.built.Discovery
+	case o.EndpointsFile != "":
 		p.source = &staticfile.File{Path: o.EndpointsFile, Logger: log}
+	}
+	if p.source != nil {
 		if o.ObjectivesFile != "" {
 			objs, err := loadObjectives(o.ObjectivesFile, o.PoolName)
 			if err != nil {

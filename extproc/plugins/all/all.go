@@ -8,6 +8,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/approxprefix"
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
 	"github.com/kvgate/kvgate/extproc/plugins/endpointnotification"
+	"github.com/kvgate/kvgate/extproc/plugins/filediscovery"
 	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
 	"github.com/kvgate/kvgate/extproc/plugins/headerfilter"
 	"github.com/kvgate/kvgate/extproc/plugins/inflightload"
@@ -102,6 +103,7 @@ func Registry() *scheduling.Registry {
 		{vllmhttpparser.Type, vllmhttpparser.New},
 		{vertexaiparser.Type, vertexaiparser.New},
 		{agentidentity.Type, agentidentity.New},
+		{filediscovery.Type, filediscovery.New},
 	} {
 		mustNot(r.Register(p.typ, p.f))
 	}

@@ -43,6 +43,8 @@ var requiredParams = map[string]map[string]any{
 	"by-label":                {"label": "hw", "allowsNoLabel": true},
 	// llm-d has no default floor for the holdback ceiling.
 	flowpolicy.HoldbackType: {"minCeiling": 0.5},
+	// The endpoints file (read when the picker runs, not at build).
+	"file-discovery": {"path": "/etc/epp/endpoints.yaml"},
 }
 
 // minimalParams is typ's required parameters, with probe (when not empty)

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/flowcontrol"
 	"github.com/kvgate/kvgate/extproc/kvindex"
 	"github.com/kvgate/kvgate/extproc/plugins/agentidentity"
@@ -22,6 +23,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/approxprefix"
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
 	"github.com/kvgate/kvgate/extproc/plugins/endpointnotification"
+	"github.com/kvgate/kvgate/extproc/plugins/filediscovery"
 	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
 	"github.com/kvgate/kvgate/extproc/plugins/headerfilter"
 	"github.com/kvgate/kvgate/extproc/plugins/inflightload"
@@ -105,6 +107,7 @@ var paramsOf = map[string]any{
 	vllmhttpparser.Type:           nil,
 	vertexaiparser.Type:           nil,
 	agentidentity.Type:            agentidentity.Params{},
+	filediscovery.Type:            filediscovery.Params{},
 }
 
 // The README's plugin table, each plugin package's documented parameters,
@@ -176,16 +179,17 @@ func TestDocsAgreeWithRegistry(t *testing.T) {
 // kinds maps the README's kind column to the interface a plugin of that
 // kind implements.
 var kinds = map[string]reflect.Type{
-	"scorer":          reflect.TypeFor[scheduling.Scorer](),
-	"filter":          reflect.TypeFor[scheduling.Filter](),
-	"picker":          reflect.TypeFor[scheduling.Picker](),
-	"profile handler": reflect.TypeFor[scheduling.ProfileHandler](),
-	"data producer":   reflect.TypeFor[scheduling.DataProducer](),
-	"admitter":        reflect.TypeFor[scheduling.Admitter](),
-	"data source":     reflect.TypeFor[scheduling.DataSource](),
-	"data extractor":  reflect.TypeFor[scheduling.DataExtractor](),
-	"request parser":  reflect.TypeFor[scheduling.RequestParser](),
-	"request header":  reflect.TypeFor[scheduling.RequestHeader](),
+	"scorer":             reflect.TypeFor[scheduling.Scorer](),
+	"filter":             reflect.TypeFor[scheduling.Filter](),
+	"picker":             reflect.TypeFor[scheduling.Picker](),
+	"profile handler":    reflect.TypeFor[scheduling.ProfileHandler](),
+	"data producer":      reflect.TypeFor[scheduling.DataProducer](),
+	"admitter":           reflect.TypeFor[scheduling.Admitter](),
+	"data source":        reflect.TypeFor[scheduling.DataSource](),
+	"data extractor":     reflect.TypeFor[scheduling.DataExtractor](),
+	"request parser":     reflect.TypeFor[scheduling.RequestParser](),
+	"request header":     reflect.TypeFor[scheduling.RequestHeader](),
+	"endpoint discovery": reflect.TypeFor[interface{ EndpointSource() endpoints.Source }](),
 	// Flow-control plugins (extproc/flowcontrol), referenced from the
 	// flowControl section; the detectors are also filters.
 	"fairness policy":     reflect.TypeFor[flowcontrol.FairnessPolicy](),
