@@ -23,6 +23,8 @@ type Built struct {
 	Plugins []scheduling.Plugin
 	// Hooks are the plugins implementing each request-lifecycle extension.
 	RequestHeader    []scheduling.RequestHeader
+	ResponseHeader   []scheduling.ResponseHeader
+	ResponseMetadata []scheduling.ResponseMetadata
 	PreRequest       []scheduling.PreRequest
 	ResponseComplete []scheduling.ResponseComplete
 	FirstToken       []scheduling.FirstToken
@@ -254,6 +256,12 @@ func (b *Built) collectHooks() (scheduling.Stages, error) {
 		if x, ok := p.(scheduling.RequestHeader); ok {
 			b.RequestHeader = append(b.RequestHeader, x)
 		}
+		if x, ok := p.(scheduling.ResponseHeader); ok {
+			b.ResponseHeader = append(b.ResponseHeader, x)
+		}
+		if x, ok := p.(scheduling.ResponseMetadata); ok {
+			b.ResponseMetadata = append(b.ResponseMetadata, x)
+		}
 		if x, ok := p.(scheduling.PreRequest); ok {
 			b.PreRequest = append(b.PreRequest, x)
 		}
@@ -315,9 +323,10 @@ func buildProfile(where string, ps ProfileSpec, byName map[string]scheduling.Plu
 			used = true
 		}
 		switch p.(type) {
-		case scheduling.DataProducer, scheduling.Admitter:
-			// Bound by capability for every request; GIE's configs also
-			// list them in a profile.
+		case scheduling.DataProducer, scheduling.Admitter, scheduling.RequestHeader, scheduling.ResponseHeader, scheduling.ResponseMetadata, scheduling.RequestParser:
+			// Bound by capability for every request (a parser by the
+			// request handler); GIE's configs also list them in a
+			// profile.
 			used = true
 		}
 		if !used {

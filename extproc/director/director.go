@@ -21,6 +21,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/server"
 	"github.com/kvgate/kvgate/internal/eppwire"
 	"github.com/kvgate/kvgate/internal/hints"
+	"github.com/kvgate/kvgate/internal/openai"
 )
 
 // Pool is what the director needs of the endpoint datastore.
@@ -44,6 +45,8 @@ type ModelRewrites interface {
 // Hooks are the request-lifecycle plugins of a configuration.
 type Hooks struct {
 	RequestHeader    []scheduling.RequestHeader
+	ResponseHeader   []scheduling.ResponseHeader
+	ResponseMetadata []scheduling.ResponseMetadata
 	PreRequest       []scheduling.PreRequest
 	FirstToken       []scheduling.FirstToken
 	ResponseComplete []scheduling.ResponseComplete
@@ -446,13 +449,53 @@ func (x *exchange) revoke() { x.revoked.Store(true) }
 // Revoked implements server.Revocable.
 func (x *exchange) Revoked() bool { return x.revoked.Load() }
 
-var _ server.Exchange = (*exchange)(nil)
+var (
+	_ server.Exchange             = (*exchange)(nil)
+	_ server.ResponseHeaderSetter = (*exchange)(nil)
+	_ server.ResponseAnnotator    = (*exchange)(nil)
+)
 
 // ResponseStarted implements server.Exchange. When the proxy served the
 // request from a fallback, the load moves to the endpoint that has it.
 func (x *exchange) ResponseStarted(_ context.Context, head server.ResponseHead) {
 	x.status = head.Status
 	x.moveTo(head.ServedEndpoint)
+}
+
+// ResponseHeaders implements server.ResponseHeaderSetter: the
+// ResponseHeader hooks' headers.
+func (x *exchange) ResponseHeaders(ctx context.Context, head server.ResponseHead) map[string]string {
+	hooks := x.d.opts.Hooks.ResponseHeader
+	if len(hooks) == 0 {
+		return nil
+	}
+	rh := &scheduling.ResponseHead{Status: head.Status, Headers: head.Headers, Served: head.ServedEndpoint}
+	for _, h := range hooks {
+		start := time.Now()
+		h.ResponseHeader(ctx, x.cs, x.sched, rh)
+		x.d.metrics.PluginDuration(scheduling.PointResponseHeader, h.TypedName(), time.Since(start))
+	}
+	return rh.SetHeaders()
+}
+
+// ResponseMetadata implements server.ResponseAnnotator: the
+// ResponseMetadata hooks' metadata.
+func (x *exchange) ResponseMetadata(ctx context.Context, usage openai.Usage, found bool) map[string]map[string]any {
+	hooks := x.d.opts.Hooks.ResponseMetadata
+	if len(hooks) == 0 {
+		return nil
+	}
+	var u *openai.Usage
+	if found {
+		u = &usage
+	}
+	md := scheduling.Metadata{}
+	for _, h := range hooks {
+		start := time.Now()
+		h.ResponseMetadata(ctx, x.cs, x.sched, u, md)
+		x.d.metrics.PluginDuration(scheduling.PointResponseMetadata, h.TypedName(), time.Since(start))
+	}
+	return md
 }
 
 func (x *exchange) moveTo(served string) {

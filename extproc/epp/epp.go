@@ -413,7 +413,7 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	dopts := director.Options{
 		Pool:             p.ds,
 		Scheduler:        p.built.Scheduler,
-		Hooks:            director.Hooks{RequestHeader: p.built.RequestHeader, PreRequest: p.built.PreRequest, FirstToken: p.built.FirstToken, ResponseComplete: p.built.ResponseComplete},
+		Hooks:            director.Hooks{RequestHeader: p.built.RequestHeader, ResponseHeader: p.built.ResponseHeader, ResponseMetadata: p.built.ResponseMetadata, PreRequest: p.built.PreRequest, FirstToken: p.built.FirstToken, ResponseComplete: p.built.ResponseComplete},
 		Saturation:       saturation.New(p.built.Saturation, time.Now),
 		TrustFilterHints: o.TrustFilterHeaders,
 		Objectives:       p.objectives,

@@ -80,6 +80,23 @@ type Revocable interface {
 	Revoked() bool
 }
 
+// ResponseHeaderSetter is implemented by exchanges whose plugins set
+// headers on the response to the client (GIE's ResponseHeader
+// processors): called with the response's head before the headers are
+// answered; the headers returned are set.
+type ResponseHeaderSetter interface {
+	ResponseHeaders(ctx context.Context, head ResponseHead) map[string]string
+}
+
+// ResponseAnnotator is implemented by exchanges whose plugins report the
+// response to the proxy as dynamic metadata (GIE's
+// request-attribute-reporter): called once, with the usage seen (found
+// false: none), before the response's last message is answered, which
+// carries the metadata returned (namespace → key → value; nil: none).
+type ResponseAnnotator interface {
+	ResponseMetadata(ctx context.Context, usage openai.Usage, found bool) map[string]map[string]any
+}
+
 // ResponseHead is what the response's headers tell.
 type ResponseHead struct {
 	Status  int

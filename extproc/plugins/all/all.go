@@ -6,6 +6,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/agentidentity"
 	"github.com/kvgate/kvgate/extproc/plugins/anthropicparser"
 	"github.com/kvgate/kvgate/extproc/plugins/approxprefix"
+	"github.com/kvgate/kvgate/extproc/plugins/attrreporter"
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
 	"github.com/kvgate/kvgate/extproc/plugins/endpointnotification"
 	"github.com/kvgate/kvgate/extproc/plugins/filediscovery"
@@ -33,6 +34,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/queue"
 	"github.com/kvgate/kvgate/extproc/plugins/rolefilter"
 	"github.com/kvgate/kvgate/extproc/plugins/runningrequests"
+	"github.com/kvgate/kvgate/extproc/plugins/servedverifier"
 	"github.com/kvgate/kvgate/extproc/plugins/sessionaffinity"
 	"github.com/kvgate/kvgate/extproc/plugins/sloheadroom"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenload"
@@ -104,6 +106,8 @@ func Registry() *scheduling.Registry {
 		{vertexaiparser.Type, vertexaiparser.New},
 		{agentidentity.Type, agentidentity.New},
 		{filediscovery.Type, filediscovery.New},
+		{attrreporter.Type, attrreporter.New},
+		{servedverifier.Type, servedverifier.New},
 	} {
 		mustNot(r.Register(p.typ, p.f))
 	}

@@ -45,6 +45,8 @@ var requiredParams = map[string]map[string]any{
 	flowpolicy.HoldbackType: {"minCeiling": 0.5},
 	// The endpoints file (read when the picker runs, not at build).
 	"file-discovery": {"path": "/etc/epp/endpoints.yaml"},
+	// GIE has no default attribute.
+	"request-attribute-reporter": {"attributes": []any{map[string]any{"key": map[string]any{"name": "cost"}, "expression": "usage.completion_tokens"}}},
 }
 
 // minimalParams is typ's required parameters, with probe (when not empty)

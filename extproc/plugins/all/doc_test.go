@@ -21,6 +21,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/agentidentity"
 	"github.com/kvgate/kvgate/extproc/plugins/anthropicparser"
 	"github.com/kvgate/kvgate/extproc/plugins/approxprefix"
+	"github.com/kvgate/kvgate/extproc/plugins/attrreporter"
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
 	"github.com/kvgate/kvgate/extproc/plugins/endpointnotification"
 	"github.com/kvgate/kvgate/extproc/plugins/filediscovery"
@@ -42,6 +43,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/prefix"
 	"github.com/kvgate/kvgate/extproc/plugins/prefixaffinity"
 	"github.com/kvgate/kvgate/extproc/plugins/probadmitter"
+	"github.com/kvgate/kvgate/extproc/plugins/servedverifier"
 	"github.com/kvgate/kvgate/extproc/plugins/sessionaffinity"
 	"github.com/kvgate/kvgate/extproc/plugins/sloheadroom"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenload"
@@ -108,6 +110,8 @@ var paramsOf = map[string]any{
 	vertexaiparser.Type:           nil,
 	agentidentity.Type:            agentidentity.Params{},
 	filediscovery.Type:            filediscovery.Params{},
+	attrreporter.Type:             attrreporter.Params{},
+	servedverifier.Type:           nil,
 }
 
 // The README's plugin table, each plugin package's documented parameters,
@@ -190,6 +194,8 @@ var kinds = map[string]reflect.Type{
 	"request parser":     reflect.TypeFor[scheduling.RequestParser](),
 	"request header":     reflect.TypeFor[scheduling.RequestHeader](),
 	"endpoint discovery": reflect.TypeFor[interface{ EndpointSource() endpoints.Source }](),
+	"response header":    reflect.TypeFor[scheduling.ResponseHeader](),
+	"response metadata":  reflect.TypeFor[scheduling.ResponseMetadata](),
 	// Flow-control plugins (extproc/flowcontrol), referenced from the
 	// flowControl section; the detectors are also filters.
 	"fairness policy":     reflect.TypeFor[flowcontrol.FairnessPolicy](),
