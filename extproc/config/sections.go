@@ -61,9 +61,10 @@ var knownPluginTypes = map[string]UnsupportedError{
 	"p2p-source-producer":              {Feature: FeaturePD},
 	"data-parallel-profile-handler":    {Feature: FeaturePD},
 	"header-profile-handler":           {Feature: FeaturePD},
-	"predicted-latency-scorer":         {Feature: FeatureLatency, Hint: "kvgate's latency-scorer scores predicted-latency-producer's predictions"},
-	"vllmgrpc-parser": {Feature: FeatureGRPC, Hint: "kvgate's picker parses OpenAI-style HTTP bodies " +
-		"(openai-parser); it cannot route vLLM's gRPC API"},
+	"predicted-latency-scorer": {Feature: FeatureLatency, Hint: "GIE's monolithic SLO scorer is not built; kvgate's predicted-latency-producer with latency-scorer " +
+		"(and prefix-cache-affinity-filter, slo-headroom-tier-filter) score its predictions"},
+	"vllmgrpc-parser": {Feature: FeatureGRPC, Hint: "kvgate's picker parses HTTP bodies (openai-parser, anthropic-parser, vllmhttp-parser, " +
+		"passthrough-parser) and Vertex AI's gRPC envelope (vertexai-parser); it cannot route vLLM's gRPC API"},
 }
 
 // unknownType turns the registry's unknown-type error for typ into an

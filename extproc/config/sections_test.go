@@ -72,7 +72,7 @@ func TestSectionErrors(t *testing.T) {
 		{"P/D handler", llmdHead + "plugins:\n- type: disagg-profile-handler\n", `"disagg-profile-handler"`, FeaturePD},
 		{"P/D decider", llmdHead + "plugins:\n- type: prefix-based-pd-decider\n", `"prefix-based-pd-decider"`, FeaturePD},
 		{"p2p", llmdHead + "plugins:\n- type: p2p-source-producer\n", `"p2p-source-producer"`, FeaturePD},
-		{"gRPC parser", llmdHead + "plugins:\n- type: vllmgrpc-parser\n", "parses OpenAI-style HTTP bodies", FeatureGRPC},
+		{"gRPC parser", llmdHead + "plugins:\n- type: vllmgrpc-parser\n", "cannot route vLLM's gRPC API", FeatureGRPC},
 		{"unknown type", llmdHead + "plugins:\n- type: sglanghttp-parser\n", `unknown plugin type "sglanghttp-parser"`, ""},
 		{"parser not configured", llmdHead + ms + "requestHandler:\n  parsers:\n  - pluginRef: my-parser\n", `requestHandler.parsers[0].pluginRef: "my-parser" is not a configured plugin nor a parser type`, ""},
 		{"parser after fallback", llmdHead + ms + "requestHandler:\n  parsers:\n  - pluginRef: passthrough-parser\n  - pluginRef: openai-parser\n", "must be last", ""},

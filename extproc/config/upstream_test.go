@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/kvindex"
+	"github.com/kvgate/kvgate/extproc/parsers"
 	"github.com/kvgate/kvgate/extproc/plugins/all"
 	"github.com/kvgate/kvgate/extproc/plugins/headerfilter"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
@@ -42,6 +43,10 @@ var invalidUpstream = map[string]string{
 	// reader to fill in.
 	"llm-d-guides-flow-control-tuning-1.yaml": "cannot unmarshal string",
 }
+
+// minUpstreamLoaded is how many of the upstream documents load: fewer is a
+// regression. (More: raise it.)
+const minUpstreamLoaded = 61
 
 // outcome of loading one upstream file.
 type outcome struct {
@@ -134,6 +139,9 @@ func TestUpstreamConfigs(t *testing.T) {
 		}
 	}
 	t.Logf("upstream configs: %d of %d load", loaded, len(outcomes))
+	if loaded < minUpstreamLoaded {
+		t.Errorf("%d upstream configs load, %d did before: a regression", loaded, minUpstreamLoaded)
+	}
 	keys := make([]string, 0, len(counts))
 	for k := range counts {
 		keys = append(keys, k)
@@ -167,6 +175,23 @@ func loadAndRun(data []byte, reg *scheduling.Registry) error {
 	// The conformance filter (header-based-testing-filter) keeps the
 	// endpoints its header names.
 	req := &scheduling.Request{Headers: map[string]string{headerfilter.Header: eps[0].Address() + "," + eps[1].Address()}}
+	// The request's body goes through the configured parsers: the first
+	// of these APIs they claim. (Not with a token-producer: it would ask
+	// the configuration's vLLM URL, localhost:8000, for the tokens.)
+	for _, r := range sampleRequests {
+		if slices.ContainsFunc(c.Plugins, func(p PluginSpec) bool { return p.Type == "token-producer" }) {
+			break
+		}
+		parsed, err := b.Parsers.Parse(r.path, []byte(r.body))
+		if errors.Is(err, parsers.ErrUnclaimed) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("parsing %s: %w", r.path, err)
+		}
+		req.Body = parsed
+		break
+	}
 	res, err := b.Scheduler.Schedule(context.Background(), scheduling.NewCycleState(), req, eps)
 	if err != nil {
 		return fmt.Errorf("schedule: %w", err)
@@ -175,6 +200,14 @@ func loadAndRun(data []byte, reg *scheduling.Registry) error {
 		return errors.New("schedule: no target")
 	}
 	return nil
+}
+
+// sampleRequests are requests of the APIs the parsers claim.
+var sampleRequests = []struct{ path, body string }{
+	{"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hello"}]}`},
+	{"/v1/messages", `{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"hello"}]}`},
+	{"/inference/v1/generate", `{"token_ids":[1,2,3]}`},
+	{"/v1/models", ``},
 }
 
 // reason classifies a refusal: the missing feature, or the unknown plugin.
