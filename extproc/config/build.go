@@ -251,35 +251,16 @@ func (b *builder) handlerFor(handler scheduling.ProfileHandler, names []string) 
 // collectHooks lists the plugins implementing each lifecycle extension and
 // the stages that run before the profiles, producers in dependency order.
 func (b *Built) collectHooks() (scheduling.Stages, error) {
-	var stages scheduling.Stages
-	for _, p := range b.Plugins {
-		if x, ok := p.(scheduling.RequestHeader); ok {
-			b.RequestHeader = append(b.RequestHeader, x)
-		}
-		if x, ok := p.(scheduling.ResponseHeader); ok {
-			b.ResponseHeader = append(b.ResponseHeader, x)
-		}
-		if x, ok := p.(scheduling.ResponseMetadata); ok {
-			b.ResponseMetadata = append(b.ResponseMetadata, x)
-		}
-		if x, ok := p.(scheduling.PreRequest); ok {
-			b.PreRequest = append(b.PreRequest, x)
-		}
-		if x, ok := p.(scheduling.ResponseComplete); ok {
-			b.ResponseComplete = append(b.ResponseComplete, x)
-		}
-		if x, ok := p.(scheduling.EndpointsRemoved); ok {
-			b.EndpointsRemoved = append(b.EndpointsRemoved, x)
-		}
-		if x, ok := p.(scheduling.FirstToken); ok {
-			b.FirstToken = append(b.FirstToken, x)
-		}
-		if x, ok := p.(scheduling.DataProducer); ok {
-			stages.Producers = append(stages.Producers, x)
-		}
-		if x, ok := p.(scheduling.Admitter); ok {
-			stages.Admitters = append(stages.Admitters, x)
-		}
+	b.RequestHeader = ofKind[scheduling.RequestHeader](b.Plugins)
+	b.ResponseHeader = ofKind[scheduling.ResponseHeader](b.Plugins)
+	b.ResponseMetadata = ofKind[scheduling.ResponseMetadata](b.Plugins)
+	b.PreRequest = ofKind[scheduling.PreRequest](b.Plugins)
+	b.ResponseComplete = ofKind[scheduling.ResponseComplete](b.Plugins)
+	b.EndpointsRemoved = ofKind[scheduling.EndpointsRemoved](b.Plugins)
+	b.FirstToken = ofKind[scheduling.FirstToken](b.Plugins)
+	stages := scheduling.Stages{
+		Producers: ofKind[scheduling.DataProducer](b.Plugins),
+		Admitters: ofKind[scheduling.Admitter](b.Plugins),
 	}
 	ordered, err := scheduling.OrderProducers(stages.Producers)
 	if err != nil {
@@ -287,6 +268,17 @@ func (b *Built) collectHooks() (scheduling.Stages, error) {
 	}
 	stages.Producers = ordered
 	return stages, nil
+}
+
+// ofKind is the plugins implementing T, in order.
+func ofKind[T any](ps []scheduling.Plugin) []T {
+	var out []T
+	for _, p := range ps {
+		if x, ok := p.(T); ok {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 func buildProfile(where string, ps ProfileSpec, byName map[string]scheduling.Plugin) (*scheduling.Profile, error) {

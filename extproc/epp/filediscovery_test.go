@@ -1,7 +1,6 @@
 package epp
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -66,20 +65,7 @@ dataLayer:
 	o.ConfigText = cfg
 	o.GRPCAddr, o.HealthAddr, o.MetricsAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	o.RefreshMetricsInterval = 10 * time.Millisecond
-	p, err := New(o, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("picker exited: %v", err)
-		}
-	})
-	<-p.Listening()
+	p := runPicker(t, o)
 	grpcAddr, _, _ := p.Addrs()
 	f := &fleet{client: envoytest.Dial(t, grpcAddr), picker: p}
 	scraped := func(n int) func() bool {

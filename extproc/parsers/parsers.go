@@ -1,6 +1,7 @@
 package parsers
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -108,4 +109,18 @@ func (s *Set) Parse(path string, body []byte) (*openai.Request, error) {
 		return nil, fmt.Errorf("%s: %w", p.TypedName().Type, err)
 	}
 	return r, nil
+}
+
+// Plugin is what every parser plugin embeds: its identity and the
+// RequestParser marker.
+type Plugin struct{ scheduling.Named }
+
+// RequestParser implements scheduling.RequestParser.
+func (Plugin) RequestParser() {}
+
+// NewPlugin is the identity of a parser of type typ configured as name,
+// which takes no parameters (it fails when params has some).
+func NewPlugin(typ, name string, params json.RawMessage) (Plugin, error) {
+	n, err := scheduling.NoParams(typ, name, params)
+	return Plugin{n}, err
 }

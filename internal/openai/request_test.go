@@ -112,6 +112,45 @@ func TestParse(t *testing.T) {
 		{name: "stream not bool", api: Completions, body: `{"model":"m","prompt":"p","stream":"yes"}`, wantErr: true},
 		{name: "missing input", api: Embeddings, body: `{"model":"m"}`, wantErr: true},
 		{name: "empty input", api: Responses, body: `{"model":"m","input":""}`, wantErr: true},
+		// Anthropic messages and vLLM generate bodies.
+		{name: "messages", api: Messages,
+			body: `{"model":"claude","system":"be brief","max_tokens":64,"stream":true,"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}`,
+			check: func(t *testing.T, r *Request) {
+				if r.Model != "claude" || !r.Stream || r.MaxTokens != 64 || len(r.Messages) != 2 || r.Messages[0].Role != "system" || r.Messages[0].Text() != "be brief" || r.Messages[1].Text() != "hi" {
+					t.Errorf("got %+v", r)
+				}
+			}},
+		{name: "messages system blocks", api: Messages,
+			body: `{"model":"c","system":[{"type":"text","text":"a"}],"messages":[{"role":"user","content":"x"}]}`,
+			check: func(t *testing.T, r *Request) {
+				if r.Messages[0].Text() != "a" {
+					t.Errorf("system %q", r.Messages[0].Text())
+				}
+			}},
+		{name: "messages no system", api: Messages, body: `{"model":"c","messages":[{"role":"user","content":"x"}]}`,
+			check: func(t *testing.T, r *Request) {
+				if len(r.Messages) != 1 {
+					t.Errorf("messages %+v", r.Messages)
+				}
+			}},
+		{name: "messages empty", api: Messages, body: `{"model":"c","messages":[]}`, wantErr: true},
+		{name: "messages no model", api: Messages, body: `{"messages":[{"role":"user","content":"x"}]}`, wantErr: true},
+		{name: "messages bad system", api: Messages, body: `{"model":"c","system":7,"messages":[{"role":"user","content":"x"}]}`, wantErr: true},
+		{name: "generate", api: Generate, body: `{"token_ids":[1,2,3],"sampling_params":{"max_tokens":9},"stream":true}`,
+			check: func(t *testing.T, r *Request) {
+				if r.Model != "" || len(r.PromptTokenIDs) != 3 || r.MaxTokens != 9 || !r.Stream || r.PromptText() != "" {
+					t.Errorf("got %+v", r)
+				}
+			}},
+		{name: "generate with model", api: Generate, body: `{"model":"m","token_ids":[5]}`,
+			check: func(t *testing.T, r *Request) {
+				if r.Model != "m" {
+					t.Errorf("model %q", r.Model)
+				}
+			}},
+		{name: "generate empty", api: Generate, body: `{"token_ids":[]}`, wantErr: true},
+		{name: "generate text", api: Generate, body: `{"token_ids":"hello"}`, wantErr: true},
+		{name: "generate negative", api: Generate, body: `{"token_ids":[1],"sampling_params":{"max_tokens":-1}}`, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -232,69 +271,8 @@ func BenchmarkParse(b *testing.B) {
 	}
 }
 
-// Anthropic messages and vLLM generate bodies parse into the routing view;
-// a conversation hashes the same through either chat API.
-func TestParseNative(t *testing.T) {
-	tests := []struct {
-		name, body string
-		api        API
-		wantErr    bool
-		check      func(t *testing.T, r *Request)
-	}{
-		{name: "messages", api: Messages,
-			body: `{"model":"claude","system":"be brief","max_tokens":64,"stream":true,"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}`,
-			check: func(t *testing.T, r *Request) {
-				if r.Model != "claude" || !r.Stream || r.MaxTokens != 64 || len(r.Messages) != 2 || r.Messages[0].Role != "system" || r.Messages[0].Text() != "be brief" || r.Messages[1].Text() != "hi" {
-					t.Errorf("got %+v", r)
-				}
-			}},
-		{name: "messages system blocks", api: Messages,
-			body: `{"model":"c","system":[{"type":"text","text":"a"}],"messages":[{"role":"user","content":"x"}]}`,
-			check: func(t *testing.T, r *Request) {
-				if r.Messages[0].Text() != "a" {
-					t.Errorf("system %q", r.Messages[0].Text())
-				}
-			}},
-		{name: "messages no system", api: Messages, body: `{"model":"c","messages":[{"role":"user","content":"x"}]}`,
-			check: func(t *testing.T, r *Request) {
-				if len(r.Messages) != 1 {
-					t.Errorf("messages %+v", r.Messages)
-				}
-			}},
-		{name: "messages empty", api: Messages, body: `{"model":"c","messages":[]}`, wantErr: true},
-		{name: "messages no model", api: Messages, body: `{"messages":[{"role":"user","content":"x"}]}`, wantErr: true},
-		{name: "messages bad system", api: Messages, body: `{"model":"c","system":7,"messages":[{"role":"user","content":"x"}]}`, wantErr: true},
-		{name: "generate", api: Generate, body: `{"token_ids":[1,2,3],"sampling_params":{"max_tokens":9},"stream":true}`,
-			check: func(t *testing.T, r *Request) {
-				if r.Model != "" || len(r.PromptTokenIDs) != 3 || r.MaxTokens != 9 || !r.Stream || r.PromptText() != "" {
-					t.Errorf("got %+v", r)
-				}
-			}},
-		{name: "generate with model", api: Generate, body: `{"model":"m","token_ids":[5]}`,
-			check: func(t *testing.T, r *Request) {
-				if r.Model != "m" {
-					t.Errorf("model %q", r.Model)
-				}
-			}},
-		{name: "generate empty", api: Generate, body: `{"token_ids":[]}`, wantErr: true},
-		{name: "generate text", api: Generate, body: `{"token_ids":"hello"}`, wantErr: true},
-		{name: "generate negative", api: Generate, body: `{"token_ids":[1],"sampling_params":{"max_tokens":-1}}`, wantErr: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			r, err := Parse(tt.api, []byte(tt.body))
-			if tt.wantErr {
-				if !errors.Is(err, ErrInvalidRequest) {
-					t.Fatalf("err = %v, want ErrInvalidRequest", err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			tt.check(t, r)
-		})
-	}
+// A conversation hashes the same through either chat API.
+func TestPromptTextAcrossChatAPIs(t *testing.T) {
 	chat, err := Parse(ChatCompletions, []byte(`{"model":"m","messages":[{"role":"system","content":"S"},{"role":"user","content":"hi"}]}`))
 	if err != nil {
 		t.Fatal(err)

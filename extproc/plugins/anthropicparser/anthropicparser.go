@@ -26,19 +26,16 @@ const Type = "anthropic-parser"
 const countTokens = "messages/count_tokens"
 
 // Parser implements anthropic-parser.
-type Parser struct{ scheduling.Named }
+type Parser struct{ parsers.Plugin }
 
 // New is the plugin factory.
 func New(name string, params json.RawMessage, _ *scheduling.Handle) (scheduling.Plugin, error) {
-	n, err := scheduling.NoParams(Type, name, params)
+	n, err := parsers.NewPlugin(Type, name, params)
 	if err != nil {
 		return nil, err
 	}
 	return &Parser{n}, nil
 }
-
-// RequestParser implements scheduling.RequestParser.
-func (p *Parser) RequestParser() {}
 
 // Claims implements parsers.Parser.
 func (p *Parser) Claims() []string { return []string{string(openai.Messages), countTokens} }
