@@ -438,7 +438,7 @@ func newSim(opts Options, policy Policy, reqs []workload.Request) (*sim, error) 
 	dopts := director.Options{
 		Pool:       ds,
 		Scheduler:  built.Scheduler,
-		Hooks:      director.Hooks{PreRequest: built.PreRequest, FirstToken: built.FirstToken, ResponseComplete: built.ResponseComplete},
+		Hooks:      director.Hooks{RequestHeader: built.RequestHeader, PreRequest: built.PreRequest, FirstToken: built.FirstToken, ResponseComplete: built.ResponseComplete},
 		Saturation: saturation.New(built.Saturation, s.clock.Now),
 		Objectives: objectives(opts.Objectives),
 		Now:        s.clock.Now,
