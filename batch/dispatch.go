@@ -96,15 +96,15 @@ func retryable(status int) bool {
 	return status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable
 }
 
-// backoff is the wait before attempt n (1-based) after a refusal: doubling
-// from base up to most, with full jitter; a Retry-After in seconds wins
-// when longer.
+// backoff is the wait before attempt n+1 after n refusals: doubling from
+// base up to most, the upper half jittered; a longer Retry-After (seconds)
+// wins, up to most.
 func backoff(n int, base, most time.Duration, retryAfter string, rnd func(int64) int64) time.Duration {
 	d := base << min(n-1, 30)
 	if d <= 0 || d > most {
 		d = most
 	}
-	d = time.Duration(rnd(int64(d))) + d/2
+	d = d/2 + time.Duration(rnd(int64(d/2)+1))
 	if s, err := time.ParseDuration(strings.TrimSpace(retryAfter) + "s"); err == nil && s > d {
 		d = min(s, most)
 	}

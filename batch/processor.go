@@ -342,14 +342,12 @@ func (jb *job) run(ctx context.Context) (string, error) {
 				return
 			case <-time.After(c.Poll):
 			}
-			if jb.b.Status == StatusCancelling {
-				continue
-			}
-			b, err := c.Store.GetBatch(runCtx, jb.b.ID)
-			if err == nil && b.Status == StatusCancelling {
-				jb.b.Status = StatusCancelling
-				cancelled = true
-				stopOnce.Do(func() { close(stop) })
+			if !cancelled {
+				b, err := c.Store.GetBatch(runCtx, jb.b.ID)
+				if err == nil && b.Status == StatusCancelling {
+					cancelled = true
+					stopOnce.Do(func() { close(stop) })
+				}
 			}
 			jb.saveProgress(runCtx)
 		}
@@ -500,10 +498,13 @@ func (jb *job) runTask(ctx context.Context, stop chan struct{}, i int) error {
 	}
 }
 
+// marshalLine encodes an output line. Its parts are strings and a body
+// already checked to be JSON, so encoding cannot fail; if it did, the line
+// says so rather than vanish.
 func marshalLine(l outputLine) json.RawMessage {
 	raw, err := json.Marshal(l)
-	if err != nil { // only a body that is not JSON, handled by responseRecord
-		panic(err)
+	if err != nil {
+		raw, _ = json.Marshal(outputLine{ID: l.ID, CustomID: l.CustomID, Error: &lineError{Code: CodeFailed, Message: "unencodable result: " + err.Error()}})
 	}
 	return raw
 }
