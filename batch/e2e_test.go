@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -61,13 +62,54 @@ func needE2E(t *testing.T) e2eEnv {
 	}
 	bd := os.Getenv("KVGATE_BIN_DIR")
 	if bd == "" {
-		skip("KVGATE_BIN_DIR unset: build bin/ (make build) and point it there")
+		buildOnce.Do(func() { builtDir, buildErr = buildBinaries(root) })
+		if buildErr != nil {
+			t.Fatal(buildErr)
+		}
+		bd = builtDir
 	}
 	e.bin, e.wasm = filepath.Join(bd, "kvgate"), filepath.Join(bd, "kvgate-filter.wasm")
 	if out, err := exec.Command(e.bin, "help").CombinedOutput(); err != nil || !strings.Contains(string(out), "  batch ") {
 		t.Fatalf("%s lacks `batch` (rebuild bin/): %v\n%s", e.bin, err, out)
 	}
 	return e
+}
+
+// Without KVGATE_BIN_DIR the tests build the binary and the filter once,
+// into a directory TestMain removes.
+var (
+	buildOnce sync.Once
+	builtDir  string
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if builtDir != "" {
+		os.RemoveAll(builtDir)
+	}
+	os.Exit(code)
+}
+
+func buildBinaries(root string) (string, error) {
+	dir, err := os.MkdirTemp("", "kvgate-batch-e2e-")
+	if err != nil {
+		return "", err
+	}
+	for _, b := range []struct {
+		env  []string
+		args []string
+	}{
+		{nil, []string{"-o", filepath.Join(dir, "kvgate"), "./cmd/kvgate"}},
+		{[]string{"GOEXPERIMENT=jsonv2", "GOOS=wasip1", "GOARCH=wasm"}, []string{"-buildmode=c-shared", "-o", filepath.Join(dir, "kvgate-filter.wasm"), "./wasm-filter"}},
+	} {
+		cmd := exec.Command("go", append([]string{"build"}, b.args...)...)
+		cmd.Dir, cmd.Env = root, append(os.Environ(), b.env...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("go build %v: %w\n%s", b.args, err, out)
+		}
+	}
+	return dir, nil
 }
 
 // startFleet starts 2 echoing simulators behind the picker and gateway.
@@ -285,167 +327,172 @@ func readBatch(t *testing.T, out string) (Batch, []string) {
 	return b, strings.Fields(string(st))
 }
 
-// storeModes runs a test against the embedded store and a real Redis.
-func storeModes(t *testing.T, fn func(t *testing.T, e e2eEnv, fleet *demo.Stack, o Options)) {
+// TestE2E runs each end-to-end scenario against one fleet, with the
+// embedded store and with a real Redis.
+func TestE2E(t *testing.T) {
 	e := needE2E(t)
 	fleet := startFleet(t, e)
+	scenarios := []struct {
+		name string
+		fn   func(t *testing.T, e e2eEnv, o Options)
+	}{
+		{"job", sdkJob}, {"kill-loop", killLoop}, {"cancel-expiry", cancelAndExpiry},
+	}
 	for _, mode := range []string{"embedded", "redis"} {
 		t.Run(mode, func(t *testing.T) {
-			o := DefaultOptions()
-			o.Gateway, o.DataDir = fleet.GatewayURL, t.TempDir()
-			o.RetryBase, o.RetryMax, o.LeaseTTL = 20*time.Millisecond, 500*time.Millisecond, time.Second
+			redisURL := ""
 			if mode == "redis" {
-				o.RedisURL = "redis://" + redistest.Start(t).Addr + "/0"
+				redisURL = "redis://" + redistest.Start(t).Addr + "/0"
 			}
-			fn(t, e, fleet, o)
+			for _, sc := range scenarios {
+				t.Run(sc.name, func(t *testing.T) {
+					o := DefaultOptions()
+					o.Gateway, o.DataDir, o.RedisURL = fleet.GatewayURL, t.TempDir(), redisURL
+					o.RetryBase, o.RetryMax, o.LeaseTTL = 20*time.Millisecond, 500*time.Millisecond, 600*time.Millisecond
+					sc.fn(t, e, o)
+				})
+			}
 		})
 	}
 }
 
-// TestE2ESDKJob: 1,000 lines, every output its own request's answer, in
-// each store mode.
-func TestE2ESDKJob(t *testing.T) {
-	storeModes(t, func(t *testing.T, e e2eEnv, _ *demo.Stack, o Options) {
-		p := startBatch(t, e, o)
-		const n = 1000
-		out, wait := sdkRun(t, t.Context(), e, p, writeInput(t, n), "24h", "run", 0)
-		if err := wait(); err != nil {
-			t.Fatal(err)
-		}
-		b, statuses := readBatch(t, out)
-		if b.Status != StatusCompleted || b.RequestCounts != (RequestCounts{Total: n, Completed: n}) {
-			t.Fatalf("batch %s %+v (statuses %v)", b.Status, b.RequestCounts, statuses)
-		}
-		if b.CompletedAt == nil || b.InProgressAt == nil || b.FinalizingAt == nil || b.ErrorFileID != nil || b.Model == nil || *b.Model != demo.Model {
-			t.Errorf("batch object %+v", b)
-		}
-		if b.Metadata["suite"] != "kvgate-e2e" || b.Usage.InputTokens == 0 || b.Usage.OutputTokens == 0 ||
-			b.Usage.TotalTokens != b.Usage.InputTokens+b.Usage.OutputTokens {
-			t.Errorf("metadata %v usage %+v", b.Metadata, b.Usage)
-		}
-		got := readResults(t, out)
-		if len(got) != n {
-			t.Fatalf("%d results for %d lines", len(got), n)
-		}
-		for i := range n {
-			id := fmt.Sprintf("req-%d", i)
-			checkEcho(t, id, got[id].line)
-		}
-	})
+// sdkJob: 1,000 lines, every output its own request's answer.
+func sdkJob(t *testing.T, e e2eEnv, o Options) {
+	p := startBatch(t, e, o)
+	const n = 1000
+	out, wait := sdkRun(t, t.Context(), e, p, writeInput(t, n), "24h", "run", 0)
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	b, statuses := readBatch(t, out)
+	if b.Status != StatusCompleted || b.RequestCounts != (RequestCounts{Total: n, Completed: n}) {
+		t.Fatalf("batch %s %+v (statuses %v)", b.Status, b.RequestCounts, statuses)
+	}
+	if b.CompletedAt == nil || b.InProgressAt == nil || b.FinalizingAt == nil || b.ErrorFileID != nil || b.Model == nil || *b.Model != demo.Model {
+		t.Errorf("batch object %+v", b)
+	}
+	if b.Metadata["suite"] != "kvgate-e2e" || b.Usage.InputTokens == 0 || b.Usage.OutputTokens == 0 ||
+		b.Usage.TotalTokens != b.Usage.InputTokens+b.Usage.OutputTokens {
+		t.Errorf("metadata %v usage %+v", b.Metadata, b.Usage)
+	}
+	got := readResults(t, out)
+	if len(got) != n {
+		t.Fatalf("%d results for %d lines", len(got), n)
+	}
+	for i := range n {
+		id := fmt.Sprintf("req-%d", i)
+		checkEcho(t, id, got[id].line)
+	}
 }
 
-// TestE2EKillLoop kills `kvgate batch` with SIGKILL at least 5 times during
-// one job; each restart resumes it, and every line ends in the results
-// exactly once.
-func TestE2EKillLoop(t *testing.T) {
-	storeModes(t, func(t *testing.T, e e2eEnv, _ *demo.Stack, o Options) {
-		// A slow job, so that it spans the kills.
-		o.MaxConcurrency, o.MaxModelConcurrency = 4, 4
-		p := startBatch(t, e, o)
-		const n, kills = 1000, 6
-		out, wait := sdkRun(t, t.Context(), e, p, writeInput(t, n), "24h", "run", 0)
-		idFile := filepath.Join(out, "batch_id")
-		var id string
-		for id == "" {
-			raw, _ := os.ReadFile(idFile)
-			id = string(raw)
+// killLoop kills `kvgate batch` with SIGKILL at least 5 times during one
+// job; each restart resumes it, and every line ends in the results exactly
+// once.
+func killLoop(t *testing.T, e e2eEnv, o Options) {
+	// A slow job, so that it spans the kills.
+	o.MaxConcurrency, o.MaxModelConcurrency = 4, 4
+	p := startBatch(t, e, o)
+	const n, kills = 1000, 6
+	out, wait := sdkRun(t, t.Context(), e, p, writeInput(t, n), "24h", "run", 0)
+	idFile := filepath.Join(out, "batch_id")
+	var id string
+	for id == "" {
+		raw, _ := os.ReadFile(idFile)
+		id = string(raw)
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Kill whenever the job has made progress since the last kill,
+	// spreading the kills over the job.
+	killed, last := 0, int64(0)
+	for killed < kills {
+		c, status, err := p.counts(id)
+		if err != nil {
 			time.Sleep(20 * time.Millisecond)
+			continue
 		}
-		// Kill whenever the job has made progress since the last kill,
-		// spreading the kills over the job.
-		killed, last := 0, int64(0)
-		for killed < kills {
-			c, status, err := p.counts(id)
-			if err != nil {
-				time.Sleep(20 * time.Millisecond)
-				continue
-			}
-			if final(status) {
-				t.Fatalf("the job ended (%s) after %d kills; it should outlast %d", status, killed, kills)
-			}
-			if done := c.Completed + c.Failed; done >= last+n/(kills+2) {
-				p.stop(syscall.SIGKILL)
-				killed++
-				last = done
-				p.start()
-			}
-			time.Sleep(10 * time.Millisecond)
+		if final(status) {
+			t.Fatalf("the job ended (%s) after %d kills; it should outlast %d", status, killed, kills)
 		}
+		if done := c.Completed + c.Failed; done >= last+n/(kills+2) {
+			p.stop(syscall.SIGKILL)
+			killed++
+			last = done
+			p.start()
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	b, statuses := readBatch(t, out)
+	if b.Status != StatusCompleted || b.RequestCounts != (RequestCounts{Total: n, Completed: n}) {
+		t.Fatalf("after %d kills: batch %s %+v (statuses %v)", killed, b.Status, b.RequestCounts, statuses)
+	}
+	got := readResults(t, out)
+	if len(got) != n {
+		t.Fatalf("%d results for %d lines", len(got), n)
+	}
+	for i := range n {
+		id := fmt.Sprintf("req-%d", i)
+		checkEcho(t, id, got[id].line)
+	}
+}
+
+// cancelAndExpiry: a cancelled batch keeps what finished and gives every
+// other line batch_cancelled; a batch past its completion_window gives its
+// unfinished lines batch_expired. Either way each custom_id is in the
+// output or the error file exactly once.
+func cancelAndExpiry(t *testing.T, e e2eEnv, o Options) {
+	o.MaxConcurrency, o.MaxModelConcurrency = 2, 2
+	p := startBatch(t, e, o)
+	const n = 400
+	for _, tc := range []struct {
+		mode, window, status, code string
+		cancelAfter                int
+	}{
+		{"cancel", "24h", StatusCancelled, CodeCancelled, 20},
+		{"run", "2s", StatusExpired, CodeExpired, 0},
+	} {
+		out, wait := sdkRun(t, t.Context(), e, p, writeInput(t, n), tc.window, tc.mode, tc.cancelAfter)
 		if err := wait(); err != nil {
 			t.Fatal(err)
 		}
 		b, statuses := readBatch(t, out)
-		if b.Status != StatusCompleted || b.RequestCounts != (RequestCounts{Total: n, Completed: n}) {
-			t.Fatalf("after %d kills: batch %s %+v (statuses %v)", killed, b.Status, b.RequestCounts, statuses)
+		if b.Status != tc.status {
+			t.Fatalf("%s: status %s (%v)", tc.mode, b.Status, statuses)
+		}
+		c := b.RequestCounts
+		if c.Total != n || c.Completed+c.Failed != n || c.Completed == 0 || c.Failed == 0 {
+			t.Errorf("%s: counts %+v", tc.mode, c)
+		}
+		switch tc.status {
+		case StatusCancelled:
+			if b.CancellingAt == nil || b.CancelledAt == nil || !strings.Contains(strings.Join(statuses, " "), "cancelling") {
+				t.Errorf("cancel: %+v statuses %v", b, statuses)
+			}
+		case StatusExpired:
+			if b.ExpiredAt == nil || b.CompletedAt != nil {
+				t.Errorf("expiry: %+v", b)
+			}
 		}
 		got := readResults(t, out)
 		if len(got) != n {
-			t.Fatalf("%d results for %d lines", len(got), n)
+			t.Fatalf("%s: %d results for %d lines", tc.mode, len(got), n)
 		}
-		for i := range n {
-			id := fmt.Sprintf("req-%d", i)
-			checkEcho(t, id, got[id].line)
-		}
-	})
-}
-
-// TestE2ECancelAndExpiry: a cancelled batch keeps what finished and gives
-// every other line batch_cancelled; a batch past its completion_window
-// gives its unfinished lines batch_expired. Either way each custom_id is
-// in the output or the error file exactly once.
-func TestE2ECancelAndExpiry(t *testing.T) {
-	storeModes(t, func(t *testing.T, e e2eEnv, _ *demo.Stack, o Options) {
-		o.MaxConcurrency, o.MaxModelConcurrency = 2, 2
-		p := startBatch(t, e, o)
-		const n = 400
-		for _, tc := range []struct {
-			mode, window, status, code string
-			cancelAfter                int
-		}{
-			{"cancel", "24h", StatusCancelled, CodeCancelled, 20},
-			{"run", "2s", StatusExpired, CodeExpired, 0},
-		} {
-			out, wait := sdkRun(t, t.Context(), e, p, writeInput(t, n), tc.window, tc.mode, tc.cancelAfter)
-			if err := wait(); err != nil {
-				t.Fatal(err)
-			}
-			b, statuses := readBatch(t, out)
-			if b.Status != tc.status {
-				t.Fatalf("%s: status %s (%v)", tc.mode, b.Status, statuses)
-			}
-			c := b.RequestCounts
-			if c.Total != n || c.Completed+c.Failed != n || c.Completed == 0 || c.Failed == 0 {
-				t.Errorf("%s: counts %+v", tc.mode, c)
-			}
-			switch tc.status {
-			case StatusCancelled:
-				if b.CancellingAt == nil || b.CancelledAt == nil || !strings.Contains(strings.Join(statuses, " "), "cancelling") {
-					t.Errorf("cancel: %+v statuses %v", b, statuses)
-				}
-			case StatusExpired:
-				if b.ExpiredAt == nil || b.CompletedAt != nil {
-					t.Errorf("expiry: %+v", b)
-				}
-			}
-			got := readResults(t, out)
-			if len(got) != n {
-				t.Fatalf("%s: %d results for %d lines", tc.mode, len(got), n)
-			}
-			var ok, never int64
-			for id, r := range got {
-				switch {
-				case r.ok:
-					ok++
-					checkEcho(t, id, r.line)
-				case r.line.Error != nil && r.line.Error.Code == tc.code && r.line.Response == nil:
-					never++
-				default:
-					t.Errorf("%s: %s: %+v", tc.mode, id, r.line)
-				}
-			}
-			if ok != c.Completed || never != c.Failed {
-				t.Errorf("%s: files have %d ok, %d %s; counts %+v", tc.mode, ok, never, tc.code, c)
+		var ok, never int64
+		for id, r := range got {
+			switch {
+			case r.ok:
+				ok++
+				checkEcho(t, id, r.line)
+			case r.line.Error != nil && r.line.Error.Code == tc.code && r.line.Response == nil:
+				never++
+			default:
+				t.Errorf("%s: %s: %+v", tc.mode, id, r.line)
 			}
 		}
-	})
+		if ok != c.Completed || never != c.Failed {
+			t.Errorf("%s: files have %d ok, %d %s; counts %+v", tc.mode, ok, never, tc.code, c)
+		}
+	}
 }

@@ -60,7 +60,7 @@ func (o *Options) flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Objective, "inference-objective", o.Objective, "InferenceObjective sent with every request (x-llm-d-inference-objective); give it a negative (sheddable) priority; empty: none")
 	fs.IntVar(&o.Jobs, "jobs", o.Jobs, "batches processed at once")
 	fs.IntVar(&o.MaxConcurrency, "max-concurrency", o.MaxConcurrency, "requests in flight, all batches together")
-	fs.IntVar(&o.MaxModelConcurrency, "max-model-concurrency", o.MaxModelConcurrency, "requests in flight of one batch to one model")
+	fs.IntVar(&o.MaxModelConcurrency, "max-model-concurrency", o.MaxModelConcurrency, "requests in flight to one model, all batches together")
 	fs.Int64Var(&o.MaxFileBytes, "max-file-bytes", o.MaxFileBytes, "largest upload")
 	fs.IntVar(&o.MaxLines, "max-lines", o.MaxLines, "most requests in a batch")
 	fs.IntVar(&o.MaxAttempts, "max-attempts", o.MaxAttempts, "tries of a request refused with 429/503 or unanswered; the last answer (or error) is its result")

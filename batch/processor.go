@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,7 +33,7 @@ type ProcessorConfig struct {
 	// Jobs is how many batches run at once.
 	Jobs int
 	// MaxConcurrency bounds the requests in flight over all jobs;
-	// MaxModelConcurrency those of one job to one model.
+	// MaxModelConcurrency those to one model, over all jobs too.
 	MaxConcurrency, MaxModelConcurrency int
 	MaxLines                            int
 	// MaxAttempts bounds the tries of a line refused with 429/503 or
@@ -49,6 +50,7 @@ type ProcessorConfig struct {
 type Processor struct {
 	c       ProcessorConfig
 	global  chan struct{}
+	models  *modelSlots
 	mu      sync.Mutex
 	running map[string]bool
 }
@@ -63,7 +65,7 @@ func NewProcessor(c ProcessorConfig) (*Processor, error) {
 	if c.Poll <= 0 {
 		c.Poll = 250 * time.Millisecond
 	}
-	return &Processor{c: c, global: make(chan struct{}, c.MaxConcurrency), running: map[string]bool{}}, nil
+	return &Processor{c: c, global: make(chan struct{}, c.MaxConcurrency), models: newModelSlots(c.MaxModelConcurrency), running: map[string]bool{}}, nil
 }
 
 // Run processes jobs until ctx ends.
@@ -95,17 +97,53 @@ func (p *Processor) Run(ctx context.Context) error {
 // expired) and deletes expired files.
 func (p *Processor) sweep(ctx context.Context) {
 	every := max(p.c.LeaseTTL/2, 200*time.Millisecond)
+	var lastFiles time.Time
 	for {
 		if err := p.requeue(ctx); err != nil && ctx.Err() == nil {
 			p.c.Logger.Warn("requeue", "err", err)
 		}
-		if err := p.expireFiles(ctx); err != nil && ctx.Err() == nil {
-			p.c.Logger.Warn("expire files", "err", err)
+		// Expired files and leftover journals: a full listing, so less often.
+		if time.Since(lastFiles) >= fileSweepEvery {
+			lastFiles = time.Now()
+			if err := p.expireFiles(ctx); err != nil && ctx.Err() == nil {
+				p.c.Logger.Warn("expire files", "err", err)
+			}
+			if err := p.removeStaleJournals(ctx); err != nil && ctx.Err() == nil {
+				p.c.Logger.Warn("stale journals", "err", err)
+			}
 		}
 		if !sleep(ctx, every) {
 			return
 		}
 	}
+}
+
+// fileSweepEvery is how often expired files and stale journals are looked for.
+const fileSweepEvery = time.Minute
+
+// removeStaleJournals deletes the journals of batches that have ended (a
+// crash between the final status and the journal's removal leaves one).
+func (p *Processor) removeStaleJournals(ctx context.Context) error {
+	entries, err := os.ReadDir(p.c.JournalDir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), journalSuffix)
+		if !ok {
+			continue
+		}
+		b, err := p.c.Store.GetBatch(ctx, id)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		if errors.Is(err, ErrNotFound) || final(b.Status) {
+			if err := os.Remove(filepath.Join(p.c.JournalDir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func (p *Processor) requeue(ctx context.Context) error {
@@ -183,6 +221,8 @@ func (p *Processor) runJob(ctx context.Context, id string) {
 
 var errLeaseLost = errors.New("lease lost")
 
+const journalSuffix = ".journal"
+
 func (p *Processor) keepLease(ctx context.Context, cancel context.CancelCauseFunc, id string) {
 	for sleep(ctx, p.c.LeaseTTL/3) {
 		ok, err := p.c.Store.Lease(ctx, id, p.c.Owner, p.c.LeaseTTL)
@@ -193,6 +233,45 @@ func (p *Processor) keepLease(ctx context.Context, cancel context.CancelCauseFun
 			p.c.Logger.Warn("batch lease lost; stopping", "id", id, "err", err)
 			cancel(errLeaseLost)
 			return
+		}
+	}
+}
+
+// modelSlots are the per-model concurrency limits, shared by all jobs: a
+// model's semaphore exists while a job sends to it.
+type modelSlots struct {
+	mu    sync.Mutex
+	limit int
+	m     map[string]*modelSlot
+}
+
+type modelSlot struct {
+	ch    chan struct{}
+	users int
+}
+
+func newModelSlots(limit int) *modelSlots {
+	return &modelSlots{limit: limit, m: map[string]*modelSlot{}}
+}
+
+func (s *modelSlots) acquire(model string) chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sl := s.m[model]
+	if sl == nil {
+		sl = &modelSlot{ch: make(chan struct{}, s.limit)}
+		s.m[model] = sl
+	}
+	sl.users++
+	return sl.ch
+}
+
+func (s *modelSlots) release(model string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sl := s.m[model]; sl != nil {
+		if sl.users--; sl.users == 0 {
+			delete(s.m, model)
 		}
 	}
 }
@@ -237,7 +316,7 @@ func (p *Processor) process(ctx context.Context, id string) error {
 	for i, t := range tasks {
 		byLine[t.line] = i
 	}
-	jpath := filepath.Join(p.c.JournalDir, id+".journal")
+	jpath := filepath.Join(p.c.JournalDir, id+journalSuffix)
 	jb.j, err = openJournal(jpath, func(r record) {
 		if i, ok := byLine[r.Line]; ok {
 			jb.done[i].Store(true)
@@ -368,6 +447,8 @@ func (jb *job) run(ctx context.Context) (string, error) {
 	for _, m := range order {
 		idx := groups[m]
 		next := atomic.Int64{}
+		slot := jb.p.models.acquire(m)
+		defer jb.p.models.release(m)
 		for range min(c.MaxModelConcurrency, len(idx)) {
 			workers.Go(func() {
 				for {
@@ -375,7 +456,7 @@ func (jb *job) run(ctx context.Context) (string, error) {
 					if k >= len(idx) || runCtx.Err() != nil || isClosed(stop) {
 						return
 					}
-					if err := jb.runTask(runCtx, stop, idx[k]); err != nil {
+					if err := jb.runTask(runCtx, stop, slot, idx[k]); err != nil {
 						firstErr.CompareAndSwap(nil, &err)
 						stopOnce.Do(func() { close(stop) })
 						return
@@ -441,7 +522,7 @@ func lineID(batchID, customID string) string {
 
 // runTask runs task i until it has a result (journalled) or the run stops;
 // an error is the journal's.
-func (jb *job) runTask(ctx context.Context, stop chan struct{}, i int) error {
+func (jb *job) runTask(ctx context.Context, stop, slot chan struct{}, i int) error {
 	c := jb.p.c
 	t := jb.tasks[i]
 	body, err := readTask(jb.input, t)
@@ -452,15 +533,26 @@ func (jb *job) runTask(ctx context.Context, stop chan struct{}, i int) error {
 	req := &Request{BatchID: jb.b.ID, CustomID: t.customID, Tenant: jb.b.Tenant, RequestID: id,
 		Model: t.model, Method: "POST", URL: jb.b.Endpoint, Body: body}
 	for attempt := 1; ; attempt++ {
+		// The model's slot first, then the global one: one order, no deadlock.
 		select {
-		case jb.p.global <- struct{}{}:
+		case slot <- struct{}{}:
 		case <-ctx.Done():
 			return nil
 		case <-stop:
 			return nil
 		}
+		select {
+		case jb.p.global <- struct{}{}:
+		case <-ctx.Done():
+			<-slot
+			return nil
+		case <-stop:
+			<-slot
+			return nil
+		}
 		resp, err := c.Dispatcher.Do(ctx, req)
 		<-jb.p.global
+		<-slot
 		if ctx.Err() != nil {
 			return nil
 		}

@@ -9,6 +9,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -386,7 +387,8 @@ func TestRetriesAndLimits(t *testing.T) {
 			inflight, maxTotal int
 			perModel           = map[string]int{}
 			maxModel           = map[string]int{}
-			tries              = map[string]int{}
+			tries              = map[string]int{} // by request id
+			prompts            = map[string]string{}
 			badHeaders         atomic.Int32
 		)
 		gw := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -404,8 +406,10 @@ func TestRetriesAndLimits(t *testing.T) {
 			perModel[body.Model]++
 			maxTotal = max(maxTotal, inflight)
 			maxModel[body.Model] = max(maxModel[body.Model], perModel[body.Model])
-			tries[prompt]++
-			n := tries[prompt]
+			rid := r.Header.Get(eppwire.HeaderRequestID)
+			tries[rid]++
+			prompts[rid] = prompt
+			n := tries[rid]
 			mu.Unlock()
 			time.Sleep(2 * time.Millisecond)
 			mu.Lock()
@@ -435,20 +439,31 @@ func TestRetriesAndLimits(t *testing.T) {
 			}
 			fmt.Fprintf(&in, `{"custom_id":"c%d","method":"POST","url":"/v1/chat/completions","body":{"model":"m%d","messages":[{"role":"user","content":%q}]}}`+"\n", i, i%3, prompt)
 		}
+		// Two batches at once (Jobs 2): the limits hold over both.
 		f, _, _ := h.upload("ten", PurposeBatch, "in.jsonl", in.String())
-		b, _, _ := h.createBatch("ten", map[string]any{"input_file_id": f.ID, "endpoint": chatURL, "completion_window": "24h"})
-		b = h.wait("ten", b.ID)
-		if b.Status != StatusCompleted || b.RequestCounts != (RequestCounts{Total: 60, Completed: 57, Failed: 3}) || b.Model != nil {
-			t.Fatalf("%+v", b)
+		var ids []string
+		for range 2 {
+			b, _, _ := h.createBatch("ten", map[string]any{"input_file_id": f.ID, "endpoint": chatURL, "completion_window": "24h"})
+			ids = append(ids, b.ID)
 		}
-		for _, l := range h.content("ten", b.ErrorFileID) {
-			if l.Response == nil || l.Response.StatusCode != 503 {
-				t.Errorf("error line %+v", l)
+		for _, id := range ids {
+			b := h.wait("ten", id)
+			if b.Status != StatusCompleted || b.RequestCounts != (RequestCounts{Total: 60, Completed: 57, Failed: 3}) || b.Model != nil {
+				t.Fatalf("%+v", b)
+			}
+			for _, l := range h.content("ten", b.ErrorFileID) {
+				if l.Response == nil || l.Response.StatusCode != 503 {
+					t.Errorf("error line %+v", l)
+				}
 			}
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		for p, n := range tries {
+		if len(tries) != 120 {
+			t.Errorf("%d request ids, want 120", len(tries))
+		}
+		for rid, n := range tries {
+			p := prompts[rid]
 			want := 1
 			switch {
 			case strings.HasPrefix(p, "flaky"):
@@ -531,4 +546,34 @@ func TestBackoff(t *testing.T) {
 			t.Errorf("backoff(%d, %q) = %v, want %v", tc.n, tc.ra, got, tc.want)
 		}
 	}
+}
+
+func TestStaleJournalsAreRemoved(t *testing.T) {
+	stores(t, func(t *testing.T, s Store) {
+		h := newHarness(t, s, chatGateway(t), nil)
+		ended := BatchRecord{Batch: Batch{ID: newID("batch_", 8), Status: StatusCompleted}}
+		running := BatchRecord{Batch: Batch{ID: newID("batch_", 8), Status: StatusCancelling, ExpiresAt: ptr(time.Now().Add(time.Hour).Unix())}}
+		for _, b := range []BatchRecord{ended, running} {
+			if err := s.CreateBatch(t.Context(), b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		dir := h.proc.c.JournalDir
+		for _, name := range []string{ended.ID, running.ID, "batch_gone"} {
+			if err := os.WriteFile(filepath.Join(dir, name+journalSuffix), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Hold the running batch's lease so that the processor leaves it be.
+		if ok, _ := s.Lease(t.Context(), running.ID, "someone", time.Minute); !ok {
+			t.Fatal("lease")
+		}
+		if err := h.proc.removeStaleJournals(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		left, _ := os.ReadDir(dir)
+		if len(left) != 1 || left[0].Name() != running.ID+journalSuffix {
+			t.Errorf("journals left: %v", left)
+		}
+	})
 }
