@@ -27,7 +27,7 @@ export KVGATE_TOKENIZER_DIR := $(CURDIR)/$(CACHE)/tokenizers/qwen3
 
 all: build
 
-$(STAMP): go.mod go.sum Makefile scripts/setup.sh scripts/setup-tokenizer.sh scripts/setup-openai-sdk.sh
+$(STAMP): go.mod go.sum Makefile scripts/setup.sh scripts/setup-tokenizer.sh scripts/setup-openai-sdk.sh scripts/npm-pinned.sh
 	@bash scripts/setup.sh $(APT_PKGS)
 	@bash scripts/setup-tokenizer.sh
 	@bash scripts/setup-openai-sdk.sh

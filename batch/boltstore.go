@@ -146,15 +146,9 @@ func (s *boltStore) UpdateBatch(_ context.Context, id string, fn func(*BatchReco
 		if raw == nil {
 			return ErrNotFound
 		}
-		b = BatchRecord{}
-		if err := json.Unmarshal(raw, &b); err != nil {
-			return err
-		}
-		if err := fn(&b); err != nil {
-			return err
-		}
-		out, err := json.Marshal(b)
-		if err != nil {
+		var out []byte
+		var err error
+		if b, out, err = applyUpdate(raw, fn); err != nil {
 			return err
 		}
 		if err := bk.Put([]byte(id), out); err != nil {

@@ -364,9 +364,16 @@ func sdkJob(t *testing.T, e e2eEnv, o Options) {
 	if err := wait(); err != nil {
 		t.Fatal(err)
 	}
+	checkCompleted(t, out, n, "")
+}
+
+// checkCompleted checks a completed n-line batch: the object, and every
+// line answered once, by its own request's answer.
+func checkCompleted(t *testing.T, out string, n int, what string) {
+	t.Helper()
 	b, statuses := readBatch(t, out)
-	if b.Status != StatusCompleted || b.RequestCounts != (RequestCounts{Total: n, Completed: n}) {
-		t.Fatalf("batch %s %+v (statuses %v)", b.Status, b.RequestCounts, statuses)
+	if b.Status != StatusCompleted || b.RequestCounts != (RequestCounts{Total: int64(n), Completed: int64(n)}) {
+		t.Fatalf("%sbatch %s %+v (statuses %v)", what, b.Status, b.RequestCounts, statuses)
 	}
 	if b.CompletedAt == nil || b.InProgressAt == nil || b.FinalizingAt == nil || b.ErrorFileID != nil || b.Model == nil || *b.Model != demo.Model {
 		t.Errorf("batch object %+v", b)
@@ -377,7 +384,7 @@ func sdkJob(t *testing.T, e e2eEnv, o Options) {
 	}
 	got := readResults(t, out)
 	if len(got) != n {
-		t.Fatalf("%d results for %d lines", len(got), n)
+		t.Fatalf("%s%d results for %d lines", what, len(got), n)
 	}
 	for i := range n {
 		id := fmt.Sprintf("req-%d", i)
@@ -424,18 +431,7 @@ func killLoop(t *testing.T, e e2eEnv, o Options) {
 	if err := wait(); err != nil {
 		t.Fatal(err)
 	}
-	b, statuses := readBatch(t, out)
-	if b.Status != StatusCompleted || b.RequestCounts != (RequestCounts{Total: n, Completed: n}) {
-		t.Fatalf("after %d kills: batch %s %+v (statuses %v)", killed, b.Status, b.RequestCounts, statuses)
-	}
-	got := readResults(t, out)
-	if len(got) != n {
-		t.Fatalf("%d results for %d lines", len(got), n)
-	}
-	for i := range n {
-		id := fmt.Sprintf("req-%d", i)
-		checkEcho(t, id, got[id].line)
-	}
+	checkCompleted(t, out, n, fmt.Sprintf("after %d kills: ", killed))
 }
 
 // cancelAndExpiry: a cancelled batch keeps what finished and gives every

@@ -174,15 +174,8 @@ func (s *redisStore) UpdateBatch(ctx context.Context, id string, fn func(*BatchR
 			if err != nil {
 				return err
 			}
-			b = BatchRecord{}
-			if err := json.Unmarshal(raw, &b); err != nil {
-				return err
-			}
-			if err := fn(&b); err != nil {
-				return err
-			}
-			out, err := json.Marshal(b)
-			if err != nil {
+			var out []byte
+			if b, out, err = applyUpdate(raw, fn); err != nil {
 				return err
 			}
 			_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {

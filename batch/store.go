@@ -2,6 +2,7 @@ package batch
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 )
@@ -57,4 +58,18 @@ type Store interface {
 	Unlease(ctx context.Context, id, owner string) error
 
 	Close() error
+}
+
+// applyUpdate is UpdateBatch's step inside either store's transaction:
+// decode the stored record, apply fn, encode the result.
+func applyUpdate(raw []byte, fn func(*BatchRecord) error) (BatchRecord, []byte, error) {
+	var b BatchRecord
+	if err := json.Unmarshal(raw, &b); err != nil {
+		return b, nil, err
+	}
+	if err := fn(&b); err != nil {
+		return b, nil, err
+	}
+	out, err := json.Marshal(b)
+	return b, out, err
 }
