@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime/multipart"
@@ -576,4 +577,120 @@ func TestStaleJournalsAreRemoved(t *testing.T) {
 			t.Errorf("journals left: %v", left)
 		}
 	})
+}
+
+// failFinal fails the first update that would end a batch, as a crash
+// between writing the result files and recording the end would.
+type failFinal struct {
+	Store
+	failed atomic.Bool
+}
+
+var errInjected = errors.New("injected failure")
+
+func (s *failFinal) UpdateBatch(ctx context.Context, id string, fn func(*BatchRecord) error) (BatchRecord, error) {
+	return s.Store.UpdateBatch(ctx, id, func(r *BatchRecord) error {
+		if err := fn(r); err != nil {
+			return err
+		}
+		if final(r.Status) && r.Status != StatusFailed && s.failed.CompareAndSwap(false, true) {
+			return errInjected
+		}
+		return nil
+	})
+}
+
+// TestFinalisationRepeats: a finalisation cut short is done again by the
+// next attempt, into the same files, each line once.
+func TestFinalisationRepeats(t *testing.T) {
+	stores(t, func(t *testing.T, s Store) {
+		fs := &failFinal{Store: s}
+		h := newHarness(t, fs, chatGateway(t), nil)
+		f, _, _ := h.upload("", PurposeBatch, "in.jsonl", chatInput("a", "b", "status 500", "c"))
+		b, _, _ := h.createBatch("", map[string]any{"input_file_id": f.ID, "endpoint": chatURL, "completion_window": "24h"})
+		b = h.wait("", b.ID)
+		if !fs.failed.Load() {
+			t.Fatal("the failure was not injected")
+		}
+		if b.Status != StatusCompleted || b.RequestCounts != (RequestCounts{Total: 4, Completed: 3, Failed: 1}) {
+			t.Fatalf("%+v", b)
+		}
+		if *b.OutputFileID != resultFileID(b.ID, "output") || *b.ErrorFileID != resultFileID(b.ID, "error") {
+			t.Errorf("result files %s %s", *b.OutputFileID, *b.ErrorFileID)
+		}
+		seen := map[string]int{}
+		for _, l := range append(h.content("", b.OutputFileID), h.content("", b.ErrorFileID)...) {
+			seen[l.CustomID]++
+		}
+		if len(seen) != 4 {
+			t.Errorf("results %v", seen)
+		}
+		for id, n := range seen {
+			if n != 1 {
+				t.Errorf("%s: %d results", id, n)
+			}
+		}
+		var files list[File]
+		h.do(http.MethodGet, "/v1/files?purpose=batch_output", "", nil, "", &files)
+		if len(files.Data) != 2 {
+			t.Errorf("%d result files, want 2", len(files.Data))
+		}
+	})
+}
+
+// TestCancelLetsInFlightFinish: cancel stops dispatch; the request in
+// flight finishes and is kept, the others get batch_cancelled.
+func TestCancelLetsInFlightFinish(t *testing.T) {
+	stores(t, func(t *testing.T, s Store) {
+		arrived, release := make(chan struct{}, 10), make(chan struct{})
+		inner := chatGateway(t)
+		gw := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			arrived <- struct{}{}
+			<-release
+			inner.ServeHTTP(w, r)
+		})
+		seen := &seesCancel{Store: s, saw: make(chan struct{})}
+		h := newHarness(t, seen, gw, func(c *ProcessorConfig) { c.MaxModelConcurrency = 1 })
+		f, _, _ := h.upload("", PurposeBatch, "in.jsonl", chatInput("a", "b", "c", "d"))
+		b, _, _ := h.createBatch("", map[string]any{"input_file_id": f.ID, "endpoint": chatURL, "completion_window": "24h"})
+		<-arrived
+		var c Batch
+		if code := h.do(http.MethodPost, "/v1/batches/"+b.ID+"/cancel", "", nil, "", &c); code != 200 || c.Status != StatusCancelling || c.CancellingAt == nil {
+			t.Fatalf("cancel: %d %+v", code, c)
+		}
+		<-seen.saw // the processor has read the cancel
+		close(release)
+		b = h.wait("", b.ID)
+		if b.Status != StatusCancelled || b.CancelledAt == nil || b.RequestCounts != (RequestCounts{Total: 4, Completed: 1, Failed: 3}) {
+			t.Fatalf("%+v", b)
+		}
+		out, errs := h.content("", b.OutputFileID), h.content("", b.ErrorFileID)
+		if len(out) != 1 || out[0].CustomID != "c0" || len(errs) != 3 {
+			t.Fatalf("output %+v errors %+v", out, errs)
+		}
+		for _, l := range errs {
+			if l.Response != nil || l.Error == nil || l.Error.Code != CodeCancelled {
+				t.Errorf("error line %+v", l)
+			}
+		}
+		if n := len(arrived); n != 0 {
+			t.Errorf("%d requests sent after the cancel", n)
+		}
+	})
+}
+
+// seesCancel reports the first read of a cancelling batch: after the
+// cancel call, only the processor reads the batch.
+type seesCancel struct {
+	Store
+	once sync.Once
+	saw  chan struct{}
+}
+
+func (s *seesCancel) GetBatch(ctx context.Context, id string) (BatchRecord, error) {
+	b, err := s.Store.GetBatch(ctx, id)
+	if err == nil && b.Status == StatusCancelling {
+		s.once.Do(func() { close(s.saw) })
+	}
+	return b, err
 }
