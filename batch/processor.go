@@ -300,6 +300,9 @@ func (p *Processor) process(ctx context.Context, id string) error {
 		return nil
 	}
 	input, err := p.c.Blobs.Open(b.InputFileID)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return err // the sweep tries again
+	}
 	if err != nil {
 		return p.fail(ctx, id, BatchError{Code: "invalid_file", Message: fmt.Sprintf("The input file %s cannot be read: %v", b.InputFileID, err), Param: strp("input_file_id")})
 	}
