@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -365,6 +366,18 @@ func sdkJob(t *testing.T, e e2eEnv, o Options) {
 		t.Fatal(err)
 	}
 	checkCompleted(t, out, n, "")
+	resp, err := http.Get(strings.TrimSuffix(p.url, "/v1") + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	metrics, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{`jobs_processed_total{result="completed"} 1`, "processor_inflight_requests 0",
+		`model_request_execution_duration_seconds_count{model="` + demo.Model + `"}`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 }
 
 // checkCompleted checks a completed n-line batch: the object, and every

@@ -17,6 +17,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/kvgate/kvgate/internal/cliflag"
 )
 
@@ -150,12 +154,14 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	owner := make([]byte, 8)
 	_, _ = rand.Read(owner)
 	host, _ := os.Hostname()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	proc, err := NewProcessor(ProcessorConfig{
 		Store: store, Blobs: blobs, JournalDir: filepath.Join(o.DataDir, "journals"),
 		Dispatcher: &HTTPDispatcher{Base: o.Gateway, Objective: o.Objective, Client: &http.Client{Timeout: o.RequestTimeout}},
 		Owner:      fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(owner)), LeaseTTL: o.LeaseTTL,
 		Jobs: o.Jobs, MaxConcurrency: o.MaxConcurrency, MaxModelConcurrency: o.MaxModelConcurrency, MaxLines: o.MaxLines,
-		MaxAttempts: o.MaxAttempts, RetryBase: o.RetryBase, RetryMax: o.RetryMax, Logger: log,
+		MaxAttempts: o.MaxAttempts, RetryBase: o.RetryBase, RetryMax: o.RetryMax, Logger: log, Registry: reg,
 	})
 	if err != nil {
 		return err
@@ -165,7 +171,7 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 		return fmt.Errorf("--listen: %w", err)
 	}
 	srv := &http.Server{Handler: NewServer(ServerConfig{Store: store, Blobs: blobs, TenantHeader: o.TenantHeader,
-		MaxFileBytes: o.MaxFileBytes, Logger: log}), ReadHeaderTimeout: 30 * time.Second}
+		MaxFileBytes: o.MaxFileBytes, Logger: log, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}), ReadHeaderTimeout: 30 * time.Second}
 	mode := "embedded"
 	if o.RedisURL != "" {
 		mode = "redis"

@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvgate/kvgate/internal/eppwire"
 )
 
@@ -44,6 +46,8 @@ type ProcessorConfig struct {
 	// counts.
 	Poll   time.Duration
 	Logger *slog.Logger
+	// Registry receives the processor's metrics; nil: not exported.
+	Registry prometheus.Registerer
 }
 
 // Processor runs the queued batches.
@@ -51,6 +55,7 @@ type Processor struct {
 	c       ProcessorConfig
 	global  chan struct{}
 	models  *modelSlots
+	m       *metrics
 	mu      sync.Mutex
 	running map[string]bool
 }
@@ -65,7 +70,12 @@ func NewProcessor(c ProcessorConfig) (*Processor, error) {
 	if c.Poll <= 0 {
 		c.Poll = 250 * time.Millisecond
 	}
-	return &Processor{c: c, global: make(chan struct{}, c.MaxConcurrency), models: newModelSlots(c.MaxModelConcurrency), running: map[string]bool{}}, nil
+	reg := c.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	return &Processor{c: c, global: make(chan struct{}, c.MaxConcurrency), models: newModelSlots(c.MaxModelConcurrency),
+		m: newMetrics(reg, c.MaxConcurrency), running: map[string]bool{}}, nil
 }
 
 // Run processes jobs until ctx ends.
@@ -377,6 +387,9 @@ func (p *Processor) fail(ctx context.Context, id string, errs ...BatchError) err
 		r.Errors = &BatchErrors{Object: "list", Data: errs}
 		return nil
 	})
+	if err == nil {
+		p.m.jobs.WithLabelValues(StatusFailed).Inc()
+	}
 	return err
 }
 
@@ -553,7 +566,14 @@ func (jb *job) runTask(ctx context.Context, stop, slot chan struct{}, i int) err
 			<-slot
 			return nil
 		}
+		model := jb.p.m.model(t.model)
+		jb.p.m.inflight.Inc()
+		jb.p.m.modelInflight.WithLabelValues(model).Inc()
+		start := time.Now()
 		resp, err := c.Dispatcher.Do(ctx, req)
+		jb.p.m.modelDuration.WithLabelValues(model).Observe(time.Since(start).Seconds())
+		jb.p.m.modelInflight.WithLabelValues(model).Dec()
+		jb.p.m.inflight.Dec()
 		<-jb.p.global
 		<-slot
 		if ctx.Err() != nil {
@@ -571,6 +591,7 @@ func (jb *job) runTask(ctx context.Context, stop, slot chan struct{}, i int) err
 			rec = responseRecord(t, id, resp)
 		}
 		if rec.Line == 0 {
+			jb.p.m.retries.Inc()
 			ra := ""
 			if resp != nil {
 				ra = resp.Header.Get("Retry-After")
@@ -589,6 +610,9 @@ func (jb *job) runTask(ctx context.Context, stop, slot chan struct{}, i int) err
 		}
 		jb.done[i].Store(true)
 		jb.count(rec)
+		if rec.Failed {
+			jb.p.m.modelErrors.WithLabelValues(model).Inc()
+		}
 		return nil
 	}
 }
@@ -785,6 +809,9 @@ func (jb *job) finish(ctx context.Context, outcome string) error {
 		r.Status, r.OutputFileID, r.ErrorFileID, r.RequestCounts, r.Usage = outcome, fileIDs[0], fileIDs[1], counts, usage
 		return nil
 	})
+	if err == nil {
+		jb.p.m.jobs.WithLabelValues(outcome).Inc()
+	}
 	return err
 }
 

@@ -26,6 +26,8 @@ type ServerConfig struct {
 	TenantHeader string
 	MaxFileBytes int64
 	Logger       *slog.Logger
+	// Metrics, if set, is served at GET /metrics.
+	Metrics http.Handler
 }
 
 // Server serves the OpenAI Files and Batch APIs.
@@ -48,6 +50,9 @@ func NewServer(c ServerConfig) *Server {
 	s.handle("GET /v1/batches", s.listBatches)
 	s.handle("GET /v1/batches/{id}", s.getBatch)
 	s.handle("POST /v1/batches/{id}/cancel", s.cancelBatch)
+	if c.Metrics != nil {
+		s.mux.Handle("GET /metrics", c.Metrics)
+	}
 	s.mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error",

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/kvgate/kvgate/internal/eppwire"
 )
 
@@ -457,6 +459,21 @@ func TestRetriesAndLimits(t *testing.T) {
 					t.Errorf("error line %+v", l)
 				}
 			}
+		}
+		m := h.proc.m
+		errsByModel := 0.0
+		for _, model := range []string{"m0", "m1", "m2"} {
+			errsByModel += promtest.ToFloat64(m.modelErrors.WithLabelValues(model))
+		}
+		if got := promtest.ToFloat64(m.jobs.WithLabelValues(StatusCompleted)); got != 2 {
+			t.Errorf("jobs_processed_total{completed} = %v", got)
+		}
+		// Per batch: 3 flaky lines refused twice, 3 always-503 lines tried 3 times.
+		if got := promtest.ToFloat64(m.retries); got != 24 {
+			t.Errorf("retries %v, want 24", got)
+		}
+		if errsByModel != 6 || promtest.ToFloat64(m.inflight) != 0 || promtest.ToFloat64(m.maxInflight) != 5 {
+			t.Errorf("errors by model %v, in flight %v, max %v", errsByModel, promtest.ToFloat64(m.inflight), promtest.ToFloat64(m.maxInflight))
 		}
 		mu.Lock()
 		defer mu.Unlock()
