@@ -57,6 +57,8 @@ type StackConfig struct {
 	FailOpen bool
 	// GatewayArgs are extra `kvgate gateway` flags.
 	GatewayArgs []string
+	// SimArgs and EPPArgs are extra `kvgate sim` and `kvgate epp` flags.
+	SimArgs, EPPArgs []string
 	// Ready bounds the wait for the fleet to come up.
 	Ready time.Duration
 	// Progress, if set, receives one line per milestone.
@@ -199,7 +201,8 @@ func (s *Stack) startSims(c StackConfig, ports fleetPorts) error {
 	for i := range c.Replicas {
 		o := c.simOptions(i, ports)
 		sim := Sim{Name: fmt.Sprintf("sim-%d", i), Addr: loopback(o.Port)}
-		p, err := s.group.Start(proc.Spec{Name: sim.Name, Path: c.Bin, Args: append([]string{"sim"}, o.Args()...)})
+		args := append(append([]string{"sim"}, o.Args()...), c.SimArgs...)
+		p, err := s.group.Start(proc.Spec{Name: sim.Name, Path: c.Bin, Args: args})
 		if err != nil {
 			return err
 		}
@@ -227,7 +230,8 @@ func (s *Stack) startEPP(c StackConfig, ports fleetPorts) error {
 		return err
 	}
 	o := c.eppOptions(epFile, cfg, ports)
-	if s.EPP, err = s.group.Start(proc.Spec{Name: "epp", Path: c.Bin, Args: append([]string{"epp"}, o.Args()...)}); err != nil {
+	args := append(append([]string{"epp"}, o.Args()...), c.EPPArgs...)
+	if s.EPP, err = s.group.Start(proc.Spec{Name: "epp", Path: c.Bin, Args: args}); err != nil {
 		return err
 	}
 	s.EPPMetricsURL = "http://" + o.MetricsAddr + "/metrics"
