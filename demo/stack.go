@@ -37,6 +37,9 @@ type StackConfig struct {
 	Replicas     int
 	// Policy names the picker configuration (see policies).
 	Policy string
+	// PickerConfig, when set, is the picker's EndpointPickerConfig instead
+	// of Policy's.
+	PickerConfig string
 	// LogDir receives one log file per component.
 	LogDir       string
 	TimeScale    float64
@@ -212,6 +215,9 @@ func (s *Stack) startEPP(c StackConfig, ports fleetPorts) error {
 	cfg, err := policyConfig(c.Policy, c.TokenizerDir, c.HashSeed)
 	if err != nil {
 		return err
+	}
+	if c.PickerConfig != "" {
+		cfg = c.PickerConfig
 	}
 	o := c.eppOptions(epFile, cfg, ports)
 	if s.EPP, err = s.group.Start(proc.Spec{Name: "epp", Path: c.Bin, Args: append([]string{"epp"}, o.Args()...)}); err != nil {

@@ -146,9 +146,9 @@ func (f *Factory) build(cfg GateConfig, depth int) (Gate, error) {
 	case GatePickerSaturation:
 		pool := p.str("pool", "")
 		threshold, e1 := p.float("threshold", 0.8)
-		// Unlike prometheus-saturation's, the fallback saturation defaults
-		// to 1: a picker that cannot be read holds dispatch.
-		fallback, e2 := p.float("fallback", 1)
+		// As prometheus-saturation's, the fallback saturation is 0: the
+		// picker exports the gauge only once flow control dispatched.
+		fallback, e2 := p.float("fallback", 0)
 		err = firstErr(e1, e2, p.unit("threshold", threshold), p.unit("fallback", fallback))
 		var src Source = f.PoolSaturation
 		if f.PoolSaturation == nil {

@@ -102,10 +102,15 @@ llm_d_epp_flow_control_pool_saturation{inference_pool="other",stage="effective"}
 	if got := g.Budget(context.Background()); math.Abs(got-0.3) > 1e-9 {
 		t.Fatalf("budget %v, want 0.3 (1 - 0.5 - (1 - 0.8))", got)
 	}
-	// Without the gauge (flow control off) the fallback applies.
+	// Without the gauge (flow control off) the fallback applies: saturation
+	// 0 unless configured.
 	page = "# TYPE other gauge\nother 1\n"
+	if got := g.Budget(context.Background()); got != 1 {
+		t.Fatalf("budget without the gauge %v, want 1 (fallback saturation 0)", got)
+	}
+	g, _ = f.New(GateConfig{GateType: GatePickerSaturation, GateParams: map[string]any{"url": srv.URL, "fallback": 1}})
 	if got := g.Budget(context.Background()); got != 0 {
-		t.Fatalf("budget without the gauge %v, want the fallback 0", got)
+		t.Fatalf("budget without the gauge %v, want 0 (fallback saturation 1)", got)
 	}
 }
 
