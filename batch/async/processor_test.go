@@ -259,10 +259,10 @@ func TestProcessor(t *testing.T) {
 	}
 	q := map[string]string{"queue_id": "request-sortedset", "queue_name": "request-sortedset", "pool_name": "default"}
 	for name, want := range map[string]float64{
-		"llm_d_async_async_request_total":                   5,
-		"llm_d_async_async_successful_requests_total":       3,
-		"llm_d_async_async_failed_requests_total":           1,
-		"llm_d_async_async_shedded_requests_total":          2,
+		"llm_d_async_async_request_total":                    5,
+		"llm_d_async_async_successful_requests_total":        3,
+		"llm_d_async_async_failed_requests_total":            1,
+		"llm_d_async_async_shedded_requests_total":           2,
 		"llm_d_async_async_exceeded_deadline_requests_total": 1,
 	} {
 		if got := counter(t, f.reg, name, q); got != want {
