@@ -66,6 +66,8 @@ type Options struct {
 	BatchPromptTokens           int
 	BatchOutputTokens           int
 	OnlineTimeout, BatchTimeout time.Duration
+	// Job is the async batch job beside the workload (asyncjob.go).
+	Job JobOptions
 	// set records which flags were given, for the checks that depend on it.
 	set map[string]bool
 }
@@ -79,6 +81,7 @@ func DefaultOptions() Options {
 		Ramp: "3,10,20,30,40,50,60", StageDuration: 30 * time.Second,
 		Burst: 1, SLOFraction: 1,
 		BatchPromptTokens: 1000, BatchOutputTokens: 300,
+		Job: defaultJobOptions(),
 	}
 }
 
@@ -138,6 +141,7 @@ func parseFlags(args []string, stderr io.Writer) (Options, plan, error) {
 	fs.IntVar(&o.BatchOutputTokens, "batch-output-tokens", o.BatchOutputTokens, "mixed: output tokens per batch request")
 	fs.DurationVar(&o.OnlineTimeout, "online-timeout", o.OnlineTimeout, "mixed: an online client cancels a request not started after this (0: never)")
 	fs.DurationVar(&o.BatchTimeout, "batch-timeout", o.BatchTimeout, "mixed: a batch client cancels a request not started after this (0: never)")
+	o.Job.addFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, plan{}, fmt.Errorf("%w: %w", ErrUsage, err)
 	}
@@ -193,6 +197,9 @@ func (o Options) plan() (plan, error) {
 		return pl, fmt.Errorf("--slo-fraction must be in (0, 1], got %v", o.SLOFraction)
 	}
 	if err := o.clusterOptions(pl, nil).Validate(); err != nil {
+		return pl, err
+	}
+	if _, err := o.job(); err != nil {
 		return pl, err
 	}
 	pl.scales = []float64{o.QPSScale}
@@ -331,6 +338,10 @@ func (o Options) runPolicy(ctx context.Context, pl plan, p cluster.Policy, x flo
 		logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	co := o.clusterOptions(pl, logger)
+	var err error
+	if co.Job, err = o.job(); err != nil {
+		return nil, err
+	}
 	label := fmt.Sprintf("%s ×%g", p.Name, x)
 	tty := progress.IsTerminal(stderr)
 	if tty {
@@ -385,7 +396,7 @@ const (
 
 // objectives are the InferenceObjectives the workload's requests name.
 func (o Options) objectives() map[string]int {
-	if o.Workload != "mixed" {
+	if o.Workload != "mixed" && o.Job.Requests == 0 {
 		return nil
 	}
 	return map[string]int{workload.ObjectiveOnline: OnlinePriority, workload.ObjectiveBatch: BatchPriority}
