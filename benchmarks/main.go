@@ -238,9 +238,10 @@ func run(ctx context.Context, o Options, pl plan, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	st := workload.Summarize(reqs)
-	fmt.Fprintf(stderr, "%s: %d requests, %.0f prompt tokens/request, %.0f output tokens/request, %v of arrivals\n",
-		name, st.Requests, float64(st.PromptTokens)/float64(st.Requests), float64(st.OutputTokens)/float64(st.Requests), st.Duration.Round(time.Second))
+	if st := workload.Summarize(reqs); st.Requests > 0 {
+		fmt.Fprintf(stderr, "%s: %d requests, %.0f prompt tokens/request, %.0f output tokens/request, %v of arrivals\n",
+			name, st.Requests, float64(st.PromptTokens)/float64(st.Requests), float64(st.OutputTokens)/float64(st.Requests), st.Duration.Round(time.Second))
+	}
 	results := &Results{Workload: name, Replicas: o.replicas(pl), Preset: pl.preset.Name, Seed: o.Seed}
 	if pl.mixed != nil {
 		results.Preset = o.Presets
@@ -324,7 +325,7 @@ func (o Options) load() (reqs []workload.Request, name string, err error) {
 	if o.Limit > 0 && o.Limit < len(reqs) {
 		reqs = reqs[:o.Limit]
 	}
-	if len(reqs) == 0 {
+	if len(reqs) == 0 && o.Job.Requests == 0 {
 		return nil, "", errors.New("the workload has no requests")
 	}
 	return reqs, name, nil
