@@ -40,6 +40,9 @@ type StackConfig struct {
 	// PickerConfig, when set, is the picker's EndpointPickerConfig instead
 	// of Policy's.
 	PickerConfig string
+	// SimFailureRate is the share of requests the simulators answer with
+	// an injected 500.
+	SimFailureRate float64
 	// LogDir receives one log file per component.
 	LogDir       string
 	TimeScale    float64
@@ -144,6 +147,7 @@ func (c StackConfig) simOptions(i int, ports fleetPorts) vllmserver.Options {
 	o.Host, o.Port = "127.0.0.1", ports.sims[i]
 	o.Model, o.TokenizerDir, o.Preset, o.BlockSize, o.HashSeed = Model, c.TokenizerDir, "qwen3-0.6b-h100", kvhash.DefaultBlockSize, c.HashSeed
 	o.NumGPUBlocks, o.TimeScale, o.Seed = c.NumGPUBlocks, c.TimeScale, uint64(i+1)
+	o.FailureRate = c.SimFailureRate
 	// The picker binds the KV-event socket; the simulators connect to it.
 	o.KVEventsEndpoint = "tcp://" + loopback(ports.kvEvents)
 	return o

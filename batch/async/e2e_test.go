@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kvgate/kvgate/demo"
@@ -97,6 +98,20 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
+// startFleet starts sims, the picker and the gateway for the test.
+func startFleet(t *testing.T, c demo.StackConfig) *demo.Stack {
+	t.Helper()
+	c.TokenizerDir = testutil.TokenizerDir(t)
+	c.Bin, c.Wasm = kvgateBin(t)
+	c.Policy, c.LogDir, c.NumGPUBlocks, c.HashSeed, c.Ready = demo.PolicyLoad, t.TempDir(), 2048, "42", 30*time.Second
+	stack, err := demo.StartStack(t.Context(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stack.Close)
+	return stack
+}
+
 // scrapeValue is the largest sample of metric (with labels) on a page; ok
 // false when absent.
 func scrapeValue(url, metric string, labels map[string]string) (float64, bool) {
@@ -112,16 +127,9 @@ func TestE2EAsyncThroughTheFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a fleet of processes")
 	}
-	tok := testutil.TokenizerDir(t)
 	rs := redistest.Start(t)
-	bin, wasm := kvgateBin(t)
-	stack, err := demo.StartStack(t.Context(), demo.StackConfig{Bin: bin, Wasm: wasm, TokenizerDir: tok, Replicas: 2,
-		Policy: demo.PolicyLoad, PickerConfig: e2ePicker, LogDir: t.TempDir(), TimeScale: 0.02, NumGPUBlocks: 2048,
-		HashSeed: "42", Ready: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stack.Close)
+	bin, _ := kvgateBin(t)
+	stack := startFleet(t, demo.StackConfig{Replicas: 2, PickerConfig: e2ePicker, TimeScale: 0.02})
 
 	metricsAddr := freeAddr(t)
 	cfg := fmt.Sprintf(`{"url":"redis://%s/0","poll_interval_ms":50,"batch_size":10,"queues":[{"queue_name":"request-sortedset",
@@ -265,5 +273,54 @@ func TestE2EAsyncThroughTheFleet(t *testing.T) {
 		if strings.Contains(sc.Text(), "level=ERROR") {
 			t.Errorf("processor error: %s", sc.Text())
 		}
+	}
+}
+
+// The simulators answer half the requests with a 500: the processor
+// retries each through the fleet until it succeeds, and every message gets
+// exactly one result, a 200.
+func TestE2EAsyncRetriesThroughTheFleet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a fleet of processes")
+	}
+	rs := redistest.Start(t)
+	stack := startFleet(t, demo.StackConfig{Replicas: 2, TimeScale: 1, SimFailureRate: 0.5})
+	cfg, err := ParseConfig([]byte(fmt.Sprintf(`{"url":"redis://%s/0","poll_interval_ms":20,"queues":[{"queue_name":"q","igw_base_url":%q}]}`,
+		rs.Addr, stack.GatewayURL)), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	p, err := New(Options{Config: cfg, Concurrency: 8, Registerer: reg, Backoff: Backoff{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
+	defer rdb.Close()
+	c := NewClient(rdb, ClientOptions{Queue: "q"})
+	defer c.Close()
+	const n = 20
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			body := fmt.Sprintf(`{"model":%q,"prompt":"retry %d","max_tokens":2}`, demo.Model, i)
+			rep, err := c.Do(ctx, Call{ID: fmt.Sprint("r", i), Body: []byte(body), Deadline: time.Now().Add(time.Hour)})
+			if err != nil || rep.StatusCode != 200 || !strings.Contains(string(rep.Body), `"text_completion"`) {
+				t.Errorf("request %d: %v %d %s", i, err, rep.StatusCode, rep.Body)
+			}
+		})
+	}
+	wg.Wait()
+	retries := counter(t, reg, "llm_d_async_async_request_retries_total", nil)
+	ok := counter(t, reg, "llm_d_async_async_successful_requests_total", nil)
+	if retries == 0 || ok != n {
+		t.Fatalf("retries %v, successes %v of %d", retries, ok, n)
+	}
+	if l, _ := rdb.LLen(ctx, c.ResultList()).Result(); l != 0 {
+		t.Fatalf("%d results nobody took", l)
 	}
 }
