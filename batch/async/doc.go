@@ -25,8 +25,13 @@
 // Client is the producer side: Submit, Cancel, and Do, which enqueues one
 // request and waits for its result (what kvgate batch dispatches through).
 //
-// Delivery: a message is popped with ZPOPMIN, so a processor killed while
-// holding it loses it (as llm-d-async does); a clean stop re-queues what
-// it holds. Bounds: the worker count, batch_size per poll, one message of
+// Delivery: a pop moves the message into the queue's processing set
+// (ProcessingKey) in one step, and every later move (its result, a retry, a
+// refusal) leaves that set in the same MULTI. A processor killed at any
+// moment leaves what it held in the processing set, and after
+// --redelivery-timeout any processor puts it back in its queue: each
+// message gets exactly one result, though a request cut off by the kill is
+// sent again. (llm-d-async pops with a bare ZPOPMIN, which loses them.)
+// Bounds: the worker count, batch_size per poll, one message of
 // MaxMessageBytes, result bodies of 64 MiB.
 package async

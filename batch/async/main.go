@@ -29,6 +29,7 @@ func Main(ctx context.Context, args []string, _, stderr io.Writer) error {
 	conc := fs.Int("concurrency", DefaultConcurrency, "concurrent workers (requests in flight)")
 	reqTimeout := fs.Duration("request-timeout", DefaultRequestTimeout, "timeout of one inference request (never past its deadline)")
 	drain := fs.Duration("drain-timeout", DefaultDrainTimeout, "at shutdown, how long in-flight requests may finish before they are re-queued")
+	redeliver := fs.Duration("redelivery-timeout", 0, "a popped message not settled this long (its processor was killed) goes back to its queue (0: 2 × --request-timeout + 30s)")
 	promURL := fs.String("prometheus-url", "", "Prometheus server for the prometheus-* gates")
 	promTTL := fs.Duration("prometheus-cache-ttl", 5*time.Second, "how long a Prometheus answer is reused (0: not)")
 	metricsAddr := fs.String("metrics-addr", ":9090", "Prometheus /metrics listen address")
@@ -77,7 +78,7 @@ func Main(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	p, err := New(Options{Config: cfg, Concurrency: *conc, RequestTimeout: *reqTimeout, DrainTimeout: *drain,
+	p, err := New(Options{Config: cfg, Concurrency: *conc, RequestTimeout: *reqTimeout, DrainTimeout: *drain, Redelivery: *redeliver,
 		Gates: &Factory{PrometheusURL: *promURL, CacheTTL: *promTTL, Now: time.Now}, Registerer: reg, Logger: log})
 	if err != nil {
 		return err

@@ -48,6 +48,9 @@ type Envelope struct {
 	// Kind is the request_kind read ("plain", "redis" or "pubsub"); written
 	// back unchanged on a retry so that the message keeps its shape.
 	Kind string
+	// member and held are the processor's: the sorted-set member as popped
+	// and the processing set holding it until the message is settled.
+	member, held string
 }
 
 // Request kinds of llm-d-async's envelope. kvgate's Client writes "redis".

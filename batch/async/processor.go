@@ -31,6 +31,10 @@ type Options struct {
 	// DrainTimeout is how long in-flight requests may finish at shutdown;
 	// the rest go back to the retry queue, due at once.
 	DrainTimeout time.Duration
+	// Redelivery is how long a popped message may stay unsettled (no
+	// result, not back in a queue) before it is put back in its queue: the
+	// processor that held it was killed. Default 2 × RequestTimeout + 30 s.
+	Redelivery time.Duration
 	// Backoff schedules retries; zero: llm-d-async's.
 	Backoff Backoff
 	// Gates builds each queue's gate; nil builds gates without Prometheus.
@@ -54,10 +58,17 @@ const (
 
 // Processor consumes request sorted sets and dispatches their messages to
 // the gateway through each queue's gate: llm-d-async's redis-sortedset
-// transport. It owns its Redis client and its workers; a message is in
-// exactly one place at a time: its request set, the retry set, one
-// goroutine of the processor (between ZPOPMIN and its result or its
-// re-queueing), or, as its result, the result list.
+// transport. It owns its Redis client and its workers.
+//
+// A message is in exactly one place at a time: its request set, the retry
+// set, the queue's processing set (ProcessingKey: popped by a processor,
+// scored by when it is redelivered if still there), or, as its result, the
+// result list. Every move out of the processing set is one MULTI with the
+// move into the next place, so a processor killed at any moment leaves each
+// message either settled or in the processing set, from which Run (of this
+// or another processor) returns it to its queue after Redelivery: every
+// message gets exactly one result; a request cut off by the kill is sent
+// again.
 type Processor struct {
 	cfg    Config
 	opts   Options
@@ -87,6 +98,18 @@ type work struct {
 
 func redisOptions(u string) (*redis.Options, error) { return redis.ParseURL(u) }
 
+// ProcessingKey is the sorted set holding a queue's popped, unsettled
+// messages (kvgate's; llm-d-async pops without one).
+func ProcessingKey(queue string) string { return queue + ":processing" }
+
+// popScript moves the earliest-deadline member into the processing set,
+// scored by its redelivery time.
+var popScript = redis.NewScript(`
+local r = redis.call("ZPOPMIN", KEYS[1], 1)
+if #r == 0 then return false end
+redis.call("ZADD", KEYS[2], ARGV[1], r[1])
+return r[1]`)
+
 // New validates opts and builds the queues' gates; Run starts it.
 func New(opts Options) (*Processor, error) {
 	if err := opts.Config.Validate(); err != nil {
@@ -104,8 +127,11 @@ func New(opts Options) (*Processor, error) {
 	if opts.DrainTimeout == 0 {
 		opts.DrainTimeout = DefaultDrainTimeout
 	}
-	if opts.RequestTimeout < 0 || opts.DrainTimeout < 0 {
-		return nil, errors.New("request and drain timeouts must not be negative")
+	if opts.Redelivery == 0 {
+		opts.Redelivery = 2*opts.RequestTimeout + 30*time.Second
+	}
+	if opts.RequestTimeout < 0 || opts.DrainTimeout < 0 || opts.Redelivery < 0 {
+		return nil, errors.New("request, drain and redelivery timeouts must not be negative")
 	}
 	if opts.HTTP == nil {
 		opts.HTTP = &http.Client{}
@@ -212,22 +238,25 @@ type redisQueue struct {
 
 func (rq *redisQueue) Pop(ctx context.Context) (*Envelope, error) {
 	p, q := rq.p, rq.q
+	held := ProcessingKey(q.cfg.QueueName)
 	for {
-		zs, err := p.rdb.ZPopMin(ctx, q.cfg.QueueName, 1).Result()
-		if err != nil || len(zs) == 0 {
+		until := float64(time.Now().Add(p.opts.Redelivery).UnixMilli()) / 1000
+		member, err := popScript.Run(ctx, p.rdb, []string{q.cfg.QueueName, held}, until).Text()
+		if err != nil {
 			if errors.Is(err, redis.Nil) {
 				err = nil
 			}
 			return nil, err
 		}
-		member, _ := zs[0].Member.(string)
 		m, err := DecodeEnvelope([]byte(member))
 		if err != nil {
 			// Nothing can answer a message without a usable id or deadline.
 			p.log.Error("dropping unreadable message", "queue", q.cfg.QueueName, "err", err, "member", truncate(member, 200))
 			q.m.failed.Inc()
+			p.rdb.ZRem(ctx, held, member)
 			continue
 		}
+		m.member, m.held = member, held
 		if m.Routing.RequestQueueName == "" {
 			m.Routing.RequestQueueName = q.cfg.QueueName
 		}
@@ -261,6 +290,9 @@ func (rq *redisQueue) Requeue(ctx context.Context, m *Envelope) error {
 
 func (rq *redisQueue) Expire(ctx context.Context, m *Envelope) {
 	rq.p.log.Info("deadline expired at dequeue: dropped", "id", m.Request.ID, "queue", rq.q.cfg.QueueName)
+	if err := rq.p.rdb.ZRem(ctx, m.held, m.member).Err(); err != nil {
+		rq.p.log.Warn("settling a dropped message", "id", m.Request.ID, "err", err)
+	}
 	rq.p.cleanup(ctx, m)
 }
 
@@ -281,12 +313,24 @@ func (rq *redisQueue) Dispatch(ctx context.Context, m *Envelope, release func())
 	}
 }
 
+// zadd moves m into the sorted set key, out of its processing set.
 func (p *Processor) zadd(ctx context.Context, key string, score float64, m *Envelope) error {
 	b, err := m.Encode()
 	if err != nil {
 		return err
 	}
-	return p.rdb.ZAdd(ctx, key, redis.Z{Score: score, Member: string(b)}).Err()
+	tx := p.rdb.TxPipeline()
+	tx.ZAdd(ctx, key, redis.Z{Score: score, Member: string(b)})
+	p.settle(ctx, tx, m)
+	_, err = tx.Exec(ctx)
+	return err
+}
+
+// settle adds the removal of m from its processing set to tx.
+func (p *Processor) settle(ctx context.Context, tx redis.Pipeliner, m *Envelope) {
+	if m.held != "" {
+		tx.ZRem(ctx, m.held, m.member)
+	}
 }
 
 // process sends one message and settles it: a result, or a retry.
@@ -430,8 +474,11 @@ func (p *Processor) finish(ctx context.Context, q *pqueue, m *Envelope, r Result
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := p.rdb.LPush(wctx, list, string(b)).Err(); err != nil {
-		p.log.Error("result push failed: result lost", "id", r.ID, "list", list, "err", err)
+	tx := p.rdb.TxPipeline()
+	tx.LPush(wctx, list, string(b))
+	p.settle(wctx, tx, m)
+	if _, err := tx.Exec(wctx); err != nil {
+		p.log.Error("result push failed: the message is redelivered", "id", r.ID, "list", list, "err", err)
 		return
 	}
 	p.cleanup(wctx, m)
@@ -466,38 +513,56 @@ func (p *Processor) moveRetries(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		now := float64(time.Now().UnixMilli()) / 1000
-		due, err := p.rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: p.cfg.RetryQueueName, ByScore: true, Start: "-inf",
-			Stop: strconv.FormatFloat(now, 'f', 3, 64), Count: int64(p.cfg.BatchSize)}).Result()
-		if err != nil {
-			if ctx.Err() == nil {
-				p.log.Error("reading due retries", "err", err)
-			}
-			continue
-		}
-		for _, member := range due {
-			// Only the remover re-enters the message (several processors may
-			// share the retry set).
-			if n, err := p.rdb.ZRem(ctx, p.cfg.RetryQueueName, member).Result(); err != nil || n == 0 {
-				continue
-			}
-			m, err := DecodeEnvelope([]byte(member))
-			if err != nil {
-				p.log.Error("dropping unreadable retry", "err", err, "member", truncate(member, 200))
-				continue
-			}
-			key := m.Routing.RequestQueueName
-			if p.byName[key] == nil {
-				key = p.queues[0].cfg.QueueName
-			}
-			if err := p.rdb.ZAdd(ctx, key, redis.Z{Score: float64(m.Request.Deadline), Member: member}).Err(); err != nil {
-				p.log.Error("re-entering a due retry", "id", m.Request.ID, "err", err)
-				// Back where it was, so that it is not lost.
-				_ = p.rdb.ZAdd(context.WithoutCancel(ctx), p.cfg.RetryQueueName, redis.Z{Score: now, Member: member}).Err()
-			}
+		p.moveDue(ctx, p.cfg.RetryQueueName, "")
+		for _, q := range p.queues {
+			p.moveDue(ctx, ProcessingKey(q.cfg.QueueName), q.cfg.QueueName)
 		}
 	}
 }
+
+// moveDue returns the members of from whose time has come to their request
+// set (to, or the one their routing names), scored by their deadlines:
+// due retries, and messages whose processor stopped holding them.
+func (p *Processor) moveDue(ctx context.Context, from, to string) {
+	now := strconv.FormatFloat(float64(time.Now().UnixMilli())/1000, 'f', 3, 64)
+	due, err := p.rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: from, ByScore: true, Start: "-inf", Stop: now, Count: int64(p.cfg.BatchSize)}).Result()
+	if err != nil {
+		if ctx.Err() == nil {
+			p.log.Error("reading due messages", "set", from, "err", err)
+		}
+		return
+	}
+	for _, member := range due {
+		m, err := DecodeEnvelope([]byte(member))
+		if err != nil {
+			p.log.Error("dropping an unreadable message", "set", from, "err", err, "member", truncate(member, 200))
+			p.rdb.ZRem(ctx, from, member)
+			continue
+		}
+		key := to
+		if key == "" {
+			key = m.Routing.RequestQueueName
+		}
+		if p.byName[key] == nil {
+			key = p.queues[0].cfg.QueueName
+		}
+		if to != "" {
+			p.log.Warn("redelivering a message its processor left unsettled", "id", m.Request.ID, "queue", key)
+		}
+		// Only the processor whose ZREM removes it moves it (several may
+		// share the sets); both in one step, so that it is never lost.
+		if err := moveScript.Run(ctx, p.rdb, []string{from, key}, member, m.Request.Deadline).Err(); err != nil && !errors.Is(err, redis.Nil) {
+			p.log.Error("moving a due message", "id", m.Request.ID, "set", from, "err", err)
+		}
+	}
+}
+
+var moveScript = redis.NewScript(`
+if redis.call("ZREM", KEYS[1], ARGV[1]) == 1 then
+  redis.call("ZADD", KEYS[2], ARGV[2], ARGV[1])
+  return 1
+end
+return 0`)
 
 func minTime(a, b time.Time) time.Time {
 	if a.Before(b) {

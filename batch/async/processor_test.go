@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -272,8 +274,81 @@ func TestProcessor(t *testing.T) {
 	if got := counter(t, f.reg, "llm_d_async_async_request_retries_total", q); got < 3 {
 		t.Errorf("retries %v, want ≥ 3 (2 for shed, ≥ 1 for down)", got)
 	}
-	if n, _ := f.rdb.ZCard(context.Background(), "request-sortedset").Result(); n != 0 {
-		t.Errorf("%d messages left in the queue", n)
+	for _, key := range []string{"request-sortedset", ProcessingKey("request-sortedset"), DefaultRetryQueue} {
+		if n, _ := f.rdb.ZCard(context.Background(), key).Result(); n != 0 {
+			t.Errorf("%d messages left in %s", n, key)
+		}
+	}
+}
+
+// kill -9 at any moment: every message still gets exactly one result.
+// Five processes in turn are killed while requests are in flight; the
+// messages they held come back after the redelivery timeout.
+func TestProcessorKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the kvgate binary")
+	}
+	bin, _ := kvgateBin(t)
+	f := newFixture(t, "")
+	slow := make(chan struct{})
+	f.gw.hold = slow
+	far := time.Now().Add(time.Hour).Unix()
+	const n = 40
+	for i := range n {
+		f.zadd(t, msg(fmt.Sprint("k", i), fmt.Sprint("kill ", i), far), float64(far))
+	}
+	cfg, _ := json.Marshal(f.cfg)
+	start := func() *exec.Cmd {
+		cmd := exec.Command(bin, "async", "--transport-config", string(cfg), "--metrics-addr", "127.0.0.1:0", "--health-port", "0",
+			"--concurrency", "4", "--redelivery-timeout", "1s")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	for kill := range 5 {
+		cmd := start()
+		end := time.Now().Add(20 * time.Second)
+		for f.gw.inFlight.Load() < 4 {
+			if time.Now().After(end) {
+				t.Fatalf("kill %d: requests never arrived", kill)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if kill > 0 {
+			// Let the held ones finish (later ones are held again), so that
+			// kills land between results too.
+			old := slow
+			slow = make(chan struct{})
+			f.gw.mu.Lock()
+			f.gw.hold = slow
+			f.gw.mu.Unlock()
+			close(old)
+			time.Sleep(30 * time.Millisecond)
+		}
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+	close(slow)
+	f.gw.mu.Lock()
+	f.gw.hold = nil
+	f.gw.mu.Unlock()
+	cmd := start()
+	defer func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }()
+	res := f.results(t, n, 60*time.Second)
+	for id, r := range res {
+		if r.StatusCode != 200 {
+			t.Errorf("%s: %+v", id, r)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	if l, _ := f.rdb.LLen(context.Background(), DefaultResultQueue).Result(); l != 0 {
+		t.Fatalf("%d results more than one per message", l)
+	}
+	for _, key := range []string{"request-sortedset", ProcessingKey("request-sortedset"), DefaultRetryQueue} {
+		if c, _ := f.rdb.ZCard(context.Background(), key).Result(); c != 0 {
+			t.Errorf("%d messages left in %s", c, key)
+		}
 	}
 }
 
