@@ -276,15 +276,47 @@ func TestE2EAsyncThroughTheFleet(t *testing.T) {
 	}
 }
 
-// The simulators answer half the requests with a 500: the processor
-// retries each through the fleet until it succeeds, and every message gets
-// exactly one result, a 200.
+// Retries through the fleet: the simulators answer half the requests with
+// a 500, or the picker's flow control refuses (429) what does not fit one
+// running request and one queued; the processor retries each until it
+// succeeds, and every message gets exactly one result, a 200.
 func TestE2EAsyncRetriesThroughTheFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a fleet of processes")
 	}
+	const oneAtATime = `apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+featureGates:
+- flowControl
+plugins:
+- type: queue-scorer
+- type: concurrency-detector
+  parameters:
+    maxConcurrency: 1
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: queue-scorer
+flowControl:
+  maxRequests: 1
+  saturationDetector:
+    pluginRef: concurrency-detector
+`
+	for _, tc := range []struct {
+		name   string
+		fleet  demo.StackConfig
+		metric string
+	}{
+		{"sims answer 500", demo.StackConfig{Replicas: 2, TimeScale: 1, SimFailureRate: 0.5}, "llm_d_async_async_request_retries_total"},
+		{"picker sheds 429", demo.StackConfig{Replicas: 1, TimeScale: 0.2, PickerConfig: oneAtATime}, "llm_d_async_async_shedded_requests_total"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { retriesThroughTheFleet(t, tc.fleet, tc.metric) })
+	}
+}
+
+func retriesThroughTheFleet(t *testing.T, fleet demo.StackConfig, metric string) {
 	rs := redistest.Start(t)
-	stack := startFleet(t, demo.StackConfig{Replicas: 2, TimeScale: 1, SimFailureRate: 0.5})
+	stack := startFleet(t, fleet)
 	cfg, err := ParseConfig([]byte(fmt.Sprintf(`{"url":"redis://%s/0","poll_interval_ms":20,"queues":[{"queue_name":"q","igw_base_url":%q}]}`,
 		rs.Addr, stack.GatewayURL)), "")
 	if err != nil {
@@ -315,10 +347,10 @@ func TestE2EAsyncRetriesThroughTheFleet(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	retries := counter(t, reg, "llm_d_async_async_request_retries_total", nil)
+	retries := counter(t, reg, metric, nil)
 	ok := counter(t, reg, "llm_d_async_async_successful_requests_total", nil)
 	if retries == 0 || ok != n {
-		t.Fatalf("retries %v, successes %v of %d", retries, ok, n)
+		t.Fatalf("%s %v, successes %v of %d", metric, retries, ok, n)
 	}
 	if l, _ := rdb.LLen(ctx, c.ResultList()).Result(); l != 0 {
 		t.Fatalf("%d results nobody took", l)
