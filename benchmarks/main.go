@@ -93,10 +93,14 @@ type plan struct {
 	pols   []cluster.Policy
 }
 
-// Main is `kvgate bench`. args exclude the subcommand name. Progress, the
+// Main is `kvgate bench` (and `kvgate bench pd`, PDMain). args exclude the
+// subcommand name. Progress, the
 // results table and errors go to stderr (stdout stays free for scripts);
 // the results themselves go to --out.
 func Main(ctx context.Context, args []string, _, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "pd" {
+		return PDMain(ctx, args[1:], stderr)
+	}
 	o, pl, err := parseFlags(args, stderr)
 	if err != nil {
 		return err

@@ -19,6 +19,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/latency"
 	"github.com/kvgate/kvgate/extproc/plugins/all"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
+	"github.com/kvgate/kvgate/extproc/plugins/transfercost"
 	"github.com/kvgate/kvgate/extproc/saturation"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/server"
@@ -65,6 +66,13 @@ type Options struct {
 	// Job, when set, is a batch job the async processor's gates release
 	// into the fleet (AsyncJob).
 	Job *AsyncJob
+	// Roles, when not empty, is each replica's llm-d.ai/role label (len
+	// Replicas; "" for none): a P/D fleet (pd.go).
+	Roles []string
+	// Network is the network between replicas that P/D requests' KV
+	// crosses; nil: the engines' default path. The picker sees it as its
+	// transfer-cost decider's NetworkView.
+	Network *Network
 	// Progress, when set, is called as requests complete.
 	Progress func(done, total int)
 	Logger   *slog.Logger
@@ -149,6 +157,12 @@ func (o Options) withDefaults() (Options, error) {
 	case slo.TTFT < 0 || slo.TPOT < 0 || (slo.TTFT > 0 && slo.TTFT < time.Millisecond) || (slo.TPOT > 0 && slo.TPOT < time.Millisecond):
 		return o, fmt.Errorf("SLOs are whole milliseconds, got TTFT %v, TPOT %v", slo.TTFT, slo.TPOT)
 	}
+	if len(o.Roles) != 0 && len(o.Roles) != o.Replicas {
+		return o, fmt.Errorf("%d roles for %d replicas", len(o.Roles), o.Replicas)
+	}
+	if err := o.Network.validate(o.Replicas); err != nil {
+		return o, err
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -186,8 +200,11 @@ type RequestResult struct {
 	OutputTokens int
 	// Replica is the server's index, -1 when the request was not routed;
 	// Preset the name of the replica's preset.
-	Replica    int
-	Preset     string
+	Replica int
+	Preset  string
+	// Prefill is the replica that prefilled a P/D request, -1 when the
+	// request was prefilled where it decoded.
+	Prefill    int
 	OfferedQPS float64
 	// Objective is the InferenceObjective the request named ("" none);
 	// Priority its priority.
@@ -327,6 +344,7 @@ type sim struct {
 	// the async job's); job is the job, nil without one.
 	online int
 	job    *simJob
+	pd     pdState
 }
 
 // start is an arbitrary fixed epoch: results must not depend on the wall
@@ -382,6 +400,9 @@ func newSim(opts Options, policy Policy, reqs []workload.Request) (*sim, error) 
 			pending:    make(map[uint64]int),
 		}
 		specs[i] = endpoints.Spec{Name: fmt.Sprintf("replica-%03d", i), Address: r.addr}
+		if len(opts.Roles) > 0 {
+			specs[i].Labels = roleLabels(opts.Roles[i])
+		}
 		s.reps = append(s.reps, r)
 		s.byAddr[r.addr] = r
 	}
@@ -411,6 +432,9 @@ func newSim(opts Options, policy Policy, reqs []workload.Request) (*sim, error) 
 		Services: precise.WithKVIndex(nil, s.index),
 	}
 	latency.WithRecorder(handle.Services, predictions{s})
+	if opts.Network != nil {
+		handle.Services[transfercost.ServiceNetworkView] = transfercost.NetworkView(networkView{s})
+	}
 	built, err := config.Build(cfg, reg, handle, nil)
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: %w", policy.Name, err)
@@ -671,7 +695,7 @@ func (s *sim) scrape(r *replica) {
 func (s *sim) arrive(ctx context.Context, i int, now time.Time) {
 	w := &s.reqs[i]
 	rr := &s.res.Requests[i]
-	rr.Arrival, rr.OfferedQPS, rr.Replica = w.Arrival, w.OfferedQPS, -1
+	rr.Arrival, rr.OfferedQPS, rr.Replica, rr.Prefill = w.Arrival, w.OfferedQPS, -1, -1
 	out := min(w.OutputTokens, s.maxLen-1)
 	prompt := w.Prompt(s.maxLen - out)
 	if len(prompt) < w.PromptLen() {
@@ -720,6 +744,9 @@ func (s *sim) begin(ctx context.Context, i int, req *server.Request, prompt []in
 	r := s.byAddr[dec.Endpoints[0]]
 	if r == nil {
 		s.fail(rr, fmt.Errorf("picker chose unknown endpoint %q", dec.Endpoints[0]))
+		return
+	}
+	if s.beginPD(ctx, i, req, prompt, r, dec, ex) {
 		return
 	}
 	rr.Replica, rr.Preset = r.idx, r.preset
@@ -781,10 +808,14 @@ func (s *sim) complete(ctx context.Context, r *replica, now time.Time) {
 	r.busy = false
 	chunk := []byte("data: {}\n\n")
 	for _, id := range r.firsts {
+		if s.prefilled(ctx, id) {
+			continue
+		}
 		lr := s.live[id]
 		if lr == nil {
 			continue
 		}
+		s.pulled(id)
 		lr.first = now
 		r.backlog -= lr.oracle.uncached
 		for _, h := range lr.oracle.hashes {

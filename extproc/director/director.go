@@ -249,6 +249,14 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 		return nil, nil, &inferr.Error{Code: inferr.PreconditionFailed, Msg: "no decode worker has the requested KV cache"}
 	}
 	ex := &exchange{d: d, sched: sr, cs: cs, received: req.ReceivedAt}
+	if p := res.Prefill; p != nil {
+		// P/D: the prefill server computes the prompt (less what it
+		// holds) until the decode server's first token; the decode server
+		// only waits for the KV to arrive.
+		pp, pu := uncachedTokens(cs, sr, p)
+		ex.remote = p.Charge(int64(pp-pu), int64(pu), int64(pp), int64(pp))
+		uncached = 0
+	}
 	ex.charge = targets[0].Charge(int64(prompt-uncached), int64(uncached), int64(prompt+sr.MaxTokens), sr.TokenEstimate())
 	for _, h := range d.opts.Hooks.PreRequest {
 		hs := time.Now()
@@ -415,11 +423,14 @@ func subset(eps []*endpoints.Endpoint, hint []string) []*endpoints.Endpoint {
 // what the stream has shown. The server calls it on the stream's goroutine,
 // one event at a time, so it needs no lock.
 type exchange struct {
-	d        *Director
-	labels   metrics.Labels
-	sched    *scheduling.Request
-	cs       *scheduling.CycleState
-	charge   endpoints.Charge
+	d      *Director
+	labels metrics.Labels
+	sched  *scheduling.Request
+	cs     *scheduling.CycleState
+	charge endpoints.Charge
+	// remote is a P/D request's prefill on another server, released at the
+	// first token (zero otherwise).
+	remote   endpoints.Charge
 	received time.Time
 	status   int
 	chunks   int
@@ -480,6 +491,7 @@ func (x *exchange) ResponseChunk(ctx context.Context, chunk []byte) {
 	if x.chunks == 1 {
 		x.first = now
 		x.charge.FirstToken()
+		x.remote.Release()
 		if adm := x.d.opts.Admission; adm != nil {
 			adm.Notify()
 		}
@@ -507,6 +519,7 @@ func (x *exchange) ResponseDone(ctx context.Context, sum server.ResponseSummary)
 	x.moveTo(sum.ServedEndpoint)
 	served := x.charge.Endpoint()
 	x.charge.Release()
+	x.remote.Release()
 	if adm := x.d.opts.Admission; adm != nil && x.flow != nil {
 		adm.Finished(x.flow)
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -446,13 +447,13 @@ func TestHealthServing(t *testing.T) {
 	}
 }
 
-// A client cannot name the prefiller: the picker removes its header unless
-// it sets one itself.
+// A client cannot name the prefiller, the encoders or the KV source: the
+// picker removes those headers unless it sets them itself.
 func TestClientPrefillerHeaderRemoved(t *testing.T) {
 	f := startFleet(t, "", vllmMetrics(0, 0, ""))
 	_, r := f.route(t, []string{"x-prefiller-host-port", "10.9.9.9:6379"}, completion, 1)
 	removed := r.GetRequestHeaders().GetResponse().GetHeaderMutation().GetRemoveHeaders()
-	if len(removed) != 1 || removed[0] != "x-prefiller-host-port" {
+	if !slices.Equal(removed, []string{"x-prefiller-host-port", "x-encoder-hosts-ports", "x-kv-cache-source-host-port"}) {
 		t.Fatalf("remove_headers = %v", removed)
 	}
 	if _, set := envoytest.SetHeaders(t, r)["x-prefiller-host-port"]; set {

@@ -35,6 +35,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/sloheadroom"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenload"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenproducer"
+	"github.com/kvgate/kvgate/extproc/plugins/transfercost"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 )
 
@@ -90,6 +91,7 @@ func Registry() *scheduling.Registry {
 		{alwaysdisagg.PDType, alwaysdisagg.NewPD},
 		{alwaysdisagg.MultimodalType, alwaysdisagg.NewMultimodal},
 		{p2psource.Type, p2psource.New},
+		{transfercost.Type, transfercost.New},
 		{flowpolicy.GlobalStrictType, flowpolicy.NewGlobalStrict},
 		{flowpolicy.RoundRobinType, flowpolicy.NewRoundRobin},
 		{flowpolicy.ProgramAwareType, flowpolicy.NewProgramAware},

@@ -43,6 +43,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/sloheadroom"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenload"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenproducer"
+	"github.com/kvgate/kvgate/extproc/plugins/transfercost"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 )
 
@@ -92,6 +93,7 @@ var paramsOf = map[string]any{
 	alwaysdisagg.PDType:           nil,
 	alwaysdisagg.MultimodalType:   nil,
 	p2psource.Type:                p2psource.Params{},
+	transfercost.Type:             transfercost.Params{},
 	flowpolicy.GlobalStrictType:   nil,
 	flowpolicy.RoundRobinType:     nil,
 	flowpolicy.ProgramAwareType:   flowpolicy.ProgramAwareParams{},
