@@ -42,6 +42,12 @@ type StackConfig struct {
 	Replicas     int
 	// Policy names the picker configuration (see policies).
 	Policy string
+	// PickerConfig, when set, is the picker's EndpointPickerConfig instead
+	// of Policy's.
+	PickerConfig string
+	// SimFailureRate is the share of requests the simulators answer with
+	// an injected 500.
+	SimFailureRate float64
 	// FlowControl, when set, runs the policy under the flow-control layer.
 	FlowControl *config.PolicyFlowControl
 	// Objectives, when set, is an InferenceObjective YAML file (poolRef
@@ -153,6 +159,7 @@ func (c StackConfig) simOptions(i int, ports fleetPorts) vllmserver.Options {
 	o.Host, o.Port = "127.0.0.1", ports.sims[i]
 	o.Model, o.TokenizerDir, o.Preset, o.BlockSize, o.HashSeed = Model, c.TokenizerDir, "qwen3-0.6b-h100", kvhash.DefaultBlockSize, c.HashSeed
 	o.NumGPUBlocks, o.TimeScale, o.Seed = c.NumGPUBlocks, c.TimeScale, uint64(i+1)
+	o.FailureRate = c.SimFailureRate
 	// The picker binds the KV-event socket; the simulators connect to it.
 	o.KVEventsEndpoint = "tcp://" + loopback(ports.kvEvents)
 	return o
@@ -228,6 +235,9 @@ func (s *Stack) startEPP(c StackConfig, ports fleetPorts) error {
 	cfg, err := policyConfig(c.Policy, c.TokenizerDir, c.HashSeed, c.FlowControl)
 	if err != nil {
 		return err
+	}
+	if c.PickerConfig != "" {
+		cfg = c.PickerConfig
 	}
 	o := c.eppOptions(epFile, cfg, ports)
 	args := append(append([]string{"epp"}, o.Args()...), c.EPPArgs...)

@@ -63,6 +63,9 @@ type Options struct {
 	// Objectives are the InferenceObjectives requests name
 	// (workload.Request.Objective), by name: their priorities.
 	Objectives map[string]int
+	// Job, when set, is a batch job the async processor's gates release
+	// into the fleet (AsyncJob).
+	Job *AsyncJob
 	// Roles, when not empty, is each replica's llm-d.ai/role label (len
 	// Replicas; "" for none): a P/D fleet (pd.go).
 	Roles []string
@@ -237,6 +240,8 @@ type Result struct {
 	// Learned is what the policy's latency model learned of each preset's
 	// replicas by the end of the run; empty for policies without one.
 	Learned []LearnedSpeed
+	// Job is the async job's outcome; nil without one.
+	Job *JobResult
 }
 
 // LearnedSpeed is the latency model's fit of one preset's replicas,
@@ -335,7 +340,11 @@ type sim struct {
 	done    int
 	// flow is the policy's flow-control layer; nil without the gate.
 	flow *simFlow
-	pd   pdState
+	// online counts the requests that arrive on their own (s.reqs before
+	// the async job's); job is the job, nil without one.
+	online int
+	job    *simJob
+	pd     pdState
 }
 
 // start is an arbitrary fixed epoch: results must not depend on the wall
@@ -454,6 +463,20 @@ func newSim(opts Options, policy Policy, reqs []workload.Request) (*sim, error) 
 		dopts.Admission = s.flow
 	}
 	s.dir = director.New(dopts)
+	s.online = len(reqs)
+	if opts.Job != nil {
+		// The job's gate reads the picker's pool saturation directly.
+		sat := saturation.New(built.Saturation, s.clock.Now).Pool
+		switch {
+		case built.FlowControl != nil:
+			sat = built.FlowControl.Config.Detector.Saturation
+		case built.Detector != nil:
+			sat = built.Detector.Saturation
+		}
+		if s.job, err = newSimJob(s, *opts.Job, ds, sat); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
@@ -573,10 +596,11 @@ func (s *sim) run(ctx context.Context) (*Result, error) {
 			}
 		}
 		s.flow.cancel(t)
-		for next < total && !s.start.Add(s.reqs[next].Arrival).After(t) {
+		for next < s.online && !s.start.Add(s.reqs[next].Arrival).After(t) {
 			s.arrive(ctx, next, t)
 			next++
 		}
+		s.job.poll(ctx, t)
 		s.flow.dispatch(ctx, t)
 		for _, r := range s.reps {
 			if !r.busy {
@@ -592,6 +616,10 @@ func (s *sim) run(ctx context.Context) (*Result, error) {
 		s.res.End = max(s.res.End, r.stepEnd.Sub(s.start))
 	}
 	s.res.Learned = s.learned()
+	if s.job != nil {
+		r := s.job.res
+		s.res.Job = &r
+	}
 	return &s.res, nil
 }
 
@@ -606,7 +634,7 @@ func (s *sim) nextEvent(next int) (time.Time, bool) {
 			t, ok = c, true
 		}
 	}
-	if next < len(s.reqs) {
+	if next < s.online {
 		take(s.start.Add(s.reqs[next].Arrival))
 	}
 	for _, r := range s.reps {
@@ -622,8 +650,15 @@ func (s *sim) nextEvent(next int) (time.Time, bool) {
 	if ft, fok := s.flow.nextEvent(); fok {
 		take(ft)
 	}
+	jt, jprogress, jok := s.job.nextEvent()
+	if jok && jprogress {
+		take(jt)
+	}
 	if !ok {
 		return t, false
+	}
+	if jok {
+		take(jt)
 	}
 	for _, r := range s.reps {
 		take(r.nextScrape)
@@ -737,6 +772,9 @@ func (s *sim) begin(ctx context.Context, i int, req *server.Request, prompt []in
 
 func (s *sim) fail(rr *RequestResult, err error) {
 	rr.Err = err.Error()
+	if i := s.job.owns(rr); i >= 0 && s.job.failed(i, rr, s.clock.Now()) {
+		return // retried
+	}
 	s.done++
 }
 
@@ -817,6 +855,7 @@ func (s *sim) complete(ctx context.Context, r *replica, now time.Time) {
 			rr.TPOT = (rr.E2E - rr.TTFT) / time.Duration(rr.OutputTokens-1)
 		}
 		s.done++
+		s.job.finished(lr.idx, now)
 	}
 	if len(r.events) > 0 {
 		// vLLM publishes a step's events when the step ends; they reach
