@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"strings"
 	"time"
-
-	"github.com/kvgate/kvgate/internal/eppwire"
 )
 
 // Request is one batch line to run.
@@ -60,12 +58,8 @@ func (d *HTTPDispatcher) Do(ctx context.Context, req *Request) (*Response, error
 		return nil, err
 	}
 	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set(eppwire.HeaderRequestID, req.RequestID)
-	if d.Objective != "" {
-		hreq.Header.Set(eppwire.HeaderObjective, d.Objective)
-	}
-	if req.Tenant != "" {
-		hreq.Header.Set(eppwire.HeaderFairnessID, req.Tenant)
+	for k, v := range identityHeaders(req, d.Objective) {
+		hreq.Header.Set(k, v)
 	}
 	c := d.Client
 	if c == nil {

@@ -1,6 +1,7 @@
 package batch
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -20,7 +21,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 
+	"github.com/kvgate/kvgate/batch/async"
 	"github.com/kvgate/kvgate/internal/cliflag"
 )
 
@@ -42,6 +45,11 @@ type Options struct {
 	RetryMax            time.Duration
 	LeaseTTL            time.Duration
 	RequestTimeout      time.Duration
+	// AsyncQueue, when set, sends requests through the async processor's
+	// request sorted set in AsyncRedisURL (default RedisURL) instead of to
+	// Gateway.
+	AsyncQueue    string
+	AsyncRedisURL string
 }
 
 // DefaultOptions are the flags' defaults (llm-d batch-gateway's limits:
@@ -72,6 +80,8 @@ func (o *Options) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.RetryMax, "retry-max", o.RetryMax, "longest backoff")
 	fs.DurationVar(&o.LeaseTTL, "lease-ttl", o.LeaseTTL, "how long a crashed processor's batches wait before another takes them over (Redis mode)")
 	fs.DurationVar(&o.RequestTimeout, "request-timeout", o.RequestTimeout, "bound on one request to the gateway")
+	fs.StringVar(&o.AsyncQueue, "async-queue", o.AsyncQueue, "send requests through `kvgate async`'s request sorted set of this name (its gates release them into the fleet's slack) instead of to --gateway")
+	fs.StringVar(&o.AsyncRedisURL, "async-redis-url", o.AsyncRedisURL, "Redis of --async-queue (default --redis-url)")
 }
 
 // Args is the command line that gives these options.
@@ -99,10 +109,17 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 }
 
 func (o Options) validate() error {
-	if o.Gateway == "" {
-		return errors.New("--gateway is required")
+	switch {
+	case o.AsyncQueue != "" && o.Gateway != "":
+		return errors.New("--gateway and --async-queue exclude each other: with --async-queue the async processor sends the requests")
+	case o.AsyncQueue != "" && o.AsyncRedisURL == "" && o.RedisURL == "":
+		return errors.New("--async-queue needs --async-redis-url (or --redis-url)")
+	case o.AsyncQueue == "" && o.AsyncRedisURL != "":
+		return errors.New("--async-redis-url needs --async-queue")
+	case o.AsyncQueue == "" && o.Gateway == "":
+		return errors.New("--gateway (or --async-queue) is required")
 	}
-	if u, err := url.Parse(o.Gateway); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	if u, err := url.Parse(o.Gateway); o.AsyncQueue == "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
 		return fmt.Errorf("--gateway %q: want an http(s) URL", o.Gateway)
 	}
 	switch {
@@ -156,9 +173,21 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	host, _ := os.Hostname()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var dispatcher Dispatcher = &HTTPDispatcher{Base: o.Gateway, Objective: o.Objective, Client: &http.Client{Timeout: o.RequestTimeout}}
+	if o.AsyncQueue != "" {
+		opt, err := redis.ParseURL(cmp.Or(o.AsyncRedisURL, o.RedisURL))
+		if err != nil {
+			return fmt.Errorf("--async-redis-url: %w", err)
+		}
+		rdb := redis.NewClient(opt)
+		defer rdb.Close()
+		c := async.NewClient(rdb, async.ClientOptions{Queue: o.AsyncQueue, Logger: log})
+		defer c.Close()
+		dispatcher = &AsyncDispatcher{Client: c, Objective: o.Objective}
+	}
 	proc, err := NewProcessor(ProcessorConfig{
 		Store: store, Blobs: blobs, JournalDir: filepath.Join(o.DataDir, "journals"),
-		Dispatcher: &HTTPDispatcher{Base: o.Gateway, Objective: o.Objective, Client: &http.Client{Timeout: o.RequestTimeout}},
+		Dispatcher: dispatcher,
 		Owner:      fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(owner)), LeaseTTL: o.LeaseTTL,
 		Jobs: o.Jobs, MaxConcurrency: o.MaxConcurrency, MaxModelConcurrency: o.MaxModelConcurrency, MaxLines: o.MaxLines,
 		MaxAttempts: o.MaxAttempts, RetryBase: o.RetryBase, RetryMax: o.RetryMax, Logger: log, Registry: reg,
