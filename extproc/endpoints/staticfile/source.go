@@ -79,6 +79,17 @@ func (f *File) Run(ctx context.Context, apply func([]endpoints.Spec) error) erro
 	}
 
 	applied, n, err := f.load(nil, 0, apply, log)
+	for try := 1; err != nil && try < initialReads; try++ {
+		// The file may be caught mid-rewrite (truncated, half written):
+		// read it again a debounce later before calling it broken.
+		log.Warn("static endpoints do not parse; reading the file again", "err", err, "try", try)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(debounce):
+		}
+		applied, n, err = f.load(nil, 0, apply, log)
+	}
 	if err != nil {
 		return fmt.Errorf("static endpoints %s: %w", f.Path, err)
 	}
@@ -116,6 +127,10 @@ func (f *File) Run(ctx context.Context, apply func([]endpoints.Spec) error) erro
 		}
 	}
 }
+
+// initialReads is how often a watched file that does not parse at start is
+// read, a debounce apart, before the source gives up on it.
+const initialReads = 5
 
 // ErrWouldEmpty refuses an edit that leaves no endpoint in a pool that has
 // some: a truncated or half-written file must not take every server out of

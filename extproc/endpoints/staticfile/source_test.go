@@ -19,20 +19,30 @@ import (
 // logCount counts error records, so a test can wait until the source has
 // looked at an edit it must reject.
 type logCount struct {
-	mu     sync.Mutex
-	errors int
+	mu       sync.Mutex
+	errors   int
+	warnings int
 }
 
 func (l *logCount) Enabled(context.Context, slog.Level) bool { return true }
 func (l *logCount) WithAttrs([]slog.Attr) slog.Handler       { return l }
 func (l *logCount) WithGroup(string) slog.Handler            { return l }
 func (l *logCount) Handle(_ context.Context, r slog.Record) error {
-	if r.Level >= slog.LevelError {
-		l.mu.Lock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case r.Level >= slog.LevelError:
 		l.errors++
-		l.mu.Unlock()
+	case r.Level >= slog.LevelWarn:
+		l.warnings++
 	}
 	return nil
+}
+
+func (l *logCount) warned() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.warnings
 }
 
 func (l *logCount) count() int {
@@ -84,6 +94,8 @@ type running struct {
 	ds   *endpoints.Datastore
 	logs *logCount
 	stop func() error
+	// exited closes when the source has ended by itself or been stopped.
+	exited chan struct{}
 }
 
 func run(t *testing.T, path string) *running {
@@ -98,7 +110,8 @@ func runSource(t *testing.T, src *File) *running {
 	src.Debounce, src.Logger = 20*time.Millisecond, slog.New(r.logs)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- r.ds.Run(ctx, src) }()
+	r.exited = make(chan struct{})
+	go func() { done <- r.ds.Run(ctx, src); close(r.exited) }()
 	var once sync.Once
 	var err error
 	r.stop = func() error {
@@ -261,6 +274,38 @@ func TestHostileEdits(t *testing.T) {
 			replace(t, path, pool("c"))
 			r.waitFor(t, "c")
 		})
+	}
+}
+
+// A file caught mid-rewrite at start (truncated to nothing: no
+// "endpoints" key) is read again a debounce later rather than ending the
+// source; it failed the picker's start before.
+func TestTruncatedAtStartIsReadAgain(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "endpoints.yaml")
+	write(t, path, "")
+	r := run(t, path)
+	for i := 0; r.logs.warned() == 0; i++ { // the source has read the empty file
+		if i > 1000 {
+			t.Fatal("no warning about the unparsable file")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	write(t, path, pool("a"))
+	r.waitFor(t, "a")
+}
+
+// A file that stays broken still fails the start, with its error.
+func TestBrokenAtStartFails(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "endpoints.yaml")
+	write(t, path, "endpoints: [")
+	r := run(t, path)
+	select {
+	case <-r.exited:
+	case <-time.After(10 * time.Second): // a hang guard, not a timing assertion
+		t.Fatal("the source kept running on a broken file")
+	}
+	if err := r.stop(); err == nil || !strings.Contains(err.Error(), path) {
+		t.Fatalf("source ended with %v, want the file's parse error", err)
 	}
 }
 
