@@ -20,6 +20,7 @@ import (
 	"github.com/kvgate/kvgate/demo"
 	"github.com/kvgate/kvgate/extproc/epp"
 	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/sidecar"
 	"github.com/kvgate/kvgate/sim/vllmserver"
 )
 
@@ -36,6 +37,7 @@ var commands = map[string]command{
 	"gateway": {"local Envoy stand-in: HTTP proxy, ext_proc client, proxy-wasm host", gateway.Main},
 	"bench":   {"trace-driven cluster simulation with the real picker", benchmarks.Main},
 	"up":      {"the demo: a local fleet, picker and gateway, a workload and a policy comparison", demo.Main},
+	"sidecar": {"P/D routing sidecar of a decode pod (llm-d's pd-sidecar)", sidecar.Main},
 	"version": {"print the version", version},
 }
 
