@@ -87,6 +87,11 @@ func (b body) capSingleToken(a api) {
 		for _, f := range a.limits {
 			b[f] = json.RawMessage("1")
 		}
+		// Whatever cap the client sent, under another API's name too, is
+		// capped as well: a server reading it must not generate more.
+		if _, ok := b["max_completion_tokens"]; ok {
+			b["max_completion_tokens"] = json.RawMessage("1")
+		}
 		delete(b, "min_tokens")
 	}
 	b["stream"] = json.RawMessage("false")

@@ -260,7 +260,7 @@ func (s *Server) nixlv2(w http.ResponseWriter, r *http.Request, a api, b body, i
 	pre := b.clone()
 	kv := map[string]any{"do_remote_decode": true, "do_remote_prefill": false, "remote_engine_id": nil,
 		"remote_block_ids": nil, "remote_host": nil, "remote_port": nil}
-	if source != "" && hostOf(source) != hostOf(prefiller) {
+	if source != "" && source != prefiller {
 		kv["remote_kv_source"] = s.kvSource(id, source)
 	}
 	pre.set("kv_transfer_params", kv)
@@ -316,7 +316,7 @@ func hostOf(hp string) string {
 func (s *Server) offloading(w http.ResponseWriter, r *http.Request, a api, b body, id, prefiller, source string, ec json.RawMessage) {
 	pre := b.clone()
 	kv := map[string]any{"remote_decoder": map[string]any{"kv_request_id": id}}
-	if source != "" && hostOf(source) != hostOf(prefiller) {
+	if source != "" && source != prefiller {
 		kv["remote_kv_source"] = s.kvSource(id, source)
 	}
 	pre.set("kv_transfer_params", kv)
