@@ -162,7 +162,9 @@ func TestP2PPull(t *testing.T) {
 // one-token chat; ec_transfer_params merged into the prefill leg; the
 // first failure is the client's answer.
 func TestEncoderFanOut(t *testing.T) {
-	item := func(typ, url string) map[string]any { return map[string]any{"type": typ, typ: map[string]any{"url": url}} }
+	item := func(typ, url string) map[string]any {
+		return map[string]any{"type": typ, typ: map[string]any{"url": url}}
+	}
 	chat := map[string]any{"model": "m", "max_tokens": 30.0, "stream": true, "messages": []any{
 		map[string]any{"role": "system", "content": "be brief"},
 		map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": "compare"},
