@@ -24,21 +24,6 @@ const (
 	HeaderPrefiller = "x-prefiller-host-port"
 )
 
-// llm-d's disaggregation headers, set by the picker for the decode pod's
-// routing sidecar: the prefill endpoint (HeaderPrefiller above), the
-// comma list of encode endpoints, and the peer whose cache the prompt's
-// prefix may be pulled from (P2P). llm-d renamed them x-llm-d-…; its picker
-// writes both spellings with one value and its sidecar trusts the older
-// one first (only that one was ever stripped from client requests). Only
-// the picker may set them: a proxy drops both spellings of the client's.
-const (
-	HeaderPrefillerLLMD     = "x-llm-d-prefiller-host-port"
-	HeaderEncoders          = "x-encoder-hosts-ports"
-	HeaderEncodersLLMD      = "x-llm-d-encoder-hosts-ports"
-	HeaderKVCacheSource     = "x-kv-cache-source-host-port"
-	HeaderKVCacheSourceLLMD = "x-llm-d-kv-cache-source-host-port"
-)
-
 // Request headers carrying a request's latency objectives, in milliseconds
 // (llm-d's SLO-aware routing), and the older names llm-d still accepts; the
 // current name wins when both are sent.
