@@ -42,6 +42,12 @@ type Options struct {
 	FailOpen bool
 	// GatewayArgs are extra `kvgate gateway` flags.
 	GatewayArgs []string
+	// PD runs a P/D fleet of this xPyD shape against a collocated fleet of
+	// the same size instead of the policy comparison (--pd).
+	PD                string
+	PDDecider         string
+	PDNonCachedTokens int
+	KVBytesPerToken   int
 }
 
 // DefaultOptions size the default run at about a minute on two cores.
@@ -49,6 +55,7 @@ func DefaultOptions() Options {
 	return Options{
 		Replicas: 4, Requests: 200, Policy: PolicyPrecise, Baseline: PolicyRoundRobin,
 		TimeScale: 0.03, NumGPUBlocks: 600, Workload: workload.DefaultOptions(),
+		PDDecider: DeciderAlways, PDNonCachedTokens: 256, KVBytesPerToken: 2048,
 	}
 }
 
@@ -77,11 +84,23 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 		o.GatewayArgs = append(o.GatewayArgs, v)
 		return nil
 	})
+	fs.StringVar(&o.PD, "pd", "", "run a P/D fleet of this shape (xPyD, e.g. 1P2D: sims with node agents, decode sidecars, disagg-profile-handler) against a collocated fleet of the same size")
+	fs.StringVar(&o.PDDecider, "pd-decider", o.PDDecider, "with --pd: always (always-disagg-pd-decider) or prefix (prefix-based-pd-decider)")
+	fs.IntVar(&o.PDNonCachedTokens, "pd-non-cached-tokens", o.PDNonCachedTokens, "with --pd-decider prefix: its nonCachedTokens")
+	fs.IntVar(&o.KVBytesPerToken, "kv-bytes-per-token", o.KVBytesPerToken, "with --pd: KV bytes per token the agents move (0: the model's real size)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if o.PD != "" {
+		if _, err := ParsePDShape(o.PD); err != nil {
+			return o, err
+		}
+		if _, err := pdConfig(o.PDDecider, o.PDNonCachedTokens); err != nil {
+			return o, err
+		}
 	}
 	switch {
 	case o.Replicas < 1 || o.Replicas > 32:
@@ -170,6 +189,9 @@ func Run(ctx context.Context, o Options, stdout io.Writer, tty bool) error {
 	if err := os.MkdirAll(o.Out, 0o755); err != nil {
 		return fmt.Errorf("--out: %w", err)
 	}
+	if o.PD != "" {
+		return runPD(ctx, o, reqs, stdout, tty)
+	}
 	policies := []string{o.Policy}
 	if !o.NoCompare && o.Baseline != o.Policy {
 		// The baseline goes first so that --keep-running leaves the
@@ -235,7 +257,16 @@ func runPolicy(ctx context.Context, o Options, pol string, reqs []workload.Reque
 		return report.Run{}, nil, fmt.Errorf("%s fleet: %w", pol, err)
 	}
 	fmt.Fprintf(stdout, "[%s] fleet ready in %.1fs; replaying %d requests through %s\n", pol, time.Since(start).Seconds(), len(reqs), stack.GatewayURL)
+	run, err := replay(ctx, stack, pol, reqs, stdout, tty)
+	if err != nil {
+		return report.Run{}, nil, err
+	}
+	return run, stack, nil
+}
 
+// replay sends reqs through a running fleet's gateway and measures the
+// run; a component that dies ends it (and closes the fleet).
+func replay(ctx context.Context, stack *Stack, pol string, reqs []workload.Request, stdout io.Writer, tty bool) (report.Run, error) {
 	// A component that dies ends the replay; its last lines are the error.
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -270,9 +301,9 @@ func runPolicy(ctx context.Context, o Options, pol string, reqs []workload.Reque
 	if err := context.Cause(rctx); err != nil {
 		stack.Close()
 		if ctx.Err() != nil {
-			return report.Run{}, nil, ctx.Err()
+			return report.Run{}, ctx.Err()
 		}
-		return report.Run{}, nil, fmt.Errorf("%s run: %w", pol, err)
+		return report.Run{}, fmt.Errorf("%s run: %w", pol, err)
 	}
 	after := readCounters(ctx, client, stack.Sims)
 	run := report.Run{Policy: pol, Wall: wall, Results: results}
@@ -284,7 +315,7 @@ func runPolicy(ctx context.Context, o Options, pol string, reqs []workload.Reque
 			Samples: pl.samples(i),
 		})
 	}
-	return run, stack, nil
+	return run, nil
 }
 
 func writeOutputs(o Options, runs []report.Run, sums []report.Summary) error {

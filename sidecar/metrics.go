@@ -12,6 +12,7 @@ type metrics struct {
 	decode   *prometheus.HistogramVec // connector
 	errors   *prometheus.CounterVec   // connector, stage
 	denied   *prometheus.CounterVec   // stage
+	pairs    *prometheus.CounterVec   // prefiller
 }
 
 // Stage labels of request_errors_total and of the SSRF refusals.
@@ -41,7 +42,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Total prefill/decode stage errors, by connector and stage."}, []string{"connector", "stage"}),
 		denied: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_sidecar_ssrf_denied_total",
 			Help: "Targets named by routing headers that SSRF protection refused (not pool members), by stage."}, []string{"stage"}),
+		pairs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_sidecar_pd_requests_total",
+			Help: "Requests whose prefill leg ran on prefiller (a pool member, so the label is bounded by the pool) and whose decode leg ran here."}, []string{"prefiller"}),
 	}
-	reg.MustRegister(m.requests, m.disagg, m.encode, m.prefill, m.decode, m.errors, m.denied)
+	reg.MustRegister(m.requests, m.disagg, m.encode, m.prefill, m.decode, m.errors, m.denied, m.pairs)
 	return m
 }

@@ -286,7 +286,7 @@ func (s *Server) nixlv2(w http.ResponseWriter, r *http.Request, a api, b body, i
 	cached := cachedTokens(answer["usage"])
 	dec := b.clone()
 	dec["kv_transfer_params"] = params
-	s.m.disagg.WithLabelValues(s.o.KVConnector).Inc()
+	s.handedOff(prefiller)
 	s.decode(w, r, dec, id, &cached)
 }
 
@@ -330,7 +330,7 @@ func (s *Server) offloading(w http.ResponseWriter, r *http.Request, a api, b bod
 	dec := b.clone()
 	dec.set("kv_transfer_params", map[string]any{"remote_prefiller": map[string]any{
 		"kv_request_id": id, "remote_host": hostOf(prefiller), "remote_port": s.o.P2PConnectorPort}})
-	s.m.disagg.WithLabelValues(s.o.KVConnector).Inc()
+	s.handedOff(prefiller)
 	s.decode(w, r, dec, id, nil)
 }
 
@@ -356,7 +356,7 @@ func (s *Server) sharedStorage(w http.ResponseWriter, r *http.Request, a api, b 
 	}
 	dec := b.clone()
 	dec["cache_hit_threshold"] = json.RawMessage("0")
-	s.m.disagg.WithLabelValues(s.o.KVConnector).Inc()
+	s.handedOff(prefiller)
 	s.decode(w, r, dec, id, nil)
 }
 
@@ -463,4 +463,10 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, b body, id strin
 		return
 	}
 	_ = uw.finish()
+}
+
+// handedOff counts a request whose prefill leg succeeded on prefiller.
+func (s *Server) handedOff(prefiller string) {
+	s.m.disagg.WithLabelValues(s.o.KVConnector).Inc()
+	s.m.pairs.WithLabelValues(prefiller).Inc()
 }
