@@ -31,7 +31,7 @@ func summarizePD(r report.Run) PDSummary {
 	var itls []float64
 	for _, res := range r.Results {
 		if res.OK() && res.CompletionTokens > 1 {
-			itls = append(itls, (res.Latency - res.TTFT).Seconds()/float64(res.CompletionTokens-1))
+			itls = append(itls, (res.Latency-res.TTFT).Seconds()/float64(res.CompletionTokens-1))
 		}
 	}
 	slices.Sort(itls)
