@@ -372,7 +372,7 @@ func (d *dataPlane) watchReleases(ctx context.Context) {
 // promptHashes are the hashes of j's full prompt blocks, at most n.
 func (d *dataPlane) promptHashes(j *job, n int) []uint64 {
 	full := min(n, len(j.prompt)/d.s.engCfg.BlockSize)
-	return d.hasher.AppendUint64s(nil, j.prompt[:full*d.s.engCfg.BlockSize], kvhash.Extra{LoRA: j.lora, CacheSalt: j.cacheSalt})
+	return d.hasher.AppendUint64s(nil, j.prompt[:full*d.s.engCfg.BlockSize], kvhash.Extra{LoRA: j.lora, CacheSalt: j.cacheSalt, MM: j.mm})
 }
 
 // prefillParams stores a finished prefill's blocks under a hold and names

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvgate/kvgate/internal/kvhash"
 	"github.com/kvgate/kvgate/internal/kvwire"
+	"github.com/kvgate/kvgate/internal/prompt"
 	"github.com/kvgate/kvgate/internal/tokenizer"
 )
 
@@ -26,6 +27,10 @@ const (
 	RolePrefill Role = "prefill"
 	RoleDecode  Role = "decode"
 	RoleBoth    Role = "both"
+	// RoleEncode is E/P/D's encode server: it serves chat requests with
+	// multimodal parts only, and answers with the ec_transfer_params that
+	// name its encoder outputs.
+	RoleEncode Role = "encode"
 )
 
 // LoRAModule is one --lora-modules entry: an adapter servable by name.
@@ -70,6 +75,9 @@ type Options struct {
 	HeldBlockTimeout time.Duration
 
 	Role Role
+	// MMTokensPerItem is how many prompt tokens one multimodal item
+	// takes (its placeholders, and its encoder work).
+	MMTokensPerItem int
 	// TimeScale runs the engine this many times faster than wall time.
 	TimeScale float64
 	// FailureRate is the fraction of valid requests answered with an
@@ -131,6 +139,7 @@ func DefaultOptions() Options {
 		HashSeed:            kvhash.DefaultSeed,
 		HeldBlockTimeout:    480 * time.Second,
 		Role:                RoleBoth,
+		MMTokensPerItem:     prompt.DefaultTokensPerItem,
 		TimeScale:           1,
 		DefaultMaxTokens:    16,
 		MaxRequestBodyBytes: 32 << 20,
@@ -221,7 +230,8 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.Var(listFlag{&loras}, "lora-modules", "LoRA adapters as name=path (several allowed); names become servable models")
 	fs.IntVar(&o.MaxLoRAs, "max-loras", o.MaxLoRAs, "adapters per batch (0 with --lora-modules: 1)")
 	fs.DurationVar(&o.HeldBlockTimeout, "kv-held-timeout", o.HeldBlockTimeout, "free a prefill's KV blocks no decoder released after this long (simulated)")
-	fs.StringVar(&role, "role", role, "P/D role: prefill, decode or both")
+	fs.StringVar(&role, "role", role, "P/D role: prefill, decode, both or encode (E/P/D)")
+	fs.IntVar(&o.MMTokensPerItem, "mm-tokens-per-item", o.MMTokensPerItem, "placeholder tokens of one image, audio or video item in a chat prompt")
 	fs.Float64Var(&o.TimeScale, "time-scale", o.TimeScale, "run the engine this many times faster than real time; reported latencies are simulated seconds")
 	fs.Float64Var(&o.FailureRate, "failure-rate", o.FailureRate, "fraction of requests answered with an injected 500")
 	fs.Uint64Var(&o.Seed, "seed", o.Seed, "seed of request ids (hence generated tokens) and injected failures")
@@ -270,15 +280,17 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 // validate checks what the engine does not.
 func (o *Options) validate() error {
 	switch o.Role {
-	case RolePrefill, RoleDecode, RoleBoth:
+	case RolePrefill, RoleDecode, RoleBoth, RoleEncode:
 	default:
-		return fmt.Errorf("--role %q: want prefill, decode or both", o.Role)
+		return fmt.Errorf("--role %q: want prefill, decode, both or encode", o.Role)
 	}
 	switch {
 	case !(o.TimeScale > 0):
 		return fmt.Errorf("--time-scale %v must be positive", o.TimeScale)
 	case !(o.FailureRate >= 0 && o.FailureRate <= 1):
 		return fmt.Errorf("--failure-rate %v must be within [0, 1]", o.FailureRate)
+	case o.MMTokensPerItem < 1:
+		return fmt.Errorf("--mm-tokens-per-item %d must be positive", o.MMTokensPerItem)
 	case o.DefaultMaxTokens < 1:
 		return fmt.Errorf("--default-max-tokens %d must be positive", o.DefaultMaxTokens)
 	case o.Port < 0 || o.Port > 65535:
