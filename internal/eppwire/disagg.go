@@ -10,11 +10,3 @@ const (
 	HeaderEncodersLLMD      = "x-llm-d-encoder-hosts-ports"
 	HeaderKVCacheSourceLLMD = "x-llm-d-kv-cache-source-host-port"
 )
-
-// HeaderEncoders (the encode endpoints of an E/P/D request, a comma list)
-// and HeaderKVCacheSource (the peer to pull the prompt's cached prefix
-// from) are llm-d's older spellings.
-const (
-	HeaderEncoders      = "x-encoder-hosts-ports"
-	HeaderKVCacheSource = "x-kv-cache-source-host-port"
-)
