@@ -257,17 +257,8 @@ func (s *Server) prefill(w http.ResponseWriter, ctx context.Context, r *http.Req
 // client's own request to the local decoder with the kv_transfer_params
 // the prefiller returned, its usage showing the prefiller's cached_tokens.
 func (s *Server) nixlv2(w http.ResponseWriter, r *http.Request, a api, b body, id, prefiller, source string, ec json.RawMessage) {
-	pre := b.clone()
-	kv := map[string]any{"do_remote_decode": true, "do_remote_prefill": false, "remote_engine_id": nil,
-		"remote_block_ids": nil, "remote_host": nil, "remote_port": nil}
-	if source != "" && source != prefiller {
-		kv["remote_kv_source"] = s.kvSource(id, source)
-	}
-	pre.set("kv_transfer_params", kv)
-	if ec != nil {
-		pre["ec_transfer_params"] = ec
-	}
-	pre.capSingleToken(a)
+	pre := s.prefillLeg(a, b, map[string]any{"do_remote_decode": true, "do_remote_prefill": false, "remote_engine_id": nil,
+		"remote_block_ids": nil, "remote_host": nil, "remote_port": nil}, id, prefiller, source, ec)
 	res := s.prefill(w, r.Context(), r, prefiller, id, pre)
 	if res == nil {
 		return
@@ -288,6 +279,23 @@ func (s *Server) nixlv2(w http.ResponseWriter, r *http.Request, a api, b body, i
 	dec["kv_transfer_params"] = params
 	s.handedOff(prefiller)
 	s.decode(w, r, dec, id, &cached)
+}
+
+// prefillLeg is the client's body as a one-token prefill leg carrying kv
+// as kv_transfer_params, plus a P2P pull from source (unless it is the
+// prefiller: llm-d's only multi-key combination) and the encoders'
+// outputs.
+func (s *Server) prefillLeg(a api, b body, kv map[string]any, id, prefiller, source string, ec json.RawMessage) body {
+	pre := b.clone()
+	if source != "" && source != prefiller {
+		kv["remote_kv_source"] = s.kvSource(id, source)
+	}
+	pre.set("kv_transfer_params", kv)
+	if ec != nil {
+		pre["ec_transfer_params"] = ec
+	}
+	pre.capSingleToken(a)
+	return pre
 }
 
 // cachedTokens reads usage.prompt_tokens_details.cached_tokens; absent or
@@ -314,16 +322,7 @@ func hostOf(hp string) string {
 // as it lands; the prefill answer is discarded, and the leg runs on even
 // when the decode ends first (the prefiller's tier must still be filled).
 func (s *Server) offloading(w http.ResponseWriter, r *http.Request, a api, b body, id, prefiller, source string, ec json.RawMessage) {
-	pre := b.clone()
-	kv := map[string]any{"remote_decoder": map[string]any{"kv_request_id": id}}
-	if source != "" && source != prefiller {
-		kv["remote_kv_source"] = s.kvSource(id, source)
-	}
-	pre.set("kv_transfer_params", kv)
-	if ec != nil {
-		pre["ec_transfer_params"] = ec
-	}
-	pre.capSingleToken(a)
+	pre := s.prefillLeg(a, b, map[string]any{"remote_decoder": map[string]any{"kv_request_id": id}}, id, prefiller, source, ec)
 	// The leg needs the client's headers after the handler has returned.
 	legReq := r.Clone(s.ctx)
 	s.bg.Go(func() { s.prefill(nil, s.ctx, legReq, prefiller, id, pre) })
