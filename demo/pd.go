@@ -372,19 +372,12 @@ func (s *PDStack) Collect(ctx context.Context) (PDReport, error) {
 	return r, nil
 }
 
-func families(ctx context.Context, c *http.Client, addr string) (map[string]*dto.MetricFamily, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("metrics: HTTP %d", resp.StatusCode)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	return p.TextToMetricFamilies(io.LimitReader(resp.Body, maxMetricsBytes))
+// families reads addr's /metrics page with its labels.
+func families(ctx context.Context, c *http.Client, addr string) (fams map[string]*dto.MetricFamily, err error) {
+	err = metricsPage(ctx, c, addr, func(r io.Reader) error {
+		p := expfmt.NewTextParser(model.UTF8Validation)
+		fams, err = p.TextToMetricFamilies(r)
+		return err
+	})
+	return fams, err
 }

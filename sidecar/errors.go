@@ -4,21 +4,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+
+	"github.com/kvgate/kvgate/internal/vllm"
 )
 
 // apiError is the error body vLLM writes and the OpenAI SDK parses:
 // {"object":"error","message":...,"type":...,"param":null,"code":status}.
 // The sidecar answers in that shape so that a client cannot tell its
 // errors from the model server's.
-type apiError struct {
-	Object  string  `json:"object"`
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    int     `json:"code"`
-}
-
-func (e *apiError) Error() string { return e.Message }
+type apiError = vllm.ErrorResponse
 
 // errorType names an error status as llm-d's sidecar does.
 func errorType(status int) string {
