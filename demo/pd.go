@@ -36,10 +36,16 @@ const (
 // and decode-filter read.
 const RoleLabel = "llm-d.ai/role"
 
-// PDShape is an xPyD fleet: x prefill and y decode servers.
-type PDShape struct{ Prefill, Decode int }
+// PDShape is an xPyD fleet: x prefill and y decode servers, and with
+// Encode an E/P/D fleet's encode servers.
+type PDShape struct{ Encode, Prefill, Decode int }
 
-func (s PDShape) String() string { return fmt.Sprintf("%dP%dD", s.Prefill, s.Decode) }
+func (s PDShape) String() string {
+	if s.Encode > 0 {
+		return fmt.Sprintf("%dE%dP%dD", s.Encode, s.Prefill, s.Decode)
+	}
+	return fmt.Sprintf("%dP%dD", s.Prefill, s.Decode)
+}
 
 var pdShapeRe = regexp.MustCompile(`^(?i)([0-9]+)p([0-9]+)d$`)
 
@@ -86,18 +92,21 @@ type Sidecar struct {
 	Proc    *proc.Proc
 }
 
-// PDStack is a running P/D fleet. Stack.Sims lists the prefill sims, then
-// the decode sims (their own addresses, for the counters).
+// PDStack is a running P/D fleet. Stack.Sims lists the prefill sims, the
+// decode sims (their own addresses, for the counters), then the encode
+// sims.
 type PDStack struct {
 	*Stack
-	Prefill, Decode []Sim
+	Encode, Prefill, Decode []Sim
 	Agents          []Sim
 	Sidecars        []Sidecar
 }
 
 // pdConfig is the picker's configuration: llm-d's sim P/D config (deploy/
-// config/sim-pd-epp-config.yaml) with the chosen decider.
-func pdConfig(decider string, nonCached int) (string, error) {
+// config/sim-pd-epp-config.yaml) with the chosen decider, and with encode
+// its encode stage (sim-e-p-d-epp-config.yaml: encode-filter,
+// always-disagg-multimodal-decider).
+func pdConfig(decider string, nonCached int, encode bool) (string, error) {
 	dec := "- type: always-disagg-pd-decider\n"
 	name := "always-disagg-pd-decider"
 	switch decider {
@@ -115,11 +124,17 @@ func pdConfig(decider string, nonCached int) (string, error) {
 		return "- name: " + n + "\n  plugins:\n  - pluginRef: " + filter + "\n  - pluginRef: max-score-picker\n" +
 			"  - pluginRef: prefix-cache-scorer\n    weight: 2\n  - pluginRef: queue-scorer\n    weight: 1\n"
 	}
+	encPlugins, encDecider, encProfile := "", "", ""
+	if encode {
+		encPlugins = "- type: encode-filter\n- type: always-disagg-multimodal-decider\n"
+		encDecider = "      encode: always-disagg-multimodal-decider\n"
+		encProfile = "- name: encode\n  plugins:\n  - pluginRef: encode-filter\n  - pluginRef: max-score-picker\n  - pluginRef: queue-scorer\n    weight: 1\n"
+	}
 	return "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n" +
 		"- type: prefix-cache-scorer\n  parameters:\n    blockSizeTokens: " + strconv.Itoa(kvhash.DefaultBlockSize) + "\n    maxPrefixBlocksToMatch: 256\n    lruCapacityPerServer: 31250\n" +
-		"- type: queue-scorer\n- type: prefill-filter\n- type: decode-filter\n- type: max-score-picker\n" + dec +
-		"- type: disagg-profile-handler\n  parameters:\n    deciders:\n      prefill: " + name + "\n" +
-		"schedulingProfiles:\n" + profile("prefill", "prefill-filter") + profile("decode", "decode-filter"), nil
+		"- type: queue-scorer\n- type: prefill-filter\n- type: decode-filter\n- type: max-score-picker\n" + dec + encPlugins +
+		"- type: disagg-profile-handler\n  parameters:\n    deciders:\n      prefill: " + name + "\n" + encDecider +
+		"schedulingProfiles:\n" + encProfile + profile("prefill", "prefill-filter") + profile("decode", "decode-filter"), nil
 }
 
 // StartPDStack starts a P/D fleet and waits until the gateway can route.
@@ -130,7 +145,7 @@ func StartPDStack(ctx context.Context, c PDConfig) (_ *PDStack, err error) {
 	if c.AgentBin == "" {
 		c.AgentBin = filepath.Join(filepath.Dir(c.Bin), "kvgate-agent")
 	}
-	cfg, err := pdConfig(c.Decider, c.NonCachedTokens)
+	cfg, err := pdConfig(c.Decider, c.NonCachedTokens, c.Shape.Encode > 0)
 	if err != nil {
 		return nil, err
 	}
@@ -144,8 +159,8 @@ func StartPDStack(ctx context.Context, c PDConfig) (_ *PDStack, err error) {
 			s.Close()
 		}
 	}()
-	np, nd := c.Shape.Prefill, c.Shape.Decode
-	ports, err := freePorts(5 + 2*np + 4*nd)
+	np, nd, ne := c.Shape.Prefill, c.Shape.Decode, c.Shape.Encode
+	ports, err := freePorts(5 + 2*np + 4*nd + ne)
 	if err != nil {
 		return nil, err
 	}
@@ -206,9 +221,25 @@ func StartPDStack(ctx context.Context, c PDConfig) (_ *PDStack, err error) {
 		}
 		s.Sims = append(s.Sims, sim)
 	}
-	// The pool: prefill servers and the decode pods' sidecars, by role;
-	// the picker and every sidecar (SSRF protection) read the same file.
-	specs := make([]endpoints.Spec, 0, np+nd)
+	// Encode servers need no agent: their outputs travel by
+	// ec_transfer_params.
+	for i := range ne {
+		o := simOpts(0, vllmserver.RoleEncode)
+		o.Agent, o.KVBytesPerToken, o.KVRegionDir, o.Seed = "", 0, "", uint64(100+i)
+		sim := Sim{Name: fmt.Sprintf("encode-%d", i), Addr: loopback(o.Port)}
+		if sim.Proc, err = start(sim.Name, c.Bin, append([]string{"sim"}, o.Args()...), nil); err != nil {
+			return nil, err
+		}
+		s.Encode = append(s.Encode, sim)
+		s.Sims = append(s.Sims, sim)
+	}
+	// The pool: encode and prefill servers and the decode pods' sidecars,
+	// by role; the picker and every sidecar (SSRF protection) read the
+	// same file.
+	specs := make([]endpoints.Spec, 0, ne+np+nd)
+	for _, e := range s.Encode {
+		specs = append(specs, endpoints.Spec{Name: e.Name, Address: e.Addr, Labels: map[string]string{RoleLabel: "encode"}})
+	}
 	for _, p := range s.Prefill {
 		specs = append(specs, endpoints.Spec{Name: p.Name, Address: p.Addr, Labels: map[string]string{RoleLabel: "prefill"}})
 	}
@@ -232,6 +263,9 @@ func StartPDStack(ctx context.Context, c PDConfig) (_ *PDStack, err error) {
 		o.Host, o.Port = "127.0.0.1", portOf(sc.Addr)
 		o.ModelServerPort, o.MetricsPort = portOf(sc.Decoder), portOf(sc.Metrics)
 		o.SecureServing, o.EndpointsFile = false, epFile
+		if ne > 0 {
+			o.ECConnector = sidecar.ECConnectorNIXL
+		}
 		if sc.Proc, err = start(sc.Name, c.Bin, append([]string{"sidecar"}, o.Args()...), nil); err != nil {
 			return nil, err
 		}
@@ -258,7 +292,7 @@ func StartPDStack(ctx context.Context, c PDConfig) (_ *PDStack, err error) {
 			return nil, err
 		}
 	}
-	c.Progress(fmt.Sprintf("%d prefill and %d decode sims, %d sidecars ready", np, nd, nd))
+	c.Progress(fmt.Sprintf("%d encode, %d prefill and %d decode sims, %d sidecars ready", ne, np, nd, nd))
 	if err := s.await(rctx, "epp", func(ctx context.Context) error { return grpcServing(ctx, loopback(fp.health)) }); err != nil {
 		return nil, err
 	}

@@ -196,3 +196,48 @@ func TestE2EUpPD(t *testing.T) {
 		t.Errorf("processes left behind: %v\n%s", pids, out)
 	}
 }
+
+// TestE2EEPDThroughTheGateway: a chat request with an image goes gateway →
+// picker (encode, prefill and decode profiles) → sidecar, which fans the
+// image out to the encode sim and hands its ec_transfer_params to the
+// prefill leg; the prefill sim runs no encoder of its own, the decode sim
+// pulls the KV. The same image again is an encoder-cache hit.
+func TestE2EEPDThroughTheGateway(t *testing.T) {
+	needE2E(t)
+	c := PDConfig{Shape: PDShape{Encode: 1, Prefill: 1, Decode: 1}, Decider: DeciderAlways, KVBytesPerToken: 1024, KVRegionDir: t.TempDir()}
+	c.Bin, c.Wasm, c.TokenizerDir, c.HashSeed = testBin, testWasm, testTokDir, "42"
+	c.LogDir, c.TimeScale, c.NumGPUBlocks, c.Ready = t.TempDir(), 1, 2048, 30*time.Second
+	s, err := StartPDStack(t.Context(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		pids := s.PIDs()
+		s.Close()
+		assertGone(t, pids)
+	})
+	body, _ := json.Marshal(map[string]any{"model": Model, "max_tokens": 4, "messages": []any{map[string]any{"role": "user", "content": []any{
+		map[string]any{"type": "image_url", "image_url": map[string]any{"url": "http://images.example/cat.png"}},
+		map[string]any{"type": "text", "text": "What is in the picture?"}}}}})
+	for round := 1; round <= 2; round++ {
+		resp, err := http.Post(s.GatewayURL+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("round %d: %d %s", round, resp.StatusCode, raw)
+		}
+		enc, pre, dec := s.Encode[0].Addr, s.Prefill[0].Addr, s.Decode[0].Addr
+		if runs, hits := simCounter(t, enc, "kvgate_sim_encoder_runs_total"), simCounter(t, enc, "kvgate_sim_encoder_cache_hits_total"); runs != 1 || hits != float64(round-1) {
+			t.Fatalf("round %d: encode sim ran the encoder %v times, %v cache hits", round, runs, hits)
+		}
+		if runs, remote := simCounter(t, pre, "kvgate_sim_encoder_runs_total"), simCounter(t, pre, "kvgate_sim_encoder_remote_total"); runs != 0 || remote != float64(round) {
+			t.Fatalf("round %d: prefill sim ran %v encoder passes, used %v remote outputs", round, runs, remote)
+		}
+		if pulls := simCounter(t, dec, "kvgate_sim_kv_pulls_total"); pulls != float64(round) || simCounter(t, dec, "kvgate_sim_kv_verify_failures_total") != 0 {
+			t.Fatalf("round %d: decode sim pulls %v", round, pulls)
+		}
+	}
+}

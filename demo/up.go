@@ -109,7 +109,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 		if _, err := ParsePDShape(o.PD); err != nil {
 			return o, err
 		}
-		if _, err := pdConfig(o.PDDecider, o.PDNonCachedTokens); err != nil {
+		if _, err := pdConfig(o.PDDecider, o.PDNonCachedTokens, false); err != nil {
 			return o, err
 		}
 	}
