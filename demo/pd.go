@@ -98,8 +98,8 @@ type Sidecar struct {
 type PDStack struct {
 	*Stack
 	Encode, Prefill, Decode []Sim
-	Agents          []Sim
-	Sidecars        []Sidecar
+	Agents                  []Sim
+	Sidecars                []Sidecar
 }
 
 // pdConfig is the picker's configuration: llm-d's sim P/D config (deploy/
