@@ -338,10 +338,22 @@ type PDTransfers struct {
 	Sizes map[string]float64 `json:"bytes_per_transfer_histogram"`
 }
 
+// PDEncoder is what one encode server did: encoder passes run and
+// multimodal items served from its cache.
+type PDEncoder struct {
+	Encode    string  `json:"encode"`
+	Runs      float64 `json:"encoder_runs"`
+	CacheHits float64 `json:"cache_hits"`
+}
+
 // PDReport is a P/D run's data-plane view.
 type PDReport struct {
 	Pairs     []PDPair      `json:"pairs"`
 	Transfers []PDTransfers `json:"transfers"`
+	Encoders  []PDEncoder   `json:"encoders,omitempty"`
+	// RemoteEncoded counts the prefill servers' items whose encoder output
+	// came from an encode server.
+	RemoteEncoded float64 `json:"remote_encoded"`
 }
 
 // TotalPulls sums the decode servers' verified pulls.
@@ -402,6 +414,31 @@ func (s *PDStack) Collect(ctx context.Context) (PDReport, error) {
 			}
 		}
 		r.Transfers = append(r.Transfers, t)
+	}
+	sum := func(addr, name string) (float64, error) {
+		fams, err := families(ctx, client, addr)
+		v := 0.0
+		for _, m := range fams[name].GetMetric() {
+			v += m.GetCounter().GetValue()
+		}
+		return v, err
+	}
+	for _, e := range s.Encode {
+		runs, err := sum(e.Addr, "kvgate_sim_encoder_runs_total")
+		if err != nil {
+			return r, fmt.Errorf("%s: %w", e.Name, err)
+		}
+		hits, _ := sum(e.Addr, "kvgate_sim_encoder_cache_hits_total")
+		r.Encoders = append(r.Encoders, PDEncoder{Encode: e.Name, Runs: runs, CacheHits: hits})
+	}
+	if len(s.Encode) > 0 {
+		for _, p := range s.Prefill {
+			v, err := sum(p.Addr, "kvgate_sim_encoder_remote_total")
+			if err != nil {
+				return r, fmt.Errorf("%s: %w", p.Name, err)
+			}
+			r.RemoteEncoded += v
+		}
 	}
 	return r, nil
 }

@@ -49,7 +49,11 @@ func runPD(ctx context.Context, o Options, reqs []workload.Request, stdout io.Wr
 	if err != nil {
 		return err
 	}
-	n := shape.Prefill + shape.Decode
+	images := 0
+	if o.EPD {
+		shape.Encode, images = 1, o.EPDImages
+	}
+	n := shape.Encode + shape.Prefill + shape.Decode
 	fmt.Fprintf(stdout, "kvgate up --pd %s: %d requests through a collocated fleet of %d and a %s fleet (decider %s)\noutput: %s\n",
 		shape, len(reqs), n, shape, o.PDDecider, o.Out)
 	base := StackConfig{Bin: o.Bin, Wasm: o.Wasm, TokenizerDir: o.TokenizerDir, TimeScale: o.TimeScale, NumGPUBlocks: o.NumGPUBlocks,
@@ -64,7 +68,7 @@ func runPD(ctx context.Context, o Options, reqs []workload.Request, stdout io.Wr
 	if err != nil {
 		return fmt.Errorf("%s fleet: %w", colName, err)
 	}
-	colRun, err := replay(ctx, cstack, colName, reqs, stdout, tty)
+	colRun, err := replay(ctx, cstack, colName, reqs, images, stdout, tty)
 	cstack.Close()
 	if err != nil {
 		return err
@@ -74,13 +78,13 @@ func runPD(ctx context.Context, o Options, reqs []workload.Request, stdout io.Wr
 	pc := PDConfig{StackConfig: base, Shape: shape, Decider: o.PDDecider, NonCachedTokens: o.PDNonCachedTokens, KVBytesPerToken: o.KVBytesPerToken}
 	pc.LogDir = filepath.Join(o.Out, "logs", pdName)
 	pc.Progress = func(s string) { fmt.Fprintf(stdout, "[%s]   %s\n", pdName, s) }
-	fmt.Fprintf(stdout, "\n[%s] starting %d node agents, %d prefill + %d decode sims, %d sidecars, epp and gateway...\n",
-		pdName, n, shape.Prefill, shape.Decode, shape.Decode)
+	fmt.Fprintf(stdout, "\n[%s] starting %d node agents, %d encode + %d prefill + %d decode sims, %d sidecars, epp and gateway...\n",
+		pdName, shape.Prefill+shape.Decode, shape.Encode, shape.Prefill, shape.Decode, shape.Decode)
 	pstack, err := StartPDStack(ctx, pc)
 	if err != nil {
 		return fmt.Errorf("%s fleet: %w", pdName, err)
 	}
-	pdRun, err := replay(ctx, pstack.Stack, pdName, reqs, stdout, tty)
+	pdRun, err := replay(ctx, pstack.Stack, pdName, reqs, images, stdout, tty)
 	if err != nil {
 		pstack.Close()
 		return err
@@ -143,5 +147,15 @@ func writePDTable(w io.Writer, sums []PDSummary, pr PDReport, blockBytes int) er
 		}
 		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t%.1f\t%.0f\t%.0f\t\n", t.Decode, t.Pulls, t.Bytes, t.BytesPerPull, blocks, t.Failures, t.VerifyFailures)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(pr.Encoders) > 0 {
+		fmt.Fprintln(w, "\nEncode stage (outputs handed to the prefill servers as ec_transfer_params):")
+		for _, e := range pr.Encoders {
+			fmt.Fprintf(w, "  %s: %.0f encoder passes, %.0f cache hits\n", e.Encode, e.Runs, e.CacheHits)
+		}
+		fmt.Fprintf(w, "  prefill servers used %.0f encoder outputs from the encode stage\n", pr.RemoteEncoded)
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package demo
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -52,6 +53,10 @@ type Options struct {
 	PDDecider         string
 	PDNonCachedTokens int
 	KVBytesPerToken   int
+	// EPD adds an encode server to the --pd fleet and sends every request
+	// as a chat with an image (one of EPDImages).
+	EPD       bool
+	EPDImages int
 }
 
 // DefaultOptions size the default run at about a minute on two cores.
@@ -59,7 +64,7 @@ func DefaultOptions() Options {
 	return Options{
 		Replicas: 4, Requests: 200, Policy: PolicyPrecise, Baseline: PolicyRoundRobin,
 		TimeScale: 0.03, NumGPUBlocks: 600, Workload: workload.DefaultOptions(), Mixed: DefaultMixedOptions(),
-		PDDecider: DeciderAlways, PDNonCachedTokens: 256, KVBytesPerToken: 2048,
+		PDDecider: DeciderAlways, PDNonCachedTokens: 256, KVBytesPerToken: 2048, EPDImages: 8,
 	}
 }
 
@@ -98,12 +103,17 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.StringVar(&o.PD, "pd", "", "run a P/D fleet of this shape (xPyD, e.g. 1P2D: sims with node agents, decode sidecars, disagg-profile-handler) against a collocated fleet of the same size")
 	fs.StringVar(&o.PDDecider, "pd-decider", o.PDDecider, "with --pd: always (always-disagg-pd-decider) or prefix (prefix-based-pd-decider)")
 	fs.IntVar(&o.PDNonCachedTokens, "pd-non-cached-tokens", o.PDNonCachedTokens, "with --pd-decider prefix: its nonCachedTokens")
+	fs.BoolVar(&o.EPD, "epd", false, "with --pd: E/P/D, an encode server more and every request a chat with an image (one of --epd-images), against a collocated fleet of the same size")
+	fs.IntVar(&o.EPDImages, "epd-images", o.EPDImages, "with --epd: distinct images the requests use")
 	fs.IntVar(&o.KVBytesPerToken, "kv-bytes-per-token", o.KVBytesPerToken, "with --pd: KV bytes per token the agents move (0: the model's real size)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if o.EPD && (o.PD == "" || o.EPDImages < 1) {
+		return o, errors.New("--epd needs --pd (the P/D shape) and --epd-images of at least 1")
 	}
 	if o.PD != "" {
 		if _, err := ParsePDShape(o.PD); err != nil {
@@ -281,7 +291,7 @@ func runPolicy(ctx context.Context, o Options, pol string, reqs []workload.Reque
 		return report.Run{}, nil, fmt.Errorf("%s fleet: %w", pol, err)
 	}
 	fmt.Fprintf(stdout, "[%s] fleet ready in %.1fs; replaying %d requests through %s\n", pol, time.Since(start).Seconds(), len(reqs), stack.GatewayURL)
-	run, err := replay(ctx, stack, pol, reqs, stdout, tty)
+	run, err := replay(ctx, stack, pol, reqs, 0, stdout, tty)
 	if err != nil {
 		return report.Run{}, nil, err
 	}
@@ -289,8 +299,9 @@ func runPolicy(ctx context.Context, o Options, pol string, reqs []workload.Reque
 }
 
 // replay sends reqs through a running fleet's gateway and measures the
-// run; a component that dies ends it (and closes the fleet).
-func replay(ctx context.Context, stack *Stack, pol string, reqs []workload.Request, stdout io.Writer, tty bool) (report.Run, error) {
+// run (as chats each led by one of images images when images > 0); a
+// component that dies ends it (and closes the fleet).
+func replay(ctx context.Context, stack *Stack, pol string, reqs []workload.Request, images int, stdout io.Writer, tty bool) (report.Run, error) {
 	// A component that dies ends the replay; its last lines are the error.
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -317,7 +328,11 @@ func replay(ctx context.Context, stack *Stack, pol string, reqs []workload.Reque
 		pl.run(pctx, t0)
 	}()
 	bar := newProgress(stdout, tty, pol, len(reqs))
-	results := workload.Replay(rctx, workload.Target{URL: stack.GatewayURL + "/v1/completions", Model: Model, Client: client}, reqs, bar.update)
+	target := workload.Target{URL: stack.GatewayURL + "/v1/completions", Model: Model, Client: client, Images: images}
+	if images > 0 {
+		target.URL = stack.GatewayURL + "/v1/chat/completions"
+	}
+	results := workload.Replay(rctx, target, reqs, bar.update)
 	wall := time.Since(t0)
 	stopPoll()
 	wg.Wait()

@@ -74,5 +74,7 @@
 // server's): llm_d_disagg_sidecar_requests_total{api_type},
 // _disagg_requests_total{connector}, _encode/_prefill/_decode
 // _duration_seconds{connector} and _request_errors_total{connector,stage},
-// as llm-d's sidecar names them.
+// as llm-d's sidecar names them; kvgate adds
+// kvgate_sidecar_ssrf_denied_total{stage} and
+// kvgate_sidecar_pd_requests_total{prefiller}.
 package sidecar
