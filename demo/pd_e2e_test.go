@@ -204,18 +204,7 @@ func TestE2EUpPD(t *testing.T) {
 // pulls the KV. The same image again is an encoder-cache hit.
 func TestE2EEPDThroughTheGateway(t *testing.T) {
 	needE2E(t)
-	c := PDConfig{Shape: PDShape{Encode: 1, Prefill: 1, Decode: 1}, Decider: DeciderAlways, KVBytesPerToken: 1024, KVRegionDir: t.TempDir()}
-	c.Bin, c.Wasm, c.TokenizerDir, c.HashSeed = testBin, testWasm, testTokDir, "42"
-	c.LogDir, c.TimeScale, c.NumGPUBlocks, c.Ready = t.TempDir(), 1, 2048, 30*time.Second
-	s, err := StartPDStack(t.Context(), c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		pids := s.PIDs()
-		s.Close()
-		assertGone(t, pids)
-	})
+	s := startPDStack(t, PDShape{Encode: 1, Prefill: 1, Decode: 1})
 	body, _ := json.Marshal(map[string]any{"model": Model, "max_tokens": 4, "messages": []any{map[string]any{"role": "user", "content": []any{
 		map[string]any{"type": "image_url", "image_url": map[string]any{"url": "http://images.example/cat.png"}},
 		map[string]any{"type": "text", "text": "What is in the picture?"}}}}})

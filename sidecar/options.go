@@ -10,7 +10,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/kvgate/kvgate/internal/cliflag"
@@ -116,25 +115,6 @@ func DefaultOptions() Options {
 // aliasFlags write a field another flag also writes; Args leaves them out.
 var aliasFlags = []string{"vllm-port", "secure-proxy", "connector", "zap-log-level"}
 
-type listFlag struct{ vals *[]string }
-
-func (l listFlag) String() string {
-	if l.vals == nil {
-		return ""
-	}
-	return strings.Join(*l.vals, ",")
-}
-
-func (l listFlag) Set(v string) error {
-	*l.vals = nil
-	for _, s := range strings.Split(v, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			*l.vals = append(*l.vals, s)
-		}
-	}
-	return nil
-}
-
 type levelFlag struct{ l *slog.Level }
 
 func (f levelFlag) String() string {
@@ -178,8 +158,8 @@ func (o *Options) flagSet(out io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.SecureServing, "secure-serving", o.SecureServing, "serve the proxy over TLS")
 	fs.BoolVar(&o.SecureServing, "secure-proxy", o.SecureServing, "deprecated: --secure-serving")
 	fs.StringVar(&o.CertPath, "cert-path", o.CertPath, "folder with tls.crt and tls.key for --secure-serving (empty: a self-signed certificate)")
-	fs.Var(listFlag{&o.EnableTLS}, "enable-tls", "stages dialled over TLS: prefiller, decoder, encoder (comma list)")
-	fs.Var(listFlag{&o.TLSInsecureSkipVerify}, "tls-insecure-skip-verify", "stages whose TLS certificate is not verified (comma list)")
+	fs.Var(cliflag.List{Vals: &o.EnableTLS}, "enable-tls", "stages dialled over TLS: prefiller, decoder, encoder (comma list)")
+	fs.Var(cliflag.List{Vals: &o.TLSInsecureSkipVerify}, "tls-insecure-skip-verify", "stages whose TLS certificate is not verified (comma list)")
 	fs.BoolVar(&o.EnablePrefillerSampling, "enable-prefiller-sampling", o.EnablePrefillerSampling, "pick a random prefiller among those the header lists (env ENABLE_PREFILLER_SAMPLING)")
 	fs.IntVar(&o.PrefillMaxRetries, "prefill-max-retries", o.PrefillMaxRetries, "retries of a prefill leg answered 502, 503 or 504")
 	fs.DurationVar(&o.PrefillRetryBackoff, "prefill-retry-backoff", o.PrefillRetryBackoff, "wait between prefill retries")

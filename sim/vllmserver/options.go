@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/cliflag"
 	"github.com/kvgate/kvgate/internal/kvhash"
 	"github.com/kvgate/kvgate/internal/kvwire"
 	"github.com/kvgate/kvgate/internal/prompt"
@@ -182,24 +183,6 @@ func expandLists(args []string) []string {
 	return out
 }
 
-type listFlag struct{ vals *[]string }
-
-func (l listFlag) String() string {
-	if l.vals == nil {
-		return ""
-	}
-	return strings.Join(*l.vals, " ")
-}
-
-func (l listFlag) Set(v string) error {
-	for _, s := range strings.Split(v, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			*l.vals = append(*l.vals, s)
-		}
-	}
-	return nil
-}
-
 // ParseFlags parses `kvgate sim` arguments. Like `vllm serve`, the model
 // may come first as a positional argument.
 func ParseFlags(args []string, stderr io.Writer) (Options, error) {
@@ -217,7 +200,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.IntVar(&o.Port, "port", o.Port, "HTTP listen port (0 picks a free one)")
 	fs.StringVar(&o.AdvertiseHost, "advertise-host", o.AdvertiseHost, "host peers reach this server on, for kv_transfer_params and the KV-events topic (default: the bound IP, 127.0.0.1 for a wildcard)")
 	fs.StringVar(&o.Model, "model", o.Model, "model name or path")
-	fs.Var(listFlag{&servedRaw}, "served-model-name", "model names clients may use (several allowed; default --model)")
+	fs.Var(cliflag.List{Vals: &servedRaw, Sep: " "}, "served-model-name", "model names clients may use (several allowed; default --model)")
 	fs.StringVar(&o.TokenizerDir, "tokenizer", o.TokenizerDir, "folder with tokenizer.json and tokenizer_config.json (env KVGATE_TOKENIZER_DIR)")
 	fs.StringVar(&o.Preset, "preset", o.Preset, "engine timing preset (model × GPU)")
 	fs.IntVar(&o.BlockSize, "block-size", o.BlockSize, "tokens per KV block")
@@ -227,7 +210,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.IntVar(&o.MaxModelLen, "max-model-len", o.MaxModelLen, "context length (0: the model's)")
 	fs.IntVar(&o.MaxWaiting, "max-waiting", o.MaxWaiting, "waiting-queue bound; beyond it requests get 429 (0: 1024)")
 	fs.StringVar(&o.HashSeed, "hash-seed", o.HashSeed, "PYTHONHASHSEED of the block-hash chain; the picker must use the same")
-	fs.Var(listFlag{&loras}, "lora-modules", "LoRA adapters as name=path (several allowed); names become servable models")
+	fs.Var(cliflag.List{Vals: &loras, Sep: " "}, "lora-modules", "LoRA adapters as name=path (several allowed); names become servable models")
 	fs.IntVar(&o.MaxLoRAs, "max-loras", o.MaxLoRAs, "adapters per batch (0 with --lora-modules: 1)")
 	fs.DurationVar(&o.HeldBlockTimeout, "kv-held-timeout", o.HeldBlockTimeout, "free a prefill's KV blocks no decoder released after this long (simulated)")
 	fs.StringVar(&role, "role", role, "P/D role: prefill, decode, both or encode (E/P/D)")
