@@ -39,7 +39,7 @@ type MixedOptions struct {
 // every server's batch full for the whole run.
 func DefaultMixedOptions() MixedOptions {
 	return MixedOptions{BatchRequests: 600, BatchPromptWords: 256, BatchMaxTokens: 32,
-		MaxConcurrency: 24, HoldbackMinCeiling: 0.5, RequestTTL: 15 * time.Second}
+		MaxConcurrency: 12, HoldbackMinCeiling: 0.5, RequestTTL: 15 * time.Second}
 }
 
 // The objectives of the mixed scenario: online traffic is critical, the
