@@ -404,8 +404,14 @@ func (a *Agent) StoreBlocks(ctx context.Context, req *agentv1.StoreBlocksRequest
 	for _, h := range req.Hashes {
 		s, fresh, err := r.pool.acquire(h)
 		if err != nil {
-			for _, s := range resp.Slots {
-				r.pool.unpin(s)
+			for i, s := range resp.Slots {
+				if resp.Fresh[i] {
+					// Its bytes will never be written (the caller gets
+					// the error): it must not stay mapped to its hash.
+					r.pool.drop(s)
+				} else {
+					r.pool.unpin(s)
+				}
 			}
 			return nil, status.Errorf(codes.ResourceExhausted, "engine %s region: %v (%d slots)", req.EngineId, err, r.pool.slots())
 		}

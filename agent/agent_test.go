@@ -173,8 +173,14 @@ func TestLeaseExpiry(t *testing.T) {
 	if rel.RequestId != "r" || !rel.Expired {
 		t.Fatalf("release %+v", rel)
 	}
-	if _, err := p.client.StoreBlocks(ctx, &agentv1.StoreBlocksRequest{EngineId: "P", Hashes: []uint64{4, 5, 6, 7}}); err != nil {
+	resp, err := p.client.StoreBlocks(ctx, &agentv1.StoreBlocksRequest{EngineId: "P", Hashes: []uint64{4, 5, 6, 7}})
+	if err != nil {
 		t.Fatalf("after expiry: %v", err)
+	}
+	// Block 4 got a slot in the refused store, whose caller never wrote
+	// it: it is fresh again, or a decoder would read a stale slot as it.
+	if !resp.Fresh[0] {
+		t.Fatal("block 4 of the refused store stayed mapped to an unwritten slot")
 	}
 }
 

@@ -29,6 +29,13 @@
 // StopGrace, SIGKILL. A component that dies ends the run with its last log
 // lines. Ports are chosen by the OS.
 //
+// `kvgate up --pd xPyD` (pd.go, pd_run.go) instead runs the workload
+// through a collocated fleet of x+y simulators and a P/D fleet — node
+// agents, prefill and decode simulators, a routing sidecar (package
+// sidecar) before each decode simulator, the picker with
+// disagg-profile-handler — and reports TTFT/ITL, the P/D pairs and the KV
+// transfers; --epd adds an encode simulator and sends chats with images.
+//
 // Subpackages: proc supervises the children, workload builds and replays
 // the requests, report summarises and renders.
 package demo

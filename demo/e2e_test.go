@@ -85,6 +85,10 @@ func setupE2E(dir string) error {
 	if err := goBuild(root, nil, "-o", testBin, "./cmd/kvgate"); err != nil {
 		return err
 	}
+	// P/D fleets run the node agent from beside kvgate.
+	if err := goBuild(root, nil, "-o", filepath.Join(dir, "kvgate-agent"), "./cmd/kvgate-agent"); err != nil {
+		return err
+	}
 	return goBuild(root, []string{"GOEXPERIMENT=jsonv2", "GOOS=wasip1", "GOARCH=wasm"}, "-buildmode=c-shared", "-o", testWasm, "./wasm-filter")
 }
 

@@ -95,20 +95,29 @@ var simSeries = []string{
 
 // scrapeSim fetches one simulator's /metrics page and sums each series the
 // demo reads over its labels.
-func scrapeSim(ctx context.Context, c *http.Client, addr string) (map[string]float64, error) {
+func scrapeSim(ctx context.Context, c *http.Client, addr string) (m map[string]float64, err error) {
+	err = metricsPage(ctx, c, addr, func(r io.Reader) error {
+		m, err = parseMetrics(r, simSeries...)
+		return err
+	})
+	return m, err
+}
+
+// metricsPage GETs addr's /metrics and hands the page to read.
+func metricsPage(ctx context.Context, c *http.Client, addr string, read func(io.Reader) error) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("metrics %s: HTTP %d", addr, resp.StatusCode)
+		return fmt.Errorf("metrics %s: HTTP %d", addr, resp.StatusCode)
 	}
-	return parseMetrics(resp.Body, simSeries...)
+	return read(io.LimitReader(resp.Body, maxMetricsBytes))
 }
 
 // parseMetrics sums the named series (without names, every series) of a

@@ -88,6 +88,7 @@ type Stack struct {
 	// EPPMetricsURL is the picker's Prometheus endpoint.
 	EPPMetricsURL string
 	group         *proc.Group
+	others        []*proc.Proc // components beside the sims, picker and gateway (P/D fleets)
 }
 
 // StopGrace is how long children get between SIGTERM and SIGKILL; with
@@ -330,7 +331,7 @@ func (s *Stack) procs() []*proc.Proc {
 			ps = append(ps, sim.Proc)
 		}
 	}
-	for _, p := range []*proc.Proc{s.EPP, s.Gateway} {
+	for _, p := range append([]*proc.Proc{s.EPP, s.Gateway}, s.others...) {
 		if p != nil {
 			ps = append(ps, p)
 		}

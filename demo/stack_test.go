@@ -3,6 +3,7 @@ package demo
 import (
 	"io"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,5 +50,18 @@ func TestChildCommandLinesParseBack(t *testing.T) {
 	}
 	if gotGW.RequestBodyMode != "none" || !gotGW.FailureModeAllow || gotGW.Fallback != "127.0.0.1:6,127.0.0.1:7" {
 		t.Fatalf("gateway options %+v", gotGW)
+	}
+}
+
+func TestParsePDShape(t *testing.T) {
+	for in, want := range map[string]PDShape{"1P2D": {Prefill: 1, Decode: 2}, "3p1d": {Prefill: 3, Decode: 1}, " 2P4D ": {Prefill: 2, Decode: 4}} {
+		if got, err := ParsePDShape(in); err != nil || got != want || got.String() != strings.ToUpper(strings.TrimSpace(in)) {
+			t.Errorf("ParsePDShape(%q) = %+v, %v", in, got, err)
+		}
+	}
+	for _, bad := range []string{"", "P2D", "1P", "1D2P", "0P1D", "1P0D", "20P20D", "1E1P1D"} {
+		if _, err := ParsePDShape(bad); err == nil {
+			t.Errorf("ParsePDShape(%q): no error", bad)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package demo
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -46,6 +47,16 @@ type Options struct {
 	// the policy comparison.
 	MixedRun bool
 	Mixed    MixedOptions
+	// PD runs a P/D fleet of this xPyD shape against a collocated fleet of
+	// the same size instead of the policy comparison (--pd).
+	PD                string
+	PDDecider         string
+	PDNonCachedTokens int
+	KVBytesPerToken   int
+	// EPD adds an encode server to the --pd fleet and sends every request
+	// as a chat with an image (one of EPDImages).
+	EPD       bool
+	EPDImages int
 }
 
 // DefaultOptions size the default run at about a minute on two cores.
@@ -53,6 +64,7 @@ func DefaultOptions() Options {
 	return Options{
 		Replicas: 4, Requests: 200, Policy: PolicyPrecise, Baseline: PolicyRoundRobin,
 		TimeScale: 0.03, NumGPUBlocks: 600, Workload: workload.DefaultOptions(), Mixed: DefaultMixedOptions(),
+		PDDecider: DeciderAlways, PDNonCachedTokens: 256, KVBytesPerToken: 2048, EPDImages: 8,
 	}
 }
 
@@ -88,11 +100,28 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.IntVar(&o.Mixed.MaxConcurrency, "max-concurrency", o.Mixed.MaxConcurrency, "with --mixed: in-flight requests per server at which flow control holds dispatch (concurrency-detector)")
 	fs.Float64Var(&o.Mixed.HoldbackMinCeiling, "holdback", o.Mixed.HoldbackMinCeiling, "with --mixed: fraction of --max-concurrency the batch job may fill (priority-holdback-policy minCeiling; 0: strict priority only)")
 	fs.DurationVar(&o.Mixed.RequestTTL, "queue-ttl", o.Mixed.RequestTTL, "with --mixed: longest wait of a queued request (defaultRequestTTL)")
+	fs.StringVar(&o.PD, "pd", "", "run a P/D fleet of this shape (xPyD, e.g. 1P2D: sims with node agents, decode sidecars, disagg-profile-handler) against a collocated fleet of the same size")
+	fs.StringVar(&o.PDDecider, "pd-decider", o.PDDecider, "with --pd: always (always-disagg-pd-decider) or prefix (prefix-based-pd-decider)")
+	fs.IntVar(&o.PDNonCachedTokens, "pd-non-cached-tokens", o.PDNonCachedTokens, "with --pd-decider prefix: its nonCachedTokens")
+	fs.BoolVar(&o.EPD, "epd", false, "with --pd: E/P/D, an encode server more and every request a chat with an image (one of --epd-images), against a collocated fleet of the same size")
+	fs.IntVar(&o.EPDImages, "epd-images", o.EPDImages, "with --epd: distinct images the requests use")
+	fs.IntVar(&o.KVBytesPerToken, "kv-bytes-per-token", o.KVBytesPerToken, "with --pd: KV bytes per token the agents move (0: the model's real size)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if o.EPD && (o.PD == "" || o.EPDImages < 1) {
+		return o, errors.New("--epd needs --pd (the P/D shape) and --epd-images of at least 1")
+	}
+	if o.PD != "" {
+		if _, err := ParsePDShape(o.PD); err != nil {
+			return o, err
+		}
+		if _, err := pdConfig(o.PDDecider, o.PDNonCachedTokens, false); err != nil {
+			return o, err
+		}
 	}
 	switch {
 	case o.Replicas < 1 || o.Replicas > 32:
@@ -191,6 +220,9 @@ func Run(ctx context.Context, o Options, stdout io.Writer, tty bool) error {
 	if err := os.MkdirAll(o.Out, 0o755); err != nil {
 		return fmt.Errorf("--out: %w", err)
 	}
+	if o.PD != "" {
+		return runPD(ctx, o, reqs, stdout, tty)
+	}
 	if o.MixedRun {
 		return runMixed(ctx, o, reqs, stdout, tty)
 	}
@@ -259,7 +291,17 @@ func runPolicy(ctx context.Context, o Options, pol string, reqs []workload.Reque
 		return report.Run{}, nil, fmt.Errorf("%s fleet: %w", pol, err)
 	}
 	fmt.Fprintf(stdout, "[%s] fleet ready in %.1fs; replaying %d requests through %s\n", pol, time.Since(start).Seconds(), len(reqs), stack.GatewayURL)
+	run, err := replay(ctx, stack, pol, reqs, 0, stdout, tty)
+	if err != nil {
+		return report.Run{}, nil, err
+	}
+	return run, stack, nil
+}
 
+// replay sends reqs through a running fleet's gateway and measures the
+// run (as chats each led by one of images images when images > 0); a
+// component that dies ends it (and closes the fleet).
+func replay(ctx context.Context, stack *Stack, pol string, reqs []workload.Request, images int, stdout io.Writer, tty bool) (report.Run, error) {
 	// A component that dies ends the replay; its last lines are the error.
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -286,7 +328,11 @@ func runPolicy(ctx context.Context, o Options, pol string, reqs []workload.Reque
 		pl.run(pctx, t0)
 	}()
 	bar := newProgress(stdout, tty, pol, len(reqs))
-	results := workload.Replay(rctx, workload.Target{URL: stack.GatewayURL + "/v1/completions", Model: Model, Client: client}, reqs, bar.update)
+	target := workload.Target{URL: stack.GatewayURL + "/v1/completions", Model: Model, Client: client, Images: images}
+	if images > 0 {
+		target.URL = stack.GatewayURL + "/v1/chat/completions"
+	}
+	results := workload.Replay(rctx, target, reqs, bar.update)
 	wall := time.Since(t0)
 	stopPoll()
 	wg.Wait()
@@ -294,9 +340,9 @@ func runPolicy(ctx context.Context, o Options, pol string, reqs []workload.Reque
 	if err := context.Cause(rctx); err != nil {
 		stack.Close()
 		if ctx.Err() != nil {
-			return report.Run{}, nil, ctx.Err()
+			return report.Run{}, ctx.Err()
 		}
-		return report.Run{}, nil, fmt.Errorf("%s run: %w", pol, err)
+		return report.Run{}, fmt.Errorf("%s run: %w", pol, err)
 	}
 	after := readCounters(ctx, client, stack.Sims)
 	run := report.Run{Policy: pol, Wall: wall, Results: results}
@@ -308,7 +354,7 @@ func runPolicy(ctx context.Context, o Options, pol string, reqs []workload.Reque
 			Samples: pl.samples(i),
 		})
 	}
-	return run, stack, nil
+	return run, nil
 }
 
 func writeOutputs(o Options, runs []report.Run, sums []report.Summary) error {

@@ -22,6 +22,7 @@ import (
 	"github.com/kvgate/kvgate/demo"
 	"github.com/kvgate/kvgate/extproc/epp"
 	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/sidecar"
 	"github.com/kvgate/kvgate/sim/vllmserver"
 )
 
@@ -40,6 +41,7 @@ var commands = map[string]command{
 	"batch":   {"the OpenAI Batch API (files, batches) run through the gateway", batch.Main},
 	"bench":   {"trace-driven cluster simulation with the real picker", benchmarks.Main},
 	"up":      {"the demo: a local fleet, picker and gateway, a workload and a policy comparison", demo.Main},
+	"sidecar": {"P/D routing sidecar of a decode pod (llm-d's pd-sidecar)", sidecar.Main},
 	"version": {"print the version", version},
 }
 

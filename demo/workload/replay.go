@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net/http"
 	"sync"
@@ -40,6 +41,17 @@ type Target struct {
 	Client *http.Client
 	// Header is added to every request (e.g. the InferenceObjective).
 	Header http.Header
+	// Images > 0 sends each prompt as a chat message led by one of that
+	// many images (picked by the prompt's first bytes, so requests sharing
+	// a prefix share the image); URL is then a chat-completions endpoint.
+	Images int
+}
+
+// imageOf picks one of n image URLs for a prompt.
+func imageOf(prompt string, n int) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(prompt[:min(len(prompt), 256)]))
+	return fmt.Sprintf("http://images.kvgate.local/%d.png", h.Sum32()%uint32(n))
 }
 
 // Replay sends reqs at their arrival times, concurrently, and returns one
@@ -83,13 +95,20 @@ func Replay(ctx context.Context, t Target, reqs []Request, progress func(done in
 
 // Do sends one streaming completion and measures it.
 func (t Target) Do(ctx context.Context, r Request) Result {
-	body, err := json.Marshal(map[string]any{
+	fields := map[string]any{
 		"model":          t.Model,
 		"prompt":         r.Prompt,
 		"max_tokens":     r.MaxTokens,
 		"stream":         true,
 		"stream_options": map[string]bool{"include_usage": true},
-	})
+	}
+	if t.Images > 0 {
+		delete(fields, "prompt")
+		fields["messages"] = []any{map[string]any{"role": "user", "content": []any{
+			map[string]any{"type": "image_url", "image_url": map[string]any{"url": imageOf(r.Prompt, t.Images)}},
+			map[string]any{"type": "text", "text": r.Prompt}}}}
+	}
+	body, err := json.Marshal(fields)
 	if err != nil {
 		return Result{Err: err.Error()}
 	}
@@ -114,7 +133,7 @@ func (t Target) Do(ctx context.Context, r Request) Result {
 		res.Latency = time.Since(start)
 		return res
 	}
-	u, err := ReadStream(resp.Body, func() { res.TTFT = time.Since(start) })
+	u, err := readStream(resp.Body, func() { res.TTFT = time.Since(start) }, t.Images > 0)
 	res.Latency = time.Since(start)
 	if err != nil {
 		res.Err = err.Error()
@@ -145,7 +164,11 @@ const maxEventBytes = 1 << 20
 // ReadStream reads an OpenAI SSE stream to its [DONE], calling first at the
 // first data event, and returns the usage record (sent last when
 // stream_options.include_usage is set).
-func ReadStream(r io.Reader, first func()) (Usage, error) {
+func ReadStream(r io.Reader, first func()) (Usage, error) { return readStream(r, first, false) }
+
+// readStream is ReadStream; with textOnly, first waits for the first event
+// carrying generated text (a chat stream starts with a role chunk).
+func readStream(r io.Reader, first func(), textOnly bool) (Usage, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 4096), maxEventBytes)
 	var (
@@ -159,7 +182,7 @@ func ReadStream(r io.Reader, first func()) (Usage, error) {
 			continue // comments, event names, blank separators
 		}
 		data = bytes.TrimSpace(data)
-		if !gotData {
+		if !gotData && (!textOnly || hasText(data)) {
 			gotData = true
 			if first != nil {
 				first()
@@ -191,4 +214,26 @@ func ReadStream(r io.Reader, first func()) (Usage, error) {
 		return u, fmt.Errorf("stream: %w", err)
 	}
 	return u, ErrTruncated
+}
+
+// hasText reports whether an event carries generated text: a completions
+// choice's text or a chat choice's delta content.
+func hasText(data []byte) bool {
+	var ev struct {
+		Choices []struct {
+			Text  *string `json:"text"`
+			Delta *struct {
+				Content *string `json:"content"`
+			} `json:"delta"`
+		} `json:"choices"`
+	}
+	if json.Unmarshal(data, &ev) != nil {
+		return false
+	}
+	for _, c := range ev.Choices {
+		if (c.Text != nil && *c.Text != "") || (c.Delta != nil && c.Delta.Content != nil && *c.Delta.Content != "") {
+			return true
+		}
+	}
+	return false
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -194,4 +195,36 @@ func TestReplay(t *testing.T) {
 	if shed.OK() || shed.Status != http.StatusTooManyRequests {
 		t.Errorf("the target's header did not reach the server: %+v", shed)
 	}
+}
+
+// A chat stream's leading role chunk is not its first token.
+func TestReadStreamChatFirstToken(t *testing.T) {
+	in := "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n" +
+		"data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n" +
+		"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n"
+	var order []string
+	r := &eventReader{s: in, seen: &order}
+	if _, err := readStream(r, func() { order = append(order, "first") }, true); err != nil {
+		t.Fatal(err)
+	}
+	if len(order) < 3 || strings.Join(order[:3], ",") != "ev,ev,first" {
+		t.Fatalf("first called at %v; want after the second event", order)
+	}
+}
+
+// eventReader yields one SSE event per Read, noting each.
+type eventReader struct {
+	s    string
+	seen *[]string
+}
+
+func (r *eventReader) Read(p []byte) (int, error) {
+	if r.s == "" {
+		return 0, io.EOF
+	}
+	i := strings.Index(r.s, "\n\n") + 2
+	*r.seen = append(*r.seen, "ev")
+	n := copy(p, r.s[:i])
+	r.s = r.s[n:]
+	return n, nil
 }

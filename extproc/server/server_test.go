@@ -607,7 +607,7 @@ func TestPickerOnlyHeadersRemoved(t *testing.T) {
 	e := envoytest.Open(t, startServer(t, New(d, Options{})))
 	e.Send(envoytest.RequestHeaders(false, ":method", "POST", ":path", "/v1/chat/completions",
 		eppwire.HeaderPrefiller, "6.6.6.6:1", eppwire.HeaderEncoders, "6.6.6.6:2", eppwire.HeaderKVCacheSource, "6.6.6.6:3",
-		"content-length", strconv.Itoa(len(chatBody))))
+		eppwire.HeaderPrefillerLLMD, "6.6.6.6:4", "content-length", strconv.Itoa(len(chatBody))))
 	e.Send(envoytest.RequestBody([]byte(chatBody), true))
 	hr := e.Recv()
 	set := envoytest.SetHeaders(t, hr)
@@ -616,7 +616,12 @@ func TestPickerOnlyHeadersRemoved(t *testing.T) {
 	}
 	removed := hr.GetRequestHeaders().GetResponse().GetHeaderMutation().GetRemoveHeaders()
 	slices.Sort(removed)
-	if want := []string{eppwire.HeaderEncoders, eppwire.HeaderKVCacheSource}; !slices.Equal(removed, want) {
+	// The x-llm-d-… spellings too: llm-d's sidecar reads them when the
+	// older name is absent.
+	want := []string{eppwire.HeaderEncoders, eppwire.HeaderKVCacheSource, eppwire.HeaderEncodersLLMD,
+		eppwire.HeaderKVCacheSourceLLMD, eppwire.HeaderPrefillerLLMD}
+	slices.Sort(want)
+	if !slices.Equal(removed, want) {
 		t.Errorf("removed %v, want %v", removed, want)
 	}
 	for _, h := range eppwire.PickerOnlyHeaders() {

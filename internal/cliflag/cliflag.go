@@ -3,7 +3,10 @@
 // definitions and the two cannot drift apart.
 package cliflag
 
-import "flag"
+import (
+	"flag"
+	"strings"
+)
 
 // Args returns --name=value for every flag of set whose value differs from
 // the same flag in defaults (a set built the same way from default
@@ -24,4 +27,33 @@ func Args(set, defaults *flag.FlagSet, skip ...string) []string {
 		args = append(args, "--"+f.Name+"="+v)
 	})
 	return args
+}
+
+// List is a repeatable flag of comma-separated values: each use appends
+// its non-empty, trimmed items to *Vals. String joins them with Sep
+// (default ","), so that Args writes a value Set reads back.
+type List struct {
+	Vals *[]string
+	Sep  string
+}
+
+func (l List) String() string {
+	if l.Vals == nil {
+		return ""
+	}
+	sep := l.Sep
+	if sep == "" {
+		sep = ","
+	}
+	return strings.Join(*l.Vals, sep)
+}
+
+// Set appends v's comma-separated items.
+func (l List) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l.Vals = append(*l.Vals, s)
+		}
+	}
+	return nil
 }

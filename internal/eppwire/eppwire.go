@@ -40,7 +40,8 @@ const (
 // P/D routing sidecar trusts them).
 func PickerOnly(name string) bool {
 	switch name {
-	case HeaderDestination, HeaderPrefiller, HeaderEncoders, HeaderKVCacheSource:
+	case HeaderDestination, HeaderPrefiller, HeaderEncoders, HeaderKVCacheSource,
+		HeaderPrefillerLLMD, HeaderEncodersLLMD, HeaderKVCacheSourceLLMD:
 		return true
 	}
 	return false
@@ -49,7 +50,8 @@ func PickerOnly(name string) bool {
 // PickerOnlyHeaders lists the headers PickerOnly accepts, for proxies that
 // remove them.
 func PickerOnlyHeaders() []string {
-	return []string{HeaderDestination, HeaderPrefiller, HeaderEncoders, HeaderKVCacheSource}
+	return []string{HeaderDestination, HeaderPrefiller, HeaderEncoders, HeaderKVCacheSource,
+		HeaderPrefillerLLMD, HeaderEncodersLLMD, HeaderKVCacheSourceLLMD}
 }
 
 // HeaderPrefer is RFC 7240's Prefer request header. PreferIfAvailable is

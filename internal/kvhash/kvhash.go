@@ -42,6 +42,19 @@ type Extra struct {
 	// CacheSalt isolates a tenant's prefixes; it enters block 0 only, which
 	// is enough because every later block chains on block 0.
 	CacheSalt string
+	// MM are the prompt's multimodal items (images, audio, video), sorted
+	// by Offset: each block that holds some of an item's placeholder tokens
+	// carries (identifier, item offset − block start) among its extra
+	// keys, so identical placeholders of different media never share KV.
+	MM []MMItem
+}
+
+// MMItem is one multimodal input's place in a prompt: vLLM's
+// mm_feature.identifier (its mm_hash) and mm_position.
+type MMItem struct {
+	Identifier string
+	// Offset is the item's first placeholder token; Length its count.
+	Offset, Length int
 }
 
 // ErrBlockSize reports a block size that cannot cut a prompt into blocks.
@@ -126,7 +139,18 @@ func (h *Hasher) HashBlock(parent Hash, block []int, index int, extra Extra) Has
 		b = appendInt(b, t)
 	}
 	salt := index == 0 && extra.CacheSalt != ""
-	switch n := boolInt(extra.LoRA != "") + boolInt(salt); n {
+	// vLLM's generate_block_hash_extra_keys: the LoRA name, then one
+	// (identifier, offset relative to the block) tuple per multimodal item
+	// overlapping the block, then the salt; None when there are none.
+	start := index * h.blockSize
+	end := start + len(block)
+	mm := 0
+	for _, it := range extra.MM {
+		if it.Offset < end && start < it.Offset+it.Length {
+			mm++
+		}
+	}
+	switch n := boolInt(extra.LoRA != "") + mm + boolInt(salt); n {
 	case 0:
 		b = append(b, cborNull)
 	default:
@@ -134,6 +158,14 @@ func (h *Hasher) HashBlock(parent Hash, block []int, index int, extra Extra) Has
 		if extra.LoRA != "" {
 			b = appendHead(b, majorText, uint64(len(extra.LoRA)))
 			b = append(b, extra.LoRA...)
+		}
+		for _, it := range extra.MM {
+			if it.Offset < end && start < it.Offset+it.Length {
+				b = append(b, majorArray|2)
+				b = appendHead(b, majorText, uint64(len(it.Identifier)))
+				b = append(b, it.Identifier...)
+				b = appendInt(b, it.Offset-start)
+			}
 		}
 		if salt {
 			b = appendHead(b, majorText, uint64(len(extra.CacheSalt)))

@@ -1,6 +1,7 @@
 package kvhash
 
 import (
+	"crypto/sha256"
 	"encoding/hex"
 	"testing"
 
@@ -162,4 +163,37 @@ func BenchmarkBlockHashes(b *testing.B) {
 	}
 	blocks := float64(len(tokens) / 16)
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/blocks, "ns/block")
+}
+
+// TestMultimodalExtraKeys pins vLLM's multimodal extra keys
+// (kv_cache_utils.generate_block_hash_extra_keys): LoRA name, then one
+// (identifier, item offset − block start) per item overlapping the block,
+// then the salt on block 0; against hand-written canonical CBOR.
+func TestMultimodalExtraKeys(t *testing.T) {
+	h, err := New("42", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra := Extra{LoRA: "l", CacheSalt: "s", MM: []MMItem{{Identifier: "ab", Offset: 2, Length: 5}}}
+	tokens := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
+	got := h.BlockHashes(tokens, extra)
+	want := func(parent Hash, toks, extraCBOR string) Hash {
+		b, _ := hex.DecodeString("835820" + hex.EncodeToString(parent[:]) + toks + extraCBOR)
+		return sha256.Sum256(b)
+	}
+	b0 := want(h.None(), "8401020304", "83"+"616c"+"82"+"626162"+"02"+"6173")
+	b1 := want(b0, "8405060708", "82"+"616c"+"82"+"626162"+"21") // offset 2 − 4 = −2
+	b2 := want(b1, "84090a0b0c", "81"+"616c")                    // past the item
+	if got[0] != b0 || got[1] != b1 || got[2] != b2 {
+		t.Fatalf("hashes\n%v\nwant\n%v", got, []Hash{b0, b1, b2})
+	}
+	// Another image in the same placeholders is another prefix.
+	other := h.BlockHashes(tokens, Extra{LoRA: "l", CacheSalt: "s", MM: []MMItem{{Identifier: "cd", Offset: 2, Length: 5}}})
+	if other[0] == got[0] || other[1] == got[1] {
+		t.Fatal("a different multimodal item hashed the same")
+	}
+	// No item, no key: text-only hashes are unchanged.
+	if a, b := h.BlockHashes(tokens, Extra{}), h.BlockHashes(tokens, Extra{MM: []MMItem{{Identifier: "x", Offset: 100, Length: 4}}}); a[0] != b[0] || a[2] != b[2] {
+		t.Fatal("an item outside the blocks changed their hashes")
+	}
 }

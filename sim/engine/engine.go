@@ -114,7 +114,7 @@ func (e *Engine) Add(r Request) error {
 	copy(tokens, r.Prompt)
 	r.Prompt = tokens[:len(r.Prompt):len(r.Prompt)]
 	s := &seq{
-		req: r, extra: kvhash.Extra{LoRA: r.LoRA, CacheSalt: r.CacheSalt},
+		req: r, extra: kvhash.Extra{LoRA: r.LoRA, CacheSalt: r.CacheSalt, MM: r.MM},
 		tokens: tokens, numPrompt: len(tokens), numCached: -1, rng: seedOf(r.ID),
 	}
 	e.byID[r.ID] = s

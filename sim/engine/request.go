@@ -25,6 +25,9 @@ type Request struct {
 	PrefillOnly bool
 	// RemotePrefill is P/D's decode leg (do_remote_prefill); nil otherwise.
 	RemotePrefill *RemotePrefill
+	// MM are the prompt's multimodal items, which enter its block hashes
+	// as vLLM's extra keys.
+	MM []kvhash.MMItem
 }
 
 // RemotePrefill says how much of a prompt a prefiller has computed.

@@ -47,6 +47,7 @@ func (o Options) Args() []string {
 	num("max-loras", o.MaxLoRAs, d.MaxLoRAs)
 	dur("kv-held-timeout", o.HeldBlockTimeout, d.HeldBlockTimeout)
 	str("role", string(o.Role), string(d.Role))
+	num("mm-tokens-per-item", o.MMTokensPerItem, d.MMTokensPerItem)
 	float("time-scale", o.TimeScale, d.TimeScale)
 	float("failure-rate", o.FailureRate, d.FailureRate)
 	add("seed", strconv.FormatUint(o.Seed, 10), strconv.FormatUint(d.Seed, 10))

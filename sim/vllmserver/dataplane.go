@@ -68,6 +68,7 @@ type dataPlane struct {
 	timeout    time.Duration
 	work       chan []dpWork
 	wg         sync.WaitGroup
+	storeMu    sync.Mutex // see store
 
 	gpuMu sync.Mutex
 	gpu   map[uint64]gpuBlock
@@ -327,6 +328,12 @@ func (d *dataPlane) apply(ctx context.Context, w dpWork) {
 // store writes the content of hashes' blocks into region slots the agent
 // assigns (pinned under hold when given) and returns the slots.
 func (d *dataPlane) store(ctx context.Context, hashes []uint64, hold *agentv1.Hold) ([]uint32, error) {
+	// One store at a time, its fills included: the agent hands a block's
+	// slot out fresh once, and a second store of the same hash (a prefill
+	// leg's hold while the worker stores the engine's blocks) must not
+	// name the slot to a decoder before the first has written its bytes.
+	d.storeMu.Lock()
+	defer d.storeMu.Unlock()
 	resp, err := d.c.StoreBlocks(ctx, &agentv1.StoreBlocksRequest{EngineId: d.engine, Hashes: hashes, Hold: hold})
 	if err != nil {
 		return nil, err
@@ -372,7 +379,7 @@ func (d *dataPlane) watchReleases(ctx context.Context) {
 // promptHashes are the hashes of j's full prompt blocks, at most n.
 func (d *dataPlane) promptHashes(j *job, n int) []uint64 {
 	full := min(n, len(j.prompt)/d.s.engCfg.BlockSize)
-	return d.hasher.AppendUint64s(nil, j.prompt[:full*d.s.engCfg.BlockSize], kvhash.Extra{LoRA: j.lora, CacheSalt: j.cacheSalt})
+	return d.hasher.AppendUint64s(nil, j.prompt[:full*d.s.engCfg.BlockSize], kvhash.Extra{LoRA: j.lora, CacheSalt: j.cacheSalt, MM: j.mm})
 }
 
 // prefillParams stores a finished prefill's blocks under a hold and names

@@ -6,21 +6,14 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/kvgate/kvgate/internal/vllm"
 	"github.com/kvgate/kvgate/sim/engine"
 )
 
 // apiError is vLLM's error body: {"object":"error","message":...,
 // "type":...,"param":null,"code":status}. The type names follow the OpenAI
 // SDK's exception classes, as vLLM's do.
-type apiError struct {
-	Object  string  `json:"object"`
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    int     `json:"code"`
-}
-
-func (e *apiError) Error() string { return e.Message }
+type apiError = vllm.ErrorResponse
 
 func newAPIError(status int, format string, args ...any) *apiError {
 	typ := "BadRequestError"

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/kvhash"
 	"github.com/kvgate/kvgate/internal/openai"
 	"github.com/kvgate/kvgate/internal/prompt"
 	"github.com/kvgate/kvgate/internal/vllm"
@@ -37,6 +38,10 @@ type job struct {
 	prefillOnly  bool
 	remote       *engine.RemotePrefill
 	kv           *vllm.KVTransferParams // the request's, for the decode leg's release
+	mm           []kvhash.MMItem        // the prompt's multimodal items
+	parts        []prompt.MMPart
+	ecIn         map[string]json.RawMessage // ec_transfer_params: encoder outputs computed elsewhere
+	ecOut        map[string]ecParams        // an encode server's answer
 }
 
 // engineMaxTokens is what the engine generates: in echo mode no more than
@@ -100,7 +105,8 @@ func (s *Server) prepare(kind apiKind, body []byte) (*job, *apiError) {
 	// The shared parser keeps only routing fields; the P/D fields are
 	// decoded here.
 	var ext struct {
-		KV *vllm.KVTransferParams `json:"kv_transfer_params"`
+		KV *vllm.KVTransferParams     `json:"kv_transfer_params"`
+		EC map[string]json.RawMessage `json:"ec_transfer_params"`
 	}
 	if err := json.Unmarshal(body, &ext); err != nil {
 		return nil, badRequest("kv_transfer_params: %v", err)
@@ -110,7 +116,11 @@ func (s *Server) prepare(kind apiKind, body []byte) (*job, *apiError) {
 		return nil, newAPIError(http.StatusNotFound, "The model `%s` does not exist.", req.Model)
 	}
 	j := &job{kind: kind, model: req.Model, created: time.Now().Unix(), stream: req.Stream,
-		includeUsage: req.Stream && req.IncludeUsage, lora: lora, cacheSalt: req.CacheSalt, kv: ext.KV}
+		includeUsage: req.Stream && req.IncludeUsage, lora: lora, cacheSalt: req.CacheSalt, kv: ext.KV, ecIn: ext.EC}
+	j.parts = prompt.MMParts(req)
+	if s.opts.Role == RoleEncode && len(j.parts) == 0 {
+		return nil, badRequest("this server's role is encode; it serves chat requests with image_url, audio_url, video_url or input_audio parts")
+	}
 	if aerr := s.applyTransfer(j); aerr != nil {
 		return nil, aerr
 	}
@@ -131,7 +141,7 @@ func (s *Server) prepare(kind apiKind, body []byte) (*job, *apiError) {
 	}
 	// The same rendering the picker's precise scorer does, so that both
 	// compute the same block hashes.
-	if j.prompt, err = prompt.Tokens(s.enc, s.tok, req); err != nil {
+	if j.prompt, j.mm, err = prompt.TokensMM(s.enc, s.tok, req, s.opts.MMTokensPerItem); err != nil {
 		return nil, badRequest("%v", err)
 	}
 	if len(j.prompt) == 0 {
@@ -158,6 +168,10 @@ func (s *Server) prepare(kind apiKind, body []byte) (*job, *apiError) {
 // serve hands a job to the engine and writes its response.
 func (s *Server) serve(ctx context.Context, w http.ResponseWriter, j *job) {
 	arrival := s.runner.Now()
+	if aerr := s.encodeItems(ctx, j); aerr != nil {
+		writeError(w, aerr)
+		return
+	}
 	if s.dp != nil {
 		if aerr := s.dp.beforeSubmit(ctx, j); aerr != nil {
 			writeError(w, aerr)
@@ -166,7 +180,7 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, j *job) {
 	}
 	st, err := s.runner.Submit(engine.Request{
 		ID: j.id, Prompt: j.prompt, MaxTokens: j.engineMaxTokens(), LoRA: j.lora, CacheSalt: j.cacheSalt,
-		PrefillOnly: j.prefillOnly, RemotePrefill: j.remote,
+		PrefillOnly: j.prefillOnly, RemotePrefill: j.remote, MM: j.mm,
 	})
 	if err != nil {
 		writeError(w, s.engineError(err, len(j.prompt), j.maxTokens))
@@ -278,6 +292,7 @@ type response struct {
 	Choices          []choice               `json:"choices"`
 	Usage            *usage                 `json:"usage,omitempty"`
 	KVTransferParams *vllm.KVTransferParams `json:"kv_transfer_params,omitempty"`
+	ECTransferParams map[string]ecParams    `json:"ec_transfer_params,omitempty"`
 }
 
 // jsonWriter collects the tokens and writes one JSON response.
@@ -296,7 +311,7 @@ func (o *jsonWriter) tokens(ids []int) error {
 func (o *jsonWriter) finish(fin *engine.Finished, reason string, kv *vllm.KVTransferParams) error {
 	text := o.s.tok.Decode(o.ids)
 	c := choice{FinishReason: &reason}
-	resp := response{ID: o.j.id, Created: o.j.created, Model: o.j.model, Usage: usageOf(fin.Usage), KVTransferParams: kv}
+	resp := response{ID: o.j.id, Created: o.j.created, Model: o.j.model, Usage: usageOf(fin.Usage), KVTransferParams: kv, ECTransferParams: o.j.ecOut}
 	if o.j.kind == apiChat {
 		resp.Object = "chat.completion"
 		c.Message = &message{Role: "assistant", Content: &text}

@@ -11,8 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/cliflag"
 	"github.com/kvgate/kvgate/internal/kvhash"
 	"github.com/kvgate/kvgate/internal/kvwire"
+	"github.com/kvgate/kvgate/internal/prompt"
 	"github.com/kvgate/kvgate/internal/tokenizer"
 )
 
@@ -26,6 +28,10 @@ const (
 	RolePrefill Role = "prefill"
 	RoleDecode  Role = "decode"
 	RoleBoth    Role = "both"
+	// RoleEncode is E/P/D's encode server: it serves chat requests with
+	// multimodal parts only, and answers with the ec_transfer_params that
+	// name its encoder outputs.
+	RoleEncode Role = "encode"
 )
 
 // LoRAModule is one --lora-modules entry: an adapter servable by name.
@@ -70,6 +76,9 @@ type Options struct {
 	HeldBlockTimeout time.Duration
 
 	Role Role
+	// MMTokensPerItem is how many prompt tokens one multimodal item
+	// takes (its placeholders, and its encoder work).
+	MMTokensPerItem int
 	// TimeScale runs the engine this many times faster than wall time.
 	TimeScale float64
 	// FailureRate is the fraction of valid requests answered with an
@@ -131,6 +140,7 @@ func DefaultOptions() Options {
 		HashSeed:            kvhash.DefaultSeed,
 		HeldBlockTimeout:    480 * time.Second,
 		Role:                RoleBoth,
+		MMTokensPerItem:     prompt.DefaultTokensPerItem,
 		TimeScale:           1,
 		DefaultMaxTokens:    16,
 		MaxRequestBodyBytes: 32 << 20,
@@ -173,24 +183,6 @@ func expandLists(args []string) []string {
 	return out
 }
 
-type listFlag struct{ vals *[]string }
-
-func (l listFlag) String() string {
-	if l.vals == nil {
-		return ""
-	}
-	return strings.Join(*l.vals, " ")
-}
-
-func (l listFlag) Set(v string) error {
-	for _, s := range strings.Split(v, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			*l.vals = append(*l.vals, s)
-		}
-	}
-	return nil
-}
-
 // ParseFlags parses `kvgate sim` arguments. Like `vllm serve`, the model
 // may come first as a positional argument.
 func ParseFlags(args []string, stderr io.Writer) (Options, error) {
@@ -208,7 +200,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.IntVar(&o.Port, "port", o.Port, "HTTP listen port (0 picks a free one)")
 	fs.StringVar(&o.AdvertiseHost, "advertise-host", o.AdvertiseHost, "host peers reach this server on, for kv_transfer_params and the KV-events topic (default: the bound IP, 127.0.0.1 for a wildcard)")
 	fs.StringVar(&o.Model, "model", o.Model, "model name or path")
-	fs.Var(listFlag{&servedRaw}, "served-model-name", "model names clients may use (several allowed; default --model)")
+	fs.Var(cliflag.List{Vals: &servedRaw, Sep: " "}, "served-model-name", "model names clients may use (several allowed; default --model)")
 	fs.StringVar(&o.TokenizerDir, "tokenizer", o.TokenizerDir, "folder with tokenizer.json and tokenizer_config.json (env KVGATE_TOKENIZER_DIR)")
 	fs.StringVar(&o.Preset, "preset", o.Preset, "engine timing preset (model × GPU)")
 	fs.IntVar(&o.BlockSize, "block-size", o.BlockSize, "tokens per KV block")
@@ -218,10 +210,11 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.IntVar(&o.MaxModelLen, "max-model-len", o.MaxModelLen, "context length (0: the model's)")
 	fs.IntVar(&o.MaxWaiting, "max-waiting", o.MaxWaiting, "waiting-queue bound; beyond it requests get 429 (0: 1024)")
 	fs.StringVar(&o.HashSeed, "hash-seed", o.HashSeed, "PYTHONHASHSEED of the block-hash chain; the picker must use the same")
-	fs.Var(listFlag{&loras}, "lora-modules", "LoRA adapters as name=path (several allowed); names become servable models")
+	fs.Var(cliflag.List{Vals: &loras, Sep: " "}, "lora-modules", "LoRA adapters as name=path (several allowed); names become servable models")
 	fs.IntVar(&o.MaxLoRAs, "max-loras", o.MaxLoRAs, "adapters per batch (0 with --lora-modules: 1)")
 	fs.DurationVar(&o.HeldBlockTimeout, "kv-held-timeout", o.HeldBlockTimeout, "free a prefill's KV blocks no decoder released after this long (simulated)")
-	fs.StringVar(&role, "role", role, "P/D role: prefill, decode or both")
+	fs.StringVar(&role, "role", role, "P/D role: prefill, decode, both or encode (E/P/D)")
+	fs.IntVar(&o.MMTokensPerItem, "mm-tokens-per-item", o.MMTokensPerItem, "placeholder tokens of one image, audio or video item in a chat prompt")
 	fs.Float64Var(&o.TimeScale, "time-scale", o.TimeScale, "run the engine this many times faster than real time; reported latencies are simulated seconds")
 	fs.Float64Var(&o.FailureRate, "failure-rate", o.FailureRate, "fraction of requests answered with an injected 500")
 	fs.Uint64Var(&o.Seed, "seed", o.Seed, "seed of request ids (hence generated tokens) and injected failures")
@@ -270,15 +263,17 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 // validate checks what the engine does not.
 func (o *Options) validate() error {
 	switch o.Role {
-	case RolePrefill, RoleDecode, RoleBoth:
+	case RolePrefill, RoleDecode, RoleBoth, RoleEncode:
 	default:
-		return fmt.Errorf("--role %q: want prefill, decode or both", o.Role)
+		return fmt.Errorf("--role %q: want prefill, decode, both or encode", o.Role)
 	}
 	switch {
 	case !(o.TimeScale > 0):
 		return fmt.Errorf("--time-scale %v must be positive", o.TimeScale)
 	case !(o.FailureRate >= 0 && o.FailureRate <= 1):
 		return fmt.Errorf("--failure-rate %v must be within [0, 1]", o.FailureRate)
+	case o.MMTokensPerItem < 1:
+		return fmt.Errorf("--mm-tokens-per-item %d must be positive", o.MMTokensPerItem)
 	case o.DefaultMaxTokens < 1:
 		return fmt.Errorf("--default-max-tokens %d must be positive", o.DefaultMaxTokens)
 	case o.Port < 0 || o.Port > 65535:

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,6 +55,14 @@ type Server struct {
 	port    int
 	engID   string     // remote_engine_id
 	dp      *dataPlane // nil without --agent
+
+	// E/P/D: the encoder outputs this server holds, how many items used an
+	// encode server's output, the model's hidden size (an output's size)
+	// and the placeholder token an encoder pass runs over.
+	encCache encoderCache
+	encoded  atomic.Uint64
+	hidden   int
+	padToken int
 
 	ctx       context.Context // the server's lifetime; request contexts derive from it
 	cancel    context.CancelFunc
@@ -159,6 +168,13 @@ func New(o Options) (*Server, error) {
 
 	s.reg = prometheus.NewRegistry()
 	if s.metrics, err = newServerMetrics(s.reg, s.models.base[0], s.runner, s.engCfg); err != nil {
+		return fail(err)
+	}
+	s.hidden = preset.Timing.Model.Hidden
+	if ids := s.tok.Encode("<|image_pad|>"); len(ids) == 1 {
+		s.padToken = ids[0]
+	}
+	if err := s.registerEncoderMetrics(); err != nil {
 		return fail(err)
 	}
 	if s.dp != nil {

@@ -266,12 +266,28 @@ func (s *Scorer) maxTokens() int { return s.params.MaxBlocksToMatch * s.params.B
 // adapter is the LoRA adapter the request addresses ("" for the base
 // model), an extra key of every block hash.
 func (s *Scorer) Hashes(tokens []int, adapter, cacheSalt string) []uint64 {
+	return s.hashes(tokens, kvhash.Extra{LoRA: adapter, CacheSalt: cacheSalt})
+}
+
+func (s *Scorer) hashes(tokens []int, extra kvhash.Extra) []uint64 {
 	if n := s.params.MaxBlocksToMatch * s.params.BlockSize; len(tokens) > n {
 		tokens = tokens[:n]
 	}
 	h := s.hashers.Get().(*kvhash.Hasher)
 	defer s.hashers.Put(h)
-	return h.AppendUint64s(make([]uint64, 0, len(tokens)/s.params.BlockSize), tokens, kvhash.Extra{LoRA: adapter, CacheSalt: cacheSalt})
+	return h.AppendUint64s(make([]uint64, 0, len(tokens)/s.params.BlockSize), tokens, extra)
+}
+
+// multimodal returns a chat prompt's tokens with its multimodal items'
+// placeholders and the items, as the simulator renders them
+// (prompt.TokensMM, prompt.DefaultTokensPerItem placeholders per item);
+// ok is false for a prompt without multimodal parts.
+func (s *Scorer) multimodal(req *scheduling.Request) (tokens []int, mm []kvhash.MMItem, ok bool, err error) {
+	if s.tok == nil || len(prompt.MMParts(req.Body)) == 0 {
+		return nil, nil, false, nil
+	}
+	tokens, mm, err = prompt.TokensMM(s.cache, s.tok, req.Body, prompt.DefaultTokensPerItem)
+	return tokens, mm, true, err
 }
 
 // Prefix returns the request's prefix as a block sample, with its prompt
@@ -286,11 +302,15 @@ func (s *Scorer) Prefix(req *scheduling.Request, eps []*endpoints.Endpoint) (*hi
 		}
 		return nil, 0
 	}
-	tokens, err := s.Tokens(req)
+	// Multimodal blocks carry their items' hashes (vLLM's extra keys).
+	tokens, mm, isMM, err := s.multimodal(req)
+	if !isMM {
+		tokens, err = s.Tokens(req)
+	}
 	if err != nil {
 		return nil, 0 // nothing is known to be cached
 	}
-	hashes := s.Hashes(tokens, adapterOf(req.TargetModel, eps), req.Body.CacheSalt)
+	hashes := s.hashes(tokens, kvhash.Extra{LoRA: adapterOf(req.TargetModel, eps), CacheSalt: req.Body.CacheSalt, MM: mm})
 	p, err := hints.NewPrefix(hints.Precise, s.params.BlockSize, s.seedID, hashes, s.params.DenseBlocks)
 	if err != nil || p.Blocks == 0 {
 		return nil, len(tokens)

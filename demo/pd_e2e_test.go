@@ -1,0 +1,232 @@
+package demo
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvgate/kvgate/internal/kvhash"
+)
+
+// startPDStack starts a P/D fleet the test's cleanup stops.
+func startPDStack(t *testing.T, shape PDShape) *PDStack {
+	t.Helper()
+	c := PDConfig{Shape: shape, Decider: DeciderAlways, KVBytesPerToken: 1024, KVRegionDir: t.TempDir()}
+	c.Bin, c.Wasm, c.TokenizerDir, c.HashSeed = testBin, testWasm, testTokDir, "42"
+	c.LogDir, c.TimeScale, c.NumGPUBlocks, c.Ready = t.TempDir(), 1, 2048, 30*time.Second
+	s, err := StartPDStack(t.Context(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		pids := s.PIDs()
+		s.Close()
+		assertGone(t, pids)
+	})
+	return s
+}
+
+// simCounter sums one counter family of a sim's /metrics.
+func simCounter(t *testing.T, addr, name string) float64 {
+	t.Helper()
+	fams, err := families(t.Context(), http.DefaultClient, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, m := range fams[name].GetMetric() {
+		sum += m.GetCounter().GetValue()
+	}
+	return sum
+}
+
+// TestE2EPDThroughTheGateway: a streamed request through kvgate gateway →
+// picker (disagg-profile-handler) → kvgate sidecar → prefill sim; its KV
+// moves prefill sim → agents → decode sim (every byte checked there), and
+// the decode sim's stream comes back with the prefiller's cached_tokens.
+func TestE2EPDThroughTheGateway(t *testing.T) {
+	needE2E(t)
+	s := startPDStack(t, PDShape{Prefill: 1, Decode: 2})
+	prompt := strings.Repeat("Disaggregated serving moves the prompt's KV cache from the prefill server to the decoder. ", 20)
+	pre := s.Prefill[0].Addr
+	for round, warm := range []bool{false, true} {
+		hitsBefore := simCounter(t, pre, "vllm:prefix_cache_hits_total")
+		var pulls, bytes0 float64
+		for _, d := range s.Decode {
+			pulls += simCounter(t, d.Addr, "kvgate_sim_kv_pulls_total")
+			bytes0 += simCounter(t, d.Addr, "kvgate_sim_kv_pulled_bytes_total")
+		}
+		text, u := streamThrough(t, s.GatewayURL, prompt)
+		if text == "" || u.CompletionTokens != 8 {
+			t.Fatalf("round %d: text %q, usage %+v", round, text, u)
+		}
+		// The client sees the prefiller's own prefix-cache hit: none on the
+		// first round (though the decoder had all but the last token
+		// pulled), the prompt's cached blocks on the second.
+		hits := simCounter(t, pre, "vllm:prefix_cache_hits_total") - hitsBefore
+		if float64(u.CachedTokens) != hits || (warm && hits == 0) || (!warm && hits != 0) {
+			t.Fatalf("round %d: client cached_tokens %d, prefiller's hits %v", round, u.CachedTokens, hits)
+		}
+		var pullsAfter, bytes1, bad float64
+		for _, d := range s.Decode {
+			pullsAfter += simCounter(t, d.Addr, "kvgate_sim_kv_pulls_total")
+			bytes1 += simCounter(t, d.Addr, "kvgate_sim_kv_pulled_bytes_total")
+			bad += simCounter(t, d.Addr, "kvgate_sim_kv_verify_failures_total")
+		}
+		wantBytes := float64(u.PromptTokens / kvhash.DefaultBlockSize * kvhash.DefaultBlockSize * 1024)
+		if pullsAfter-pulls != 1 || bytes1-bytes0 != wantBytes || bad != 0 {
+			t.Fatalf("round %d: %v pulls, %v bytes (want %v: the prompt's full blocks), %v verify failures", round, pullsAfter-pulls, bytes1-bytes0, wantBytes, bad)
+		}
+	}
+	pr, err := s.Collect(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, _, _ := pr.TotalPulls(); p != 2 || len(pr.Pairs) == 0 {
+		t.Fatalf("report %+v", pr)
+	}
+}
+
+type streamedUsage struct {
+	PromptTokens, CompletionTokens, CachedTokens int
+}
+
+func streamThrough(t *testing.T, gateway, prompt string) (string, streamedUsage) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"model": Model, "prompt": prompt, "max_tokens": 8, "stream": true,
+		"stream_options": map[string]any{"include_usage": true}})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, gateway+"/v1/completions", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	// A client's own prefiller is dropped by the gateway: it must not
+	// choose where the prompt goes.
+	req.Header.Set("x-prefiller-host-port", "127.0.0.1:1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		raw, _ := io.ReadAll(resp.Body)
+		t.Fatalf("status %d: %s", resp.StatusCode, raw)
+	}
+	var text strings.Builder
+	var u streamedUsage
+	done := false
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		payload, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		if payload == "[DONE]" {
+			done = true
+			break
+		}
+		var c struct {
+			Choices []struct {
+				Text string `json:"text"`
+			} `json:"choices"`
+			Usage *struct {
+				Prompt     int `json:"prompt_tokens"`
+				Completion int `json:"completion_tokens"`
+				Details    struct {
+					Cached int `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
+			} `json:"usage"`
+		}
+		if err := json.Unmarshal([]byte(payload), &c); err != nil {
+			t.Fatalf("chunk %q: %v", payload, err)
+		}
+		for _, ch := range c.Choices {
+			text.WriteString(ch.Text)
+		}
+		if c.Usage != nil {
+			u = streamedUsage{c.Usage.Prompt, c.Usage.Completion, c.Usage.Details.Cached}
+		}
+	}
+	if !done {
+		t.Fatal("stream ended without [DONE]")
+	}
+	return text.String(), u
+}
+
+// TestE2EUpPD: `kvgate up --pd 1P2D --requests 50` exits 0 and reports
+// the P/D pairs and the KV transfers, each verified. (It found a prefill
+// server naming blocks to its decoder before their bytes were written:
+// see dataPlane.store.)
+func TestE2EUpPD(t *testing.T) {
+	needE2E(t)
+	cmd, buf := upCommand(t, "--pd", "1P2D", "--requests", "50", "--duration", "4s", "--time-scale", "0.5")
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("kvgate up --pd: %v\n%s", err, buf)
+	}
+	out := buf.String()
+	for _, want := range []string{"collocated-3", "50/50", "P/D pairs", "prefill-0 -> decode-", "KV transfers", "ITL p50"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	// Every request was disaggregated (always-disagg-pd-decider): 50
+	// verified transfers in all.
+	total := 0
+	for _, m := range regexp.MustCompile(`(?m)^\s+decode-\d+\s+(\d+)\s+\d+\s+\d+\s+[\d.]+\s+0\s+0\s*$`).FindAllStringSubmatch(out, -1) {
+		n, _ := strconv.Atoi(m[1])
+		total += n
+	}
+	if total != 50 {
+		t.Errorf("transfers reported: %d, want 50 (each without failure):\n%s", total, out)
+	}
+	dir := cmd.Args[3]
+	if fi, err := os.Stat(filepath.Join(dir, "results.json")); err != nil || fi.Size() == 0 {
+		t.Errorf("results.json: %v", err)
+	}
+	if pids := ownProcesses(t); len(pids) > 0 {
+		t.Errorf("processes left behind: %v\n%s", pids, out)
+	}
+}
+
+// TestE2EEPDThroughTheGateway: a chat request with an image goes gateway →
+// picker (encode, prefill and decode profiles) → sidecar, which fans the
+// image out to the encode sim and hands its ec_transfer_params to the
+// prefill leg; the prefill sim runs no encoder of its own, the decode sim
+// pulls the KV. The same image again is an encoder-cache hit.
+func TestE2EEPDThroughTheGateway(t *testing.T) {
+	needE2E(t)
+	s := startPDStack(t, PDShape{Encode: 1, Prefill: 1, Decode: 1})
+	body, _ := json.Marshal(map[string]any{"model": Model, "max_tokens": 4, "messages": []any{map[string]any{"role": "user", "content": []any{
+		map[string]any{"type": "image_url", "image_url": map[string]any{"url": "http://images.example/cat.png"}},
+		map[string]any{"type": "text", "text": "What is in the picture?"}}}}})
+	for round := 1; round <= 2; round++ {
+		resp, err := http.Post(s.GatewayURL+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("round %d: %d %s", round, resp.StatusCode, raw)
+		}
+		enc, pre, dec := s.Encode[0].Addr, s.Prefill[0].Addr, s.Decode[0].Addr
+		if runs, hits := simCounter(t, enc, "kvgate_sim_encoder_runs_total"), simCounter(t, enc, "kvgate_sim_encoder_cache_hits_total"); runs != 1 || hits != float64(round-1) {
+			t.Fatalf("round %d: encode sim ran the encoder %v times, %v cache hits", round, runs, hits)
+		}
+		if runs, remote := simCounter(t, pre, "kvgate_sim_encoder_runs_total"), simCounter(t, pre, "kvgate_sim_encoder_remote_total"); runs != 0 || remote != float64(round) {
+			t.Fatalf("round %d: prefill sim ran %v encoder passes, used %v remote outputs", round, runs, remote)
+		}
+		if pulls := simCounter(t, dec, "kvgate_sim_kv_pulls_total"); pulls != float64(round) || simCounter(t, dec, "kvgate_sim_kv_verify_failures_total") != 0 {
+			t.Fatalf("round %d: decode sim pulls %v", round, pulls)
+		}
+	}
+}

@@ -1,0 +1,12 @@
+package eppwire
+
+// llm-d renamed its disaggregation headers x-llm-d-…; its picker writes
+// both spellings with one value and its routing sidecar trusts the older
+// one first, because every picker strips a client's copy of that one while
+// a picker older than the rename forwards a client's x-llm-d-… value
+// untouched. kvgate's sidecar reads both in that order.
+const (
+	HeaderPrefillerLLMD     = "x-llm-d-prefiller-host-port"
+	HeaderEncodersLLMD      = "x-llm-d-encoder-hosts-ports"
+	HeaderKVCacheSourceLLMD = "x-llm-d-kv-cache-source-host-port"
+)

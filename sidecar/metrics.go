@@ -1,0 +1,50 @@
+package sidecar
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are llm-d's llm_d_disagg_sidecar_* series (names, labels and
+// buckets as its pd-sidecar exports them) plus kvgate's SSRF refusals.
+type metrics struct {
+	requests *prometheus.CounterVec   // api_type
+	disagg   *prometheus.CounterVec   // connector
+	encode   *prometheus.HistogramVec // connector
+	prefill  *prometheus.HistogramVec // connector
+	decode   *prometheus.HistogramVec // connector
+	errors   *prometheus.CounterVec   // connector, stage
+	denied   *prometheus.CounterVec   // stage
+	pairs    *prometheus.CounterVec   // prefiller
+}
+
+// Stage labels of request_errors_total and of the SSRF refusals.
+const (
+	stageEncode  = "encode"
+	stagePrefill = "prefill"
+	stageDecode  = "decode"
+	stageKVPull  = "kv-source"
+)
+
+var latencyBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	const sub = "llm_d_disagg_sidecar"
+	hist := func(name, help string) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Subsystem: sub, Name: name, Help: help, Buckets: latencyBuckets}, []string{"connector"})
+	}
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: sub, Name: "requests_total",
+			Help: "Total requests handled by the sidecar, by OpenAI API type."}, []string{"api_type"}),
+		disagg: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: sub, Name: "disagg_requests_total",
+			Help: "Total requests routed through disaggregation, by connector."}, []string{"connector"}),
+		encode:  hist("encode_duration_seconds", "Encode stage latency in seconds, by connector."),
+		prefill: hist("prefill_duration_seconds", "Prefill stage latency in seconds, by connector."),
+		decode:  hist("decode_duration_seconds", "Decode stage latency in seconds, by connector."),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Subsystem: sub, Name: "request_errors_total",
+			Help: "Total prefill/decode stage errors, by connector and stage."}, []string{"connector", "stage"}),
+		denied: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_sidecar_ssrf_denied_total",
+			Help: "Targets named by routing headers that SSRF protection refused (not pool members), by stage."}, []string{"stage"}),
+		pairs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_sidecar_pd_requests_total",
+			Help: "Requests whose prefill leg ran on prefiller (a pool member, so the label is bounded by the pool) and whose decode leg ran here."}, []string{"prefiller"}),
+	}
+	reg.MustRegister(m.requests, m.disagg, m.encode, m.prefill, m.decode, m.errors, m.denied, m.pairs)
+	return m
+}
