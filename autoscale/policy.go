@@ -156,7 +156,7 @@ func SLOBehavior() Behavior {
 
 type fixed int
 
-func (fixed) Name() string                { return "fixed" }
+func (fixed) Name() string                  { return "fixed" }
 func (f fixed) Decide(Signals) (int, error) { return int(f), nil }
 
 type hpaPolicy struct {

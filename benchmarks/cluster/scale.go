@@ -66,7 +66,7 @@ type Prediction struct{ TTFT, TPOT time.Duration }
 
 // ScalePoint is the fleet's size from At on.
 type ScalePoint struct {
-	At             time.Duration
+	At              time.Duration
 	Replicas, Ready int
 }
 
