@@ -1,6 +1,6 @@
 // Command kvgate is the single binary of kvgate's pure-Go components: the
 // Endpoint Picker, the model-server simulator, the local gateway, the demo
-// fleet and the cluster benchmark. Each subcommand's flags are parsed by
+// fleet, the cluster benchmark and the variant planner. Each subcommand's flags are parsed by
 // the package that implements it.
 package main
 
@@ -16,6 +16,7 @@ import (
 	"sort"
 	"syscall"
 
+	"github.com/kvgate/kvgate/autoscale"
 	"github.com/kvgate/kvgate/benchmarks"
 	"github.com/kvgate/kvgate/demo"
 	"github.com/kvgate/kvgate/extproc/epp"
@@ -35,6 +36,7 @@ var commands = map[string]command{
 	"sim":     {"vLLM-compatible model-server simulator", vllmserver.Main},
 	"gateway": {"local Envoy stand-in: HTTP proxy, ext_proc client, proxy-wasm host", gateway.Main},
 	"bench":   {"trace-driven cluster simulation with the real picker", benchmarks.Main},
+	"plan":    {"variant planner: the cheapest replica mix meeting latency SLOs, as wva_* metrics", autoscale.PlanMain},
 	"up":      {"the demo: a local fleet, picker and gateway, a workload and a policy comparison", demo.Main},
 	"version": {"print the version", version},
 }

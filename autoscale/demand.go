@@ -1,0 +1,102 @@
+package autoscale
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// Demand is a fleet's offered load as the picker's metrics measure it.
+type Demand struct {
+	// Rate is requests per second.
+	Rate float64 `json:"requests_per_second"`
+	// PromptTokens and OutputTokens are the mean tokens per request.
+	PromptTokens float64 `json:"prompt_tokens"`
+	OutputTokens float64 `json:"output_tokens"`
+}
+
+// The PromQL of MeasuredDemand, over the picker's llm_d_epp_* request
+// metrics; %s is the window and the optional label selector.
+const (
+	demandRateQuery   = `sum(rate(llm_d_epp_request_total%[2]s[%[1]s]))`
+	demandPromptQuery = `sum(rate(llm_d_epp_request_input_tokens_sum%[2]s[%[1]s])) / sum(rate(llm_d_epp_request_input_tokens_count%[2]s[%[1]s]))`
+	demandOutputQuery = `sum(rate(llm_d_epp_request_output_tokens_sum%[2]s[%[1]s])) / sum(rate(llm_d_epp_request_output_tokens_count%[2]s[%[1]s]))`
+)
+
+// MeasuredDemand asks a Prometheus server (its base URL) for the live
+// fleet's demand over window; selector, when not empty, is a label
+// selector like {namespace="x",model_name="m"} applied to every series.
+func MeasuredDemand(ctx context.Context, client *http.Client, base string, window time.Duration, selector string) (Demand, error) {
+	if window < time.Second {
+		return Demand{}, fmt.Errorf("demand window must be at least 1s, got %v", window)
+	}
+	w := strconv.Itoa(int(window.Seconds())) + "s"
+	var d Demand
+	for _, q := range []struct {
+		query string
+		dst   *float64
+	}{{demandRateQuery, &d.Rate}, {demandPromptQuery, &d.PromptTokens}, {demandOutputQuery, &d.OutputTokens}} {
+		expr := fmt.Sprintf(q.query, w, selector)
+		v, err := instant(ctx, client, base, expr)
+		if err != nil {
+			return Demand{}, err
+		}
+		*q.dst = v
+	}
+	if !(d.Rate > 0) || !(d.PromptTokens > 0) || !(d.OutputTokens > 0) {
+		return Demand{}, fmt.Errorf("the fleet shows no demand over %s: %+v", w, d)
+	}
+	return d, nil
+}
+
+// instant evaluates a query that yields one sample.
+func instant(ctx context.Context, client *http.Client, base, expr string) (float64, error) {
+	u := base + "/api/v1/query?query=" + url.QueryEscape(expr)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("prometheus: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return 0, fmt.Errorf("prometheus: %w", err)
+	}
+	var r struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+		Data   struct {
+			ResultType string `json:"resultType"`
+			Result     []struct {
+				Value [2]any `json:"value"`
+			} `json:"result"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(body, &r); err != nil {
+		return 0, fmt.Errorf("prometheus: %s: %w", expr, err)
+	}
+	if r.Status != "success" {
+		return 0, fmt.Errorf("prometheus: %s: %s", expr, r.Error)
+	}
+	if r.Data.ResultType != "vector" || len(r.Data.Result) != 1 {
+		return 0, fmt.Errorf("prometheus: %s: want one sample, got %d (%s)", expr, len(r.Data.Result), r.Data.ResultType)
+	}
+	s, ok := r.Data.Result[0].Value[1].(string)
+	if !ok {
+		return 0, fmt.Errorf("prometheus: %s: sample is not a string", expr)
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0, fmt.Errorf("prometheus: %s: value %q", expr, s)
+	}
+	return v, nil
+}
