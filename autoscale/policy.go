@@ -86,39 +86,27 @@ func NewPolicy(name string, o Options) (Policy, error) {
 		}
 		return fixed(o.Fixed), nil
 	}
-	up300 := Behavior{
-		ScaleUp:   Rules{StabilizationWindow: 300 * time.Second, Policies: []RatePolicy{{Percent, 100, 15 * time.Second}}},
-		ScaleDown: Rules{StabilizationWindow: 300 * time.Second, Policies: []RatePolicy{{Percent, 100, 15 * time.Second}}},
+	b, ok := PolicyBehavior(name)
+	if !ok {
+		return nil, fmt.Errorf("unknown scaling policy %q (%s)", name, strings.Join(PolicyNames, ", "))
 	}
-	var (
-		b       Behavior
-		metrics func(Signals) []Metric
-	)
+	var metrics func(Signals) []Metric
 	switch name {
 	case "gpu-util":
 		// What a plain HPA on DCGM's GPU utilisation does: default
 		// behaviour, per-pod target.
-		b = DefaultBehavior()
 		metrics = func(s Signals) []Metric { return []Metric{{"gpu-util", s.GPUUtil, GPUUtilTarget}} }
 	case "queue":
-		b = up300
 		metrics = func(s Signals) []Metric {
 			return []Metric{{"epp-queue-size", s.QueueSize, QueuePerReplica}, {"epp-running-requests", s.Running, RunningPerReplica}}
 		}
 	case "saturation":
-		b = up300
 		metrics = func(s Signals) []Metric {
 			return []Metric{{"pool-saturation", s.PoolSaturation, SaturationTarget}, {"epp-running-requests", s.Running, RunningPerReplica}}
 		}
 	case "queue-guard":
-		b = up300
-		b.ScaleUp.StabilizationWindow = 0
 		metrics = func(s Signals) []Metric { return []Metric{{"composite", QueueGuard(s), 1}} }
 	case "token-aware":
-		b = Behavior{
-			ScaleUp:   Rules{Policies: []RatePolicy{{Pods, 1, 180 * time.Second}}},
-			ScaleDown: Rules{StabilizationWindow: 300 * time.Second, Policies: []RatePolicy{{Pods, 1, 300 * time.Second}}},
-		}
 		peak := o.PeakPrefillThroughput
 		if peak == 0 {
 			peak = PeakPrefillThroughput
@@ -130,16 +118,43 @@ func NewPolicy(name string, o Options) (Policy, error) {
 			return []Metric{{"prefill-backlog-seconds", s.InflightTokens / peak, PrefillBacklogTarget}, {"decode-kv-utilization", s.KVUsage, KVTarget}}
 		}
 	case "slo":
-		b = SLOBehavior()
 		metrics = func(s Signals) []Metric { return []Metric{{"composite", SLOFormula(s), 1}} }
-	default:
-		return nil, fmt.Errorf("unknown scaling policy %q (%s)", name, strings.Join(PolicyNames, ", "))
 	}
 	h, err := NewHPA(o.Bounds.Min, o.Bounds.Max, b)
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: %w", name, err)
 	}
 	return &hpaPolicy{name: name, hpa: h, metrics: metrics}, nil
+}
+
+// PolicyBehavior is the HPA behaviour of a built-in policy, the guide's
+// own for each ScaledObject (and the chart's default for it): the queue
+// and saturation overlays wait 300 s both ways, queue-guard scales up at
+// once (its formula absorbs overshoot), token-aware moves one pod per 180 s
+// up and 300 s down, slo is SLOBehavior; gpu-util has the HPA's default.
+func PolicyBehavior(name string) (Behavior, bool) {
+	window := func(up time.Duration) Behavior {
+		return Behavior{
+			ScaleUp:   Rules{StabilizationWindow: up, Policies: []RatePolicy{{Percent, 100, 15 * time.Second}}},
+			ScaleDown: Rules{StabilizationWindow: 300 * time.Second, Policies: []RatePolicy{{Percent, 100, 15 * time.Second}}},
+		}
+	}
+	switch name {
+	case "gpu-util":
+		return DefaultBehavior(), true
+	case "queue", "saturation":
+		return window(300 * time.Second), true
+	case "queue-guard":
+		return window(0), true
+	case "token-aware":
+		return Behavior{
+			ScaleUp:   Rules{Policies: []RatePolicy{{Pods, 1, 180 * time.Second}}},
+			ScaleDown: Rules{StabilizationWindow: 300 * time.Second, Policies: []RatePolicy{{Pods, 1, 300 * time.Second}}},
+		}, true
+	case "slo":
+		return SLOBehavior(), true
+	}
+	return Behavior{}, false
 }
 
 // SLOBehavior is the SLO-aware guide's HPA behaviour: up by max(100%, 4

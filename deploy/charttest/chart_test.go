@@ -512,12 +512,17 @@ func TestRenderRejects(t *testing.T) {
 	}
 }
 
-// crdFor names the extra CRD file an API group needs; "" means the API is
+// crdFor names the extra CRD file a kind needs; "" means the API is
 // built in or its CRD comes from the GIE module (always installed).
-func crdFor(group string) string {
-	switch group {
+func crdFor(gvk schema.GroupVersionKind) string {
+	switch gvk.Group {
 	case "monitoring.coreos.com":
+		if gvk.Kind == "PrometheusRule" {
+			return "prometheusrules.yaml"
+		}
 		return "servicemonitors.yaml"
+	case "keda.sh":
+		return "keda-scaledobjects.yaml"
 	case "gateway.envoyproxy.io":
 		return "envoyextensionpolicies.yaml"
 	case "extensions.istio.io", "networking.istio.io":
@@ -561,7 +566,7 @@ func TestDryRun(t *testing.T) {
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			for _, o := range mustRender(t, filepath.Base(f)) {
-				if crd := crdFor(o.GroupVersionKind().Group); crd != "" && !crdFiles[crd] {
+				if crd := crdFor(o.GroupVersionKind()); crd != "" && !crdFiles[crd] {
 					if k8stest.Required() {
 						t.Fatalf("%s: CRD %s missing: run scripts/envtest.sh", o.GetKind(), crd)
 					}
@@ -596,7 +601,7 @@ func TestDryRunCatchesErrors(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.kind, func(t *testing.T) {
 			o := find(t, mustRender(t, tc.values), tc.kind)
-			if crd := crdFor(o.GroupVersionKind().Group); crd != "" && !crdFiles[crd] {
+			if crd := crdFor(o.GroupVersionKind()); crd != "" && !crdFiles[crd] {
 				t.Skipf("CRD %s not installed", crd)
 			}
 			if err := unstructured.SetNestedField(o.Object, tc.value, tc.path...); err != nil {
