@@ -92,8 +92,8 @@ func behaviorOf(t *testing.T, o *unstructured.Unstructured) autoscale.Behavior {
 func TestRenderAutoscaling(t *testing.T) {
 	objs := mustRender(t, "autoscaling-values.yaml")
 	byDep := scaledObjects(t, objs)
-	if len(byDep) != 6 {
-		t.Fatalf("want 6 ScaledObjects, got %v", kinds(objs))
+	if len(byDep) != 7 {
+		t.Fatalf("want 7 ScaledObjects, got %v", kinds(objs))
 	}
 	find(t, objs, "PrometheusRule")
 	epp := `namespace="llm",service="kvgate-epp"`
@@ -116,6 +116,10 @@ func TestRenderAutoscaling(t *testing.T) {
 			"running":  {"sum(llm_d_epp_request_running{" + epp + "," + model + "})", "16"},
 			"pending":  {`max(kube_deployment_status_replicas_unavailable{namespace="llm",deployment="vllm-guard"})`, "1"},
 			"replicas": {`max(kube_deployment_status_replicas{namespace="llm",deployment="vllm-guard"})`, "1"},
+		}},
+		"vllm-tokens": {"token-aware", map[string][2]string{
+			"prefill-backlog-seconds": {`(sum(llm_d_epp_inflight_tokens{namespace="llm",producer_name="inflight-load-producer"}) / 15928) or vector(0)`, f(autoscale.PrefillBacklogTarget)},
+			"decode-kv-utilization":   {`sum(vllm:kv_cache_usage_perc{namespace="llm"}) or vector(0)`, f(autoscale.KVTarget)},
 		}},
 		"vllm-prefill": {"token-aware", map[string][2]string{
 			"prefill-backlog-seconds": {`(sum(llm_d_epp_inflight_tokens{namespace="llm",producer_name="inflight-load-producer",endpoint_name=~".*prefill.*"}) / 33821) or vector(0)`, f(autoscale.PrefillBacklogTarget)},

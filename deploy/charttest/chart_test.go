@@ -71,31 +71,8 @@ func chartDir(t testing.TB) string {
 	return filepath.Join(root, "deploy", "helm", "kvgate")
 }
 
-// helm finds the helm binary: $HELM, the one scripts/envtest.sh builds, or
-// one on $PATH.
-func helm(t testing.TB) string {
-	t.Helper()
-	if h := os.Getenv("HELM"); h != "" {
-		return h
-	}
-	if assets, err := k8stest.AssetsDir(); err == nil {
-		if h := filepath.Join(assets, "helm"); fileExists(h) {
-			return h
-		}
-	} else if root, err := testutil.FindRepoRoot(); err == nil {
-		if h := filepath.Join(root, ".cache", "envtest", "bin", "helm"); fileExists(h) {
-			return h
-		}
-	}
-	if h, err := exec.LookPath("helm"); err == nil {
-		return h
-	}
-	if k8stest.Required() {
-		t.Fatal("helm not found: run scripts/envtest.sh")
-	}
-	t.Skip("helm not found: run scripts/envtest.sh")
-	return ""
-}
+// helm finds the helm binary (k8stest.Helm).
+func helm(t testing.TB) string { return k8stest.Helm(t) }
 
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
