@@ -221,9 +221,9 @@ func (h *HPA) limit(now time.Duration, current, rec int) int {
 	h.events = h.events[drop:]
 	switch {
 	case rec > current:
-		return min(rec, max(current, h.upLimit(now, current)), h.Max)
+		return min(rec, max(current, h.rateLimit(now, current, 1)), h.Max)
 	case rec < current:
-		return max(rec, min(current, h.downLimit(now, current)), h.Min)
+		return max(rec, min(current, h.rateLimit(now, current, -1)), h.Min)
 	}
 	return rec
 }
@@ -239,56 +239,34 @@ func (h *HPA) changed(now, period time.Duration, sign int) int {
 	return n
 }
 
-func (h *HPA) upLimit(now time.Duration, current int) int {
+// rateLimit is the furthest the rate policies let one direction go from
+// current: sign 1 up, -1 down. Each policy counts from the replicas at its
+// period's start; Max selects the policy allowing the largest change, Min
+// the smallest.
+func (h *HPA) rateLimit(now time.Duration, current, sign int) int {
 	r := h.Behavior.ScaleUp
+	if sign < 0 {
+		r = h.Behavior.ScaleDown
+	}
 	if r.Select == SelectDisabled {
 		return current
 	}
-	limit := math.MinInt
-	if r.Select == SelectMin {
-		limit = math.MaxInt
-	}
-	for _, p := range r.Policies {
-		start := current - h.changed(now, p.Period, 1)
+	best := 0
+	for i, p := range r.Policies {
+		start := current - sign*h.changed(now, p.Period, sign)
 		var proposed int
-		if p.Type == Pods {
-			proposed = start + p.Value
-		} else {
+		switch {
+		case p.Type == Pods:
+			proposed = start + sign*p.Value
+		case sign > 0:
 			proposed = int(math.Ceil(float64(start) * (1 + float64(p.Value)/100)))
-		}
-		if r.Select == SelectMin {
-			limit = min(limit, proposed)
-		} else {
-			limit = max(limit, proposed)
-		}
-	}
-	return limit
-}
-
-func (h *HPA) downLimit(now time.Duration, current int) int {
-	r := h.Behavior.ScaleDown
-	if r.Select == SelectDisabled {
-		return current
-	}
-	limit := math.MaxInt
-	if r.Select == SelectMin {
-		limit = math.MinInt
-	}
-	for _, p := range r.Policies {
-		start := current + h.changed(now, p.Period, -1)
-		var proposed int
-		if p.Type == Pods {
-			proposed = start - p.Value
-		} else {
+		default:
 			proposed = int(float64(start) * (1 - float64(p.Value)/100))
 		}
-		// Max selects the policy allowing the largest change, the lowest
-		// count; Min the smallest change.
-		if r.Select == SelectMin {
-			limit = max(limit, proposed)
-		} else {
-			limit = min(limit, proposed)
+		change := sign * (proposed - current)
+		if i == 0 || (r.Select == SelectMin) == (change < sign*(best-current)) {
+			best = proposed
 		}
 	}
-	return limit
+	return best
 }

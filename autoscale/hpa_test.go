@@ -73,6 +73,13 @@ func TestHPABehavior(t *testing.T) {
 			{0, 1, 5, 2}, {15 * s, 2, 5, 2}, {180 * s, 2, 5, 3}, {195 * s, 3, 5, 3},
 		}},
 		{"bounds clamp", 2, 4, DefaultBehavior(), []step{{0, 3, 99, 4}}},
+		{"selectPolicy Min takes the smaller change", 1, 20, Behavior{
+			ScaleUp:   Rules{Select: SelectMin, Policies: DefaultBehavior().ScaleUp.Policies},
+			ScaleDown: Rules{Select: SelectMin, Policies: []RatePolicy{{Pods, 1, 15 * s}, {Percent, 50, 15 * s}}},
+		}, []step{{0, 1, 10, 2}, {15 * s, 2, 10, 4}, {30 * s, 4, 10, 8}, {45 * s, 8, 1, 7}}},
+		{"selectPolicy Disabled holds", 1, 20, Behavior{
+			ScaleUp: Rules{Select: SelectDisabled}, ScaleDown: DefaultBehavior().ScaleDown,
+		}, []step{{0, 3, 10, 3}}},
 	} {
 		h, err := NewHPA(c.min, c.max, c.b)
 		if err != nil {

@@ -3,7 +3,6 @@ package charttest
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,7 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvgate/kvgate/extproc/config"
@@ -107,21 +105,7 @@ func renderArgs(t testing.TB, valuesFile string, extra ...string) ([]*unstructur
 	if err != nil {
 		return nil, fmt.Errorf("helm template: %w: %s", err, stderr.String())
 	}
-	var objs []*unstructured.Unstructured
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
-	for {
-		var m map[string]any
-		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			return nil, fmt.Errorf("decoding rendered YAML: %w", err)
-		}
-		if m == nil {
-			continue
-		}
-		objs = append(objs, &unstructured.Unstructured{Object: m})
-	}
-	return objs, nil
+	return k8stest.DecodeObjects(out)
 }
 
 func mustRender(t testing.TB, valuesFile string, sets ...string) []*unstructured.Unstructured {

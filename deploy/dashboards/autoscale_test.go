@@ -3,9 +3,7 @@ package dashboards
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,7 +12,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvgate/kvgate/autoscale"
@@ -40,17 +37,14 @@ func renderAutoscaling(t *testing.T, f *fleet) []*unstructured.Unstructured {
 	if err != nil {
 		t.Fatalf("helm template: %v: %s", err, stderr.String())
 	}
+	all, err := k8stest.DecodeObjects(out)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var objs []*unstructured.Unstructured
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
-	for {
-		var m map[string]any
-		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		if k, _ := m["kind"].(string); k == "ScaledObject" || k == "PrometheusRule" {
-			objs = append(objs, &unstructured.Unstructured{Object: m})
+	for _, o := range all {
+		if k := o.GetKind(); k == "ScaledObject" || k == "PrometheusRule" {
+			objs = append(objs, o)
 		}
 	}
 	return objs

@@ -1,10 +1,17 @@
 package k8stest
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/kvgate/kvgate/internal/testutil"
 )
@@ -35,4 +42,22 @@ func Helm(tb testing.TB) string {
 	}
 	tb.Skip("helm not found: run scripts/envtest.sh")
 	return ""
+}
+
+// DecodeObjects decodes rendered YAML documents (helm template's output)
+// into objects, skipping empty ones.
+func DecodeObjects(out []byte) ([]*unstructured.Unstructured, error) {
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
+			return objs, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("decoding rendered YAML: %w", err)
+		}
+		if m != nil {
+			objs = append(objs, &unstructured.Unstructured{Object: m})
+		}
+	}
 }
