@@ -31,6 +31,8 @@ type AutoscaleOptions struct {
 	StartupDelay   time.Duration
 	Interval       time.Duration
 	PeakPrefillTPS float64
+	// RateProfile varies the workload's pace per --stage-duration stage.
+	RateProfile string
 }
 
 func (a *AutoscaleOptions) flags(fs *flag.FlagSet) {
@@ -40,6 +42,7 @@ func (a *AutoscaleOptions) flags(fs *flag.FlagSet) {
 	fs.IntVar(&a.Fixed, "fixed-replicas", 0, "autoscale: the fixed fleet's size (0: --autoscale-max, the fleet sized for the peak)")
 	fs.DurationVar(&a.StartupDelay, "startup-delay", cluster.DefaultStartupDelay, "autoscale: a new replica's time from creation to serving (it holds its GPU meanwhile)")
 	fs.DurationVar(&a.Interval, "scale-interval", cluster.DefaultScaleInterval, "autoscale: the HPA's sync period")
+	fs.StringVar(&a.RateProfile, "rate-profile", "", "autoscale: replay the workload (e.g. --trace) at these factors of its own rate, one per --stage-duration (e.g. 0.5,1,2,1,0.5: a stepped load with the trace's request mix)")
 	fs.Float64Var(&a.PeakPrefillTPS, "peak-prefill-throughput", autoscale.PeakPrefillThroughput, "autoscale: token-aware divisor (tokens/s of one replica's prefill)")
 }
 
@@ -47,6 +50,11 @@ func (a *AutoscaleOptions) flags(fs *flag.FlagSet) {
 func (a AutoscaleOptions) check(o Options, pl plan) error {
 	if a.Policies == "" {
 		return nil
+	}
+	if a.RateProfile != "" {
+		if _, err := floats(a.RateProfile); err != nil {
+			return fmt.Errorf("--rate-profile: %v", err)
+		}
 	}
 	if len(pl.pols) != 1 {
 		return errors.New("--autoscale needs exactly one routing policy in --policies")
@@ -157,9 +165,20 @@ func runAutoscale(ctx context.Context, o Options, pl plan, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	reqs = workload.QuantizeArrivals(workload.ScaleQPS(reqs, o.QPSScale), o.ArrivalQuantum)
-	route := pl.pols[0]
+	reqs = workload.ScaleQPS(reqs, o.QPSScale)
 	a := o.Autoscale
+	if a.RateProfile != "" {
+		factors, _ := floats(a.RateProfile) // checked by check
+		if reqs, err = workload.Reshape(reqs, factors, o.StageDuration); err != nil {
+			return err
+		}
+		if len(reqs) == 0 {
+			return errors.New("--rate-profile leaves no requests")
+		}
+		name += fmt.Sprintf(", rate ×%s per %v", a.RateProfile, o.StageDuration)
+	}
+	reqs = workload.QuantizeArrivals(reqs, o.ArrivalQuantum)
+	route := pl.pols[0]
 	out := &AutoscaleResults{Workload: name, Preset: pl.preset.Name, Routing: route.Name, Seed: o.Seed,
 		StartupDelay: a.StartupDelay.Seconds(), Bounds: autoscale.Bounds{Min: a.Min, Max: a.Max}, Offered: perMinute(reqs)}
 	fmt.Fprintf(stderr, "%s: %d requests; routing %s; scaling %s\n", name, len(reqs), route.Name, a.Policies)
