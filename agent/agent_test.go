@@ -40,7 +40,12 @@ type node struct {
 
 func newNode(t *testing.T, name string, cpuBytes int) *node {
 	t.Helper()
-	a, err := New(Config{Name: name, CPUBytes: cpuBytes, PullTimeout: 10 * time.Second})
+	return newNodeWith(t, Config{Name: name, CPUBytes: cpuBytes, PullTimeout: 10 * time.Second})
+}
+
+func newNodeWith(t *testing.T, cfg Config) *node {
+	t.Helper()
+	a, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

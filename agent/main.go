@@ -44,6 +44,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	ucx := paramFlag{}
 	fs.Var(ucx, "ucx-param", "UCX backend parameter key=value (repeatable): "+strings.Join(sortedKeys(nixl.UCXParams()), ", "))
+	var nf netFlags
+	nf.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -66,12 +68,33 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *name == "" {
 		*name = "kvgate-agent-" + ln.Addr().String()
 	}
+	nt, err := nf.tracker(log)
+	if err != nil {
+		return err
+	}
+	nctx, stopNet := context.WithCancel(ctx)
+	netDone := make(chan struct{})
+	go func() { nt.Run(nctx); close(netDone) }()
+	defer func() {
+		stopNet()
+		<-netDone
+		if err := nt.Close(); err != nil {
+			log.Warn("detaching eBPF programs", "err", err)
+		}
+	}()
 	a, err := New(Config{Name: *name, CPUBytes: *cpuBytes, DefaultLease: *lease, PullTimeout: *pullTimeout,
-		UCX: nixl.Params(ucx), Logger: log})
+		UCX: nixl.Params(ucx), Logger: log, Transfers: nt})
 	if err != nil {
 		return err
 	}
 	defer a.Close()
+	if nf.metricsAddr != "" {
+		stop, err := serveMetrics(ctx, nf.metricsAddr, stdout, nt)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	srv := grpc.NewServer()
 	agentv1.RegisterKVTransferServer(srv, a)
 	fmt.Fprintf(stdout, "kvgate-agent %s listening on %s\n", *name, ln.Addr())

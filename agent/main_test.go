@@ -17,6 +17,10 @@ func TestMainRefusesBadFlags(t *testing.T) {
 		{[]string{"--cpu-bytes", "-1"}, "must not be negative"},
 		{[]string{"--log-level", "loud"}, "--log-level"},
 		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"--netobs-class", "kv"}, "want name=port"},
+		{[]string{"--netobs-class", "a=80", "--netobs-class", "a=81", "--listen", "127.0.0.1:0"}, `flow class "a" given twice`},
+		{[]string{"--netobs-max-flows", "1", "--listen", "127.0.0.1:0"}, "MaxFlows"},
+		{[]string{"--metrics-addr", "256.0.0.1:1", "--listen", "127.0.0.1:0"}, "--metrics-addr"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			err := Main(context.Background(), tc.args, io.Discard, io.Discard)

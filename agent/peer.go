@@ -195,6 +195,9 @@ func (a *Agent) PullBlocks(ctx context.Context, req *agentv1.PullBlocksRequest) 
 	start := time.Now()
 	post, err := a.read(ctx, p, local, rem, notif)
 	dur := time.Since(start)
+	if a.cfg.Transfers != nil {
+		a.cfg.Transfers.ObserveTransfer(req.Peer, uint64(len(slots))*bb, dur, err != nil)
+	}
 	a.mu.Lock()
 	for _, s := range slots {
 		if err != nil {

@@ -17,6 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/kvgate/kvgate/demo/proc"
+	"github.com/kvgate/kvgate/extproc/config"
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/endpoints/staticfile"
 	"github.com/kvgate/kvgate/extproc/epp"
@@ -28,6 +29,10 @@ import (
 // Model is the model name the simulators serve and the workload requests.
 const Model = "Qwen/Qwen3-0.6B"
 
+// ObjectivesPool is the pool name a fleet with objectives runs as: the
+// InferenceObjectives' poolRef.
+const ObjectivesPool = "kvgate-up"
+
 // StackConfig describes one fleet.
 type StackConfig struct {
 	// Bin is the kvgate binary the components run as subcommands of.
@@ -37,6 +42,17 @@ type StackConfig struct {
 	Replicas     int
 	// Policy names the picker configuration (see policies).
 	Policy string
+	// PickerConfig, when set, is the picker's EndpointPickerConfig instead
+	// of Policy's.
+	PickerConfig string
+	// SimFailureRate is the share of requests the simulators answer with
+	// an injected 500.
+	SimFailureRate float64
+	// FlowControl, when set, runs the policy under the flow-control layer.
+	FlowControl *config.PolicyFlowControl
+	// Objectives, when set, is an InferenceObjective YAML file (poolRef
+	// ObjectivesPool) the picker reads its request priorities from.
+	Objectives string
 	// LogDir receives one log file per component.
 	LogDir       string
 	TimeScale    float64
@@ -47,6 +63,8 @@ type StackConfig struct {
 	FailOpen bool
 	// GatewayArgs are extra `kvgate gateway` flags.
 	GatewayArgs []string
+	// SimArgs and EPPArgs are extra `kvgate sim` and `kvgate epp` flags.
+	SimArgs, EPPArgs []string
 	// Ready bounds the wait for the fleet to come up.
 	Ready time.Duration
 	// Progress, if set, receives one line per milestone.
@@ -141,6 +159,7 @@ func (c StackConfig) simOptions(i int, ports fleetPorts) vllmserver.Options {
 	o.Host, o.Port = "127.0.0.1", ports.sims[i]
 	o.Model, o.TokenizerDir, o.Preset, o.BlockSize, o.HashSeed = Model, c.TokenizerDir, "qwen3-0.6b-h100", kvhash.DefaultBlockSize, c.HashSeed
 	o.NumGPUBlocks, o.TimeScale, o.Seed = c.NumGPUBlocks, c.TimeScale, uint64(i+1)
+	o.FailureRate = c.SimFailureRate
 	// The picker binds the KV-event socket; the simulators connect to it.
 	o.KVEventsEndpoint = "tcp://" + loopback(ports.kvEvents)
 	return o
@@ -148,9 +167,12 @@ func (c StackConfig) simOptions(i int, ports fleetPorts) vllmserver.Options {
 
 // eppOptions are the picker's flags: the fleet's simulators as its static
 // endpoints, the policy's configuration inline.
-func (c StackConfig) eppOptions(endpointsFile, config string, ports fleetPorts) epp.Options {
+func (c StackConfig) eppOptions(endpointsFile, configText string, ports fleetPorts) epp.Options {
 	o := epp.DefaultOptions()
-	o.EndpointsFile, o.ConfigText = endpointsFile, config
+	o.EndpointsFile, o.ConfigText = endpointsFile, configText
+	if c.Objectives != "" {
+		o.ObjectivesFile, o.PoolName = c.Objectives, ObjectivesPool
+	}
 	o.GRPCAddr, o.HealthAddr, o.MetricsAddr = loopback(ports.grpc), loopback(ports.health), loopback(ports.metrics)
 	o.KVEventsAddr = "tcp://" + loopback(ports.kvEvents)
 	o.RefreshMetricsInterval = 50 * time.Millisecond
@@ -186,7 +208,8 @@ func (s *Stack) startSims(c StackConfig, ports fleetPorts) error {
 	for i := range c.Replicas {
 		o := c.simOptions(i, ports)
 		sim := Sim{Name: fmt.Sprintf("sim-%d", i), Addr: loopback(o.Port)}
-		p, err := s.group.Start(proc.Spec{Name: sim.Name, Path: c.Bin, Args: append([]string{"sim"}, o.Args()...)})
+		args := append(append([]string{"sim"}, o.Args()...), c.SimArgs...)
+		p, err := s.group.Start(proc.Spec{Name: sim.Name, Path: c.Bin, Args: args})
 		if err != nil {
 			return err
 		}
@@ -209,12 +232,16 @@ func (s *Stack) startEPP(c StackConfig, ports fleetPorts) error {
 	if err := os.WriteFile(epFile, file, 0o644); err != nil {
 		return fmt.Errorf("endpoints file: %w", err)
 	}
-	cfg, err := policyConfig(c.Policy, c.TokenizerDir, c.HashSeed)
+	cfg, err := policyConfig(c.Policy, c.TokenizerDir, c.HashSeed, c.FlowControl)
 	if err != nil {
 		return err
 	}
+	if c.PickerConfig != "" {
+		cfg = c.PickerConfig
+	}
 	o := c.eppOptions(epFile, cfg, ports)
-	if s.EPP, err = s.group.Start(proc.Spec{Name: "epp", Path: c.Bin, Args: append([]string{"epp"}, o.Args()...)}); err != nil {
+	args := append(append([]string{"epp"}, o.Args()...), c.EPPArgs...)
+	if s.EPP, err = s.group.Start(proc.Spec{Name: "epp", Path: c.Bin, Args: args}); err != nil {
 		return err
 	}
 	s.EPPMetricsURL = "http://" + o.MetricsAddr + "/metrics"

@@ -121,4 +121,9 @@ func TestScalingValidate(t *testing.T) {
 	if err := o.Validate(); err == nil {
 		t.Error("max replicas over the bound accepted")
 	}
+	o.Scaling = Scaling{Scaler: &script{}}
+	o.Roles = []string{"prefill", "decode", "decode", "decode"}
+	if err := o.Validate(); err == nil {
+		t.Error("scaling a P/D fleet accepted")
+	}
 }

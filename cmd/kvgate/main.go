@@ -17,6 +17,8 @@ import (
 	"syscall"
 
 	"github.com/kvgate/kvgate/autoscale"
+	"github.com/kvgate/kvgate/batch"
+	"github.com/kvgate/kvgate/batch/async"
 	"github.com/kvgate/kvgate/benchmarks"
 	"github.com/kvgate/kvgate/demo"
 	"github.com/kvgate/kvgate/extproc/epp"
@@ -33,8 +35,10 @@ type command struct {
 
 var commands = map[string]command{
 	"epp":     {"Endpoint Picker: the Envoy ext_proc server", epp.Main},
+	"async":   {"async processor: Redis sorted-set queues drained through dispatch gates", async.Main},
 	"sim":     {"vLLM-compatible model-server simulator", vllmserver.Main},
 	"gateway": {"local Envoy stand-in: HTTP proxy, ext_proc client, proxy-wasm host", gateway.Main},
+	"batch":   {"the OpenAI Batch API (files, batches) run through the gateway", batch.Main},
 	"bench":   {"trace-driven cluster simulation with the real picker", benchmarks.Main},
 	"plan":    {"variant planner: the cheapest replica mix meeting latency SLOs, as wva_* metrics", autoscale.PlanMain},
 	"up":      {"the demo: a local fleet, picker and gateway, a workload and a policy comparison", demo.Main},

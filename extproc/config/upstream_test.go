@@ -15,10 +15,13 @@ import (
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/kvindex"
+	"github.com/kvgate/kvgate/extproc/parsers"
 	"github.com/kvgate/kvgate/extproc/plugins/all"
+	"github.com/kvgate/kvgate/extproc/plugins/headerfilter"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
 	"github.com/kvgate/kvgate/extproc/scheduling"
-	"github.com/kvgate/kvgate/extproc/scheduling/schedtest"
+	"github.com/kvgate/kvgate/internal/eppwire"
+	"github.com/kvgate/kvgate/internal/openai"
 )
 
 // upstreamDoc is what the test needs to know of an upstream file before
@@ -30,9 +33,6 @@ type upstreamDoc struct {
 	} `json:"plugins"`
 	FlowControl  any      `json:"flowControl"`
 	FeatureGates []string `json:"featureGates"`
-	DataLayer    *struct {
-		Discovery any `json:"discovery"`
-	} `json:"dataLayer"`
 }
 
 // invalidUpstream are upstream documents that are themselves wrong, with
@@ -44,6 +44,10 @@ var invalidUpstream = map[string]string{
 	// reader to fill in.
 	"llm-d-guides-flow-control-tuning-1.yaml": "cannot unmarshal string",
 }
+
+// minUpstreamLoaded is how many of the upstream documents load: fewer is a
+// regression. (More: raise it.)
+const minUpstreamLoaded = 77
 
 // outcome of loading one upstream file.
 type outcome struct {
@@ -67,6 +71,10 @@ func TestUpstreamConfigs(t *testing.T) {
 	reg := all.Registry()
 	registered := reg.Types()
 	var outcomes []outcome
+	unseen := map[string]bool{}
+	for f := range disaggregated {
+		unseen[f] = true
+	}
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
@@ -89,16 +97,21 @@ func TestUpstreamConfigs(t *testing.T) {
 		if !slices.Contains(APIVersions, doc.APIVersion) {
 			refused = append(refused, doc.APIVersion)
 		}
-		if doc.DataLayer != nil && doc.DataLayer.Discovery != nil {
-			refused = append(refused, "dataLayer.discovery")
-		}
 		for _, g := range doc.FeatureGates {
 			if !featureGates[g] {
 				refused = append(refused, g)
 			}
 		}
 		o := outcome{file: filepath.Base(f)}
-		buildErr := loadAndRun(data, reg)
+		headers, buildErr := loadAndRun(data, reg)
+		if want, ok := disaggregated[o.file]; ok {
+			delete(unseen, o.file)
+			if buildErr != nil {
+				t.Errorf("%s: %v", o.file, buildErr)
+			} else if !equalHeaders(headers, want) {
+				t.Errorf("%s: P/D headers %v, want %v", o.file, headers, want)
+			}
+		}
 		switch {
 		case buildErr == nil:
 			o.loaded, o.reason = true, "loaded"
@@ -128,6 +141,9 @@ func TestUpstreamConfigs(t *testing.T) {
 		}
 		outcomes = append(outcomes, o)
 	}
+	for f := range unseen {
+		t.Errorf("%s: listed in disaggregated but not in testdata/upstream", f)
+	}
 	counts := map[string]int{}
 	loaded := 0
 	for _, o := range outcomes {
@@ -139,6 +155,9 @@ func TestUpstreamConfigs(t *testing.T) {
 		}
 	}
 	t.Logf("upstream configs: %d of %d load", loaded, len(outcomes))
+	if loaded < minUpstreamLoaded {
+		t.Errorf("%d upstream configs load, %d did before: a regression", loaded, minUpstreamLoaded)
+	}
 	keys := make([]string, 0, len(counts))
 	for k := range counts {
 		keys = append(keys, k)
@@ -151,32 +170,119 @@ func TestUpstreamConfigs(t *testing.T) {
 	}
 }
 
+// Roles of the fleet loadAndRun schedules on.
+const (
+	encoder   = "10.0.0.1:8000"
+	prefiller = "10.0.0.2:8000"
+)
+
+// disaggregated are the upstream P/D, E/P/D and P2P documents with the
+// disaggregation headers their decision must carry for loadAndRun's
+// request (a long multimodal chat prompt nothing caches) on its fleet (two
+// decode servers, a prefill and an encode server): "P" the prefill
+// server's address in x-prefiller-host-port, "E" the encode server's in
+// x-encoder-hosts-ports. Every listed document must load. (The E/P/D guide,
+// llm-d-guides-multimodal-serving-e-disaggregation-router-e-p-d-...,
+// needs token-producer's estimate backend, which kvgate refuses.)
+var disaggregated = map[string]map[string]string{
+	"llm-d-router-deploy-config-pd-epp-config-1.yaml":                                            {"P": prefiller},
+	"llm-d-router-deploy-config-sim-pd-epp-config-1.yaml":                                        {"P": prefiller},
+	"llm-d-router-deploy-config-sim-e-p-d-epp-config-1.yaml":                                     {"E": encoder}, // no prefix producer: the prefill decider keeps it local
+	"llm-d-router-deploy-config-sim-e-pd-epp-config-1.yaml":                                      {"E": encoder},
+	"llm-d-router-docs-disaggregation-1.yaml":                                                    {"P": prefiller},
+	"llm-d-router-docs-disaggregation-2.yaml":                                                    {"P": prefiller, "E": encoder},
+	"llm-d-inference-scheduler-deploy-config-pd-epp-config-1.yaml":                               {"P": prefiller},
+	"llm-d-inference-scheduler-deploy-config-sim-pd-epp-config-1.yaml":                           {"P": prefiller},
+	"llm-d-inference-scheduler-deploy-config-sim-e-p-d-epp-config-1.yaml":                        {"E": encoder}, // likewise
+	"llm-d-inference-scheduler-docs-disaggregation-1.yaml":                                       {"P": prefiller},
+	"llm-d-inference-scheduler-docs-disaggregation-2.yaml":                                       {"P": prefiller, "E": encoder},
+	"llm-d-guides-pd-disaggregation-router-pd-disaggregation-values-1.yaml":                      {"P": prefiller},
+	"llm-d-guides-wide-ep-lws-router-wide-ep-lws-values-1.yaml":                                  {"P": prefiller},
+	"llm-d-guides-agentic-serving-router-agentic-serving-gpu-values-1.yaml":                      {"P": prefiller},
+	"llm-d-guides-multimodal-serving-e-disaggregation-router-e-pd-disaggregation-values-1.yaml":  {"E": encoder},
+	"llm-d-router-pkg-epp-framework-plugins-requestcontrol-dataproducer-p2psource-readme-1.yaml": {},
+}
+
+func equalHeaders(got map[string]string, want map[string]string) bool {
+	return got[eppwire.HeaderPrefiller] == want["P"] && got[eppwire.HeaderEncoders] == want["E"]
+}
+
 // loadAndRun parses and builds a configuration with every service a picker
-// offers, and schedules one request with it.
-func loadAndRun(data []byte, reg *scheduling.Registry) error {
+// offers, and schedules one request with it, returning the headers the
+// decision sets upstream.
+func loadAndRun(data []byte, reg *scheduling.Registry) (map[string]string, error) {
 	c, err := Parse(data)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	h := &scheduling.Handle{Services: precise.WithKVIndex(nil, kvindex.New(kvindex.Config{}))}
 	b, err := Build(c, reg, h, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	// Decode-role endpoints, so that decode-filter and the label filters
-	// of the upstream examples (role=decode) keep them.
+	// Decode-role endpoints first, so that decode-filter and the label
+	// filters of the upstream examples (llm-d.ai/role or role = decode)
+	// keep them; a prefill and an encode server for the P/D documents.
+	role := func(name, addr, r string, m endpoints.Metrics) *endpoints.Endpoint {
+		e := endpoints.NewEndpoint(endpoints.Spec{Name: name, Address: addr, Labels: map[string]string{"llm-d.ai/role": r, "role": r}})
+		e.SetMetrics(&m)
+		return e
+	}
 	eps := []*endpoints.Endpoint{
-		schedtest.Endpoint("a", endpoints.Metrics{WaitingQueueSize: 3}, "llm-d.ai/role", "decode", "role", "decode"),
-		schedtest.Endpoint("b", endpoints.Metrics{}, "llm-d.ai/role", "decode", "role", "decode"),
+		role("a", "10.0.0.3:8000", "decode", endpoints.Metrics{WaitingQueueSize: 3}),
+		role("b", "10.0.0.4:8000", "decode", endpoints.Metrics{}),
+		role("p", prefiller, "prefill", endpoints.Metrics{}),
+		role("e", encoder, "encode", endpoints.Metrics{}),
 	}
-	res, err := b.Scheduler.Schedule(context.Background(), scheduling.NewCycleState(), &scheduling.Request{}, eps)
+	text := strings.Repeat("Describe the picture in detail, please. ", 200)
+	chat := `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"` + text +
+		`"},{"type":"image_url","image_url":{"url":"http://example.com/a.png"}}]}]}`
+	// The conformance filter (header-based-testing-filter) keeps the
+	// endpoints its header names: the decode servers.
+	req := &scheduling.Request{ID: "r", IncomingModel: "m", TargetModel: "m", PromptTokens: len(text) / 4,
+		Headers: map[string]string{headerfilter.Header: eps[0].Address() + "," + eps[1].Address()}}
+	if slices.ContainsFunc(c.Plugins, func(p PluginSpec) bool { return p.Type == "token-producer" }) {
+		// Not through the parsers: they would ask the configuration's
+		// vLLM URL, localhost:8000, for the tokens.
+		if req.Body, err = openai.Parse(openai.ChatCompletions, []byte(chat)); err != nil {
+			return nil, err
+		}
+	} else {
+		// The body goes through the configured parsers: the first of these
+		// APIs they claim, the multimodal chat first.
+		samples := append([]struct{ path, body string }{{"/v1/chat/completions", chat}}, sampleRequests...)
+		for _, r := range samples {
+			parsed, err := b.Parsers.Parse(r.path, []byte(r.body))
+			if errors.Is(err, parsers.ErrUnclaimed) {
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("parsing %s: %w", r.path, err)
+			}
+			req.Body = parsed
+			break
+		}
+	}
+	cs := scheduling.NewCycleState()
+	res, err := b.Scheduler.Schedule(context.Background(), cs, req, eps)
 	if err != nil {
-		return fmt.Errorf("schedule: %w", err)
+		return nil, fmt.Errorf("schedule: %w", err)
 	}
 	if res.Primary() == nil || len(res.Primary().Targets) == 0 {
-		return errors.New("schedule: no target")
+		return nil, errors.New("schedule: no target")
 	}
-	return nil
+	for _, hook := range b.PreRequest {
+		hook.PreRequest(context.Background(), cs, req, res)
+	}
+	return res.Headers, nil
+}
+
+// sampleRequests are requests of the APIs the parsers claim.
+var sampleRequests = []struct{ path, body string }{
+	{"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hello"}]}`},
+	{"/v1/messages", `{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"hello"}]}`},
+	{"/inference/v1/generate", `{"token_ids":[1,2,3]}`},
+	{"/v1/models", ``},
 }
 
 // reason classifies a refusal: the missing feature, or the unknown plugin.

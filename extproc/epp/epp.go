@@ -39,6 +39,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/latency"
 	"github.com/kvgate/kvgate/extproc/metrics"
 	"github.com/kvgate/kvgate/extproc/plugins/all"
+	"github.com/kvgate/kvgate/extproc/plugins/disagg"
 	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
 	"github.com/kvgate/kvgate/extproc/prefixmatch"
@@ -372,6 +373,7 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	}
 	h := &scheduling.Handle{Log: log, Now: time.Now, Services: precise.WithKVIndex(nil, p.kvIndex)}
 	h.Services[prefixmatch.ServiceRecorder] = p.metrics
+	h.Services[disagg.ServiceRecorder] = p.metrics
 	h.Services[flowpolicy.ServiceRegisterer] = prometheus.Registerer(p.reg)
 	latency.WithRecorder(h.Services, p.metrics)
 	if p.built, err = config.Build(cfg, all.Registry(), h, p.metrics.PluginDuration); err != nil {
@@ -385,8 +387,16 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	if err := p.reg.Register(p.scraper); err != nil {
 		return nil, fmt.Errorf("scrape metrics: %w", err)
 	}
-	if o.EndpointsFile != "" {
+	switch {
+	case p.built.Discovery != nil && o.EndpointsFile != "":
+		return nil, errors.New("--endpoints and the configuration's dataLayer.discovery both name the endpoints: give one")
+	case p.built.Discovery != nil:
+		// llm-d's file-discovery: no Kubernetes.
+		p.source = p.built.Discovery
+	case o.EndpointsFile != "":
 		p.source = &staticfile.File{Path: o.EndpointsFile, Logger: log}
+	}
+	if p.source != nil {
 		if o.ObjectivesFile != "" {
 			objs, err := loadObjectives(o.ObjectivesFile, o.PoolName)
 			if err != nil {
@@ -405,7 +415,7 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	dopts := director.Options{
 		Pool:             p.ds,
 		Scheduler:        p.built.Scheduler,
-		Hooks:            director.Hooks{PreRequest: p.built.PreRequest, FirstToken: p.built.FirstToken, ResponseComplete: p.built.ResponseComplete},
+		Hooks:            director.Hooks{RequestHeader: p.built.RequestHeader, ResponseHeader: p.built.ResponseHeader, ResponseMetadata: p.built.ResponseMetadata, PreRequest: p.built.PreRequest, FirstToken: p.built.FirstToken, ResponseComplete: p.built.ResponseComplete},
 		Saturation:       saturation.New(p.built.Saturation, time.Now),
 		TrustFilterHints: o.TrustFilterHeaders,
 		Objectives:       p.objectives,
@@ -421,7 +431,7 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	}
 	d := director.New(dopts)
 	p.server = server.New(d, server.Options{
-		MaxRequestBodyBytes: o.MaxRequestBodyBytes, Logger: log,
+		MaxRequestBodyBytes: o.MaxRequestBodyBytes, Logger: log, Parser: p.built.Parsers,
 		MaxHeaders: o.MaxRequestHeaders, MaxHeaderBytes: o.MaxRequestHeaderBytes,
 		BodyBudget:          bytebudget.New(o.RequestBodyBudgetBytes),
 		RequestIdleTimeout:  zeroIsNone(o.RequestIdleTimeout),
@@ -654,6 +664,9 @@ func (p *Picker) Run(ctx context.Context) error {
 	src := &firstApply{Source: p.source, done: make(chan struct{})}
 	g.Go(func() error { return p.ds.Run(ctx, src) })
 	g.Go(func() error { return p.scraper.Run(ctx) })
+	if every := p.built.KVIndexLogInterval; every > 0 {
+		g.Go(func() error { p.kvIndex.LogMetrics(ctx, p.log, every); return nil })
+	}
 	g.Go(func() error { return serveGRPC(extproc, p.listeners.grpc) })
 	g.Go(func() error { return serveGRPC(healthGRPC, p.listeners.health) })
 	g.Go(func() error {
