@@ -2,14 +2,12 @@ package autoscale
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"math"
 	"net/http"
-	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/kvgate/kvgate/batch/async"
 )
 
 // Demand is a fleet's offered load as the picker's metrics measure it.
@@ -43,7 +41,7 @@ func MeasuredDemand(ctx context.Context, client *http.Client, base string, windo
 		dst   *float64
 	}{{demandRateQuery, &d.Rate}, {demandPromptQuery, &d.PromptTokens}, {demandOutputQuery, &d.OutputTokens}} {
 		expr := fmt.Sprintf(q.query, w, selector)
-		v, err := instant(ctx, client, base, expr)
+		v, err := (&async.PromQL{URL: base, Query: expr, Client: client}).Read(ctx)
 		if err != nil {
 			return Demand{}, err
 		}
@@ -53,50 +51,4 @@ func MeasuredDemand(ctx context.Context, client *http.Client, base string, windo
 		return Demand{}, fmt.Errorf("the fleet shows no demand over %s: %+v", w, d)
 	}
 	return d, nil
-}
-
-// instant evaluates a query that yields one sample.
-func instant(ctx context.Context, client *http.Client, base, expr string) (float64, error) {
-	u := base + "/api/v1/query?query=" + url.QueryEscape(expr)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, fmt.Errorf("prometheus: %w", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return 0, fmt.Errorf("prometheus: %w", err)
-	}
-	var r struct {
-		Status string `json:"status"`
-		Error  string `json:"error"`
-		Data   struct {
-			ResultType string `json:"resultType"`
-			Result     []struct {
-				Value [2]any `json:"value"`
-			} `json:"result"`
-		} `json:"data"`
-	}
-	if err := json.Unmarshal(body, &r); err != nil {
-		return 0, fmt.Errorf("prometheus: %s: %w", expr, err)
-	}
-	if r.Status != "success" {
-		return 0, fmt.Errorf("prometheus: %s: %s", expr, r.Error)
-	}
-	if r.Data.ResultType != "vector" || len(r.Data.Result) != 1 {
-		return 0, fmt.Errorf("prometheus: %s: want one sample, got %d (%s)", expr, len(r.Data.Result), r.Data.ResultType)
-	}
-	s, ok := r.Data.Result[0].Value[1].(string)
-	if !ok {
-		return 0, fmt.Errorf("prometheus: %s: sample is not a string", expr)
-	}
-	v, err := strconv.ParseFloat(s, 64)
-	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-		return 0, fmt.Errorf("prometheus: %s: value %q", expr, s)
-	}
-	return v, nil
 }
