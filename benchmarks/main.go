@@ -66,6 +66,8 @@ type Options struct {
 	BatchPromptTokens           int
 	BatchOutputTokens           int
 	OnlineTimeout, BatchTimeout time.Duration
+	// Autoscale compares scaling policies instead of routing policies.
+	Autoscale AutoscaleOptions
 	// Job is the async batch job beside the workload (asyncjob.go).
 	Job JobOptions
 	// set records which flags were given, for the checks that depend on it.
@@ -145,6 +147,7 @@ func parseFlags(args []string, stderr io.Writer) (Options, plan, error) {
 	fs.IntVar(&o.BatchOutputTokens, "batch-output-tokens", o.BatchOutputTokens, "mixed: output tokens per batch request")
 	fs.DurationVar(&o.OnlineTimeout, "online-timeout", o.OnlineTimeout, "mixed: an online client cancels a request not started after this (0: never)")
 	fs.DurationVar(&o.BatchTimeout, "batch-timeout", o.BatchTimeout, "mixed: a batch client cancels a request not started after this (0: never)")
+	o.Autoscale.flags(fs)
 	o.Job.addFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, plan{}, fmt.Errorf("%w: %w", ErrUsage, err)
@@ -153,6 +156,9 @@ func parseFlags(args []string, stderr io.Writer) (Options, plan, error) {
 	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
 	o.RampSet = o.set["ramp"] || o.set["stage-duration"]
 	pl, err := o.plan()
+	if err == nil {
+		err = o.Autoscale.check(o, pl)
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		fs.Usage()
@@ -238,6 +244,9 @@ func (o Options) plan() (plan, error) {
 // run loads the workload, runs every policy at every QPS scale and writes
 // the results.
 func run(ctx context.Context, o Options, pl plan, stderr io.Writer) error {
+	if o.Autoscale.Policies != "" {
+		return runAutoscale(ctx, o, pl, stderr)
+	}
 	reqs, name, err := o.load()
 	if err != nil {
 		return err

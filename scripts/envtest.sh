@@ -27,6 +27,8 @@ GIE_OBJECTIVE_VERSION=v1.5.0
 PROMETHEUS_OPERATOR_VERSION=v0.85.0
 ENVOY_GATEWAY_VERSION=v1.9.1
 ISTIO_API_VERSION=v1.32.0
+# KEDA: the ScaledObjects of the chart's autoscaling (llm-d's guides ran 2.20).
+KEDA_VERSION=v2.20.2
 # Staging modules are published as v0.<minor>.<patch> of the same release.
 STAGING_VERSION="v0.${KUBERNETES_VERSION#v1.}"
 
@@ -172,6 +174,12 @@ fetch_crds() {
 		envoyextensionpolicies.yaml
 	copy_crd istio.io/api "${ISTIO_API_VERSION}" \
 		kubernetes/customresourcedefinitions.gen.yaml istio.yaml
+	copy_crd github.com/prometheus-operator/prometheus-operator "${PROMETHEUS_OPERATOR_VERSION}" \
+		example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml prometheusrules.yaml
+	copy_crd github.com/kedacore/keda/v2 "${KEDA_VERSION}" \
+		config/crd/bases/keda.sh_scaledobjects.yaml keda-scaledobjects.yaml
+	copy_crd github.com/kedacore/keda/v2 "${KEDA_VERSION}" \
+		config/crd/bases/keda.sh_triggerauthentications.yaml keda-triggerauthentications.yaml
 }
 
 install_etcd

@@ -76,6 +76,10 @@ type Options struct {
 	// Progress, when set, is called as requests complete.
 	Progress func(done, total int)
 	Logger   *slog.Logger
+	// Scaling, when it has a Scaler, resizes the fleet during the run
+	// (scale.go); Replicas is then the starting size and new replicas run
+	// the first preset.
+	Scaling Scaling
 }
 
 // SLO is the latency objective that some requests carry.
@@ -166,6 +170,17 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.Scaling.Scaler != nil {
+		// New replicas take the first preset and no role: a P/D fleet
+		// or a network between replicas would need them per role.
+		if len(o.Roles) > 0 || o.Network != nil || o.Job != nil {
+			return o, errors.New("scaling resizes an aggregated fleet: it does not combine with P/D roles, a network or an async job")
+		}
+		var err error
+		if o.Scaling, err = o.Scaling.withDefaults(); err != nil {
+			return o, err
+		}
+	}
 	return o, nil
 }
 
@@ -240,6 +255,11 @@ type Result struct {
 	// Learned is what the policy's latency model learned of each preset's
 	// replicas by the end of the run; empty for policies without one.
 	Learned []LearnedSpeed
+	// GPUSeconds is the replicas' GPU time to End: from each one's creation
+	// (start-up included) to its removal, or to End.
+	GPUSeconds float64
+	// Scaling is what a resizing fleet did; empty without a Scaler.
+	Scaling ScalingResult
 	// Job is the async job's outcome; nil without one.
 	Job *JobResult
 }
@@ -278,8 +298,10 @@ type replica struct {
 	idx    int
 	preset string
 	eng    *engine.Engine
-	ep     *endpoints.Endpoint
+	ep     *endpoints.Endpoint // nil until it first serves
 	addr   string
+	spec   endpoints.Spec
+	life   lifecycle
 
 	busy    bool
 	stepEnd time.Time
@@ -340,6 +362,9 @@ type sim struct {
 	done    int
 	// flow is the policy's flow-control layer; nil without the gate.
 	flow *simFlow
+	ds   *endpoints.Datastore
+	// scale resizes the fleet; nil without a Scaler.
+	scale *scaling
 	// online counts the requests that arrive on their own (s.reqs before
 	// the async job's); job is the job, nil without one.
 	online int
@@ -379,29 +404,20 @@ func newSim(opts Options, policy Policy, reqs []workload.Request) (*sim, error) 
 	rng := rand.New(rand.NewPCG(opts.Seed, 0x9a7e))
 	specs := make([]endpoints.Spec, opts.Replicas)
 	for i := range opts.Replicas {
-		eng, err := engine.New(engine.Config{
-			Timing: opts.Presets[i].Timing, Clock: s.clock, BlockSize: opts.BlockSize, HashSeed: opts.HashSeed,
-			// vLLM's waiting queue is unbounded; the engine's bound only
-			// has to exceed any queue the workload can build.
-			MaxWaiting: max(1024, len(reqs)),
-		})
+		r, err := s.newReplica(i, opts.Presets[i])
 		if err != nil {
-			return nil, fmt.Errorf("replica %d: %w", i, err)
+			return nil, err
 		}
 		// Prompts are clipped before routing, so they must fit every
 		// replica: presets of one model can still differ in KV capacity.
-		if ml := eng.Config().MaxModelLen; i == 0 || ml < s.maxLen {
+		if ml := r.eng.Config().MaxModelLen; i == 0 || ml < s.maxLen {
 			s.maxLen = ml
 		}
-		r := &replica{
-			idx: i, preset: opts.Presets[i].Name, eng: eng, addr: fmt.Sprintf("10.0.%d.%d:8000", i/250, i%250+1),
-			nextScrape: epoch,
-			cache:      make(map[uint64]struct{}),
-			pending:    make(map[uint64]int),
-		}
-		specs[i] = endpoints.Spec{Name: fmt.Sprintf("replica-%03d", i), Address: r.addr}
+		r.life = lifecycle{created: epoch, readyAt: epoch, ready: true}
+		specs[i] = r.spec
 		if len(opts.Roles) > 0 {
 			specs[i].Labels = roleLabels(opts.Roles[i])
+			r.spec = specs[i]
 		}
 		s.reps = append(s.reps, r)
 		s.byAddr[r.addr] = r
@@ -410,6 +426,7 @@ func newSim(opts Options, policy Policy, reqs []workload.Request) (*sim, error) 
 	if err := ds.Replace(specs); err != nil {
 		return nil, err
 	}
+	s.ds = ds
 	for _, r := range s.reps {
 		r.ep = ds.ByAddress(r.addr)
 		s.scrape(r)
@@ -463,6 +480,11 @@ func newSim(opts Options, policy Policy, reqs []workload.Request) (*sim, error) 
 		dopts.Admission = s.flow
 	}
 	s.dir = director.New(dopts)
+	if opts.Scaling.Scaler != nil {
+		s.scale = &scaling{cfg: opts.Scaling, next: epoch, nextIdx: opts.Replicas,
+			detector: saturation.New(built.Saturation, s.clock.Now)}
+		s.record(epoch)
+	}
 	s.online = len(reqs)
 	if opts.Job != nil {
 		// The job's gate reads the picker's pool saturation directly.
@@ -478,6 +500,27 @@ func newSim(opts Options, policy Policy, reqs []workload.Request) (*sim, error) 
 		}
 	}
 	return s, nil
+}
+
+// newReplica creates replica i's engine; the caller sets its lifecycle.
+func (s *sim) newReplica(i int, p engine.Preset) (*replica, error) {
+	eng, err := engine.New(engine.Config{
+		Timing: p.Timing, Clock: s.clock, BlockSize: s.opts.BlockSize, HashSeed: s.opts.HashSeed,
+		// vLLM's waiting queue is unbounded; the engine's bound only
+		// has to exceed any queue the workload can build.
+		MaxWaiting: max(1024, len(s.reqs)),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("replica %d: %w", i, err)
+	}
+	r := &replica{
+		idx: i, preset: p.Name, eng: eng, addr: fmt.Sprintf("10.%d.%d.%d:8000", i/62500, i/250%250, i%250+1),
+		nextScrape: s.clock.Now(),
+		cache:      make(map[uint64]struct{}),
+		pending:    make(map[uint64]int),
+	}
+	r.spec = endpoints.Spec{Name: fmt.Sprintf("replica-%03d", i), Address: r.addr}
+	return r, nil
 }
 
 // learned averages the latency model's per-replica fits by preset.
@@ -547,6 +590,9 @@ func (p predictions) Predicted(id, _ string, e latency.Estimate) {
 	if rr := p.result(id); rr != nil {
 		rr.PredictedTTFT, rr.PredictedTPOT = e.TTFT, e.TPOT
 	}
+	if sc := p.s.scale; sc != nil {
+		sc.predicted = append(sc.predicted, Prediction{TTFT: e.TTFT, TPOT: e.TPOT})
+	}
 }
 
 // ObservedTTFT implements latency.Recorder; the report compares itself.
@@ -595,6 +641,12 @@ func (s *sim) run(ctx context.Context) (*Result, error) {
 				}
 			}
 		}
+		if err := s.settle(t); err != nil {
+			return nil, err
+		}
+		if err := s.resize(t); err != nil {
+			return nil, err
+		}
 		s.flow.cancel(t)
 		for next < s.online && !s.start.Add(s.reqs[next].Arrival).After(t) {
 			s.arrive(ctx, next, t)
@@ -614,6 +666,9 @@ func (s *sim) run(ctx context.Context) (*Result, error) {
 	}
 	for _, r := range s.reps {
 		s.res.End = max(s.res.End, r.stepEnd.Sub(s.start))
+	}
+	for _, r := range s.reps {
+		s.res.GPUSeconds += r.gpuSeconds(s.start.Add(s.res.End))
 	}
 	s.res.Learned = s.learned()
 	if s.job != nil {
@@ -663,12 +718,16 @@ func (s *sim) nextEvent(next int) (time.Time, bool) {
 	for _, r := range s.reps {
 		take(r.nextScrape)
 	}
+	s.nextScaleEvent(take)
 	return t, true
 }
 
 // scrape publishes the server's metrics to the picker, as the metrics
 // scraper does in production.
 func (s *sim) scrape(r *replica) {
+	if r.ep == nil {
+		return // not serving yet
+	}
 	m := r.eng.Metrics()
 	r.ep.SetMetrics(&endpoints.Metrics{
 		WaitingQueueSize: m.Waiting,
@@ -684,6 +743,9 @@ func (s *sim) scrape(r *replica) {
 	// Once per scrape interval, the truth behind the snapshots.
 	lo, hi := m.Waiting, m.Waiting
 	for _, o := range s.reps[1:] {
+		if !o.life.ready || o.life.draining {
+			continue
+		}
 		w := o.eng.Metrics().Waiting
 		lo, hi = min(lo, w), max(hi, w)
 	}
@@ -786,6 +848,7 @@ func (s *sim) step(r *replica, now time.Time) {
 	}
 	r.busy = true
 	r.stepEnd = now.Add(res.Duration)
+	r.life.busy += res.Duration
 	r.firsts, r.nexts = r.firsts[:0], r.nexts[:0]
 	for _, t := range res.Tokens {
 		if t.Index == 0 {
@@ -854,6 +917,9 @@ func (s *sim) complete(ctx context.Context, r *replica, now time.Time) {
 		if rr.OutputTokens > 1 {
 			rr.TPOT = (rr.E2E - rr.TTFT) / time.Duration(rr.OutputTokens-1)
 		}
+		if s.scale != nil {
+			s.scale.finished = append(s.scale.finished, *rr)
+		}
 		s.done++
 		s.job.finished(lr.idx, now)
 	}
@@ -868,6 +934,9 @@ func (s *sim) complete(ctx context.Context, r *replica, now time.Time) {
 
 // deliver applies KV events to the index, as the KV-event subscriber does.
 func (s *sim) deliver(d kvDelivery) {
+	if d.rep.life.draining {
+		return // out of the pool: its index entries are gone
+	}
 	for _, ev := range d.events {
 		switch e := ev.(type) {
 		case *engine.BlockStored:

@@ -1,6 +1,6 @@
 // Command kvgate is the single binary of kvgate's pure-Go components: the
 // Endpoint Picker, the model-server simulator, the local gateway, the demo
-// fleet and the cluster benchmark. Each subcommand's flags are parsed by
+// fleet, the cluster benchmark and the variant planner. Each subcommand's flags are parsed by
 // the package that implements it.
 package main
 
@@ -16,6 +16,7 @@ import (
 	"sort"
 	"syscall"
 
+	"github.com/kvgate/kvgate/autoscale"
 	"github.com/kvgate/kvgate/batch"
 	"github.com/kvgate/kvgate/batch/async"
 	"github.com/kvgate/kvgate/benchmarks"
@@ -40,6 +41,7 @@ var commands = map[string]command{
 	"gateway": {"local Envoy stand-in: HTTP proxy, ext_proc client, proxy-wasm host", gateway.Main},
 	"batch":   {"the OpenAI Batch API (files, batches) run through the gateway", batch.Main},
 	"bench":   {"trace-driven cluster simulation with the real picker", benchmarks.Main},
+	"plan":    {"variant planner: the cheapest replica mix meeting latency SLOs, as wva_* metrics", autoscale.PlanMain},
 	"up":      {"the demo: a local fleet, picker and gateway, a workload and a policy comparison", demo.Main},
 	"sidecar": {"P/D routing sidecar of a decode pod (llm-d's pd-sidecar)", sidecar.Main},
 	"version": {"print the version", version},

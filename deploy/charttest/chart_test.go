@@ -3,7 +3,6 @@ package charttest
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,7 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvgate/kvgate/extproc/config"
@@ -71,31 +69,8 @@ func chartDir(t testing.TB) string {
 	return filepath.Join(root, "deploy", "helm", "kvgate")
 }
 
-// helm finds the helm binary: $HELM, the one scripts/envtest.sh builds, or
-// one on $PATH.
-func helm(t testing.TB) string {
-	t.Helper()
-	if h := os.Getenv("HELM"); h != "" {
-		return h
-	}
-	if assets, err := k8stest.AssetsDir(); err == nil {
-		if h := filepath.Join(assets, "helm"); fileExists(h) {
-			return h
-		}
-	} else if root, err := testutil.FindRepoRoot(); err == nil {
-		if h := filepath.Join(root, ".cache", "envtest", "bin", "helm"); fileExists(h) {
-			return h
-		}
-	}
-	if h, err := exec.LookPath("helm"); err == nil {
-		return h
-	}
-	if k8stest.Required() {
-		t.Fatal("helm not found: run scripts/envtest.sh")
-	}
-	t.Skip("helm not found: run scripts/envtest.sh")
-	return ""
-}
+// helm finds the helm binary (k8stest.Helm).
+func helm(t testing.TB) string { return k8stest.Helm(t) }
 
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
@@ -130,21 +105,7 @@ func renderArgs(t testing.TB, valuesFile string, extra ...string) ([]*unstructur
 	if err != nil {
 		return nil, fmt.Errorf("helm template: %w: %s", err, stderr.String())
 	}
-	var objs []*unstructured.Unstructured
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
-	for {
-		var m map[string]any
-		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			return nil, fmt.Errorf("decoding rendered YAML: %w", err)
-		}
-		if m == nil {
-			continue
-		}
-		objs = append(objs, &unstructured.Unstructured{Object: m})
-	}
-	return objs, nil
+	return k8stest.DecodeObjects(out)
 }
 
 func mustRender(t testing.TB, valuesFile string, sets ...string) []*unstructured.Unstructured {
@@ -512,12 +473,17 @@ func TestRenderRejects(t *testing.T) {
 	}
 }
 
-// crdFor names the extra CRD file an API group needs; "" means the API is
+// crdFor names the extra CRD file a kind needs; "" means the API is
 // built in or its CRD comes from the GIE module (always installed).
-func crdFor(group string) string {
-	switch group {
+func crdFor(gvk schema.GroupVersionKind) string {
+	switch gvk.Group {
 	case "monitoring.coreos.com":
+		if gvk.Kind == "PrometheusRule" {
+			return "prometheusrules.yaml"
+		}
 		return "servicemonitors.yaml"
+	case "keda.sh":
+		return "keda-scaledobjects.yaml"
 	case "gateway.envoyproxy.io":
 		return "envoyextensionpolicies.yaml"
 	case "extensions.istio.io", "networking.istio.io":
@@ -561,7 +527,7 @@ func TestDryRun(t *testing.T) {
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			for _, o := range mustRender(t, filepath.Base(f)) {
-				if crd := crdFor(o.GroupVersionKind().Group); crd != "" && !crdFiles[crd] {
+				if crd := crdFor(o.GroupVersionKind()); crd != "" && !crdFiles[crd] {
 					if k8stest.Required() {
 						t.Fatalf("%s: CRD %s missing: run scripts/envtest.sh", o.GetKind(), crd)
 					}
@@ -596,7 +562,7 @@ func TestDryRunCatchesErrors(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.kind, func(t *testing.T) {
 			o := find(t, mustRender(t, tc.values), tc.kind)
-			if crd := crdFor(o.GroupVersionKind().Group); crd != "" && !crdFiles[crd] {
+			if crd := crdFor(o.GroupVersionKind()); crd != "" && !crdFiles[crd] {
 				t.Skipf("CRD %s not installed", crd)
 			}
 			if err := unstructured.SetNestedField(o.Object, tc.value, tc.path...); err != nil {

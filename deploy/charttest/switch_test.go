@@ -392,7 +392,7 @@ func TestUpstreamDeploymentRunsKvgate(t *testing.T) {
 				if o.GetNamespace() == "" && o.GetKind() != "ClusterRole" && o.GetKind() != "ClusterRoleBinding" {
 					o.SetNamespace(releaseNamespace) // helm leaves it to the install's namespace
 				}
-				if crd := crdFor(o.GroupVersionKind().Group); crd != "" && !crdFiles[crd] {
+				if crd := crdFor(o.GroupVersionKind()); crd != "" && !crdFiles[crd] {
 					t.Fatalf("%s: CRD %s missing: run scripts/envtest.sh", o.GetKind(), crd)
 				}
 				if err := c.Create(context.Background(), o.DeepCopy(), client.DryRunAll); err != nil {

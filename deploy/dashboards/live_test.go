@@ -70,16 +70,7 @@ func TestDashboardsOnLiveFleet(t *testing.T) {
 	tokDir := testutil.TokenizerDir(t)
 
 	f := startFleet(t, tokDir, 3, 0.1)
-	targets := []scrapeTarget{{Job: eppJob, Addr: f.eppMetrics, Labels: map[string]string{
-		"namespace": testNamespace, "pod": "gaie-optimized-baseline-epp-0", "service": eppService,
-		"top_level_controller_name": eppService,
-	}}}
-	for i, s := range f.sims {
-		targets = append(targets, scrapeTarget{Job: "vllm", Addr: s.Addr().String(), Labels: map[string]string{
-			"namespace": testNamespace, "pod": f.simNames[i],
-		}})
-	}
-	prom := startPrometheus(t, bin, targets)
+	prom := startPrometheus(t, bin, f.targets())
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -184,6 +175,21 @@ func TestDashboardsOnLiveFleet(t *testing.T) {
 	for _, fl := range failures {
 		t.Errorf("returns nothing without an accepted reason: %s", fl)
 	}
+}
+
+// targets are the fleet's scrape targets, labelled as a Kubernetes scrape
+// of llm-d's optimized-baseline would label them.
+func (f *fleet) targets() []scrapeTarget {
+	targets := []scrapeTarget{{Job: eppJob, Addr: f.eppMetrics, Labels: map[string]string{
+		"namespace": testNamespace, "pod": "gaie-optimized-baseline-epp-0", "service": eppService,
+		"top_level_controller_name": eppService,
+	}}}
+	for i, s := range f.sims {
+		targets = append(targets, scrapeTarget{Job: "vllm", Addr: s.Addr().String(), Labels: map[string]string{
+			"namespace": testNamespace, "pod": f.simNames[i],
+		}})
+	}
+	return targets
 }
 
 // logReasonTotals counts the accepted empty expressions per reason.

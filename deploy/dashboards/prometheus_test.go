@@ -53,13 +53,20 @@ type prometheus struct {
 	log *testutil.SyncBuffer
 }
 
-// startPrometheus runs bin scraping targets every second until the test
-// ends.
-func startPrometheus(t *testing.T, bin string, targets []scrapeTarget) *prometheus {
+// startPrometheus runs bin scraping targets every second, and evaluating
+// the rule files given, until the test ends.
+func startPrometheus(t *testing.T, bin string, targets []scrapeTarget, ruleFiles ...string) *prometheus {
 	t.Helper()
 	dir := t.TempDir()
 	var cfg strings.Builder
-	cfg.WriteString("global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n  evaluation_interval: 1s\nscrape_configs:\n")
+	cfg.WriteString("global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n  evaluation_interval: 1s\n")
+	if len(ruleFiles) > 0 {
+		cfg.WriteString("rule_files:\n")
+		for _, f := range ruleFiles {
+			fmt.Fprintf(&cfg, "  - %q\n", f)
+		}
+	}
+	cfg.WriteString("scrape_configs:\n")
 	byJob := map[string][]scrapeTarget{}
 	var jobs []string
 	for _, tg := range targets {

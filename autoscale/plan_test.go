@@ -1,0 +1,173 @@
+package autoscale
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/kvgate/kvgate/benchmarks/cluster"
+	"github.com/kvgate/kvgate/benchmarks/workload"
+	"github.com/kvgate/kvgate/extproc/config"
+	"github.com/kvgate/kvgate/sim/engine"
+)
+
+func preset(t *testing.T, name string) engine.Preset {
+	t.Helper()
+	p, ok := engine.LookupPreset(name)
+	if !ok {
+		t.Fatalf("no preset %s", name)
+	}
+	return p
+}
+
+func planner(t *testing.T, seed uint64) *Planner {
+	t.Helper()
+	sp := workload.SharedPrefix{Groups: 1, SuffixTokens: 4000, OutputTokens: 100,
+		Stages: []workload.Stage{{QPS: 6, Duration: 90 * time.Second}}}
+	reqs, err := sp.Generate(seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := config.Policy(config.PolicyLoad, config.PolicyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Planner{
+		Variants: []Variant{
+			{Name: "h100", Accelerator: "H100", Cost: 8, Preset: preset(t, "qwen3-32b-tp2-h100"), Max: 6},
+			{Name: "h200", Accelerator: "H200", Cost: 9, Preset: preset(t, "qwen3-32b-tp2-h200"), Max: 6},
+		},
+		SLO:      SLOTarget{TTFT: time.Second, TPOT: 50 * time.Millisecond, Attainment: 0.95},
+		Requests: reqs, Routing: cluster.Policy{Name: config.PolicyLoad, Config: raw}, Seed: seed,
+	}
+}
+
+// TestPlanIsTight checks the plan on the simulated fleet: it meets the SLO
+// target, and one replica fewer of any variant it uses does not.
+func TestPlanIsTight(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulates a dozen fleets")
+	}
+	ctx := context.Background()
+	p := planner(t, 1)
+	plan, err := p.Plan(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	best := plan.Best
+	t.Logf("plan %v: cost %.0f/h, met %.1f%%, alone %v, %d mixes simulated", best.Mix, best.Mix.Cost(p.Variants), 100*best.Met, plan.Alone, plan.Simulated)
+	if !p.Meets(best) || best.Mix.Replicas() == 0 {
+		t.Fatalf("plan %v meets %.1f%%", best.Mix, 100*best.Met)
+	}
+	for i, n := range best.Mix {
+		if n == 0 {
+			continue
+		}
+		fewer := slices.Clone(best.Mix)
+		fewer[i]--
+		e, err := p.Evaluate(ctx, fewer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Meets(e) {
+			t.Errorf("one %s fewer (%v) still meets the target: %.1f%%", p.Variants[i].Name, fewer, 100*e.Met)
+		}
+	}
+	// No variant alone is cheaper at its own smallest fleet.
+	for i, n := range plan.Alone {
+		if n > 0 && float64(n)*p.Variants[i].Cost < best.Mix.Cost(p.Variants) {
+			t.Errorf("%d × %s alone meets it for less", n, p.Variants[i].Name)
+		}
+	}
+}
+
+func TestPlanRejects(t *testing.T) {
+	p := planner(t, 1)
+	p.Variants[1].Preset = preset(t, "llama-3.1-8b-h100")
+	if _, err := p.Plan(context.Background()); err == nil || !strings.Contains(err.Error(), "one model") {
+		t.Errorf("two models: %v", err)
+	}
+	p = planner(t, 1)
+	p.Variants[0].Cost = 0
+	if _, err := p.Plan(context.Background()); err == nil {
+		t.Error("zero cost accepted")
+	}
+	p = planner(t, 1)
+	p.SLO = SLOTarget{Attainment: 0.9}
+	if _, err := p.Plan(context.Background()); err == nil {
+		t.Error("no objective accepted")
+	}
+}
+
+// TestPlanMainMetrics runs the command and reads its wva_* metrics back.
+func TestPlanMainMetrics(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulates fleets")
+	}
+	path := filepath.Join(t.TempDir(), "wva.prom")
+	var stdout, stderr bytes.Buffer
+	err := PlanMain(context.Background(), []string{
+		"--variant", "name=h200,preset=qwen3-32b-tp2-h200,cost=9,accelerator=H200,max=4",
+		"--rate", "3", "--duration", "60s", "--prompt-tokens", "2000", "--output-tokens", "50",
+		"--slo-ttft", "1s", "--namespace", "llm-d", "--current", "h200=4", "--metrics-out", path,
+	}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	var out PlanOutput
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Variants) != 1 || out.Variants[0].Desired < 1 || out.Met < 0.95 {
+		t.Fatalf("plan %+v", out)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tp := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := tp.TextToMetricFamilies(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := mfs["wva_desired_replicas"]
+	if d == nil || len(d.Metric) != 1 || d.Metric[0].GetGauge().GetValue() != float64(out.Variants[0].Desired) {
+		t.Fatalf("wva_desired_replicas: %v", d)
+	}
+	want := map[string]string{"variant_name": "h200", "namespace": "llm-d", "accelerator_type": "H200"}
+	for _, l := range d.Metric[0].Label {
+		if want[l.GetName()] != l.GetValue() {
+			t.Errorf("label %s=%s", l.GetName(), l.GetValue())
+		}
+	}
+	for _, n := range []string{"wva_current_replicas", "wva_desired_ratio"} {
+		if mfs[n] == nil {
+			t.Errorf("%s missing", n)
+		}
+	}
+}
+
+func TestPlanMainUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"--rate", "1"},
+		{"--variant", "name=a,preset=nope,cost=1", "--rate", "1"},
+		{"--variant", "name=a,preset=qwen3-32b-tp2-h100,cost=1", "--rate", "1", "--trace", "x"},
+		{"--variant", "name=a,preset=qwen3-32b-tp2-h100,cost=1", "--rate", "1", "--current", "b=2"},
+		{"--variant", "name=a,preset=qwen3-32b-tp2-h100,cost=1,gpus=2", "--rate", "1"},
+	} {
+		var stderr bytes.Buffer
+		if err := PlanMain(context.Background(), args, &bytes.Buffer{}, &stderr); err == nil {
+			t.Errorf("%v accepted", args)
+		}
+	}
+}
