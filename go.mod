@@ -35,6 +35,8 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
+require github.com/NVIDIA/go-nvml v0.13.4-1 // indirect
+
 require (
 	cel.dev/expr v0.25.3 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
