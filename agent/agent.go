@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kvgate/kvgate/agent/kvblock"
+	"github.com/kvgate/kvgate/agent/telemetry"
 	"github.com/kvgate/kvgate/internal/kvwire"
 	nixl "github.com/kvgate/kvgate/nixl-cgo"
 	agentv1 "github.com/kvgate/kvgate/proto/kvgate/agent/v1"
@@ -34,6 +35,9 @@ type Config struct {
 	// UCX are the UCX backend's parameters (num_workers, device_list, ...).
 	UCX    nixl.Params
 	Logger *slog.Logger
+	// Transfers, when set, records every completed pull's READ (peer,
+	// bytes, duration) for the telemetry stream.
+	Transfers *telemetry.TransferTracker
 }
 
 const (

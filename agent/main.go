@@ -16,6 +16,7 @@ import (
 
 	nixl "github.com/kvgate/kvgate/nixl-cgo"
 	agentv1 "github.com/kvgate/kvgate/proto/kvgate/agent/v1"
+	telemetryv1 "github.com/kvgate/kvgate/proto/kvgate/telemetry/v1"
 )
 
 // paramFlag collects repeated --ucx-param key=value.
@@ -44,6 +45,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	ucx := paramFlag{}
 	fs.Var(ucx, "ucx-param", "UCX backend parameter key=value (repeatable): "+strings.Join(sortedKeys(nixl.UCXParams()), ", "))
+	tf := telemetryFlags{gpuEndpoints: map[int][]string{}}
+	tf.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -66,15 +69,24 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *name == "" {
 		*name = "kvgate-agent-" + ln.Addr().String()
 	}
+	tel, err := tf.start(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer tel.close()
 	a, err := New(Config{Name: *name, CPUBytes: *cpuBytes, DefaultLease: *lease, PullTimeout: *pullTimeout,
-		UCX: nixl.Params(ucx), Logger: log})
+		UCX: nixl.Params(ucx), Logger: log, Transfers: tel.transfers})
 	if err != nil {
 		return err
 	}
 	defer a.Close()
 	srv := grpc.NewServer()
 	agentv1.RegisterKVTransferServer(srv, a)
+	telemetryv1.RegisterTelemetryServer(srv, tel.server)
 	fmt.Fprintf(stdout, "kvgate-agent %s listening on %s\n", *name, ln.Addr())
+	if tel.metricsAddr != nil {
+		fmt.Fprintf(stdout, "kvgate-agent metrics on http://%s/metrics\n", tel.metricsAddr)
+	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {

@@ -218,6 +218,9 @@ func (a *Agent) PullBlocks(ctx context.Context, req *agentv1.PullBlocksRequest) 
 	a.stats.Pulls++
 	a.stats.PulledBytes += uint64(len(slots)) * bb
 	a.mu.Unlock()
+	if a.cfg.Transfers != nil {
+		a.cfg.Transfers.Observe(req.Peer, uint64(len(slots))*bb, dur)
+	}
 	return &agentv1.PullBlocksResponse{Slots: slots, Bytes: uint64(len(slots)) * bb, TransferUs: uint64(dur.Microseconds()),
 		PostUs: uint64(post.Microseconds())}, nil
 }

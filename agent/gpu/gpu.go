@@ -46,8 +46,8 @@ type Collector struct {
 	sampling sync.Mutex
 	mu       sync.Mutex
 	xid      []xidState
-	sampled time.Time
-	sample  []telemetry.GPU
+	sampled  time.Time
+	sample   []telemetry.GPU
 }
 
 type device struct {

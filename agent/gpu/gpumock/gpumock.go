@@ -51,9 +51,9 @@ type Server struct {
 	*server.Server
 	events chan nvml.EventData
 
-	mu     sync.Mutex
-	state  []State
-	start  time.Time
+	mu    sync.Mutex
+	state []State
+	start time.Time
 }
 
 // New returns the mock of model (a key of Models), its GPUs idle at
