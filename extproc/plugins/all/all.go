@@ -7,6 +7,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
 	"github.com/kvgate/kvgate/extproc/plugins/endpointnotification"
 	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
+	"github.com/kvgate/kvgate/extproc/plugins/gpuhealth"
 	"github.com/kvgate/kvgate/extproc/plugins/inflightload"
 	"github.com/kvgate/kvgate/extproc/plugins/kvcacheutil"
 	"github.com/kvgate/kvgate/extproc/plugins/labelselector"
@@ -87,6 +88,8 @@ func Registry() *scheduling.Registry {
 		{flowpolicy.SoftReflectType, flowpolicy.NewSoftReflect},
 		{flowpolicy.UtilizationType, flowpolicy.NewUtilization},
 		{flowpolicy.ConcurrencyType, flowpolicy.NewConcurrency},
+		{gpuhealth.FilterType, gpuhealth.NewFilter},
+		{gpuhealth.ScorerType, gpuhealth.NewScorer},
 	} {
 		mustNot(r.Register(p.typ, p.f))
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
 	"github.com/kvgate/kvgate/extproc/plugins/endpointnotification"
 	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
+	"github.com/kvgate/kvgate/extproc/plugins/gpuhealth"
 	"github.com/kvgate/kvgate/extproc/plugins/inflightload"
 	"github.com/kvgate/kvgate/extproc/plugins/labelselector"
 	"github.com/kvgate/kvgate/extproc/plugins/latencyscorer"
@@ -40,6 +41,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/tokenload"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenproducer"
 	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/extproc/telemetry"
 )
 
 // paramsOf is the struct each plugin type decodes its parameters into (nil:
@@ -91,6 +93,8 @@ var paramsOf = map[string]any{
 	flowpolicy.SoftReflectType:    nil,
 	flowpolicy.UtilizationType:    flowpolicy.UtilizationParams{},
 	flowpolicy.ConcurrencyType:    flowpolicy.ConcurrencyParams{},
+	gpuhealth.FilterType:          gpuhealth.FilterParams{},
+	gpuhealth.ScorerType:          gpuhealth.ScorerParams{},
 }
 
 // The README's plugin table, each plugin package's documented parameters,
@@ -98,7 +102,11 @@ var paramsOf = map[string]any{
 func TestDocsAgreeWithRegistry(t *testing.T) {
 	rows := readmePluginTable(t, "../../../README.md")
 	r := Registry()
-	h := &scheduling.Handle{Services: map[string]any{precise.ServiceKVIndex: kvindex.New(kvindex.Config{})}}
+	tel, err := telemetry.New(telemetry.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &scheduling.Handle{Services: map[string]any{precise.ServiceKVIndex: kvindex.New(kvindex.Config{}), telemetry.ServiceKey: tel}}
 
 	inReadme := map[string]readmeRow{}
 	for _, row := range rows {
