@@ -28,7 +28,7 @@ func TestMainRefusesBadFlags(t *testing.T) {
 		{[]string{"extra"}, "unexpected arguments"},
 		{[]string{"--gpu", "maybe", "--listen", "127.0.0.1:0"}, `--gpu "maybe"`},
 		{[]string{"--gpu-endpoint", "x=1.2.3.4:5"}, "want index=host:port"},
-		{[]string{"--gpu-endpoint", "0=nohost"}, "missing port"},
+		{[]string{"--gpu-endpoint", "0=vllm-0:8000"}, "want an IP:port or an IP"},
 		{[]string{"--node-address", "node-7"}, "node-address"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -44,14 +44,16 @@ func (t *telemetryFlags) register(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.StringVar(&t.gpuMode, "gpu", "auto", "GPU telemetry: auto (NVML when the driver is there, else run without) or off")
-	fs.Func("gpu-endpoint", "index=host:port: a model server on GPU index, for fleets without pods (repeatable)", func(s string) error {
+	fs.Func("gpu-endpoint", "index=host:port (or index=ip: every port of that IP): a model server on GPU index, for fleets without pods (repeatable)", func(s string) error {
 		k, v, ok := strings.Cut(s, "=")
 		i, err := strconv.Atoi(k)
 		if !ok || err != nil || i < 0 {
 			return fmt.Errorf("want index=host:port, got %q", s)
 		}
-		if _, _, err := net.SplitHostPort(v); err != nil {
-			return fmt.Errorf("%q: %w", v, err)
+		if _, err := netip.ParseAddr(v); err != nil {
+			if _, err := netip.ParseAddrPort(v); err != nil {
+				return fmt.Errorf("--gpu-endpoint %q: want an IP:port or an IP", v)
+			}
 		}
 		t.gpuEndpoints[i] = append(t.gpuEndpoints[i], v)
 		return nil
