@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	nixl "github.com/kvgate/kvgate/nixl-cgo"
 	agentv1 "github.com/kvgate/kvgate/proto/kvgate/agent/v1"
@@ -83,6 +85,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	srv := grpc.NewServer()
 	agentv1.RegisterKVTransferServer(srv, a)
 	telemetryv1.RegisterTelemetryServer(srv, tel.server)
+	// The DaemonSet's readiness probe (gRPC health, service "").
+	healthpb.RegisterHealthServer(srv, health.NewServer())
 	fmt.Fprintf(stdout, "kvgate-agent %s listening on %s\n", *name, ln.Addr())
 	if tel.metricsAddr != nil {
 		fmt.Fprintf(stdout, "kvgate-agent metrics on http://%s/metrics\n", tel.metricsAddr)

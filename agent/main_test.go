@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/kvgate/kvgate/internal/testutil"
 	telemetryv1 "github.com/kvgate/kvgate/proto/kvgate/telemetry/v1"
@@ -77,6 +78,9 @@ func TestMainServesTelemetry(t *testing.T) {
 			r.GpuUnavailableReason == "" || len(r.Gpus) != 0 {
 			t.Fatalf("report %v", r)
 		}
+	}
+	if h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health check: %v %v", h, err)
 	}
 	resp, err := http.Get(metrics)
 	if err != nil {

@@ -40,6 +40,22 @@ type checkedExpr struct {
 func loadPanels(t *testing.T) []Panel {
 	t.Helper()
 	var all []Panel
+	grafana, err := filepath.Glob(filepath.Join(grafanaDir, "*.json"))
+	if err != nil || len(grafana) == 0 {
+		t.Fatalf("kvgate's Grafana dashboards: %v %v", grafana, err)
+	}
+	for _, path := range grafana {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps, err := ParseGrafana(f)
+		f.Close()
+		if err != nil || len(ps) == 0 {
+			t.Fatalf("%s: %d panels, %v", path, len(ps), err)
+		}
+		all = append(all, ps...)
+	}
 	for _, path := range []string{filepath.Join(testutil.SharedDir(t), "DASHBOARDS.md"), filepath.Join("testdata", "autoscaling.md")} {
 		f, err := os.Open(path)
 		if err != nil {
@@ -79,6 +95,10 @@ func TestDashboardsOnLiveFleet(t *testing.T) {
 			"namespace": testNamespace, "pod": f.simNames[i],
 		}})
 	}
+	// The node agent of a GPU node, for kvgate's GPU dashboard.
+	targets = append(targets, scrapeTarget{Job: "kvgate-agent", Addr: startGPUAgent(t), Labels: map[string]string{
+		"namespace": testNamespace, "node": "gpu-node-0",
+	}})
 	prom := startPrometheus(t, bin, targets)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -107,7 +127,7 @@ func TestDashboardsOnLiveFleet(t *testing.T) {
 	vars := map[string]string{
 		"namespace": testNamespace, "model_name": fleetModel, "model": fleetModel,
 		"__rate_interval": window, "__range": window,
-		"pool": f.poolName, "epp": eppService, "epp_service": eppService, "model_server_deployment": "vllm",
+		"node": ".*", "pool": f.poolName, "epp": eppService, "epp_service": eppService, "model_server_deployment": "vllm",
 	}
 	var checked []checkedExpr
 	for _, p := range panels {
