@@ -34,6 +34,7 @@ func TestParseFlagsRejects(t *testing.T) {
 		{"--requests", "0"},
 		{"--policy", "fastest"},
 		{"--time-scale", "-1"},
+		{"--agent", "/nonexistent/kvgate-agent"},
 		{"extra"},
 	} {
 		if _, err := ParseFlags(args, io.Discard); err == nil {
