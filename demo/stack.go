@@ -76,7 +76,7 @@ type Stack struct {
 	// AgentAddr its gRPC address.
 	Agent     *proc.Proc
 	AgentAddr string
-	group         *proc.Group
+	group     *proc.Group
 }
 
 // StopGrace is how long children get between SIGTERM and SIGKILL; with
