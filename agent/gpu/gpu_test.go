@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -261,3 +262,29 @@ Local:
 }
 
 func equal(a, b []string) bool { return strings.Join(a, ",") == strings.Join(b, ",") }
+
+func FuzzPodOfFiles(f *testing.F) {
+	f.Add("0::/kubepods.slice/kubepods-pod0f1e2d3c_4b5a_6978_8a9b_0c1d2e3f4a5b.slice/x\n", "|-- 10.1.2.3\n   /32 host LOCAL\n")
+	f.Add("", "|-- not-an-ip\n/32 host LOCAL\n|-- 127.0.0.1\n/32 host LOCAL\n")
+	f.Fuzz(func(t *testing.T, cgroup, fib string) {
+		root := t.TempDir()
+		for _, d := range []string{"self/ns", "1/ns", "1/net"} {
+			if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		os.Symlink("net:[1]", filepath.Join(root, "self", "ns", "net"))
+		os.Symlink("net:[2]", filepath.Join(root, "1", "ns", "net"))
+		os.WriteFile(filepath.Join(root, "1", "cgroup"), []byte(cgroup), 0o644)
+		os.WriteFile(filepath.Join(root, "1", "net", "fib_trie"), []byte(fib), 0o644)
+		uid, ips := gpu.PodOfForTest(root, 1)
+		if uid != "" && len(uid) != 36 {
+			t.Fatalf("uid %q", uid)
+		}
+		for _, ip := range ips {
+			if a, err := netip.ParseAddr(ip); err != nil || a.IsLoopback() {
+				t.Fatalf("address %q", ip)
+			}
+		}
+	})
+}
