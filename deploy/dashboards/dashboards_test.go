@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -185,8 +186,11 @@ func FuzzParseGrafana(f *testing.F) {
 			return
 		}
 		for _, p := range ps {
-			if len(p.Exprs) == 0 {
-				t.Fatalf("panel without queries returned: %+v", p)
+			if len(p.Exprs) == 0 || slices.Contains(p.Exprs, "") {
+				t.Fatalf("panel without queries, or an empty one, returned: %+v", p)
+			}
+			for _, e := range p.Exprs {
+				MetricNames(e)
 			}
 		}
 	})

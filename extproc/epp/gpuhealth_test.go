@@ -10,11 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-
 	"github.com/kvgate/kvgate/agent/gpu"
 	"github.com/kvgate/kvgate/agent/gpu/gpumock"
 	agenttel "github.com/kvgate/kvgate/agent/telemetry"
+	"github.com/kvgate/kvgate/agent/telemetry/telemetrytest"
 	telemetryv1 "github.com/kvgate/kvgate/proto/kvgate/telemetry/v1"
 )
 
@@ -39,24 +38,14 @@ func gpuAgent(t *testing.T, servers int) (*gpumock.Server, string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { c.Run(ctx) })
-	srv, err := agenttel.NewServer(agenttel.Config{Node: "gpu-node-0", GPUs: c})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	telemetryv1.RegisterTelemetryServer(g, srv)
-	go g.Serve(ln)
+	addr, stop := telemetrytest.Serve(t, agenttel.Config{Node: "gpu-node-0", GPUs: c})
 	t.Cleanup(func() {
-		g.Stop()
+		stop()
 		cancel()
 		wg.Wait()
 		c.Close()
 	})
-	return m, ln.Addr().String()
+	return m, addr
 }
 
 const gpuHealthConfig = `apiVersion: inference.networking.x-k8s.io/v1alpha1

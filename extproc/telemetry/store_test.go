@@ -9,35 +9,22 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-
 	agenttel "github.com/kvgate/kvgate/agent/telemetry"
+	"github.com/kvgate/kvgate/agent/telemetry/telemetrytest"
 	"github.com/kvgate/kvgate/extproc/telemetry"
 	"github.com/kvgate/kvgate/internal/testutil"
-	telemetryv1 "github.com/kvgate/kvgate/proto/kvgate/telemetry/v1"
 )
 
 // agent is a real telemetry server on loopback.
 type agent struct {
 	addr string
-	srv  *grpc.Server
+	stop func()
 }
 
 func startAgent(t *testing.T, cfg agenttel.Config) *agent {
 	t.Helper()
-	s, err := agenttel.NewServer(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	telemetryv1.RegisterTelemetryServer(g, s)
-	go g.Serve(ln)
-	t.Cleanup(g.Stop)
-	return &agent{addr: ln.Addr().String(), srv: g}
+	addr, stop := telemetrytest.Serve(t, cfg)
+	return &agent{addr: addr, stop: stop}
 }
 
 // gpus is a fixed GPU source (the agent's NVML collector is tested in
@@ -147,7 +134,7 @@ func TestMatrixAndHealth(t *testing.T) {
 
 	// Node b's agent goes away: its report ages out, a's measurement of b's
 	// address stays (it is a's, and fresh).
-	b.srv.Stop()
+	b.stop()
 	eventually(t, "b to age out", func() bool { return len(s.Nodes()) == 1 })
 	if _, ok := s.NodeOf("10.0.0.2:8000"); ok {
 		t.Error("b still resolves after its agent died")
@@ -246,18 +233,8 @@ func TestSetAgents(t *testing.T) {
 // Run's return ends every subscription goroutine and its connection.
 func TestRunStopsEverything(t *testing.T) {
 	before := runtime.NumGoroutine()
-	tel, err := agenttel.NewServer(agenttel.Config{Node: "a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	telemetryv1.RegisterTelemetryServer(g, tel)
-	go g.Serve(ln)
-	s, err := telemetry.New(telemetry.Config{Agents: []string{ln.Addr().String(), "127.0.0.1:1"}, Interval: 100 * time.Millisecond})
+	addr, stop := telemetrytest.Serve(t, agenttel.Config{Node: "a"})
+	s, err := telemetry.New(telemetry.Config{Agents: []string{addr, "127.0.0.1:1"}, Interval: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +244,7 @@ func TestRunStopsEverything(t *testing.T) {
 	eventually(t, "a", func() bool { return len(s.Nodes()) == 1 })
 	cancel()
 	<-done
-	g.Stop()
+	stop()
 	testutil.NoGoroutineLeak(t, before, "Run returned and the agent stopped")
 }
 
