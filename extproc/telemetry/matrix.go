@@ -40,11 +40,17 @@ func retransRates(old, cur *node) map[peerKey]float64 {
 	if dt <= 0 {
 		return nil
 	}
-	out := map[peerKey]float64{}
+	var out map[peerKey]float64 // allocated for the first peer with retransmits
 	for ip, ps := range cur.peers {
 		for _, p := range ps {
+			if p.Retransmits == 0 {
+				continue
+			}
 			for _, q := range old.peers[ip] {
 				if q.Class == p.Class && p.Retransmits >= q.Retransmits {
+					if out == nil {
+						out = map[peerKey]float64{}
+					}
 					out[peerKey{ip, p.Class}] = float64(p.Retransmits-q.Retransmits) / dt
 				}
 			}
