@@ -392,6 +392,9 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	}
 	if p.telemetry != nil {
 		h.Services[telemetry.ServiceKey] = p.telemetry
+		if err := p.reg.Register(p.telemetry); err != nil {
+			return nil, fmt.Errorf("telemetry metrics: %w", err)
+		}
 	}
 	if p.built, err = config.Build(cfg, all.Registry(), h, p.metrics.PluginDuration); err != nil {
 		return nil, err

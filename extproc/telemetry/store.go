@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -58,8 +59,12 @@ type Config struct {
 
 // Store holds the latest telemetry of every node.
 type Store struct {
-	cfg  Config
-	wake chan struct{}
+	cfg   Config
+	wake  chan struct{}
+	stats struct {
+		agents, streaming atomic.Int64
+		reports, failures atomic.Uint64
+	}
 
 	mu         sync.RWMutex
 	nodes      map[string]*node
@@ -165,6 +170,7 @@ func (s *Store) Run(ctx context.Context) {
 				s.forgetAgent(a)
 			}
 		}
+		defer func() { s.stats.agents.Store(int64(len(subs))) }()
 		for a := range want {
 			if _, ok := subs[a]; !ok {
 				sctx, cancel := context.WithCancel(ctx)
@@ -178,6 +184,7 @@ func (s *Store) Run(ctx context.Context) {
 		}
 	}
 	reconcile()
+	defer s.stats.agents.Store(0)
 	for {
 		select {
 		case <-ctx.Done():
@@ -199,6 +206,7 @@ func (s *Store) subscribe(ctx context.Context, addr string) {
 		if ctx.Err() != nil {
 			return
 		}
+		s.stats.failures.Add(1)
 		if got {
 			backoff = 100 * time.Millisecond
 		}
@@ -233,13 +241,22 @@ func (s *Store) watchOnce(ctx context.Context, addr string) (got bool, err error
 	// dead (a half-open connection) and is replaced.
 	watchdog := time.AfterFunc(s.cfg.StaleAfter, cancel)
 	defer watchdog.Stop()
+	defer func() {
+		if got {
+			s.stats.streaming.Add(-1)
+		}
+	}()
 	for {
 		r, err := stream.Recv()
 		if err != nil {
 			return got, err
 		}
 		watchdog.Reset(s.cfg.StaleAfter)
+		if !got {
+			s.stats.streaming.Add(1)
+		}
 		got = true
+		s.stats.reports.Add(1)
 		s.apply(addr, r)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	agenttel "github.com/kvgate/kvgate/agent/telemetry"
 	"github.com/kvgate/kvgate/agent/telemetry/telemetrytest"
 	"github.com/kvgate/kvgate/extproc/telemetry"
@@ -214,6 +216,36 @@ func TestDeadAgentsDoNotBlock(t *testing.T) {
 	if got := s.Nodes(); len(got) != 1 || got[0] != "live" {
 		t.Fatalf("nodes %v", got)
 	}
+	eventually(t, "the closed port's failure counted", func() bool { return metricValue(t, s, "kvgate_telemetry_stream_failures_total") > 0 })
+	for name, want := range map[string]float64{"kvgate_telemetry_agents": 3, "kvgate_telemetry_agents_streaming": 1, "kvgate_telemetry_nodes": 1} {
+		if got := metricValue(t, s, name); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	if metricValue(t, s, "kvgate_telemetry_reports_total") < 1 {
+		t.Error("no report counted")
+	}
+}
+
+func metricValue(t *testing.T, s *telemetry.Store, name string) float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(s)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			m := mf.Metric[0]
+			if m.Counter != nil {
+				return m.Counter.GetValue()
+			}
+			return m.Gauge.GetValue()
+		}
+	}
+	t.Fatalf("no %s", name)
+	return 0
 }
 
 func TestSetAgents(t *testing.T) {
