@@ -18,12 +18,16 @@ APT_PKGS   += libucx-dev ucx-utils
 APT_PKGS   += libzmq3-dev gcc
 # redis-server: the batch and async Redis modes are tested against the real server.
 APT_PKGS   += redis-server
+# iproute2: agent/netobs's namespace tests (ip netns, veth, ss -ti).
+APT_PKGS   += iproute2
+# `make bpf` only (the bpf2go output is committed; builds need no clang).
+BPF_PKGS   := clang llvm libbpf-dev linux-libc-dev
 # Packages the wasm filter compiles in: they must keep building for wasip1.
 WASM_PKGS  := ./internal/openai ./internal/hints ./internal/prefixhash ./internal/kvhash \
               ./internal/tokenizer/... ./internal/prompt
 export KVGATE_TOKENIZER_DIR := $(CURDIR)/$(CACHE)/tokenizers/qwen3
 
-.PHONY: all setup envtest build wasm images test test-short run bench bench-cluster bench-live bench-transfer chaos lint fmt proto clean
+.PHONY: all setup envtest build wasm images test test-short run bench bench-cluster bench-live bench-transfer chaos lint fmt proto bpf clean
 
 all: build
 
@@ -148,6 +152,12 @@ fmt:
 # Regenerates the Go code of kvgate's own gRPC APIs from proto/.
 proto:
 	@bash scripts/proto.sh
+
+# Regenerates agent/netobs's eBPF object and its Go loader (bpf2go, pinned
+# in go.mod as a tool) from netobs.bpf.c.
+bpf:
+	@bash scripts/setup.sh $(BPF_PKGS)
+	BPF_INCLUDE=/usr/include/$$(gcc -print-multiarch) $(GO) generate ./agent/netobs
 
 clean:
 	rm -rf $(BIN) $(CACHE)/setup.stamp

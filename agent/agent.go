@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kvgate/kvgate/agent/kvblock"
-	"github.com/kvgate/kvgate/agent/telemetry"
 	"github.com/kvgate/kvgate/internal/kvwire"
 	nixl "github.com/kvgate/kvgate/nixl-cgo"
 	agentv1 "github.com/kvgate/kvgate/proto/kvgate/agent/v1"
@@ -35,9 +34,16 @@ type Config struct {
 	// UCX are the UCX backend's parameters (num_workers, device_list, ...).
 	UCX    nixl.Params
 	Logger *slog.Logger
-	// Transfers, when set, records every completed pull's READ (peer,
-	// bytes, duration) for the telemetry stream.
-	Transfers *telemetry.TransferTracker
+	// Transfers, when set, is told of every NIXL READ this agent runs
+	// (agent/netobs reports them per peer beside the TCP flows).
+	Transfers TransferObserver
+}
+
+// TransferObserver receives the timing of each NIXL transfer: the peer
+// agent's address, the bytes moved and how long the READ took (post to
+// completion), or that it failed.
+type TransferObserver interface {
+	ObserveTransfer(peer string, bytes uint64, d time.Duration, failed bool)
 }
 
 const (

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -47,6 +48,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	ucx := paramFlag{}
 	fs.Var(ucx, "ucx-param", "UCX backend parameter key=value (repeatable): "+strings.Join(sortedKeys(nixl.UCXParams()), ", "))
+	var nf netFlags
+	nf.register(fs)
 	tf := telemetryFlags{gpuEndpoints: map[int][]string{}}
 	tf.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -71,26 +74,44 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *name == "" {
 		*name = "kvgate-agent-" + ln.Addr().String()
 	}
-	tel, err := tf.start(ctx, log)
+	nt, err := nf.tracker(log)
+	if err != nil {
+		return err
+	}
+	nctx, stopNet := context.WithCancel(ctx)
+	netDone := make(chan struct{})
+	go func() { nt.Run(nctx); close(netDone) }()
+	defer func() {
+		stopNet()
+		<-netDone
+		if err := nt.Close(); err != nil {
+			log.Warn("detaching eBPF programs", "err", err)
+		}
+	}()
+	tel, err := tf.start(ctx, log, netobsPeers{nt})
 	if err != nil {
 		return err
 	}
 	defer tel.close()
 	a, err := New(Config{Name: *name, CPUBytes: *cpuBytes, DefaultLease: *lease, PullTimeout: *pullTimeout,
-		UCX: nixl.Params(ucx), Logger: log, Transfers: tel.transfers})
+		UCX: nixl.Params(ucx), Logger: log, Transfers: nt})
 	if err != nil {
 		return err
 	}
 	defer a.Close()
+	if nf.metricsAddr != "" {
+		stop, err := serveMetrics(ctx, nf.metricsAddr, stdout, append([]prometheus.Collector{nt}, tel.collectors...)...)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	srv := grpc.NewServer()
 	agentv1.RegisterKVTransferServer(srv, a)
 	telemetryv1.RegisterTelemetryServer(srv, tel.server)
 	// The DaemonSet's readiness probe (gRPC health, service "").
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	fmt.Fprintf(stdout, "kvgate-agent %s listening on %s\n", *name, ln.Addr())
-	if tel.metricsAddr != nil {
-		fmt.Fprintf(stdout, "kvgate-agent metrics on http://%s/metrics\n", tel.metricsAddr)
-	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {

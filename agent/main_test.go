@@ -27,6 +27,10 @@ func TestMainRefusesBadFlags(t *testing.T) {
 		{[]string{"--cpu-bytes", "-1"}, "must not be negative"},
 		{[]string{"--log-level", "loud"}, "--log-level"},
 		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"--netobs-class", "kv"}, "want name=port"},
+		{[]string{"--netobs-class", "a=80", "--netobs-class", "a=81", "--listen", "127.0.0.1:0"}, `flow class "a" given twice`},
+		{[]string{"--netobs-max-flows", "1", "--listen", "127.0.0.1:0"}, "MaxFlows"},
+		{[]string{"--metrics-addr", "256.0.0.1:1", "--listen", "127.0.0.1:0"}, "--metrics-addr"},
 		{[]string{"--gpu", "maybe", "--listen", "127.0.0.1:0"}, `--gpu "maybe"`},
 		{[]string{"--gpu-endpoint", "x=1.2.3.4:5"}, "want index=host:port"},
 		{[]string{"--gpu-endpoint", "0=vllm-0:8000"}, "want an IP:port or an IP"},
@@ -50,7 +54,7 @@ func TestMainServesTelemetry(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- Main(ctx, []string{"--listen", "127.0.0.1:0", "--cpu-bytes", "0", "--node-name", "node-a",
-			"--node-address", "127.0.0.7", "--metrics-listen", "127.0.0.1:0", "--gpu-endpoint", "0=127.0.0.7:8000"}, &stdout, &stderr)
+			"--node-address", "127.0.0.7", "--metrics-addr", "127.0.0.1:0", "--gpu-endpoint", "0=127.0.0.7:8000"}, &stdout, &stderr)
 	}()
 	defer func() {
 		cancel()
@@ -82,7 +86,7 @@ func TestMainServesTelemetry(t *testing.T) {
 	if h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health check: %v %v", h, err)
 	}
-	resp, err := http.Get(metrics)
+	resp, err := http.Get("http://" + metrics + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -195,6 +195,9 @@ func (a *Agent) PullBlocks(ctx context.Context, req *agentv1.PullBlocksRequest) 
 	start := time.Now()
 	post, err := a.read(ctx, p, local, rem, notif)
 	dur := time.Since(start)
+	if a.cfg.Transfers != nil {
+		a.cfg.Transfers.ObserveTransfer(req.Peer, uint64(len(slots))*bb, dur, err != nil)
+	}
 	a.mu.Lock()
 	for _, s := range slots {
 		if err != nil {
@@ -218,9 +221,6 @@ func (a *Agent) PullBlocks(ctx context.Context, req *agentv1.PullBlocksRequest) 
 	a.stats.Pulls++
 	a.stats.PulledBytes += uint64(len(slots)) * bb
 	a.mu.Unlock()
-	if a.cfg.Transfers != nil {
-		a.cfg.Transfers.Observe(req.Peer, uint64(len(slots))*bb, dur)
-	}
 	return &agentv1.PullBlocksResponse{Slots: slots, Bytes: uint64(len(slots)) * bb, TransferUs: uint64(dur.Microseconds()),
 		PostUs: uint64(post.Microseconds())}, nil
 }

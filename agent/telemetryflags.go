@@ -7,30 +7,26 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kvgate/kvgate/agent/gpu"
+	"github.com/kvgate/kvgate/agent/netobs"
 	"github.com/kvgate/kvgate/agent/telemetry"
 )
 
-// telemetryFlags are kvgate-agent's telemetry options.
+// telemetryFlags are kvgate-agent's telemetry-stream options.
 type telemetryFlags struct {
-	node          string
-	addresses     []netip.Addr
-	gpuMode       string
-	gpuEndpoints  map[int][]string
-	procRoot      string
-	metricsListen string
+	node         string
+	addresses    []netip.Addr
+	gpuMode      string
+	gpuEndpoints map[int][]string
+	procRoot     string
 }
 
 func (t *telemetryFlags) register(fs *flag.FlagSet) {
@@ -59,18 +55,19 @@ func (t *telemetryFlags) register(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.StringVar(&t.procRoot, "proc-root", "/proc", "the host's /proc, to map GPU processes to pods (empty: no pod mapping)")
-	fs.StringVar(&t.metricsListen, "metrics-listen", "", "Prometheus /metrics listen address (empty: none)")
 }
 
-// agentTelemetry is what start built; close stops it.
+// agentTelemetry is what start built: the telemetry service, the
+// collectors /metrics adds, and close, which stops it.
 type agentTelemetry struct {
-	server      *telemetry.Server
-	transfers   *telemetry.TransferTracker
-	metricsAddr net.Addr
-	close       func()
+	server     *telemetry.Server
+	collectors []prometheus.Collector
+	close      func()
 }
 
-func (t *telemetryFlags) start(ctx context.Context, log *slog.Logger) (*agentTelemetry, error) {
+// start opens NVML (per --gpu) and builds the telemetry service over it
+// and peers.
+func (t *telemetryFlags) start(ctx context.Context, log *slog.Logger, peers telemetry.PeerSource) (*agentTelemetry, error) {
 	if t.node == "" {
 		h, err := os.Hostname()
 		if err != nil {
@@ -81,15 +78,8 @@ func (t *telemetryFlags) start(ctx context.Context, log *slog.Logger) (*agentTel
 	if len(t.addresses) == 0 {
 		t.addresses = interfaceAddrs()
 	}
-	out := &agentTelemetry{transfers: telemetry.NewTransferTracker(0, nil)}
-	cfg := telemetry.Config{Node: t.node, Addresses: t.addresses, Peers: []telemetry.PeerSource{out.transfers}, Log: log}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		telemetry.PeerCollector{Source: out.transfers})
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	// stops run before wg.Wait (they end the goroutines), closers after.
-	stops, closers := []func(){cancel}, []func(){}
+	cfg := telemetry.Config{Node: t.node, Addresses: t.addresses, Peers: []telemetry.PeerSource{peers}, Log: log}
+	out := &agentTelemetry{close: func() {}}
 	switch t.gpuMode {
 	case "off":
 	case "auto":
@@ -97,22 +87,18 @@ func (t *telemetryFlags) start(ctx context.Context, log *slog.Logger) (*agentTel
 		if err != nil && !errors.Is(err, gpu.ErrUnavailable) {
 			return nil, err
 		}
-		cfg.GPUs = c
-		reg.MustRegister(c)
+		ctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
 		wg.Go(func() { c.Run(ctx) })
-		closers = append(closers, c.Close)
+		cfg.GPUs = c
+		out.collectors = append(out.collectors, c)
+		out.close = func() {
+			cancel()
+			wg.Wait()
+			c.Close()
+		}
 	default:
-		cancel()
 		return nil, fmt.Errorf("--gpu %q: want auto or off", t.gpuMode)
-	}
-	out.close = func() {
-		for _, f := range stops {
-			f()
-		}
-		wg.Wait()
-		for _, f := range closers {
-			f()
-		}
 	}
 	srv, err := telemetry.NewServer(cfg)
 	if err != nil {
@@ -120,22 +106,25 @@ func (t *telemetryFlags) start(ctx context.Context, log *slog.Logger) (*agentTel
 		return nil, err
 	}
 	out.server = srv
-	if t.metricsListen != "" {
-		ln, err := net.Listen("tcp", t.metricsListen)
-		if err != nil {
-			out.close()
-			return nil, fmt.Errorf("--metrics-listen: %w", err)
-		}
-		hs := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 10 * time.Second}
-		out.metricsAddr = ln.Addr()
-		wg.Go(func() {
-			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("metrics server", "err", err)
-			}
-		})
-		stops = append(stops, func() { hs.Close() })
-	}
 	return out, nil
+}
+
+// netobsPeers feeds the network tracker's figures (eBPF TCP flows and the
+// NIXL READ timings) to the telemetry stream. For NIXL the READ latency
+// stands in for the RTT, as the stream's contract says.
+type netobsPeers struct{ t *netobs.Tracker }
+
+func (n netobsPeers) Peers() []telemetry.PeerStats {
+	ps := n.t.Peers()
+	out := make([]telemetry.PeerStats, len(ps))
+	for i, p := range ps {
+		out[i] = telemetry.PeerStats{Peer: p.Peer, Class: p.Class, Flows: p.Flows, SRTT: p.SRTT, MinRTT: p.MinRTT,
+			Retransmits: p.Retransmits, BytesAcked: p.BytesAcked, ThroughputBytesPerSec: p.ThroughputBytesPerSec, Updated: p.Updated}
+		if p.Class == netobs.NIXLClass && p.SRTT == 0 {
+			out[i].SRTT = p.TransferLatency
+		}
+	}
+	return out
 }
 
 // interfaceAddrs lists the IPs of the up, non-loopback interfaces.

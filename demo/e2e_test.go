@@ -482,6 +482,64 @@ func TestE2EUpRunsToCompletion(t *testing.T) {
 	}
 }
 
+// `kvgate up --mixed` runs its three fleets and reports per class: online
+// traffic is never shed under flow control, the batch job's requests are
+// all accounted for (served or shed), and the objectives reached the
+// picker (the batch class is refused when saturated, which only a
+// sheddable priority allows).
+func TestE2EUpMixed(t *testing.T) {
+	needE2E(t)
+	cmd, buf := upCommand(t, "--mixed", "--requests", "16", "--replicas", "2", "--duration", "3s", "--time-scale", "0.2",
+		"--policy", "load", "--batch-requests", "60", "--batch-max-tokens", "16", "--max-concurrency", "1", "--holdback", "0.1", "--queue-ttl", "500ms")
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("kvgate up --mixed: %v\n%s", err, buf)
+	}
+	out := buf.String()
+	for _, want := range []string{"online-only", "mixed-flow-control", "mixed-no-flow-control", "× online alone", "report.html"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	dir := cmd.Args[3]
+	raw, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		Classes []struct {
+			Scenario, Class string
+			Shed            int
+			Summary         struct{ Requests, Errors int }
+		}
+	}
+	if err := json.Unmarshal(raw, &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Classes) != 5 {
+		t.Fatalf("%d classes in results.json, want 5 (online alone; online and batch twice)", len(res.Classes))
+	}
+	shedUnderFC := 0
+	for _, c := range res.Classes {
+		switch {
+		case c.Class == "online" && c.Scenario != "mixed-no-flow-control" && c.Summary.Errors > 0:
+			t.Errorf("%s: %d online requests failed", c.Scenario, c.Summary.Errors)
+		case c.Class == "batch" && c.Summary.Errors != c.Shed:
+			t.Errorf("%s: %d batch requests failed, %d of them shed: the others are errors", c.Scenario, c.Summary.Errors, c.Shed)
+		case c.Class == "batch" && c.Scenario == "mixed-flow-control":
+			shedUnderFC = c.Shed
+		}
+	}
+	if shedUnderFC == 0 {
+		t.Errorf("no batch request was shed under flow control at --max-concurrency 1, --holdback 0.1: the batch objective did not apply")
+	}
+	if pids := ownProcesses(t); len(pids) > 0 {
+		t.Errorf("processes left behind: %v", pids)
+	}
+	if t.Failed() {
+		t.Log(out)
+	}
+}
+
 func TestE2EUpStopsOnSIGTERM(t *testing.T) {
 	needE2E(t)
 	cmd, buf := upCommand(t, "--requests", "4", "--replicas", "1", "--duration", "1s", "--no-compare", "--policy", "round-robin", "--keep-running")

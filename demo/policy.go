@@ -27,8 +27,9 @@ var Policies = map[string]string{
 // Every picker names a fallback, which the gateway tries when the primary
 // refuses the connection (a server that just died, before the picker's
 // scrapes notice).
-func policyConfig(policy, tokenizerDir, hashSeed string) (string, error) {
-	raw, err := config.Policy(policy, config.PolicyOptions{Tokenizer: tokenizerDir, BlockSize: kvhash.DefaultBlockSize, HashSeed: hashSeed, Fallbacks: 1})
+// fc, when set, puts the policy under flow control.
+func policyConfig(policy, tokenizerDir, hashSeed string, fc *config.PolicyFlowControl) (string, error) {
+	raw, err := config.Policy(policy, config.PolicyOptions{Tokenizer: tokenizerDir, BlockSize: kvhash.DefaultBlockSize, HashSeed: hashSeed, Fallbacks: 1, FlowControl: fc})
 	return string(raw), err
 }
 

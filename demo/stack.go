@@ -17,6 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/kvgate/kvgate/demo/proc"
+	"github.com/kvgate/kvgate/extproc/config"
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/endpoints/staticfile"
 	"github.com/kvgate/kvgate/extproc/epp"
@@ -28,6 +29,10 @@ import (
 // Model is the model name the simulators serve and the workload requests.
 const Model = "Qwen/Qwen3-0.6B"
 
+// ObjectivesPool is the pool name a fleet with objectives runs as: the
+// InferenceObjectives' poolRef.
+const ObjectivesPool = "kvgate-up"
+
 // StackConfig describes one fleet.
 type StackConfig struct {
 	// Bin is the kvgate binary the components run as subcommands of.
@@ -37,6 +42,11 @@ type StackConfig struct {
 	Replicas     int
 	// Policy names the picker configuration (see policies).
 	Policy string
+	// FlowControl, when set, runs the policy under the flow-control layer.
+	FlowControl *config.PolicyFlowControl
+	// Objectives, when set, is an InferenceObjective YAML file (poolRef
+	// ObjectivesPool) the picker reads its request priorities from.
+	Objectives string
 	// LogDir receives one log file per component.
 	LogDir       string
 	TimeScale    float64
@@ -158,9 +168,12 @@ func (c StackConfig) simOptions(i int, ports fleetPorts) vllmserver.Options {
 
 // eppOptions are the picker's flags: the fleet's simulators as its static
 // endpoints, the policy's configuration inline.
-func (c StackConfig) eppOptions(endpointsFile, config string, ports fleetPorts) epp.Options {
+func (c StackConfig) eppOptions(endpointsFile, configText string, ports fleetPorts) epp.Options {
 	o := epp.DefaultOptions()
-	o.EndpointsFile, o.ConfigText = endpointsFile, config
+	o.EndpointsFile, o.ConfigText = endpointsFile, configText
+	if c.Objectives != "" {
+		o.ObjectivesFile, o.PoolName = c.Objectives, ObjectivesPool
+	}
 	o.GRPCAddr, o.HealthAddr, o.MetricsAddr = loopback(ports.grpc), loopback(ports.health), loopback(ports.metrics)
 	o.KVEventsAddr = "tcp://" + loopback(ports.kvEvents)
 	o.RefreshMetricsInterval = 50 * time.Millisecond
@@ -219,7 +232,7 @@ func (s *Stack) startEPP(c StackConfig, ports fleetPorts) error {
 	if err := os.WriteFile(epFile, file, 0o644); err != nil {
 		return fmt.Errorf("endpoints file: %w", err)
 	}
-	cfg, err := policyConfig(c.Policy, c.TokenizerDir, c.HashSeed)
+	cfg, err := policyConfig(c.Policy, c.TokenizerDir, c.HashSeed, c.FlowControl)
 	if err != nil {
 		return err
 	}

@@ -45,13 +45,17 @@ type Options struct {
 	// Agent is the kvgate-agent binary run beside each fleet (default:
 	// the one beside Bin, when there is one; "none": no agent).
 	Agent string
+	// MixedRun runs the online-beside-batch comparison (Mixed) instead of
+	// the policy comparison.
+	MixedRun bool
+	Mixed    MixedOptions
 }
 
 // DefaultOptions size the default run at about a minute on two cores.
 func DefaultOptions() Options {
 	return Options{
 		Replicas: 4, Requests: 200, Policy: PolicyPrecise, Baseline: PolicyRoundRobin,
-		TimeScale: 0.03, NumGPUBlocks: 600, Workload: workload.DefaultOptions(),
+		TimeScale: 0.03, NumGPUBlocks: 600, Workload: workload.DefaultOptions(), Mixed: DefaultMixedOptions(),
 	}
 }
 
@@ -81,6 +85,13 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 		o.GatewayArgs = append(o.GatewayArgs, v)
 		return nil
 	})
+	fs.BoolVar(&o.MixedRun, "mixed", false, "online traffic beside a sheddable batch job, with and without flow control, instead of the policy comparison")
+	fs.IntVar(&o.Mixed.BatchRequests, "batch-requests", o.Mixed.BatchRequests, "with --mixed: requests of the batch job")
+	fs.IntVar(&o.Mixed.BatchPromptWords, "batch-prompt-words", o.Mixed.BatchPromptWords, "with --mixed: words per batch prompt")
+	fs.IntVar(&o.Mixed.BatchMaxTokens, "batch-max-tokens", o.Mixed.BatchMaxTokens, "with --mixed: output tokens per batch request")
+	fs.IntVar(&o.Mixed.MaxConcurrency, "max-concurrency", o.Mixed.MaxConcurrency, "with --mixed: in-flight requests per server at which flow control holds dispatch (concurrency-detector)")
+	fs.Float64Var(&o.Mixed.HoldbackMinCeiling, "holdback", o.Mixed.HoldbackMinCeiling, "with --mixed: fraction of --max-concurrency the batch job may fill (priority-holdback-policy minCeiling; 0: strict priority only)")
+	fs.DurationVar(&o.Mixed.RequestTTL, "queue-ttl", o.Mixed.RequestTTL, "with --mixed: longest wait of a queued request (defaultRequestTTL)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -94,6 +105,16 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 		return o, fmt.Errorf("--requests %d: want at least 1", o.Requests)
 	case !(o.TimeScale > 0):
 		return o, fmt.Errorf("--time-scale %v must be positive", o.TimeScale)
+	case o.MixedRun && (o.Mixed.BatchRequests < 1 || o.Mixed.BatchPromptWords < 1 || o.Mixed.BatchMaxTokens < 1):
+		return o, fmt.Errorf("--batch-requests, --batch-prompt-words and --batch-max-tokens must be positive")
+	case o.MixedRun && o.Mixed.MaxConcurrency < 1:
+		return o, fmt.Errorf("--max-concurrency %d: want at least 1", o.Mixed.MaxConcurrency)
+	case o.MixedRun && (o.Mixed.HoldbackMinCeiling < 0 || o.Mixed.HoldbackMinCeiling >= 1):
+		return o, fmt.Errorf("--holdback %v: want [0, 1)", o.Mixed.HoldbackMinCeiling)
+	case o.MixedRun && o.Mixed.RequestTTL <= 0:
+		return o, fmt.Errorf("--queue-ttl %v must be positive", o.Mixed.RequestTTL)
+	case o.MixedRun && o.KeepRunning:
+		return o, fmt.Errorf("--keep-running does not apply to --mixed (three fleets run one after another)")
 	}
 	for _, p := range []string{o.Policy, o.Baseline} {
 		if _, ok := Policies[p]; !ok {
@@ -190,6 +211,9 @@ func Run(ctx context.Context, o Options, stdout io.Writer, tty bool) error {
 	reqs := workload.Build(workload.Select(entries, o.Requests), o.Workload)
 	if err := os.MkdirAll(o.Out, 0o755); err != nil {
 		return fmt.Errorf("--out: %w", err)
+	}
+	if o.MixedRun {
+		return runMixed(ctx, o, reqs, stdout, tty)
 	}
 	policies := []string{o.Policy}
 	if !o.NoCompare && o.Baseline != o.Policy {
@@ -313,16 +337,8 @@ func runPolicy(ctx context.Context, o Options, pol string, reqs []workload.Reque
 }
 
 func writeOutputs(o Options, runs []report.Run, sums []report.Summary, tel []report.Telemetry) error {
-	js, err := json.MarshalIndent(map[string]any{"options": o, "summaries": sums, "runs": runs, "telemetry": tel}, "", " ")
-	if err != nil {
-		return fmt.Errorf("results.json: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(o.Out, "results.json"), js, 0o644); err != nil {
-		return fmt.Errorf("results.json: %w", err)
-	}
-	f, err := os.Create(filepath.Join(o.Out, "report.html"))
-	if err != nil {
-		return fmt.Errorf("report.html: %w", err)
+	if err := writeJSON(filepath.Join(o.Out, "results.json"), map[string]any{"options": o, "summaries": sums, "runs": runs, "telemetry": tel}); err != nil {
+		return err
 	}
 	setup := []string{
 		fmt.Sprintf("%d simulated vLLM servers (%s, preset qwen3-0.6b-h100, time scale %g, %d KV blocks of %d tokens each)", o.Replicas, Model, o.TimeScale, o.NumGPUBlocks, kvhash.DefaultBlockSize),
@@ -337,12 +353,33 @@ func writeOutputs(o Options, runs []report.Run, sums []report.Summary, tel []rep
 	if o.Agent == "" {
 		page.NoAgent = "no kvgate-agent beside the kvgate binary (make build), or --agent none"
 	}
-	err = report.WriteHTML(f, page)
+	return writeHTML(filepath.Join(o.Out, "report.html"), page)
+}
+
+// writeJSON writes v, indented, to path.
+func writeJSON(path string, v any) error {
+	js, err := json.MarshalIndent(v, "", " ")
+	if err != nil {
+		return fmt.Errorf("%s: %w", filepath.Base(path), err)
+	}
+	if err := os.WriteFile(path, js, 0o644); err != nil {
+		return fmt.Errorf("%s: %w", filepath.Base(path), err)
+	}
+	return nil
+}
+
+// writeHTML renders p to path.
+func writeHTML(path string, p report.Page) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", filepath.Base(path), err)
+	}
+	err = report.WriteHTML(f, p)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("report.html: %w", err)
+		return fmt.Errorf("%s: %w", filepath.Base(path), err)
 	}
 	return nil
 }

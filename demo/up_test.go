@@ -14,7 +14,7 @@ import (
 func TestPolicyConfigsParse(t *testing.T) {
 	for p := range Policies {
 		t.Run(p, func(t *testing.T) {
-			text, err := policyConfig(p, "/tok", "42")
+			text, err := policyConfig(p, "/tok", "42", nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -23,22 +23,33 @@ func TestPolicyConfigsParse(t *testing.T) {
 			}
 		})
 	}
-	if _, err := policyConfig("nope", "", ""); err == nil {
+	if _, err := policyConfig("nope", "", "", nil); err == nil {
 		t.Fatal("unknown policy accepted")
 	}
 }
 
+// Each bad flag is refused by name (checked before any path is looked up,
+// so the refusal is the flag's own).
 func TestParseFlagsRejects(t *testing.T) {
-	for _, args := range [][]string{
-		{"--replicas", "0"},
-		{"--requests", "0"},
-		{"--policy", "fastest"},
-		{"--time-scale", "-1"},
-		{"--agent", "/nonexistent/kvgate-agent"},
-		{"extra"},
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--replicas", "0"}, "--replicas"},
+		{[]string{"--requests", "0"}, "--requests"},
+		{[]string{"--policy", "fastest"}, "fastest"},
+		{[]string{"--time-scale", "-1"}, "--time-scale"},
+		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"--agent", "/nonexistent/kvgate-agent"}, "--agent"},
+		{[]string{"--mixed", "--batch-requests", "0"}, "--batch-requests"},
+		{[]string{"--mixed", "--holdback", "1"}, "--holdback"},
+		{[]string{"--mixed", "--max-concurrency", "0"}, "--max-concurrency"},
+		{[]string{"--mixed", "--queue-ttl", "0s"}, "--queue-ttl"},
+		{[]string{"--mixed", "--keep-running"}, "--keep-running"},
 	} {
-		if _, err := ParseFlags(args, io.Discard); err == nil {
-			t.Errorf("%q accepted", args)
+		_, err := ParseFlags(tc.args, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want one naming %s", tc.args, err, tc.want)
 		}
 	}
 }

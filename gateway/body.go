@@ -219,11 +219,21 @@ func (t *touchReader) Read(p []byte) (int, error) {
 // upload that stalls for the idle timeout fails (os.ErrDeadlineExceeded)
 // instead of holding its buffers for ever; interrupt makes a read in
 // progress, and every later one, fail at once.
+//
+// Once the body has been read to its end, the connection's reads are no
+// longer the body's: net/http reads in the background to notice the client
+// leaving, and a deadline that fires there cancels the connection's own
+// context, so every later request on that keep-alive connection would
+// start with a cancelled context. So after the end no deadline is set,
+// interrupt included; mu orders the end's reset against an interrupt.
 type idleReader struct {
 	r           io.Reader
 	rc          *http.ResponseController
 	idle        time.Duration
 	interrupted atomic.Bool
+
+	mu    sync.Mutex
+	ended bool // the body was read to io.EOF
 }
 
 func newIdleReader(r io.Reader, rc *http.ResponseController, idle time.Duration) *idleReader {
@@ -234,33 +244,41 @@ func (r *idleReader) Read(p []byte) (int, error) {
 	if r.interrupted.Load() {
 		return 0, os.ErrDeadlineExceeded
 	}
-	if r.idle <= 0 {
-		return r.r.Read(p)
-	}
-	// Not every ResponseWriter supports deadlines (a test recorder); then
-	// the body is read without one.
-	_ = r.rc.SetReadDeadline(time.Now().Add(r.idle))
-	if r.interrupted.Load() {
-		// interrupt ran between the check above and the deadline just
-		// set, which replaced its own: the read must still fail at once.
-		// (An interrupt after this check sets its deadline after ours.)
-		_ = r.rc.SetReadDeadline(time.Now())
+	if r.idle > 0 {
+		// Not every ResponseWriter supports deadlines (a test recorder);
+		// then the body is read without one.
+		_ = r.rc.SetReadDeadline(time.Now().Add(r.idle))
+		if r.interrupted.Load() {
+			// interrupt ran between the check above and the deadline just
+			// set, which replaced its own: the read must still fail at
+			// once. (An interrupt after this check sets its deadline
+			// after ours.)
+			_ = r.rc.SetReadDeadline(time.Now())
+		}
 	}
 	n, err := r.r.Read(p)
 	if errors.Is(err, io.EOF) {
-		// At the body's end the connection's own reads take over (HTTP/1
-		// watches for the client closing while the response streams): a
-		// deadline left behind would cut a long response. After a
-		// timeout it stays, so that net/http's discarding of the unread
-		// body fails at once too.
+		r.mu.Lock()
+		r.ended = true
+		// A deadline left behind would cut a long response, or cancel the
+		// connection's later requests (see the type's comment). After a
+		// timeout (no EOF) it stays, so that net/http's discarding of the
+		// unread body fails at once too.
 		_ = r.rc.SetReadDeadline(time.Time{})
+		r.mu.Unlock()
 	}
 	return n, err
 }
 
+// interrupt stops a body that is still being read; a body read to its end
+// has nothing left to stop.
 func (r *idleReader) interrupt() {
 	r.interrupted.Store(true)
-	_ = r.rc.SetReadDeadline(time.Now())
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.ended {
+		_ = r.rc.SetReadDeadline(time.Now())
+	}
 }
 
 // idleWatch cancels an upstream exchange when neither direction moves for

@@ -299,6 +299,43 @@ func TestImmediateResponse(t *testing.T) {
 	}
 }
 
+// An immediate response can come while the gateway still streams the
+// body to the picker, after the client's body was read to its end (with
+// the filter, always). Stopping the body sender then must leave the client
+// connection as it is: a read deadline set on it would cancel the context
+// of the next request the client sends on the same keep-alive connection,
+// which then failed with "endpoint picker failed" (found by `kvgate up
+// --mixed`, where sheddable requests are refused under load).
+func TestImmediateResponseKeepsTheConnectionUsable(t *testing.T) {
+	up := newUpstream(t, nil)
+	// The picker refuses on the headers (as kvgate's does with the
+	// filter's hints) and the body is large, so that the gateway is still
+	// sending it when the refusal comes.
+	picker := &testPicker{endpoints: up.addr(), immediate: http.StatusTooManyRequests, decideOnHeaders: true}
+	for _, tc := range []struct {
+		name string
+		cfg  gateway.Config
+	}{
+		{"no filter", gateway.Config{ExtProc: startPicker(t, picker), RequestBodyMode: gateway.FullDuplexStreamed}},
+		{"filter", withFilter(t, gateway.Config{ExtProc: startPicker(t, picker), RequestBodyMode: gateway.FullDuplexStreamed}, "")},
+		{"filter, no idle timeout", withFilter(t, gateway.Config{ExtProc: startPicker(t, picker), RequestBodyMode: gateway.FullDuplexStreamed, BodyIdleTimeout: -1}, "")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			url := startGateway(t, tc.cfg)
+			// One connection, so that every request follows a refused one on it.
+			client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1}}
+			defer client.CloseIdleConnections()
+			body := `{"model":"m","prompt":"` + strings.Repeat("word ", 200_000) + `"}`
+			for i := range 30 {
+				resp, got := post(t, client, url+"/v1/completions", body, nil)
+				if resp.StatusCode != http.StatusTooManyRequests {
+					t.Fatalf("request %d: status %d %q, want 429", i, resp.StatusCode, got)
+				}
+			}
+		})
+	}
+}
+
 func TestPickerDown(t *testing.T) {
 	fallback := newUpstream(t, nil)
 	for _, tc := range []struct {

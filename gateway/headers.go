@@ -33,7 +33,7 @@ func requestHeaderList(r *http.Request, stripHints, stripRewrite bool) headerLis
 	hs := headerList{{":method", r.Method}, {":path", r.URL.RequestURI()}, {":authority", r.Host}, {":scheme", scheme}}
 	for name, values := range r.Header {
 		lname := strings.ToLower(name)
-		if hopByHop[lname] || pickerOnly[lname] || lname == "host" || (stripHints && hints.IsHintHeader(lname)) ||
+		if hopByHop[lname] || eppwire.PickerOnly(lname) || lname == "host" || (stripHints && hints.IsHintHeader(lname)) ||
 			(stripRewrite && modelRewrite[lname]) {
 			continue
 		}
@@ -157,14 +157,6 @@ func (hs headerList) apply(m *extprocv3.HeaderMutation) headerList {
 		}
 	}
 	return hs
-}
-
-// pickerOnly are the routing headers only the picker may set: a client
-// that sent them would choose its upstream (the destination) or where its
-// prompt's prefill leg goes (llm-d's routing sidecar reads the prefiller).
-var pickerOnly = map[string]bool{
-	eppwire.HeaderDestination: true,
-	eppwire.HeaderPrefiller:   true,
 }
 
 // modelRewrite are the headers that make the picker serve another model

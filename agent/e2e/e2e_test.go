@@ -14,7 +14,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/internal/testutil/proctest"
 	"github.com/kvgate/kvgate/internal/vllm"
 	telemetryv1 "github.com/kvgate/kvgate/proto/kvgate/telemetry/v1"
 )
@@ -53,59 +53,11 @@ func bins(t *testing.T) (string, string) {
 	return filepath.Join(dir, "kvgate"), filepath.Join(dir, "kvgate-agent")
 }
 
-type proc struct {
-	cmd *exec.Cmd
-	log *testutil.SyncBuffer
-}
-
 // start runs a process whose output is kept for failure reports, and
 // returns once re finds an address in it.
-func start(t *testing.T, re *regexp.Regexp, name string, args ...string) (*proc, string) {
+func start(t *testing.T, re *regexp.Regexp, name string, args ...string) (*proctest.Proc, string) {
 	t.Helper()
-	cmd := exec.Command(name, args...)
-	cmd.Env = append(os.Environ(), "UCX_TLS=tcp", "UCX_NET_DEVICES=lo")
-	log := &testutil.SyncBuffer{}
-	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{cmd: cmd, log: log}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		pw.Close()
-		if t.Failed() {
-			t.Logf("%s %v output:\n%s", filepath.Base(name), args, log.String())
-		}
-	})
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		sent := false
-		for sc.Scan() {
-			line := sc.Text()
-			log.Write([]byte(line + "\n"))
-			if m := re.FindStringSubmatch(line); m != nil && !sent {
-				found <- m[1]
-				sent = true
-			}
-		}
-	}()
-	select {
-	case a := <-found:
-		return p, a
-	case <-time.After(30 * time.Second):
-		t.Fatalf("%s did not start:\n%s", name, log.String())
-	}
-	return nil, ""
+	return proctest.Start(t, re, []string{"UCX_TLS=tcp", "UCX_NET_DEVICES=lo"}, name, args...)
 }
 
 var (
@@ -113,7 +65,7 @@ var (
 	simRe   = regexp.MustCompile(`kvgate sim listening.* addr=(\S+)`)
 )
 
-func startAgent(t *testing.T, bin string) (*proc, string) {
+func startAgent(t *testing.T, bin string) (*proctest.Proc, string) {
 	return start(t, agentRe, bin, "--listen", "127.0.0.1:0", "--cpu-bytes", strconv.Itoa(256*blockBytes), "--log-level", "debug")
 }
 
@@ -307,7 +259,7 @@ func TestKVDataPlane(t *testing.T) {
 	if code != 200 || pre.KV == nil {
 		t.Fatalf("prefill 2: %d %s", code, raw)
 	}
-	_ = agentA.cmd.Process.Kill()
+	_ = agentA.Cmd.Process.Kill()
 	started := time.Now()
 	code, _, raw = post(t, decode, map[string]any{"model": "Qwen/Qwen3-0.6B", "prompt": prompt, "max_tokens": 4, "kv_transfer_params": pre.KV})
 	if code != http.StatusServiceUnavailable || !strings.Contains(raw, "KV load failed") {

@@ -4,13 +4,12 @@
 // the interval the watcher asked for.
 //
 // The package owns the consumer side of its inputs, as small interfaces:
-// GPUSource (agent/gpu implements it over NVML) and PeerSource (the eBPF
-// tracker, and TransferTracker, which turns the agent's own NIXL READ
-// timings into the same per-peer figures). It imports neither NVML nor
+// GPUSource (agent/gpu implements it over NVML) and PeerSource
+// (agent/netobs's tracker, adapted in package agent: the eBPF TCP flows
+// and the agent's own NIXL READ timings). It imports neither NVML nor
 // eBPF, so it builds without cgo.
 //
-// Ownership: TransferTracker's map is bounded (MaxPeers, least recently
-// updated evicted) and guarded by its mutex; a Server holds no state of its
-// own beyond its configuration, each Watch stream reads the sources on its
-// own ticker.
+// Ownership: a Server holds no state beyond its configuration; each Watch
+// stream reads the sources on its own ticker; a report carries at most
+// MaxReportPeers peers (the freshest).
 package telemetry

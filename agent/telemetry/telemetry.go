@@ -6,14 +6,13 @@ import (
 )
 
 // PeerStats is the network to one peer address for one flow class: what
-// the eBPF tracker (agent/netobs) measures of TCP, and what TransferTracker
-// derives from NIXL READs.
+// the tracker (agent/netobs) measures of TCP flows and of NIXL READs.
 type PeerStats struct {
 	Peer  netip.Addr
 	Class string
 	Flows int
 	// SRTT and MinRTT are the smoothed and smallest round-trip times (for
-	// ClassNIXL: of the READs, post to completion).
+	// class nixl: of the READs, post to completion).
 	SRTT, MinRTT          time.Duration
 	Retransmits           uint64
 	BytesAcked            uint64
@@ -59,6 +58,3 @@ type GPUSource interface {
 	GPUs() []GPU
 	Available() (bool, string)
 }
-
-// ClassNIXL is the flow class of TransferTracker's figures.
-const ClassNIXL = "nixl"

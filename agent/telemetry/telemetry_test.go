@@ -7,42 +7,6 @@ import (
 	"time"
 )
 
-func TestTransferTracker(t *testing.T) {
-	now := time.Unix(1000, 0)
-	tr := NewTransferTracker(2, func() time.Time { return now })
-	tr.Observe("10.0.0.2:7600", 8<<20, 8*time.Millisecond) // 1 GiB/s... per MiB: 1e9-ish
-	tr.Observe("10.0.0.2:7600", 8<<20, 16*time.Millisecond)
-	tr.Observe("10.0.0.2:7601", 0, 4*time.Millisecond)
-	tr.Observe("vllm-0:7600", 1, time.Millisecond) // not an IP: dropped
-	tr.Observe("10.0.0.9:1", 1, 0)                 // no duration: dropped
-	ps := tr.Peers()
-	if len(ps) != 1 {
-		t.Fatalf("peers %+v", ps)
-	}
-	p := ps[0]
-	// SRTT: 8 ms, then +(16-8)/8 = 9 ms, then +(4-9)/8.
-	if want := 9*time.Millisecond + (4*time.Millisecond-9*time.Millisecond)/8; p.SRTT != want || p.MinRTT != 4*time.Millisecond {
-		t.Errorf("srtt %v min %v, want %v and 4ms", p.SRTT, p.MinRTT, want)
-	}
-	r1 := float64(8<<20) / 0.008
-	r2 := r1 + (float64(8<<20)/0.016-r1)/4
-	if want := r2 + (0-r2)/4; p.ThroughputBytesPerSec != want {
-		t.Errorf("throughput %v, want %v", p.ThroughputBytesPerSec, want)
-	}
-	if p.Flows != 2 || p.BytesAcked != 16<<20 || p.Class != ClassNIXL || !p.Updated.Equal(now) {
-		t.Errorf("peer %+v", p)
-	}
-	// Bounded: a third peer evicts the least recently updated.
-	now = now.Add(time.Second)
-	tr.Observe("10.0.0.3:7600", 1, time.Millisecond)
-	now = now.Add(time.Second)
-	tr.Observe("[::ffff:10.0.0.4]:7600", 1, time.Millisecond)
-	ps = tr.Peers()
-	if len(ps) != 2 || ps[0].Peer != netip.MustParseAddr("10.0.0.3") || ps[1].Peer != netip.MustParseAddr("10.0.0.4") {
-		t.Errorf("after eviction %+v", ps)
-	}
-}
-
 type manyPeers int
 
 func (n manyPeers) Peers() []PeerStats {

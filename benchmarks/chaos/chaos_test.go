@@ -72,6 +72,8 @@ func TestChaos(t *testing.T) {
 	}
 	add(pickerRestart(f, outage))
 	add(soakRun(f, soak))
+	add(lossyNetwork(t, bin, wasm, tok, 25*time.Millisecond, 25))
+	add(lossyNetwork(t, bin, wasm, tok, 100*time.Millisecond, 8))
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "kvgate chaos run, %s, binary %s\n", time.Now().UTC().Format(time.RFC3339), bin)
@@ -111,7 +113,7 @@ func headerFlood(f *fleet) result {
 		req.Header.Add("x-a", "1")
 	}
 	start := time.Now()
-	resp, err := httpClient.Do(req)
+	resp, err := f.client.Do(req)
 	code := 0
 	if err == nil {
 		code = resp.StatusCode
@@ -127,7 +129,7 @@ func adminPath(f *fleet) result {
 	var codes []string
 	ok := true
 	for _, p := range []string{"/reset_prefix_cache", "/metrics", "/reset_prefix_cache/", "/%72eset_prefix_cache"} {
-		resp, err := httpClient.Post(f.gwURL+p, "application/json", strings.NewReader("{}"))
+		resp, err := f.client.Post(f.gwURL+p, "application/json", strings.NewReader("{}"))
 		code := 0
 		if err == nil {
 			code = resp.StatusCode
@@ -358,13 +360,13 @@ func pickerRestart(f *fleet, outage time.Duration) result {
 	}
 	f.restartPicker()
 	started := time.Now()
-	waitHTTP(f.t, f.metrics)
+	f.waitHTTP(f.metrics)
 	ready := time.Since(started)
 	var routedAfter time.Duration
 	for time.Since(started) < 60*time.Second {
-		before := metric(f.metrics, "inference_objective_request_total")
+		before := f.metric("inference_objective_request_total")
 		f.complete(context.Background(), "after the picker restart")
-		if metric(f.metrics, "inference_objective_request_total") > before {
+		if f.metric("inference_objective_request_total") > before {
 			routedAfter = time.Since(started)
 			break
 		}
@@ -379,7 +381,7 @@ func pickerRestart(f *fleet, outage time.Duration) result {
 // start and the end.
 func soakRun(f *fleet, d time.Duration) result {
 	gw0, ep0 := rssMiB(f.gateway.pid()), rssMiB(f.picker.pid())
-	gor0 := metric(f.metrics, "go_goroutines")
+	gor0 := f.metric("go_goroutines")
 	var ok, bad atomic.Int64
 	deadline := time.Now().Add(d)
 	var wg sync.WaitGroup
@@ -398,7 +400,7 @@ func soakRun(f *fleet, d time.Duration) result {
 	wg.Wait()
 	time.Sleep(time.Second)
 	gw1, ep1 := rssMiB(f.gateway.pid()), rssMiB(f.picker.pid())
-	gor1 := metric(f.metrics, "go_goroutines")
+	gor1 := f.metric("go_goroutines")
 	return result{fmt.Sprintf("soak, 4 clients for %v", d), bad.Load() == 0 && gor1 <= gor0+20,
 		fmt.Sprintf("%d ok, %d failed; gateway RSS %.0f -> %.0f MiB, picker RSS %.0f -> %.0f MiB, picker goroutines %.0f -> %.0f",
 			ok.Load(), bad.Load(), gw0, gw1, ep0, ep1, gor0, gor1)}

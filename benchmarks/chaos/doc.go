@@ -1,7 +1,9 @@
 // Package chaos is kvgate's hostile-input and fault-injection run (`make
 // chaos`, not part of `make test`): it starts a real fleet from the built
 // binary (three simulators, the picker, the gateway with the wasm filter),
-// throws hostile clients, killed and stopped processes and a soak at it,
+// throws hostile clients, killed and stopped processes, a slow and lossy
+// network (simulators behind a delaylink: delayed packets, lost segments)
+// and a soak at it,
 // and prints one line per check saying whether it held, with the memory
 // and recovery figures measured. The bounded, per-finding regression tests
 // live beside the code they cover; this is the long run.

@@ -31,6 +31,8 @@ type fleet struct {
 	t       *testing.T
 	bin     string
 	dir     string
+	at      placement
+	client  *http.Client // reaches the gateway and the picker's metrics
 	sims    []*process
 	simAddr []string
 	picker  *process
@@ -56,15 +58,42 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-func loop(p int) string { return "127.0.0.1:" + strconv.Itoa(p) }
+// placement says where a fleet runs: the simulators in network namespace
+// simNS on simHost, the picker and the gateway in frontNS on frontHost
+// ("" is the test's own namespace), and how the test reaches the front
+// (dial; nil dials directly).
+type placement struct {
+	simNS, simHost     string
+	frontNS, frontHost string
+	dial               func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// onLoopback is the plain fleet: everything on 127.0.0.1 here.
+var onLoopback = placement{simHost: "127.0.0.1", frontHost: "127.0.0.1"}
+
+func hostPort(host string, port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }
 
 func (f *fleet) start(name string, args ...string) *process {
+	f.t.Helper()
+	ns := f.at.frontNS
+	if strings.HasPrefix(name, "sim") {
+		ns = f.at.simNS
+	}
+	return f.startIn(ns, name, args...)
+}
+
+// startIn runs the kvgate binary with args inside network namespace ns
+// ("" is this one): `ip netns exec` execs it, so the pid is kvgate's.
+func (f *fleet) startIn(ns, name string, args ...string) *process {
 	f.t.Helper()
 	log, err := os.OpenFile(filepath.Join(f.dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	cmd := exec.Command(f.bin, args...)
+	if ns != "" {
+		cmd = exec.Command("ip", append([]string{"netns", "exec", ns, f.bin}, args...)...)
+	}
 	cmd.Stdout, cmd.Stderr = log, log
 	if lim := os.Getenv("KVGATE_CHAOS_GOMEMLIMIT"); lim != "" && !strings.HasPrefix(name, "sim") {
 		cmd.Env = append(os.Environ(), "GOMEMLIMIT="+lim)
@@ -79,22 +108,35 @@ func (f *fleet) start(name string, args ...string) *process {
 }
 
 func startFleet(t *testing.T, bin, wasm, tokDir string, replicas int) *fleet {
-	f := &fleet{t: t, bin: bin, dir: t.TempDir()}
-	kv := loop(freePort(t))
+	return startFleetAt(t, bin, wasm, tokDir, replicas, onLoopback)
+}
+
+// startFleetAt starts replicas simulators, the picker and the gateway
+// (failing open to the simulators) where at says. Ports are chosen free
+// here; the namespaces a placement names are fresh, so they are free
+// there too.
+func startFleetAt(t *testing.T, bin, wasm, tokDir string, replicas int, at placement) *fleet {
+	f := &fleet{t: t, bin: bin, dir: t.TempDir(), at: at,
+		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: at.dial}}}
+	front := func() string { return hostPort(at.frontHost, freePort(t)) }
+	kv := front()
 	var specs []endpoints.Spec
 	for i := range replicas {
 		o := vllmserver.DefaultOptions()
-		o.Host, o.Port = "127.0.0.1", freePort(t)
+		o.Host, o.Port = at.simHost, freePort(t)
 		o.Model, o.TokenizerDir, o.Preset, o.BlockSize, o.HashSeed = model, tokDir, "qwen3-0.6b-h100", kvhash.DefaultBlockSize, "42"
 		o.NumGPUBlocks, o.TimeScale, o.Seed = 2048, 4, uint64(i+1)
 		o.KVEventsEndpoint = "tcp://" + kv
 		name := fmt.Sprintf("sim-%d", i)
 		f.sims = append(f.sims, f.start(name, append([]string{"sim"}, o.Args()...)...))
-		f.simAddr = append(f.simAddr, loop(o.Port))
-		specs = append(specs, endpoints.Spec{Name: name, Address: loop(o.Port)})
+		addr := hostPort(at.simHost, o.Port)
+		f.simAddr = append(f.simAddr, addr)
+		specs = append(specs, endpoints.Spec{Name: name, Address: addr})
 	}
-	for _, a := range f.simAddr {
-		waitHTTP(t, "http://"+a+"/health")
+	if at.simNS == at.frontNS { // otherwise the picker's first scrapes tell
+		for _, a := range f.simAddr {
+			f.waitHTTP("http://" + a + "/health")
+		}
 	}
 	file, err := staticfile.Marshal(specs)
 	if err != nil {
@@ -106,16 +148,16 @@ func startFleet(t *testing.T, bin, wasm, tokDir string, replicas int) *fleet {
 	}
 	eo := epp.DefaultOptions()
 	eo.EndpointsFile = epFile
-	eo.GRPCAddr, eo.HealthAddr, eo.MetricsAddr = loop(freePort(t)), loop(freePort(t)), loop(freePort(t))
+	eo.GRPCAddr, eo.HealthAddr, eo.MetricsAddr = front(), front(), front()
 	eo.KVEventsAddr = "tcp://" + kv
 	eo.DrainTimeout = time.Second
 	f.grpc, f.metrics = eo.GRPCAddr, "http://"+eo.MetricsAddr+"/metrics"
 	f.eppArgs = append([]string{"epp"}, eo.Args()...)
 	f.picker = f.start("epp", f.eppArgs...)
-	waitHTTP(t, f.metrics)
+	f.waitHTTP(f.metrics)
 
 	g := gateway.DefaultOptions()
-	g.Listen, g.ExtProc, g.WasmPath = loop(freePort(t)), eo.GRPCAddr, wasm
+	g.Listen, g.ExtProc, g.WasmPath = front(), eo.GRPCAddr, wasm
 	g.FailureModeAllow, g.Fallback = true, strings.Join(f.simAddr, ",")
 	g.ExtProcTimeout = 2 * time.Second
 	f.gwURL = "http://" + g.Listen
@@ -127,9 +169,10 @@ func startFleet(t *testing.T, bin, wasm, tokDir string, replicas int) *fleet {
 // restartPicker starts a new picker with the same flags.
 func (f *fleet) restartPicker() { f.picker = f.start("epp", f.eppArgs...) }
 
-func waitHTTP(t *testing.T, url string) {
-	waitFor(t, url, 30*time.Second, func() bool {
-		resp, err := http.Get(url)
+func (f *fleet) waitHTTP(url string) {
+	f.t.Helper()
+	waitFor(f.t, url, 30*time.Second, func() bool {
+		resp, err := f.client.Get(url)
 		if err != nil {
 			return false
 		}
@@ -149,8 +192,6 @@ func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 	}
 }
 
-var httpClient = &http.Client{Timeout: 30 * time.Second}
-
 // complete sends one small completion through the gateway; 0 on a
 // transport error.
 func (f *fleet) complete(ctx context.Context, prompt string) int {
@@ -160,7 +201,7 @@ func (f *fleet) complete(ctx context.Context, prompt string) int {
 		return 0
 	}
 	req.Header.Set("content-type", "application/json")
-	resp, err := httpClient.Do(req)
+	resp, err := f.client.Do(req)
 	if err != nil {
 		return 0
 	}
@@ -205,9 +246,10 @@ func peakRSS(pid int, stop <-chan struct{}) <-chan float64 {
 	return out
 }
 
-// metric reads one unlabelled-or-summed series from a Prometheus page.
-func metric(url, name string) float64 {
-	resp, err := http.Get(url)
+// metric reads one unlabelled-or-summed series from the picker's
+// Prometheus page.
+func (f *fleet) metric(name string) float64 {
+	resp, err := f.client.Get(f.metrics)
 	if err != nil {
 		return -1
 	}

@@ -138,7 +138,7 @@ func WriteTable(w io.Writer, sums []Summary) error {
 		}
 		p50, p90, p99 := "-", "-", "-"
 		if s.Requests > s.Errors {
-			p50, p90, p99 = ms(s.TTFTP50), ms(s.TTFTP90), ms(s.TTFTP99)
+			p50, p90, p99 = Millis(s.TTFTP50), Millis(s.TTFTP90), Millis(s.TTFTP99)
 		}
 		fmt.Fprintf(tw, "%s\t%d/%d\t%s\t%s\t%s\t%.1f\t%.0f\t%.1f%%\t%s\t\n", s.Policy, s.Requests-s.Errors, s.Requests,
 			p50, p90, p99, s.RequestsPerSec, s.OutputTokensPerSec, 100*s.HitRate, strings.Join(shares, " "))
@@ -146,6 +146,7 @@ func WriteTable(w io.Writer, sums []Summary) error {
 	return tw.Flush()
 }
 
-func ms(sec float64) string {
+// Millis formats seconds as whole milliseconds.
+func Millis(sec float64) string {
 	return fmt.Sprintf("%.0f ms", 1000*sec)
 }

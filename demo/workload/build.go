@@ -86,3 +86,19 @@ world still own see men work long get here between both life being under never d
 last might us great old year off come since against go came right used take three house place small found
 part water city light word open point large group order number river road music market garden window
 paper table story morning summer winter energy system model cache block server request answer question`)
+
+// Batch builds n requests of a synthetic offline job: distinct prompts of
+// words words each (no two share a block, so the prefix cache cannot help
+// them), maxTokens output tokens, arrivals spread evenly over span. seed
+// keeps the prompts apart from the trace's blocks and from other jobs.
+func Batch(n, words, maxTokens int, span time.Duration, seed uint64) []Request {
+	out := make([]Request, n)
+	for i := range out {
+		var at time.Duration
+		if n > 1 {
+			at = time.Duration(float64(i) / float64(n-1) * float64(span))
+		}
+		out[i] = Request{At: at, Prompt: chunk(seed<<32|uint64(i), words), MaxTokens: max(1, maxTokens)}
+	}
+	return out
+}

@@ -38,6 +38,8 @@ type Target struct {
 	URL    string
 	Model  string
 	Client *http.Client
+	// Header is added to every request (e.g. the InferenceObjective).
+	Header http.Header
 }
 
 // Replay sends reqs at their arrival times, concurrently, and returns one
@@ -95,6 +97,9 @@ func (t Target) Do(ctx context.Context, r Request) Result {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.URL, bytes.NewReader(body))
 	if err != nil {
 		return Result{Err: err.Error()}
+	}
+	for k, vs := range t.Header {
+		req.Header[k] = vs
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := t.Client.Do(req)

@@ -142,10 +142,31 @@ func FuzzReadStream(f *testing.F) {
 
 // TestReplay runs requests against an OpenAI-style streaming server over
 // loopback and checks every one is measured.
+func TestBatchPromptsShareNoBlock(t *testing.T) {
+	reqs := Batch(3, 8, 5, 4*time.Second, 7)
+	if reqs[0].At != 0 || reqs[1].At != 2*time.Second || reqs[2].At != 4*time.Second {
+		t.Errorf("arrivals %v %v %v", reqs[0].At, reqs[1].At, reqs[2].At)
+	}
+	seen := map[string]bool{}
+	for _, r := range reqs {
+		if r.MaxTokens != 5 || len(strings.Fields(r.Prompt)) != 8 || seen[r.Prompt[:16]] {
+			t.Errorf("request %+v", r)
+		}
+		seen[r.Prompt[:16]] = true
+	}
+	if other := Batch(1, 8, 5, 0, 8); other[0].Prompt == reqs[0].Prompt {
+		t.Error("two jobs' prompts are equal")
+	}
+}
+
 func TestReplay(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1/completions" {
 			http.NotFound(w, r)
+			return
+		}
+		if r.Header.Get("X-Class") == "refused" {
+			http.Error(w, "shed", http.StatusTooManyRequests)
 			return
 		}
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -168,5 +189,9 @@ func TestReplay(t *testing.T) {
 	bad := Target{URL: srv.URL + "/nope", Model: "m", Client: srv.Client()}.Do(context.Background(), reqs[0])
 	if bad.OK() || bad.Status != http.StatusNotFound {
 		t.Errorf("404 result %+v", bad)
+	}
+	shed := Target{URL: srv.URL + "/v1/completions", Model: "m", Client: srv.Client(), Header: http.Header{"X-Class": {"refused"}}}.Do(context.Background(), reqs[0])
+	if shed.OK() || shed.Status != http.StatusTooManyRequests {
+		t.Errorf("the target's header did not reach the server: %+v", shed)
 	}
 }

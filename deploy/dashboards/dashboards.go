@@ -2,8 +2,6 @@ package dashboards
 
 import (
 	"bufio"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"regexp"
@@ -142,51 +140,4 @@ func MetricNames(expr string) []string {
 		names = append(names, w)
 	}
 	return names
-}
-
-// grafanaPanel is the part of a Grafana panel the check reads.
-type grafanaPanel struct {
-	Type    string                  `json:"type"`
-	Title   string                  `json:"title"`
-	Targets []struct{ Expr string } `json:"targets"`
-	// Panels are a collapsed row's panels.
-	Panels []grafanaPanel `json:"panels"`
-}
-
-// ParseGrafana reads a Grafana dashboard's JSON: every panel with PromQL
-// targets, rows included (a row's title is the panels' Row, whether the
-// row is collapsed, holding them, or open, followed by them).
-func ParseGrafana(r io.Reader) ([]Panel, error) {
-	var d struct {
-		Title  string         `json:"title"`
-		Panels []grafanaPanel `json:"panels"`
-	}
-	if err := json.NewDecoder(r).Decode(&d); err != nil {
-		return nil, fmt.Errorf("grafana dashboard: %w", err)
-	}
-	if d.Title == "" {
-		return nil, errors.New("grafana dashboard: no title")
-	}
-	var out []Panel
-	var add func(ps []grafanaPanel, row string)
-	add = func(ps []grafanaPanel, row string) {
-		for _, p := range ps {
-			if p.Type == "row" {
-				row = p.Title
-				add(p.Panels, row)
-				continue
-			}
-			panel := Panel{Dashboard: d.Title, Row: row, Title: p.Title}
-			for _, t := range p.Targets {
-				if e := strings.TrimSpace(t.Expr); e != "" {
-					panel.Exprs = append(panel.Exprs, e)
-				}
-			}
-			if len(panel.Exprs) > 0 {
-				out = append(out, panel)
-			}
-		}
-	}
-	add(d.Panels, "")
-	return out, nil
 }

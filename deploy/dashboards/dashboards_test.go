@@ -4,7 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 
@@ -120,82 +119,3 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
-
-func TestParseGrafana(t *testing.T) {
-	const in = `{"title": "D", "panels": [
-  {"type": "timeseries", "title": "Top", "targets": [{"expr": "a_metric"}, {"expr": " "}]},
-  {"type": "text", "title": "Notes"},
-  {"type": "row", "title": "Open row", "panels": []},
-  {"type": "stat", "title": "Under open", "targets": [{"expr": "b_metric"}]},
-  {"type": "row", "title": "Collapsed", "collapsed": true, "panels": [
-    {"type": "timeseries", "title": "Inside", "targets": [{"expr": "rate(c_total[5m])"}, {"expr": "d"}]}]}
-]}`
-	got, err := ParseGrafana(strings.NewReader(in))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []Panel{
-		{Dashboard: "D", Title: "Top", Exprs: []string{"a_metric"}},
-		{Dashboard: "D", Row: "Open row", Title: "Under open", Exprs: []string{"b_metric"}},
-		{Dashboard: "D", Row: "Collapsed", Title: "Inside", Exprs: []string{"rate(c_total[5m])", "d"}},
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("got %+v\nwant %+v", got, want)
-	}
-	for _, bad := range []string{``, `{"panels": []}`, `{"title": "x", "panels": {}}`} {
-		if _, err := ParseGrafana(strings.NewReader(bad)); err == nil {
-			t.Errorf("accepted %q", bad)
-		}
-	}
-}
-
-// kvgate's own dashboards parse, and every query names kvgate metrics the
-// agent or picker serves.
-func TestKvgateDashboardsParse(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join(grafanaDir, "*.json"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no dashboards: %v", err)
-	}
-	for _, path := range files {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ps, err := ParseGrafana(strings.NewReader(string(b)))
-		if err != nil || len(ps) == 0 {
-			t.Fatalf("%s: %d panels, %v", path, len(ps), err)
-		}
-		for _, p := range ps {
-			for _, e := range p.Exprs {
-				for _, n := range MetricNames(e) {
-					if !strings.HasPrefix(n, "kvgate_") {
-						t.Errorf("%s / %s reads %s", path, p.Title, n)
-					}
-				}
-			}
-		}
-	}
-}
-
-func FuzzParseGrafana(f *testing.F) {
-	f.Add(`{"title": "D", "panels": [{"type": "row", "title": "r", "panels": [{"title": "p", "targets": [{"expr": "x"}]}]}]}`)
-	f.Add(`{"title": 1}`)
-	f.Fuzz(func(t *testing.T, s string) {
-		ps, err := ParseGrafana(strings.NewReader(s))
-		if err != nil {
-			return
-		}
-		for _, p := range ps {
-			if len(p.Exprs) == 0 || slices.Contains(p.Exprs, "") {
-				t.Fatalf("panel without queries, or an empty one, returned: %+v", p)
-			}
-			for _, e := range p.Exprs {
-				MetricNames(e)
-			}
-		}
-	})
-}
-
-// grafanaDir holds kvgate's Grafana dashboards: in the Helm chart, which
-// provisions them as ConfigMaps (a chart reads only its own files).
-var grafanaDir = filepath.Join("..", "helm", "kvgate", "dashboards")

@@ -40,11 +40,9 @@ type checkedExpr struct {
 func loadPanels(t *testing.T) []Panel {
 	t.Helper()
 	var all []Panel
-	grafana, err := filepath.Glob(filepath.Join(grafanaDir, "*.json"))
-	if err != nil || len(grafana) == 0 {
-		t.Fatalf("kvgate's Grafana dashboards: %v %v", grafana, err)
-	}
-	for _, path := range grafana {
+	// kvgate's GPU dashboard, whose metrics this fleet's agent serves (the
+	// network dashboard has its own live check, network_live_test.go).
+	for _, path := range []string{filepath.Join(grafanaDir, "kvgate-gpu.json")} {
 		f, err := os.Open(path)
 		if err != nil {
 			t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"sigs.k8s.io/yaml"
 )
@@ -32,6 +33,26 @@ type PolicyOptions struct {
 	// Fallbacks is how many fallback endpoints the picker names after the
 	// primary, for the proxy to try when the primary refuses connections.
 	Fallbacks int
+	// FlowControl, when set, runs the policy under llm-d's flow-control
+	// layer (featureGates: [flowControl]).
+	FlowControl *PolicyFlowControl
+}
+
+// PolicyFlowControl is the flow-control layer a named policy runs under:
+// a concurrency-detector that saturates at MaxConcurrency in-flight
+// requests per server (the picker's own count, so that a completion frees
+// room at once rather than at the next scrape), and, with
+// HoldbackMinCeiling, a priority-holdback-policy that stops the lowest
+// priority band at that fraction of saturation, leaving the rest for the
+// bands above it. The same layout as benchmarks/flowcontrol/mixed-fc.yaml.
+type PolicyFlowControl struct {
+	MaxConcurrency int
+	// HoldbackMinCeiling in [0, 1): 0 gives strict priority only (no
+	// usage-limit policy).
+	HoldbackMinCeiling float64
+	// RequestTTL is defaultRequestTTL: how long a request may wait in the
+	// queue (0: llm-d's default).
+	RequestTTL time.Duration
 }
 
 // policyScorer is one weighted scorer of a named policy.
@@ -191,5 +212,41 @@ func (p namedPolicy) config(o PolicyOptions) (*Config, error) {
 	c.Plugins = append(c.Plugins, PluginSpec{Type: p.Picker, Parameters: raw})
 	profile.Plugins = append(profile.Plugins, PluginRef{PluginRef: p.Picker})
 	c.SchedulingProfiles = []ProfileSpec{profile}
+	if o.FlowControl != nil {
+		if err := o.FlowControl.apply(c); err != nil {
+			return nil, err
+		}
+	}
 	return c, nil
+}
+
+// apply adds the flow-control gate, detector, usage-limit policy and
+// section to c.
+func (f *PolicyFlowControl) apply(c *Config) error {
+	if f.MaxConcurrency < 1 {
+		return fmt.Errorf("flow control: MaxConcurrency %d must be positive", f.MaxConcurrency)
+	}
+	if f.HoldbackMinCeiling < 0 || f.HoldbackMinCeiling >= 1 {
+		return fmt.Errorf("flow control: HoldbackMinCeiling %v must be in [0, 1)", f.HoldbackMinCeiling)
+	}
+	const detector, holdback = "concurrency-detector", "priority-holdback-policy"
+	raw, err := json.Marshal(map[string]int{"maxConcurrency": f.MaxConcurrency})
+	if err != nil {
+		return err
+	}
+	c.FeatureGates = append(c.FeatureGates, FlowControlGate)
+	c.Plugins = append(c.Plugins, PluginSpec{Type: detector, Parameters: raw})
+	section := map[string]any{"saturationDetector": map[string]string{"pluginRef": detector}}
+	if f.HoldbackMinCeiling > 0 {
+		if raw, err = json.Marshal(map[string]float64{"minCeiling": f.HoldbackMinCeiling}); err != nil {
+			return err
+		}
+		c.Plugins = append(c.Plugins, PluginSpec{Type: holdback, Parameters: raw})
+		section["usageLimitPolicyPluginRef"] = holdback
+	}
+	if f.RequestTTL > 0 {
+		section["defaultRequestTTL"] = f.RequestTTL.String()
+	}
+	c.FlowControl, err = json.Marshal(section)
+	return err
 }

@@ -45,17 +45,9 @@ func (e *UnsupportedError) Error() string {
 // the feature they belong to, so that the error says why; a type in
 // neither the registry nor this table is an unknown type.
 var knownPluginTypes = map[string]UnsupportedError{
-	"disagg-profile-handler":           {Feature: FeaturePD},
-	"pd-profile-handler":               {Feature: FeaturePD},
-	"prefix-based-pd-decider":          {Feature: FeaturePD},
-	"always-disagg-pd-decider":         {Feature: FeaturePD},
-	"always-disagg-multimodal-decider": {Feature: FeaturePD},
-	"disagg-headers-handler":           {Feature: FeaturePD},
-	"prefill-header-handler":           {Feature: FeaturePD},
-	"p2p-source-producer":              {Feature: FeaturePD},
-	"data-parallel-profile-handler":    {Feature: FeaturePD},
-	"header-profile-handler":           {Feature: FeaturePD},
-	"predicted-latency-scorer":         {Feature: FeatureLatency, Hint: "kvgate's latency-scorer scores predicted-latency-producer's predictions"},
+	"data-parallel-profile-handler": {Feature: FeaturePD},
+	"header-profile-handler":        {Feature: FeaturePD},
+	"predicted-latency-scorer":      {Feature: FeatureLatency, Hint: "kvgate's latency-scorer scores predicted-latency-producer's predictions"},
 	"vllmgrpc-parser": {Feature: FeatureGRPC, Hint: "kvgate's picker parses OpenAI-style HTTP bodies " +
 		"(openai-parser); it cannot route vLLM's gRPC API"},
 }

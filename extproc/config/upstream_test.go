@@ -18,7 +18,8 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/all"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
 	"github.com/kvgate/kvgate/extproc/scheduling"
-	"github.com/kvgate/kvgate/extproc/scheduling/schedtest"
+	"github.com/kvgate/kvgate/internal/eppwire"
+	"github.com/kvgate/kvgate/internal/openai"
 )
 
 // upstreamDoc is what the test needs to know of an upstream file before
@@ -67,6 +68,10 @@ func TestUpstreamConfigs(t *testing.T) {
 	reg := all.Registry()
 	registered := reg.Types()
 	var outcomes []outcome
+	unseen := map[string]bool{}
+	for f := range disaggregated {
+		unseen[f] = true
+	}
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
@@ -98,7 +103,15 @@ func TestUpstreamConfigs(t *testing.T) {
 			}
 		}
 		o := outcome{file: filepath.Base(f)}
-		buildErr := loadAndRun(data, reg)
+		headers, buildErr := loadAndRun(data, reg)
+		if want, ok := disaggregated[o.file]; ok {
+			delete(unseen, o.file)
+			if buildErr != nil {
+				t.Errorf("%s: %v", o.file, buildErr)
+			} else if !equalHeaders(headers, want) {
+				t.Errorf("%s: P/D headers %v, want %v", o.file, headers, want)
+			}
+		}
 		switch {
 		case buildErr == nil:
 			o.loaded, o.reason = true, "loaded"
@@ -128,6 +141,9 @@ func TestUpstreamConfigs(t *testing.T) {
 		}
 		outcomes = append(outcomes, o)
 	}
+	for f := range unseen {
+		t.Errorf("%s: listed in disaggregated but not in testdata/upstream", f)
+	}
 	counts := map[string]int{}
 	loaded := 0
 	for _, o := range outcomes {
@@ -151,32 +167,89 @@ func TestUpstreamConfigs(t *testing.T) {
 	}
 }
 
+// Roles of the fleet loadAndRun schedules on.
+const (
+	encoder   = "10.0.0.1:8000"
+	prefiller = "10.0.0.2:8000"
+)
+
+// disaggregated are the upstream P/D, E/P/D and P2P documents with the
+// disaggregation headers their decision must carry for loadAndRun's
+// request (a long multimodal chat prompt nothing caches) on its fleet (two
+// decode servers, a prefill and an encode server): "P" the prefill
+// server's address in x-prefiller-host-port, "E" the encode server's in
+// x-encoder-hosts-ports. Every listed document must load. (The E/P/D guide,
+// llm-d-guides-multimodal-serving-e-disaggregation-router-e-p-d-...,
+// needs token-producer's estimate backend, which kvgate refuses.)
+var disaggregated = map[string]map[string]string{
+	"llm-d-router-deploy-config-pd-epp-config-1.yaml":                                            {"P": prefiller},
+	"llm-d-router-deploy-config-sim-pd-epp-config-1.yaml":                                        {"P": prefiller},
+	"llm-d-router-deploy-config-sim-e-p-d-epp-config-1.yaml":                                     {"E": encoder}, // no prefix producer: the prefill decider keeps it local
+	"llm-d-router-deploy-config-sim-e-pd-epp-config-1.yaml":                                      {"E": encoder},
+	"llm-d-router-docs-disaggregation-1.yaml":                                                    {"P": prefiller},
+	"llm-d-router-docs-disaggregation-2.yaml":                                                    {"P": prefiller, "E": encoder},
+	"llm-d-inference-scheduler-deploy-config-pd-epp-config-1.yaml":                               {"P": prefiller},
+	"llm-d-inference-scheduler-deploy-config-sim-pd-epp-config-1.yaml":                           {"P": prefiller},
+	"llm-d-inference-scheduler-deploy-config-sim-e-p-d-epp-config-1.yaml":                        {"E": encoder}, // likewise
+	"llm-d-inference-scheduler-docs-disaggregation-1.yaml":                                       {"P": prefiller},
+	"llm-d-inference-scheduler-docs-disaggregation-2.yaml":                                       {"P": prefiller, "E": encoder},
+	"llm-d-guides-pd-disaggregation-router-pd-disaggregation-values-1.yaml":                      {"P": prefiller},
+	"llm-d-guides-wide-ep-lws-router-wide-ep-lws-values-1.yaml":                                  {"P": prefiller},
+	"llm-d-guides-agentic-serving-router-agentic-serving-gpu-values-1.yaml":                      {"P": prefiller},
+	"llm-d-guides-multimodal-serving-e-disaggregation-router-e-pd-disaggregation-values-1.yaml":  {"E": encoder},
+	"llm-d-router-pkg-epp-framework-plugins-requestcontrol-dataproducer-p2psource-readme-1.yaml": {},
+}
+
+func equalHeaders(got map[string]string, want map[string]string) bool {
+	return got[eppwire.HeaderPrefiller] == want["P"] && got[eppwire.HeaderEncoders] == want["E"]
+}
+
 // loadAndRun parses and builds a configuration with every service a picker
-// offers, and schedules one request with it.
-func loadAndRun(data []byte, reg *scheduling.Registry) error {
+// offers, and schedules one request with it, returning the headers the
+// decision sets upstream.
+func loadAndRun(data []byte, reg *scheduling.Registry) (map[string]string, error) {
 	c, err := Parse(data)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	h := &scheduling.Handle{Services: precise.WithKVIndex(nil, kvindex.New(kvindex.Config{}))}
 	b, err := Build(c, reg, h, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	// Decode-role endpoints, so that decode-filter and the label filters
-	// of the upstream examples (role=decode) keep them.
+	// Decode-role endpoints first, so that decode-filter and the label
+	// filters of the upstream examples (llm-d.ai/role or role = decode)
+	// keep them; a prefill and an encode server for the P/D documents.
+	role := func(name, addr, r string, m endpoints.Metrics) *endpoints.Endpoint {
+		e := endpoints.NewEndpoint(endpoints.Spec{Name: name, Address: addr, Labels: map[string]string{"llm-d.ai/role": r, "role": r}})
+		e.SetMetrics(&m)
+		return e
+	}
 	eps := []*endpoints.Endpoint{
-		schedtest.Endpoint("a", endpoints.Metrics{WaitingQueueSize: 3}, "llm-d.ai/role", "decode", "role", "decode"),
-		schedtest.Endpoint("b", endpoints.Metrics{}, "llm-d.ai/role", "decode", "role", "decode"),
+		role("a", "10.0.0.3:8000", "decode", endpoints.Metrics{WaitingQueueSize: 3}),
+		role("b", "10.0.0.4:8000", "decode", endpoints.Metrics{}),
+		role("p", prefiller, "prefill", endpoints.Metrics{}),
+		role("e", encoder, "encode", endpoints.Metrics{}),
 	}
-	res, err := b.Scheduler.Schedule(context.Background(), scheduling.NewCycleState(), &scheduling.Request{}, eps)
+	text := strings.Repeat("Describe the picture in detail, please. ", 200)
+	body, err := openai.Parse(openai.ChatCompletions, []byte(`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"`+
+		text+`"},{"type":"image_url","image_url":{"url":"http://example.com/a.png"}}]}]}`))
 	if err != nil {
-		return fmt.Errorf("schedule: %w", err)
+		return nil, err
+	}
+	req := &scheduling.Request{ID: "r", IncomingModel: "m", TargetModel: "m", Body: body, PromptTokens: len(text) / 4, Headers: map[string]string{}}
+	cs := scheduling.NewCycleState()
+	res, err := b.Scheduler.Schedule(context.Background(), cs, req, eps)
+	if err != nil {
+		return nil, fmt.Errorf("schedule: %w", err)
 	}
 	if res.Primary() == nil || len(res.Primary().Targets) == 0 {
-		return errors.New("schedule: no target")
+		return nil, errors.New("schedule: no target")
 	}
-	return nil
+	for _, hook := range b.PreRequest {
+		hook.PreRequest(context.Background(), cs, req, res)
+	}
+	return res.Headers, nil
 }
 
 // reason classifies a refusal: the missing feature, or the unknown plugin.

@@ -239,10 +239,16 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 		return nil, nil, inferr.New(inferr.Internal, "scheduling failed: %v", err)
 	}
 	targets := res.Primary().Targets
-	ex := &exchange{d: d, sched: sr, cs: cs, received: req.ReceivedAt}
 	// Charged before the PreRequest hooks: they may release the prefix
 	// match's per-candidate state.
 	prompt, uncached := uncachedTokens(cs, sr, targets[0])
+	if eppwire.PrefersIfAvailable(req.Headers[eppwire.HeaderPrefer]) && uncached >= prompt {
+		// llm-d's conditional decode (its coordinator's speculative first
+		// try): only a decode server already holding part of the prompt
+		// may take it; otherwise the coordinator runs the full pipeline.
+		return nil, nil, &inferr.Error{Code: inferr.PreconditionFailed, Msg: "no decode worker has the requested KV cache"}
+	}
+	ex := &exchange{d: d, sched: sr, cs: cs, received: req.ReceivedAt}
 	ex.charge = targets[0].Charge(int64(prompt-uncached), int64(uncached), int64(prompt+sr.MaxTokens), sr.TokenEstimate())
 	for _, h := range d.opts.Hooks.PreRequest {
 		hs := time.Now()

@@ -39,6 +39,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/latency"
 	"github.com/kvgate/kvgate/extproc/metrics"
 	"github.com/kvgate/kvgate/extproc/plugins/all"
+	"github.com/kvgate/kvgate/extproc/plugins/disagg"
 	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
 	"github.com/kvgate/kvgate/extproc/prefixmatch"
@@ -385,6 +386,7 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	}
 	h := &scheduling.Handle{Log: log, Now: time.Now, Services: precise.WithKVIndex(nil, p.kvIndex)}
 	h.Services[prefixmatch.ServiceRecorder] = p.metrics
+	h.Services[disagg.ServiceRecorder] = p.metrics
 	h.Services[flowpolicy.ServiceRegisterer] = prometheus.Registerer(p.reg)
 	latency.WithRecorder(h.Services, p.metrics)
 	if p.telemetry, p.agents, err = telemetryStore(o, log); err != nil {

@@ -58,6 +58,8 @@ func TestCatalogMatchesUpstream(t *testing.T) {
 		Processing: 2 * time.Millisecond})
 	m.Running(l, -1)
 	m.RequestError(l, "ModelServerError")
+	m.DisaggDecision(scheduling.TypedName{Type: "disagg-profile-handler", Name: "h"}, "", "prefill-decode")
+	m.PDDecision(scheduling.TypedName{Type: "pd-profile-handler", Name: "h"}, "m", "decode-only")
 
 	const req = "fairness_id,model_name,priority,target_model_name"
 	const gie = "model_name,target_model_name"
@@ -102,6 +104,11 @@ func TestCatalogMatchesUpstream(t *testing.T) {
 		{"inference_extension_prefix_indexer_hit_ratio", "", dto.MetricType_HISTOGRAM, ratioBuckets, 0.5},
 		{"llm_d_epp_info", "build_ref,commit", dto.MetricType_GAUGE, nil, 1},
 		{"inference_extension_info", "build_ref,commit", dto.MetricType_GAUGE, nil, 1},
+		// llm-d-router disagg/metrics.go
+		{"llm_d_epp_disagg_decision_total", "decision_type,model_name,plugin_name,plugin_type", dto.MetricType_COUNTER, nil, 1},
+		{"llm_d_inference_scheduler_disagg_decision_total", "decision_type,model_name", dto.MetricType_COUNTER, nil, 1},
+		{"llm_d_epp_pd_decision_total", "decision_type,model_name,plugin_name,plugin_type", dto.MetricType_COUNTER, nil, 1},
+		{"llm_d_inference_scheduler_pd_decision_total", "decision_type,model_name", dto.MetricType_COUNTER, nil, 1},
 	} {
 		mf := gathered(t, reg)[tc.name]
 		if mf == nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvgate/kvgate/extproc/latency"
+	"github.com/kvgate/kvgate/extproc/plugins/disagg"
 	"github.com/kvgate/kvgate/extproc/prefixmatch"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/internal/openai"
@@ -58,6 +59,10 @@ type Metrics struct {
 	gieTTFT, gieTPOT               *prometheus.HistogramVec
 	predicted, predictionErr       *prometheus.HistogramVec
 	predTTFT, predTPOT, latencyErr *prometheus.HistogramVec
+	// Disaggregation decisions: llm-d's (plugin_name, plugin_type,
+	// model_name, decision_type) and the deprecated
+	// llm_d_inference_scheduler_* twins (model_name, decision_type).
+	disagg, disaggOld, pd, pdOld *prometheus.CounterVec
 
 	// pluginObservers caches the label lookups of plugin timings, which run
 	// several times per request on the hot path. Bounded by the number of
@@ -156,6 +161,7 @@ var (
 	pluginLabels     = []string{"extension_point", "plugin_type", "plugin_name"}
 	gieAttemptLabels = []string{"status", "target_model_name", "pod_name", "namespace", "port"}
 	attemptLabels    = []string{"status", "target_model_name", "endpoint_name", "namespace", "port"}
+	disaggLabels     = []string{"plugin_name", "plugin_type", "model_name", "decision_type"}
 )
 
 func with(labels []string, more ...string) []string {
@@ -241,6 +247,10 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.predictionErr = hist("kvgate_prefix_prediction_error_tokens", "Cached tokens the server reported minus those the prefix plugin predicted.", errorBuckets, "plugin_type")
 	m.predTTFT = hist("llm_d_epp_request_predicted_ttft_seconds", "Predicted time to first token of each routed request on its chosen endpoint.", latencyBuckets, modelLabels...)
 	m.predTPOT = hist("llm_d_epp_request_predicted_tpot_seconds", "Predicted time per output token of each routed request on its chosen endpoint.", tokenLatencyBuckets, modelLabels...)
+	m.disagg = counter("llm_d_epp_disagg_decision_total", "Total number of disaggregation routing decisions made.", disaggLabels...)
+	m.disaggOld = counter("llm_d_inference_scheduler_disagg_decision_total", "[Deprecated: use llm_d_epp_disagg_decision_total] Total number of disaggregation routing decisions made.", "model_name", "decision_type")
+	m.pd = counter("llm_d_epp_pd_decision_total", "Total number of P/D disaggregation decisions made.", disaggLabels...)
+	m.pdOld = counter("llm_d_inference_scheduler_pd_decision_total", "[Deprecated: use llm_d_epp_pd_decision_total] Total number of P/D disaggregation decisions made.", "model_name", "decision_type")
 	m.latencyErr = hist("kvgate_latency_prediction_error_ratio", "(predicted - actual) / actual of the latency predictor, by latency type (ttft, tpot).", relativeErrorBuckets, "type")
 	return m
 }
@@ -305,6 +315,33 @@ func (m *Metrics) PrefixPredicted(plugin scheduling.TypedName, predicted, prompt
 		m.hitRatio.WithLabelValues(plugin.Name, plugin.Type).Observe(r)
 	}
 	m.predicted.WithLabelValues(plugin.Type).Observe(float64(predicted))
+}
+
+// The disaggregation handlers find Metrics as an untyped handle service
+// too.
+var _ disagg.Recorder = (*Metrics)(nil)
+
+// DisaggDecision implements disagg.Recorder: an empty model counts as
+// "unknown", as in llm-d.
+func (m *Metrics) DisaggDecision(plugin scheduling.TypedName, model, decision string) {
+	m.decision(m.disagg, m.disaggOld, plugin, model, decision)
+}
+
+// PDDecision implements disagg.Recorder.
+func (m *Metrics) PDDecision(plugin scheduling.TypedName, model, decision string) {
+	m.decision(m.pd, m.pdOld, plugin, model, decision)
+}
+
+func (m *Metrics) decision(now, old *prometheus.CounterVec, plugin scheduling.TypedName, model, decision string) {
+	if m == nil {
+		return
+	}
+	if model == "" {
+		model = "unknown"
+	}
+	model = m.model(model)
+	now.WithLabelValues(plugin.Name, plugin.Type, model, decision).Inc()
+	old.WithLabelValues(model, decision).Inc()
 }
 
 // PrefixActual implements prefixmatch.Recorder.

@@ -17,11 +17,13 @@ import (
 // metadata that came with them. generated reports whether the ID was made
 // here.
 func newRequest(h map[string]string, md *corev3.Metadata) (req *Request, generated bool) {
-	// Only the picker names the destination and the prefiller; a
-	// client-sent value must not reach anything that might trust it (llm-d's
-	// P/D routing sidecar sends the prompt to the prefiller it names).
-	delete(h, eppwire.HeaderDestination)
-	delete(h, eppwire.HeaderPrefiller)
+	// Only the picker names the destination, the prefiller, the encoders
+	// and the KV source; a client-sent value must not reach anything that
+	// might trust it (llm-d's P/D routing sidecar sends the prompt where
+	// they say).
+	for _, name := range eppwire.PickerOnlyHeaders() {
+		delete(h, name)
+	}
 	req = &Request{
 		ID:           h[eppwire.HeaderRequestID],
 		Method:       h[":method"],

@@ -29,9 +29,11 @@ func decisionResponse(req *Request, d *Decision, dest string, setID, setLength b
 		set = append(set, setHeader("content-length", strconv.Itoa(bodyLen)))
 	}
 	mutation := &extprocv3.HeaderMutation{SetHeaders: set}
-	if _, ok := d.Headers[eppwire.HeaderPrefiller]; !ok {
-		// A client's own value never reaches the decode pod's sidecar.
-		mutation.RemoveHeaders = []string{eppwire.HeaderPrefiller}
+	for _, name := range eppwire.PickerOnlyHeaders() {
+		if _, ok := d.Headers[name]; !ok && name != eppwire.HeaderDestination {
+			// A client's own value never reaches the decode pod's sidecar.
+			mutation.RemoveHeaders = append(mutation.RemoveHeaders, name)
+		}
 	}
 	return &extprocv3.ProcessingResponse{
 		Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{

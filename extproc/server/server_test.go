@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -592,5 +593,35 @@ func TestObservabilityModeSendsNothing(t *testing.T) {
 	}
 	if res := d.waitDone(t); res.Complete {
 		t.Errorf("summary = %+v", res)
+	}
+}
+
+// The P/D headers name where the decode pod's sidecar sends the prompt: a
+// client's copies never reach the director, and those the picker does not
+// set are removed from the upstream request.
+func TestPickerOnlyHeadersRemoved(t *testing.T) {
+	d := newTestDirector()
+	d.decide = func(*Request) (*Decision, error) {
+		return &Decision{Endpoints: []string{"10.0.0.1:8000"}, Headers: map[string]string{eppwire.HeaderPrefiller: "10.0.0.9:8000"}}, nil
+	}
+	e := envoytest.Open(t, startServer(t, New(d, Options{})))
+	e.Send(envoytest.RequestHeaders(false, ":method", "POST", ":path", "/v1/chat/completions",
+		eppwire.HeaderPrefiller, "6.6.6.6:1", eppwire.HeaderEncoders, "6.6.6.6:2", eppwire.HeaderKVCacheSource, "6.6.6.6:3",
+		"content-length", strconv.Itoa(len(chatBody))))
+	e.Send(envoytest.RequestBody([]byte(chatBody), true))
+	hr := e.Recv()
+	set := envoytest.SetHeaders(t, hr)
+	if set[eppwire.HeaderPrefiller] != "10.0.0.9:8000" {
+		t.Errorf("prefiller = %q", set[eppwire.HeaderPrefiller])
+	}
+	removed := hr.GetRequestHeaders().GetResponse().GetHeaderMutation().GetRemoveHeaders()
+	slices.Sort(removed)
+	if want := []string{eppwire.HeaderEncoders, eppwire.HeaderKVCacheSource}; !slices.Equal(removed, want) {
+		t.Errorf("removed %v, want %v", removed, want)
+	}
+	for _, h := range eppwire.PickerOnlyHeaders() {
+		if _, ok := d.request(t).Headers[h]; ok {
+			t.Errorf("client-sent %s reached the director", h)
+		}
 	}
 }

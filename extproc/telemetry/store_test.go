@@ -29,6 +29,19 @@ func startAgent(t *testing.T, cfg agenttel.Config) *agent {
 	return &agent{addr: addr, stop: stop}
 }
 
+// static is a fixed peer source (agent/netobs's tracker, as the agent
+// adapts it, is tested there and in agent/e2e).
+type static []agenttel.PeerStats
+
+func (s static) Peers() []agenttel.PeerStats { return s }
+
+// nixlRead is what the agent reports after one NIXL READ of n bytes from
+// peer that took d.
+func nixlRead(peer string, n uint64, d time.Duration) static {
+	return static{{Peer: netip.MustParseAddr(peer), Class: "nixl", SRTT: d, BytesAcked: n,
+		ThroughputBytesPerSec: float64(n) / d.Seconds(), Updated: time.Now()}}
+}
+
 // gpus is a fixed GPU source (the agent's NVML collector is tested in
 // agent/gpu; here the routing side is under test).
 type gpus struct {
@@ -78,8 +91,7 @@ func eventually(t *testing.T, what string, f func() bool) {
 func TestMatrixAndHealth(t *testing.T) {
 	// Node a's agent has timed READs from node b's agent (P/D: a decodes,
 	// b prefills); node b has measured nothing.
-	tr := agenttel.NewTransferTracker(0, nil)
-	tr.Observe("10.0.0.2:7600", 64<<20, 10*time.Millisecond)
+	tr := nixlRead("10.0.0.2", 64<<20, 10*time.Millisecond)
 	ga := &gpus{gs: []agenttel.GPU{
 		{Index: 0, Endpoints: []string{"10.0.0.1:8000"}, TemperatureCelsius: 60},
 		{Index: 1, Endpoints: []string{"10.0.0.1:8001"}, XIDErrors: 1, LastXID: 79, LastXIDTime: time.Now()},
@@ -119,7 +131,7 @@ func TestMatrixAndHealth(t *testing.T) {
 		t.Errorf("NodeOf = %q %v", n, ok)
 	}
 	m := s.Matrix()
-	if len(m) != 1 || m[0].FromNode != "a" || m[0].ToNode != "b" || m[0].Classes[0] != agenttel.ClassNIXL {
+	if len(m) != 1 || m[0].FromNode != "a" || m[0].ToNode != "b" || m[0].Classes[0] != "nixl" {
 		t.Errorf("matrix %+v", m)
 	}
 
@@ -162,8 +174,7 @@ func (r *retrans) Peers() []agenttel.PeerStats {
 }
 
 func TestRetransmitRateAndClasses(t *testing.T) {
-	tr := agenttel.NewTransferTracker(0, nil)
-	tr.Observe("10.0.0.2:7600", 1<<30, 100*time.Millisecond) // 10.7 GB/s over RDMA, 100 ms
+	tr := nixlRead("10.0.0.2", 1<<30, 100*time.Millisecond) // 10.7 GB/s over RDMA, 100 ms
 	a := startAgent(t, agenttel.Config{Node: "a", Addresses: addrs("10.0.0.1"), Peers: []agenttel.PeerSource{&retrans{}, tr}})
 	s := run(t, telemetry.Config{Agents: []string{a.addr}, Interval: 100 * time.Millisecond})
 	var p telemetry.Path

@@ -1,5 +1,7 @@
 package eppwire
 
+import "strings"
+
 // Request headers the picker reads or sets.
 const (
 	// HeaderDestination is the picker's choice: a comma list of ip:port,
@@ -22,7 +24,55 @@ const (
 	// request's prefill leg, read by the decoder's routing sidecar. Like
 	// HeaderDestination, only the picker may set it.
 	HeaderPrefiller = "x-prefiller-host-port"
+	// HeaderEncoders is llm-d's comma list of ip:port of the encode servers
+	// an E/P/D request's multimodal items go to; HeaderKVCacheSource the
+	// ip:port of a peer holding more of the prompt's KV cache than the
+	// server computing it, to pull from (llm-d's p2p-source-producer). Only
+	// the picker may set them.
+	HeaderEncoders      = "x-encoder-hosts-ports"
+	HeaderKVCacheSource = "x-kv-cache-source-host-port"
 )
+
+// PickerOnly reports whether only the picker may set the request header
+// name (lower case): a client's copy is removed before anything reads it,
+// and whenever the picker sets none. A client that sent one would choose
+// its upstream, or where its prompt's prefill, encode or KV pull goes (the
+// P/D routing sidecar trusts them).
+func PickerOnly(name string) bool {
+	switch name {
+	case HeaderDestination, HeaderPrefiller, HeaderEncoders, HeaderKVCacheSource:
+		return true
+	}
+	return false
+}
+
+// PickerOnlyHeaders lists the headers PickerOnly accepts, for proxies that
+// remove them.
+func PickerOnlyHeaders() []string {
+	return []string{HeaderDestination, HeaderPrefiller, HeaderEncoders, HeaderKVCacheSource}
+}
+
+// HeaderPrefer is RFC 7240's Prefer request header. PreferIfAvailable is
+// the preference llm-d's coordinator sends for a speculative decode: the
+// picker answers 412 Precondition Failed unless the chosen decode server
+// already caches part of the prompt.
+const (
+	HeaderPrefer      = "prefer"
+	PreferIfAvailable = "if-available"
+)
+
+// PrefersIfAvailable reports whether a Prefer header value holds the
+// if-available preference: a comma list of tokens, each with optional
+// ";" parameters, matched without regard to case or surrounding space.
+func PrefersIfAvailable(value string) bool {
+	for pref := range strings.SplitSeq(value, ",") {
+		token, _, _ := strings.Cut(pref, ";")
+		if strings.EqualFold(strings.TrimSpace(token), PreferIfAvailable) {
+			return true
+		}
+	}
+	return false
+}
 
 // Request headers carrying a request's latency objectives, in milliseconds
 // (llm-d's SLO-aware routing), and the older names llm-d still accepts; the

@@ -3,8 +3,10 @@
 package all
 
 import (
+	"github.com/kvgate/kvgate/extproc/plugins/alwaysdisagg"
 	"github.com/kvgate/kvgate/extproc/plugins/approxprefix"
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
+	"github.com/kvgate/kvgate/extproc/plugins/disagg"
 	"github.com/kvgate/kvgate/extproc/plugins/endpointnotification"
 	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
 	"github.com/kvgate/kvgate/extproc/plugins/gpuhealth"
@@ -18,12 +20,14 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/metricsdatasource"
 	"github.com/kvgate/kvgate/extproc/plugins/nohitlru"
 	"github.com/kvgate/kvgate/extproc/plugins/openaiparser"
+	"github.com/kvgate/kvgate/extproc/plugins/p2psource"
 	"github.com/kvgate/kvgate/extproc/plugins/picker"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
 	"github.com/kvgate/kvgate/extproc/plugins/preciseproducer"
 	"github.com/kvgate/kvgate/extproc/plugins/predictedlatency"
 	"github.com/kvgate/kvgate/extproc/plugins/prefix"
 	"github.com/kvgate/kvgate/extproc/plugins/prefixaffinity"
+	"github.com/kvgate/kvgate/extproc/plugins/prefixpddecider"
 	"github.com/kvgate/kvgate/extproc/plugins/profilehandler"
 	"github.com/kvgate/kvgate/extproc/plugins/queue"
 	"github.com/kvgate/kvgate/extproc/plugins/rolefilter"
@@ -77,6 +81,16 @@ func Registry() *scheduling.Registry {
 		{sessionaffinity.Type, sessionaffinity.New},
 		{labelselector.Type, labelselector.New},
 		{labelselector.ByLabelType, labelselector.NewByLabel},
+		{labelselector.Alias, labelselector.NewAlias},
+		// P/D, E/P/D and P2P disaggregation.
+		{disagg.Type, disagg.New},
+		{disagg.PDType, disagg.NewPD},
+		{disagg.HeadersType, disagg.NewHeaders},
+		{disagg.PrefillHeaderType, disagg.NewPrefillHeader},
+		{prefixpddecider.Type, prefixpddecider.New},
+		{alwaysdisagg.PDType, alwaysdisagg.NewPD},
+		{alwaysdisagg.MultimodalType, alwaysdisagg.NewMultimodal},
+		{p2psource.Type, p2psource.New},
 		{flowpolicy.GlobalStrictType, flowpolicy.NewGlobalStrict},
 		{flowpolicy.RoundRobinType, flowpolicy.NewRoundRobin},
 		{flowpolicy.ProgramAwareType, flowpolicy.NewProgramAware},
@@ -96,7 +110,6 @@ func Registry() *scheduling.Registry {
 	for alias, typ := range map[string]string{
 		runningrequests.Alias: runningrequests.Type,
 		"kv-cache-scorer":     kvcacheutil.Type, // GIE's earlier name
-		labelselector.Alias:   labelselector.Type,
 	} {
 		mustNot(r.Alias(alias, typ))
 	}

@@ -17,8 +17,10 @@ import (
 
 	"github.com/kvgate/kvgate/extproc/flowcontrol"
 	"github.com/kvgate/kvgate/extproc/kvindex"
+	"github.com/kvgate/kvgate/extproc/plugins/alwaysdisagg"
 	"github.com/kvgate/kvgate/extproc/plugins/approxprefix"
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
+	"github.com/kvgate/kvgate/extproc/plugins/disagg"
 	"github.com/kvgate/kvgate/extproc/plugins/endpointnotification"
 	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
 	"github.com/kvgate/kvgate/extproc/plugins/gpuhealth"
@@ -30,12 +32,14 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/metricsdatasource"
 	"github.com/kvgate/kvgate/extproc/plugins/nohitlru"
 	"github.com/kvgate/kvgate/extproc/plugins/openaiparser"
+	"github.com/kvgate/kvgate/extproc/plugins/p2psource"
 	"github.com/kvgate/kvgate/extproc/plugins/picker"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
 	"github.com/kvgate/kvgate/extproc/plugins/preciseproducer"
 	"github.com/kvgate/kvgate/extproc/plugins/predictedlatency"
 	"github.com/kvgate/kvgate/extproc/plugins/prefix"
 	"github.com/kvgate/kvgate/extproc/plugins/prefixaffinity"
+	"github.com/kvgate/kvgate/extproc/plugins/prefixpddecider"
 	"github.com/kvgate/kvgate/extproc/plugins/sessionaffinity"
 	"github.com/kvgate/kvgate/extproc/plugins/sloheadroom"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenload"
@@ -82,6 +86,14 @@ var paramsOf = map[string]any{
 	sessionaffinity.Type:          sessionaffinity.Params{},
 	labelselector.Type:            labelselector.Params{},
 	labelselector.ByLabelType:     labelselector.ByLabelParams{},
+	disagg.Type:                   disagg.Params{},
+	disagg.PDType:                 disagg.PDParams{},
+	disagg.HeadersType:            disagg.HeadersParams{},
+	disagg.PrefillHeaderType:      disagg.HeadersParams{},
+	prefixpddecider.Type:          prefixpddecider.Params{},
+	alwaysdisagg.PDType:           nil,
+	alwaysdisagg.MultimodalType:   nil,
+	p2psource.Type:                p2psource.Params{},
 	flowpolicy.GlobalStrictType:   nil,
 	flowpolicy.RoundRobinType:     nil,
 	flowpolicy.ProgramAwareType:   flowpolicy.ProgramAwareParams{},
@@ -179,6 +191,8 @@ var kinds = map[string]reflect.Type{
 	"data source":     reflect.TypeFor[scheduling.DataSource](),
 	"data extractor":  reflect.TypeFor[scheduling.DataExtractor](),
 	"request parser":  reflect.TypeFor[scheduling.RequestParser](),
+	"pre-request":     reflect.TypeFor[scheduling.PreRequest](),
+	"decider":         reflect.TypeFor[disagg.Decider](),
 	// Flow-control plugins (extproc/flowcontrol), referenced from the
 	// flowControl section; the detectors are also filters.
 	"fairness policy":     reflect.TypeFor[flowcontrol.FairnessPolicy](),

@@ -5,6 +5,7 @@
 // Exists, DoesNotExist); by-label, deprecated upstream, keeps those whose
 // label has one of a list of values (and, with allowsNoLabel, those
 // without it). An empty selector keeps every endpoint, as in Kubernetes.
+// Both deprecated names load with a deprecation log.
 //
 // Parameters of label-selector-filter:
 //
@@ -17,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,6 +46,21 @@ type Params struct {
 type Filter struct {
 	scheduling.Named
 	selector labels.Selector
+}
+
+// NewAlias is the factory of by-label-selector, label-selector-filter's
+// deprecated name.
+func NewAlias(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plugin, error) {
+	deprecated(h, Alias, "use "+Type)
+	return New(name, raw, h)
+}
+
+func deprecated(h *scheduling.Handle, typ, instead string) {
+	log := slog.Default()
+	if h != nil && h.Log != nil {
+		log = h.Log
+	}
+	log.Warn("deprecated plugin type; "+instead, "plugin", typ)
 }
 
 // New is label-selector-filter's factory.
@@ -90,7 +107,8 @@ type ByLabel struct {
 }
 
 // NewByLabel is by-label's factory.
-func NewByLabel(name string, raw json.RawMessage, _ *scheduling.Handle) (scheduling.Plugin, error) {
+func NewByLabel(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plugin, error) {
+	deprecated(h, ByLabelType, "use "+Type+", or the role filters for llm-d.ai/role")
 	var p ByLabelParams
 	if err := scheduling.DecodeParams(raw, &p); err != nil {
 		return nil, err

@@ -1,8 +1,13 @@
 // Package rolefilter holds the disaggregation role filters decode-filter,
 // prefill-filter and encode-filter. They keep the endpoints whose pod label
-// llm-d.ai/role allows the stage: decode keeps decode, both, and unlabelled
-// servers (a plain aggregated fleet has no roles and must keep working);
-// prefill keeps prefill and both; encode keeps encode.
+// llm-d.ai/role allows the stage, over every role value llm-d defines:
+// decode keeps decode, prefill-decode, encode-decode, encode-prefill-decode,
+// both (deprecated for prefill-decode) and unlabelled servers (a plain
+// aggregated fleet has no roles and must keep working); prefill keeps
+// prefill, encode-prefill, prefill-decode, encode-prefill-decode and both;
+// encode keeps encode, encode-prefill, encode-decode and
+// encode-prefill-decode. (llm-d's filters leave encode-decode, a role its
+// documentation defines for E/PD servers, out of both lists.)
 //
 // Parameters: none.
 package rolefilter
@@ -44,9 +49,9 @@ func factory(typ string, roles ...string) scheduling.Factory {
 
 // Factories for each role filter.
 var (
-	NewDecode  = factory(DecodeType, "decode", "both", "")
-	NewPrefill = factory(PrefillType, "prefill", "both")
-	NewEncode  = factory(EncodeType, "encode")
+	NewDecode  = factory(DecodeType, "decode", "prefill-decode", "encode-decode", "encode-prefill-decode", "both", "")
+	NewPrefill = factory(PrefillType, "prefill", "encode-prefill", "prefill-decode", "encode-prefill-decode", "both")
+	NewEncode  = factory(EncodeType, "encode", "encode-prefill", "encode-decode", "encode-prefill-decode")
 )
 
 // Filter implements scheduling.Filter.

@@ -18,15 +18,20 @@ func TestFilters(t *testing.T) {
 			schedtest.Endpoint("b", endpoints.Metrics{}, endpoints.RoleLabel, "both"),
 			schedtest.Endpoint("e", endpoints.Metrics{}, endpoints.RoleLabel, "encode"),
 			schedtest.Endpoint("u", endpoints.Metrics{}),
+			schedtest.Endpoint("1", endpoints.Metrics{}, endpoints.RoleLabel, "encode-prefill"),
+			schedtest.Endpoint("2", endpoints.Metrics{}, endpoints.RoleLabel, "encode-decode"),
+			schedtest.Endpoint("3", endpoints.Metrics{}, endpoints.RoleLabel, "prefill-decode"),
+			schedtest.Endpoint("4", endpoints.Metrics{}, endpoints.RoleLabel, "encode-prefill-decode"),
+			schedtest.Endpoint("x", endpoints.Metrics{}, endpoints.RoleLabel, "Decode"),
 		}
 	}
 	tests := []struct {
 		factory scheduling.Factory
 		want    string
 	}{
-		{NewDecode, "dbu"},
-		{NewPrefill, "pb"},
-		{NewEncode, "e"},
+		{NewDecode, "dbu234"},
+		{NewPrefill, "pb134"},
+		{NewEncode, "e124"},
 	}
 	for _, tc := range tests {
 		f, err := schedtest.Build[scheduling.Filter](tc.factory, "")

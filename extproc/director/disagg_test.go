@@ -1,0 +1,83 @@
+package director
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/kvgate/kvgate/extproc/config"
+	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/inferr"
+	"github.com/kvgate/kvgate/extproc/plugins/all"
+	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/extproc/scheduling/schedtest"
+	"github.com/kvgate/kvgate/extproc/server"
+	"github.com/kvgate/kvgate/internal/eppwire"
+)
+
+const pdConfig = `
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: prefix-cache-scorer
+- type: prefill-filter
+- type: decode-filter
+- type: prefix-based-pd-decider
+  parameters: {nonCachedTokens: 20}
+- type: disagg-profile-handler
+  parameters:
+    deciders: {prefill: prefix-based-pd-decider}
+schedulingProfiles:
+- name: prefill
+  plugins: [{pluginRef: prefill-filter}, {pluginRef: prefix-cache-scorer}]
+- name: decode
+  plugins: [{pluginRef: decode-filter}, {pluginRef: prefix-cache-scorer}]
+`
+
+// A P/D decision sends the request to the decode server and names the
+// prefill server for its sidecar; once the decode server holds the
+// prompt, the decider keeps the next one local. Prefer: if-available is
+// refused with 412 while no decode server holds any of the prompt.
+func TestDisaggregationDecision(t *testing.T) {
+	c, err := config.Parse([]byte(pdConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	built, err := config.Build(c, all.Registry(), &scheduling.Handle{Services: map[string]any{}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := schedtest.Endpoint("p", endpoints.Metrics{}, endpoints.RoleLabel, "prefill")
+	dd := schedtest.Endpoint("d", endpoints.Metrics{}, endpoints.RoleLabel, "decode")
+	d := New(Options{Pool: pool{p, dd}, Scheduler: built.Scheduler,
+		Hooks: Hooks{PreRequest: built.PreRequest, FirstToken: built.FirstToken, ResponseComplete: built.ResponseComplete}})
+	ctx := context.Background()
+	prompt := "a long prompt that the decode server has never seen before, many tokens of it, enough for several blocks"
+
+	cond := completion(prompt, true)
+	cond.Headers[eppwire.HeaderPrefer] = "respond-async, If-Available ;x=1"
+	var ie *inferr.Error
+	if _, _, err := d.HandleRequest(ctx, cond); !errors.As(err, &ie) || ie.HTTPStatus() != 412 {
+		t.Fatalf("conditional decode of a cold prompt: %v, want 412", err)
+	}
+
+	dec, ex, err := d.HandleRequest(ctx, completion(prompt, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dec.Endpoints[0] != dd.Address() || dec.Headers[eppwire.HeaderPrefiller] != p.Address() {
+		t.Fatalf("cold prompt: endpoints %v headers %v, want decode %s with prefiller %s", dec.Endpoints, dec.Headers, dd.Address(), p.Address())
+	}
+	ex.ResponseDone(ctx, server.ResponseSummary{Status: 200, Complete: true})
+
+	cond = completion(prompt, true)
+	cond.Headers[eppwire.HeaderPrefer] = "if-available"
+	dec, ex, err = d.HandleRequest(ctx, cond)
+	if err != nil {
+		t.Fatalf("conditional decode of a held prompt: %v", err)
+	}
+	if _, ok := dec.Headers[eppwire.HeaderPrefiller]; ok || dec.Endpoints[0] != dd.Address() {
+		t.Fatalf("held prompt: endpoints %v headers %v, want decode only", dec.Endpoints, dec.Headers)
+	}
+	ex.ResponseDone(ctx, server.ResponseSummary{Status: 200, Complete: true})
+}
