@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/kvgate/kvgate/agent/netobs"
 	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/internal/testutil/proctest"
 	"github.com/kvgate/kvgate/internal/vllm"
@@ -207,7 +208,7 @@ func TestKVDataPlane(t *testing.T) {
 	// The decoder's agent reports the READ in its telemetry stream: the
 	// path from the prefiller's agent, as the picker reads it.
 	peers := watchPeers(t, addrB)
-	if len(peers) != 1 || peers[0].Address != "127.0.0.1" || peers[0].Class != "nixl" || peers[0].BytesAcked != uint64(nb*blockBytes) ||
+	if len(peers) != 1 || peers[0].Address != "127.0.0.1" || peers[0].Class != netobs.NIXLClass || peers[0].BytesAcked != uint64(nb*blockBytes) ||
 		peers[0].SrttUs == 0 || peers[0].ThroughputBytesPerSec <= 0 {
 		t.Fatalf("decoder agent's telemetry peers %v, want the %d-byte READ from 127.0.0.1", peers, nb*blockBytes)
 	}

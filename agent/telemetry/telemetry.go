@@ -12,7 +12,7 @@ type PeerStats struct {
 	Class string
 	Flows int
 	// SRTT and MinRTT are the smoothed and smallest round-trip times (for
-	// class nixl: of the READs, post to completion).
+	// class kv_nixl: the READs' latency).
 	SRTT, MinRTT          time.Duration
 	Retransmits           uint64
 	BytesAcked            uint64

@@ -226,6 +226,6 @@ server prefills only the new tokens.</p>
 {{end}}</table>{{else}}<p>Network: no peer measured (no KV moved between agents in this run).</p>{{end}}
 {{end}}{{end}}
 <p class="note">From the node agent's telemetry stream (kvgate.telemetry.v1), which the picker also subscribes to: NVML per
-GPU, and per peer the agent's NIXL READ timings (class nixl) and, with the eBPF tracker, TCP figures.</p>
+GPU, and per peer the agent's NIXL READ timings (class kv_nixl) and, with the eBPF tracker, TCP figures.</p>
 </body></html>
 `))

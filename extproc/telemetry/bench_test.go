@@ -23,7 +23,7 @@ func fleetStore(b *testing.B, nodes, peers int) *Store {
 			r.Gpus = append(r.Gpus, &telemetryv1.GPU{Index: uint32(g), Endpoints: []string{fmt.Sprintf("%s:%d", ip(n), 8000+g)}})
 		}
 		for p := 1; p <= peers; p++ {
-			r.Peers = append(r.Peers, &telemetryv1.Peer{Address: ip((n + p) % nodes), Class: "nixl", SrttUs: 900,
+			r.Peers = append(r.Peers, &telemetryv1.Peer{Address: ip((n + p) % nodes), Class: "kv_nixl", SrttUs: 900,
 				ThroughputBytesPerSec: 20e9, UpdatedUnixNano: now})
 		}
 		s.apply(fmt.Sprint("agent-", n), r)

@@ -38,7 +38,7 @@ func (s static) Peers() []agenttel.PeerStats { return s }
 // nixlRead is what the agent reports after one NIXL READ of n bytes from
 // peer that took d.
 func nixlRead(peer string, n uint64, d time.Duration) static {
-	return static{{Peer: netip.MustParseAddr(peer), Class: "nixl", SRTT: d, BytesAcked: n,
+	return static{{Peer: netip.MustParseAddr(peer), Class: "kv_nixl", SRTT: d, BytesAcked: n,
 		ThroughputBytesPerSec: float64(n) / d.Seconds(), Updated: time.Now()}}
 }
 
@@ -131,7 +131,7 @@ func TestMatrixAndHealth(t *testing.T) {
 		t.Errorf("NodeOf = %q %v", n, ok)
 	}
 	m := s.Matrix()
-	if len(m) != 1 || m[0].FromNode != "a" || m[0].ToNode != "b" || m[0].Classes[0] != "nixl" {
+	if len(m) != 1 || m[0].FromNode != "a" || m[0].ToNode != "b" || m[0].Classes[0] != "kv_nixl" {
 		t.Errorf("matrix %+v", m)
 	}
 

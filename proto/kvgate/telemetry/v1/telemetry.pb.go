@@ -401,12 +401,14 @@ func (x *GPU) GetPodUids() []string {
 type Peer struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Address string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
-	// Flow class: "kv-tcp", "nixl-side-channel", "picker", "ingress" (eBPF,
-	// TCP) or "nixl" (the agent's own NIXL READ timings, the signal where KV
-	// moves over RDMA).
+	// Flow class, as agent/netobs names them: "kv_ucx_tcp",
+	// "nixl_side_channel", "picker", "model_ingress" (eBPF, TCP; operators
+	// may define others) or "kv_nixl" (the agent's own NIXL READ timings,
+	// the signal where KV moves over RDMA).
 	Class string `protobuf:"bytes,2,opt,name=class,proto3" json:"class,omitempty"`
 	Flows uint32 `protobuf:"varint,3,opt,name=flows,proto3" json:"flows,omitempty"`
-	// Smoothed and minimum round-trip time (for "nixl": of the READs).
+	// Smoothed and minimum round-trip time (for "kv_nixl": the READs'
+	// latency).
 	SrttUs                uint64  `protobuf:"varint,4,opt,name=srtt_us,json=srttUs,proto3" json:"srtt_us,omitempty"`
 	MinRttUs              uint64  `protobuf:"varint,5,opt,name=min_rtt_us,json=minRttUs,proto3" json:"min_rtt_us,omitempty"`
 	Retransmits           uint64  `protobuf:"varint,6,opt,name=retransmits,proto3" json:"retransmits,omitempty"`
