@@ -31,9 +31,10 @@ export KVGATE_TOKENIZER_DIR := $(CURDIR)/$(CACHE)/tokenizers/qwen3
 
 all: build
 
-$(STAMP): go.mod go.sum Makefile scripts/setup.sh scripts/setup-tokenizer.sh
+$(STAMP): go.mod go.sum Makefile scripts/setup.sh scripts/setup-tokenizer.sh scripts/setup-openai-sdk.sh scripts/npm-pinned.sh
 	@bash scripts/setup.sh $(APT_PKGS)
 	@bash scripts/setup-tokenizer.sh
+	@bash scripts/setup-openai-sdk.sh
 	@mkdir -p $(CACHE) && touch $@
 
 setup: $(STAMP)
@@ -89,7 +90,7 @@ images: setup wasm
 # binaries, gcc and libzmq, prometheus) into failures: after setup they must be there. KVGATE_BIN_DIR
 # lets the end-to-end tests use the binaries just built.
 test: build envtest images
-	KVGATE_REQUIRE_TOKENIZER=1 KVGATE_REQUIRE_ENVTEST=1 KVGATE_REQUIRE_LIBZMQ=1 KVGATE_REQUIRE_PROMETHEUS=1 KVGATE_REQUIRE_REDIS=1 KVGATE_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test -race -timeout 20m ./...
+	KVGATE_REQUIRE_TOKENIZER=1 KVGATE_REQUIRE_ENVTEST=1 KVGATE_REQUIRE_LIBZMQ=1 KVGATE_REQUIRE_PROMETHEUS=1 KVGATE_REQUIRE_REDIS=1 KVGATE_REQUIRE_OPENAI_SDK=1 KVGATE_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test -race -timeout 20m ./...
 
 test-short: setup
 	$(GO) test -short ./...

@@ -17,4 +17,9 @@
 // a --slo-fraction of the requests and report their attainment; latency
 // predictions the picker makes are scored (MAPE, predicted vs actual per
 // preset, a scatter plot) when present.
+//
+// `kvgate bench pd` (pd.go) runs P/D disaggregation: collocated against
+// xPyD fleets of equal GPU count, with a network model between the servers,
+// and the deciders (always-disagg, prefix-based at several thresholds,
+// kvgate's transfer-cost) on long, short and mixed prompts.
 package benchmarks

@@ -66,6 +66,8 @@ type Options struct {
 	BatchPromptTokens           int
 	BatchOutputTokens           int
 	OnlineTimeout, BatchTimeout time.Duration
+	// Job is the async batch job beside the workload (asyncjob.go).
+	Job JobOptions
 	// set records which flags were given, for the checks that depend on it.
 	set map[string]bool
 }
@@ -79,6 +81,7 @@ func DefaultOptions() Options {
 		Ramp: "3,10,20,30,40,50,60", StageDuration: 30 * time.Second,
 		Burst: 1, SLOFraction: 1,
 		BatchPromptTokens: 1000, BatchOutputTokens: 300,
+		Job: defaultJobOptions(),
 	}
 }
 
@@ -90,10 +93,14 @@ type plan struct {
 	pols   []cluster.Policy
 }
 
-// Main is `kvgate bench`. args exclude the subcommand name. Progress, the
+// Main is `kvgate bench` (and `kvgate bench pd`, PDMain). args exclude the
+// subcommand name. Progress, the
 // results table and errors go to stderr (stdout stays free for scripts);
 // the results themselves go to --out.
 func Main(ctx context.Context, args []string, _, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "pd" {
+		return PDMain(ctx, args[1:], stderr)
+	}
 	o, pl, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
@@ -138,6 +145,7 @@ func parseFlags(args []string, stderr io.Writer) (Options, plan, error) {
 	fs.IntVar(&o.BatchOutputTokens, "batch-output-tokens", o.BatchOutputTokens, "mixed: output tokens per batch request")
 	fs.DurationVar(&o.OnlineTimeout, "online-timeout", o.OnlineTimeout, "mixed: an online client cancels a request not started after this (0: never)")
 	fs.DurationVar(&o.BatchTimeout, "batch-timeout", o.BatchTimeout, "mixed: a batch client cancels a request not started after this (0: never)")
+	o.Job.addFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, plan{}, fmt.Errorf("%w: %w", ErrUsage, err)
 	}
@@ -195,6 +203,9 @@ func (o Options) plan() (plan, error) {
 	if err := o.clusterOptions(pl, nil).Validate(); err != nil {
 		return pl, err
 	}
+	if _, err := o.job(); err != nil {
+		return pl, err
+	}
 	pl.scales = []float64{o.QPSScale}
 	if o.Sweep != "" {
 		var err error
@@ -231,9 +242,10 @@ func run(ctx context.Context, o Options, pl plan, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	st := workload.Summarize(reqs)
-	fmt.Fprintf(stderr, "%s: %d requests, %.0f prompt tokens/request, %.0f output tokens/request, %v of arrivals\n",
-		name, st.Requests, float64(st.PromptTokens)/float64(st.Requests), float64(st.OutputTokens)/float64(st.Requests), st.Duration.Round(time.Second))
+	if st := workload.Summarize(reqs); st.Requests > 0 {
+		fmt.Fprintf(stderr, "%s: %d requests, %.0f prompt tokens/request, %.0f output tokens/request, %v of arrivals\n",
+			name, st.Requests, float64(st.PromptTokens)/float64(st.Requests), float64(st.OutputTokens)/float64(st.Requests), st.Duration.Round(time.Second))
+	}
 	results := &Results{Workload: name, Replicas: o.replicas(pl), Preset: pl.preset.Name, Seed: o.Seed}
 	if pl.mixed != nil {
 		results.Preset = o.Presets
@@ -317,7 +329,7 @@ func (o Options) load() (reqs []workload.Request, name string, err error) {
 	if o.Limit > 0 && o.Limit < len(reqs) {
 		reqs = reqs[:o.Limit]
 	}
-	if len(reqs) == 0 {
+	if len(reqs) == 0 && o.Job.Requests == 0 {
 		return nil, "", errors.New("the workload has no requests")
 	}
 	return reqs, name, nil
@@ -331,6 +343,10 @@ func (o Options) runPolicy(ctx context.Context, pl plan, p cluster.Policy, x flo
 		logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	co := o.clusterOptions(pl, logger)
+	var err error
+	if co.Job, err = o.job(); err != nil {
+		return nil, err
+	}
 	label := fmt.Sprintf("%s ×%g", p.Name, x)
 	tty := progress.IsTerminal(stderr)
 	if tty {
@@ -385,7 +401,7 @@ const (
 
 // objectives are the InferenceObjectives the workload's requests name.
 func (o Options) objectives() map[string]int {
-	if o.Workload != "mixed" {
+	if o.Workload != "mixed" && o.Job.Requests == 0 {
 		return nil
 	}
 	return map[string]int{workload.ObjectiveOnline: OnlinePriority, workload.ObjectiveBatch: BatchPriority}

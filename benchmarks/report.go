@@ -45,7 +45,9 @@ type Summary struct {
 	Presets    []PresetSummary    `json:"presets,omitempty"`
 	// Classes break the run down by traffic class when requests named
 	// InferenceObjectives (the mixed workload).
-	Classes          []ClassSummary `json:"classes,omitempty"`
+	Classes []ClassSummary `json:"classes,omitempty"`
+	// Job is the async batch job's outcome (--async-job).
+	Job              *JobSummary `json:"async_job,omitempty"`
 	ttfts            []float64
 	predTTFT         []predictedTTFT
 	wall             time.Duration
@@ -168,6 +170,7 @@ func Summarize(name string, qpsScale float64, res *cluster.Result) Summary {
 	}
 	s.SLO = summarizeSLO(res)
 	s.Classes = summarizeClasses(res)
+	s.Job = summarizeJob(res)
 	s.Presets, s.Prediction, s.predTTFT = summarizeByPreset(res)
 	return s
 }
@@ -236,6 +239,7 @@ func Markdown(r *Results) string {
 	}
 	presetTables(&b, r)
 	classTable(&b, r)
+	jobTable(&b, r)
 	return b.String()
 }
 

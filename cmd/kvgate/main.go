@@ -16,6 +16,8 @@ import (
 	"sort"
 	"syscall"
 
+	"github.com/kvgate/kvgate/batch"
+	"github.com/kvgate/kvgate/batch/async"
 	"github.com/kvgate/kvgate/benchmarks"
 	"github.com/kvgate/kvgate/demo"
 	"github.com/kvgate/kvgate/extproc/epp"
@@ -32,8 +34,10 @@ type command struct {
 
 var commands = map[string]command{
 	"epp":     {"Endpoint Picker: the Envoy ext_proc server", epp.Main},
+	"async":   {"async processor: Redis sorted-set queues drained through dispatch gates", async.Main},
 	"sim":     {"vLLM-compatible model-server simulator", vllmserver.Main},
 	"gateway": {"local Envoy stand-in: HTTP proxy, ext_proc client, proxy-wasm host", gateway.Main},
+	"batch":   {"the OpenAI Batch API (files, batches) run through the gateway", batch.Main},
 	"bench":   {"trace-driven cluster simulation with the real picker", benchmarks.Main},
 	"up":      {"the demo: a local fleet, picker and gateway, a workload and a policy comparison", demo.Main},
 	"version": {"print the version", version},

@@ -21,7 +21,7 @@ var reasons = []reason{
 	{text: "P/D disaggregation not built yet: no prefill/decode pods (disagg profile handler, its own issue)",
 		metric: regexp.MustCompile(`^vllm:nixl_`), selector: regexp.MustCompile(`(pod|endpoint_name)=~"\.\*(prefill|decode)\.\*"`)},
 	{text: "GIE's Body-Based Router is a separate component kvgate does not build (the picker and the wasm filter read the model from the body)", metric: regexp.MustCompile(`^bbr_`)},
-	{text: "llm-d Async Processor (queue-fed batch dispatcher) is not part of kvgate", metric: regexp.MustCompile(`^llm_d_async_`)},
+	{text: "the async processor (`kvgate async`, which exports llm_d_async_*; batch/async checks the dashboard's series) does not run in this test's fleet", metric: regexp.MustCompile(`^llm_d_async_`)},
 	{text: "kube-state-metrics, not part of a kvgate fleet", metric: regexp.MustCompile(`^kube_`)},
 	{text: "upstream dashboard bug: vLLM exports this counter as vllm:num_preemptions_total (the panel is empty against real vLLM too)", metric: regexp.MustCompile(`^vllm:num_preemptions$`)},
 }

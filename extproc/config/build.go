@@ -2,8 +2,11 @@ package config
 
 import (
 	"fmt"
+	"time"
 
+	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/flowcontrol"
+	"github.com/kvgate/kvgate/extproc/parsers"
 
 	"github.com/kvgate/kvgate/extproc/plugins/picker"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
@@ -19,12 +22,21 @@ type Built struct {
 	// defaults added.
 	Plugins []scheduling.Plugin
 	// Hooks are the plugins implementing each request-lifecycle extension.
+	RequestHeader    []scheduling.RequestHeader
+	ResponseHeader   []scheduling.ResponseHeader
+	ResponseMetadata []scheduling.ResponseMetadata
 	PreRequest       []scheduling.PreRequest
 	ResponseComplete []scheduling.ResponseComplete
 	FirstToken       []scheduling.FirstToken
 	EndpointsRemoved []scheduling.EndpointsRemoved
 	Saturation       saturation.Config
 	FeatureGates     map[string]bool
+	// Discovery is the endpoint membership dataLayer.discovery names
+	// (file-discovery); nil: the picker's flags choose.
+	Discovery endpoints.Source
+	// Parsers is the request handler: the configured request parsers, or
+	// llm-d's defaults.
+	Parsers *parsers.Set
 	// Metrics is the data layer's metrics source and extractor, applied
 	// to the scraper with Metrics.Scrape.
 	Metrics Metrics
@@ -32,6 +44,10 @@ type Built struct {
 	// layout wants KV events from (zero: the flags and endpoint files
 	// say).
 	KVEvents precise.KVEvents
+	// KVIndexLogInterval is how often the picker logs the KV index's
+	// metrics (llm-d's metricsLoggingInterval; the shortest a precise
+	// plugin asks for); 0 for never.
+	KVIndexLogInterval time.Duration
 	// FlowControl is the flow-control layer, nil unless the flowControl
 	// feature gate is on; FlowControlIgnored reports a flowControl section
 	// given without the gate (llm-d loads and ignores it; the picker says so).
@@ -235,26 +251,16 @@ func (b *builder) handlerFor(handler scheduling.ProfileHandler, names []string) 
 // collectHooks lists the plugins implementing each lifecycle extension and
 // the stages that run before the profiles, producers in dependency order.
 func (b *Built) collectHooks() (scheduling.Stages, error) {
-	var stages scheduling.Stages
-	for _, p := range b.Plugins {
-		if x, ok := p.(scheduling.PreRequest); ok {
-			b.PreRequest = append(b.PreRequest, x)
-		}
-		if x, ok := p.(scheduling.ResponseComplete); ok {
-			b.ResponseComplete = append(b.ResponseComplete, x)
-		}
-		if x, ok := p.(scheduling.EndpointsRemoved); ok {
-			b.EndpointsRemoved = append(b.EndpointsRemoved, x)
-		}
-		if x, ok := p.(scheduling.FirstToken); ok {
-			b.FirstToken = append(b.FirstToken, x)
-		}
-		if x, ok := p.(scheduling.DataProducer); ok {
-			stages.Producers = append(stages.Producers, x)
-		}
-		if x, ok := p.(scheduling.Admitter); ok {
-			stages.Admitters = append(stages.Admitters, x)
-		}
+	b.RequestHeader = ofKind[scheduling.RequestHeader](b.Plugins)
+	b.ResponseHeader = ofKind[scheduling.ResponseHeader](b.Plugins)
+	b.ResponseMetadata = ofKind[scheduling.ResponseMetadata](b.Plugins)
+	b.PreRequest = ofKind[scheduling.PreRequest](b.Plugins)
+	b.ResponseComplete = ofKind[scheduling.ResponseComplete](b.Plugins)
+	b.EndpointsRemoved = ofKind[scheduling.EndpointsRemoved](b.Plugins)
+	b.FirstToken = ofKind[scheduling.FirstToken](b.Plugins)
+	stages := scheduling.Stages{
+		Producers: ofKind[scheduling.DataProducer](b.Plugins),
+		Admitters: ofKind[scheduling.Admitter](b.Plugins),
 	}
 	ordered, err := scheduling.OrderProducers(stages.Producers)
 	if err != nil {
@@ -262,6 +268,17 @@ func (b *Built) collectHooks() (scheduling.Stages, error) {
 	}
 	stages.Producers = ordered
 	return stages, nil
+}
+
+// ofKind is the plugins implementing T, in order.
+func ofKind[T any](ps []scheduling.Plugin) []T {
+	var out []T
+	for _, p := range ps {
+		if x, ok := p.(T); ok {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 func buildProfile(where string, ps ProfileSpec, byName map[string]scheduling.Plugin) (*scheduling.Profile, error) {
@@ -298,9 +315,10 @@ func buildProfile(where string, ps ProfileSpec, byName map[string]scheduling.Plu
 			used = true
 		}
 		switch p.(type) {
-		case scheduling.DataProducer, scheduling.Admitter:
-			// Bound by capability for every request; GIE's configs also
-			// list them in a profile.
+		case scheduling.DataProducer, scheduling.Admitter, scheduling.RequestHeader, scheduling.ResponseHeader, scheduling.ResponseMetadata, scheduling.RequestParser:
+			// Bound by capability for every request (a parser by the
+			// request handler); GIE's configs also list them in a
+			// profile.
 			used = true
 		}
 		if !used {

@@ -21,10 +21,12 @@ const (
 	APIVersionGIEOld  = "config.x-k8s.io/v1alpha1"
 	APIVersionLLM     = "llm-d.ai/v1alpha1"
 	APIVersionLLMNext = "llm-d.ai/v1"
+	// APIVersionGIEApix is the group GIE v1.5's plugin READMEs use.
+	APIVersionGIEApix = "config.apix.gateway-api-inference-extension.sigs.k8s.io/v1alpha1"
 )
 
 // APIVersions lists the accepted apiVersion values.
-var APIVersions = []string{APIVersionLLM, APIVersionLLMNext, APIVersionGIE, APIVersionGIEOld}
+var APIVersions = []string{APIVersionLLM, APIVersionLLMNext, APIVersionGIE, APIVersionGIEOld, APIVersionGIEApix}
 
 // Config is an EndpointPickerConfig document.
 type Config struct {
@@ -73,8 +75,9 @@ type DataLayerSpec struct {
 	// configured (default true).
 	InjectDefaults *bool            `json:"injectDefaults,omitempty"`
 	Sources        []DataSourceSpec `json:"sources,omitempty"`
-	// Discovery, PeerDiscovery and the cross-replica fields are llm-d's;
-	// Build refuses them by name until kvgate implements them.
+	// Discovery names the endpoint discovery plugin (file-discovery).
+	// PeerDiscovery and the cross-replica fields are llm-d's; Build
+	// refuses them by name until kvgate implements them.
 	Discovery                   *Ref   `json:"discovery,omitempty"`
 	PeerDiscovery               *Ref   `json:"peerDiscovery,omitempty"`
 	CrossReplicaSyncerPluginRef string `json:"crossReplicaSyncerPluginRef,omitempty"`

@@ -5,8 +5,14 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/endpoints/scrape"
+	"github.com/kvgate/kvgate/extproc/parsers"
+	"github.com/kvgate/kvgate/extproc/plugins/anthropicparser"
+	"github.com/kvgate/kvgate/extproc/plugins/openaiparser"
+	"github.com/kvgate/kvgate/extproc/plugins/passthroughparser"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
+	"github.com/kvgate/kvgate/extproc/plugins/vllmhttpparser"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 )
 
@@ -47,9 +53,10 @@ func (e *UnsupportedError) Error() string {
 var knownPluginTypes = map[string]UnsupportedError{
 	"data-parallel-profile-handler": {Feature: FeaturePD},
 	"header-profile-handler":        {Feature: FeaturePD},
-	"predicted-latency-scorer":      {Feature: FeatureLatency, Hint: "kvgate's latency-scorer scores predicted-latency-producer's predictions"},
-	"vllmgrpc-parser": {Feature: FeatureGRPC, Hint: "kvgate's picker parses OpenAI-style HTTP bodies " +
-		"(openai-parser); it cannot route vLLM's gRPC API"},
+	"predicted-latency-scorer": {Feature: FeatureLatency, Hint: "GIE's monolithic SLO scorer is not built; kvgate's predicted-latency-producer with latency-scorer " +
+		"(and prefix-cache-affinity-filter, slo-headroom-tier-filter) score its predictions"},
+	"vllmgrpc-parser": {Feature: FeatureGRPC, Hint: "kvgate's picker parses HTTP bodies (openai-parser, anthropic-parser, vllmhttp-parser, " +
+		"passthrough-parser) and Vertex AI's gRPC envelope (vertexai-parser); it cannot route vLLM's gRPC API"},
 }
 
 // unknownType turns the registry's unknown-type error for typ into an
@@ -107,9 +114,6 @@ func unsupportedSections(c *Config) error {
 		return nil
 	}
 	switch {
-	case dl.Discovery != nil:
-		return &UnsupportedError{Where: "dataLayer.discovery", Name: dl.Discovery.PluginRef, Feature: FeatureOther,
-			Hint: "kvgate discovers endpoints from the InferencePool, --endpoint-selector or --endpoints-file"}
 	case dl.PeerDiscovery != nil:
 		return &UnsupportedError{Where: "dataLayer.peerDiscovery", Name: dl.PeerDiscovery.PluginRef, Feature: FeatureOther}
 	case dl.CrossReplicaSyncerPluginRef != "":
@@ -128,6 +132,10 @@ type (
 	}
 	metricsExtractor interface {
 		ScrapeEngines() *scrape.Engines
+	}
+	// endpointDiscovery is a dataLayer.discovery plugin (file-discovery).
+	endpointDiscovery interface {
+		EndpointSource() endpoints.Source
 	}
 )
 
@@ -170,6 +178,17 @@ func (b *builder) dataLayer(c *Config) error {
 		spec = &DataLayerSpec{}
 	}
 	wired := map[string]bool{}
+	if d := spec.Discovery; d != nil {
+		p, ok := b.byName[d.PluginRef]
+		if !ok {
+			return fmt.Errorf("%s.discovery.pluginRef: %q is not a configured plugin", where, d.PluginRef)
+		}
+		ed, ok := p.(endpointDiscovery)
+		if !ok {
+			return fmt.Errorf("%s.discovery.pluginRef: %q (type %s) is not an endpoint discovery", where, d.PluginRef, p.TypedName().Type)
+		}
+		b.out.Discovery, wired[d.PluginRef] = ed.EndpointSource(), true
+	}
 	for i, src := range spec.Sources {
 		at := fmt.Sprintf("%s.sources[%d]", where, i)
 		p, ok := b.byName[src.PluginRef]
@@ -226,6 +245,8 @@ func (b *builder) dataLayer(c *Config) error {
 			looseSources = append(looseSources, p)
 		case metricsExtractor:
 			looseExtractors = append(looseExtractors, p)
+		case endpointDiscovery:
+			return fmt.Errorf("plugins: %q (type %s) discovers endpoints but %s.discovery does not name it", p.TypedName().Name, p.TypedName().Type, where)
 		}
 	}
 	if len(spec.Sources) == 0 && len(looseSources) <= 1 && len(looseExtractors) <= 1 {
@@ -246,9 +267,15 @@ func (b *builder) dataLayer(c *Config) error {
 	return nil
 }
 
-// parsers checks the request parsers the configuration names: each a
-// configured parser plugin (only openai-parser exists in kvgate, which
-// parses OpenAI-style bodies whatever is configured).
+// defaultParsers are llm-d's request parsers when the configuration names
+// none: the OpenAI, Anthropic and vLLM HTTP APIs, and passthrough for any
+// other path.
+var defaultParsers = []string{openaiparser.Type, anthropicparser.Type, vllmhttpparser.Type, passthroughparser.Type}
+
+// parsers builds the request handler from the request parsers the
+// configuration names, or llm-d's defaults. As in llm-d, a reference to a
+// plugin that is not configured builds the parser type of that name with
+// its defaults.
 func (b *builder) parsers(c *Config) error {
 	var refs []Ref
 	where := "requestHandler.parsers"
@@ -261,6 +288,13 @@ func (b *builder) parsers(c *Config) error {
 		}
 		refs, where = []Ref{*c.Parser}, "parser"
 	}
+	if len(refs) == 0 {
+		for _, typ := range defaultParsers {
+			refs = append(refs, Ref{PluginRef: typ})
+		}
+		where = "default parsers"
+	}
+	ps := make([]parsers.Parser, 0, len(refs))
 	for i, r := range refs {
 		at := fmt.Sprintf("%s[%d].pluginRef", where, i)
 		if where == "parser" {
@@ -268,12 +302,22 @@ func (b *builder) parsers(c *Config) error {
 		}
 		p, ok := b.byName[r.PluginRef]
 		if !ok {
-			return fmt.Errorf("%s: %q is not a configured plugin", at, r.PluginRef)
+			var err error
+			if p, err = b.add(at, PluginSpec{Type: r.PluginRef}); err != nil {
+				return fmt.Errorf("%s: %q is not a configured plugin nor a parser type: %w", at, r.PluginRef, err)
+			}
 		}
-		if _, ok := p.(scheduling.RequestParser); !ok {
+		parser, ok := p.(parsers.Parser)
+		if !ok {
 			return fmt.Errorf("%s: %q (type %s) is not a request parser", at, r.PluginRef, p.TypedName().Type)
 		}
+		ps = append(ps, parser)
 	}
+	set, err := parsers.NewSet(ps)
+	if err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	b.out.Parsers = set
 	return nil
 }
 
@@ -295,12 +339,23 @@ type kvEventSources interface {
 	KVEventSources() precise.KVEvents
 }
 
+// kvIndexLogger is a precise prefix plugin that asks for the KV index's
+// metrics in the log.
+type kvIndexLogger interface {
+	KVIndexLogInterval() time.Duration
+}
+
 // kvEvents collects what the precise prefix plugins ask the picker for;
 // two that ask for different sources are a conflict, since the picker has
 // one KV index fed one way.
 func (b *builder) kvEvents() error {
 	var from scheduling.TypedName
 	for _, p := range b.out.Plugins {
+		if l, ok := p.(kvIndexLogger); ok {
+			if d := l.KVIndexLogInterval(); d > 0 && (b.out.KVIndexLogInterval == 0 || d < b.out.KVIndexLogInterval) {
+				b.out.KVIndexLogInterval = d
+			}
+		}
 		k, ok := p.(kvEventSources)
 		if !ok {
 			continue

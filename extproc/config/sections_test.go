@@ -2,11 +2,16 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kvgate/kvgate/extproc/endpoints/scrape"
+	"github.com/kvgate/kvgate/extproc/kvindex"
+	"github.com/kvgate/kvgate/extproc/plugins/all"
+	"github.com/kvgate/kvgate/extproc/plugins/precise"
+	"github.com/kvgate/kvgate/extproc/scheduling"
 )
 
 const llmdHead = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n"
@@ -59,14 +64,17 @@ func TestSectionErrors(t *testing.T) {
 		name, yaml, want, feature string
 	}{
 		{"unknown gate", llmdHead + "featureGates: [dataLayer, magic]\n", `featureGates[1]: "magic"`, FeatureOther},
-		{"discovery", llmdHead + "dataLayer:\n  discovery: {pluginRef: file-discovery}\n", `dataLayer.discovery: "file-discovery"`, FeatureOther},
+		{"discovery not configured", llmdHead + "dataLayer:\n  discovery: {pluginRef: file-discovery}\n", `dataLayer.discovery.pluginRef: "file-discovery" is not a configured plugin`, ""},
+		{"discovery not a discovery", llmdHead + ms + "dataLayer:\n  discovery: {pluginRef: queue-scorer}\n", "is not an endpoint discovery", ""},
+		{"discovery not wired", llmdHead + "plugins:\n- type: file-discovery\n  parameters: {path: /e.yaml}\n", "discovers endpoints but dataLayer.discovery does not name it", ""},
 		{"peer discovery", llmdHead + "dataLayer:\n  peerDiscovery: {pluginRef: dns}\n", `dataLayer.peerDiscovery`, FeatureOther},
 		{"cross replica", llmdHead + "dataLayer:\n  crossReplicaSyncerPluginRef: redis\n", `crossReplicaSyncerPluginRef`, FeatureOther},
 		{"data-parallel handler", llmdHead + "plugins:\n- type: data-parallel-profile-handler\n", `"data-parallel-profile-handler"`, FeaturePD},
 		{"header profile handler", llmdHead + "plugins:\n- type: header-profile-handler\n", `"header-profile-handler"`, FeaturePD},
-		{"gRPC parser", llmdHead + "plugins:\n- type: vllmgrpc-parser\n", "parses OpenAI-style HTTP bodies", FeatureGRPC},
-		{"unknown type", llmdHead + "plugins:\n- type: passthrough-parser\n", `unknown plugin type "passthrough-parser"`, ""},
-		{"parser not configured", llmdHead + ms + "requestHandler:\n  parsers:\n  - pluginRef: anthropic-parser\n", `requestHandler.parsers[0].pluginRef: "anthropic-parser" is not a configured plugin`, ""},
+		{"gRPC parser", llmdHead + "plugins:\n- type: vllmgrpc-parser\n", "cannot route vLLM's gRPC API", FeatureGRPC},
+		{"unknown type", llmdHead + "plugins:\n- type: sglanghttp-parser\n", `unknown plugin type "sglanghttp-parser"`, ""},
+		{"parser not configured", llmdHead + ms + "requestHandler:\n  parsers:\n  - pluginRef: my-parser\n", `requestHandler.parsers[0].pluginRef: "my-parser" is not a configured plugin nor a parser type`, ""},
+		{"parser after fallback", llmdHead + ms + "requestHandler:\n  parsers:\n  - pluginRef: passthrough-parser\n  - pluginRef: openai-parser\n", "must be last", ""},
 		{"parser not a parser", llmdHead + ms + "requestHandler:\n  parsers:\n  - pluginRef: queue-scorer\n", "is not a request parser", ""},
 		{"GIE parser form", llmdHead + ms + "parser:\n  pluginRef: queue-scorer\n", "parser.pluginRef", ""},
 		{"both parser forms", llmdHead + ms + "parser: {pluginRef: openai-parser}\nrequestHandler:\n  parsers: [{pluginRef: openai-parser}]\n", "give one", ""},
@@ -138,5 +146,61 @@ schedulingProfiles:
 	}
 	if _, err := build(t, strings.Replace(yaml, "name: gpu", "name: cpu", 1)); err == nil || !strings.Contains(err.Error(), `"gpu" is not a configured plugin`) {
 		t.Fatalf("dangling producer: %v", err)
+	}
+}
+
+// llm-d's metricsLoggingInterval reaches the picker: the shortest asked.
+func TestKVIndexLogInterval(t *testing.T) {
+	const producer = "- type: precise-prefix-cache-producer\n  name: %s\n  parameters:\n    indexerConfig:\n      kvBlockIndexConfig: {enableMetrics: true, metricsLoggingInterval: %d}\n"
+	c, err := Parse([]byte(llmdHead + "plugins:\n" + fmt.Sprintf(producer, "a", int64(time.Minute)) + fmt.Sprintf(producer, "b", int64(10*time.Second))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Build(c, all.Registry(), &scheduling.Handle{Services: precise.WithKVIndex(nil, kvindex.New(kvindex.Config{}))}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.KVIndexLogInterval != 10*time.Second {
+		t.Fatalf("interval %v", b.KVIndexLogInterval)
+	}
+	if b, err = build(t, llmdHead); err != nil || b.KVIndexLogInterval != 0 {
+		t.Fatalf("default: %v %v", b.KVIndexLogInterval, err)
+	}
+}
+
+// The request handler: the parsers listed (a type name not configured as a
+// plugin builds that parser, as in llm-d), GIE's single parser, or llm-d's
+// defaults.
+func TestRequestHandler(t *testing.T) {
+	tests := []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"defaults", llmdHead, []string{"openai-parser", "anthropic-parser", "vllmhttp-parser", "passthrough-parser"}},
+		{"listed", llmdHead + "plugins:\n- {name: mine, type: openai-parser}\nrequestHandler:\n  parsers:\n  - pluginRef: vllmhttp-parser\n  - pluginRef: mine\n", []string{"vllmhttp-parser", "openai-parser"}},
+		{"GIE parser", llmdHead + "plugins:\n- type: openai-parser\nparser: {pluginRef: openai-parser}\n", []string{"openai-parser"}},
+		{"payload agnostic", llmdHead + "requestHandler:\n  parsers: [{pluginRef: passthrough-parser}]\n", []string{"passthrough-parser"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := build(t, tc.yaml)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, p := range b.Parsers.Parsers() {
+				got = append(got, p.TypedName().Type)
+			}
+			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Fatalf("parsers %v, want %v", got, tc.want)
+			}
+		})
+	}
+	b, err := build(t, llmdHead+"requestHandler:\n  parsers: [{pluginRef: openai-parser}]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Parsers.Parse("/v1/messages", []byte(`{}`)); err == nil {
+		t.Fatal("an explicit list without a fallback accepted an unclaimed path")
 	}
 }

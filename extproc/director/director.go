@@ -21,6 +21,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/server"
 	"github.com/kvgate/kvgate/internal/eppwire"
 	"github.com/kvgate/kvgate/internal/hints"
+	"github.com/kvgate/kvgate/internal/openai"
 )
 
 // Pool is what the director needs of the endpoint datastore.
@@ -43,6 +44,9 @@ type ModelRewrites interface {
 
 // Hooks are the request-lifecycle plugins of a configuration.
 type Hooks struct {
+	RequestHeader    []scheduling.RequestHeader
+	ResponseHeader   []scheduling.ResponseHeader
+	ResponseMetadata []scheduling.ResponseMetadata
 	PreRequest       []scheduling.PreRequest
 	FirstToken       []scheduling.FirstToken
 	ResponseComplete []scheduling.ResponseComplete
@@ -130,6 +134,7 @@ const maxTokensCharged = 4 << 20
 // HandleRequest implements server.Director.
 func (d *Director) HandleRequest(ctx context.Context, req *server.Request) (*server.Decision, server.Exchange, error) {
 	sr := d.schedulingRequest(req)
+	d.requestHeader(ctx, sr)
 	var (
 		dec *server.Decision
 		ex  *exchange
@@ -172,7 +177,17 @@ func (d *Director) routed(req *server.Request, sr *scheduling.Request, dec *serv
 // Dispatch.
 func (d *Director) Classify(req *server.Request) (*scheduling.Request, flowcontrol.Request) {
 	sr := d.schedulingRequest(req)
+	d.requestHeader(context.Background(), sr)
 	return sr, FlowRequest(req, sr)
+}
+
+// requestHeader runs the RequestHeader hooks on a new request.
+func (d *Director) requestHeader(ctx context.Context, sr *scheduling.Request) {
+	for _, h := range d.opts.Hooks.RequestHeader {
+		start := time.Now()
+		h.RequestHeader(ctx, sr)
+		d.metrics.PluginDuration(scheduling.PointRequestHeader, h.TypedName(), time.Since(start))
+	}
 }
 
 // Dispatch routes a request that flow control has dispatched as it (nil
@@ -249,6 +264,14 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 		return nil, nil, &inferr.Error{Code: inferr.PreconditionFailed, Msg: "no decode worker has the requested KV cache"}
 	}
 	ex := &exchange{d: d, sched: sr, cs: cs, received: req.ReceivedAt}
+	if p := res.Prefill; p != nil {
+		// P/D: the prefill server computes the prompt (less what it
+		// holds) until the decode server's first token; the decode server
+		// only waits for the KV to arrive.
+		pp, pu := uncachedTokens(cs, sr, p)
+		ex.remote = p.Charge(int64(pp-pu), int64(pu), int64(pp), int64(pp))
+		uncached = 0
+	}
 	ex.charge = targets[0].Charge(int64(prompt-uncached), int64(uncached), int64(prompt+sr.MaxTokens), sr.TokenEstimate())
 	for _, h := range d.opts.Hooks.PreRequest {
 		hs := time.Now()
@@ -415,11 +438,14 @@ func subset(eps []*endpoints.Endpoint, hint []string) []*endpoints.Endpoint {
 // what the stream has shown. The server calls it on the stream's goroutine,
 // one event at a time, so it needs no lock.
 type exchange struct {
-	d        *Director
-	labels   metrics.Labels
-	sched    *scheduling.Request
-	cs       *scheduling.CycleState
-	charge   endpoints.Charge
+	d      *Director
+	labels metrics.Labels
+	sched  *scheduling.Request
+	cs     *scheduling.CycleState
+	charge endpoints.Charge
+	// remote is a P/D request's prefill on another server, released at the
+	// first token (zero otherwise).
+	remote   endpoints.Charge
 	received time.Time
 	status   int
 	chunks   int
@@ -440,13 +466,53 @@ func (x *exchange) revoke() { x.revoked.Store(true) }
 // Revoked implements server.Revocable.
 func (x *exchange) Revoked() bool { return x.revoked.Load() }
 
-var _ server.Exchange = (*exchange)(nil)
+var (
+	_ server.Exchange             = (*exchange)(nil)
+	_ server.ResponseHeaderSetter = (*exchange)(nil)
+	_ server.ResponseAnnotator    = (*exchange)(nil)
+)
 
 // ResponseStarted implements server.Exchange. When the proxy served the
 // request from a fallback, the load moves to the endpoint that has it.
 func (x *exchange) ResponseStarted(_ context.Context, head server.ResponseHead) {
 	x.status = head.Status
 	x.moveTo(head.ServedEndpoint)
+}
+
+// ResponseHeaders implements server.ResponseHeaderSetter: the
+// ResponseHeader hooks' headers.
+func (x *exchange) ResponseHeaders(ctx context.Context, head server.ResponseHead) map[string]string {
+	hooks := x.d.opts.Hooks.ResponseHeader
+	if len(hooks) == 0 {
+		return nil
+	}
+	rh := &scheduling.ResponseHead{Status: head.Status, Headers: head.Headers, Served: head.ServedEndpoint}
+	for _, h := range hooks {
+		start := time.Now()
+		h.ResponseHeader(ctx, x.cs, x.sched, rh)
+		x.d.metrics.PluginDuration(scheduling.PointResponseHeader, h.TypedName(), time.Since(start))
+	}
+	return rh.SetHeaders()
+}
+
+// ResponseMetadata implements server.ResponseAnnotator: the
+// ResponseMetadata hooks' metadata.
+func (x *exchange) ResponseMetadata(ctx context.Context, usage openai.Usage, found bool) map[string]map[string]any {
+	hooks := x.d.opts.Hooks.ResponseMetadata
+	if len(hooks) == 0 {
+		return nil
+	}
+	var u *openai.Usage
+	if found {
+		u = &usage
+	}
+	md := scheduling.Metadata{}
+	for _, h := range hooks {
+		start := time.Now()
+		h.ResponseMetadata(ctx, x.cs, x.sched, u, md)
+		x.d.metrics.PluginDuration(scheduling.PointResponseMetadata, h.TypedName(), time.Since(start))
+	}
+	return md
 }
 
 func (x *exchange) moveTo(served string) {
@@ -480,6 +546,7 @@ func (x *exchange) ResponseChunk(ctx context.Context, chunk []byte) {
 	if x.chunks == 1 {
 		x.first = now
 		x.charge.FirstToken()
+		x.remote.Release()
 		if adm := x.d.opts.Admission; adm != nil {
 			adm.Notify()
 		}
@@ -507,6 +574,7 @@ func (x *exchange) ResponseDone(ctx context.Context, sum server.ResponseSummary)
 	x.moveTo(sum.ServedEndpoint)
 	served := x.charge.Endpoint()
 	x.charge.Release()
+	x.remote.Release()
 	if adm := x.d.opts.Admission; adm != nil && x.flow != nil {
 		adm.Finished(x.flow)
 	}

@@ -68,7 +68,20 @@ func TestDisaggregationDecision(t *testing.T) {
 	if dec.Endpoints[0] != dd.Address() || dec.Headers[eppwire.HeaderPrefiller] != p.Address() {
 		t.Fatalf("cold prompt: endpoints %v headers %v, want decode %s with prefiller %s", dec.Endpoints, dec.Headers, dd.Address(), p.Address())
 	}
+	// The live load: the prompt's work on the prefill server until the
+	// first token, the decode server only waiting for the KV.
+	if pl, dl := p.Load(), dd.Load(); pl.PrefillRequests != 1 || pl.PrefillTokens <= 0 || dl.PrefillRequests != 1 || dl.PrefillTokens != 0 {
+		t.Fatalf("after the decision: prefill %+v, decode %+v", pl, dl)
+	}
+	ex.ResponseStarted(ctx, server.ResponseHead{Status: 200})
+	ex.ResponseChunk(ctx, []byte("data: {}\n\n"))
+	if pl, dl := p.Load(), dd.Load(); pl != (endpoints.Load{}) || dl.DecodeRequests != 1 || p.InflightRequests() != 0 {
+		t.Fatalf("after the first token: prefill %+v, decode %+v", pl, dl)
+	}
 	ex.ResponseDone(ctx, server.ResponseSummary{Status: 200, Complete: true})
+	if dl := dd.Load(); dl != (endpoints.Load{}) {
+		t.Fatalf("after the end: decode %+v", dl)
+	}
 
 	cond = completion(prompt, true)
 	cond.Headers[eppwire.HeaderPrefer] = "if-available"

@@ -13,7 +13,7 @@ import (
 // FlowRequest is what flow control knows of a request.
 func FlowRequest(req *server.Request, sr *scheduling.Request) flowcontrol.Request {
 	fr := flowcontrol.Request{
-		ID: req.ID, FairnessID: req.FairnessID, Priority: sr.Priority,
+		ID: req.ID, FairnessID: sr.FairnessID, Priority: sr.Priority,
 		Model: sr.IncomingModel, TargetModel: sr.TargetModel,
 		Bytes: int64(len(req.Body)), ReceivedAt: req.ReceivedAt, TTFTSLO: sr.TTFTSLO,
 	}

@@ -42,6 +42,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/disagg"
 	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
+	"github.com/kvgate/kvgate/extproc/plugins/transfercost"
 	"github.com/kvgate/kvgate/extproc/prefixmatch"
 	"github.com/kvgate/kvgate/extproc/saturation"
 	"github.com/kvgate/kvgate/extproc/scheduling"
@@ -394,6 +395,9 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	}
 	if p.telemetry != nil {
 		h.Services[telemetry.ServiceKey] = p.telemetry
+		// The P/D transfer-cost decider prices transfers on the measured
+		// node-pair network.
+		h.Services[transfercost.ServiceNetworkView] = transfercost.NetworkView(p.telemetry)
 		if err := p.reg.Register(p.telemetry); err != nil {
 			return nil, fmt.Errorf("telemetry metrics: %w", err)
 		}
@@ -409,8 +413,16 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	if err := p.reg.Register(p.scraper); err != nil {
 		return nil, fmt.Errorf("scrape metrics: %w", err)
 	}
-	if o.EndpointsFile != "" {
+	switch {
+	case p.built.Discovery != nil && o.EndpointsFile != "":
+		return nil, errors.New("--endpoints and the configuration's dataLayer.discovery both name the endpoints: give one")
+	case p.built.Discovery != nil:
+		// llm-d's file-discovery: no Kubernetes.
+		p.source = p.built.Discovery
+	case o.EndpointsFile != "":
 		p.source = &staticfile.File{Path: o.EndpointsFile, Logger: log}
+	}
+	if p.source != nil {
 		if o.ObjectivesFile != "" {
 			objs, err := loadObjectives(o.ObjectivesFile, o.PoolName)
 			if err != nil {
@@ -429,7 +441,7 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	dopts := director.Options{
 		Pool:             p.ds,
 		Scheduler:        p.built.Scheduler,
-		Hooks:            director.Hooks{PreRequest: p.built.PreRequest, FirstToken: p.built.FirstToken, ResponseComplete: p.built.ResponseComplete},
+		Hooks:            director.Hooks{RequestHeader: p.built.RequestHeader, ResponseHeader: p.built.ResponseHeader, ResponseMetadata: p.built.ResponseMetadata, PreRequest: p.built.PreRequest, FirstToken: p.built.FirstToken, ResponseComplete: p.built.ResponseComplete},
 		Saturation:       saturation.New(p.built.Saturation, time.Now),
 		TrustFilterHints: o.TrustFilterHeaders,
 		Objectives:       p.objectives,
@@ -445,7 +457,7 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	}
 	d := director.New(dopts)
 	p.server = server.New(d, server.Options{
-		MaxRequestBodyBytes: o.MaxRequestBodyBytes, Logger: log,
+		MaxRequestBodyBytes: o.MaxRequestBodyBytes, Logger: log, Parser: p.built.Parsers,
 		MaxHeaders: o.MaxRequestHeaders, MaxHeaderBytes: o.MaxRequestHeaderBytes,
 		BodyBudget:          bytebudget.New(o.RequestBodyBudgetBytes),
 		RequestIdleTimeout:  zeroIsNone(o.RequestIdleTimeout),
@@ -680,6 +692,9 @@ func (p *Picker) Run(ctx context.Context) error {
 	g.Go(func() error { return p.scraper.Run(ctx) })
 	if p.telemetry != nil {
 		g.Go(func() error { return runTelemetry(ctx, p.telemetry, p.agents) })
+	}
+	if every := p.built.KVIndexLogInterval; every > 0 {
+		g.Go(func() error { p.kvIndex.LogMetrics(ctx, p.log, every); return nil })
 	}
 	g.Go(func() error { return serveGRPC(extproc, p.listeners.grpc) })
 	g.Go(func() error { return serveGRPC(healthGRPC, p.listeners.health) })

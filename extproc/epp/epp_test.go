@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -115,6 +116,30 @@ func startFleetWith(t testing.TB, configure func(*Options), pages ...string) *fl
 	o.GRPCAddr, o.HealthAddr, o.MetricsAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	o.RefreshMetricsInterval = 10 * time.Millisecond
 	configure(&o)
+	p := runPicker(t, o)
+	f.picker = p
+	grpcAddr, _, metricsAddr := p.Addrs()
+	f.client = envoytest.Dial(t, grpcAddr)
+	f.metrics = "http://" + metricsAddr + "/metrics"
+	// Requests are meaningful once every server has been scraped.
+	waitFor(t, "endpoints scraped", func() bool {
+		all := p.Datastore().All()
+		if len(all) != len(pages) {
+			return false
+		}
+		for _, e := range all {
+			if e.Metrics().UpdateTime.IsZero() {
+				return false
+			}
+		}
+		return true
+	})
+	return f
+}
+
+// runPicker runs a picker with o until the test ends, once it listens.
+func runPicker(t testing.TB, o Options) *Picker {
+	t.Helper()
 	p, err := New(o, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -134,24 +159,7 @@ func startFleetWith(t testing.TB, configure func(*Options), pages ...string) *fl
 		done <- err // for the cleanup
 		t.Fatalf("picker exited before listening: %v", err)
 	}
-	f.picker = p
-	grpcAddr, _, metricsAddr := p.Addrs()
-	f.client = envoytest.Dial(t, grpcAddr)
-	f.metrics = "http://" + metricsAddr + "/metrics"
-	// Requests are meaningful once every server has been scraped.
-	waitFor(t, "endpoints scraped", func() bool {
-		all := p.Datastore().All()
-		if len(all) != len(pages) {
-			return false
-		}
-		for _, e := range all {
-			if e.Metrics().UpdateTime.IsZero() {
-				return false
-			}
-		}
-		return true
-	})
-	return f
+	return p
 }
 
 func waitFor(t testing.TB, what string, cond func() bool) {
@@ -446,13 +454,13 @@ func TestHealthServing(t *testing.T) {
 	}
 }
 
-// A client cannot name the prefiller: the picker removes its header unless
-// it sets one itself.
+// A client cannot name the prefiller, the encoders or the KV source: the
+// picker removes those headers unless it sets them itself.
 func TestClientPrefillerHeaderRemoved(t *testing.T) {
 	f := startFleet(t, "", vllmMetrics(0, 0, ""))
 	_, r := f.route(t, []string{"x-prefiller-host-port", "10.9.9.9:6379"}, completion, 1)
 	removed := r.GetRequestHeaders().GetResponse().GetHeaderMutation().GetRemoveHeaders()
-	if len(removed) != 1 || removed[0] != "x-prefiller-host-port" {
+	if !slices.Equal(removed, []string{"x-prefiller-host-port", "x-encoder-hosts-ports", "x-kv-cache-source-host-port"}) {
 		t.Fatalf("remove_headers = %v", removed)
 	}
 	if _, set := envoytest.SetHeaders(t, r)["x-prefiller-host-port"]; set {

@@ -278,6 +278,8 @@ func (o *Options) tlsOptions() (tlscert.Options, error) {
 
 // kubernetesMode: endpoints come from the cluster, so the picker runs
 // there, where the upstream defaults (TLS, authenticated metrics) apply.
+// (A configuration's file-discovery is llm-d's deployment without
+// Kubernetes, as --endpoints is: Picker.kubernetesMode.)
 func (o *Options) kubernetesMode() bool { return o.EndpointsFile == "" }
 
 func newLogger(w io.Writer, o Options) *slog.Logger {

@@ -19,12 +19,18 @@ import (
 	"github.com/kvgate/kvgate/extproc/epp/tracing"
 )
 
+// kubernetesMode: the picker discovers its endpoints in the cluster, not
+// from --endpoints or the configuration's file-discovery.
+func (p *Picker) kubernetesMode() bool {
+	return p.opts.kubernetesMode() && (p.built == nil || p.built.Discovery == nil)
+}
+
 // serving resolves the serving flags: TLS, leader election, the metrics
 // guard and tracing. Like the rest of New it contacts nothing.
 func (p *Picker) serving() error {
 	o := p.opts
 	p.ready = &readiness{leaderElection: o.LeaderElection}
-	if o.SecureServing.On(o.kubernetesMode()) {
+	if o.SecureServing.On(p.kubernetesMode()) {
 		to, err := o.tlsOptions()
 		if err != nil {
 			return err
@@ -33,7 +39,7 @@ func (p *Picker) serving() error {
 			return fmt.Errorf("--secure-serving: %w", err)
 		}
 	}
-	needKube := o.LeaderElection || o.MetricsAuth.On(o.kubernetesMode())
+	needKube := o.LeaderElection || o.MetricsAuth.On(p.kubernetesMode())
 	if needKube {
 		cfg, ns, err := k8s.ClientConfig(o.Kubeconfig, o.PoolNamespace)
 		if err != nil {
@@ -48,7 +54,7 @@ func (p *Picker) serving() error {
 				return err
 			}
 		}
-		if o.MetricsAuth.On(o.kubernetesMode()) {
+		if o.MetricsAuth.On(p.kubernetesMode()) {
 			if p.guard, err = metricsauth.New(cfg, p.log); err != nil {
 				return err
 			}

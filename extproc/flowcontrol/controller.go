@@ -296,10 +296,14 @@ func (c *Controller) next(now time.Time) (*Item, []*Item) {
 	c.regime(len(pool) == 0, now)
 	c.expire(now)
 	c.expireRevocations(now)
+	// Measured on every call, the queue empty or not, so that the exported
+	// saturation follows releases as well as dispatches (the async
+	// processor's picker-saturation gate and autoscalers read it; measured
+	// at dispatches alone it froze at the busiest moment).
+	sat := c.measure(pool)
 	if c.queued == 0 {
 		return nil, nil
 	}
-	sat := c.measure(pool)
 	c.utilization()
 	c.prios = c.prios[:0]
 	for _, b := range c.bands {

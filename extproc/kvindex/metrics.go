@@ -1,6 +1,8 @@
 package kvindex
 
 import (
+	"context"
+	"log/slog"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -140,5 +142,32 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	count, sum, buckets := c.idx.act.latency.snapshot()
 	for _, name := range []string{latencyNames.current, latencyNames.deprecated} {
 		ch <- prometheus.MustNewConstHistogram(c.descs[name], count, sum, buckets)
+	}
+}
+
+// LogMetrics logs the index's activity every interval until ctx ends, as
+// llm-d-kv-cache's kvBlockIndexConfig.metricsLoggingInterval does: the
+// counters of the kv_cache_index_* metrics, the lookup latency's count,
+// sum and mean, and the index's size.
+func (idx *Index) LogMetrics(ctx context.Context, log *slog.Logger, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		a, st := idx.Activity(), idx.Stats()
+		count, sum, _ := idx.act.latency.snapshot()
+		mean := 0.0
+		if count > 0 {
+			mean = sum / float64(count)
+		}
+		log.LogAttrs(ctx, slog.LevelInfo, "kv-block index metrics",
+			slog.Uint64("admissions", a.Admissions), slog.Uint64("evictions", a.Evictions),
+			slog.Uint64("lookups", a.Lookups), slog.Uint64("hits", a.LookupHits),
+			slog.Uint64("latency_count", count), slog.Float64("latency_sum_seconds", sum), slog.Float64("latency_avg_seconds", mean),
+			slog.Int64("blocks", st.Blocks), slog.Int64("entries", st.Entries), slog.Int("endpoints", st.Endpoints))
 	}
 }

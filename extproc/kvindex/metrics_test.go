@@ -1,9 +1,16 @@
 package kvindex
 
 import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // The index's work shows under llm-d's kv_cache_index_* names and their
@@ -58,5 +65,36 @@ func TestCollectorCountsActivity(t *testing.T) {
 	}
 	if latencyCount != 2 {
 		t.Errorf("lookup latency count %d, want 2", latencyCount)
+	}
+}
+
+// LogMetrics logs the activity at its interval until its context ends.
+func TestLogMetrics(t *testing.T) {
+	idx := New(Config{})
+	if err := idx.Add("a", TierGPU, []uint64{1, 2, 3}); err != nil {
+		t.Fatal(err)
+	}
+	idx.Lookup([]uint64{1, 2}, []string{"a"}, make([]float64, 1))
+	var buf testutil.SyncBuffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { idx.LogMetrics(ctx, log, time.Millisecond); close(done) }()
+	for !strings.Contains(buf.String(), "\n") {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	<-done
+	var line map[string]any
+	if err := json.Unmarshal([]byte(strings.SplitN(buf.String(), "\n", 2)[0]), &line); err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]float64{"admissions": 3, "lookups": 1, "hits": 2, "latency_count": 1, "blocks": 3, "entries": 3, "endpoints": 1} {
+		if line[k] != want {
+			t.Errorf("%s = %v, want %v (%v)", k, line[k], want, line)
+		}
+	}
+	if line["msg"] != "kv-block index metrics" {
+		t.Errorf("message %v", line["msg"])
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/internal/openai"
 )
 
 // DataProducer computes per-request data that later plugins consume (a
@@ -37,6 +38,15 @@ type Admitter interface {
 	Admit(ctx context.Context, cs *CycleState, req *Request, candidates []*endpoints.Endpoint) error
 }
 
+// RequestHeader runs once per request as the picker assembles it, before
+// flow control and scheduling (llm-d's RequestHeaderProcessor): plugins
+// derive request attributes from the headers, such as the fairness id
+// flow control queues the request under.
+type RequestHeader interface {
+	Plugin
+	RequestHeader(ctx context.Context, req *Request)
+}
+
 // ErrNotAdmitted wraps an admitter's refusal.
 var ErrNotAdmitted = errors.New("request not admitted")
 
@@ -49,9 +59,12 @@ type FirstToken interface {
 
 // Point names of the stages in plugin duration metrics.
 const (
-	PointDataProducer = "DataProducer"
-	PointAdmitter     = "Admitter"
-	PointFirstToken   = "FirstToken"
+	PointDataProducer     = "DataProducer"
+	PointAdmitter         = "Admitter"
+	PointFirstToken       = "FirstToken"
+	PointRequestHeader    = "RequestHeader"
+	PointResponseHeader   = "ResponseHeader"
+	PointResponseMetadata = "ResponseMetadata"
 )
 
 // OrderProducers returns producers so that each runs after the producers of
@@ -123,4 +136,56 @@ func AlignSubset(all, subset []*endpoints.Endpoint, fn func(i, k int)) {
 		fn(i, k)
 		j = k + 1
 	}
+}
+
+// ResponseHead is the start of a routed request's response as plugins see
+// it, and the headers they set on it for the client.
+type ResponseHead struct {
+	Status int
+	// Headers are the response's headers, lower-case names.
+	Headers map[string]string
+	// Served is the endpoint the proxy reports it sent the request to
+	// (envoy.lb's x-gateway-destination-endpoint-served); "" when it did
+	// not say.
+	Served string
+	set    map[string]string
+}
+
+// Set sets a response header for the client.
+func (r *ResponseHead) Set(name, value string) {
+	if r.set == nil {
+		r.set = make(map[string]string, 1)
+	}
+	r.set[name] = value
+}
+
+// SetHeaders are the headers plugins set.
+func (r *ResponseHead) SetHeaders() map[string]string { return r.set }
+
+// ResponseHeader sees a routed request's response headers and may set
+// headers on the response (GIE's ResponseHeader processors).
+type ResponseHeader interface {
+	Plugin
+	ResponseHeader(ctx context.Context, cs *CycleState, req *Request, res *ResponseHead)
+}
+
+// Metadata is dynamic metadata for the proxy: namespace → key → a value
+// protobuf's Struct holds (a number, string, bool, or nested map or list).
+type Metadata map[string]map[string]any
+
+// Set records one value.
+func (m Metadata) Set(namespace, key string, v any) {
+	if m[namespace] == nil {
+		m[namespace] = map[string]any{}
+	}
+	m[namespace][key] = v
+}
+
+// ResponseMetadata reports a routed request's response to the proxy as
+// dynamic metadata, once, before the response's last message is passed on
+// (GIE's request-attribute-reporter). usage is the response's token usage,
+// nil when it carried none.
+type ResponseMetadata interface {
+	Plugin
+	ResponseMetadata(ctx context.Context, cs *CycleState, req *Request, usage *openai.Usage, md Metadata)
 }

@@ -64,6 +64,11 @@ type ProfileResult struct {
 type Result struct {
 	PrimaryProfile string
 	Profiles       map[string]*ProfileResult
+	// Prefill is the server that computes the prompt when that is not the
+	// primary: a P/D decision's prefill pick, whose KV the primary then
+	// receives. Nil when the primary computes its own prompt. The live load
+	// model charges the prefill work there.
+	Prefill *endpoints.Endpoint
 	// Headers are extra request headers plugins want sent upstream (for
 	// example x-prefiller-host-port), set during PreRequest.
 	Headers map[string]string

@@ -15,10 +15,12 @@
 // Other request body modes are refused with codes.Unimplemented, because the
 // decision has to be made before Envoy releases the headers upstream.
 //
-// Requests whose :path is not an OpenAI API (see openai.APIFromPath) are not
-// refused: their body is buffered and handed to the Director with Parsed nil,
-// so that the Director's policy, not the protocol layer, decides what happens
-// to them.
+// Bodies are parsed by Options.Parser (the configuration's request parsers,
+// extproc/parsers), or, without one, as the OpenAI API their :path names
+// (openai.APIFromPath). A body the parser routes without interpretation, or
+// whose :path is not an OpenAI API, is not refused: it is buffered and
+// handed to the Director with Parsed nil, so that the Director's policy,
+// not the protocol layer, decides what happens to it.
 //
 // Budgets: a header message over Options.MaxHeaders or MaxHeaderBytes is
 // answered 431 (repeats are joined in linear time below the limits); request

@@ -80,6 +80,23 @@ type Revocable interface {
 	Revoked() bool
 }
 
+// ResponseHeaderSetter is implemented by exchanges whose plugins set
+// headers on the response to the client (GIE's ResponseHeader
+// processors): called with the response's head before the headers are
+// answered; the headers returned are set.
+type ResponseHeaderSetter interface {
+	ResponseHeaders(ctx context.Context, head ResponseHead) map[string]string
+}
+
+// ResponseAnnotator is implemented by exchanges whose plugins report the
+// response to the proxy as dynamic metadata (GIE's
+// request-attribute-reporter): called once, with the usage seen (found
+// false: none), before the response's last message is answered, which
+// carries the metadata returned (namespace → key → value; nil: none).
+type ResponseAnnotator interface {
+	ResponseMetadata(ctx context.Context, usage openai.Usage, found bool) map[string]map[string]any
+}
+
 // ResponseHead is what the response's headers tell.
 type ResponseHead struct {
 	Status  int
@@ -104,9 +121,11 @@ type Request struct {
 	// during HandleRequest: the server drops it (and its share of the body
 	// budget) once it has sent the body back to the proxy.
 	Body []byte
-	// API is the OpenAI API named by Path, "" for any other path.
+	// API is the API the body was parsed as: until then the OpenAI API
+	// named by Path ("" for any other path), after the parser's.
 	API openai.API
-	// Parsed is the body parsed as API; nil when HeaderOnly or when API is "".
+	// Parsed is the body parsed as API; nil when HeaderOnly or when the
+	// body is routed without interpretation.
 	Parsed *openai.Request
 	// HeaderOnly is true when no body is seen: the request had none
 	// (end_of_stream on its headers), or Envoy sends headers only (request
@@ -179,8 +198,19 @@ type Options struct {
 	// routed (see the defaults). A negative value disables the timeout.
 	RequestIdleTimeout  time.Duration
 	ResponseIdleTimeout time.Duration
+	// Parser parses request bodies; nil parses the OpenAI API :path
+	// names and routes any other body uninterpreted.
+	Parser BodyParser
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+}
+
+// BodyParser turns a request body into its routing view: nil for a body
+// routed without interpretation, an error for one that must be refused
+// (answered 400). A parsed request keeps body: the caller does not
+// modify it.
+type BodyParser interface {
+	Parse(path string, body []byte) (*openai.Request, error)
 }
 
 // Server implements the ext_proc service.
@@ -194,6 +224,7 @@ type Server struct {
 	budget   *bytebudget.Budget
 	reqIdle  time.Duration
 	respIdle time.Duration
+	parser   BodyParser
 	log      *slog.Logger
 }
 
@@ -207,6 +238,7 @@ func New(director Director, opts Options) *Server {
 		budget:   opts.BodyBudget,
 		reqIdle:  positiveOr(opts.RequestIdleTimeout, DefaultRequestIdleTimeout),
 		respIdle: positiveOr(opts.ResponseIdleTimeout, DefaultResponseIdleTimeout),
+		parser:   opts.Parser,
 		log:      opts.Logger,
 	}
 	if s.headers.count <= 0 {

@@ -14,6 +14,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/kvgate/kvgate/extproc/inferr"
 	"github.com/kvgate/kvgate/internal/bytebudget"
@@ -197,14 +198,30 @@ func (st *stream) finishRequest(bodyEOS bool) (bool, error) {
 	if st.req.Body == nil {
 		st.req.Body = []byte{} // a body was announced, even if empty
 	}
-	if st.req.API != "" {
-		parsed, err := openai.Parse(st.req.API, st.req.Body)
-		if err != nil {
-			return true, st.immediate(&inferr.Error{Code: inferr.BadRequest, Msg: err.Error()})
-		}
-		st.req.Parsed = parsed
+	parsed, err := st.parse()
+	if err != nil {
+		return true, st.immediate(&inferr.Error{Code: inferr.BadRequest, Msg: err.Error()})
 	}
+	if st.srv.parser != nil {
+		st.req.API = ""
+		if parsed != nil {
+			st.req.API = parsed.API
+		}
+	}
+	st.req.Parsed = parsed
 	return st.decide(bodyEOS)
+}
+
+// parse is the body's routing view: the server's parser's, or the OpenAI
+// API the path names.
+func (st *stream) parse() (*openai.Request, error) {
+	switch {
+	case st.srv.parser != nil:
+		return st.srv.parser.Parse(st.req.Path, st.req.Body)
+	case st.req.API != "":
+		return openai.Parse(st.req.API, st.req.Body)
+	}
+	return nil, nil
 }
 
 // decide asks the Director and answers Envoy with the decision: the headers
@@ -295,16 +312,54 @@ func (st *stream) onResponseHeaders(h *extprocv3.HttpHeaders) error {
 	st.streaming = strings.HasPrefix(headers["content-type"], "text/event-stream")
 	st.usage.Reset(st.streaming)
 	st.phase = readingResponseBody
-	if err := st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
-		ResponseHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{}},
-	}}); err != nil {
+	head := ResponseHead{Status: st.status, Headers: headers, ServedEndpoint: st.served}
+	common := &extprocv3.CommonResponse{}
+	if hs, ok := st.exchange.(ResponseHeaderSetter); ok {
+		if set := hs.ResponseHeaders(st.ctx, head); len(set) > 0 {
+			common.HeaderMutation = &extprocv3.HeaderMutation{}
+			for k, v := range set {
+				common.HeaderMutation.SetHeaders = append(common.HeaderMutation.SetHeaders, setHeader(k, v))
+			}
+		}
+	}
+	resp := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{
+		ResponseHeaders: &extprocv3.HeadersResponse{Response: common},
+	}}
+	if h.GetEndOfStream() {
+		resp.DynamicMetadata = st.responseMetadata()
+	}
+	if err := st.send(resp); err != nil {
 		return err
 	}
-	st.exchange.ResponseStarted(st.ctx, ResponseHead{Status: st.status, Headers: headers, ServedEndpoint: st.served})
+	st.exchange.ResponseStarted(st.ctx, head)
 	if h.GetEndOfStream() {
 		st.report(true)
 	}
 	return nil
+}
+
+// responseMetadata is the dynamic metadata the exchange reports with the
+// response's last message; nil for none.
+func (st *stream) responseMetadata() *structpb.Struct {
+	a, ok := st.exchange.(ResponseAnnotator)
+	if !ok {
+		return nil
+	}
+	u, found := st.usage.Usage()
+	md := a.ResponseMetadata(st.ctx, u, found)
+	if len(md) == 0 {
+		return nil
+	}
+	out := &structpb.Struct{Fields: make(map[string]*structpb.Value, len(md))}
+	for ns, kv := range md {
+		v, err := structpb.NewStruct(kv)
+		if err != nil {
+			st.srv.log.LogAttrs(st.ctx, slog.LevelWarn, "response metadata dropped", slog.String("namespace", ns), slog.Any("error", err))
+			continue
+		}
+		out.Fields[ns] = structpb.NewStructValue(v)
+	}
+	return out
 }
 
 func (st *stream) onResponseBody(b *extprocv3.HttpBody) error {
@@ -323,10 +378,19 @@ func (st *stream) onResponseBody(b *extprocv3.HttpBody) error {
 	} else {
 		resp = &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{}}
 	}
-	if err := st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: resp}}); err != nil {
+	pr := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: resp}}
+	if eos {
+		// The last chunk may carry the usage the metadata reports.
+		_, _ = st.usage.Write(chunk)
+		_ = st.usage.Close()
+		pr.DynamicMetadata = st.responseMetadata()
+	}
+	if err := st.send(pr); err != nil {
 		return err
 	}
-	_, _ = st.usage.Write(chunk)
+	if !eos {
+		_, _ = st.usage.Write(chunk)
+	}
 	st.exchange.ResponseChunk(st.ctx, chunk)
 	if eos {
 		st.report(true)
@@ -338,9 +402,10 @@ func (st *stream) onResponseTrailers() error {
 	if st.phase != readingResponseBody {
 		return st.outOfOrder("response trailers")
 	}
+	_ = st.usage.Close()
 	if err := st.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
 		ResponseTrailers: &extprocv3.TrailersResponse{},
-	}}); err != nil {
+	}, DynamicMetadata: st.responseMetadata()}); err != nil {
 		return err
 	}
 	st.report(true)

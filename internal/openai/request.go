@@ -71,6 +71,8 @@ type Request struct {
 
 	fields map[string]json.RawMessage
 	body   []byte // the parsed body, for WithModel
+	// wrap, when set, packs WithModel's result into its envelope (Wrap).
+	wrap func(inner []byte) ([]byte, error)
 	// chatText caches PromptText for chat requests.
 	chatText *string
 }
@@ -98,7 +100,7 @@ func (r *Request) decode() error {
 	if err := r.field("model", &r.Model); err != nil {
 		return err
 	}
-	if r.Model == "" {
+	if r.Model == "" && r.API != Generate {
 		return fmt.Errorf("%w: model not found in request body", ErrInvalidRequest)
 	}
 	if err := r.field("stream", &r.Stream); err != nil {
@@ -137,6 +139,10 @@ func (r *Request) decode() error {
 		if len(r.Messages) == 0 {
 			return fmt.Errorf("%w: messages must contain at least one message", ErrInvalidRequest)
 		}
+	case Messages:
+		return r.decodeMessages()
+	case Generate:
+		return r.decodeGenerate()
 	case Responses, Embeddings:
 		raw, ok := r.fields["input"]
 		if !ok {
@@ -196,15 +202,17 @@ func (r *Request) field(name string, v any) error {
 }
 
 // PromptText is the text a prefix hash is computed over when no tokenizer is
-// used: the prompt, the responses/embeddings input, or, for chat, the
-// messages as compact JSON (role and content), so that every turn counts.
+// used: the prompt, the responses/embeddings input, or, for chat and
+// Anthropic messages, the messages as compact JSON (role and content), so
+// that every turn counts. A generate request's prompt is its token ids
+// (PromptTokenIDs), and its text is empty.
 //
 // The chat rendering is computed once and kept: the picker estimates the
 // prompt's length and hashes its prefix from the same text. A Request is
 // used by one goroutine at a time.
 func (r *Request) PromptText() string {
 	switch r.API {
-	case ChatCompletions:
+	case ChatCompletions, Messages:
 		if r.chatText == nil {
 			b, _ := json.Marshal(r.Messages)
 			s := string(b)
@@ -213,6 +221,8 @@ func (r *Request) PromptText() string {
 		return *r.chatText
 	case Completions:
 		return r.Prompt
+	case Generate:
+		return ""
 	default:
 		return r.Input
 	}
@@ -230,14 +240,28 @@ func (r *Request) WithModel(model string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]byte, 0, len(r.body)+len(m))
+	out := make([]byte, 0, len(r.body)+len(m)+len(`"model":,`))
 	prev := 0
+	if len(spans) == 0 {
+		// A body without a model (vLLM's generate makes it optional)
+		// gets one, first.
+		i := skipSpace(r.body, 0) + 1
+		out = append(append(append(out, r.body[:i]...), `"model":`...), m...)
+		if j := skipSpace(r.body, i); j < len(r.body) && r.body[j] != '}' {
+			out = append(out, ',')
+		}
+		prev = i
+	}
 	for _, sp := range spans {
 		out = append(out, r.body[prev:sp[0]]...)
 		out = append(out, m...)
 		prev = sp[1]
 	}
-	return append(out, r.body[prev:]...), nil
+	out = append(out, r.body[prev:]...)
+	if r.wrap != nil {
+		return r.wrap(out)
+	}
+	return out, nil
 }
 
 // topLevelValues returns the [start, end) byte spans of every value of key

@@ -112,6 +112,45 @@ func TestParse(t *testing.T) {
 		{name: "stream not bool", api: Completions, body: `{"model":"m","prompt":"p","stream":"yes"}`, wantErr: true},
 		{name: "missing input", api: Embeddings, body: `{"model":"m"}`, wantErr: true},
 		{name: "empty input", api: Responses, body: `{"model":"m","input":""}`, wantErr: true},
+		// Anthropic messages and vLLM generate bodies.
+		{name: "messages", api: Messages,
+			body: `{"model":"claude","system":"be brief","max_tokens":64,"stream":true,"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}`,
+			check: func(t *testing.T, r *Request) {
+				if r.Model != "claude" || !r.Stream || r.MaxTokens != 64 || len(r.Messages) != 2 || r.Messages[0].Role != "system" || r.Messages[0].Text() != "be brief" || r.Messages[1].Text() != "hi" {
+					t.Errorf("got %+v", r)
+				}
+			}},
+		{name: "messages system blocks", api: Messages,
+			body: `{"model":"c","system":[{"type":"text","text":"a"}],"messages":[{"role":"user","content":"x"}]}`,
+			check: func(t *testing.T, r *Request) {
+				if r.Messages[0].Text() != "a" {
+					t.Errorf("system %q", r.Messages[0].Text())
+				}
+			}},
+		{name: "messages no system", api: Messages, body: `{"model":"c","messages":[{"role":"user","content":"x"}]}`,
+			check: func(t *testing.T, r *Request) {
+				if len(r.Messages) != 1 {
+					t.Errorf("messages %+v", r.Messages)
+				}
+			}},
+		{name: "messages empty", api: Messages, body: `{"model":"c","messages":[]}`, wantErr: true},
+		{name: "messages no model", api: Messages, body: `{"messages":[{"role":"user","content":"x"}]}`, wantErr: true},
+		{name: "messages bad system", api: Messages, body: `{"model":"c","system":7,"messages":[{"role":"user","content":"x"}]}`, wantErr: true},
+		{name: "generate", api: Generate, body: `{"token_ids":[1,2,3],"sampling_params":{"max_tokens":9},"stream":true}`,
+			check: func(t *testing.T, r *Request) {
+				if r.Model != "" || len(r.PromptTokenIDs) != 3 || r.MaxTokens != 9 || !r.Stream || r.PromptText() != "" {
+					t.Errorf("got %+v", r)
+				}
+			}},
+		{name: "generate with model", api: Generate, body: `{"model":"m","token_ids":[5]}`,
+			check: func(t *testing.T, r *Request) {
+				if r.Model != "m" {
+					t.Errorf("model %q", r.Model)
+				}
+			}},
+		{name: "generate empty", api: Generate, body: `{"token_ids":[]}`, wantErr: true},
+		{name: "generate text", api: Generate, body: `{"token_ids":"hello"}`, wantErr: true},
+		{name: "generate negative", api: Generate, body: `{"token_ids":[1],"sampling_params":{"max_tokens":-1}}`, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -176,8 +215,10 @@ func FuzzParse(f *testing.F) {
 		`{"model":"m","prompt":["a"],"stream":true,"stream_options":{"include_usage":true}}`,
 		`{"model":"m","input":[{"type":"text","content":[{"type":"text","text":"x"}]}]}`,
 		`{"model":"m"}]`, `null`, `{`, ``,
+		`{"model":"m","system":[{"type":"text","text":"s"}],"messages":[{"role":"user","content":"hi"}]}`,
+		`{"token_ids":[1,2],"sampling_params":{"max_tokens":3}}`, ` {}`,
 	} {
-		for _, api := range []API{Completions, ChatCompletions, Responses, Embeddings} {
+		for _, api := range []API{Completions, ChatCompletions, Responses, Embeddings, Messages, Generate} {
 			f.Add(string(api), []byte(s))
 		}
 	}
@@ -189,7 +230,7 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
-		if r.Model == "" {
+		if r.Model == "" && r.API != Generate {
 			t.Fatal("accepted a request without a model")
 		}
 		_ = r.PromptText()
@@ -227,5 +268,47 @@ func BenchmarkParse(b *testing.B) {
 		if err != nil || len(r.Messages) != 2 {
 			b.Fatal(err)
 		}
+	}
+}
+
+// A conversation hashes the same through either chat API.
+func TestPromptTextAcrossChatAPIs(t *testing.T) {
+	chat, err := Parse(ChatCompletions, []byte(`{"model":"m","messages":[{"role":"system","content":"S"},{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := Parse(Messages, []byte(`{"model":"m","system":"S","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if chat.PromptText() != msgs.PromptText() {
+		t.Errorf("chat %q and messages %q render differently", chat.PromptText(), msgs.PromptText())
+	}
+}
+
+// WithModel adds a model to a body without one, and an envelope wraps the
+// rewritten body.
+func TestWithModelNative(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"token_ids":[1]}`:   `{"model":"x","token_ids":[1]}`,
+		` { "token_ids":[1]}`: ` {"model":"x", "token_ids":[1]}`,
+	} {
+		r, err := Parse(Generate, []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := r.WithModel("x")
+		if err != nil || string(got) != want {
+			t.Errorf("%s: %s %v, want %s", body, got, err, want)
+		}
+	}
+	r, err := Parse(ChatCompletions, []byte(`{"model":"a","messages":[{"role":"user","content":"x"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Wrap(func(inner []byte) ([]byte, error) { return append([]byte("<"), append(inner, '>')...), nil })
+	got, err := r.WithModel("b")
+	if err != nil || string(got) != `<{"model":"b","messages":[{"role":"user","content":"x"}]}>` {
+		t.Errorf("wrapped %s %v", got, err)
 	}
 }

@@ -28,10 +28,11 @@ type Templater interface {
 }
 
 // Text is the text a server tokenizes for req: the completions prompt, the
-// rendered chat conversation, or the responses/embeddings input.
+// rendered chat conversation (OpenAI chat or Anthropic messages), or the
+// responses/embeddings input.
 func Text(tmpl Templater, req *openai.Request) (string, error) {
 	switch req.API {
-	case openai.ChatCompletions:
+	case openai.ChatCompletions, openai.Messages:
 		msgs := make([]tokenizer.Message, len(req.Messages))
 		for i, m := range req.Messages {
 			msgs[i] = tokenizer.Message{Role: m.Role, Content: m.Text()}

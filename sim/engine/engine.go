@@ -305,7 +305,7 @@ func (e *Engine) admit(now time.Time, budget int) int {
 				e.firstSchedule(now, s, hitTokens, hitTokens+ext)
 				s.remotePending = s.computed + ext
 				s.state = stateRemote
-				s.ready = now.Add(e.transferTime(ext))
+				s.ready = now.Add(e.transferTime(rp, ext))
 				kept = append(kept, s)
 				continue
 			}
@@ -376,9 +376,13 @@ func (e *Engine) firstSchedule(now time.Time, s *seq, localHit, cached int) {
 	e.stats.prefixHits += int64(localHit)
 }
 
-func (e *Engine) transferTime(tokens int) time.Duration {
+func (e *Engine) transferTime(rp *RemotePrefill, tokens int) time.Duration {
 	bytes := float64(tokens) * float64(e.cfg.Timing.Model.KVBytesPerToken())
-	return e.cfg.KVTransferLatency + time.Duration(bytes/e.cfg.KVTransferBandwidth*float64(time.Second))
+	bw, lat := e.cfg.KVTransferBandwidth, e.cfg.KVTransferLatency
+	if rp.Bandwidth > 0 {
+		bw, lat = rp.Bandwidth, rp.Latency
+	}
+	return lat + time.Duration(bytes/bw*float64(time.Second))
 }
 
 // allocate gives s the blocks to hold its prefix hit plus n more tokens,

@@ -382,6 +382,22 @@ func TestRemotePrefill(t *testing.T) {
 	}
 }
 
+// A pull's own path (the prefiller's) times it instead of the engine's.
+func TestRemotePrefillPath(t *testing.T) {
+	clock := NewVirtualClock(epoch)
+	e := newTestEngine(t, testConfig(clock, &recorder{}))
+	prompt := randomPrompt(rand.New(rand.NewPCG(17, 18)), 1000)
+	rp := &RemotePrefill{Tokens: 999, Bandwidth: 1e9, Latency: 5 * time.Millisecond}
+	if err := e.Add(Request{ID: "d", Prompt: prompt, MaxTokens: 2, RemotePrefill: rp}); err != nil {
+		t.Fatal(err)
+	}
+	e.Step()
+	w, ok := e.NextWake()
+	if want := 5*time.Millisecond + time.Duration(999*131072/1e9*1e9); !ok || w.Sub(epoch) != want {
+		t.Errorf("transfer takes %v, want %v", w.Sub(epoch), want)
+	}
+}
+
 func TestAbortFreesBlocks(t *testing.T) {
 	clock := NewVirtualClock(epoch)
 	e := newTestEngine(t, testConfig(clock, nil))

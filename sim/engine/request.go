@@ -33,6 +33,11 @@ type RemotePrefill struct {
 	// holds. The engine pulls those it lacks locally and computes the rest
 	// (at least the last prompt token, to sample from).
 	Tokens int
+	// Bandwidth (bytes/s) and Latency, when Bandwidth is positive, time
+	// this pull instead of the engine's KVTransferBandwidth and
+	// KVTransferLatency: the path from this request's prefiller.
+	Bandwidth float64
+	Latency   time.Duration
 }
 
 // TokenOutput is one generated token.

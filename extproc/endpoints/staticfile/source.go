@@ -35,6 +35,11 @@ type File struct {
 	Debounce time.Duration
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
+	// LLMD reads llm-d's file-discovery format (ParseLLMD) instead of
+	// kvgate's (Parse).
+	LLMD bool
+	// NoWatch reads the file once (llm-d's watchFile: false).
+	NoWatch bool
 }
 
 var _ endpoints.Source = (*File)(nil)
@@ -54,6 +59,15 @@ func (f *File) Run(ctx context.Context, apply func([]endpoints.Spec) error) erro
 		debounce = DefaultDebounce
 	}
 
+	if f.NoWatch {
+		_, n, err := f.load(nil, 0, apply, log)
+		if err != nil {
+			return fmt.Errorf("static endpoints %s: %w", f.Path, err)
+		}
+		log.Info("static endpoints loaded, not watched", "endpoints", n)
+		<-ctx.Done()
+		return nil
+	}
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("static endpoints: %w", err)
@@ -64,7 +78,7 @@ func (f *File) Run(ctx context.Context, apply func([]endpoints.Spec) error) erro
 		return fmt.Errorf("static endpoints: watch %s: %w", filepath.Dir(f.Path), err)
 	}
 
-	applied, n, err := f.load(nil, 0, apply)
+	applied, n, err := f.load(nil, 0, apply, log)
 	if err != nil {
 		return fmt.Errorf("static endpoints %s: %w", f.Path, err)
 	}
@@ -91,7 +105,7 @@ func (f *File) Run(ctx context.Context, apply func([]endpoints.Spec) error) erro
 			log.Warn("file watch error; re-reading", "err", err)
 			timer.Reset(debounce)
 		case <-timer.C:
-			data, n, err := f.load(applied, current, apply)
+			data, n, err := f.load(applied, current, apply, log)
 			switch {
 			case err != nil:
 				log.Error("static endpoints not updated; keeping the previous set", "err", err, "endpoints", current)
@@ -111,7 +125,7 @@ var ErrWouldEmpty = errors.New("the edit lists no endpoints; refusing to empty t
 // load reads and applies the file unless its content equals prev. It
 // returns the applied content and its endpoint count; nil content when
 // nothing changed. current is the count in force.
-func (f *File) load(prev []byte, current int, apply func([]endpoints.Spec) error) ([]byte, int, error) {
+func (f *File) load(prev []byte, current int, apply func([]endpoints.Spec) error, log *slog.Logger) ([]byte, int, error) {
 	data, err := readFile(f.Path)
 	if err != nil {
 		return nil, 0, err
@@ -119,7 +133,16 @@ func (f *File) load(prev []byte, current int, apply func([]endpoints.Spec) error
 	if prev != nil && bytes.Equal(data, prev) {
 		return nil, 0, nil
 	}
-	specs, err := Parse(data)
+	var specs []endpoints.Spec
+	if f.LLMD {
+		var skipped []error
+		specs, skipped, err = ParseLLMD(data)
+		for _, s := range skipped {
+			log.Warn("endpoint skipped", "err", s)
+		}
+	} else {
+		specs, err = Parse(data)
+	}
 	if err != nil {
 		return nil, 0, err
 	}

@@ -88,8 +88,14 @@ type running struct {
 
 func run(t *testing.T, path string) *running {
 	t.Helper()
+	return runSource(t, &File{Path: path})
+}
+
+// runSource runs src (its Debounce and Logger set here) into a datastore.
+func runSource(t *testing.T, src *File) *running {
+	t.Helper()
 	r := &running{ds: endpoints.NewDatastore(), logs: &logCount{}}
-	src := &File{Path: path, Debounce: 20 * time.Millisecond, Logger: slog.New(r.logs)}
+	src.Debounce, src.Logger = 20*time.Millisecond, slog.New(r.logs)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.ds.Run(ctx, src) }()

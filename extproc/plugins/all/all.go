@@ -3,13 +3,18 @@
 package all
 
 import (
+	"github.com/kvgate/kvgate/extproc/plugins/agentidentity"
 	"github.com/kvgate/kvgate/extproc/plugins/alwaysdisagg"
+	"github.com/kvgate/kvgate/extproc/plugins/anthropicparser"
 	"github.com/kvgate/kvgate/extproc/plugins/approxprefix"
+	"github.com/kvgate/kvgate/extproc/plugins/attrreporter"
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
 	"github.com/kvgate/kvgate/extproc/plugins/disagg"
 	"github.com/kvgate/kvgate/extproc/plugins/endpointnotification"
+	"github.com/kvgate/kvgate/extproc/plugins/filediscovery"
 	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
 	"github.com/kvgate/kvgate/extproc/plugins/gpuhealth"
+	"github.com/kvgate/kvgate/extproc/plugins/headerfilter"
 	"github.com/kvgate/kvgate/extproc/plugins/inflightload"
 	"github.com/kvgate/kvgate/extproc/plugins/kvcacheutil"
 	"github.com/kvgate/kvgate/extproc/plugins/labelselector"
@@ -21,6 +26,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/nohitlru"
 	"github.com/kvgate/kvgate/extproc/plugins/openaiparser"
 	"github.com/kvgate/kvgate/extproc/plugins/p2psource"
+	"github.com/kvgate/kvgate/extproc/plugins/passthroughparser"
 	"github.com/kvgate/kvgate/extproc/plugins/picker"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
 	"github.com/kvgate/kvgate/extproc/plugins/preciseproducer"
@@ -28,14 +34,19 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/prefix"
 	"github.com/kvgate/kvgate/extproc/plugins/prefixaffinity"
 	"github.com/kvgate/kvgate/extproc/plugins/prefixpddecider"
+	"github.com/kvgate/kvgate/extproc/plugins/probadmitter"
 	"github.com/kvgate/kvgate/extproc/plugins/profilehandler"
 	"github.com/kvgate/kvgate/extproc/plugins/queue"
 	"github.com/kvgate/kvgate/extproc/plugins/rolefilter"
 	"github.com/kvgate/kvgate/extproc/plugins/runningrequests"
+	"github.com/kvgate/kvgate/extproc/plugins/servedverifier"
 	"github.com/kvgate/kvgate/extproc/plugins/sessionaffinity"
 	"github.com/kvgate/kvgate/extproc/plugins/sloheadroom"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenload"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenproducer"
+	"github.com/kvgate/kvgate/extproc/plugins/transfercost"
+	"github.com/kvgate/kvgate/extproc/plugins/vertexaiparser"
+	"github.com/kvgate/kvgate/extproc/plugins/vllmhttpparser"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 )
 
@@ -91,6 +102,7 @@ func Registry() *scheduling.Registry {
 		{alwaysdisagg.PDType, alwaysdisagg.NewPD},
 		{alwaysdisagg.MultimodalType, alwaysdisagg.NewMultimodal},
 		{p2psource.Type, p2psource.New},
+		{transfercost.Type, transfercost.New},
 		{flowpolicy.GlobalStrictType, flowpolicy.NewGlobalStrict},
 		{flowpolicy.RoundRobinType, flowpolicy.NewRoundRobin},
 		{flowpolicy.ProgramAwareType, flowpolicy.NewProgramAware},
@@ -104,6 +116,17 @@ func Registry() *scheduling.Registry {
 		{flowpolicy.ConcurrencyType, flowpolicy.NewConcurrency},
 		{gpuhealth.FilterType, gpuhealth.NewFilter},
 		{gpuhealth.ScorerType, gpuhealth.NewScorer},
+		// llm-d's and GIE's remaining vocabulary (compat-plugins).
+		{headerfilter.Type, headerfilter.New},
+		{probadmitter.Type, probadmitter.New},
+		{passthroughparser.Type, passthroughparser.New},
+		{anthropicparser.Type, anthropicparser.New},
+		{vllmhttpparser.Type, vllmhttpparser.New},
+		{vertexaiparser.Type, vertexaiparser.New},
+		{agentidentity.Type, agentidentity.New},
+		{filediscovery.Type, filediscovery.New},
+		{attrreporter.Type, attrreporter.New},
+		{servedverifier.Type, servedverifier.New},
 	} {
 		mustNot(r.Register(p.typ, p.f))
 	}

@@ -43,11 +43,13 @@ var requiredParams = map[string]map[string]any{
 	// The render backend's model; llm-d's default backend (estimate) is
 	// refused.
 	"token-producer": {"modelName": "m"},
-	// llm-d's default strategy (encoded_endpoint_header) is refused.
-	"session-affinity-scorer": {"strategy": "session_id"},
-	"by-label":                {"label": "hw", "allowsNoLabel": true},
+	"by-label":       {"label": "hw", "allowsNoLabel": true},
 	// llm-d has no default floor for the holdback ceiling.
 	flowpolicy.HoldbackType: {"minCeiling": 0.5},
+	// The endpoints file (read when the picker runs, not at build).
+	"file-discovery": {"path": "/etc/epp/endpoints.yaml"},
+	// GIE has no default attribute.
+	"request-attribute-reporter": {"attributes": []any{map[string]any{"key": map[string]any{"name": "cost"}, "expression": "usage.completion_tokens"}}},
 }
 
 // minimalParams is typ's required parameters, with probe (when not empty)

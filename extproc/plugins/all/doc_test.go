@@ -15,15 +15,21 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/flowcontrol"
 	"github.com/kvgate/kvgate/extproc/kvindex"
+	"github.com/kvgate/kvgate/extproc/plugins/agentidentity"
 	"github.com/kvgate/kvgate/extproc/plugins/alwaysdisagg"
+	"github.com/kvgate/kvgate/extproc/plugins/anthropicparser"
 	"github.com/kvgate/kvgate/extproc/plugins/approxprefix"
+	"github.com/kvgate/kvgate/extproc/plugins/attrreporter"
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
 	"github.com/kvgate/kvgate/extproc/plugins/disagg"
 	"github.com/kvgate/kvgate/extproc/plugins/endpointnotification"
+	"github.com/kvgate/kvgate/extproc/plugins/filediscovery"
 	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
 	"github.com/kvgate/kvgate/extproc/plugins/gpuhealth"
+	"github.com/kvgate/kvgate/extproc/plugins/headerfilter"
 	"github.com/kvgate/kvgate/extproc/plugins/inflightload"
 	"github.com/kvgate/kvgate/extproc/plugins/labelselector"
 	"github.com/kvgate/kvgate/extproc/plugins/latencyscorer"
@@ -33,6 +39,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/nohitlru"
 	"github.com/kvgate/kvgate/extproc/plugins/openaiparser"
 	"github.com/kvgate/kvgate/extproc/plugins/p2psource"
+	"github.com/kvgate/kvgate/extproc/plugins/passthroughparser"
 	"github.com/kvgate/kvgate/extproc/plugins/picker"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
 	"github.com/kvgate/kvgate/extproc/plugins/preciseproducer"
@@ -40,10 +47,15 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/prefix"
 	"github.com/kvgate/kvgate/extproc/plugins/prefixaffinity"
 	"github.com/kvgate/kvgate/extproc/plugins/prefixpddecider"
+	"github.com/kvgate/kvgate/extproc/plugins/probadmitter"
+	"github.com/kvgate/kvgate/extproc/plugins/servedverifier"
 	"github.com/kvgate/kvgate/extproc/plugins/sessionaffinity"
 	"github.com/kvgate/kvgate/extproc/plugins/sloheadroom"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenload"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenproducer"
+	"github.com/kvgate/kvgate/extproc/plugins/transfercost"
+	"github.com/kvgate/kvgate/extproc/plugins/vertexaiparser"
+	"github.com/kvgate/kvgate/extproc/plugins/vllmhttpparser"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/telemetry"
 )
@@ -94,6 +106,7 @@ var paramsOf = map[string]any{
 	alwaysdisagg.PDType:           nil,
 	alwaysdisagg.MultimodalType:   nil,
 	p2psource.Type:                p2psource.Params{},
+	transfercost.Type:             transfercost.Params{},
 	flowpolicy.GlobalStrictType:   nil,
 	flowpolicy.RoundRobinType:     nil,
 	flowpolicy.ProgramAwareType:   flowpolicy.ProgramAwareParams{},
@@ -107,6 +120,16 @@ var paramsOf = map[string]any{
 	flowpolicy.ConcurrencyType:    flowpolicy.ConcurrencyParams{},
 	gpuhealth.FilterType:          gpuhealth.FilterParams{},
 	gpuhealth.ScorerType:          gpuhealth.ScorerParams{},
+	headerfilter.Type:             nil,
+	probadmitter.Type:             probadmitter.Params{},
+	passthroughparser.Type:        nil,
+	anthropicparser.Type:          nil,
+	vllmhttpparser.Type:           nil,
+	vertexaiparser.Type:           nil,
+	agentidentity.Type:            agentidentity.Params{},
+	filediscovery.Type:            filediscovery.Params{},
+	attrreporter.Type:             attrreporter.Params{},
+	servedverifier.Type:           nil,
 }
 
 // The README's plugin table, each plugin package's documented parameters,
@@ -182,17 +205,21 @@ func TestDocsAgreeWithRegistry(t *testing.T) {
 // kinds maps the README's kind column to the interface a plugin of that
 // kind implements.
 var kinds = map[string]reflect.Type{
-	"scorer":          reflect.TypeFor[scheduling.Scorer](),
-	"filter":          reflect.TypeFor[scheduling.Filter](),
-	"picker":          reflect.TypeFor[scheduling.Picker](),
-	"profile handler": reflect.TypeFor[scheduling.ProfileHandler](),
-	"data producer":   reflect.TypeFor[scheduling.DataProducer](),
-	"admitter":        reflect.TypeFor[scheduling.Admitter](),
-	"data source":     reflect.TypeFor[scheduling.DataSource](),
-	"data extractor":  reflect.TypeFor[scheduling.DataExtractor](),
-	"request parser":  reflect.TypeFor[scheduling.RequestParser](),
-	"pre-request":     reflect.TypeFor[scheduling.PreRequest](),
-	"decider":         reflect.TypeFor[disagg.Decider](),
+	"scorer":             reflect.TypeFor[scheduling.Scorer](),
+	"filter":             reflect.TypeFor[scheduling.Filter](),
+	"picker":             reflect.TypeFor[scheduling.Picker](),
+	"profile handler":    reflect.TypeFor[scheduling.ProfileHandler](),
+	"data producer":      reflect.TypeFor[scheduling.DataProducer](),
+	"admitter":           reflect.TypeFor[scheduling.Admitter](),
+	"data source":        reflect.TypeFor[scheduling.DataSource](),
+	"data extractor":     reflect.TypeFor[scheduling.DataExtractor](),
+	"request parser":     reflect.TypeFor[scheduling.RequestParser](),
+	"request header":     reflect.TypeFor[scheduling.RequestHeader](),
+	"endpoint discovery": reflect.TypeFor[interface{ EndpointSource() endpoints.Source }](),
+	"response header":    reflect.TypeFor[scheduling.ResponseHeader](),
+	"response metadata":  reflect.TypeFor[scheduling.ResponseMetadata](),
+	"pre-request":        reflect.TypeFor[scheduling.PreRequest](),
+	"decider":            reflect.TypeFor[disagg.Decider](),
 	// Flow-control plugins (extproc/flowcontrol), referenced from the
 	// flowControl section; the detectors are also filters.
 	"fairness policy":     reflect.TypeFor[flowcontrol.FairnessPolicy](),

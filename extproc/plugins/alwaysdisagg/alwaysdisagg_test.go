@@ -40,3 +40,15 @@ func TestMultimodal(t *testing.T) {
 		t.Error("parameters accepted")
 	}
 }
+
+// Any content, valid JSON or not, is answered without a panic, and only
+// an array can hold a multimodal part.
+func FuzzHasMedia(f *testing.F) {
+	f.Add([]byte(`[{"type":"image_url"}]`))
+	f.Add([]byte(`"text"`))
+	f.Fuzz(func(t *testing.T, content []byte) {
+		if hasMedia(content) && content[0] != '[' {
+			t.Fatalf("%q", content)
+		}
+	})
+}

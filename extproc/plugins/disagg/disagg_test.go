@@ -218,3 +218,18 @@ func TestParseStageOrder(t *testing.T) {
 		t.Error("encode-first accepted")
 	}
 }
+
+func FuzzParseStageOrder(f *testing.F) {
+	for _, s := range []string{"decode-first", "Prefill_First", "", "x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		o, err := disagg.ParseStageOrder(s)
+		if err == nil && o != disagg.DecodeFirst && o != disagg.PrefillFirst {
+			t.Fatalf("%q parsed as %q", s, o)
+		}
+		if err != nil && o != "" {
+			t.Fatalf("%q: %q with error %v", s, o, err)
+		}
+	})
+}

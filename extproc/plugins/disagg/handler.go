@@ -478,6 +478,9 @@ func (h *Handler) ProcessResults(_ context.Context, _ *scheduling.CycleState, _ 
 			out.Profiles[n] = r
 		}
 	}
+	if p := first(out.Profiles[h.prefill]); p != nil && p != first(out.Profiles[h.decode]) {
+		out.Prefill = p
+	}
 	return out, nil
 }
 

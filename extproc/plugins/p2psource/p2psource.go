@@ -28,6 +28,10 @@
 //	minCachedTokenDelta: int     tokens the peer must hold beyond the
 //	                             computing server (default 1, at least 1)
 //	prefillProfileName: string   the P/D prefill profile (default "prefill")
+//	pullDecider: string          kvgate's: a plugin that decides whether a
+//	                             pull is faster than recomputing the tokens
+//	                             (transfer-cost-pd-decider); default none:
+//	                             every pull past minCachedTokenDelta is made
 package p2psource
 
 import (
@@ -50,6 +54,14 @@ type Params struct {
 	PrefixMatchInfoProducerName string `json:"prefixMatchInfoProducerName"`
 	MinCachedTokenDelta         int    `json:"minCachedTokenDelta"`
 	PrefillProfileName          string `json:"prefillProfileName"`
+	PullDecider                 string `json:"pullDecider"`
+}
+
+// PullDecider decides whether computing should pull tokens prompt tokens
+// it lacks from source rather than compute them.
+type PullDecider interface {
+	scheduling.Plugin
+	PullPays(cs *scheduling.CycleState, source, computing *endpoints.Endpoint, tokens int) bool
 }
 
 // Producer implements p2p-source-producer.
@@ -57,6 +69,7 @@ type Producer struct {
 	scheduling.Named
 	p      Params
 	source prefixmatch.Source // nil: the published match
+	pull   PullDecider        // nil: none
 	key    scheduling.Key[*state]
 }
 
@@ -89,6 +102,15 @@ func New(name string, raw json.RawMessage, _ *scheduling.Handle) (scheduling.Plu
 
 // Resolve implements scheduling.Resolver.
 func (p *Producer) Resolve(lookup func(string) (scheduling.Plugin, bool)) error {
+	if name := p.p.PullDecider; name != "" {
+		d, ok := lookup(name)
+		if !ok {
+			return fmt.Errorf("parameters.pullDecider: %q is not a configured plugin", name)
+		}
+		if p.pull, ok = d.(PullDecider); !ok {
+			return fmt.Errorf("parameters.pullDecider: %q (type %s) does not decide pulls", name, d.TypedName().Type)
+		}
+	}
 	if p.p.PrefixMatchInfoProducerName == "" {
 		return nil
 	}
@@ -181,9 +203,11 @@ func (p *Producer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *s
 			held = st.held[i]
 		}
 	}
-	if st.bestTokens-held >= p.p.MinCachedTokenDelta {
-		res.SetHeader(eppwire.HeaderKVCacheSource, st.best.Address())
+	extra := st.bestTokens - held
+	if extra < p.p.MinCachedTokenDelta || (p.pull != nil && !p.pull.PullPays(cs, st.best, c, extra)) {
+		return
 	}
+	res.SetHeader(eppwire.HeaderKVCacheSource, st.best.Address())
 }
 
 var (

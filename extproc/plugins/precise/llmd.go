@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/kvgate/kvgate/extproc/prefixmatch"
 	"github.com/kvgate/kvgate/extproc/scheduling"
@@ -36,7 +37,10 @@ type (
 	}
 	// KVBlockIndexConfig: kvgate's index is in memory, bounded by its
 	// own limits; enableMetrics is accepted because kvgate's index
-	// metrics are always exported.
+	// metrics are always exported. metricsLoggingInterval (nanoseconds,
+	// as llm-d's time.Duration, or a Go duration string) logs the index's
+	// metrics that often when enableMetrics is on; as in llm-d it does
+	// nothing when enableMetrics is off.
 	KVBlockIndexConfig struct {
 		// InMemoryConfig selects the in-memory index, kvgate's only one;
 		// its size bounds are refused (the index is the picker's, shared
@@ -44,10 +48,10 @@ type (
 		InMemoryConfig         json.RawMessage `json:"inMemoryConfig"`
 		EnableMetrics          bool            `json:"enableMetrics"`
 		MaxPrefixBlocksToMatch int             `json:"maxPrefixBlocksToMatch"`
-		// Refused: other index backends, periodic metrics logging.
-		RedisConfig            json.RawMessage `json:"redisConfig"`
-		CostAwareMemoryConfig  json.RawMessage `json:"costAwareMemoryConfig"`
-		MetricsLoggingInterval json.RawMessage `json:"metricsLoggingInterval"`
+		MetricsLoggingInterval nanoDuration    `json:"metricsLoggingInterval"`
+		// Refused: other index backends.
+		RedisConfig           json.RawMessage `json:"redisConfig"`
+		CostAwareMemoryConfig json.RawMessage `json:"costAwareMemoryConfig"`
 	}
 	// KVEventsConfig: where KV events come from.
 	KVEventsConfig struct {
@@ -119,9 +123,14 @@ func (p *Params) applyLLMD() (KVEvents, error) {
 		}
 		if bi := ic.KVBlockIndexConfig; bi != nil {
 			if err := scheduling.RefuseSet("kvgate's KV index is the picker's one in-memory index; its metrics are always exported",
-				map[string]json.RawMessage{"indexerConfig.kvBlockIndexConfig.redisConfig": bi.RedisConfig, "indexerConfig.kvBlockIndexConfig.costAwareMemoryConfig": bi.CostAwareMemoryConfig,
-					"indexerConfig.kvBlockIndexConfig.metricsLoggingInterval": bi.MetricsLoggingInterval}); err != nil {
+				map[string]json.RawMessage{"indexerConfig.kvBlockIndexConfig.redisConfig": bi.RedisConfig, "indexerConfig.kvBlockIndexConfig.costAwareMemoryConfig": bi.CostAwareMemoryConfig}); err != nil {
 				return ev, err
+			}
+			if bi.MetricsLoggingInterval < 0 {
+				return ev, fmt.Errorf("parameters.indexerConfig.kvBlockIndexConfig.metricsLoggingInterval must not be negative, got %v", time.Duration(bi.MetricsLoggingInterval))
+			}
+			if bi.EnableMetrics {
+				p.logEvery = time.Duration(bi.MetricsLoggingInterval)
 			}
 			if im := bytes.TrimSpace(bi.InMemoryConfig); len(im) > 0 && !bytes.Equal(im, []byte("{}")) && !bytes.Equal(im, []byte("null")) {
 				return ev, &scheduling.UnsupportedParameterError{Param: "indexerConfig.kvBlockIndexConfig.inMemoryConfig", Reason: "the in-memory index is the picker's, sized by the picker"}
@@ -185,6 +194,36 @@ func (p *Params) applyLLMD() (KVEvents, error) {
 	}
 	return ev, nil
 }
+
+// nanoDuration is a duration as llm-d's configs write time.Duration: an
+// integer of nanoseconds; a Go duration string ("1m") is accepted too.
+type nanoDuration time.Duration
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (d *nanoDuration) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("duration %q: %w", s, err)
+		}
+		*d = nanoDuration(v)
+		return nil
+	}
+	var ns int64
+	if err := json.Unmarshal(b, &ns); err != nil {
+		return fmt.Errorf("duration: want an integer of nanoseconds or a string like %q, got %s", "1m", b)
+	}
+	*d = nanoDuration(ns)
+	return nil
+}
+
+// KVIndexLogInterval is how often the picker logs the KV index's metrics
+// for this plugin (llm-d's metricsLoggingInterval); 0 for never.
+func (s *Scorer) KVIndexLogInterval() time.Duration { return s.params.logEvery }
 
 // KVEventSources is where the picker gets the KV events this scorer
 // matches against, when configured in llm-d's layout.

@@ -3,8 +3,10 @@ package precise
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvgate/kvgate/extproc/kvindex"
+	"github.com/kvgate/kvgate/extproc/scheduling"
 )
 
 // llm-d's parameter layout maps onto the scorer's parameters and the
@@ -49,6 +51,8 @@ func TestLLMDLayoutRefusals(t *testing.T) {
 		`{"indexerConfig": {"tokenizersPoolConfig": {}}}`:                                      "tokenizersPoolConfig",
 		`{"tokenProcessorConfig": {}, "indexerConfig": {"tokenProcessorConfig": {}}}`:          "give one",
 		`{"speculativeTTL": "2s"}`:                                                             "speculativeTTL",
+		`{"indexerConfig": {"kvBlockIndexConfig": {"metricsLoggingInterval": -1}}}`:            "must not be negative",
+		`{"indexerConfig": {"kvBlockIndexConfig": {"metricsLoggingInterval": "often"}}}`:       "often",
 	} {
 		p, err := DecodeParams([]byte(params))
 		if err == nil {
@@ -56,6 +60,29 @@ func TestLLMDLayoutRefusals(t *testing.T) {
 		}
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: err = %v, want %q", params, err, want)
+		}
+	}
+}
+
+// metricsLoggingInterval takes effect with enableMetrics, as in llm-d, in
+// nanoseconds or as a duration string.
+func TestMetricsLoggingInterval(t *testing.T) {
+	for params, want := range map[string]time.Duration{
+		`{"indexerConfig": {"kvBlockIndexConfig": {"enableMetrics": true, "metricsLoggingInterval": 60000000000}}}`:  time.Minute,
+		`{"indexerConfig": {"kvBlockIndexConfig": {"enableMetrics": true, "metricsLoggingInterval": "5s"}}}`:         5 * time.Second,
+		`{"indexerConfig": {"kvBlockIndexConfig": {"enableMetrics": false, "metricsLoggingInterval": 60000000000}}}`: 0,
+		`{"indexerConfig": {"kvBlockIndexConfig": {"enableMetrics": true}}}`:                                         0,
+	} {
+		p, err := DecodeParams([]byte(params))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := NewWithParams(Type, "", p, &scheduling.Handle{Services: WithKVIndex(nil, kvindex.New(kvindex.Config{}))})
+		if err != nil {
+			t.Fatalf("%s: %v", params, err)
+		}
+		if got := s.KVIndexLogInterval(); got != want {
+			t.Errorf("%s: interval %v, want %v", params, got, want)
 		}
 	}
 }

@@ -63,6 +63,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/kvindex"
@@ -125,6 +126,10 @@ type Params struct {
 	// SpeculativeTTL is llm-d's lifetime of speculative entries, refused:
 	// kvgate's last until the request's response ends.
 	SpeculativeTTL json.RawMessage `json:"speculativeTTL"`
+
+	// logEvery is indexerConfig.kvBlockIndexConfig.metricsLoggingInterval
+	// when enableMetrics is on.
+	logEvery time.Duration
 }
 
 // Prompt is what the scorer computed for a request.

@@ -29,6 +29,7 @@ package preciseproducer
 
 import (
 	"encoding/json"
+	"time"
 
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
 	"github.com/kvgate/kvgate/extproc/prefixmatch"
@@ -62,6 +63,10 @@ func (p *Producer) AcceptsSource(src scheduling.DataSource) error { return p.m.A
 
 // KVEventSources is where the picker gets the KV events the match uses.
 func (p *Producer) KVEventSources() precise.KVEvents { return p.m.KVEventSources() }
+
+// KVIndexLogInterval is how often the picker logs the KV index's metrics
+// (llm-d's metricsLoggingInterval); 0 for never.
+func (p *Producer) KVIndexLogInterval() time.Duration { return p.m.KVIndexLogInterval() }
 
 var (
 	_ scheduling.DataProducer     = (*Producer)(nil)

@@ -26,7 +26,9 @@
 //	encoderCacheMatchInfoProducerName: string  must stay empty
 //
 // Only streamed responses teach TTFT: a non-streamed response's first chunk
-// is the whole response.
+// is the whole response. Nor do P/D requests (scheduling.Result.Prefill):
+// the decode server's first token then waits for another server's prefill
+// and the KV transfer.
 package predictedlatency
 
 import (
@@ -99,6 +101,9 @@ type state struct {
 	// tpotFor is the decode batch the request joined at its first token.
 	tpotFor latency.Features
 	ttft    time.Duration
+	// remote is set when another server computed the prompt (P/D): the
+	// decode server's TTFT then says nothing of its own prefill speed.
+	remote bool
 }
 
 // New is the plugin factory.
@@ -242,6 +247,7 @@ func (p *Producer) PreRequest(_ context.Context, cs *scheduling.CycleState, req 
 		return
 	}
 	st.target, st.est, st.feat = target, st.preds.Estimates[chosen], st.preds.Features[chosen]
+	st.remote = res.Prefill != nil
 	arrays := st.preds
 	arrays.Candidates = nil
 	st.preds = latency.Predictions{}
@@ -266,8 +272,10 @@ func (p *Producer) FirstToken(_ context.Context, cs *scheduling.CycleState, req 
 		return
 	}
 	st.ttft = res.TTFT
-	p.model.ObserveTTFT(res.Endpoint.Address(), f, res.TTFT)
-	p.rec.ObservedTTFT(req.ID, req.TargetModel, est.TTFT, res.TTFT)
+	if !st.remote {
+		p.model.ObserveTTFT(res.Endpoint.Address(), f, res.TTFT)
+		p.rec.ObservedTTFT(req.ID, req.TargetModel, est.TTFT, res.TTFT)
+	}
 	l := res.Endpoint.Load()
 	st.tpotFor = p.features(max(1, req.PromptTokens), 0, l, math.Float64frombits(p.meanPrefill.Load()))
 }

@@ -8,28 +8,31 @@
 // evictionTtlSeconds are dropped; the table is bounded, least recently
 // used first out.
 //
-// llm-d's default strategy, encoded_endpoint_header, returns the serving
-// endpoint to the client in the x-session-token response header; kvgate's
-// picker does not set response headers yet, so that strategy is refused by
-// name (choose session_id). Attribute sources (values published by other
-// plugins, such as agent-identity) are refused too: no kvgate plugin
-// publishes request attributes.
+// llm-d's default strategy, encoded_endpoint_header, keeps no state: the
+// picker returns the endpoint it chose to the client in a response header
+// (x-session-token by default: base64 of the endpoint's id, llm-d's
+// "<namespace>/<name>" when discovery knows the namespace, else its name),
+// and a request carrying the token scores that endpoint 1. Attribute
+// sources (values published by other plugins, such as agent-identity) are
+// refused: no kvgate plugin publishes request attributes.
 //
 // Parameters (llm-d's names):
 //
-//	strategy: string        session_id (llm-d's default encoded_endpoint_header
-//	                        is refused)
+//	strategy: string        encoded_endpoint_header (llm-d's default) or
+//	                        session_id
 //	profileName: string     profile whose target a session binds to (default:
 //	                        the primary profile's)
 //	sessionIdConfig: object  sources (list of {header}, first non-empty wins;
 //	                        default x-session-id), evictionTtlSeconds (300),
 //	                        evictionSweepSeconds (10)
-//	encodedEndpointHeaderConfig: object  refused with its strategy
+//	encodedEndpointHeaderConfig: object  header (x-session-token), for
+//	                        encoded_endpoint_header
 package sessionaffinity
 
 import (
 	"container/list"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -58,10 +61,16 @@ const (
 
 // Params are the plugin's parameters.
 type Params struct {
-	Strategy                    string           `json:"strategy"`
-	ProfileName                 string           `json:"profileName"`
-	SessionIDConfig             *SessionIDConfig `json:"sessionIdConfig"`
-	EncodedEndpointHeaderConfig json.RawMessage  `json:"encodedEndpointHeaderConfig"`
+	Strategy                    string                       `json:"strategy"`
+	ProfileName                 string                       `json:"profileName"`
+	SessionIDConfig             *SessionIDConfig             `json:"sessionIdConfig"`
+	EncodedEndpointHeaderConfig *EncodedEndpointHeaderConfig `json:"encodedEndpointHeaderConfig"`
+}
+
+// EncodedEndpointHeaderConfig configures the encoded_endpoint_header
+// strategy.
+type EncodedEndpointHeaderConfig struct {
+	Header string `json:"header"`
 }
 
 // SessionIDConfig configures the session_id strategy.
@@ -82,7 +91,12 @@ type Scorer struct {
 	ttl      time.Duration
 	sweepGap time.Duration
 	now      func() time.Time
-	key      scheduling.Key[*string]
+	// key holds the request's session (session_id) or the id of the
+	// endpoint chosen (encoded_endpoint_header).
+	key scheduling.Key[*string]
+	// tokenHeader is the encoded_endpoint_header strategy's header; ""
+	// for session_id.
+	tokenHeader string
 
 	// mu guards the bindings: session → element of byUse (front = most
 	// recently used), at most MaxSessions.
@@ -103,19 +117,26 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 	if err := scheduling.DecodeParams(raw, &p); err != nil {
 		return nil, err
 	}
-	switch p.Strategy {
-	case StrategySessionID:
-	case "", StrategyEncodedHeader:
-		return nil, &scheduling.UnsupportedParameterError{Param: "strategy", Reason: fmt.Sprintf("%s (llm-d's default) needs the picker to set the %s response header, which kvgate does not do yet; use strategy %s", StrategyEncodedHeader, eppwire.HeaderSessionToken, StrategySessionID)}
-	default:
-		return nil, fmt.Errorf("parameters.strategy: want %s or %s, got %q", StrategySessionID, StrategyEncodedHeader, p.Strategy)
-	}
-	if err := scheduling.RefuseSet("it configures the "+StrategyEncodedHeader+" strategy", map[string]json.RawMessage{"encodedEndpointHeaderConfig": p.EncodedEndpointHeaderConfig}); err != nil {
-		return nil, err
-	}
 	s := &Scorer{Named: scheduling.NewNamed(Type, name), profile: p.ProfileName, ttl: DefaultEvictionTTL, sweepGap: DefaultEvictionSweep,
 		now: scheduling.NowOf(h), sessions: map[string]*list.Element{}, byUse: list.New()}
 	s.key = scheduling.NewKey[*string](s.TypedName().String())
+	switch p.Strategy {
+	case StrategySessionID:
+		if p.EncodedEndpointHeaderConfig != nil {
+			return nil, fmt.Errorf("parameters.encodedEndpointHeaderConfig configures the %s strategy, not %s", StrategyEncodedHeader, StrategySessionID)
+		}
+	case "", StrategyEncodedHeader:
+		if p.SessionIDConfig != nil {
+			return nil, fmt.Errorf("parameters.sessionIdConfig configures the %s strategy, not %s (the default)", StrategySessionID, StrategyEncodedHeader)
+		}
+		s.tokenHeader = eppwire.HeaderSessionToken
+		if c := p.EncodedEndpointHeaderConfig; c != nil && strings.TrimSpace(c.Header) != "" {
+			s.tokenHeader = strings.ToLower(strings.TrimSpace(c.Header))
+		}
+		return s, nil
+	default:
+		return nil, fmt.Errorf("parameters.strategy: want %s or %s, got %q", StrategySessionID, StrategyEncodedHeader, p.Strategy)
+	}
 	if c := p.SessionIDConfig; c != nil {
 		for i, src := range c.Sources {
 			switch {
@@ -154,8 +175,25 @@ func (s *Scorer) sessionOf(req *scheduling.Request) string {
 	return ""
 }
 
+// EndpointID is the id an encoded_endpoint_header token names: llm-d's
+// "<namespace>/<name>" when discovery knows the endpoint's namespace, else
+// its name.
+func EndpointID(e *endpoints.Endpoint) string {
+	if ns := e.Label(namespaceLabel); ns != "" {
+		return ns + "/" + e.Name()
+	}
+	return e.Name()
+}
+
+// namespaceLabel is the endpoint label discovery keeps a pod's namespace in.
+const namespaceLabel = "namespace"
+
 // Score implements scheduling.Scorer.
 func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint, scores []float64) {
+	if s.tokenHeader != "" {
+		s.scoreToken(req, eps, scores)
+		return
+	}
 	session := s.sessionOf(req)
 	if session == "" {
 		return
@@ -169,6 +207,35 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 		if e.Address() == addr {
 			scores[i] = 1
 		}
+	}
+}
+
+// scoreToken scores 1 the endpoint the request's token names.
+func (s *Scorer) scoreToken(req *scheduling.Request, eps []*endpoints.Endpoint, scores []float64) {
+	tok := strings.TrimSpace(req.Headers[s.tokenHeader])
+	if tok == "" || len(tok) > 2*maxSessionIDBytes {
+		return
+	}
+	id, err := base64.StdEncoding.DecodeString(tok)
+	if err != nil {
+		return // a token not of this picker: no preference
+	}
+	for i, e := range eps {
+		if EndpointID(e) == string(id) {
+			scores[i] = 1
+		}
+	}
+}
+
+// ResponseHeader implements scheduling.ResponseHeader: with
+// encoded_endpoint_header, the token of the endpoint chosen goes back to
+// the client.
+func (s *Scorer) ResponseHeader(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, res *scheduling.ResponseHead) {
+	if s.tokenHeader == "" {
+		return
+	}
+	if id, ok := scheduling.Read(cs, s.key); ok {
+		res.Set(s.tokenHeader, base64.StdEncoding.EncodeToString([]byte(*id)))
 	}
 }
 
@@ -194,8 +261,7 @@ func (s *Scorer) bound(session string) (string, bool) {
 // where this request goes (the configured profile's target, else the
 // primary's).
 func (s *Scorer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, res *scheduling.Result) {
-	session, ok := scheduling.Read(cs, s.key)
-	if !ok || res == nil {
+	if res == nil {
 		return
 	}
 	pr := res.Primary()
@@ -203,6 +269,15 @@ func (s *Scorer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *sch
 		pr = res.Profiles[s.profile]
 	}
 	if pr == nil || len(pr.Targets) == 0 {
+		return
+	}
+	if s.tokenHeader != "" {
+		id := EndpointID(pr.Targets[0])
+		scheduling.Write(cs, s.key, &id)
+		return
+	}
+	session, ok := scheduling.Read(cs, s.key)
+	if !ok {
 		return
 	}
 	s.bind(*session, pr.Targets[0].Address(), s.now())
@@ -269,4 +344,5 @@ var (
 	_ scheduling.Scorer           = (*Scorer)(nil)
 	_ scheduling.PreRequest       = (*Scorer)(nil)
 	_ scheduling.EndpointsRemoved = (*Scorer)(nil)
+	_ scheduling.ResponseHeader   = (*Scorer)(nil)
 )

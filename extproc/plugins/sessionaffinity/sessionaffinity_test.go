@@ -84,9 +84,6 @@ func TestSourcesAndProfile(t *testing.T) {
 func TestParams(t *testing.T) {
 	var unsupported *scheduling.UnsupportedParameterError
 	for params, want := range map[string]string{
-		`{}`: "x-session-token",
-		`{"strategy": "encoded_endpoint_header"}`:                                                       "x-session-token",
-		`{"strategy": "session_id", "encodedEndpointHeaderConfig": {"header": "x"}}`:                    "encodedEndpointHeaderConfig",
 		`{"strategy": "session_id", "sessionIdConfig": {"sources": [{"attribute": "agent-identity"}]}}`: "attribute",
 	} {
 		if _, err := New("", []byte(params), nil); !errors.As(err, &unsupported) || !strings.Contains(err.Error(), want) {
@@ -95,12 +92,56 @@ func TestParams(t *testing.T) {
 	}
 	for _, params := range []string{
 		`{"strategy": "sticky"}`,
+		`{"strategy": "session_id", "encodedEndpointHeaderConfig": {"header": "x"}}`,
+		`{"sessionIdConfig": {"evictionTtlSeconds": 5}}`,
 		`{"strategy": "session_id", "sessionIdConfig": {"sources": [{"header": "a", "attribute": "b"}]}}`,
 		`{"strategy": "session_id", "sessionIdConfig": {"evictionTtlSeconds": 0}}`,
 		`{"strategy": "session_id", "sessionIdConfig": {"evictionSweepSeconds": -1}}`,
 	} {
 		if _, err := New("", []byte(params), nil); err == nil {
 			t.Errorf("%s accepted", params)
+		}
+	}
+}
+
+// llm-d's default strategy: the endpoint chosen goes back as a base64
+// token in x-session-token (or the configured header), and a request
+// carrying it prefers that endpoint; no state is kept.
+func TestEncodedEndpointHeader(t *testing.T) {
+	for _, tc := range []struct{ params, header string }{{`{}`, "x-session-token"}, {`{"encodedEndpointHeaderConfig": {"header": "X-Mine"}}`, "x-mine"}} {
+		s := build(t, tc.params, &clock{t: time.Unix(1, 0)})
+		a := schedtest.Endpoint("a", endpoints.Metrics{})
+		b := schedtest.Endpoint("b", endpoints.Metrics{}, "namespace", "llm")
+		eps := []*endpoints.Endpoint{a, b}
+		ctx := context.Background()
+		// No token: no preference. The choice (b) is returned as a token.
+		cs := scheduling.NewCycleState()
+		req := &scheduling.Request{Headers: map[string]string{}}
+		scores := make([]float64, 2)
+		s.Score(ctx, cs, req, eps, scores)
+		schedtest.ExpectScores(t, scores, []float64{0, 0})
+		s.PreRequest(ctx, cs, req, &scheduling.Result{PrimaryProfile: "d", Profiles: map[string]*scheduling.ProfileResult{"d": {Targets: []*endpoints.Endpoint{b}}}})
+		head := &scheduling.ResponseHead{Status: 200}
+		s.ResponseHeader(ctx, cs, req, head)
+		tok := head.SetHeaders()[tc.header]
+		if tok != "bGxtL2I=" { // base64("llm/b"), as llm-d encodes namespace/name
+			t.Fatalf("%s: token %q", tc.params, tok)
+		}
+		// The next request carries the token.
+		scores = make([]float64, 2)
+		s.Score(ctx, scheduling.NewCycleState(), &scheduling.Request{Headers: map[string]string{tc.header: tok}}, eps, scores)
+		schedtest.ExpectScores(t, scores, []float64{0, 1})
+		for _, bad := range []string{"!!!", "YQ=="} {
+			scores = make([]float64, 2)
+			s.Score(ctx, scheduling.NewCycleState(), &scheduling.Request{Headers: map[string]string{tc.header: bad}}, eps, scores)
+			want := []float64{0, 0}
+			if bad == "YQ==" {
+				want = []float64{1, 0} // "a": an endpoint without a namespace is named alone
+			}
+			schedtest.ExpectScores(t, scores, want)
+		}
+		if s.Sessions() != 0 {
+			t.Fatal("the stateless strategy kept sessions")
 		}
 	}
 }

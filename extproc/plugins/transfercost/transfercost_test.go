@@ -1,0 +1,190 @@
+package transfercost_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvgate/kvgate/extproc/config"
+	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/plugins/all"
+	"github.com/kvgate/kvgate/extproc/plugins/transfercost"
+	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/extproc/scheduling/schedtest"
+	"github.com/kvgate/kvgate/internal/eppwire"
+)
+
+// path is a NetworkView with one bandwidth for every pair it knows.
+type path struct {
+	bw    float64
+	known bool
+}
+
+func (p path) PathBetween(from, to string) (float64, time.Duration, bool) {
+	return p.bw, 50 * time.Microsecond, p.known
+}
+
+const head = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n"
+
+// fleetConfig is a P/D configuration deciding with the transfer-cost
+// decider; predictor adds predicted-latency-producer.
+func fleetConfig(predictor bool, params string) string {
+	c := head + `- type: prefix-cache-scorer
+- type: decode-filter
+- type: prefill-filter
+- type: queue-scorer
+- type: transfer-cost-pd-decider
+  parameters: {` + params + `}
+- type: disagg-profile-handler
+  parameters: {deciders: {prefill: transfer-cost-pd-decider}}
+- type: p2p-source-producer
+  parameters: {pullDecider: transfer-cost-pd-decider}
+`
+	if predictor {
+		c += "- type: predicted-latency-producer\n"
+	}
+	return c + `schedulingProfiles:
+- name: decode
+  plugins: [{pluginRef: decode-filter}, {pluginRef: queue-scorer}]
+- name: prefill
+  plugins: [{pluginRef: prefill-filter}, {pluginRef: transfer-cost-pd-decider}]
+`
+}
+
+func build(t *testing.T, yaml string, view transfercost.NetworkView) *config.Built {
+	t.Helper()
+	c, err := config.Parse([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	services := map[string]any{}
+	if view != nil {
+		services[transfercost.ServiceNetworkView] = view
+	}
+	b, err := config.Build(c, all.Registry(), &scheduling.Handle{Services: services}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func decider(b *config.Built) *transfercost.Decider {
+	for _, p := range b.Plugins {
+		if d, ok := p.(*transfercost.Decider); ok {
+			return d
+		}
+	}
+	return nil
+}
+
+// decide schedules a cold prompt of n tokens and returns the prefill
+// server named, "" for a local prefill.
+func decide(t *testing.T, b *config.Built, eps []*endpoints.Endpoint, n int) string {
+	t.Helper()
+	req := &scheduling.Request{ID: "r", PromptTokens: n}
+	cs := scheduling.NewCycleState()
+	res, err := b.Scheduler.Schedule(context.Background(), cs, req, eps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range b.PreRequest {
+		h.PreRequest(context.Background(), cs, req, res)
+	}
+	return res.Headers[eppwire.HeaderPrefiller]
+}
+
+// A decode server with a prefill backlog prefills a long prompt faster on
+// an idle prefill server, when the network moves its KV fast enough; not
+// when the decode server is idle or the network slow.
+func TestDecision(t *testing.T) {
+	for _, predictor := range []bool{false, true} {
+		name := "static"
+		if predictor {
+			name = "predicted"
+		}
+		t.Run(name, func(t *testing.T) {
+			d := schedtest.Endpoint("d", endpoints.Metrics{}, endpoints.RoleLabel, "decode")
+			p := schedtest.Endpoint("p", endpoints.Metrics{}, endpoints.RoleLabel, "prefill")
+			eps := []*endpoints.Endpoint{d, p}
+			b := build(t, fleetConfig(predictor, "overhead: 1ms"), nil)
+			if got := decide(t, b, eps, 8000); got != "" {
+				t.Errorf("idle decode server: prefill sent to %s", got)
+			}
+			backlog := d.Charge(0, 60000, 60000, 60000)
+			defer backlog.Release()
+			if got := decide(t, b, eps, 8000); got != p.Address() {
+				t.Errorf("busy decode server, fast default network: prefill %q, want %s", got, p.Address())
+			}
+			// 8000 tokens of 128 KiB over 100 MB/s: 10 s, more than the
+			// backlog costs.
+			decider(b).SetNetworkView(path{bw: 1e8, known: true})
+			if got := decide(t, b, eps, 8000); got != "" {
+				t.Errorf("slow measured path: prefill sent to %s", got)
+			}
+			// An unknown path falls back to the static parameters.
+			decider(b).SetNetworkView(path{bw: 1e8, known: false})
+			if got := decide(t, b, eps, 8000); got != p.Address() {
+				t.Errorf("unmeasured path: prefill %q, want the static fast network", got)
+			}
+		})
+	}
+}
+
+// The view can come as a handle service, and the prefill profile scores
+// prefill servers by predicted remote TTFT: the one the network reaches
+// fast wins over a nearer-idle one it reaches slowly.
+func TestScoreFollowsNetwork(t *testing.T) {
+	d := schedtest.Endpoint("d", endpoints.Metrics{}, endpoints.RoleLabel, "decode")
+	near := schedtest.Endpoint("near", endpoints.Metrics{}, endpoints.RoleLabel, "prefill")
+	far := schedtest.Endpoint("far", endpoints.Metrics{}, endpoints.RoleLabel, "prefill")
+	view := byPair{near.Address(): 2e10, far.Address(): 1e9}
+	b := build(t, fleetConfig(false, ""), view)
+	backlog := d.Charge(0, 80000, 80000, 80000)
+	defer backlog.Release()
+	if got := decide(t, b, []*endpoints.Endpoint{d, far, near}, 8000); got != near.Address() {
+		t.Errorf("prefill %q, want the fast path's %s", got, near.Address())
+	}
+}
+
+// byPair gives each source address its bandwidth.
+type byPair map[string]float64
+
+func (b byPair) PathBetween(from, to string) (float64, time.Duration, bool) {
+	bw, ok := b[from]
+	return bw, 0, ok
+}
+
+func TestPullPays(t *testing.T) {
+	src := schedtest.Endpoint("s", endpoints.Metrics{}, endpoints.RoleLabel, "decode")
+	c := schedtest.Endpoint("c", endpoints.Metrics{}, endpoints.RoleLabel, "decode")
+	b := build(t, fleetConfig(false, ""), nil)
+	dec := decider(b)
+	cs := scheduling.NewCycleState()
+	if dec.PullPays(cs, src, c, 1000) {
+		t.Error("pull decided before Produce")
+	}
+	dec.Produce(context.Background(), cs, &scheduling.Request{PromptTokens: 2000}, []*endpoints.Endpoint{src, c})
+	// 1000 tokens: 131 MB at 12 GB/s is 11 ms, recomputing them 63 ms.
+	if !dec.PullPays(cs, src, c, 1000) {
+		t.Error("fast network: pull refused")
+	}
+	dec.SetNetworkView(path{bw: 1e9, known: true}) // 131 ms
+	if dec.PullPays(cs, src, c, 1000) {
+		t.Error("slow network: pull made")
+	}
+}
+
+func TestParams(t *testing.T) {
+	for _, bad := range []string{"kvBytesPerToken: 0", "bandwidthBytesPerSecond: -1", "prefillTokensPerSecond: 0", "rtt: -1s", "prefillFilter: nothing", "prefillFilter: queue-scorer", "bandwidth: 1"} {
+		c, err := config.Parse([]byte(fleetConfig(false, bad)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := config.Build(c, all.Registry(), &scheduling.Handle{Services: map[string]any{}}, nil); err == nil {
+			t.Errorf("%s accepted", bad)
+		} else if !strings.Contains(err.Error(), "transfer-cost-pd-decider") && !strings.Contains(err.Error(), "parameters") {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+}
