@@ -86,18 +86,27 @@ func TestMainServesTelemetry(t *testing.T) {
 	if h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health check: %v %v", h, err)
 	}
-	resp, err := http.Get("http://" + metrics + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(body), "kvgate_gpu_nvml_available 0") {
+	if body := getMetrics(t, metrics); !strings.Contains(body, "kvgate_gpu_nvml_available 0") {
 		t.Fatalf("metrics:\n%s", body)
 	}
 	if n := strings.Count(stderr.String(), "running without NVML"); n != 1 {
 		t.Fatalf("logged %d times, want once:\n%s", n, stderr.String())
 	}
+}
+
+// getMetrics reads the agent's /metrics at addr (host:port).
+func getMetrics(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
 }
 
 func waitLine(t *testing.T, b *testutil.SyncBuffer, re *regexp.Regexp) string {
