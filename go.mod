@@ -39,7 +39,10 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
-require go.uber.org/atomic v1.12.0 // indirect
+require (
+	github.com/NVIDIA/go-nvml v0.13.4-1
+	go.uber.org/atomic v1.12.0 // indirect
+)
 
 require (
 	cel.dev/expr v0.25.3 // indirect

@@ -12,10 +12,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	nixl "github.com/kvgate/kvgate/nixl-cgo"
 	agentv1 "github.com/kvgate/kvgate/proto/kvgate/agent/v1"
+	telemetryv1 "github.com/kvgate/kvgate/proto/kvgate/telemetry/v1"
 )
 
 // paramFlag collects repeated --ucx-param key=value.
@@ -46,6 +50,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Var(ucx, "ucx-param", "UCX backend parameter key=value (repeatable): "+strings.Join(sortedKeys(nixl.UCXParams()), ", "))
 	var nf netFlags
 	nf.register(fs)
+	tf := telemetryFlags{gpuEndpoints: map[int][]string{}}
+	tf.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -82,6 +88,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			log.Warn("detaching eBPF programs", "err", err)
 		}
 	}()
+	tel, err := tf.start(ctx, log, netobsPeers{nt})
+	if err != nil {
+		return err
+	}
+	defer tel.close()
 	a, err := New(Config{Name: *name, CPUBytes: *cpuBytes, DefaultLease: *lease, PullTimeout: *pullTimeout,
 		UCX: nixl.Params(ucx), Logger: log, Transfers: nt})
 	if err != nil {
@@ -89,7 +100,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer a.Close()
 	if nf.metricsAddr != "" {
-		stop, err := serveMetrics(ctx, nf.metricsAddr, stdout, nt)
+		stop, err := serveMetrics(ctx, nf.metricsAddr, stdout, append([]prometheus.Collector{nt}, tel.collectors...)...)
 		if err != nil {
 			return err
 		}
@@ -97,6 +108,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	srv := grpc.NewServer()
 	agentv1.RegisterKVTransferServer(srv, a)
+	telemetryv1.RegisterTelemetryServer(srv, tel.server)
+	// The DaemonSet's readiness probe (gRPC health, service "").
+	healthpb.RegisterHealthServer(srv, health.NewServer())
 	fmt.Fprintf(stdout, "kvgate-agent %s listening on %s\n", *name, ln.Addr())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()

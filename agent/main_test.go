@@ -3,8 +3,18 @@ package agent
 import (
 	"context"
 	"io"
+	"net/http"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/kvgate/kvgate/internal/testutil"
+	telemetryv1 "github.com/kvgate/kvgate/proto/kvgate/telemetry/v1"
 )
 
 func TestMainRefusesBadFlags(t *testing.T) {
@@ -21,6 +31,10 @@ func TestMainRefusesBadFlags(t *testing.T) {
 		{[]string{"--netobs-class", "a=80", "--netobs-class", "a=81", "--listen", "127.0.0.1:0"}, `flow class "a" given twice`},
 		{[]string{"--netobs-max-flows", "1", "--listen", "127.0.0.1:0"}, "MaxFlows"},
 		{[]string{"--metrics-addr", "256.0.0.1:1", "--listen", "127.0.0.1:0"}, "--metrics-addr"},
+		{[]string{"--gpu", "maybe", "--listen", "127.0.0.1:0"}, `--gpu "maybe"`},
+		{[]string{"--gpu-endpoint", "x=1.2.3.4:5"}, "want index=host:port"},
+		{[]string{"--gpu-endpoint", "0=vllm-0:8000"}, "want an IP:port or an IP"},
+		{[]string{"--node-address", "node-7"}, "node-address"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			err := Main(context.Background(), tc.args, io.Discard, io.Discard)
@@ -29,4 +43,81 @@ func TestMainRefusesBadFlags(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMainServesTelemetry runs the agent on this GPU-less machine: it
+// starts, says once that it runs without NVML, and streams reports that
+// say so, beside its metrics.
+func TestMainServesTelemetry(t *testing.T) {
+	var stdout, stderr testutil.SyncBuffer
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- Main(ctx, []string{"--listen", "127.0.0.1:0", "--cpu-bytes", "0", "--node-name", "node-a",
+			"--node-address", "127.0.0.7", "--metrics-addr", "127.0.0.1:0", "--gpu-endpoint", "0=127.0.0.7:8000"}, &stdout, &stderr)
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	addr := waitLine(t, &stdout, regexp.MustCompile(`listening on (\S+)`))
+	metrics := waitLine(t, &stdout, regexp.MustCompile(`metrics on (\S+)`))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	w, err := telemetryv1.NewTelemetryClient(conn).Watch(ctx, &telemetryv1.WatchRequest{IntervalMs: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		r, err := w.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Node != "node-a" || len(r.Addresses) != 1 || r.Addresses[0] != "127.0.0.7" || r.GpuAvailable ||
+			r.GpuUnavailableReason == "" || len(r.Gpus) != 0 {
+			t.Fatalf("report %v", r)
+		}
+	}
+	if h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health check: %v %v", h, err)
+	}
+	if body := getMetrics(t, metrics); !strings.Contains(body, "kvgate_gpu_nvml_available 0") {
+		t.Fatalf("metrics:\n%s", body)
+	}
+	if n := strings.Count(stderr.String(), "running without NVML"); n != 1 {
+		t.Fatalf("logged %d times, want once:\n%s", n, stderr.String())
+	}
+}
+
+// getMetrics reads the agent's /metrics at addr (host:port).
+func getMetrics(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
+}
+
+func waitLine(t *testing.T, b *testutil.SyncBuffer, re *regexp.Regexp) string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if m := re.FindStringSubmatch(b.String()); m != nil {
+			return m[1]
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("no line matching %v in %q", re, b.String())
+	return ""
 }

@@ -2,12 +2,9 @@ package agent
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kvgate/kvgate/internal/testutil"
 )
@@ -29,23 +26,8 @@ func TestMainWithoutEBPF(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	re := regexp.MustCompile(`metrics on (\S+)`)
-	var addr string
-	for deadline := time.Now().Add(20 * time.Second); addr == ""; {
-		if m := re.FindStringSubmatch(stdout.String()); m != nil {
-			addr = m[1]
-		} else if time.Now().After(deadline) {
-			t.Fatalf("no metrics address; stdout %q stderr %q", stdout.String(), stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(body), "kvgate_netobs_bpf_attached 0") {
+	body := getMetrics(t, waitLine(t, stdout, regexp.MustCompile(`metrics on (\S+)`)))
+	if !strings.Contains(body, "kvgate_netobs_bpf_attached 0") {
 		t.Fatalf("metrics do not say eBPF is off:\n%s", body)
 	}
 	if n := strings.Count(stderr.String(), "running without eBPF network tracking"); n != 1 {

@@ -464,6 +464,20 @@ func TestE2EUpRunsToCompletion(t *testing.T) {
 			t.Errorf("%s missing or empty: %v", f, err)
 		}
 	}
+	// With kvgate-agent beside kvgate (make build), each fleet runs one and
+	// the report shows what it saw of the GPUs and the network.
+	html, _ := os.ReadFile(filepath.Join(dir, "report.html"))
+	if !strings.Contains(string(html), "Network and GPUs") {
+		t.Error("report.html lacks its network and GPU section")
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(testBin), "kvgate-agent")); err == nil {
+		if fi, err := os.Stat(filepath.Join(dir, "logs", "load", "agent.log")); err != nil || fi.Size() == 0 {
+			t.Errorf("agent.log missing or empty: %v", err)
+		}
+		if !strings.Contains(string(html), "node local") {
+			t.Error("report.html has no telemetry from the fleet's agent")
+		}
+	}
 	if pids := ownProcesses(t); len(pids) > 0 {
 		t.Errorf("processes left behind: %v\n%s", pids, out)
 	}

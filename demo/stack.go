@@ -63,6 +63,9 @@ type StackConfig struct {
 	FailOpen bool
 	// GatewayArgs are extra `kvgate gateway` flags.
 	GatewayArgs []string
+	// AgentBin, when set, is a kvgate-agent binary run beside the fleet:
+	// its telemetry (GPUs, network) goes to the picker and the report.
+	AgentBin string
 	// SimArgs and EPPArgs are extra `kvgate sim` and `kvgate epp` flags.
 	SimArgs, EPPArgs []string
 	// Ready bounds the wait for the fleet to come up.
@@ -87,8 +90,12 @@ type Stack struct {
 	GatewayURL string
 	// EPPMetricsURL is the picker's Prometheus endpoint.
 	EPPMetricsURL string
-	group         *proc.Group
-	others        []*proc.Proc // components beside the sims, picker and gateway (P/D fleets)
+	// Agent is the node agent (nil without StackConfig.AgentBin) and
+	// AgentAddr its gRPC address.
+	Agent     *proc.Proc
+	AgentAddr string
+	group     *proc.Group
+	others    []*proc.Proc // components beside the sims, picker and gateway (P/D fleets)
 }
 
 // StopGrace is how long children get between SIGTERM and SIGKILL; with
@@ -100,19 +107,19 @@ var ErrNotReady = errors.New("not ready")
 
 // fleetPorts are a fleet's loopback ports, all chosen up front.
 type fleetPorts struct {
-	kvEvents, grpc, health, metrics, gateway int
-	sims                                     []int
+	kvEvents, grpc, health, metrics, gateway, agent int
+	sims                                            []int
 }
 
 // newFleetPorts asks the OS for the ports of a fleet of replicas
 // simulators. Each listener is held until all are chosen, so the fleet
 // never gets the same port twice.
 func newFleetPorts(replicas int) (fleetPorts, error) {
-	ports, err := freePorts(replicas + 5)
+	ports, err := freePorts(replicas + 6)
 	if err != nil {
 		return fleetPorts{}, err
 	}
-	return fleetPorts{kvEvents: ports[0], grpc: ports[1], health: ports[2], metrics: ports[3], gateway: ports[4], sims: ports[5:]}, nil
+	return fleetPorts{kvEvents: ports[0], grpc: ports[1], health: ports[2], metrics: ports[3], gateway: ports[4], agent: ports[5], sims: ports[6:]}, nil
 }
 
 func loopback(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
@@ -140,6 +147,9 @@ func StartStack(ctx context.Context, c StackConfig) (_ *Stack, err error) {
 	// it should find them up. They connect to its KV-event socket, which
 	// ZMQ retries until the picker binds it.
 	if err := s.startSims(c, ports); err != nil {
+		return nil, err
+	}
+	if err := s.startAgent(c, ports); err != nil {
 		return nil, err
 	}
 	if err := s.startEPP(c, ports); err != nil {
@@ -241,12 +251,38 @@ func (s *Stack) startEPP(c StackConfig, ports fleetPorts) error {
 		cfg = c.PickerConfig
 	}
 	o := c.eppOptions(epFile, cfg, ports)
+	if s.AgentAddr != "" {
+		o.Telemetry.Agents = []string{s.AgentAddr}
+	}
 	args := append(append([]string{"epp"}, o.Args()...), c.EPPArgs...)
 	if s.EPP, err = s.group.Start(proc.Spec{Name: "epp", Path: c.Bin, Args: args}); err != nil {
 		return err
 	}
 	s.EPPMetricsURL = "http://" + o.MetricsAddr + "/metrics"
 	return nil
+}
+
+// startAgent runs kvgate-agent as the fleet's node agent: every simulator
+// on a GPU of its own (NVML's, where the machine has GPUs), UCX on
+// loopback TCP unless the environment says otherwise.
+func (s *Stack) startAgent(c StackConfig, ports fleetPorts) error {
+	if c.AgentBin == "" {
+		return nil
+	}
+	s.AgentAddr = loopback(ports.agent)
+	args := []string{"--listen", s.AgentAddr, "--cpu-bytes", "0", "--node-name", "local", "--node-address", "127.0.0.1"}
+	for i, sim := range s.Sims {
+		args = append(args, "--gpu-endpoint", fmt.Sprintf("%d=%s", i, sim.Addr))
+	}
+	var env []string
+	for k, v := range map[string]string{"UCX_TLS": "tcp", "UCX_NET_DEVICES": "lo"} {
+		if os.Getenv(k) == "" {
+			env = append(env, k+"="+v)
+		}
+	}
+	var err error
+	s.Agent, err = s.group.Start(proc.Spec{Name: "agent", Path: c.AgentBin, Args: args, Env: env})
+	return err
 }
 
 func (s *Stack) startGateway(c StackConfig, ports fleetPorts) (err error) {
@@ -271,6 +307,12 @@ func (s *Stack) awaitReady(ctx context.Context, c StackConfig, ports fleetPorts)
 			return err
 		}
 		c.Progress(fmt.Sprintf("%s ready on %s", sim.Name, sim.Addr))
+	}
+	if s.AgentAddr != "" {
+		if err := s.await(ctx, "agent", func(ctx context.Context) error { return grpcServing(ctx, s.AgentAddr) }); err != nil {
+			return err
+		}
+		c.Progress("agent ready on " + s.AgentAddr)
 	}
 	if err := s.await(ctx, "epp", func(ctx context.Context) error { return grpcServing(ctx, loopback(ports.health)) }); err != nil {
 		return err
@@ -331,7 +373,7 @@ func (s *Stack) procs() []*proc.Proc {
 			ps = append(ps, sim.Proc)
 		}
 	}
-	for _, p := range append([]*proc.Proc{s.EPP, s.Gateway}, s.others...) {
+	for _, p := range append([]*proc.Proc{s.Agent, s.EPP, s.Gateway}, s.others...) {
 		if p != nil {
 			ps = append(ps, p)
 		}

@@ -43,6 +43,9 @@ type Options struct {
 	FailOpen bool
 	// GatewayArgs are extra `kvgate gateway` flags.
 	GatewayArgs []string
+	// Agent is the kvgate-agent binary run beside each fleet (default:
+	// the one beside Bin, when there is one; "none": no agent).
+	Agent string
 	// MixedRun runs the online-beside-batch comparison (Mixed) instead of
 	// the policy comparison.
 	MixedRun bool
@@ -88,6 +91,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.Float64Var(&o.TimeScale, "time-scale", o.TimeScale, "simulator speed relative to an H100 (below 1: slower, so that the scaled-down prompts load the servers like full-size ones)")
 	fs.IntVar(&o.NumGPUBlocks, "num-gpu-blocks", o.NumGPUBlocks, "KV-cache blocks per server")
 	fs.DurationVar(&o.Workload.Duration, "duration", o.Workload.Duration, "span the trace's arrivals are compressed into")
+	fs.StringVar(&o.Agent, "agent", "", "kvgate-agent binary run as the fleet's node agent, for the report's network and GPU section (default: kvgate-agent beside the kvgate binary when present; none: no agent)")
 	fs.BoolVar(&o.FailOpen, "failure-mode-allow", false, "gateway falls back to the servers directly when the picker fails")
 	fs.Func("gateway-arg", "extra `kvgate gateway` flag (repeatable), e.g. --gateway-arg=--response-body-mode=none", func(v string) error {
 		o.GatewayArgs = append(o.GatewayArgs, v)
@@ -161,6 +165,18 @@ func (o *Options) resolvePaths() error {
 	if o.Wasm == "" {
 		o.Wasm = filepath.Join(filepath.Dir(o.Bin), "kvgate-filter.wasm")
 	}
+	switch o.Agent {
+	case "":
+		if p := filepath.Join(filepath.Dir(o.Bin), "kvgate-agent"); fileExists(p) {
+			o.Agent = p
+		}
+	case "none":
+		o.Agent = ""
+	default:
+		if !fileExists(o.Agent) {
+			return fmt.Errorf("--agent %s: no such file", o.Agent)
+		}
+	}
 	root := repoRoot()
 	if o.TokenizerDir == "" {
 		o.TokenizerDir = os.Getenv("KVGATE_TOKENIZER_DIR")
@@ -180,6 +196,11 @@ func (o *Options) resolvePaths() error {
 		}
 	}
 	return nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // repoRoot is the nearest folder above the working directory holding
@@ -241,6 +262,7 @@ func Run(ctx context.Context, o Options, stdout io.Writer, tty bool) error {
 	fmt.Fprintf(stdout, "output: %s\n", o.Out)
 
 	var runs []report.Run
+	var tel []report.Telemetry
 	for i, pol := range policies {
 		last := i == len(policies)-1
 		r, stack, err := runPolicy(ctx, o, pol, reqs, stdout, tty)
@@ -248,6 +270,9 @@ func Run(ctx context.Context, o Options, stdout io.Writer, tty bool) error {
 			return err
 		}
 		runs = append(runs, r)
+		if stack.AgentAddr != "" {
+			tel = append(tel, agentTelemetry(ctx, pol, stack.AgentAddr))
+		}
 		if last && o.KeepRunning {
 			defer stack.Close()
 			defer func() { keepRunning(ctx, stack, stdout) }()
@@ -263,7 +288,7 @@ func Run(ctx context.Context, o Options, stdout io.Writer, tty bool) error {
 	if err := report.WriteTable(stdout, sums); err != nil {
 		return err
 	}
-	if err := writeOutputs(o, runs, sums); err != nil {
+	if err := writeOutputs(o, runs, sums, tel); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "\nreport:  %s\nresults: %s\nlogs:    %s\n", filepath.Join(o.Out, "report.html"),
@@ -284,7 +309,7 @@ func runPolicy(ctx context.Context, o Options, pol string, reqs []workload.Reque
 	stack, err := StartStack(ctx, StackConfig{
 		Bin: o.Bin, Wasm: o.Wasm, TokenizerDir: o.TokenizerDir, Replicas: o.Replicas, Policy: pol,
 		LogDir: filepath.Join(o.Out, "logs", pol), TimeScale: o.TimeScale, NumGPUBlocks: o.NumGPUBlocks,
-		HashSeed: kvhash.DefaultSeed, FailOpen: o.FailOpen, GatewayArgs: o.GatewayArgs, Ready: 60 * time.Second,
+		HashSeed: kvhash.DefaultSeed, FailOpen: o.FailOpen, GatewayArgs: o.GatewayArgs, AgentBin: o.Agent, Ready: 60 * time.Second,
 		Progress: func(s string) { fmt.Fprintf(stdout, "[%s]   %s\n", pol, s) },
 	})
 	if err != nil {
@@ -357,8 +382,8 @@ func replay(ctx context.Context, stack *Stack, pol string, reqs []workload.Reque
 	return run, nil
 }
 
-func writeOutputs(o Options, runs []report.Run, sums []report.Summary) error {
-	if err := writeJSON(filepath.Join(o.Out, "results.json"), map[string]any{"options": o, "summaries": sums, "runs": runs}); err != nil {
+func writeOutputs(o Options, runs []report.Run, sums []report.Summary, tel []report.Telemetry) error {
+	if err := writeJSON(filepath.Join(o.Out, "results.json"), map[string]any{"options": o, "summaries": sums, "runs": runs, "telemetry": tel}); err != nil {
 		return err
 	}
 	setup := []string{
@@ -370,7 +395,11 @@ func writeOutputs(o Options, runs []report.Run, sums []report.Summary) error {
 	for _, r := range runs {
 		setup = append(setup, fmt.Sprintf("%s: %s", r.Policy, Policies[r.Policy]))
 	}
-	return writeHTML(filepath.Join(o.Out, "report.html"), report.Page{Title: "kvgate up: routing policies compared", Generated: time.Now(), Setup: setup, Runs: runs, Summaries: sums})
+	page := report.Page{Title: "kvgate up: routing policies compared", Generated: time.Now(), Setup: setup, Runs: runs, Summaries: sums, Telemetry: tel}
+	if o.Agent == "" {
+		page.NoAgent = "no kvgate-agent beside the kvgate binary (make build), or --agent none"
+	}
+	return writeHTML(filepath.Join(o.Out, "report.html"), page)
 }
 
 // writeJSON writes v, indented, to path.

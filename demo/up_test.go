@@ -40,6 +40,7 @@ func TestParseFlagsRejects(t *testing.T) {
 		{[]string{"--policy", "fastest"}, "fastest"},
 		{[]string{"--time-scale", "-1"}, "--time-scale"},
 		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"--agent", "/nonexistent/kvgate-agent"}, "--agent"},
 		{[]string{"--mixed", "--batch-requests", "0"}, "--batch-requests"},
 		{[]string{"--pd", "2P"}, "--pd"},
 		{[]string{"--pd", "0P2D"}, "--pd"},

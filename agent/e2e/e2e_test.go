@@ -17,9 +17,14 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/kvgate/kvgate/agent/netobs"
 	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/internal/testutil/proctest"
 	"github.com/kvgate/kvgate/internal/vllm"
+	telemetryv1 "github.com/kvgate/kvgate/proto/kvgate/telemetry/v1"
 )
 
 // bins returns kvgate and kvgate-agent: KVGATE_BIN_DIR's, or built here.
@@ -200,6 +205,13 @@ func TestKVDataPlane(t *testing.T) {
 		metric(t, decode, "vllm:nixl_num_descriptors_sum"); n != 1 || b != float64(nb*blockBytes) || d != float64(nb) {
 		t.Fatalf("vllm:nixl_* transfers %v, bytes %v, descriptors %v; want 1, %d, %d", n, b, d, nb*blockBytes, nb)
 	}
+	// The decoder's agent reports the READ in its telemetry stream: the
+	// path from the prefiller's agent, as the picker reads it.
+	peers := watchPeers(t, addrB)
+	if len(peers) != 1 || peers[0].Address != "127.0.0.1" || peers[0].Class != netobs.NIXLClass || peers[0].BytesAcked != uint64(nb*blockBytes) ||
+		peers[0].SrttUs == 0 || peers[0].ThroughputBytesPerSec <= 0 {
+		t.Fatalf("decoder agent's telemetry peers %v, want the %d-byte READ from 127.0.0.1", peers, nb*blockBytes)
+	}
 	// The READ's notification freed the prefiller's hold.
 	if v := waitMetric(t, prefill, "kvgate_sim_kv_released_total", 1); v < 1 {
 		t.Fatal("the prefiller's blocks were not released by the decoder's notification")
@@ -265,6 +277,27 @@ func TestKVDataPlane(t *testing.T) {
 	if v := metric(t, recompute, "kvgate_sim_kv_recomputed_total"); v != 1 {
 		t.Fatalf("recomputed %v requests, want 1", v)
 	}
+}
+
+// watchPeers reads one telemetry report from the agent at addr.
+func watchPeers(t *testing.T, addr string) []*telemetryv1.Peer {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	w, err := telemetryv1.NewTelemetryClient(conn).Watch(ctx, &telemetryv1.WatchRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := w.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.Peers
 }
 
 // The main kvgate binary stays pure Go: only kvgate-agent links UCX.

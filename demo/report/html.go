@@ -21,6 +21,10 @@ type Page struct {
 	Setup     []string
 	Runs      []Run
 	Summaries []Summary
+	// Telemetry is the node agent's report per run; empty without an agent.
+	Telemetry []Telemetry
+	// NoAgent says why no agent ran, when none did.
+	NoAgent string
 }
 
 // WriteHTML renders a self-contained report: no scripts, no external
@@ -184,6 +188,7 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 	"ms":  func(s float64) string { return fmt.Sprintf("%.0f", 1000*s) },
 	"pct": func(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) },
 	"f1":  func(f float64) string { return fmt.Sprintf("%.1f", f) },
+	"f3":  func(f float64) string { return fmt.Sprintf("%.3f", f) },
 	"ok":  func(s Summary) int { return s.Requests - s.Errors },
 }).Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{{.P.Title}}</title>
@@ -209,5 +214,18 @@ server prefills only the new tokens.</p>
 <h2>Load per server over time</h2>
 {{range .Queues}}{{.SVG}}{{end}}
 <p class="note">Sampled from each server's /metrics (vllm:num_requests_waiting + vllm:num_requests_running).</p>
+<h2>Network and GPUs</h2>
+{{if .P.NoAgent}}<p class="note">No node agent ran: {{.P.NoAgent}}</p>{{end}}
+{{range .P.Telemetry}}<h3>{{.Policy}}: node {{.Node}}</h3>
+{{if .Err}}<p>No telemetry: {{.Err}}</p>{{else}}
+{{if .GPUAvailable}}<table><tr><th>GPU</th><th>model</th><th>util</th><th>memory (GiB)</th><th>power (W)</th><th>temp (°C)</th><th>throttle</th><th>XID errors (last)</th><th>model servers</th></tr>
+{{range .GPUs}}<tr><td>{{.Index}}</td><td>{{.Name}}</td><td>{{.UtilizationPercent}}%</td><td>{{f1 .MemoryUsedGiB}} / {{f1 .MemoryTotal}}</td><td>{{f1 .PowerWatts}} / {{f1 .PowerLimit}}</td><td>{{.TemperatureCelsius}}</td><td>{{range $i, $t := .Throttle}}{{if $i}}, {{end}}{{$t}}{{else}}—{{end}}</td><td>{{.XIDErrors}}{{if .XIDErrors}} ({{.LastXID}}){{end}}</td><td>{{range $i, $e := .Endpoints}}{{if $i}}, {{end}}{{$e}}{{end}}</td></tr>
+{{end}}</table>{{else}}<p>GPU telemetry: none on this machine ({{.Reason}}).</p>{{end}}
+{{if .Peers}}<table><tr><th>peer</th><th>class</th><th>flows</th><th>SRTT (ms)</th><th>min RTT (ms)</th><th>retransmits</th><th>MB</th><th>MB/s</th></tr>
+{{range .Peers}}<tr><td>{{.Address}}</td><td>{{.Class}}</td><td>{{.Flows}}</td><td>{{f3 .SRTTMs}}</td><td>{{f3 .MinRTTMs}}</td><td>{{.Retransmits}}</td><td>{{f1 .MBytes}}</td><td>{{f1 .MBytesPerSec}}</td></tr>
+{{end}}</table>{{else}}<p>Network: no peer measured (no KV moved between agents in this run).</p>{{end}}
+{{end}}{{end}}
+<p class="note">From the node agent's telemetry stream (kvgate.telemetry.v1), which the picker also subscribes to: NVML per
+GPU, and per peer the agent's NIXL READ timings (class kv_nixl) and, with the eBPF tracker, TCP figures.</p>
 </body></html>
 `))

@@ -110,3 +110,33 @@ func TestTicksFallOnRoundSteps(t *testing.T) {
 		}
 	}
 }
+
+func TestWriteHTMLTelemetry(t *testing.T) {
+	page := Page{Title: "t", Runs: []Run{sampleRun("precise")}, Summaries: []Summary{Summarize(sampleRun("precise"))},
+		Telemetry: []Telemetry{
+			{Policy: "precise", Node: "gpu-node-0", GPUAvailable: true,
+				GPUs: []GPU{{Index: 3, Name: "NVIDIA H200 141GB HBM3e", UtilizationPercent: 97, MemoryUsedGiB: 120, MemoryTotal: 141,
+					PowerWatts: 650, PowerLimit: 700, TemperatureCelsius: 88, Throttle: []string{"hw_thermal_slowdown"},
+					XIDErrors: 2, LastXID: 79, Endpoints: []string{"10.0.0.5:8000"}}},
+				Peers: []Peer{{Address: "10.0.0.6", Class: "nixl", Flows: 1, SRTTMs: 1.25, MBytes: 640, MBytesPerSec: 9800}}},
+			{Policy: "round-robin", Node: "local", Reason: "nvmlInit: ERROR_LIBRARY_NOT_FOUND"},
+			{Policy: "load", Err: "connection refused"},
+		}}
+	var b bytes.Buffer
+	if err := WriteHTML(&b, page); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"Network and GPUs", "node gpu-node-0", "NVIDIA H200 141GB HBM3e", "97%", "120.0 / 141.0",
+		"hw_thermal_slowdown", "2 (79)", "10.0.0.5:8000", "<td>10.0.0.6</td><td>nixl</td>", "1.250", "9800.0",
+		"none on this machine (nvmlInit: ERROR_LIBRARY_NOT_FOUND)", "no peer measured", "No telemetry: connection refused"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	page.Telemetry, page.NoAgent = nil, "no kvgate-agent"
+	b.Reset()
+	if err := WriteHTML(&b, page); err != nil || !strings.Contains(b.String(), "No node agent ran: no kvgate-agent") {
+		t.Errorf("report without an agent: %v", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -35,12 +36,17 @@ func TestParseGrafana(t *testing.T) {
 	}
 }
 
+// grafanaDir holds kvgate's Grafana dashboards: in the Helm chart, which
+// provisions them as ConfigMaps (a chart reads only its own files).
+var grafanaDir = filepath.Join("..", "helm", "kvgate", "dashboards")
+
 // TestGrafanaDashboardsParse: every shipped dashboard parses; the network
-// one names only the agent's metrics (the live check evaluates them).
+// and GPU ones name only the agent's metrics (the live checks evaluate
+// them).
 func TestGrafanaDashboardsParse(t *testing.T) {
-	paths, err := filepath.Glob(filepath.Join("grafana", "*.json"))
+	paths, err := filepath.Glob(filepath.Join(grafanaDir, "*.json"))
 	if err != nil || len(paths) == 0 {
-		t.Fatalf("no dashboards in grafana/: %v", err)
+		t.Fatalf("no dashboards in %s: %v", grafanaDir, err)
 	}
 	for _, p := range paths {
 		f, err := os.Open(p)
@@ -52,17 +58,37 @@ func TestGrafanaDashboardsParse(t *testing.T) {
 		if err != nil || len(ps) == 0 {
 			t.Fatalf("%s: %d panels, %v", p, len(ps), err)
 		}
-		if filepath.Base(p) != "kvgate-network.json" {
+		prefix, ok := map[string]string{"kvgate-network.json": "kvgate_netobs_", "kvgate-gpu.json": "kvgate_gpu_"}[filepath.Base(p)]
+		if !ok {
 			continue
 		}
 		for _, panel := range ps {
 			for _, e := range panel.Exprs {
 				for _, m := range MetricNames(e) {
-					if !strings.HasPrefix(m, "kvgate_netobs_") {
+					if !strings.HasPrefix(m, prefix) {
 						t.Errorf("%s / %s: metric %q is not kvgate's", p, panel.Title, m)
 					}
 				}
 			}
 		}
 	}
+}
+
+func FuzzParseGrafana(f *testing.F) {
+	f.Add(`{"title": "D", "panels": [{"type": "row", "title": "r", "panels": [{"title": "p", "targets": [{"expr": "x"}]}]}]}`)
+	f.Add(`{"title": 1}`)
+	f.Fuzz(func(t *testing.T, s string) {
+		ps, err := ParseGrafana(strings.NewReader(s))
+		if err != nil {
+			return
+		}
+		for _, p := range ps {
+			if len(p.Exprs) == 0 || slices.Contains(p.Exprs, "") {
+				t.Fatalf("panel without queries, or an empty one, returned: %+v", p)
+			}
+			for _, e := range p.Exprs {
+				MetricNames(e)
+			}
+		}
+	})
 }

@@ -40,6 +40,20 @@ type checkedExpr struct {
 func loadPanels(t *testing.T) []Panel {
 	t.Helper()
 	var all []Panel
+	// kvgate's GPU dashboard, whose metrics this fleet's agent serves (the
+	// network dashboard has its own live check, network_live_test.go).
+	for _, path := range []string{filepath.Join(grafanaDir, "kvgate-gpu.json")} {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps, err := ParseGrafana(f)
+		f.Close()
+		if err != nil || len(ps) == 0 {
+			t.Fatalf("%s: %d panels, %v", path, len(ps), err)
+		}
+		all = append(all, ps...)
+	}
 	for _, path := range []string{filepath.Join(testutil.SharedDir(t), "DASHBOARDS.md"), filepath.Join("testdata", "autoscaling.md")} {
 		f, err := os.Open(path)
 		if err != nil {
@@ -70,7 +84,12 @@ func TestDashboardsOnLiveFleet(t *testing.T) {
 	tokDir := testutil.TokenizerDir(t)
 
 	f := startFleet(t, tokDir, 3, 0.1)
-	prom := startPrometheus(t, bin, f.targets())
+	targets := f.targets()
+	// The node agent of a GPU node, for kvgate's GPU dashboard.
+	targets = append(targets, scrapeTarget{Job: "kvgate-agent", Addr: startGPUAgent(t), Labels: map[string]string{
+		"namespace": testNamespace, "node": "gpu-node-0",
+	}})
+	prom := startPrometheus(t, bin, targets)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -98,7 +117,7 @@ func TestDashboardsOnLiveFleet(t *testing.T) {
 	vars := map[string]string{
 		"namespace": testNamespace, "model_name": fleetModel, "model": fleetModel,
 		"__rate_interval": window, "__range": window,
-		"pool": f.poolName, "epp": eppService, "epp_service": eppService, "model_server_deployment": "vllm",
+		"node": ".*", "pool": f.poolName, "epp": eppService, "epp_service": eppService, "model_server_deployment": "vllm",
 	}
 	var checked []checkedExpr
 	for _, p := range panels {

@@ -87,7 +87,7 @@ func (a *liveAgent) region(t *testing.T, engine string, blockBytes, slots int) {
 }
 
 // TestNetworkDashboardOnLiveAgent evaluates every query of the network
-// dashboard (grafana/kvgate-network.json) against a real Prometheus that
+// dashboard (kvgate-network.json in grafanaDir) against a real Prometheus that
 // scraped a real kvgate-agent with eBPF tracking on, while it pulled KV
 // blocks from a peer agent over UCX/TCP and TCP flows crossed a delayed
 // veth link between two network namespaces: each query must return data.
@@ -99,7 +99,7 @@ func TestNetworkDashboardOnLiveAgent(t *testing.T) {
 		t.Skip("the agent's eBPF tracking needs root; make test runs as root")
 	}
 	promBin := prometheusBinary(t)
-	f, err := os.Open(filepath.Join("grafana", "kvgate-network.json"))
+	f, err := os.Open(filepath.Join(grafanaDir, "kvgate-network.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,10 +42,12 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/disagg"
 	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
+	"github.com/kvgate/kvgate/extproc/plugins/transfercost"
 	"github.com/kvgate/kvgate/extproc/prefixmatch"
 	"github.com/kvgate/kvgate/extproc/saturation"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/server"
+	"github.com/kvgate/kvgate/extproc/telemetry"
 	"github.com/kvgate/kvgate/internal/bytebudget"
 	"github.com/kvgate/kvgate/internal/cliflag"
 	"github.com/kvgate/kvgate/internal/memlimit"
@@ -92,7 +94,9 @@ type Options struct {
 	// servers' KV-cache events (e.g. tcp://*:5557); empty for none.
 	KVEventsAddr string
 	// KVEvents are the intake's limits (kvflags.go).
-	KVEvents            KVEventLimits
+	KVEvents KVEventLimits
+	// Telemetry subscribes to the node agents (telemetry.go).
+	Telemetry           TelemetryOptions
 	TrustFilterHeaders  bool
 	MaxRequestBodyBytes int
 	// Budgets (see server.Options and endpoints.Config).
@@ -161,6 +165,7 @@ func DefaultOptions() Options {
 		ResponseIdleTimeout:    server.DefaultResponseIdleTimeout,
 		MaxEndpoints:           endpoints.DefaultMaxEndpoints,
 		KVEvents:               defaultKVEventLimits(),
+		Telemetry:              defaultTelemetryOptions(),
 		DrainTimeout:           25 * time.Second,
 		LogFormat:              "console",
 		PoolGroup:              poolGroup,
@@ -201,6 +206,7 @@ func (o *Options) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs.TextVar(&o.LogLevel, "log-level", o.LogLevel, "log level: debug, info, warn, error")
 	o.upstreamFlags(fs)
 	o.KVEvents.flags(fs)
+	o.Telemetry.flags(fs)
 	return fs
 }
 
@@ -252,6 +258,9 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	}
 	if o.EndpointsFile != "" && (o.EndpointSelector != "" || len(o.EndpointTargetPorts) > 0) {
 		return o, errors.New("--endpoints and --endpoint-selector are exclusive: endpoints come from the file or from Kubernetes")
+	}
+	if err := o.Telemetry.check(); err != nil {
+		return o, err
 	}
 	if o.ObjectivesFile != "" && o.EndpointsFile == "" {
 		return o, errors.New("--objectives needs --endpoints: with Kubernetes discovery the InferenceObjectives come from the cluster")
@@ -326,6 +335,11 @@ type Picker struct {
 	// kvEvents feeds it while Run runs.
 	kvIndex  *kvindex.Index
 	kvEvents *kvevents.Subscriber
+	// telemetry holds the node agents' reports (nil without
+	// --telemetry-agents or --telemetry-agent-selector); agents finds the
+	// agents in Kubernetes (nil without a selector).
+	telemetry *telemetry.Store
+	agents    *k8s.Discovery
 	// kvCfg holds the intake's limits and TLS from the flags.
 	kvCfg kvevents.Config
 	// listening is closed once Run has bound every socket: from then on
@@ -376,6 +390,18 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	h.Services[disagg.ServiceRecorder] = p.metrics
 	h.Services[flowpolicy.ServiceRegisterer] = prometheus.Registerer(p.reg)
 	latency.WithRecorder(h.Services, p.metrics)
+	if p.telemetry, p.agents, err = telemetryStore(o, log); err != nil {
+		return nil, err
+	}
+	if p.telemetry != nil {
+		h.Services[telemetry.ServiceKey] = p.telemetry
+		// The P/D transfer-cost decider prices transfers on the measured
+		// node-pair network.
+		h.Services[transfercost.ServiceNetworkView] = transfercost.NetworkView(p.telemetry)
+		if err := p.reg.Register(p.telemetry); err != nil {
+			return nil, fmt.Errorf("telemetry metrics: %w", err)
+		}
+	}
 	if p.built, err = config.Build(cfg, all.Registry(), h, p.metrics.PluginDuration); err != nil {
 		return nil, err
 	}
@@ -664,6 +690,9 @@ func (p *Picker) Run(ctx context.Context) error {
 	src := &firstApply{Source: p.source, done: make(chan struct{})}
 	g.Go(func() error { return p.ds.Run(ctx, src) })
 	g.Go(func() error { return p.scraper.Run(ctx) })
+	if p.telemetry != nil {
+		g.Go(func() error { return runTelemetry(ctx, p.telemetry, p.agents) })
+	}
 	if every := p.built.KVIndexLogInterval; every > 0 {
 		g.Go(func() error { p.kvIndex.LogMetrics(ctx, p.log, every); return nil })
 	}

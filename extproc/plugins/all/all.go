@@ -13,6 +13,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/endpointnotification"
 	"github.com/kvgate/kvgate/extproc/plugins/filediscovery"
 	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
+	"github.com/kvgate/kvgate/extproc/plugins/gpuhealth"
 	"github.com/kvgate/kvgate/extproc/plugins/headerfilter"
 	"github.com/kvgate/kvgate/extproc/plugins/inflightload"
 	"github.com/kvgate/kvgate/extproc/plugins/kvcacheutil"
@@ -113,6 +114,8 @@ func Registry() *scheduling.Registry {
 		{flowpolicy.SoftReflectType, flowpolicy.NewSoftReflect},
 		{flowpolicy.UtilizationType, flowpolicy.NewUtilization},
 		{flowpolicy.ConcurrencyType, flowpolicy.NewConcurrency},
+		{gpuhealth.FilterType, gpuhealth.NewFilter},
+		{gpuhealth.ScorerType, gpuhealth.NewScorer},
 		// llm-d's and GIE's remaining vocabulary (compat-plugins).
 		{headerfilter.Type, headerfilter.New},
 		{probadmitter.Type, probadmitter.New},

@@ -9,13 +9,18 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
 	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/extproc/telemetry"
 )
 
 // Every registered type (and alias) builds with default parameters, and
 // nothing is registered twice (Registry would panic).
 func TestEveryPluginBuildsWithDefaults(t *testing.T) {
 	r := Registry()
-	h := &scheduling.Handle{Services: map[string]any{precise.ServiceKVIndex: kvindex.New(kvindex.Config{})}}
+	tel, err := telemetry.New(telemetry.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &scheduling.Handle{Services: map[string]any{precise.ServiceKVIndex: kvindex.New(kvindex.Config{}), telemetry.ServiceKey: tel}}
 	for _, typ := range r.Types() {
 		p, err := r.Build(typ, "", minimalParams(typ, ""), h)
 		if err != nil {

@@ -28,6 +28,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/endpointnotification"
 	"github.com/kvgate/kvgate/extproc/plugins/filediscovery"
 	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
+	"github.com/kvgate/kvgate/extproc/plugins/gpuhealth"
 	"github.com/kvgate/kvgate/extproc/plugins/headerfilter"
 	"github.com/kvgate/kvgate/extproc/plugins/inflightload"
 	"github.com/kvgate/kvgate/extproc/plugins/labelselector"
@@ -56,6 +57,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/vertexaiparser"
 	"github.com/kvgate/kvgate/extproc/plugins/vllmhttpparser"
 	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/extproc/telemetry"
 )
 
 // paramsOf is the struct each plugin type decodes its parameters into (nil:
@@ -116,6 +118,8 @@ var paramsOf = map[string]any{
 	flowpolicy.SoftReflectType:    nil,
 	flowpolicy.UtilizationType:    flowpolicy.UtilizationParams{},
 	flowpolicy.ConcurrencyType:    flowpolicy.ConcurrencyParams{},
+	gpuhealth.FilterType:          gpuhealth.FilterParams{},
+	gpuhealth.ScorerType:          gpuhealth.ScorerParams{},
 	headerfilter.Type:             nil,
 	probadmitter.Type:             probadmitter.Params{},
 	passthroughparser.Type:        nil,
@@ -133,7 +137,11 @@ var paramsOf = map[string]any{
 func TestDocsAgreeWithRegistry(t *testing.T) {
 	rows := readmePluginTable(t, "../../../README.md")
 	r := Registry()
-	h := &scheduling.Handle{Services: map[string]any{precise.ServiceKVIndex: kvindex.New(kvindex.Config{})}}
+	tel, err := telemetry.New(telemetry.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &scheduling.Handle{Services: map[string]any{precise.ServiceKVIndex: kvindex.New(kvindex.Config{}), telemetry.ServiceKey: tel}}
 
 	inReadme := map[string]readmeRow{}
 	for _, row := range rows {
