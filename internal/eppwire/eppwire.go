@@ -1,6 +1,9 @@
 package eppwire
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // Request headers the picker reads or sets.
 const (
@@ -38,21 +41,14 @@ const (
 // and whenever the picker sets none. A client that sent one would choose
 // its upstream, or where its prompt's prefill, encode or KV pull goes (the
 // P/D routing sidecar trusts them).
-func PickerOnly(name string) bool {
-	switch name {
-	case HeaderDestination, HeaderPrefiller, HeaderEncoders, HeaderKVCacheSource,
-		HeaderPrefillerLLMD, HeaderEncodersLLMD, HeaderKVCacheSourceLLMD:
-		return true
-	}
-	return false
-}
+func PickerOnly(name string) bool { return slices.Contains(pickerOnly, name) }
+
+var pickerOnly = []string{HeaderDestination, HeaderPrefiller, HeaderEncoders, HeaderKVCacheSource,
+	HeaderPrefillerLLMD, HeaderEncodersLLMD, HeaderKVCacheSourceLLMD}
 
 // PickerOnlyHeaders lists the headers PickerOnly accepts, for proxies that
 // remove them.
-func PickerOnlyHeaders() []string {
-	return []string{HeaderDestination, HeaderPrefiller, HeaderEncoders, HeaderKVCacheSource,
-		HeaderPrefillerLLMD, HeaderEncodersLLMD, HeaderKVCacheSourceLLMD}
-}
+func PickerOnlyHeaders() []string { return slices.Clone(pickerOnly) }
 
 // HeaderPrefer is RFC 7240's Prefer request header. PreferIfAvailable is
 // the preference llm-d's coordinator sends for a speculative decode: the
