@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -418,7 +419,13 @@ func grpcServing(ctx context.Context, addr string) error {
 	return nil
 }
 
-// freePorts asks the OS for n distinct free loopback ports.
+// freePorts finds n distinct free loopback ports. They are drawn at random
+// below the kernel's ephemeral range (Linux's default starts at 32768), not
+// from it: between choosing a port and the component binding it, the
+// ephemeral range is where every outgoing connection on the machine takes
+// its local port (UCX, HTTP clients, other tests), and one of them taking
+// ours made a component fail with "address already in use". Each port is
+// held until all are chosen, so a fleet never gets one twice.
 func freePorts(n int) ([]int, error) {
 	lns := make([]net.Listener, 0, n)
 	defer func() {
@@ -426,14 +433,21 @@ func freePorts(n int) ([]int, error) {
 			ln.Close()
 		}
 	}()
-	ports := make([]int, n)
-	for i := range ports {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ports := make([]int, 0, n)
+	for tries := 0; len(ports) < n; tries++ {
+		if tries == 100*n {
+			return nil, fmt.Errorf("free port: no %d free ports in %d..%d", n, minFleetPort, maxFleetPort)
+		}
+		port := minFleetPort + rand.IntN(maxFleetPort-minFleetPort+1)
+		ln, err := net.Listen("tcp", loopback(port))
 		if err != nil {
-			return nil, fmt.Errorf("free port: %w", err)
+			continue // taken
 		}
 		lns = append(lns, ln)
-		ports[i] = ln.Addr().(*net.TCPAddr).Port
+		ports = append(ports, port)
 	}
 	return ports, nil
 }
+
+// The range freePorts draws from.
+const minFleetPort, maxFleetPort = 20000, 32767
