@@ -211,7 +211,7 @@ func StartPDStack(ctx context.Context, c PDConfig) (_ *PDStack, err error) {
 		}
 		o := simOpts(i, role)
 		sim := Sim{Name: name, Addr: loopback(o.Port)}
-		if sim.Proc, err = start(name, c.Bin, append([]string{"sim"}, o.Args()...), nil); err != nil {
+		if sim.Proc, err = start(name, c.Bin, append(append([]string{"sim"}, o.Args()...), c.SimArgs...), nil); err != nil {
 			return nil, err
 		}
 		if role == vllmserver.RolePrefill {

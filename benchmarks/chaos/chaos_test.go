@@ -74,6 +74,8 @@ func TestChaos(t *testing.T) {
 	add(soakRun(f, soak))
 	add(lossyNetwork(t, bin, wasm, tok, 25*time.Millisecond, 25))
 	add(lossyNetwork(t, bin, wasm, tok, 100*time.Millisecond, 8))
+	add(agentKilled(t, bin, wasm, tok, "prefill"))
+	add(agentKilled(t, bin, wasm, tok, "decode"))
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "kvgate chaos run, %s, binary %s\n", time.Now().UTC().Format(time.RFC3339), bin)
