@@ -203,13 +203,24 @@ func (p *Processor) expireFiles(ctx context.Context) error {
 
 // runJob processes one batch while it holds the batch's lease.
 func (p *Processor) runJob(ctx context.Context, id string) {
-	ok, err := p.c.Store.Lease(ctx, id, p.c.Owner, p.c.LeaseTTL)
-	if err != nil || !ok {
-		return // another processor has it (or the store is down: the sweep retries)
-	}
+	// A batch can be in the queue twice (created, then re-queued by the
+	// sweep before a worker took it); the lease is this owner's either way,
+	// so only the running set keeps two of this process's workers from
+	// running it at once (both dispatching every line).
 	p.mu.Lock()
+	if p.running[id] {
+		p.mu.Unlock()
+		return
+	}
 	p.running[id] = true
 	p.mu.Unlock()
+	ok, err := p.c.Store.Lease(ctx, id, p.c.Owner, p.c.LeaseTTL)
+	if err != nil || !ok {
+		p.mu.Lock()
+		delete(p.running, id)
+		p.mu.Unlock()
+		return // another processor has it (or the store is down: the sweep retries)
+	}
 	jobCtx, cancel := context.WithCancelCause(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { p.keepLease(jobCtx, cancel, id) })
@@ -361,7 +372,12 @@ func (p *Processor) process(ctx context.Context, id string) error {
 	if err := jb.finish(ctx, outcome); err != nil {
 		return err
 	}
-	return os.Remove(jpath)
+	// Once the status is final the file sweep may remove the journal
+	// first (removeStaleJournals): either way it is gone.
+	if err := os.Remove(jpath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
 // batchModel is the batch object's model: the one model all lines use.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
@@ -21,6 +22,7 @@ import (
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvgate/kvgate/internal/eppwire"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // harness is an in-process `kvgate batch` (API + processor) on loopback in
@@ -710,4 +712,87 @@ func (s *seesCancel) GetBatch(ctx context.Context, id string) (BatchRecord, erro
 		s.once.Do(func() { close(s.saw) })
 	}
 	return b, err
+}
+
+// sweepFirst removes the journal as the final status is written, as the
+// processor's own stale-journal sweep may when it runs at that moment.
+type sweepFirst struct {
+	Store
+	dir     string
+	removed atomic.Bool
+}
+
+func (s *sweepFirst) UpdateBatch(ctx context.Context, id string, fn func(*BatchRecord) error) (BatchRecord, error) {
+	r, err := s.Store.UpdateBatch(ctx, id, fn)
+	if err == nil && final(r.Status) {
+		if os.Remove(filepath.Join(s.dir, id+journalSuffix)) == nil {
+			s.removed.Store(true)
+		}
+	}
+	return r, err
+}
+
+// TestJournalSweptBeforeRemoval: the sweep removing a finished batch's
+// journal first is no error; the job counts once as completed (it was
+// counted twice, and logged as failed, when its own removal then failed).
+func TestJournalSweptBeforeRemoval(t *testing.T) {
+	stores(t, func(t *testing.T, s Store) {
+		sw := &sweepFirst{Store: s}
+		var logged testutil.SyncBuffer
+		h := newHarness(t, sw, chatGateway(t), func(c *ProcessorConfig) {
+			sw.dir = c.JournalDir
+			c.Logger = slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelError}))
+		})
+		f, _, _ := h.upload("", PurposeBatch, "in.jsonl", chatInput("a", "b"))
+		b, _, _ := h.createBatch("", map[string]any{"input_file_id": f.ID, "endpoint": chatURL, "completion_window": "24h"})
+		if b = h.wait("", b.ID); b.Status != StatusCompleted {
+			t.Fatalf("%+v", b)
+		}
+		if !sw.removed.Load() {
+			t.Fatal("the journal was not swept first")
+		}
+		time.Sleep(100 * time.Millisecond) // a second finalisation would follow the first at once
+		if got := promtest.ToFloat64(h.proc.m.jobs.WithLabelValues(StatusCompleted)); got != 1 {
+			t.Errorf("jobs_processed_total{completed} = %v, want 1", got)
+		}
+		if logged.String() != "" {
+			t.Errorf("errors logged: %s", logged.String())
+		}
+	})
+}
+
+// twiceQueued puts every batch in the queue twice, as creation and the
+// sweep's re-queue can before a worker takes it.
+type twiceQueued struct{ Store }
+
+func (s twiceQueued) Enqueue(ctx context.Context, id string, deadline time.Time) error {
+	if err := s.Store.Enqueue(ctx, id, deadline); err != nil {
+		return err
+	}
+	return s.Store.Enqueue(ctx, id, deadline)
+}
+
+// TestBatchQueuedTwiceRunsOnce: two workers of one process never run the
+// same batch at once (the lease is theirs either way): every line is sent
+// once and the job counts once.
+func TestBatchQueuedTwiceRunsOnce(t *testing.T) {
+	stores(t, func(t *testing.T, s Store) {
+		var sent atomic.Int64
+		gw := chatGateway(t)
+		counting := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { sent.Add(1); gw.ServeHTTP(w, r) })
+		h := newHarness(t, twiceQueued{s}, counting, nil)
+		lines := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+		f, _, _ := h.upload("", PurposeBatch, "in.jsonl", chatInput(lines...))
+		b, _, _ := h.createBatch("", map[string]any{"input_file_id": f.ID, "endpoint": chatURL, "completion_window": "24h"})
+		if b = h.wait("", b.ID); b.Status != StatusCompleted {
+			t.Fatalf("%+v", b)
+		}
+		time.Sleep(200 * time.Millisecond) // room for a second run to show
+		if n := sent.Load(); n != int64(len(lines)) {
+			t.Errorf("the gateway got %d requests for %d lines", n, len(lines))
+		}
+		if got := promtest.ToFloat64(h.proc.m.jobs.WithLabelValues(StatusCompleted)); got != 1 {
+			t.Errorf("jobs_processed_total{completed} = %v, want 1", got)
+		}
+	})
 }
