@@ -21,9 +21,12 @@ func TestRepeatedPromptHitsCache(t *testing.T) {
 	o := testOptions(t)
 	// A slow model and a long prompt make the prefill dominate TTFT by far.
 	o.Preset = "llama-3.1-8b-h100"
-	// Scheduling delays of the test process count scaled; a low scale
-	// keeps them small next to the modelled prefill.
-	o.TimeScale = 2
+	// Scheduling delays of the test process count scaled (a wall-clock
+	// delay d is d × TimeScale simulated seconds); a scale below 1 keeps
+	// them small next to the modelled prefill on a loaded machine (at 2, a
+	// CI run's 40 ms of delays made the cached repeat 63 ms, not under
+	// half of the cold 93 ms).
+	o.TimeScale = 0.25
 	s := startServer(t, o)
 	vec := testutil.LoadHashVector(t)
 	prompt := strings.Repeat(vec.Prompt+"\n", 8)
