@@ -158,17 +158,8 @@ func runScenario(ctx context.Context, c StackConfig, name string, streams map[st
 		return nil, fmt.Errorf("%s fleet: %w", name, err)
 	}
 	defer stack.Close()
-	rctx, cancel := context.WithCancelCause(ctx)
+	rctx, cancel := untilExit(ctx, stack)
 	defer cancel(nil)
-	go func() {
-		select {
-		case p := <-stack.Exited():
-			if ctx.Err() == nil {
-				cancel(p.AsError())
-			}
-		case <-rctx.Done():
-		}
-	}()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024}}
 	total := 0
 	for _, s := range streams {

@@ -323,24 +323,30 @@ func runPolicy(ctx context.Context, o Options, pol string, reqs []workload.Reque
 	return run, stack, nil
 }
 
-// replay sends reqs through a running fleet's gateway and measures the
-// run (as chats each led by one of images images when images > 0); a
-// component that dies ends it (and closes the fleet).
-func replay(ctx context.Context, stack *Stack, pol string, reqs []workload.Request, images int, stdout io.Writer, tty bool) (report.Run, error) {
-	// A component that dies ends the replay; its last lines are the error.
+// untilExit is ctx, also cancelled, with the component's exit as the cause,
+// when a component of stack dies: its last lines are then the error. On a
+// terminal's Ctrl-C the children get the signal too; their exit is then no
+// failure. The caller calls cancel when done.
+func untilExit(ctx context.Context, stack *Stack) (context.Context, context.CancelCauseFunc) {
 	rctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
 	go func() {
 		select {
 		case p := <-stack.Exited():
-			// On a terminal's Ctrl-C the children get the signal too;
-			// their exit is then no failure.
 			if ctx.Err() == nil {
 				cancel(p.AsError())
 			}
 		case <-rctx.Done():
 		}
 	}()
+	return rctx, cancel
+}
+
+// replay sends reqs through a running fleet's gateway and measures the
+// run (as chats each led by one of images images when images > 0); a
+// component that dies ends it (and closes the fleet).
+func replay(ctx context.Context, stack *Stack, pol string, reqs []workload.Request, images int, stdout io.Writer, tty bool) (report.Run, error) {
+	rctx, cancel := untilExit(ctx, stack)
+	defer cancel(nil)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
 	before := readCounters(rctx, client, stack.Sims)
 	pl := newPoller(stack.Sims, 250*time.Millisecond)
