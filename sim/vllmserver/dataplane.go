@@ -68,7 +68,13 @@ type dataPlane struct {
 	timeout    time.Duration
 	work       chan []dpWork
 	wg         sync.WaitGroup
-	storeMu    sync.Mutex // see store
+	// regionMu makes each operation that writes the region and then reads
+	// what it wrote (a store and its fills, a pull or a CPU-tier load and
+	// its check) one step: the agent's slot pool reuses unpinned slots LRU
+	// first, and a concurrent pull could otherwise take a slot another
+	// pull has just filled before its bytes are checked (seen as verify
+	// failures under load in kvgate up --pd).
+	regionMu sync.Mutex
 
 	gpuMu sync.Mutex
 	gpu   map[uint64]gpuBlock
@@ -332,8 +338,8 @@ func (d *dataPlane) store(ctx context.Context, hashes []uint64, hold *agentv1.Ho
 	// slot out fresh once, and a second store of the same hash (a prefill
 	// leg's hold while the worker stores the engine's blocks) must not
 	// name the slot to a decoder before the first has written its bytes.
-	d.storeMu.Lock()
-	defer d.storeMu.Unlock()
+	d.regionMu.Lock()
+	defer d.regionMu.Unlock()
 	resp, err := d.c.StoreBlocks(ctx, &agentv1.StoreBlocksRequest{EngineId: d.engine, Hashes: hashes, Hold: hold})
 	if err != nil {
 		return nil, err
@@ -466,6 +472,8 @@ func (d *dataPlane) beforeSubmit(ctx context.Context, j *job) *apiError {
 // source), then checks every block's bytes; it returns how many arrived.
 func (d *dataPlane) pull(ctx context.Context, peer string, hashes []uint64, req *agentv1.PullBlocksRequest) (int, error) {
 	req.EngineId, req.Peer, req.Hashes, req.TimeoutMs = d.engine, peer, hashes, uint32(d.timeout.Milliseconds())
+	d.regionMu.Lock()
+	defer d.regionMu.Unlock()
 	resp, err := d.c.PullBlocks(ctx, req)
 	if err != nil {
 		d.stats.PullFailures.Add(1)
@@ -523,6 +531,8 @@ func (d *dataPlane) cpuHit(ctx context.Context, j *job) {
 	if g == len(hashes) {
 		return
 	}
+	d.regionMu.Lock()
+	defer d.regionMu.Unlock()
 	resp, err := d.c.LoadBlocks(ctx, &agentv1.LoadBlocksRequest{EngineId: d.engine, Hashes: hashes[g:]})
 	if err != nil {
 		d.log.Debug("CPU tier lookup", "err", err)
