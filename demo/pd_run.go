@@ -77,6 +77,7 @@ func runPD(ctx context.Context, o Options, reqs []workload.Request, stdout io.Wr
 	pdName := shape.String()
 	pc := PDConfig{StackConfig: base, Shape: shape, Decider: o.PDDecider, NonCachedTokens: o.PDNonCachedTokens, KVBytesPerToken: o.KVBytesPerToken}
 	pc.LogDir = filepath.Join(o.Out, "logs", pdName)
+	pc.SimArgs = []string{"--kv-load-failure-policy", o.PDLoadFailurePolicy}
 	pc.Progress = func(s string) { fmt.Fprintf(stdout, "[%s]   %s\n", pdName, s) }
 	fmt.Fprintf(stdout, "\n[%s] starting %d node agents, %d encode + %d prefill + %d decode sims, %d sidecars, epp and gateway...\n",
 		pdName, shape.Prefill+shape.Decode, shape.Encode, shape.Prefill, shape.Decode, shape.Decode)

@@ -55,7 +55,9 @@ type Options struct {
 	PD                string
 	PDDecider         string
 	PDNonCachedTokens int
-	KVBytesPerToken   int
+	// PDLoadFailurePolicy is the P/D sims' kv_load_failure_policy.
+	PDLoadFailurePolicy string
+	KVBytesPerToken     int
 	// EPD adds an encode server to the --pd fleet and sends every request
 	// as a chat with an image (one of EPDImages).
 	EPD       bool
@@ -107,6 +109,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.StringVar(&o.PD, "pd", "", "run a P/D fleet of this shape (xPyD, e.g. 1P2D: sims with node agents, decode sidecars, disagg-profile-handler) against a collocated fleet of the same size")
 	fs.StringVar(&o.PDDecider, "pd-decider", o.PDDecider, "with --pd: always (always-disagg-pd-decider) or prefix (prefix-based-pd-decider)")
 	fs.IntVar(&o.PDNonCachedTokens, "pd-non-cached-tokens", o.PDNonCachedTokens, "with --pd-decider prefix: its nonCachedTokens")
+	fs.StringVar(&o.PDLoadFailurePolicy, "kv-load-failure-policy", "fail", "with --pd: the sims' kv_load_failure_policy, fail (a failed or corrupt KV pull fails the request) or recompute")
 	fs.BoolVar(&o.EPD, "epd", false, "with --pd: E/P/D, an encode server more and every request a chat with an image (one of --epd-images), against a collocated fleet of the same size")
 	fs.IntVar(&o.EPDImages, "epd-images", o.EPDImages, "with --epd: distinct images the requests use")
 	fs.IntVar(&o.KVBytesPerToken, "kv-bytes-per-token", o.KVBytesPerToken, "with --pd: KV bytes per token the agents move (0: the model's real size)")
