@@ -573,6 +573,11 @@ func TestStaleJournalsAreRemoved(t *testing.T) {
 		h := newHarness(t, s, chatGateway(t), nil)
 		ended := BatchRecord{Batch: Batch{ID: newID("batch_", 8), Status: StatusCompleted}}
 		running := BatchRecord{Batch: Batch{ID: newID("batch_", 8), Status: StatusCancelling, ExpiresAt: ptr(time.Now().Add(time.Hour).Unix())}}
+		// Hold the running batch's lease, before the batch exists, so that
+		// the processor (whose sweep re-queues active batches) leaves it be.
+		if ok, _ := s.Lease(t.Context(), running.ID, "someone", time.Minute); !ok {
+			t.Fatal("lease")
+		}
 		for _, b := range []BatchRecord{ended, running} {
 			if err := s.CreateBatch(t.Context(), b); err != nil {
 				t.Fatal(err)
@@ -583,10 +588,6 @@ func TestStaleJournalsAreRemoved(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, name+journalSuffix), nil, 0o644); err != nil {
 				t.Fatal(err)
 			}
-		}
-		// Hold the running batch's lease so that the processor leaves it be.
-		if ok, _ := s.Lease(t.Context(), running.ID, "someone", time.Minute); !ok {
-			t.Fatal("lease")
 		}
 		if err := h.proc.removeStaleJournals(t.Context()); err != nil {
 			t.Fatal(err)
