@@ -3,7 +3,6 @@ package batch
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -31,13 +30,10 @@ func (d *AsyncDispatcher) Do(ctx context.Context, req *Request) (*Response, erro
 	}
 	rep, err := d.Client.Do(ctx, async.Call{Path: req.URL, Headers: identityHeaders(req, d.Objective), Body: req.Body, Deadline: deadline})
 	if err != nil {
-		var re *async.ResultError
-		if errors.As(err, &re) {
-			// No HTTP answer came (deadline, gateway unreachable): the
-			// processor retries it as any unanswered request.
-			return nil, fmt.Errorf("async processor: %w", err)
-		}
-		return nil, err
+		// No HTTP answer came (an *async.ResultError: deadline, gateway
+		// unreachable; or Redis failed): the processor retries it as any
+		// unanswered request.
+		return nil, fmt.Errorf("async processor: %w", err)
 	}
 	return &Response{StatusCode: rep.StatusCode, Body: rep.Body}, nil
 }
