@@ -629,6 +629,8 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, req *request
 	defer idle.stop()
 	req.body = idle.reader(req.body)
 	resp, ep, err := g.forward(uctx, req)
+	// On a failure ep is the endpoint that failed: the access log names it.
+	rec.endpoint = ep
 	if err != nil && idle.fired.Load() {
 		err = &statusError{status: http.StatusGatewayTimeout, msg: "upstream idle timeout", err: err}
 	}
@@ -646,7 +648,6 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, req *request
 	}
 	resp.Body = idle.readCloser(resp.Body)
 	defer resp.Body.Close()
-	rec.endpoint = ep
 	rec.upstream = time.Since(rec.start)
 	if req.proc == nil {
 		g.writeResponse(w, rec, responseHeaderList(resp), resp.Body, resp.Trailer)
@@ -664,13 +665,16 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, req *request
 }
 
 // forward tries the endpoints in order while connecting fails and the body
-// is untouched (a retry after the body was read would lose it).
+// is untouched (a retry after the body was read would lose it). It returns
+// the endpoint that answered, or on failure the last one tried ("" if none
+// was).
 func (g *Gateway) forward(ctx context.Context, req *request) (*http.Response, string, error) {
 	method, _ := req.headers.get(":method")
 	path, _ := req.headers.get(":path")
 	authority, _ := req.headers.get(":authority")
 	body := &touchReader{r: req.body}
 	var lastErr error
+	tried := "" // the endpoint of the last failed attempt, for the access log
 	for _, ep := range req.endpoints {
 		if _, _, err := net.SplitHostPort(ep); err != nil {
 			lastErr = fmt.Errorf("endpoint %q: %w", ep, err)
@@ -693,6 +697,7 @@ func (g *Gateway) forward(ctx context.Context, req *request) (*http.Response, st
 			ab = &attemptBody{touchReader: body, pump: req.pump}
 			u.Body = ab
 		}
+		tried = ep
 		resp, err := g.transport.RoundTrip(u)
 		if err == nil {
 			if ab != nil {
@@ -707,7 +712,7 @@ func (g *Gateway) forward(ctx context.Context, req *request) (*http.Response, st
 		}
 		g.log.WarnContext(ctx, "upstream connect failed, trying the next endpoint", "endpoint", ep, "err", err)
 	}
-	return nil, "", &statusError{status: http.StatusServiceUnavailable, msg: "upstream connect error", err: lastErr}
+	return nil, tried, &statusError{status: http.StatusServiceUnavailable, msg: "upstream connect error", err: lastErr}
 }
 
 // contentLength is the body length to announce upstream: the header's, or
