@@ -726,7 +726,8 @@ type sweepFirst struct {
 func (s *sweepFirst) UpdateBatch(ctx context.Context, id string, fn func(*BatchRecord) error) (BatchRecord, error) {
 	r, err := s.Store.UpdateBatch(ctx, id, fn)
 	if err == nil && final(r.Status) {
-		if os.Remove(filepath.Join(s.dir, id+journalSuffix)) == nil {
+		// The processor's own sweep may have been first: gone either way.
+		if err := os.Remove(filepath.Join(s.dir, id+journalSuffix)); err == nil || errors.Is(err, os.ErrNotExist) {
 			s.removed.Store(true)
 		}
 	}
