@@ -161,7 +161,7 @@ func TestITL(t *testing.T) {
 func TestWriteHTMLTablesAndFigures(t *testing.T) {
 	runs := []Run{sampleRun("collocated-3"), sampleRun("1P2D")}
 	page := Page{Title: "t", Runs: runs, Summaries: []Summary{Summarize(runs[0]), Summarize(runs[1])}, ITL: true,
-		Tables: []Table{{Title: "P/D pairs", Header: []string{"prefill", "decode"}, Rows: [][]string{{"<p0>", "d1"}}, Note: "from the sidecars"}},
+		Tables:  []Table{{Title: "P/D pairs", Header: []string{"prefill", "decode"}, Rows: [][]string{{"<p0>", "d1"}}, Note: "from the sidecars"}},
 		Figures: []Figure{{Title: "sizes", XLabel: "MB", YLabel: "share", YMax: 1, Curves: []Curve{{Name: "d1", Points: [][2]float64{{1, 0.5}, {2, 1}}}}}}}
 	var b bytes.Buffer
 	if err := WriteHTML(&b, page); err != nil {
