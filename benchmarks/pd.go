@@ -262,12 +262,13 @@ func hardware(preset engine.Preset) string {
 // pdConfig is the xPyD policy: kvgate's precise profile in the decode and
 // prefill profiles, and the decider (a plugin spec's type and parameters,
 // "type" or "type{json}"). The transfer-cost decider also scores the
-// prefill servers, and is given the servers' hardware.
+// decode and the prefill servers by its costs, and is given the servers'
+// hardware.
 func pdConfig(decider, hardware string) []byte {
 	typ, params, _ := strings.Cut(decider, "{")
-	prefillScorer := "latency-scorer"
+	prefillScorer, decodeScorer := "latency-scorer", "latency-scorer"
 	if typ == "transfer-cost-pd-decider" {
-		prefillScorer = typ
+		prefillScorer, decodeScorer = typ, typ
 		if params == "" {
 			params = "}"
 		} else {
@@ -295,10 +296,10 @@ plugins:
   parameters: {deciders: {prefill: %s}}
 schedulingProfiles:
 - name: decode
-  plugins: [{pluginRef: decode-filter}, {pluginRef: latency-scorer}, {pluginRef: max-score-picker}]
+  plugins: [{pluginRef: decode-filter}, {pluginRef: %s}, {pluginRef: max-score-picker}]
 - name: prefill
   plugins: [{pluginRef: prefill-filter}, {pluginRef: %s}, {pluginRef: max-score-picker}]
-`, kvhash.DefaultBlockSize, kvhash.DefaultSeed, typ, params, typ, prefillScorer))
+`, kvhash.DefaultBlockSize, kvhash.DefaultSeed, typ, params, typ, decodeScorer, prefillScorer))
 }
 
 // pdWorkload generates n requests at qps: prompt lengths from prompt,

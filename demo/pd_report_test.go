@@ -2,6 +2,7 @@ package demo
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,9 +12,11 @@ import (
 )
 
 func TestSizeCurve(t *testing.T) {
-	c, ok := sizeCurve(PDTransfers{Decode: "d0", Sizes: map[string]float64{"1e+06": 2, "4e+06": 5, "+Inf": 5, "bad": 9}})
-	if !ok || c.Name != "d0" || len(c.Points) != 2 || c.Points[0] != [2]float64{1, 0.4} || c.Points[1] != [2]float64{4, 1} {
-		t.Errorf("curve %+v, %v", c, ok)
+	// From the last empty bucket to the first full one.
+	c, ok := sizeCurve(PDTransfers{Decode: "d0", Sizes: map[string]float64{"1000": 0, "5e+05": 0, "1e+06": 2, "4e+06": 5, "1.6e+07": 5, "+Inf": 5, "bad": 9}})
+	want := [][2]float64{{0.5, 0}, {1, 0.4}, {4, 1}}
+	if !ok || c.Name != "d0" || fmt.Sprint(c.Points) != fmt.Sprint(want) {
+		t.Errorf("curve %+v, %v; want points %v", c, ok, want)
 	}
 	if _, ok := sizeCurve(PDTransfers{Decode: "d1", Sizes: map[string]float64{"1e+06": 0, "+Inf": 0}}); ok {
 		t.Error("a server without transfers has a curve")

@@ -205,8 +205,20 @@ func sizeCurve(t PDTransfers) (report.Curve, bool) {
 		return report.Curve{}, false
 	}
 	slices.SortFunc(bs, func(a, b bucket) int { return cmp.Compare(a.le, b.le) })
+	// From the last empty bucket to the first that holds every transfer:
+	// the buckets beyond would stretch the axis to the histogram's top.
+	first, last := 0, len(bs)-1
+	for i, b := range bs {
+		if b.count == 0 {
+			first = i
+		}
+		if b.count >= total {
+			last = i
+			break
+		}
+	}
 	c := report.Curve{Name: t.Decode}
-	for _, b := range bs {
+	for _, b := range bs[first : last+1] {
 		c.Points = append(c.Points, [2]float64{b.le / 1e6, b.count / total})
 	}
 	return c, true

@@ -61,9 +61,10 @@
 // bulk transfers; a small transfer is dominated by rtt and overhead, which
 // are added whole to every transfer.
 //
-// As a scorer in the prefill profile it rates each prefill server by the
-// same predicted remote TTFT, so that the server the decision assumed is
-// the one picked.
+// As a scorer it rates, in the decode profile, each decode server by the
+// cost of the request's best choice there (local or remote prefill), and in
+// the prefill profile each prefill server by its predicted remote TTFT, so
+// that the servers the decision assumed are the ones picked.
 //
 // Parameters:
 //
@@ -173,8 +174,12 @@ type state struct {
 	ttft, own, step, decodes []float64
 	held                     []int
 	// remote is each candidate's predicted TTFT as the prefill server of
-	// the last decision (+Inf for those that cannot be), for Score.
-	remote []float64
+	// the last decision (+Inf for those that cannot be), for Score;
+	// compared says a decision was made.
+	remote   []float64
+	compared bool
+	// kept are the candidates the prefill filter keeps.
+	kept []*endpoints.Endpoint
 }
 
 // New is the plugin factory.
@@ -364,7 +369,16 @@ func (d *Decider) Compare(ctx context.Context, cs *scheduling.CycleState, req *s
 	if j < 0 {
 		return Costs{}, false
 	}
-	local := st.ttft[j]
+	local, remote, prefill := d.compare(ctx, cs, req, st, j)
+	st.compared = true
+	return Costs{Local: seconds(local), Remote: seconds(remote), Prefill: prefill}, true
+}
+
+// compare is Compare for candidate j, in seconds; it leaves each prefill
+// server's remote TTFT in st.remote.
+func (d *Decider) compare(ctx context.Context, cs *scheduling.CycleState, req *scheduling.Request, st *state, j int) (local, best float64, prefill *endpoints.Endpoint) {
+	decode := st.candidates[j]
+	local = st.ttft[j]
 	if n := st.decodes[j]; n > 0 {
 		// Every sequence decoding there waits out the prefill's compute
 		// before its next token.
@@ -375,13 +389,14 @@ func (d *Decider) Compare(ctx context.Context, cs *scheduling.CycleState, req *s
 	// samples in the step after.
 	bytes := float64(d.p.KVBytesPerToken) * float64(prefixmatch.Uncached(st.prompt, st.held[j]))
 	join := time.Duration(d.p.Overhead).Seconds() + 2*st.step[j]
-	kept := d.filter.Filter(ctx, cs, req, append([]*endpoints.Endpoint(nil), st.candidates...))
-	best := math.Inf(1)
+	if st.kept == nil {
+		st.kept = d.filter.Filter(ctx, cs, req, append([]*endpoints.Endpoint(nil), st.candidates...))
+	}
+	best = math.Inf(1)
 	for i := range st.remote {
 		st.remote[i] = math.Inf(1)
 	}
-	c.Local = seconds(local)
-	for _, p := range kept {
+	for _, p := range st.kept {
 		i := st.index(p)
 		if p == decode || i < 0 {
 			continue
@@ -389,11 +404,10 @@ func (d *Decider) Compare(ctx context.Context, cs *scheduling.CycleState, req *s
 		r := st.ttft[i] + d.transfer(p, decode, bytes) + join
 		st.remote[i] = r
 		if r < best {
-			best, c.Prefill = r, p
+			best, prefill = r, p
 		}
 	}
-	c.Remote = seconds(best)
-	return c, true
+	return local, best, prefill
 }
 
 func seconds(s float64) time.Duration {
@@ -409,18 +423,38 @@ func (d *Decider) Disaggregate(ctx context.Context, cs *scheduling.CycleState, r
 	return ok && c.Prefill != nil && c.Remote < c.Local
 }
 
-// Score implements scheduling.Scorer: in the prefill profile, the fastest
-// predicted remote prefill scores 1, the slowest 0.
-func (d *Decider) Score(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, eps []*endpoints.Endpoint, scores []float64) {
+// Score implements scheduling.Scorer. In the decode profile (before the
+// decision) it rates each decode server by the cost of the request's best
+// choice there, prefilled locally or remotely; in the prefill profile
+// (after it) each prefill server by its predicted remote TTFT for the
+// decode server chosen. The lowest cost scores 1, the highest 0.
+func (d *Decider) Score(ctx context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint, scores []float64) {
 	st, ok := scheduling.Read(cs, d.key)
 	if !ok {
 		return
 	}
-	cost := func(e *endpoints.Endpoint) float64 {
-		if i := st.index(e); i >= 0 && !math.IsInf(st.remote[i], 1) {
-			return st.remote[i]
+	var cost func(e *endpoints.Endpoint) float64
+	if st.compared {
+		cost = func(e *endpoints.Endpoint) float64 {
+			if i := st.index(e); i >= 0 && !math.IsInf(st.remote[i], 1) {
+				return st.remote[i]
+			}
+			return math.MaxFloat64
 		}
-		return math.MaxFloat64
+	} else {
+		best := make(map[*endpoints.Endpoint]float64, len(eps))
+		for _, e := range eps {
+			if j := st.index(e); j >= 0 {
+				local, remote, _ := d.compare(ctx, cs, req, st, j)
+				best[e] = min(local, remote)
+			}
+		}
+		cost = func(e *endpoints.Endpoint) float64 {
+			if c, ok := best[e]; ok {
+				return c
+			}
+			return math.MaxFloat64
+		}
 	}
 	scheduling.InverseMinMax(eps, scores, cost)
 	for i, e := range eps {
