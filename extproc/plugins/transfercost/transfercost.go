@@ -101,6 +101,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -374,6 +375,13 @@ func (d *Decider) Compare(ctx context.Context, cs *scheduling.CycleState, req *s
 	return Costs{Local: seconds(local), Remote: seconds(remote), Prefill: prefill}, true
 }
 
+// prefillServers fills st.kept, once per request.
+func (d *Decider) prefillServers(ctx context.Context, cs *scheduling.CycleState, req *scheduling.Request, st *state) {
+	if st.kept == nil {
+		st.kept = d.filter.Filter(ctx, cs, req, append([]*endpoints.Endpoint(nil), st.candidates...))
+	}
+}
+
 // compare is Compare for candidate j, in seconds; it leaves each prefill
 // server's remote TTFT in st.remote.
 func (d *Decider) compare(ctx context.Context, cs *scheduling.CycleState, req *scheduling.Request, st *state, j int) (local, best float64, prefill *endpoints.Endpoint) {
@@ -389,9 +397,7 @@ func (d *Decider) compare(ctx context.Context, cs *scheduling.CycleState, req *s
 	// samples in the step after.
 	bytes := float64(d.p.KVBytesPerToken) * float64(prefixmatch.Uncached(st.prompt, st.held[j]))
 	join := time.Duration(d.p.Overhead).Seconds() + 2*st.step[j]
-	if st.kept == nil {
-		st.kept = d.filter.Filter(ctx, cs, req, append([]*endpoints.Endpoint(nil), st.candidates...))
-	}
+	d.prefillServers(ctx, cs, req, st)
 	best = math.Inf(1)
 	for i := range st.remote {
 		st.remote[i] = math.Inf(1)
@@ -427,7 +433,8 @@ func (d *Decider) Disaggregate(ctx context.Context, cs *scheduling.CycleState, r
 // decision) it rates each decode server by the cost of the request's best
 // choice there, prefilled locally or remotely; in the prefill profile
 // (after it) each prefill server by its predicted remote TTFT for the
-// decode server chosen. The lowest cost scores 1, the highest 0.
+// decode server chosen, or by its own predicted TTFT when no decision was
+// made (stageOrder prefill-first). The lowest cost scores 1, the highest 0.
 func (d *Decider) Score(ctx context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint, scores []float64) {
 	st, ok := scheduling.Read(cs, d.key)
 	if !ok {
@@ -442,9 +449,17 @@ func (d *Decider) Score(ctx context.Context, cs *scheduling.CycleState, req *sch
 			return math.MaxFloat64
 		}
 	} else {
+		d.prefillServers(ctx, cs, req, st)
 		best := make(map[*endpoints.Endpoint]float64, len(eps))
 		for _, e := range eps {
-			if j := st.index(e); j >= 0 {
+			j := st.index(e)
+			switch {
+			case j < 0:
+			case slices.Contains(st.kept, e):
+				// A prefill server before any decision (stageOrder
+				// prefill-first): by its own predicted TTFT.
+				best[e] = st.ttft[j]
+			default:
 				local, remote, _ := d.compare(ctx, cs, req, st, j)
 				best[e] = min(local, remote)
 			}

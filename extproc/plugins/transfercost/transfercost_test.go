@@ -2,6 +2,7 @@ package transfercost_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -254,5 +255,47 @@ func TestDecisionPattern(t *testing.T) {
 				t.Errorf("prefiller %q, want %q", got, want)
 			}
 		})
+	}
+}
+
+// As a scorer before any decision it rates decode servers by the cost of
+// the request's best choice there and prefill servers by their own
+// predicted TTFT; after the decision, prefill servers by their remote TTFT
+// to the decode server chosen.
+func TestScore(t *testing.T) {
+	busy := schedtest.Endpoint("busy", endpoints.Metrics{}, endpoints.RoleLabel, "decode")
+	idle := schedtest.Endpoint("idle", endpoints.Metrics{}, endpoints.RoleLabel, "decode")
+	queued := schedtest.Endpoint("queued", endpoints.Metrics{}, endpoints.RoleLabel, "prefill")
+	free := schedtest.Endpoint("free", endpoints.Metrics{}, endpoints.RoleLabel, "prefill")
+	load(t, busy, 32, 60000)
+	load(t, queued, 0, 60000)
+	b := build(t, fleetConfig(false, "prefillTokensPerSecond: 33000"), path{bw: 50e9, known: true})
+	dec := decider(b)
+	all := []*endpoints.Endpoint{busy, idle, queued, free}
+	req := &scheduling.Request{ID: "r", PromptTokens: 8000}
+	cs := scheduling.NewCycleState()
+	dec.Produce(context.Background(), cs, req, all)
+	for _, c := range []struct {
+		name string
+		eps  []*endpoints.Endpoint
+		want []float64
+	}{
+		{"decode servers", []*endpoints.Endpoint{busy, idle}, []float64{0, 1}},
+		{"prefill servers, prefill-first", []*endpoints.Endpoint{queued, free}, []float64{0, 1}},
+	} {
+		scores := make([]float64, len(c.eps))
+		dec.Score(context.Background(), cs, req, c.eps, scores)
+		if fmt.Sprint(scores) != fmt.Sprint(c.want) {
+			t.Errorf("%s: scores %v, want %v", c.name, scores, c.want)
+		}
+	}
+	costs, ok := dec.Compare(context.Background(), cs, req, busy)
+	if !ok || costs.Prefill != free || costs.Remote >= costs.Local {
+		t.Fatalf("busy decode server: %+v, %v; want a remote prefill on free", costs, ok)
+	}
+	scores := make([]float64, 2)
+	dec.Score(context.Background(), cs, req, []*endpoints.Endpoint{queued, free}, scores)
+	if scores[0] != 0 || scores[1] != 1 {
+		t.Errorf("prefill servers after the decision: scores %v, want [0 1]", scores)
 	}
 }
