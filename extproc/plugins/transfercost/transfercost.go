@@ -12,12 +12,13 @@
 // load (the prefill backlog routed there and not yet at its first token,
 // the sequences decoding there) and the measured network:
 //
-//   - compute(server) = (backlog + uncached tokens) / prefillTokensPerSecond
-//   - their attention pairs / prefillAttentionPairsPerSecond; the prefill
-//     runs in ceil(tokens / maxNumBatchedTokens) steps, none shorter than
-//     the server's decode step.
-//   - local = the step in progress there (half a decode step when it is
-//     decoding) + that compute on the decode server, plus
+//   - compute(server) = (backlog + uncached tokens) / prefillTokensPerSecond,
+//     plus their attention pairs / prefillAttentionPairsPerSecond; the
+//     prefill runs in ceil(tokens / maxNumBatchedTokens) steps, none
+//     shorter than the server's decode step.
+//   - local = what is left of the step in progress there (the predictor's
+//     figure, else half a decode step while it is decoding) + that compute
+//     on the decode server, plus
 //     interferenceWeight × the request's own compute time while sequences
 //     decode there: every one of them waits that long for its next token,
 //     the inter-token-latency spike a local prefill causes; plus
