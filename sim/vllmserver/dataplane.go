@@ -74,10 +74,10 @@ type dataPlane struct {
 	wg      sync.WaitGroup
 	// regionMu makes each operation that writes the region and then reads
 	// what it wrote (a store and its fills, a pull or a CPU-tier load and
-	// its check) one step: the agent's slot pool reuses unpinned slots LRU
-	// first, and a concurrent pull could otherwise take a slot another
-	// pull has just filled before its bytes are checked (seen as verify
-	// failures under load in kvgate up --pd).
+	// its check), and each offload that copies from it, one step: the
+	// agent's slot pool reuses unpinned slots LRU first, and a concurrent
+	// pull could otherwise take a slot another pull has just filled before
+	// its bytes are checked.
 	regionMu sync.Mutex
 
 	gpuMu sync.Mutex
@@ -330,8 +330,14 @@ func (d *dataPlane) apply(ctx context.Context, w dpWork) {
 		}
 	}
 	if len(w.offload) > 0 {
+		// The agent copies the blocks' slots as they are: not while a store
+		// is filling one or a pull is landing in one (a block the region
+		// had evicted and a new request brought back), or the CPU tier
+		// would keep a torn copy under the block's hash.
+		d.regionMu.Lock()
 		resp, err := d.c.OffloadBlocks(ctx, &agentv1.OffloadBlocksRequest{EngineId: d.engine, Blocks: w.offload,
 			BlockSizeTokens: uint32(d.s.engCfg.BlockSize), LoraName: w.lora})
+		d.regionMu.Unlock()
 		if err != nil {
 			d.log.Debug("offload to the CPU tier", "err", err)
 			return
