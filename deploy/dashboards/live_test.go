@@ -224,8 +224,8 @@ func TestDashboardsOnLiveFleet(t *testing.T) {
 		`bbr_success_total > 0`, `bbr_model_not_in_body_total > 0`, `bbr_model_not_parsed_total > 0`,
 		// The P/D pool's KV moved between the agents.
 		`sum(vllm:nixl_xfer_time_seconds_count{pod=~".*decode.*"}) > 0`,
-		// The async processor's retries of the sims' injected 500s.
-		`sum(llm_d_async_async_request_retries_total) > 0`,
+		// The async processor's fatal 404s (the unknown model's).
+		`sum(llm_d_async_async_failed_requests_total{queue_name="` + asyncQueue + `"}) > 0`,
 		`sum by (error_code) (llm_d_epp_request_error_total{error_code="ModelServerError"}) > 0`,
 	} {
 		if r, err := prom.query(ctx, q); err != nil || r.Valued == 0 {
