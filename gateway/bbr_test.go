@@ -1,9 +1,13 @@
 package gateway_test
 
 import (
+	"context"
+	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -119,4 +123,47 @@ func FuzzBodyModel(f *testing.F) {
 			}
 		}
 	})
+}
+
+// `kvgate gateway --body-based-routing --metrics-addr` serves BBR's series
+// with the requests it routed counted.
+func TestBodyBasedRoutingMetricsEndpoint(t *testing.T) {
+	up := newUpstream(t, nil)
+	o := gateway.DefaultOptions()
+	o.Listen, o.MetricsAddr, o.ExtProc, o.WasmPath = closedAddr(t), closedAddr(t), "", ""
+	o.Fallback, o.BodyBasedRouting = up.addr(), true
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- gateway.Run(ctx, o, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	var page string
+	for end := time.Now().Add(10 * time.Second); ; {
+		resp, err := http.Post("http://"+o.Listen+"/v1/completions", "application/json", strings.NewReader(`{"model":"m","prompt":"x"}`))
+		if err == nil {
+			resp.Body.Close()
+			if m, err := http.Get("http://" + o.MetricsAddr + "/metrics"); err == nil {
+				b, _ := io.ReadAll(m.Body)
+				m.Body.Close()
+				page = string(b)
+				break
+			}
+		}
+		if time.Now().After(end) {
+			t.Fatalf("gateway not serving: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if saw := up.next(t); saw.header.Get("X-Gateway-Model-Name") != "m" {
+		t.Errorf("upstream saw X-Gateway-Model-Name %q", saw.header.Get("X-Gateway-Model-Name"))
+	}
+	for _, want := range []string{"bbr_success_total 1", "bbr_model_not_in_body_total 0", `bbr_body_field_empty_total{field="model"} 0`, "go_goroutines"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
 }
