@@ -165,6 +165,31 @@ func BenchmarkBlockHashes(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/blocks, "ns/block")
 }
 
+// BenchmarkBlockHashesCached is BenchmarkBlockHashes for a prompt whose
+// blocks a BlockCache holds: a shared prefix seen before.
+func BenchmarkBlockHashesCached(b *testing.B) {
+	h, _ := New("42", 16)
+	c, err := NewBlockCache(16, 1<<12)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := h.UseCache(c); err != nil {
+		b.Fatal(err)
+	}
+	tokens := make([]int, 6000)
+	for i := range tokens {
+		tokens[i] = (i * 7919) % 151643
+	}
+	dst := h.AppendUint64s(make([]uint64, 0, len(tokens)/16), tokens, Extra{})
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		dst = h.AppendUint64s(dst[:0], tokens, Extra{})
+	}
+	blocks := float64(len(tokens) / 16)
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/blocks, "ns/block")
+}
+
 // TestMultimodalExtraKeys pins vLLM's multimodal extra keys
 // (kv_cache_utils.generate_block_hash_extra_keys): LoRA name, then one
 // (identifier, item offset − block start) per item overlapping the block,

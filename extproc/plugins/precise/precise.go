@@ -7,7 +7,8 @@
 // hashes (internal/kvhash, sha256_cbor; the LoRA adapter and cache_salt as
 // extra keys). Score = tier-weighted leading blocks held / prompt blocks.
 // Tokenization goes through a prefix cache, so a long shared system prompt
-// is tokenized once, not on every request.
+// is tokenized once, not on every request; its block hashes go through a
+// cache of their own (kvhash.BlockCache, 256K tokens' worth) likewise.
 //
 // Parameters:
 //
@@ -98,6 +99,12 @@ func WithKVIndex(services map[string]any, idx *kvindex.Index) map[string]any {
 func KVIndexFrom(h *scheduling.Handle) (*kvindex.Index, bool) {
 	return scheduling.Service[*kvindex.Index](h, ServiceKVIndex)
 }
+
+// blockCacheTokens sizes the cache of block hashes (kvhash.BlockCache):
+// the tokens of recently hashed blocks it holds, about 2 MB. Prompts that
+// share a prefix (a system prompt, a conversation's earlier turns) hash
+// its blocks once instead of on every request.
+const blockCacheTokens = 1 << 18
 
 // Defaults.
 const (
@@ -245,8 +252,11 @@ func NewWithParams(typ, name string, p Params, h *scheduling.Handle) (*Scorer, e
 		s.tok = t
 		s.cache = tokenizer.NewPrefixCache(t, p.PrefixCacheBytes)
 	}
+	// The block size was validated above.
+	blocks, _ := kvhash.NewBlockCache(p.BlockSize, blockCacheTokens/p.BlockSize)
 	s.hashers.New = func() any {
-		hs, _ := kvhash.New(p.HashSeed, p.BlockSize) // validated above
+		hs, _ := kvhash.New(p.HashSeed, p.BlockSize)
+		_ = hs.UseCache(blocks)
 		return hs
 	}
 	s.scratch.New = func() any { return new(scratch) }
