@@ -151,6 +151,7 @@ func (h *Hasher) block(parent Hash, block []int, index int, extra Extra) Hash {
 	c.put(i, parent, block, v)
 	return v
 }
+
 // HashBlock hashes one block given its parent's hash and its position in the
 // request (the cache salt applies to position 0 only). block may be of any
 // length; vLLM only hashes full blocks.
