@@ -335,8 +335,8 @@ func (s *Scorer) Prefix(req *scheduling.Request, eps []*endpoints.Endpoint) (*hi
 // prefixInto is Prefix hashing into p's buffers.
 func (s *Scorer) prefixInto(p *Prompt, req *scheduling.Request, eps []*endpoints.Endpoint) (*hints.Prefix, int) {
 	if req.Body == nil {
-		if p := req.Prefix; p != nil && p.Mode == hints.Precise && p.BlockSize == s.params.BlockSize && p.Seed == s.seedID && p.Blocks > 0 {
-			return p, req.PromptTokens
+		if rp := req.Prefix; rp != nil && rp.Mode == hints.Precise && rp.BlockSize == s.params.BlockSize && rp.Seed == s.seedID && rp.Blocks > 0 {
+			return rp, req.PromptTokens
 		}
 		return nil, 0
 	}
