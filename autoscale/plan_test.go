@@ -57,14 +57,58 @@ func TestPlanIsTight(t *testing.T) {
 	if testing.Short() {
 		t.Skip("simulates a dozen fleets")
 	}
-	ctx := context.Background()
 	p := planner(t, 1)
-	plan, err := p.Plan(ctx)
+	checkTight(t, p, mustPlan(t, p))
+}
+
+// TestPlanMixesVariants is a load whose cheapest answer is heterogeneous:
+// decode-heavy requests under a tight TPOT objective, where an H200's
+// memory bandwidth carries more than an H100 for 9/8 of its price, and
+// whole replicas of either alone overshoot. The mix uses both variants, is
+// tight in the simulation, and is cheaper than either variant alone.
+func TestPlanMixesVariants(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulates a dozen fleets")
+	}
+	p := planner(t, 1)
+	sp := workload.SharedPrefix{Groups: 1, SuffixTokens: 1000, OutputTokens: 300,
+		Stages: []workload.Stage{{QPS: 16, Duration: time.Minute}}}
+	reqs, err := sp.Generate(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Requests = reqs
+	p.SLO = SLOTarget{TTFT: 2 * time.Second, TPOT: 25 * time.Millisecond, Attainment: 0.95}
+	plan := mustPlan(t, p)
+	used := 0
+	for _, n := range plan.Best.Mix {
+		if n > 0 {
+			used++
+		}
+	}
+	if used < 2 {
+		t.Fatalf("plan %v uses one variant (alone %v): the load no longer needs a mix", plan.Best.Mix, plan.Alone)
+	}
+	checkTight(t, p, plan)
+}
+
+func mustPlan(t *testing.T, p *Planner) *Plan {
+	t.Helper()
+	plan, err := p.Plan(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	best := plan.Best
 	t.Logf("plan %v: cost %.0f/h, met %.1f%%, alone %v, %d mixes simulated", best.Mix, best.Mix.Cost(p.Variants), 100*best.Met, plan.Alone, plan.Simulated)
+	return plan
+}
+
+// checkTight re-simulates around the plan: it meets the target, one
+// replica fewer of any variant it uses does not, and no variant alone is
+// cheaper at its own smallest fleet.
+func checkTight(t *testing.T, p *Planner, plan *Plan) {
+	t.Helper()
+	best := plan.Best
 	if !p.Meets(best) || best.Mix.Replicas() == 0 {
 		t.Fatalf("plan %v meets %.1f%%", best.Mix, 100*best.Met)
 	}
@@ -74,15 +118,15 @@ func TestPlanIsTight(t *testing.T) {
 		}
 		fewer := slices.Clone(best.Mix)
 		fewer[i]--
-		e, err := p.Evaluate(ctx, fewer)
+		e, err := p.Evaluate(context.Background(), fewer)
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Logf("one %s fewer (%v): %.1f%% met", p.Variants[i].Name, fewer, 100*e.Met)
 		if p.Meets(e) {
 			t.Errorf("one %s fewer (%v) still meets the target: %.1f%%", p.Variants[i].Name, fewer, 100*e.Met)
 		}
 	}
-	// No variant alone is cheaper at its own smallest fleet.
 	for i, n := range plan.Alone {
 		if n > 0 && float64(n)*p.Variants[i].Cost < best.Mix.Cost(p.Variants) {
 			t.Errorf("%d × %s alone meets it for less", n, p.Variants[i].Name)
