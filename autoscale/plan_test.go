@@ -70,15 +70,7 @@ func TestPlanMixesVariants(t *testing.T) {
 	if testing.Short() {
 		t.Skip("simulates a dozen fleets")
 	}
-	p := planner(t, 1)
-	sp := workload.SharedPrefix{Groups: 1, SuffixTokens: 1000, OutputTokens: 300,
-		Stages: []workload.Stage{{QPS: 16, Duration: time.Minute}}}
-	reqs, err := sp.Generate(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Requests = reqs
-	p.SLO = SLOTarget{TTFT: 2 * time.Second, TPOT: 25 * time.Millisecond, Attainment: 0.95}
+	p := mixedPlanner(t)
 	plan := mustPlan(t, p)
 	used := 0
 	for _, n := range plan.Best.Mix {
