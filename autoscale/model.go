@@ -208,7 +208,9 @@ func (p *Planner) FitModel(ctx context.Context, current Mix) (*latency.Model, er
 		}
 	}
 	for _, v := range p.Variants {
-		if !slices.ContainsFunc(m.Fits(), func(f latency.Fit) bool { return f.Address == v.Preset.Name && f.TTFTSamples >= latency.DefaultMinSamples }) {
+		if !slices.ContainsFunc(m.Fits(), func(f latency.Fit) bool {
+			return f.Address == v.Preset.Name && f.TTFTSamples >= latency.DefaultMinSamples
+		}) {
 			return nil, fmt.Errorf("calibration: no replica of preset %s served enough requests to fit it (%d requests offered)", v.Preset.Name, len(reqs))
 		}
 	}

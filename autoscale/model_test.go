@@ -21,7 +21,7 @@ func TestObservationsRebuildTheLoadAccount(t *testing.T) {
 		{Arrival: 0, TTFT: ms(100), E2E: ms(1000), TPOT: ms(10), PromptTokens: 1000, CachedTokens: 200, OutputTokens: 90, Replica: 0, Preset: "a"},
 		{Arrival: ms(50), TTFT: ms(200), E2E: ms(600), TPOT: ms(12), PromptTokens: 500, OutputTokens: 30, Replica: 0, Preset: "a"},
 		{Arrival: ms(60), TTFT: ms(10), E2E: ms(20), PromptTokens: 400, OutputTokens: 1, Replica: 1, Preset: "b"}, // another replica
-		{Arrival: ms(70), Err: "reset", Replica: 0, Preset: "a"},                                                // failed: no sample
+		{Arrival: ms(70), Err: "reset", Replica: 0, Preset: "a"},                                                  // failed: no sample
 		{Arrival: ms(300), TTFT: ms(50), E2E: ms(500), TPOT: ms(11), PromptTokens: 300, OutputTokens: 40, Replica: 0, Preset: "a"},
 	}
 	got := Observations(reqs)
