@@ -377,7 +377,7 @@ func (p *Planner) PlanOnModel(ctx context.Context, model *latency.Model) (*Model
 	}
 	if out.Agree = p.Meets(out.Checked); out.Agree {
 		final := *onModel
-		final.Best = out.Checked
+		final.Best, final.Simulated = out.Checked, len(p.evals)
 		out.Final = &final
 		return out, nil
 	}

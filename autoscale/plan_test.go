@@ -207,3 +207,42 @@ func TestPlanMainUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanMainLatencyModel runs `kvgate plan --latency-model`: the model
+// is fitted on the current fleet, its answer checked in the simulation,
+// and the output says both.
+func TestPlanMainLatencyModel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulates fleets")
+	}
+	var stdout, stderr bytes.Buffer
+	err := PlanMain(context.Background(), []string{
+		"--variant", "name=h200,preset=qwen3-32b-tp2-h200,cost=9,accelerator=H200,max=4",
+		"--rate", "3", "--duration", "60s", "--prompt-tokens", "2000", "--output-tokens", "50",
+		"--slo-ttft", "1s", "--current", "h200=2", "--latency-model",
+	}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	t.Log(stderr.String())
+	var out PlanOutput
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+		t.Fatal(err)
+	}
+	lm := out.LatencyModel
+	if lm == nil || len(lm.Learned) != 1 || lm.Learned[0].Preset != "qwen3-32b-tp2-h200" || !(lm.Learned[0].PrefillTokensPerSecond > 0) {
+		t.Fatalf("latency model output %+v", lm)
+	}
+	if !strings.Contains(lm.Calibration, "2 × h200") {
+		t.Errorf("calibration %q", lm.Calibration)
+	}
+	if out.Met < 0.95 || len(out.Variants) != 1 {
+		t.Fatalf("plan %+v", out)
+	}
+	if lm.Agree != (lm.MetSimulated >= 0.95) {
+		t.Errorf("agree %v with %.3f simulated", lm.Agree, lm.MetSimulated)
+	}
+	if lm.Agree && (lm.Desired["h200"] != out.Variants[0].Desired || lm.MetSimulated != out.Met) {
+		t.Errorf("agreeing plans differ: model %+v, final %+v", lm, out)
+	}
+}
