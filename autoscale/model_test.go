@@ -75,8 +75,8 @@ func mixedPlanner(t *testing.T) *Planner {
 	return p
 }
 
-// TestPlanOnLatencyModel fits the picker's latency model to the current
-// fleet (2 × H100 + 2 × H200) serving the offered load, plans on it, and
+// planOnLatencyModel fits the picker's latency model to the current fleet
+// (2 × H100 + 2 × H200) serving the offered load, plans on it, and
 // compares with the simulation planner. On the prefill-bound load (long
 // prompts, short outputs) the two plan the same mix and agree, mix by mix,
 // on which meet the target. On the decode-heavy load the model, fitted where
@@ -84,18 +84,15 @@ func mixedPlanner(t *testing.T) *Planner {
 // batches a smaller fleet would run, so its plan fails in the simulation
 // and PlanOnModel falls back to the simulation planner's answer; the test
 // logs both sides and holds the fallback to that answer.
-func TestPlanOnLatencyModel(t *testing.T) {
-	if testing.Short() {
-		t.Skip("simulates fleets")
-	}
+func planOnLatencyModel(t *testing.T, prefillBound, decodeHeavy *Planner) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name      string
 		p         *Planner
 		mustAgree bool
 	}{
-		{"prefill-bound", planner(t, 1), true},
-		{"decode-heavy", mixedPlanner(t), false},
+		{"prefill-bound", prefillBound, true},
+		{"decode-heavy", decodeHeavy, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := tc.p

@@ -51,26 +51,30 @@ func planner(t *testing.T, seed uint64) *Planner {
 	}
 }
 
-// TestPlanIsTight checks the plan on the simulated fleet: it meets the SLO
-// target, and one replica fewer of any variant it uses does not.
-func TestPlanIsTight(t *testing.T) {
+// TestPlanner checks plans in the simulation. One planner per load serves
+// every subtest: simulated evaluations are memoised, so each fleet is
+// simulated once.
+//   - IsTight: the plan meets the SLO target, and one replica fewer of any
+//     variant it uses does not.
+//   - MixesVariants: a load whose cheapest answer is heterogeneous.
+//   - OnLatencyModel: the plan made on the picker's latency model against
+//     the simulation's (model_test.go).
+func TestPlanner(t *testing.T) {
 	if testing.Short() {
-		t.Skip("simulates a dozen fleets")
+		t.Skip("simulates a few dozen fleets")
 	}
-	p := planner(t, 1)
-	checkTight(t, p, mustPlan(t, p))
+	prefillBound, decodeHeavy := planner(t, 1), mixedPlanner(t)
+	t.Run("IsTight", func(t *testing.T) { checkTight(t, prefillBound, mustPlan(t, prefillBound)) })
+	t.Run("MixesVariants", func(t *testing.T) { planMixesVariants(t, decodeHeavy) })
+	t.Run("OnLatencyModel", func(t *testing.T) { planOnLatencyModel(t, prefillBound, decodeHeavy) })
 }
 
-// TestPlanMixesVariants is a load whose cheapest answer is heterogeneous:
-// decode-heavy requests under a tight TPOT objective, where an H200's
-// memory bandwidth carries more than an H100 for 9/8 of its price, and
-// whole replicas of either alone overshoot. The mix uses both variants, is
-// tight in the simulation, and is cheaper than either variant alone.
-func TestPlanMixesVariants(t *testing.T) {
-	if testing.Short() {
-		t.Skip("simulates a dozen fleets")
-	}
-	p := mixedPlanner(t)
+// planMixesVariants: decode-heavy requests under a tight TPOT objective,
+// where an H200's memory bandwidth carries more than an H100 for 9/8 of its
+// price, and whole replicas of either alone overshoot. The mix uses both
+// variants, is tight in the simulation, and is cheaper than either variant
+// alone.
+func planMixesVariants(t *testing.T, p *Planner) {
 	plan := mustPlan(t, p)
 	used := 0
 	for _, n := range plan.Best.Mix {
