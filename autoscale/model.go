@@ -199,7 +199,7 @@ func (p *Planner) FitModel(ctx context.Context, current Mix) (*latency.Model, er
 	// order, but the residual quantiles follow the latest ones: shuffled,
 	// they stand for the whole calibration, and a second pass measures
 	// them against the settled fit rather than the first samples' guesses.
-	obs := slices.DeleteFunc(Observations(res.Requests), p.farFromObjective)
+	obs := Observations(res.Requests)
 	rng := rand.New(rand.NewPCG(p.Seed, 0x6d0de1))
 	rng.Shuffle(len(obs), func(i, j int) { obs[i], obs[j] = obs[j], obs[i] })
 	for range 2 {
@@ -217,21 +217,6 @@ func (p *Planner) FitModel(ctx context.Context, current Mix) (*latency.Model, er
 	return m, nil
 }
 
-// farFromObjective reports a sample too far past its objective to matter:
-// the plan turns on predictions near the objectives, and deep overload
-// (latencies many times over them, where the calibration ends) would widen
-// the residual spread of every prediction.
-func (p *Planner) farFromObjective(o Observation) bool {
-	slo := p.SLO.TTFT
-	if o.TPOT {
-		slo = p.SLO.TPOT
-	}
-	return slo > 0 && o.Actual > farFactor*slo
-}
-
-// farFactor is how many times its objective a calibration sample may take.
-const farFactor = 4
-
 // fitQuantile is the high quantile the planner's model predicts, and
 // zQuantile the standard normal's quantile there: together they give the
 // spread of the model's log-normal residuals.
@@ -247,21 +232,19 @@ var ErrNoTPOT = errors.New("autoscale: the latency model has no TPOT fit")
 // replay judges mix on the latency model: the offered load routed, request
 // by request, to the replica with the lowest predicted TTFT (the latency
 // scorer's choice), each replica's load account kept from the predicted
-// first-token and end times of what it was sent, and a request meeting the
-// objectives when its predicted TTFT and TPOT do. Prompts are charged whole
-// (the replay models no prefix cache).
+// first-token and end times of what it was sent, and each request counted
+// by its chance of meeting every objective under the model's residual
+// spread (within). Prompts are charged whole (the replay models no prefix
+// cache).
 func (p *Planner) replay(mix Mix) (Evaluation, error) {
-	type inflight struct{ arrival, first, end time.Duration }
-	type rep struct {
+	type replica struct {
 		key    string
-		active []inflight
-		prompt []int // prompt tokens of active[i]
-		output []int
+		active []cluster.RequestResult // sent and not yet ended, as predicted
 	}
-	var reps []*rep
+	var reps []*replica
 	for i, n := range mix {
 		for range n {
-			reps = append(reps, &rep{key: p.Variants[i].Preset.Name})
+			reps = append(reps, &replica{key: p.Variants[i].Preset.Name})
 		}
 	}
 	e := Evaluation{Mix: slices.Clone(mix)}
@@ -272,52 +255,40 @@ func (p *Planner) replay(mix Mix) (Evaluation, error) {
 	ttft := make([]float64, 0, len(p.Requests))
 	tpot := make([]float64, 0, len(p.Requests))
 	for _, r := range p.Requests {
-		now := r.Arrival
-		prompt := r.PromptLen()
-		best, bestEst := -1, latency.Estimate{}
-		var bestAcct account
+		now, prompt := r.Arrival, r.PromptLen()
+		best, est := -1, latency.Estimate{}
+		var joined account
 		for k, rp := range reps {
-			// Drop what has ended; count the rest.
+			rp.active = slices.DeleteFunc(rp.active, func(o cluster.RequestResult) bool { return o.Arrival+o.E2E <= now })
 			var acct account
-			keep := 0
-			for j, a := range rp.active {
-				if a.end <= now {
-					continue
-				}
-				rp.active[keep], rp.prompt[keep], rp.output[keep] = a, rp.prompt[j], rp.output[j]
-				keep++
-				o := cluster.RequestResult{Arrival: a.arrival, TTFT: a.first - a.arrival, E2E: a.end - a.arrival, PromptTokens: rp.prompt[j], OutputTokens: rp.output[j]}
-				acct.add(&o, now)
+			for i := range rp.active {
+				acct.add(&rp.active[i], now)
 			}
-			rp.active, rp.prompt, rp.output = rp.active[:keep], rp.prompt[:keep], rp.output[:keep]
-			est := p.Model.Predict(rp.key, acct.features(prompt, 0))
-			if best < 0 || est.TTFT < bestEst.TTFT {
-				best, bestEst, bestAcct = k, est, acct
+			if x := p.Model.Predict(rp.key, acct.features(prompt, 0)); best < 0 || x.TTFT < est.TTFT {
+				best, est, joined = k, x, acct
 			}
 		}
 		// TPOT as the picker learns it: the batch the request joins.
-		bestAcct.joinDecode(prompt, r.OutputTokens)
-		t := p.Model.Predict(reps[best].key, bestAcct.features(prompt, prompt))
-		bestEst.TPOT, bestEst.TPOTQuantile = t.TPOT, t.TPOTQuantile
-		if p.SLO.TPOT > 0 && bestEst.TPOT == 0 {
+		joined.joinDecode(prompt, r.OutputTokens)
+		t := p.Model.Predict(reps[best].key, joined.features(prompt, prompt))
+		est.TPOT, est.TPOTQuantile = t.TPOT, t.TPOTQuantile
+		if p.SLO.TPOT > 0 && est.TPOT == 0 {
 			return Evaluation{}, ErrNoTPOT
 		}
-		rp := reps[best]
-		first := now + bestEst.TTFT
-		end := first + time.Duration(max(0, r.OutputTokens-1))*bestEst.TPOT
-		rp.active, rp.prompt, rp.output = append(rp.active, inflight{now, first, end}), append(rp.prompt, prompt), append(rp.output, r.OutputTokens)
-		ttft = append(ttft, bestEst.TTFT.Seconds())
-		if r.OutputTokens > 1 {
-			tpot = append(tpot, bestEst.TPOT.Seconds())
-		}
-		pm := 1.0
+		e2e := est.TTFT + time.Duration(max(0, r.OutputTokens-1))*est.TPOT
+		reps[best].active = append(reps[best].active, cluster.RequestResult{Arrival: now, TTFT: est.TTFT, E2E: e2e, PromptTokens: prompt, OutputTokens: r.OutputTokens})
+		ttft = append(ttft, est.TTFT.Seconds())
+		chance := 1.0
 		if p.SLO.TTFT > 0 {
-			pm *= within(p.SLO.TTFT, bestEst.TTFT, bestEst.TTFTQuantile)
+			chance *= within(p.SLO.TTFT, est.TTFT, est.TTFTQuantile)
 		}
-		if p.SLO.TPOT > 0 && r.OutputTokens > 1 {
-			pm *= within(p.SLO.TPOT, bestEst.TPOT, t.TPOTQuantile)
+		if r.OutputTokens > 1 {
+			tpot = append(tpot, est.TPOT.Seconds())
+			if p.SLO.TPOT > 0 {
+				chance *= within(p.SLO.TPOT, est.TPOT, est.TPOTQuantile)
+			}
 		}
-		met += pm
+		met += chance
 	}
 	e.Met = met / float64(len(p.Requests))
 	e.TTFTP90 = time.Duration(quantile(ttft, 0.9) * float64(time.Second))
