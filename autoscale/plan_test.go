@@ -213,40 +213,71 @@ func TestPlanMainUsage(t *testing.T) {
 }
 
 // TestPlanMainLatencyModel runs `kvgate plan --latency-model`: the model
-// is fitted on the current fleet, its answer checked in the simulation,
-// and the output says both.
+// is fitted on the current fleet (or, without one, on the calibration
+// ramp), its answer checked in the simulation, and the output says both.
 func TestPlanMainLatencyModel(t *testing.T) {
 	if testing.Short() {
 		t.Skip("simulates fleets")
 	}
-	var stdout, stderr bytes.Buffer
-	err := PlanMain(context.Background(), []string{
-		"--variant", "name=h200,preset=qwen3-32b-tp2-h200,cost=9,accelerator=H200,max=4",
-		"--rate", "3", "--duration", "60s", "--prompt-tokens", "2000", "--output-tokens", "50",
-		"--slo-ttft", "1s", "--current", "h200=2", "--latency-model",
-	}, &stdout, &stderr)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, stderr.String())
+	for _, tc := range []struct {
+		current []string
+		calib   string
+	}{
+		{[]string{"--current", "h200=2"}, "2 × h200"},
+		{nil, "ramp"},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := PlanMain(context.Background(), append([]string{
+			"--variant", "name=h200,preset=qwen3-32b-tp2-h200,cost=9,accelerator=H200,max=4",
+			"--rate", "3", "--duration", "60s", "--prompt-tokens", "2000", "--output-tokens", "50",
+			"--slo-ttft", "1s", "--latency-model",
+		}, tc.current...), &stdout, &stderr)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, stderr.String())
+		}
+		t.Log(stderr.String())
+		var out PlanOutput
+		if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+			t.Fatal(err)
+		}
+		lm := out.LatencyModel
+		if lm == nil || len(lm.Learned) != 1 || lm.Learned[0].Preset != "qwen3-32b-tp2-h200" || !(lm.Learned[0].PrefillTokensPerSecond > 0) {
+			t.Fatalf("latency model output %+v", lm)
+		}
+		if !strings.Contains(lm.Calibration, tc.calib) {
+			t.Errorf("calibration %q, want %q", lm.Calibration, tc.calib)
+		}
+		if out.Met < 0.95 || len(out.Variants) != 1 {
+			t.Fatalf("plan %+v", out)
+		}
+		if lm.Agree != (lm.MetSimulated >= 0.95) {
+			t.Errorf("agree %v with %.3f simulated", lm.Agree, lm.MetSimulated)
+		}
+		if lm.Agree && (lm.Desired["h200"] != out.Variants[0].Desired || lm.MetSimulated != out.Met) {
+			t.Errorf("agreeing plans differ: model %+v, final %+v", lm, out)
+		}
 	}
-	t.Log(stderr.String())
-	var out PlanOutput
-	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
-		t.Fatal(err)
+}
+
+// The calibration ramp keeps the offered requests' shapes with the rate
+// rising linearly from zero to the offered rate: half the requests, a
+// quarter of them in the first half of the time.
+func TestCalibrationRamps(t *testing.T) {
+	p := &Planner{}
+	for i := range 600 {
+		p.Requests = append(p.Requests, workload.Request{Arrival: time.Duration(i) * 100 * time.Millisecond, OutputTokens: i})
 	}
-	lm := out.LatencyModel
-	if lm == nil || len(lm.Learned) != 1 || lm.Learned[0].Preset != "qwen3-32b-tp2-h200" || !(lm.Learned[0].PrefillTokensPerSecond > 0) {
-		t.Fatalf("latency model output %+v", lm)
+	cal := p.Calibration()
+	early := 0
+	for i, r := range cal {
+		if r.OutputTokens != i || r.Arrival > time.Minute || (i > 0 && r.Arrival < cal[i-1].Arrival) {
+			t.Fatalf("request %d: %+v", i, r)
+		}
+		if r.Arrival < 30*time.Second {
+			early++
+		}
 	}
-	if !strings.Contains(lm.Calibration, "2 × h200") {
-		t.Errorf("calibration %q", lm.Calibration)
-	}
-	if out.Met < 0.95 || len(out.Variants) != 1 {
-		t.Fatalf("plan %+v", out)
-	}
-	if lm.Agree != (lm.MetSimulated >= 0.95) {
-		t.Errorf("agree %v with %.3f simulated", lm.Agree, lm.MetSimulated)
-	}
-	if lm.Agree && (lm.Desired["h200"] != out.Variants[0].Desired || lm.MetSimulated != out.Met) {
-		t.Errorf("agreeing plans differ: model %+v, final %+v", lm, out)
+	if len(cal) < 295 || len(cal) > 305 || early < 70 || early > 80 {
+		t.Errorf("%d requests, %d in the first half", len(cal), early)
 	}
 }
