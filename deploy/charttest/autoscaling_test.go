@@ -207,6 +207,8 @@ func TestRenderAutoscalingRejects(t *testing.T) {
 		{"unknown policy", []string{"autoscaling.targets[0].deployment=a", "autoscaling.targets[0].policy=cpu"}, "policy"},
 		{"twice", []string{"autoscaling.targets[0].deployment=a", "autoscaling.targets[0].policy=queue", "autoscaling.targets[1].deployment=a", "autoscaling.targets[1].policy=slo"}, "listed twice"},
 		{"role outside token-aware", []string{"autoscaling.targets[0].deployment=a", "autoscaling.targets[0].policy=queue", "autoscaling.targets[0].role=prefill"}, "token-aware only"},
+		{"throughput on a decode target", []string{"autoscaling.targets[0].deployment=a", "autoscaling.targets[0].policy=token-aware", "autoscaling.targets[0].role=decode", "autoscaling.targets[0].peakPrefillThroughput=1000"}, "peakPrefillThroughput"},
+		{"throughput outside token-aware", []string{"autoscaling.targets[0].deployment=a", "autoscaling.targets[0].policy=slo", "autoscaling.targets[0].peakPrefillThroughput=1000"}, "peakPrefillThroughput"},
 		{"max below min", []string{"autoscaling.targets[0].deployment=a", "autoscaling.targets[0].policy=queue", "autoscaling.targets[0].minReplicas=4", "autoscaling.targets[0].maxReplicas=2"}, "below minReplicas"},
 		{"slo without rules", []string{"autoscaling.targets[0].deployment=a", "autoscaling.targets[0].policy=slo", "autoscaling.rules.create=false"}, "rules.create"},
 		// --set-json: --set reads 0.3 as a string.
