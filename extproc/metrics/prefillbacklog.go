@@ -47,15 +47,14 @@ func NewPrefillBacklog(pool string, ds *endpoints.Datastore, model LatencyPredic
 // Describe implements prometheus.Collector.
 func (c *PrefillBacklog) Describe(ch chan<- *prometheus.Desc) { ch <- prefillBacklogDesc }
 
-// Collect implements prometheus.Collector. An endpoint whose learned speed
-// is not positive (a fit gone flat in a corner of its range) has no series:
-// a made-up speed would report a backlog nobody measured.
+// Collect implements prometheus.Collector. A model that learned no
+// per-token prefill cost for an endpoint (fast servers and short prompts:
+// its TTFT is all the step in progress) prices the backlog at 0 s, which is
+// what it predicts with; the series stays, so that the ScaledObject's sum
+// does not lose an endpoint.
 func (c *PrefillBacklog) Collect(ch chan<- prometheus.Metric) {
 	for _, e := range c.ds.All() {
-		perToken := SecondsPerPrefillToken(c.model, e.Address())
-		if !(perToken > 0) {
-			continue
-		}
+		perToken := max(0, SecondsPerPrefillToken(c.model, e.Address()))
 		s := float64(e.Load().PrefillTokens) * perToken
 		ch <- prometheus.MustNewConstMetric(prefillBacklogDesc, prometheus.GaugeValue, s,
 			c.pool, e.Name(), e.Label(poolmetrics.NamespaceLabel), e.Label(endpoints.RoleLabel))

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/latency"
@@ -82,5 +83,21 @@ func TestPrefillBacklogSeconds(t *testing.T) {
 	}
 	if len(got) != 3 {
 		t.Errorf("series %v", got)
+	}
+
+	// A server whose TTFT does not grow with the prompt: the model learns
+	// no per-token cost there, and the backlog reads 0 s rather than
+	// disappearing.
+	flat := latency.New(latency.Config{})
+	for i := range 400 {
+		flat.ObserveTTFT("10.0.0.1:8000", latency.Features{Prefill: float64(100 + (i*37)%300)}, 5*time.Millisecond)
+	}
+	if s := SecondsPerPrefillToken(flat, "10.0.0.1:8000"); s > 1e-7 {
+		t.Logf("flat server learned %.3g s/token", s)
+	}
+	reg = prometheus.NewPedanticRegistry()
+	reg.MustRegister(NewPrefillBacklog("pool", ds, flat))
+	if n, err := testutil.GatherAndCount(reg, PrefillBacklogName); err != nil || n != 3 {
+		t.Errorf("flat model: %d series, %v", n, err)
 	}
 }
