@@ -76,10 +76,11 @@ func startKubeStateMetrics(t *testing.T, bin string, deployments []string) scrap
 	}
 	for _, name := range deployments {
 		labels := map[string]string{"app": name}
+		replicas := deploymentState.Replicas
 		d := &appsv1.Deployment{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace},
 			Spec: appsv1.DeploymentSpec{
-				Replicas: &deploymentState.Replicas,
+				Replicas: &replicas,
 				Selector: &metav1.LabelSelector{MatchLabels: labels},
 				Template: corev1.PodTemplateSpec{
 					ObjectMeta: metav1.ObjectMeta{Labels: labels},
