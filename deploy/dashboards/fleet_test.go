@@ -61,6 +61,15 @@ type gatewayClient struct {
 // gateway routes.
 func startFleet(t *testing.T, tokDir string, replicas int, failRate float64) *fleet {
 	t.Helper()
+	return startFleetWith(t, tokDir, replicas, failRate, nil)
+}
+
+// startFleetWith is startFleet with a llm-d.ai/role per replica (roles[i],
+// "" for none; nil for none at all): a role-labelled server is named
+// vllm-<role>-<i>, as llm-d's P/D Deployments name their pods, and serves
+// whatever the picker sends it (no disaggregation profile runs).
+func startFleetWith(t *testing.T, tokDir string, replicas int, failRate float64, roles []string) *fleet {
+	t.Helper()
 	tok, err := tokenizer.Load(tokDir)
 	if err != nil {
 		t.Fatalf("tokenizer: %v", err)
@@ -89,8 +98,14 @@ func startFleet(t *testing.T, tokDir string, replicas int, failRate float64) *fl
 			t.Fatalf("sim %d: %v", i, err)
 		}
 		name := fmt.Sprintf("vllm-%d", i)
+		spec := endpoints.Spec{Address: s.Addr().String(), KVEvents: "tcp://" + s.KVEventsAddr()}
+		if i < len(roles) && roles[i] != "" {
+			name = fmt.Sprintf("vllm-%s-%d", roles[i], i)
+			spec.Labels = map[string]string{endpoints.RoleLabel: roles[i]}
+		}
+		spec.Name = name
 		f.sims, f.simNames = append(f.sims, s), append(f.simNames, name)
-		specs = append(specs, endpoints.Spec{Name: name, Address: s.Addr().String(), KVEvents: "tcp://" + s.KVEventsAddr()})
+		specs = append(specs, spec)
 		f.run(func() error { return s.Run(ctx) })
 	}
 
