@@ -76,6 +76,10 @@ func loadPanels(t *testing.T) []Panel {
 	return all
 }
 
+// modelServerDeployment names the fleet's model servers as the autoscaling
+// panels' $model_server_deployment selects them.
+const modelServerDeployment = "vllm"
+
 // TestDashboardsOnLiveFleet is the compatibility check of the dashboards
 // users already have: every expression is evaluated by a real Prometheus
 // that scraped a kvgate fleet under load.
@@ -102,6 +106,11 @@ func TestDashboardsOnLiveFleet(t *testing.T) {
 	targets = append(targets, scrapeTarget{Job: "kvgate-agent", Addr: startGPUAgent(t), Labels: map[string]string{
 		"namespace": testNamespace, "node": "gpu-node-0",
 	}})
+	// kube-state-metrics over a real API server holding the model servers'
+	// Deployment, for the autoscaling panels' kube_deployment_* reads.
+	if ksm := kubeStateMetricsBinary(t); ksm != "" {
+		targets = append(targets, startKubeStateMetrics(t, ksm, []string{modelServerDeployment}))
+	}
 	prom := startPrometheus(t, bin, targets)
 
 	if err := prom.awaitHealthy(ctx, time.Now()); err != nil {
@@ -147,7 +156,7 @@ func TestDashboardsOnLiveFleet(t *testing.T) {
 	vars := map[string]string{
 		"namespace": testNamespace, "model_name": fleetModel, "model": fleetModel,
 		"__rate_interval": window, "__range": window,
-		"node": ".*", "pool": f.poolName, "epp": eppService, "epp_service": eppService, "model_server_deployment": "vllm",
+		"node": ".*", "pool": f.poolName, "epp": eppService, "epp_service": eppService, "model_server_deployment": modelServerDeployment,
 	}
 	var checked []checkedExpr
 	for _, p := range panels {
