@@ -6,7 +6,8 @@
 // model and cache_salt; chat requests hash the whole conversation so that
 // every turn extends the previous turn's prefix. Prompts given as token ids
 // are hashed as 4 bytes per token, so a block is blockSize/4 tokens as for
-// text.
+// text; so are the tokens a token-producer left (prefixmatch.TokensKey),
+// instead of the text, as llm-d's approximate producer hashes them.
 //
 // Score = consecutive matched blocks from the start / total blocks (the
 // match ratio); with llm-d's matchLengthWeight w > 0 it is
@@ -282,15 +283,21 @@ func (s *Scorer) capacity(e *endpoints.Endpoint) int {
 }
 
 // Prefix returns the request's prefix as a block sample: hashed here from
-// the body, or as the wasm filter sent it on the headers-only path (used
+// the body (from tokens when a token producer left them), or as the wasm filter sent it on the headers-only path (used
 // only when it was hashed with this scorer's block size). Both paths go
 // through the same sampling, so they score alike. nil when there is
 // nothing to match.
-func (s *Scorer) Prefix(req *scheduling.Request, blockChars int) *hints.Prefix {
+func (s *Scorer) Prefix(req *scheduling.Request, tokens *[]int, blockChars int) *hints.Prefix {
 	blockTokens := max(1, blockChars/prefixhash.CharsPerToken)
 	switch {
 	case req.Body != nil:
 		seed, hashes := prefixhash.Request(prefixhash.Params{BlockChars: blockChars, MaxBlocks: s.maxBlocks(blockChars)}, req.Body)
+		if tokens != nil {
+			// The token producer's tokens (real or estimated), 4 bytes
+			// each as for token-id prompts, as llm-d's approximate
+			// producer hashes token-producer's output.
+			hashes = prefixhash.Blocks(prefixhash.Params{BlockChars: blockChars, MaxBlocks: s.maxBlocks(blockChars)}, seed, prefixhash.TokenText(*tokens))
+		}
 		p, err := hints.NewPrefix(hints.Approximate, blockTokens, seed, hashes, s.params.DenseBlocks)
 		if err != nil || p.Blocks == 0 {
 			return nil
@@ -301,6 +308,10 @@ func (s *Scorer) Prefix(req *scheduling.Request, blockChars int) *hints.Prefix {
 	}
 	return nil
 }
+
+// Consumes implements scheduling.DataDependencies: a token producer runs
+// first.
+func (s *Scorer) Consumes() []string { return []string{prefixmatch.TokensKey.String()} }
 
 // Produce implements scheduling.DataProducer: the match over every
 // candidate, once per request, for Score and for the live load model.
@@ -337,7 +348,8 @@ func (s *Scorer) MatchOf(cs *scheduling.CycleState) (prefixmatch.Match, bool) {
 
 func (s *Scorer) produce(cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) *hashed {
 	chars := s.blockChars(eps)
-	p := s.Prefix(req, chars)
+	tokens, _ := scheduling.Read(cs, prefixmatch.TokensKey)
+	p := s.Prefix(req, tokens, chars)
 	st := &hashed{prefix: p, prediction: prefixmatch.Prediction{BlockTokens: max(1, chars/prefixhash.CharsPerToken)}}
 	st.prediction.Reset(eps)
 	if p != nil {
