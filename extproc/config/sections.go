@@ -20,7 +20,6 @@ import (
 const (
 	FeaturePD      = "P/D disaggregation"
 	FeatureLatency = "latency prediction"
-	FeatureGRPC    = "gRPC model servers"
 	FeatureOther   = "not implemented"
 )
 
@@ -55,8 +54,6 @@ var knownPluginTypes = map[string]UnsupportedError{
 	"header-profile-handler":        {Feature: FeaturePD},
 	"predicted-latency-scorer": {Feature: FeatureLatency, Hint: "GIE's monolithic SLO scorer is not built; kvgate's predicted-latency-producer with latency-scorer " +
 		"(and prefix-cache-affinity-filter, slo-headroom-tier-filter) score its predictions"},
-	"vllmgrpc-parser": {Feature: FeatureGRPC, Hint: "kvgate's picker parses HTTP bodies (openai-parser, anthropic-parser, vllmhttp-parser, " +
-		"passthrough-parser) and Vertex AI's gRPC envelope (vertexai-parser); it cannot route vLLM's gRPC API"},
 }
 
 // unknownType turns the registry's unknown-type error for typ into an

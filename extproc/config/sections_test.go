@@ -71,7 +71,6 @@ func TestSectionErrors(t *testing.T) {
 		{"cross replica", llmdHead + "dataLayer:\n  crossReplicaSyncerPluginRef: redis\n", `crossReplicaSyncerPluginRef`, FeatureOther},
 		{"data-parallel handler", llmdHead + "plugins:\n- type: data-parallel-profile-handler\n", `"data-parallel-profile-handler"`, FeaturePD},
 		{"header profile handler", llmdHead + "plugins:\n- type: header-profile-handler\n", `"header-profile-handler"`, FeaturePD},
-		{"gRPC parser", llmdHead + "plugins:\n- type: vllmgrpc-parser\n", "cannot route vLLM's gRPC API", FeatureGRPC},
 		{"unknown type", llmdHead + "plugins:\n- type: sglanghttp-parser\n", `unknown plugin type "sglanghttp-parser"`, ""},
 		{"parser not configured", llmdHead + ms + "requestHandler:\n  parsers:\n  - pluginRef: my-parser\n", `requestHandler.parsers[0].pluginRef: "my-parser" is not a configured plugin nor a parser type`, ""},
 		{"parser after fallback", llmdHead + ms + "requestHandler:\n  parsers:\n  - pluginRef: passthrough-parser\n  - pluginRef: openai-parser\n", "must be last", ""},

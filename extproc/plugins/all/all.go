@@ -46,6 +46,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/tokenproducer"
 	"github.com/kvgate/kvgate/extproc/plugins/transfercost"
 	"github.com/kvgate/kvgate/extproc/plugins/vertexaiparser"
+	"github.com/kvgate/kvgate/extproc/plugins/vllmgrpcparser"
 	"github.com/kvgate/kvgate/extproc/plugins/vllmhttpparser"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 )
@@ -127,6 +128,8 @@ func Registry() *scheduling.Registry {
 		{filediscovery.Type, filediscovery.New},
 		{attrreporter.Type, attrreporter.New},
 		{servedverifier.Type, servedverifier.New},
+		// compat2: the remaining upstream plugins.
+		{vllmgrpcparser.Type, vllmgrpcparser.New},
 	} {
 		mustNot(r.Register(p.typ, p.f))
 	}

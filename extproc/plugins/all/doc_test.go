@@ -55,6 +55,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/tokenproducer"
 	"github.com/kvgate/kvgate/extproc/plugins/transfercost"
 	"github.com/kvgate/kvgate/extproc/plugins/vertexaiparser"
+	"github.com/kvgate/kvgate/extproc/plugins/vllmgrpcparser"
 	"github.com/kvgate/kvgate/extproc/plugins/vllmhttpparser"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/telemetry"
@@ -130,6 +131,7 @@ var paramsOf = map[string]any{
 	filediscovery.Type:            filediscovery.Params{},
 	attrreporter.Type:             attrreporter.Params{},
 	servedverifier.Type:           nil,
+	vllmgrpcparser.Type:           nil,
 }
 
 // The README's plugin table, each plugin package's documented parameters,

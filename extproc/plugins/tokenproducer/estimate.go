@@ -405,7 +405,7 @@ func (e *estimator) Estimate(body *openai.Request, headers map[string]string) ([
 		err = e.chat(&p, body, videoHeaders(headers))
 	case openai.Messages:
 		err = e.anthropic(&p, body)
-	case openai.Completions:
+	case openai.Completions, openai.VLLMGRPC:
 		p.text(body.Prompt)
 	case openai.Responses:
 		// The instructions, tools and input as a JSON array of one-key
