@@ -85,6 +85,10 @@ func TestSectionErrors(t *testing.T) {
 		{"loose second source", llmdHead + "plugins:\n- {name: a, type: metrics-data-source}\n- {name: b, type: metrics-data-source}\n", "not wired", ""},
 		{"no metrics without defaults", llmdHead + "dataLayer:\n  injectDefaults: false\n", "injectDefaults", ""},
 		{"unknown dataLayer field", llmdHead + "dataLayer:\n  source: []\n", `unknown field "source"`, ""},
+		{"models source without extractors", llmdHead + ms + "- type: models-data-source\ndataLayer:\n  sources: [{pluginRef: models-data-source}]\n", "has no extractors", ""},
+		{"loose models source", llmdHead + ms + "- type: models-data-source\n", "not wired", ""},
+		{"loose models extractor", llmdHead + ms + "- type: models-data-extractor\n", "not wired", ""},
+		{"models extractor under the metrics source", llmdHead + ms + "- type: models-data-extractor\ndataLayer:\n  sources: [{pluginRef: metrics-data-source, extractors: [{pluginRef: models-data-extractor}]}]\n", "reads a models-data-source", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -100,6 +104,18 @@ func TestSectionErrors(t *testing.T) {
 				t.Fatalf("error %v: want an UnsupportedError for %s", err, tc.feature)
 			}
 		})
+	}
+}
+
+// A models source wired with its extractor is a poller the picker runs.
+func TestDataLayerPollers(t *testing.T) {
+	b, err := build(t, llmdHead+"plugins:\n- {type: models-data-source, name: src, parameters: {interval: 5s}}\n- {type: models-data-extractor, name: x}\n"+
+		"dataLayer:\n  sources: [{pluginRef: src, extractors: [{pluginRef: x}]}]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Pollers) != 1 || b.Metrics.Scrape(scrape.Config{}).Target != (scrape.Target{}) {
+		t.Fatalf("pollers %v; the metrics target must stay the flags' (%+v)", b.Pollers, b.Metrics)
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/loadaware"
 	"github.com/kvgate/kvgate/extproc/plugins/loraaffinity"
 	"github.com/kvgate/kvgate/extproc/plugins/metricsdatasource"
+	"github.com/kvgate/kvgate/extproc/plugins/models"
 	"github.com/kvgate/kvgate/extproc/plugins/nohitlru"
 	"github.com/kvgate/kvgate/extproc/plugins/openaiparser"
 	"github.com/kvgate/kvgate/extproc/plugins/p2psource"
@@ -130,6 +131,8 @@ func Registry() *scheduling.Registry {
 		{servedverifier.Type, servedverifier.New},
 		// compat2: the remaining upstream plugins.
 		{vllmgrpcparser.Type, vllmgrpcparser.New},
+		{models.SourceType, models.NewSource},
+		{models.ExtractorType, models.NewExtractor},
 	} {
 		mustNot(r.Register(p.typ, p.f))
 	}

@@ -36,6 +36,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/latencyslo"
 	"github.com/kvgate/kvgate/extproc/plugins/loadaware"
 	"github.com/kvgate/kvgate/extproc/plugins/metricsdatasource"
+	"github.com/kvgate/kvgate/extproc/plugins/models"
 	"github.com/kvgate/kvgate/extproc/plugins/nohitlru"
 	"github.com/kvgate/kvgate/extproc/plugins/openaiparser"
 	"github.com/kvgate/kvgate/extproc/plugins/p2psource"
@@ -132,6 +133,8 @@ var paramsOf = map[string]any{
 	attrreporter.Type:             attrreporter.Params{},
 	servedverifier.Type:           nil,
 	vllmgrpcparser.Type:           nil,
+	models.SourceType:             metricsdatasource.Params{},
+	models.ExtractorType:          nil,
 }
 
 // The README's plugin table, each plugin package's documented parameters,
