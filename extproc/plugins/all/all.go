@@ -9,7 +9,9 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/approxprefix"
 	"github.com/kvgate/kvgate/extproc/plugins/attrreporter"
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
+	"github.com/kvgate/kvgate/extproc/plugins/dcgm"
 	"github.com/kvgate/kvgate/extproc/plugins/disagg"
+	"github.com/kvgate/kvgate/extproc/plugins/endpointattribute"
 	"github.com/kvgate/kvgate/extproc/plugins/endpointnotification"
 	"github.com/kvgate/kvgate/extproc/plugins/filediscovery"
 	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
@@ -133,6 +135,10 @@ func Registry() *scheduling.Registry {
 		{vllmgrpcparser.Type, vllmgrpcparser.New},
 		{models.SourceType, models.NewSource},
 		{models.ExtractorType, models.NewExtractor},
+		{dcgm.SourceType, dcgm.NewSource},
+		{dcgm.ExtractorType, dcgm.NewExtractor},
+		{endpointattribute.FilterType, endpointattribute.NewFilter},
+		{endpointattribute.ScorerType, endpointattribute.NewScorer},
 	} {
 		mustNot(r.Register(p.typ, p.f))
 	}

@@ -24,7 +24,9 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/approxprefix"
 	"github.com/kvgate/kvgate/extproc/plugins/attrreporter"
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
+	"github.com/kvgate/kvgate/extproc/plugins/dcgm"
 	"github.com/kvgate/kvgate/extproc/plugins/disagg"
+	"github.com/kvgate/kvgate/extproc/plugins/endpointattribute"
 	"github.com/kvgate/kvgate/extproc/plugins/endpointnotification"
 	"github.com/kvgate/kvgate/extproc/plugins/filediscovery"
 	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
@@ -135,6 +137,10 @@ var paramsOf = map[string]any{
 	vllmgrpcparser.Type:           nil,
 	models.SourceType:             metricsdatasource.Params{},
 	models.ExtractorType:          nil,
+	dcgm.SourceType:               dcgm.Params{},
+	dcgm.ExtractorType:            nil,
+	endpointattribute.FilterType:  endpointattribute.FilterParams{},
+	endpointattribute.ScorerType:  endpointattribute.ScorerParams{},
 }
 
 // The README's plugin table, each plugin package's documented parameters,

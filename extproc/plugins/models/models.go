@@ -5,14 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"sync"
 	"time"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/endpoints/poll"
 	"github.com/kvgate/kvgate/extproc/endpoints/scrape"
 	"github.com/kvgate/kvgate/extproc/plugins/metricsdatasource"
 	"github.com/kvgate/kvgate/extproc/scheduling"
@@ -26,9 +24,6 @@ const (
 
 // DefaultPath is the OpenAI model list.
 const DefaultPath = "/v1/models"
-
-// maxListBytes bounds one model list.
-const maxListBytes = 1 << 20
 
 // Model is one entry of a server's model list.
 type Model struct {
@@ -62,11 +57,10 @@ type Source struct {
 	scheduling.Named
 	target   scrape.Target
 	interval time.Duration
-	client   *http.Client
-	log      *slog.Logger
+	poller   *poll.Poller
 	// sinks are the extractors wired under the source; set while the
 	// configuration is built, read-only once polling runs.
-	sinks []*Extractor
+	sinks []poll.Reader
 }
 
 // NewSource is models-data-source's factory.
@@ -75,17 +69,12 @@ func NewSource(name string, raw json.RawMessage, h *scheduling.Handle) (scheduli
 	if err != nil {
 		return nil, err
 	}
-	s := &Source{Named: scheduling.NewNamed(SourceType, name), target: target, interval: interval, log: slog.Default()}
-	if h != nil && h.Log != nil {
-		s.log = h.Log
+	s := &Source{Named: scheduling.NewNamed(SourceType, name), target: target, interval: interval}
+	var log *slog.Logger
+	if h != nil {
+		log = h.Log
 	}
-	s.client = &http.Client{Transport: &http.Transport{
-		Proxy:               nil, // pod addresses are dialled directly
-		DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		TLSClientConfig:     target.TLS,
-		MaxIdleConnsPerHost: 1,
-		IdleConnTimeout:     90 * time.Second,
-	}}
+	s.poller = poll.New(SourceType, func(e *endpoints.Endpoint) string { return s.URL(e.Address()) }, target.TLS, log)
 	return s, nil
 }
 
@@ -105,77 +94,19 @@ func (s *Source) URL(address string) string {
 }
 
 // Poll runs until ctx ends: every interval (rounded to a multiple of base)
-// it fetches the model list of every endpoint of ds, all at once, and
-// hands each to the wired extractors.
+// it fetches the model list of every endpoint of ds and hands each to the
+// wired extractors.
 func (s *Source) Poll(ctx context.Context, ds *endpoints.Datastore, base time.Duration) error {
-	every := metricsdatasource.RoundInterval(s.interval, base)
-	if every <= 0 {
-		return fmt.Errorf("%s: no poll interval", s.TypedName())
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		s.pollOnce(ctx, ds.All(), every)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
-}
-
-// pollOnce fetches every endpoint's list, each bounded by the period.
-func (s *Source) pollOnce(ctx context.Context, eps []*endpoints.Endpoint, timeout time.Duration) {
-	var wg sync.WaitGroup
-	present := make(map[string]bool, len(eps))
-	for _, e := range eps {
-		present[e.Address()] = true
-		wg.Go(func() {
-			fctx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
-			models, err := s.Fetch(fctx, e.Address())
-			if err != nil {
-				if ctx.Err() == nil { // not shutting down
-					s.log.Debug("models-data-source: poll failed; the previous list is kept", "endpoint", e.Name(), "err", err)
-				}
-				return
-			}
-			for _, x := range s.sinks {
-				x.put(e.Address(), models)
-			}
-		})
-	}
-	wg.Wait()
-	for _, x := range s.sinks {
-		x.keep(present)
-	}
+	return s.poller.Run(ctx, ds, metricsdatasource.RoundInterval(s.interval, base), s.sinks)
 }
 
 // Fetch returns address's model list.
 func (s *Source) Fetch(ctx context.Context, address string) ([]Model, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL(address), nil)
+	doc, err := s.poller.Fetch(ctx, s.URL(address))
 	if err != nil {
 		return nil, err
 	}
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		_ = resp.Body.Close()
-	}()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: HTTP %s", req.URL, resp.Status)
-	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxListBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", req.URL, err)
-	}
-	if len(data) > maxListBytes {
-		return nil, fmt.Errorf("GET %s: model list larger than %d bytes", req.URL, maxListBytes)
-	}
-	return ParseList(data)
+	return ParseList(doc)
 }
 
 // ParseList reads an OpenAI model list.
@@ -239,14 +170,21 @@ func (x *Extractor) Models(address string) ([]Model, time.Time, bool) {
 	return l.models, l.at, ok
 }
 
-func (x *Extractor) put(address string, models []Model) {
+// Read implements poll.Reader.
+func (x *Extractor) Read(e *endpoints.Endpoint, doc []byte) error {
+	models, err := ParseList(doc)
+	if err != nil {
+		return err
+	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.lists[address] = served{models: models, at: time.Now()}
+	x.lists[e.Address()] = served{models: models, at: time.Now()}
+	return nil
 }
 
-// keep drops the lists of endpoints no longer in the pool.
-func (x *Extractor) keep(present map[string]bool) {
+// Keep implements poll.Reader: the lists of endpoints no longer in the
+// pool are dropped.
+func (x *Extractor) Keep(present map[string]bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	for a := range x.lists {
@@ -259,4 +197,5 @@ func (x *Extractor) keep(present map[string]bool) {
 var (
 	_ scheduling.DataSource    = (*Source)(nil)
 	_ scheduling.DataExtractor = (*Extractor)(nil)
+	_ poll.Reader              = (*Extractor)(nil)
 )

@@ -145,7 +145,6 @@ func TestPoll(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	src.client.CloseIdleConnections()
 	good.Close()
 	flaky.Close()
 	testutil.NoGoroutineLeak(t, before, "models poll")
