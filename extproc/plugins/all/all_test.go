@@ -40,7 +40,7 @@ func TestEveryPluginBuildsWithDefaults(t *testing.T) {
 // requiredParams are the parameters a plugin cannot be built without (it
 // has no sensible default), used wherever the tests build every type.
 var requiredParams = map[string]map[string]any{
-	"by-label":       {"label": "hw", "allowsNoLabel": true},
+	"by-label": {"label": "hw", "allowsNoLabel": true},
 	// llm-d has no default floor for the holdback ceiling.
 	flowpolicy.HoldbackType: {"minCeiling": 0.5},
 	// The endpoints file (read when the picker runs, not at build).
