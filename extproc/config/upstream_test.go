@@ -47,7 +47,7 @@ var invalidUpstream = map[string]string{
 
 // minUpstreamLoaded is how many of the upstream documents load: fewer is a
 // regression. (More: raise it.)
-const minUpstreamLoaded = 89
+const minUpstreamLoaded = 90
 
 // outcome of loading one upstream file.
 type outcome struct {

@@ -8,6 +8,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/anthropicparser"
 	"github.com/kvgate/kvgate/extproc/plugins/approxprefix"
 	"github.com/kvgate/kvgate/extproc/plugins/attrreporter"
+	"github.com/kvgate/kvgate/extproc/plugins/burstprefix"
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
 	"github.com/kvgate/kvgate/extproc/plugins/dcgm"
 	"github.com/kvgate/kvgate/extproc/plugins/disagg"
@@ -139,6 +140,7 @@ func Registry() *scheduling.Registry {
 		{dcgm.ExtractorType, dcgm.NewExtractor},
 		{endpointattribute.FilterType, endpointattribute.NewFilter},
 		{endpointattribute.ScorerType, endpointattribute.NewScorer},
+		{burstprefix.Type, burstprefix.New},
 	} {
 		mustNot(r.Register(p.typ, p.f))
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/anthropicparser"
 	"github.com/kvgate/kvgate/extproc/plugins/approxprefix"
 	"github.com/kvgate/kvgate/extproc/plugins/attrreporter"
+	"github.com/kvgate/kvgate/extproc/plugins/burstprefix"
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
 	"github.com/kvgate/kvgate/extproc/plugins/dcgm"
 	"github.com/kvgate/kvgate/extproc/plugins/disagg"
@@ -141,6 +142,7 @@ var paramsOf = map[string]any{
 	dcgm.ExtractorType:            nil,
 	endpointattribute.FilterType:  endpointattribute.FilterParams{},
 	endpointattribute.ScorerType:  endpointattribute.ScorerParams{},
+	burstprefix.Type:              burstprefix.Params{},
 }
 
 // The README's plugin table, each plugin package's documented parameters,
