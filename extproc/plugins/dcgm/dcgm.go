@@ -1,12 +1,10 @@
 package dcgm
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"strconv"
 	"strings"
@@ -14,13 +12,12 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/endpoints/poll"
 	"github.com/kvgate/kvgate/extproc/plugins/metricsdatasource"
 	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/internal/promtext"
 )
 
 // Registered plugin types.
@@ -205,42 +202,11 @@ func (x *Extractor) Keep(present map[string]bool) {
 // <pod>-rank-<i> endpoint) or without a pod label, scaled to [0, 1];
 // false when there is none.
 func Utilization(page []byte, pod string) (float64, bool, error) {
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(bytes.NewReader(page))
-	if err != nil {
-		return 0, false, fmt.Errorf("DCGM exporter page: %w", err)
+	v, ok, err := promtext.Max(page, UtilMetric, func(m *dto.Metric) bool { return samplePod(m, pod) })
+	if err != nil || !ok {
+		return 0, false, err
 	}
-	fam, ok := fams[UtilMetric]
-	if !ok {
-		return 0, false, nil
-	}
-	best, found := 0.0, false
-	for _, m := range fam.GetMetric() {
-		if !samplePod(m, pod) {
-			continue
-		}
-		var v float64
-		switch {
-		case m.GetGauge() != nil:
-			v = m.GetGauge().GetValue()
-		case m.GetUntyped() != nil:
-			v = m.GetUntyped().GetValue()
-		case m.GetCounter() != nil:
-			v = m.GetCounter().GetValue()
-		default:
-			continue
-		}
-		if math.IsNaN(v) {
-			continue
-		}
-		if !found || v > best {
-			best, found = v, true
-		}
-	}
-	if !found {
-		return 0, false, nil
-	}
-	return min(max(best/100, 0), 1), true, nil
+	return min(max(v/100, 0), 1), true, nil
 }
 
 func samplePod(m *dto.Metric, pod string) bool {

@@ -436,11 +436,14 @@ func (e *estimator) Estimate(body *openai.Request, headers map[string]string) ([
 	return p.tokens(), nil
 }
 
-// chat is an OpenAI chat request's stream: the tools' JSON, then each
-// message's role and content.
-func (e *estimator) chat(p *pseudo, body *openai.Request, v video) error {
+// messages adds the tools' JSON, then each message's role and content,
+// with onPart adding each content part that is not text.
+func (e *estimator) messages(p *pseudo, body *openai.Request, prelude func() error, onPart func(c part) error) error {
 	if tools := body.RawField("tools"); len(tools) > 0 && string(tools) != "null" && string(tools) != "[]" {
 		p.b = append(p.b, compact(tools)...)
+	}
+	if err := prelude(); err != nil {
+		return err
 	}
 	var msgs []message
 	if err := json.Unmarshal(body.RawField("messages"), &msgs); err != nil {
@@ -454,97 +457,93 @@ func (e *estimator) chat(p *pseudo, body *openai.Request, v video) error {
 		}
 		p.text(s)
 		for _, c := range parts {
-			switch c.Type {
-			case "text":
+			if c.Type == "text" {
 				p.text(c.Text)
-			case "image_url":
-				if c.ImageURL != nil {
-					p.asset(c.ImageURL.URL, e.imageCount(dataURLPayload(c.ImageURL.URL)))
-				}
-			case "video_url":
-				if c.VideoURL != nil {
-					p.asset(c.VideoURL.URL, e.videoCount(v))
-				}
-			case "input_audio":
-				if c.InputAudio != nil {
-					data := c.InputAudio.Data + c.InputAudio.Format
-					p.asset(data, assetCount(len(data)))
-				}
-			case "audio_url":
-				if c.AudioURL != nil {
-					p.asset(c.AudioURL.URL, assetCount(len(c.AudioURL.URL)))
-				}
+			} else if err := onPart(c); err != nil {
+				return err
 			}
 		}
 	}
 	return nil
 }
 
+// chat is an OpenAI chat request's stream.
+func (e *estimator) chat(p *pseudo, body *openai.Request, v video) error {
+	return e.messages(p, body, func() error { return nil }, func(c part) error {
+		switch c.Type {
+		case "image_url":
+			if c.ImageURL != nil {
+				p.asset(c.ImageURL.URL, e.imageCount(dataURLPayload(c.ImageURL.URL)))
+			}
+		case "video_url":
+			if c.VideoURL != nil {
+				p.asset(c.VideoURL.URL, e.videoCount(v))
+			}
+		case "input_audio":
+			if c.InputAudio != nil {
+				data := c.InputAudio.Data + c.InputAudio.Format
+				p.asset(data, assetCount(len(data)))
+			}
+		case "audio_url":
+			if c.AudioURL != nil {
+				p.asset(c.AudioURL.URL, assetCount(len(c.AudioURL.URL)))
+			}
+		}
+		return nil
+	})
+}
+
 // assetCount is the placeholder count of an asset no estimator sizes (audio):
 // its bytes at four a token, at least 1.
 func assetCount(n int) int { return max((n+bytesPerToken-1)/bytesPerToken, 1) }
 
-// anthropic is an Anthropic Messages request's stream: the tools' JSON,
-// the system text, then each message's role and blocks.
+// anthropic is an Anthropic Messages request's stream: the system text
+// (without the billing header) comes after the tools.
 func (e *estimator) anthropic(p *pseudo, body *openai.Request) error {
-	if tools := body.RawField("tools"); len(tools) > 0 && string(tools) != "null" && string(tools) != "[]" {
-		p.b = append(p.b, compact(tools)...)
-	}
-	s, parts, err := content(body.RawField("system"))
-	if err != nil {
-		return fmt.Errorf("system: %w", err)
-	}
-	p.text(s)
-	for _, c := range parts {
-		if c.Type == "text" && !strings.HasPrefix(c.Text, anthropicBillingPrefix) {
-			p.text(c.Text)
-		}
-	}
-	var msgs []message
-	if err := json.Unmarshal(body.RawField("messages"), &msgs); err != nil {
-		return fmt.Errorf("messages: %w", err)
-	}
-	for _, m := range msgs {
-		p.text(m.Role)
-		s, parts, err := content(m.Content)
+	system := func() error {
+		s, parts, err := content(body.RawField("system"))
 		if err != nil {
-			return err
+			return fmt.Errorf("system: %w", err)
 		}
 		p.text(s)
 		for _, c := range parts {
-			switch c.Type {
-			case "text":
+			if c.Type == "text" && !strings.HasPrefix(c.Text, anthropicBillingPrefix) {
 				p.text(c.Text)
-			case "image":
-				e.anthropicImage(p, c)
-			case "thinking":
-				p.text(c.Thinking)
-			case "tool_use":
-				p.text(c.ID)
-				p.text(c.Name)
-				p.b = append(p.b, c.Input...)
-			case "tool_result":
-				s, inner, err := content(c.Content)
-				if err != nil {
-					return err
+			}
+		}
+		return nil
+	}
+	return e.messages(p, body, system, func(c part) error {
+		switch c.Type {
+		case "image":
+			e.anthropicImage(p, c)
+		case "thinking":
+			p.text(c.Thinking)
+		case "tool_use":
+			p.text(c.ID)
+			p.text(c.Name)
+			p.b = append(p.b, c.Input...)
+		case "tool_result":
+			s, inner, err := content(c.Content)
+			if err != nil {
+				return err
+			}
+			p.text(s)
+			var texts []string
+			for _, in := range inner {
+				if in.Type == "text" {
+					texts = append(texts, in.Text)
 				}
-				p.text(s)
-				var texts []string
-				for _, in := range inner {
-					if in.Type == "text" {
-						texts = append(texts, in.Text)
-					}
-				}
-				p.text(strings.Join(texts, "\n"))
-				for _, in := range inner {
-					if in.Type == "image" {
-						e.anthropicImage(p, in)
-					}
+			}
+			p.text(strings.Join(texts, "\n"))
+			for _, in := range inner {
+				if in.Type == "image" {
+					e.anthropicImage(p, in)
 				}
 			}
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // anthropicImage adds an Anthropic image block: a URL source, or base64
