@@ -43,6 +43,32 @@ var invalidUpstream = map[string]string{
 	// The tuning guide's template: maxConcurrency is "<N_active + B>", for the
 	// reader to fill in.
 	"llm-d-guides-flow-control-tuning-1.yaml": "cannot unmarshal string",
+	// mm-embeddings-cache-producer has no cacheSizeInMB (its parameter is
+	// cacheSizeInMBPerServer): llm-d ignores the field, kvgate names it.
+	"llm-d-router-deploy-config-epp-mm-embeddings-cache-config-1.yaml": `unknown field "cacheSizeInMB"`,
+}
+
+// upstreamFixes correct the invalid upstream documents whose intent is
+// plain; corrected, they must load and run.
+var upstreamFixes = map[string][2]string{
+	"gateway-api-inference-extension-v1-0-0-site-src-guides-epp-configuration-config-text-3.yaml": {"  -pluginRef:", "  - pluginRef:"},
+	"llm-d-router-deploy-config-epp-mm-embeddings-cache-config-1.yaml":                            {"cacheSizeInMB:", "cacheSizeInMBPerServer:"},
+}
+
+func TestUpstreamFixed(t *testing.T) {
+	for file, fix := range upstreamFixes {
+		data, err := os.ReadFile(filepath.Join("testdata", "upstream", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fixed := strings.ReplaceAll(string(data), fix[0], fix[1])
+		if fixed == string(data) {
+			t.Fatalf("%s: %q not found", file, fix[0])
+		}
+		if _, err := loadAndRun([]byte(fixed), all.Registry()); err != nil {
+			t.Errorf("%s, corrected: %v", file, err)
+		}
+	}
 }
 
 // minUpstreamLoaded is how many of the upstream documents load: fewer is a

@@ -26,6 +26,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/loadaware"
 	"github.com/kvgate/kvgate/extproc/plugins/loraaffinity"
 	"github.com/kvgate/kvgate/extproc/plugins/metricsdatasource"
+	"github.com/kvgate/kvgate/extproc/plugins/mmcache"
 	"github.com/kvgate/kvgate/extproc/plugins/models"
 	"github.com/kvgate/kvgate/extproc/plugins/nohitlru"
 	"github.com/kvgate/kvgate/extproc/plugins/openaiparser"
@@ -141,6 +142,8 @@ func Registry() *scheduling.Registry {
 		{endpointattribute.FilterType, endpointattribute.NewFilter},
 		{endpointattribute.ScorerType, endpointattribute.NewScorer},
 		{burstprefix.Type, burstprefix.New},
+		{mmcache.ProducerType, mmcache.NewProducer},
+		{mmcache.ScorerType, mmcache.NewScorer},
 	} {
 		mustNot(r.Register(p.typ, p.f))
 	}

@@ -39,6 +39,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/latencyslo"
 	"github.com/kvgate/kvgate/extproc/plugins/loadaware"
 	"github.com/kvgate/kvgate/extproc/plugins/metricsdatasource"
+	"github.com/kvgate/kvgate/extproc/plugins/mmcache"
 	"github.com/kvgate/kvgate/extproc/plugins/models"
 	"github.com/kvgate/kvgate/extproc/plugins/nohitlru"
 	"github.com/kvgate/kvgate/extproc/plugins/openaiparser"
@@ -143,6 +144,8 @@ var paramsOf = map[string]any{
 	endpointattribute.FilterType:  endpointattribute.FilterParams{},
 	endpointattribute.ScorerType:  endpointattribute.ScorerParams{},
 	burstprefix.Type:              burstprefix.Params{},
+	mmcache.ProducerType:          mmcache.ProducerParams{},
+	mmcache.ScorerType:            mmcache.ScorerParams{},
 }
 
 // The README's plugin table, each plugin package's documented parameters,
