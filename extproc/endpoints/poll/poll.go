@@ -35,7 +35,7 @@ type Reader interface {
 type Poller struct {
 	// Name says whose fetches the log lines are.
 	Name string
-	// URL is where e's document is.
+	// URL is where e's document is; "" when e has none (it is skipped).
 	URL    func(e *endpoints.Endpoint) string
 	client *http.Client
 	log    *slog.Logger
@@ -80,10 +80,14 @@ func (p *Poller) Round(ctx context.Context, eps []*endpoints.Endpoint, timeout t
 	present := make(map[string]bool, len(eps))
 	for _, e := range eps {
 		present[e.Address()] = true
+		url := p.URL(e)
+		if url == "" {
+			continue
+		}
 		wg.Go(func() {
 			fctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			doc, err := p.Fetch(fctx, p.URL(e))
+			doc, err := p.Fetch(fctx, url)
 			if err != nil {
 				if ctx.Err() == nil { // not shutting down
 					p.log.Debug(p.Name+": fetch failed; the previous data is kept", "endpoint", e.Name(), "err", err)

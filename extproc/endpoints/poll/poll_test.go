@@ -49,8 +49,13 @@ func TestRound(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	paths := map[string]string{"ok": "/ok", "big": "/big", "missing": "/missing", "slow": "/slow"}
-	p := New("test", func(e *endpoints.Endpoint) string { return srv.URL + paths[e.Name()] }, nil, nil)
+	paths := map[string]string{"ok": "/ok", "big": "/big", "missing": "/missing", "slow": "/slow", "none": ""}
+	p := New("test", func(e *endpoints.Endpoint) string {
+		if paths[e.Name()] == "" {
+			return "" // nothing to fetch for this endpoint
+		}
+		return srv.URL + paths[e.Name()]
+	}, nil, nil)
 	var eps []*endpoints.Endpoint
 	for name := range paths {
 		eps = append(eps, endpoints.NewEndpoint(endpoints.Spec{Name: name, Address: "addr-" + name}))
@@ -60,7 +65,7 @@ func TestRound(t *testing.T) {
 	if len(r.docs) != 1 || r.docs["ok"] != "doc" {
 		t.Fatalf("documents %v: only the 200 within MaxBytes must be read", r.docs)
 	}
-	if len(r.kept) != 1 || len(r.kept[0]) != 4 || !r.kept[0]["addr-slow"] {
+	if len(r.kept) != 1 || len(r.kept[0]) != 5 || !r.kept[0]["addr-slow"] || !r.kept[0]["addr-none"] {
 		t.Fatalf("Keep got %v", r.kept)
 	}
 	for path, want := range map[string]string{"/big": "larger than", "/missing": "404"} {

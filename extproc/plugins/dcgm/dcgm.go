@@ -53,7 +53,9 @@ type Params struct {
 //	path: string              default "/metrics"
 //	port: int                 the exporter's port (default 9400)
 //	insecureSkipVerify: bool  default true
-//	useNodeAddress: bool      refused when true (see the package doc)
+//	useNodeAddress: bool      fetch from the endpoint's node address
+//	                          (an exporter DaemonSet) rather than its own
+//	                          host (a sidecar; default false)
 //	interval: duration        poll period, rounded to a multiple of
 //	                          --refresh-metrics-interval (default: that
 //	                          interval)
@@ -71,9 +73,6 @@ func NewSource(name string, raw json.RawMessage, h *scheduling.Handle) (scheduli
 	var p Params
 	if err := scheduling.DecodeParams(raw, &p); err != nil {
 		return nil, err
-	}
-	if p.UseNodeAddress {
-		return nil, &scheduling.UnsupportedParameterError{Param: "useNodeAddress", Reason: "kvgate's endpoints carry no node address; run the DCGM exporter as a sidecar of the model server (useNodeAddress: false)"}
 	}
 	port := DefaultPort
 	if p.Port != nil {
@@ -96,7 +95,16 @@ func NewSource(name string, raw json.RawMessage, h *scheduling.Handle) (scheduli
 	if h != nil {
 		log = h.Log
 	}
-	s.poller = poll.New(SourceType, func(e *endpoints.Endpoint) string { return s.URL(e.Address()) }, target.TLS, log)
+	url := func(e *endpoints.Endpoint) string { return s.URL(e.Address()) }
+	if p.UseNodeAddress {
+		url = func(e *endpoints.Endpoint) string {
+			if e.Spec().NodeAddress == "" {
+				return "" // no node known: no data
+			}
+			return s.URL(e.Spec().NodeAddress)
+		}
+	}
+	s.poller = poll.New(SourceType, url, target.TLS, log)
 	return s, nil
 }
 

@@ -77,13 +77,25 @@ func TestParams(t *testing.T) {
 	if got := p.(*Source).URL("10.0.0.1:8000"); got != "https://10.0.0.1:9500/dcgm" {
 		t.Errorf("URL = %s", got)
 	}
+	p, _ = NewSource("", []byte(`{"useNodeAddress":true}`), nil)
+	ns := p.(*Source)
+	for _, tc := range []struct {
+		spec endpoints.Spec
+		want string
+	}{
+		{endpoints.Spec{Name: "a", Address: "10.0.0.1:8000", NodeAddress: "192.168.0.7"}, "http://192.168.0.7:9400/metrics"},
+		{endpoints.Spec{Name: "b", Address: "10.0.0.2:8000"}, ""}, // no node known: not fetched
+	} {
+		if got := ns.poller.URL(endpoints.NewEndpoint(tc.spec)); got != tc.want {
+			t.Errorf("node URL of %+v = %q, want %q", tc.spec, got, tc.want)
+		}
+	}
 	for params, want := range map[string]string{
-		`{"useNodeAddress":true}`: "useNodeAddress",
-		`{"port":0}`:              "1-65535",
-		`{"port":70000}`:          "1-65535",
-		`{"scheme":"tcp"}`:        "want http or https",
-		`{"interval":"-2s"}`:      "must not be negative",
-		`{"caCertPath":"/x"}`:     "unknown field",
+		`{"port":0}`:          "1-65535",
+		`{"port":70000}`:      "1-65535",
+		`{"scheme":"tcp"}`:    "want http or https",
+		`{"interval":"-2s"}`:  "must not be negative",
+		`{"caCertPath":"/x"}`: "unknown field",
 	} {
 		if _, err := NewSource("", []byte(params), nil); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: err = %v, want %q", params, err, want)

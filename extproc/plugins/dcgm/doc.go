@@ -11,8 +11,11 @@
 // without a matching sample removes the attribute (the endpoint counts
 // as missing it); a failed poll keeps the previous value.
 //
-// useNodeAddress (an exporter DaemonSet on the node address) is refused:
-// kvgate's endpoints carry no node address; run the exporter as a sidecar.
+// With useNodeAddress the exporter is the node's (a DaemonSet): the page
+// is fetched from the endpoint's node address (its pod's status.hostIP in
+// Kubernetes, nodeAddress in an endpoints file; an endpoint without one
+// has no value), and the pod labels pick the endpoint's GPUs among the
+// node's.
 //
 // The parameters are documented on Source and Extractor.
 package dcgm
