@@ -73,7 +73,7 @@ func TestUpstreamFixed(t *testing.T) {
 
 // minUpstreamLoaded is how many of the upstream documents load: fewer is a
 // regression. (More: raise it.)
-const minUpstreamLoaded = 91
+const minUpstreamLoaded = 92
 
 // outcome of loading one upstream file.
 type outcome struct {
@@ -225,6 +225,7 @@ var disaggregated = map[string]map[string]string{
 	"llm-d-guides-agentic-serving-router-agentic-serving-gpu-values-1.yaml":                      {"P": prefiller},
 	"llm-d-guides-multimodal-serving-e-disaggregation-router-e-pd-disaggregation-values-1.yaml":  {"E": encoder},
 	"llm-d-guides-multimodal-serving-e-disaggregation-router-e-p-d-disaggregation-values-1.yaml": {"P": prefiller, "E": encoder},
+	"llm-d-router-deploy-config-pd-topology-epp-config-1.yaml":                                   {"P": prefiller},
 	"llm-d-router-pkg-epp-framework-plugins-requestcontrol-dataproducer-p2psource-readme-1.yaml": {},
 }
 
@@ -331,4 +332,52 @@ func reason(err error) string {
 func firstWord(s string) string {
 	w, _, _ := strings.Cut(s, ":")
 	return w
+}
+
+// TestTopologyNearDecode: llm-d's P/D topology config places the prefill
+// on the decode pick's host, though another prefill server is idler.
+func TestTopologyNearDecode(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "upstream", "llm-d-router-deploy-config-pd-topology-epp-config-1.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Build(c, all.Registry(), &scheduling.Handle{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := func(name, role, host string, waiting int) *endpoints.Endpoint {
+		e := endpoints.NewEndpoint(endpoints.Spec{Name: name, Address: name + ":8000",
+			Labels: map[string]string{"llm-d.ai/role": role, "kubernetes.io/hostname": host}})
+		e.SetMetrics(&endpoints.Metrics{WaitingQueueSize: waiting})
+		return e
+	}
+	eps := []*endpoints.Endpoint{
+		server("decode-busy", "decode", "node-1", 5),
+		server("decode", "decode", "node-2", 0),
+		server("prefill-near", "prefill", "node-2", 3),
+		server("prefill-idle", "prefill", "node-3", 0),
+	}
+	body, err := openai.Parse(openai.Completions, []byte(`{"model":"m","prompt":"`+strings.Repeat("a long prompt nothing caches ", 100)+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &scheduling.Request{ID: "r", TargetModel: "m", Body: body, PromptTokens: 700}
+	cs := scheduling.NewCycleState()
+	res, err := b.Scheduler.Schedule(context.Background(), cs, req, eps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, hook := range b.PreRequest {
+		hook.PreRequest(context.Background(), cs, req, res)
+	}
+	if got := res.Primary().Targets[0].Name(); got != "decode" {
+		t.Fatalf("decode pick %s", got)
+	}
+	if got := res.Headers[eppwire.HeaderPrefiller]; got != "prefill-near:8000" {
+		t.Fatalf("prefiller %q, want the decode host's prefill-near:8000", got)
+	}
 }

@@ -49,6 +49,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/sloheadroom"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenload"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenproducer"
+	"github.com/kvgate/kvgate/extproc/plugins/topology"
 	"github.com/kvgate/kvgate/extproc/plugins/transfercost"
 	"github.com/kvgate/kvgate/extproc/plugins/vertexaiparser"
 	"github.com/kvgate/kvgate/extproc/plugins/vllmgrpcparser"
@@ -144,6 +145,9 @@ func Registry() *scheduling.Registry {
 		{burstprefix.Type, burstprefix.New},
 		{mmcache.ProducerType, mmcache.NewProducer},
 		{mmcache.ScorerType, mmcache.NewScorer},
+		{topology.ExtractorType, topology.NewExtractor},
+		{topology.FilterType, topology.NewFilter},
+		{topology.ScorerType, topology.NewScorer},
 	} {
 		mustNot(r.Register(p.typ, p.f))
 	}

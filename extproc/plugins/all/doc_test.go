@@ -58,6 +58,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/sloheadroom"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenload"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenproducer"
+	"github.com/kvgate/kvgate/extproc/plugins/topology"
 	"github.com/kvgate/kvgate/extproc/plugins/transfercost"
 	"github.com/kvgate/kvgate/extproc/plugins/vertexaiparser"
 	"github.com/kvgate/kvgate/extproc/plugins/vllmgrpcparser"
@@ -146,6 +147,9 @@ var paramsOf = map[string]any{
 	burstprefix.Type:              burstprefix.Params{},
 	mmcache.ProducerType:          mmcache.ProducerParams{},
 	mmcache.ScorerType:            mmcache.ScorerParams{},
+	topology.ExtractorType:        topology.ExtractorParams{},
+	topology.FilterType:           topology.FilterParams{},
+	topology.ScorerType:           topology.ScorerParams{},
 }
 
 // The README's plugin table, each plugin package's documented parameters,
