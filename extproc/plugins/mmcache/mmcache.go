@@ -104,24 +104,8 @@ func Items(body *openai.Request) []uint64 {
 			items = append(items, h)
 		}
 	}
-	type url struct {
-		URL string `json:"url"`
-	}
 	for _, m := range msgs {
-		var parts []struct {
-			Type       string `json:"type"`
-			ImageURL   *url   `json:"image_url"`
-			VideoURL   *url   `json:"video_url"`
-			AudioURL   *url   `json:"audio_url"`
-			InputAudio *struct {
-				Data   string `json:"data"`
-				Format string `json:"format"`
-			} `json:"input_audio"`
-			Source *struct {
-				Data string `json:"data"`
-				URL  string `json:"url"`
-			} `json:"source"`
-		}
+		var parts []openai.ContentPart
 		if json.Unmarshal(m.Content, &parts) != nil {
 			continue // string content: no media
 		}

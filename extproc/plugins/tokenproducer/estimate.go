@@ -342,34 +342,8 @@ func compact(raw json.RawMessage) []byte {
 	return buf.Bytes()
 }
 
-// part is one content part of an OpenAI chat message or an Anthropic
-// message (the fields of both).
-type part struct {
-	Type     string `json:"type"`
-	Text     string `json:"text"`
-	Thinking string `json:"thinking"`
-	ImageURL *struct {
-		URL string `json:"url"`
-	} `json:"image_url"`
-	VideoURL *struct {
-		URL string `json:"url"`
-	} `json:"video_url"`
-	AudioURL *struct {
-		URL string `json:"url"`
-	} `json:"audio_url"`
-	InputAudio *struct {
-		Data   string `json:"data"`
-		Format string `json:"format"`
-	} `json:"input_audio"`
-	Source *struct {
-		Data string `json:"data"`
-		URL  string `json:"url"`
-	} `json:"source"`
-	ID      string          `json:"id"`
-	Name    string          `json:"name"`
-	Input   json.RawMessage `json:"input"`
-	Content json.RawMessage `json:"content"`
-}
+// part is one content part of a message.
+type part = openai.ContentPart
 
 type message struct {
 	Role    string          `json:"role"`
