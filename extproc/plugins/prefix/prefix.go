@@ -144,6 +144,9 @@ type Scorer struct {
 	recorder                  prefixmatch.Recorder
 	key                       scheduling.Key[*hashed]
 	scratch                   sync.Pool
+	// states recycles the per-request *hashed with their buffers (see
+	// hashed.Recycle).
+	states sync.Pool
 }
 
 type scratch struct {
@@ -195,6 +198,7 @@ func NewMatcher(typ, name string, p Params, h *scheduling.Handle) (*Scorer, erro
 	// hash differently and must not read each other's state.
 	s.key = scheduling.NewKey[*hashed](s.TypedName().String())
 	s.scratch.New = func() any { return new(scratch) }
+	s.states.New = func() any { return &hashed{pool: &s.states} }
 	return s, nil
 }
 
@@ -205,6 +209,19 @@ type hashed struct {
 	prefix     *hints.Prefix
 	hashes     []uint64
 	prediction prefixmatch.Prediction
+	// pool is the scorer's; own and blocks are the buffers of a prefix
+	// hashed from the body, reused by the next request.
+	pool   *sync.Pool
+	own    hints.Prefix
+	blocks []uint64
+}
+
+// Recycle implements scheduling.Recycler: the request has ended.
+func (st *hashed) Recycle() {
+	st.prediction.Done()
+	st.prediction = prefixmatch.Prediction{}
+	st.prefix, st.hashes, st.blocks = nil, st.hashes[:0], st.blocks[:0]
+	st.pool.Put(st)
 }
 
 // SetTokenBounds makes the matcher hash at most maxTokens tokens (0: the
@@ -282,27 +299,33 @@ func (s *Scorer) capacity(e *endpoints.Endpoint) int {
 	return s.params.LRUCapacityPerServer
 }
 
-// Prefix returns the request's prefix as a block sample: hashed here from
-// the body (from tokens when a token producer left them), or as the wasm filter sent it on the headers-only path (used
-// only when it was hashed with this scorer's block size). Both paths go
-// through the same sampling, so they score alike. nil when there is
-// nothing to match.
-func (s *Scorer) Prefix(req *scheduling.Request, tokens *[]int, blockChars int) *hints.Prefix {
+// prefix returns the request's prefix as a block sample: hashed here from
+// the body (into st's buffers; from tokens when a token producer left
+// them), or as the wasm filter sent it on the headers-only path (used only
+// when it was hashed with this scorer's block size). Both paths go through
+// the same sampling, so they score alike. nil when there is nothing to
+// match.
+func (s *Scorer) prefix(st *hashed, req *scheduling.Request, tokens *[]int, blockChars int) *hints.Prefix {
 	blockTokens := max(1, blockChars/prefixhash.CharsPerToken)
 	switch {
 	case req.Body != nil:
-		seed, hashes := prefixhash.Request(prefixhash.Params{BlockChars: blockChars, MaxBlocks: s.maxBlocks(blockChars)}, req.Body)
+		var seed uint64
+		hp := prefixhash.Params{BlockChars: blockChars, MaxBlocks: s.maxBlocks(blockChars)}
 		if tokens != nil {
 			// The token producer's tokens (real or estimated), 4 bytes
 			// each as for token-id prompts, as llm-d's approximate
 			// producer hashes token-producer's output.
-			hashes = prefixhash.Blocks(prefixhash.Params{BlockChars: blockChars, MaxBlocks: s.maxBlocks(blockChars)}, seed, prefixhash.TokenText(*tokens))
+			seed = prefixhash.Seed(req.Body.Model, req.Body.CacheSalt)
+			st.blocks = prefixhash.AppendBlocks(st.blocks[:0], hp, seed, prefixhash.TokenText(*tokens))
+		} else {
+			seed, st.blocks = prefixhash.AppendRequest(st.blocks[:0], hp, req.Body)
 		}
-		p, err := hints.NewPrefix(hints.Approximate, blockTokens, seed, hashes, s.params.DenseBlocks)
+		p, err := hints.NewPrefixInto(st.own.Samples, hints.Approximate, blockTokens, seed, st.blocks, s.params.DenseBlocks)
 		if err != nil || p.Blocks == 0 {
 			return nil
 		}
-		return &p
+		st.own = p
+		return &st.own
 	case req.Prefix != nil && req.Prefix.Mode == hints.Approximate && req.Prefix.BlockSize*prefixhash.CharsPerToken == blockChars && req.Prefix.Blocks > 0:
 		return req.Prefix
 	}
@@ -349,8 +372,9 @@ func (s *Scorer) MatchOf(cs *scheduling.CycleState) (prefixmatch.Match, bool) {
 func (s *Scorer) produce(cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) *hashed {
 	chars := s.blockChars(eps)
 	tokens, _ := scheduling.Read(cs, prefixmatch.TokensKey)
-	p := s.Prefix(req, tokens, chars)
-	st := &hashed{prefix: p, prediction: prefixmatch.Prediction{BlockTokens: max(1, chars/prefixhash.CharsPerToken)}}
+	st := s.states.Get().(*hashed)
+	p := s.prefix(st, req, tokens, chars)
+	st.prefix, st.prediction = p, prefixmatch.Prediction{BlockTokens: max(1, chars/prefixhash.CharsPerToken)}
 	st.prediction.Reset(eps)
 	if p != nil {
 		st.prediction.PromptTokens = p.Blocks * st.prediction.BlockTokens
@@ -362,7 +386,7 @@ func (s *Scorer) produce(cs *scheduling.CycleState, req *scheduling.Request, eps
 	}
 	sc := s.scratch.Get().(*scratch)
 	defer s.scratch.Put(sc)
-	st.hashes = prefixmatch.SampleHashes(make([]uint64, 0, len(p.Samples)), p)
+	st.hashes = prefixmatch.SampleHashes(st.hashes[:0], p)
 	sc.names = sc.names[:0]
 	for _, e := range eps {
 		sc.names = append(sc.names, e.Address())
