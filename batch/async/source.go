@@ -16,8 +16,8 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+
+	"github.com/kvgate/kvgate/internal/promtext"
 )
 
 // Source is one reading a MetricGate turns into a budget.
@@ -205,36 +205,11 @@ func (s *Scrape) Read(ctx context.Context) (float64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("scrape %s: %w", s.URL, err)
 	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(strings.NewReader(string(body)))
+	best, ok, err := promtext.Max(body, s.Metric, func(m *dto.Metric) bool { return hasLabels(m, s.Labels) })
 	if err != nil {
 		return 0, fmt.Errorf("scrape %s: %w", s.URL, err)
 	}
-	fam, ok := fams[s.Metric]
 	if !ok {
-		return 0, fmt.Errorf("scrape %s: %s: %w", s.URL, s.Metric, ErrNoSample)
-	}
-	best, n := math.Inf(-1), 0
-	for _, m := range fam.GetMetric() {
-		if !hasLabels(m, s.Labels) {
-			continue
-		}
-		var v float64
-		switch {
-		case m.GetGauge() != nil:
-			v = m.GetGauge().GetValue()
-		case m.GetCounter() != nil:
-			v = m.GetCounter().GetValue()
-		case m.GetUntyped() != nil:
-			v = m.GetUntyped().GetValue()
-		default:
-			continue
-		}
-		if !math.IsNaN(v) {
-			best, n = max(best, v), n+1
-		}
-	}
-	if n == 0 {
 		return 0, fmt.Errorf("scrape %s: %s%v: %w", s.URL, s.Metric, s.Labels, ErrNoSample)
 	}
 	return best, nil

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -14,6 +15,12 @@ import (
 	"github.com/kvgate/kvgate/extproc/saturation"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 )
+
+// Poller is a data source that fetches from the endpoints itself: Poll
+// runs until ctx ends, every interval (rounded to a multiple of base).
+type Poller interface {
+	Poll(ctx context.Context, ds *endpoints.Datastore, base time.Duration) error
+}
 
 // Built is a configuration turned into running parts.
 type Built struct {
@@ -37,6 +44,9 @@ type Built struct {
 	// Parsers is the request handler: the configured request parsers, or
 	// llm-d's defaults.
 	Parsers *parsers.Set
+	// Pollers are the data sources that fetch from the endpoints
+	// themselves (models-data-source): the picker runs Poll on each.
+	Pollers []Poller
 	// Metrics is the data layer's metrics source and extractor, applied
 	// to the scraper with Metrics.Scrape.
 	Metrics Metrics

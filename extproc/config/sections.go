@@ -9,6 +9,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/endpoints/scrape"
 	"github.com/kvgate/kvgate/extproc/parsers"
 	"github.com/kvgate/kvgate/extproc/plugins/anthropicparser"
+	"github.com/kvgate/kvgate/extproc/plugins/models"
 	"github.com/kvgate/kvgate/extproc/plugins/openaiparser"
 	"github.com/kvgate/kvgate/extproc/plugins/passthroughparser"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
@@ -20,7 +21,6 @@ import (
 const (
 	FeaturePD      = "P/D disaggregation"
 	FeatureLatency = "latency prediction"
-	FeatureGRPC    = "gRPC model servers"
 	FeatureOther   = "not implemented"
 )
 
@@ -55,8 +55,6 @@ var knownPluginTypes = map[string]UnsupportedError{
 	"header-profile-handler":        {Feature: FeaturePD},
 	"predicted-latency-scorer": {Feature: FeatureLatency, Hint: "GIE's monolithic SLO scorer is not built; kvgate's predicted-latency-producer with latency-scorer " +
 		"(and prefix-cache-affinity-filter, slo-headroom-tier-filter) score its predictions"},
-	"vllmgrpc-parser": {Feature: FeatureGRPC, Hint: "kvgate's picker parses HTTP bodies (openai-parser, anthropic-parser, vllmhttp-parser, " +
-		"passthrough-parser) and Vertex AI's gRPC envelope (vertexai-parser); it cannot route vLLM's gRPC API"},
 }
 
 // unknownType turns the registry's unknown-type error for typ into an
@@ -133,6 +131,13 @@ type (
 	metricsExtractor interface {
 		ScrapeEngines() *scrape.Engines
 	}
+	// poller is a data source that fetches from the endpoints itself
+	// (models-data-source), into the extractors wired under it.
+	poller interface {
+		Poller
+		scheduling.DataSource
+		Connect(scheduling.DataExtractor)
+	}
 	// endpointDiscovery is a dataLayer.discovery plugin (file-discovery).
 	endpointDiscovery interface {
 		EndpointSource() endpoints.Source
@@ -203,6 +208,12 @@ func (b *builder) dataLayer(c *Config) error {
 			return fmt.Errorf("%s.pluginRef: source %q is listed twice", at, src.PluginRef)
 		}
 		wired[src.PluginRef] = true
+		if pl, ok := p.(poller); ok {
+			if len(src.Extractors) == 0 {
+				return fmt.Errorf("%s: %q (type %s) has no extractors to fetch for", at, src.PluginRef, p.TypedName().Type)
+			}
+			b.out.Pollers = append(b.out.Pollers, pl)
+		}
 		ms, isMetrics := p.(metricsSource)
 		if isMetrics {
 			if b.out.Metrics.source != nil {
@@ -222,6 +233,9 @@ func (b *builder) dataLayer(c *Config) error {
 			}
 			if err := ext.AcceptsSource(ds); err != nil {
 				return fmt.Errorf("%s: %w", xat, err)
+			}
+			if pl, ok := p.(poller); ok {
+				pl.Connect(ext)
 			}
 			wired[x.PluginRef] = true
 			if me, ok := xp.(metricsExtractor); ok && isMetrics {
@@ -247,6 +261,8 @@ func (b *builder) dataLayer(c *Config) error {
 			looseExtractors = append(looseExtractors, p)
 		case endpointDiscovery:
 			return fmt.Errorf("plugins: %q (type %s) discovers endpoints but %s.discovery does not name it", p.TypedName().Name, p.TypedName().Type, where)
+		case poller, *models.Extractor:
+			return fmt.Errorf("plugins: %q (type %s) is a data-layer plugin not wired under %s.sources", p.TypedName().Name, p.TypedName().Type, where)
 		}
 	}
 	if len(spec.Sources) == 0 && len(looseSources) <= 1 && len(looseExtractors) <= 1 {

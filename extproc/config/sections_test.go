@@ -71,7 +71,6 @@ func TestSectionErrors(t *testing.T) {
 		{"cross replica", llmdHead + "dataLayer:\n  crossReplicaSyncerPluginRef: redis\n", `crossReplicaSyncerPluginRef`, FeatureOther},
 		{"data-parallel handler", llmdHead + "plugins:\n- type: data-parallel-profile-handler\n", `"data-parallel-profile-handler"`, FeaturePD},
 		{"header profile handler", llmdHead + "plugins:\n- type: header-profile-handler\n", `"header-profile-handler"`, FeaturePD},
-		{"gRPC parser", llmdHead + "plugins:\n- type: vllmgrpc-parser\n", "cannot route vLLM's gRPC API", FeatureGRPC},
 		{"unknown type", llmdHead + "plugins:\n- type: sglanghttp-parser\n", `unknown plugin type "sglanghttp-parser"`, ""},
 		{"parser not configured", llmdHead + ms + "requestHandler:\n  parsers:\n  - pluginRef: my-parser\n", `requestHandler.parsers[0].pluginRef: "my-parser" is not a configured plugin nor a parser type`, ""},
 		{"parser after fallback", llmdHead + ms + "requestHandler:\n  parsers:\n  - pluginRef: passthrough-parser\n  - pluginRef: openai-parser\n", "must be last", ""},
@@ -86,6 +85,10 @@ func TestSectionErrors(t *testing.T) {
 		{"loose second source", llmdHead + "plugins:\n- {name: a, type: metrics-data-source}\n- {name: b, type: metrics-data-source}\n", "not wired", ""},
 		{"no metrics without defaults", llmdHead + "dataLayer:\n  injectDefaults: false\n", "injectDefaults", ""},
 		{"unknown dataLayer field", llmdHead + "dataLayer:\n  source: []\n", `unknown field "source"`, ""},
+		{"models source without extractors", llmdHead + ms + "- type: models-data-source\ndataLayer:\n  sources: [{pluginRef: models-data-source}]\n", "has no extractors", ""},
+		{"loose models source", llmdHead + ms + "- type: models-data-source\n", "not wired", ""},
+		{"loose models extractor", llmdHead + ms + "- type: models-data-extractor\n", "not wired", ""},
+		{"models extractor under the metrics source", llmdHead + ms + "- type: models-data-extractor\ndataLayer:\n  sources: [{pluginRef: metrics-data-source, extractors: [{pluginRef: models-data-extractor}]}]\n", "reads a models-data-source", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -101,6 +104,18 @@ func TestSectionErrors(t *testing.T) {
 				t.Fatalf("error %v: want an UnsupportedError for %s", err, tc.feature)
 			}
 		})
+	}
+}
+
+// A models source wired with its extractor is a poller the picker runs.
+func TestDataLayerPollers(t *testing.T) {
+	b, err := build(t, llmdHead+"plugins:\n- {type: models-data-source, name: src, parameters: {interval: 5s}}\n- {type: models-data-extractor, name: x}\n"+
+		"dataLayer:\n  sources: [{pluginRef: src, extractors: [{pluginRef: x}]}]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Pollers) != 1 || b.Metrics.Scrape(scrape.Config{}).Target != (scrape.Target{}) {
+		t.Fatalf("pollers %v; the metrics target must stay the flags' (%+v)", b.Pollers, b.Metrics)
 	}
 }
 

@@ -43,11 +43,37 @@ var invalidUpstream = map[string]string{
 	// The tuning guide's template: maxConcurrency is "<N_active + B>", for the
 	// reader to fill in.
 	"llm-d-guides-flow-control-tuning-1.yaml": "cannot unmarshal string",
+	// mm-embeddings-cache-producer has no cacheSizeInMB (its parameter is
+	// cacheSizeInMBPerServer): llm-d ignores the field, kvgate names it.
+	"llm-d-router-deploy-config-epp-mm-embeddings-cache-config-1.yaml": `unknown field "cacheSizeInMB"`,
+}
+
+// upstreamFixes correct the invalid upstream documents whose intent is
+// plain; corrected, they must load and run.
+var upstreamFixes = map[string][2]string{
+	"gateway-api-inference-extension-v1-0-0-site-src-guides-epp-configuration-config-text-3.yaml": {"  -pluginRef:", "  - pluginRef:"},
+	"llm-d-router-deploy-config-epp-mm-embeddings-cache-config-1.yaml":                            {"cacheSizeInMB:", "cacheSizeInMBPerServer:"},
+}
+
+func TestUpstreamFixed(t *testing.T) {
+	for file, fix := range upstreamFixes {
+		data, err := os.ReadFile(filepath.Join("testdata", "upstream", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fixed := strings.ReplaceAll(string(data), fix[0], fix[1])
+		if fixed == string(data) {
+			t.Fatalf("%s: %q not found", file, fix[0])
+		}
+		if _, err := loadAndRun([]byte(fixed), all.Registry()); err != nil {
+			t.Errorf("%s, corrected: %v", file, err)
+		}
+	}
 }
 
 // minUpstreamLoaded is how many of the upstream documents load: fewer is a
 // regression. (More: raise it.)
-const minUpstreamLoaded = 77
+const minUpstreamLoaded = 92
 
 // outcome of loading one upstream file.
 type outcome struct {
@@ -181,9 +207,7 @@ const (
 // request (a long multimodal chat prompt nothing caches) on its fleet (two
 // decode servers, a prefill and an encode server): "P" the prefill
 // server's address in x-prefiller-host-port, "E" the encode server's in
-// x-encoder-hosts-ports. Every listed document must load. (The E/P/D guide,
-// llm-d-guides-multimodal-serving-e-disaggregation-router-e-p-d-...,
-// needs token-producer's estimate backend, which kvgate refuses.)
+// x-encoder-hosts-ports. Every listed document must load.
 var disaggregated = map[string]map[string]string{
 	"llm-d-router-deploy-config-pd-epp-config-1.yaml":                                            {"P": prefiller},
 	"llm-d-router-deploy-config-sim-pd-epp-config-1.yaml":                                        {"P": prefiller},
@@ -200,6 +224,8 @@ var disaggregated = map[string]map[string]string{
 	"llm-d-guides-wide-ep-lws-router-wide-ep-lws-values-1.yaml":                                  {"P": prefiller},
 	"llm-d-guides-agentic-serving-router-agentic-serving-gpu-values-1.yaml":                      {"P": prefiller},
 	"llm-d-guides-multimodal-serving-e-disaggregation-router-e-pd-disaggregation-values-1.yaml":  {"E": encoder},
+	"llm-d-guides-multimodal-serving-e-disaggregation-router-e-p-d-disaggregation-values-1.yaml": {"P": prefiller, "E": encoder},
+	"llm-d-router-deploy-config-pd-topology-epp-config-1.yaml":                                   {"P": prefiller},
 	"llm-d-router-pkg-epp-framework-plugins-requestcontrol-dataproducer-p2psource-readme-1.yaml": {},
 }
 
@@ -283,6 +309,8 @@ var sampleRequests = []struct{ path, body string }{
 	{"/v1/messages", `{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"hello"}]}`},
 	{"/inference/v1/generate", `{"token_ids":[1,2,3]}`},
 	{"/v1/models", ``},
+	// vLLM's gRPC Generate: tokenized input_ids 1, 2, 3 (packed), framed.
+	{"/vllm.grpc.engine.VllmEngine/Generate", "\x00\x00\x00\x00\x07\x12\x05\x12\x03\x01\x02\x03"},
 }
 
 // reason classifies a refusal: the missing feature, or the unknown plugin.
@@ -304,4 +332,52 @@ func reason(err error) string {
 func firstWord(s string) string {
 	w, _, _ := strings.Cut(s, ":")
 	return w
+}
+
+// TestTopologyNearDecode: llm-d's P/D topology config places the prefill
+// on the decode pick's host, though another prefill server is idler.
+func TestTopologyNearDecode(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "upstream", "llm-d-router-deploy-config-pd-topology-epp-config-1.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Build(c, all.Registry(), &scheduling.Handle{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := func(name, role, host string, waiting int) *endpoints.Endpoint {
+		e := endpoints.NewEndpoint(endpoints.Spec{Name: name, Address: name + ":8000",
+			Labels: map[string]string{"llm-d.ai/role": role, "kubernetes.io/hostname": host}})
+		e.SetMetrics(&endpoints.Metrics{WaitingQueueSize: waiting})
+		return e
+	}
+	eps := []*endpoints.Endpoint{
+		server("decode-busy", "decode", "node-1", 5),
+		server("decode", "decode", "node-2", 0),
+		server("prefill-near", "prefill", "node-2", 3),
+		server("prefill-idle", "prefill", "node-3", 0),
+	}
+	body, err := openai.Parse(openai.Completions, []byte(`{"model":"m","prompt":"`+strings.Repeat("a long prompt nothing caches ", 100)+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &scheduling.Request{ID: "r", TargetModel: "m", Body: body, PromptTokens: 700}
+	cs := scheduling.NewCycleState()
+	res, err := b.Scheduler.Schedule(context.Background(), cs, req, eps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, hook := range b.PreRequest {
+		hook.PreRequest(context.Background(), cs, req, res)
+	}
+	if got := res.Primary().Targets[0].Name(); got != "decode" {
+		t.Fatalf("decode pick %s", got)
+	}
+	if got := res.Headers[eppwire.HeaderPrefiller]; got != "prefill-near:8000" {
+		t.Fatalf("prefiller %q, want the decode host's prefill-near:8000", got)
+	}
 }

@@ -23,6 +23,10 @@ type Spec struct {
 	Labels map[string]string `json:"labels,omitempty"`
 	// MetricsURL overrides the scrape URL.
 	MetricsURL string `json:"metricsURL,omitempty"`
+	// NodeAddress is the IP of the node the server runs on (the pod's
+	// status.hostIP), where node-level exporters listen (dcgm-data-source
+	// with useNodeAddress); empty when unknown.
+	NodeAddress string `json:"nodeAddress,omitempty"`
 	// KVEvents is a ZMQ endpoint (tcp://ip:port) the picker connects to for
 	// this server's KV-cache events; empty when the server publishes to the
 	// picker's central socket or not at all.

@@ -700,6 +700,9 @@ func (p *Picker) Run(ctx context.Context) error {
 	src := &firstApply{Source: p.source, done: make(chan struct{})}
 	g.Go(func() error { return p.ds.Run(ctx, src) })
 	g.Go(func() error { return p.scraper.Run(ctx) })
+	for _, pl := range p.built.Pollers {
+		g.Go(func() error { return pl.Poll(ctx, p.ds, p.opts.RefreshMetricsInterval) })
+	}
 	if p.telemetry != nil {
 		g.Go(func() error { return runTelemetry(ctx, p.telemetry, p.agents) })
 	}

@@ -114,3 +114,12 @@ const (
 	MetadataSubsetKey  = "x-gateway-destination-endpoint-subset"
 	MetadataServedKey  = "x-gateway-destination-endpoint-served"
 )
+
+// Video properties a client may send for multimodal requests (llm-d's
+// token-producer estimate backend reads them): the source frame rate, the
+// length in seconds and the frame resolution as WIDTHxHEIGHT.
+const (
+	HeaderVideoFPS        = "x-llm-d-video-fps"
+	HeaderVideoDuration   = "x-llm-d-video-duration-seconds"
+	HeaderVideoResolution = "x-llm-d-video-resolution"
+)

@@ -18,6 +18,11 @@ const (
 	// Generate is vLLM's native /inference/v1/generate: a pre-tokenized
 	// prompt (token_ids) and sampling_params.
 	Generate API = "inference/v1/generate"
+	// VLLMGRPC is vLLM's gRPC service (vllm.grpc.engine.VllmEngine's
+	// Generate and Embed) as vllmgrpc-parser renders its protobuf: JSON
+	// with the prompt as "text" or "token_ids", "stream" and generate's
+	// "sampling_params"; no model (the server serves one).
+	VLLMGRPC API = "vllm.grpc.engine.VllmEngine"
 )
 
 // decodeMessages decodes an Anthropic Messages body: model and at least
@@ -50,6 +55,25 @@ func (r *Request) decodeGenerate() error {
 	if len(r.PromptTokenIDs) == 0 {
 		return fmt.Errorf("%w: token_ids must not be empty", ErrInvalidRequest)
 	}
+	return r.decodeSampling()
+}
+
+// decodeGRPC decodes vllmgrpc-parser's rendering: text or token ids.
+func (r *Request) decodeGRPC() error {
+	if err := r.field("text", &r.Prompt); err != nil {
+		return err
+	}
+	if err := r.field("token_ids", &r.PromptTokenIDs); err != nil {
+		return err
+	}
+	if (r.Prompt == "") == (len(r.PromptTokenIDs) == 0) {
+		return fmt.Errorf("%w: give the prompt as text or token ids", ErrInvalidRequest)
+	}
+	return r.decodeSampling()
+}
+
+// decodeSampling reads sampling_params.max_tokens.
+func (r *Request) decodeSampling() error {
 	var sp struct {
 		MaxTokens *int `json:"max_tokens"`
 	}

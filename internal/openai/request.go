@@ -100,7 +100,7 @@ func (r *Request) decode() error {
 	if err := r.field("model", &r.Model); err != nil {
 		return err
 	}
-	if r.Model == "" && r.API != Generate {
+	if r.Model == "" && r.API != Generate && r.API != VLLMGRPC {
 		return fmt.Errorf("%w: model not found in request body", ErrInvalidRequest)
 	}
 	if err := r.field("stream", &r.Stream); err != nil {
@@ -143,6 +143,8 @@ func (r *Request) decode() error {
 		return r.decodeMessages()
 	case Generate:
 		return r.decodeGenerate()
+	case VLLMGRPC:
+		return r.decodeGRPC()
 	case Responses, Embeddings:
 		raw, ok := r.fields["input"]
 		if !ok {
@@ -219,7 +221,7 @@ func (r *Request) PromptText() string {
 			r.chatText = &s
 		}
 		return *r.chatText
-	case Completions:
+	case Completions, VLLMGRPC:
 		return r.Prompt
 	case Generate:
 		return ""

@@ -114,9 +114,10 @@ func specsFor(pods []corev1.Pod, ports []int) ([]endpoints.Spec, []skipped) {
 			addr := netip.AddrPortFrom(ip, uint16(port)).String()
 			owner[addr] = p.Name
 			specs = append(specs, endpoints.Spec{
-				Name:    rankName(p.Name, r, len(ports)),
-				Address: addr,
-				Labels:  maps.Clone(p.Labels),
+				Name:        rankName(p.Name, r, len(ports)),
+				Address:     addr,
+				Labels:      maps.Clone(p.Labels),
+				NodeAddress: p.Status.HostIP,
 			})
 		}
 	}
@@ -151,7 +152,7 @@ func trimPod(obj any) (any, error) {
 			Labels:            p.Labels,
 			DeletionTimestamp: p.DeletionTimestamp,
 		},
-		Status: corev1.PodStatus{PodIP: p.Status.PodIP},
+		Status: corev1.PodStatus{PodIP: p.Status.PodIP, HostIP: p.Status.HostIP},
 	}
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {

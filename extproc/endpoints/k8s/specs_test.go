@@ -106,6 +106,21 @@ func TestSpecsFor(t *testing.T) {
 	}
 }
 
+// The node's address comes along (for node-level exporters), also
+// through the cache's trimmed pods.
+func TestSpecsForNodeAddress(t *testing.T) {
+	p := pod("a", "10.0.0.1", true, nil)
+	p.Status.HostIP = "192.168.0.7"
+	trimmed, err := trimPod(&p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs, _ := specsFor([]corev1.Pod{*trimmed.(*corev1.Pod)}, []int{8000, 8001})
+	if len(specs) != 2 || specs[0].NodeAddress != "192.168.0.7" || specs[1].NodeAddress != "192.168.0.7" {
+		t.Fatalf("specs %+v", specs)
+	}
+}
+
 func TestSpecsForDetachesLabels(t *testing.T) {
 	lbl := map[string]string{"app": "vllm"}
 	specs, _ := specsFor([]corev1.Pod{pod("a", "10.0.0.1", true, lbl)}, []int{8000})

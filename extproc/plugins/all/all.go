@@ -8,8 +8,11 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/anthropicparser"
 	"github.com/kvgate/kvgate/extproc/plugins/approxprefix"
 	"github.com/kvgate/kvgate/extproc/plugins/attrreporter"
+	"github.com/kvgate/kvgate/extproc/plugins/burstprefix"
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
+	"github.com/kvgate/kvgate/extproc/plugins/dcgm"
 	"github.com/kvgate/kvgate/extproc/plugins/disagg"
+	"github.com/kvgate/kvgate/extproc/plugins/endpointattribute"
 	"github.com/kvgate/kvgate/extproc/plugins/endpointnotification"
 	"github.com/kvgate/kvgate/extproc/plugins/filediscovery"
 	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
@@ -23,6 +26,8 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/loadaware"
 	"github.com/kvgate/kvgate/extproc/plugins/loraaffinity"
 	"github.com/kvgate/kvgate/extproc/plugins/metricsdatasource"
+	"github.com/kvgate/kvgate/extproc/plugins/mmcache"
+	"github.com/kvgate/kvgate/extproc/plugins/models"
 	"github.com/kvgate/kvgate/extproc/plugins/nohitlru"
 	"github.com/kvgate/kvgate/extproc/plugins/openaiparser"
 	"github.com/kvgate/kvgate/extproc/plugins/p2psource"
@@ -44,8 +49,10 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/sloheadroom"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenload"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenproducer"
+	"github.com/kvgate/kvgate/extproc/plugins/topology"
 	"github.com/kvgate/kvgate/extproc/plugins/transfercost"
 	"github.com/kvgate/kvgate/extproc/plugins/vertexaiparser"
+	"github.com/kvgate/kvgate/extproc/plugins/vllmgrpcparser"
 	"github.com/kvgate/kvgate/extproc/plugins/vllmhttpparser"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 )
@@ -127,6 +134,20 @@ func Registry() *scheduling.Registry {
 		{filediscovery.Type, filediscovery.New},
 		{attrreporter.Type, attrreporter.New},
 		{servedverifier.Type, servedverifier.New},
+		// compat2: the remaining upstream plugins.
+		{vllmgrpcparser.Type, vllmgrpcparser.New},
+		{models.SourceType, models.NewSource},
+		{models.ExtractorType, models.NewExtractor},
+		{dcgm.SourceType, dcgm.NewSource},
+		{dcgm.ExtractorType, dcgm.NewExtractor},
+		{endpointattribute.FilterType, endpointattribute.NewFilter},
+		{endpointattribute.ScorerType, endpointattribute.NewScorer},
+		{burstprefix.Type, burstprefix.New},
+		{mmcache.ProducerType, mmcache.NewProducer},
+		{mmcache.ScorerType, mmcache.NewScorer},
+		{topology.ExtractorType, topology.NewExtractor},
+		{topology.FilterType, topology.NewFilter},
+		{topology.ScorerType, topology.NewScorer},
 	} {
 		mustNot(r.Register(p.typ, p.f))
 	}

@@ -40,16 +40,18 @@ func TestEveryPluginBuildsWithDefaults(t *testing.T) {
 // requiredParams are the parameters a plugin cannot be built without (it
 // has no sensible default), used wherever the tests build every type.
 var requiredParams = map[string]map[string]any{
-	// The render backend's model; llm-d's default backend (estimate) is
-	// refused.
-	"token-producer": {"modelName": "m"},
-	"by-label":       {"label": "hw", "allowsNoLabel": true},
+	"by-label": {"label": "hw", "allowsNoLabel": true},
 	// llm-d has no default floor for the holdback ceiling.
 	flowpolicy.HoldbackType: {"minCeiling": 0.5},
 	// The endpoints file (read when the picker runs, not at build).
 	"file-discovery": {"path": "/etc/epp/endpoints.yaml"},
 	// GIE has no default attribute.
 	"request-attribute-reporter": {"attributes": []any{map[string]any{"key": map[string]any{"name": "cost"}, "expression": "usage.completion_tokens"}}},
+	// The attribute plugins name their attribute, its producer and an
+	// algorithm.
+	"endpoint-attribute-filter": {"attribute": "GPUUtilization", "producer": "dcgm-extractor",
+		"algorithm": map[string]any{"type": "threshold", "threshold": map[string]any{"operator": "LessThan", "value": 0.9}}},
+	"endpoint-attribute-scorer": {"attributeKey": "GPUUtilization", "producer": "dcgm-extractor", "algorithm": map[string]any{"type": "linear_lower_is_better"}},
 }
 
 // minimalParams is typ's required parameters, with probe (when not empty)

@@ -23,8 +23,11 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/anthropicparser"
 	"github.com/kvgate/kvgate/extproc/plugins/approxprefix"
 	"github.com/kvgate/kvgate/extproc/plugins/attrreporter"
+	"github.com/kvgate/kvgate/extproc/plugins/burstprefix"
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
+	"github.com/kvgate/kvgate/extproc/plugins/dcgm"
 	"github.com/kvgate/kvgate/extproc/plugins/disagg"
+	"github.com/kvgate/kvgate/extproc/plugins/endpointattribute"
 	"github.com/kvgate/kvgate/extproc/plugins/endpointnotification"
 	"github.com/kvgate/kvgate/extproc/plugins/filediscovery"
 	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
@@ -36,6 +39,8 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/latencyslo"
 	"github.com/kvgate/kvgate/extproc/plugins/loadaware"
 	"github.com/kvgate/kvgate/extproc/plugins/metricsdatasource"
+	"github.com/kvgate/kvgate/extproc/plugins/mmcache"
+	"github.com/kvgate/kvgate/extproc/plugins/models"
 	"github.com/kvgate/kvgate/extproc/plugins/nohitlru"
 	"github.com/kvgate/kvgate/extproc/plugins/openaiparser"
 	"github.com/kvgate/kvgate/extproc/plugins/p2psource"
@@ -53,8 +58,10 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/sloheadroom"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenload"
 	"github.com/kvgate/kvgate/extproc/plugins/tokenproducer"
+	"github.com/kvgate/kvgate/extproc/plugins/topology"
 	"github.com/kvgate/kvgate/extproc/plugins/transfercost"
 	"github.com/kvgate/kvgate/extproc/plugins/vertexaiparser"
+	"github.com/kvgate/kvgate/extproc/plugins/vllmgrpcparser"
 	"github.com/kvgate/kvgate/extproc/plugins/vllmhttpparser"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/telemetry"
@@ -130,6 +137,19 @@ var paramsOf = map[string]any{
 	filediscovery.Type:            filediscovery.Params{},
 	attrreporter.Type:             attrreporter.Params{},
 	servedverifier.Type:           nil,
+	vllmgrpcparser.Type:           nil,
+	models.SourceType:             metricsdatasource.Params{},
+	models.ExtractorType:          nil,
+	dcgm.SourceType:               dcgm.Params{},
+	dcgm.ExtractorType:            nil,
+	endpointattribute.FilterType:  endpointattribute.FilterParams{},
+	endpointattribute.ScorerType:  endpointattribute.ScorerParams{},
+	burstprefix.Type:              burstprefix.Params{},
+	mmcache.ProducerType:          mmcache.ProducerParams{},
+	mmcache.ScorerType:            mmcache.ScorerParams{},
+	topology.ExtractorType:        topology.ExtractorParams{},
+	topology.FilterType:           topology.FilterParams{},
+	topology.ScorerType:           topology.ScorerParams{},
 }
 
 // The README's plugin table, each plugin package's documented parameters,

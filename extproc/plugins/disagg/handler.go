@@ -78,6 +78,11 @@ type Recorder interface {
 // decisions are not counted.
 const ServiceRecorder = "disagg-recorder"
 
+// PeerKey holds the decode pick while the handler runs the encode and
+// prefill profiles (decode-first), as llm-d's peer-endpoint attribute:
+// their plugins (topology-affinity-*) place the other stages near it.
+var PeerKey = scheduling.NewKey[*endpoints.Endpoint]("disagg-peer-endpoint")
+
 type discard struct{}
 
 func (discard) DisaggDecision(scheduling.TypedName, string, string) {}
@@ -387,6 +392,7 @@ func (h *Handler) Pick(ctx context.Context, cs *scheduling.CycleState, req *sche
 	if decode == nil {
 		return nil // the request fails with the decode profile's error
 	}
+	scheduling.Write(cs, PeerKey, decode)
 	if p := profiles[h.encode]; p != nil && h.encodeDecider != nil && !st.encodeAsked {
 		st.encodeAsked = true
 		if h.encodeDecider.Disaggregate(ctx, cs, req, decode) {

@@ -61,35 +61,48 @@ type Source struct {
 
 // New is the plugin factory.
 func New(name string, raw json.RawMessage, _ *scheduling.Handle) (scheduling.Plugin, error) {
-	var p Params
-	if err := scheduling.DecodeParams(raw, &p); err != nil {
-		return nil, err
-	}
-	s := &Source{Named: scheduling.NewNamed(Type, name), interval: time.Duration(p.Interval)}
-	if s.interval < 0 {
-		return nil, fmt.Errorf("parameters.interval must not be negative, got %s", s.interval)
-	}
-	switch strings.ToLower(p.Scheme) {
-	case "", "http":
-		s.target.Scheme = "http"
-	case "https":
-		s.target.Scheme = "https"
-	default:
-		return nil, fmt.Errorf("parameters.scheme: want http or https, got %q", p.Scheme)
-	}
-	s.target.Path = p.Path
-	if s.target.Path == "" {
-		s.target.Path = "/metrics"
-	}
-	if !strings.HasPrefix(s.target.Path, "/") {
-		return nil, fmt.Errorf("parameters.path must start with /, got %q", p.Path)
-	}
-	tlsCfg, err := tlsConfig(p)
+	target, interval, err := HTTPTarget(raw, "/metrics")
 	if err != nil {
 		return nil, err
 	}
-	s.target.TLS = tlsCfg
-	return s, nil
+	return &Source{Named: scheduling.NewNamed(Type, name), target: target, interval: interval}, nil
+}
+
+// HTTPTarget decodes the parameters llm-d's HTTP data sources share (those
+// of Params) into where and how each endpoint is fetched, and the
+// configured interval (0: every base tick). defaultPath applies when path
+// is not given.
+func HTTPTarget(raw json.RawMessage, defaultPath string) (scrape.Target, time.Duration, error) {
+	var p Params
+	var t scrape.Target
+	if err := scheduling.DecodeParams(raw, &p); err != nil {
+		return t, 0, err
+	}
+	interval := time.Duration(p.Interval)
+	if interval < 0 {
+		return t, 0, fmt.Errorf("parameters.interval must not be negative, got %s", interval)
+	}
+	switch strings.ToLower(p.Scheme) {
+	case "", "http":
+		t.Scheme = "http"
+	case "https":
+		t.Scheme = "https"
+	default:
+		return t, 0, fmt.Errorf("parameters.scheme: want http or https, got %q", p.Scheme)
+	}
+	t.Path = p.Path
+	if t.Path == "" {
+		t.Path = defaultPath
+	}
+	if !strings.HasPrefix(t.Path, "/") {
+		return t, 0, fmt.Errorf("parameters.path must start with /, got %q", p.Path)
+	}
+	tlsCfg, err := tlsConfig(p)
+	if err != nil {
+		return t, 0, err
+	}
+	t.TLS = tlsCfg
+	return t, interval, nil
 }
 
 // tlsConfig is the https client's configuration; nil when nothing differs
@@ -130,10 +143,17 @@ func (s *Source) ScrapeTarget() scrape.Target { return s.target }
 // ScrapeInterval is the configured period rounded to the nearest multiple
 // of base (at least base), or base when none was configured.
 func (s *Source) ScrapeInterval(base time.Duration) time.Duration {
-	if s.interval == 0 || base <= 0 {
+	return RoundInterval(s.interval, base)
+}
+
+// RoundInterval is interval rounded to the nearest multiple of base (at
+// least base), or base when interval is 0, as llm-d rounds its data
+// sources' intervals to --refresh-metrics-interval.
+func RoundInterval(interval, base time.Duration) time.Duration {
+	if interval == 0 || base <= 0 {
 		return base
 	}
-	n := math.Round(float64(s.interval) / float64(base))
+	n := math.Round(float64(interval) / float64(base))
 	return base * time.Duration(max(1, n))
 }
 

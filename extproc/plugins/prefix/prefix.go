@@ -6,7 +6,8 @@
 // model and cache_salt; chat requests hash the whole conversation so that
 // every turn extends the previous turn's prefix. Prompts given as token ids
 // are hashed as 4 bytes per token, so a block is blockSize/4 tokens as for
-// text.
+// text; so are the tokens a token-producer left (prefixmatch.TokensKey),
+// instead of the text, as llm-d's approximate producer hashes them.
 //
 // Score = consecutive matched blocks from the start / total blocks (the
 // match ratio); with llm-d's matchLengthWeight w > 0 it is
@@ -299,16 +300,26 @@ func (s *Scorer) capacity(e *endpoints.Endpoint) int {
 }
 
 // prefix returns the request's prefix as a block sample: hashed here from
-// the body (into st's buffers), or as the wasm filter sent it on the
-// headers-only path (used only when it was hashed with this scorer's block
-// size). Both paths go through the same sampling, so they score alike. nil
-// when there is nothing to match.
-func (s *Scorer) prefix(st *hashed, req *scheduling.Request, blockChars int) *hints.Prefix {
+// the body (into st's buffers; from tokens when a token producer left
+// them), or as the wasm filter sent it on the headers-only path (used only
+// when it was hashed with this scorer's block size). Both paths go through
+// the same sampling, so they score alike. nil when there is nothing to
+// match.
+func (s *Scorer) prefix(st *hashed, req *scheduling.Request, tokens *[]int, blockChars int) *hints.Prefix {
 	blockTokens := max(1, blockChars/prefixhash.CharsPerToken)
 	switch {
 	case req.Body != nil:
 		var seed uint64
-		seed, st.blocks = prefixhash.AppendRequest(st.blocks[:0], prefixhash.Params{BlockChars: blockChars, MaxBlocks: s.maxBlocks(blockChars)}, req.Body)
+		hp := prefixhash.Params{BlockChars: blockChars, MaxBlocks: s.maxBlocks(blockChars)}
+		if tokens != nil {
+			// The token producer's tokens (real or estimated), 4 bytes
+			// each as for token-id prompts, as llm-d's approximate
+			// producer hashes token-producer's output.
+			seed = prefixhash.Seed(req.Body.Model, req.Body.CacheSalt)
+			st.blocks = prefixhash.AppendBlocks(st.blocks[:0], hp, seed, prefixhash.TokenText(*tokens))
+		} else {
+			seed, st.blocks = prefixhash.AppendRequest(st.blocks[:0], hp, req.Body)
+		}
 		p, err := hints.NewPrefixInto(st.own.Samples, hints.Approximate, blockTokens, seed, st.blocks, s.params.DenseBlocks)
 		if err != nil || p.Blocks == 0 {
 			return nil
@@ -320,6 +331,10 @@ func (s *Scorer) prefix(st *hashed, req *scheduling.Request, blockChars int) *hi
 	}
 	return nil
 }
+
+// Consumes implements scheduling.DataDependencies: a token producer runs
+// first.
+func (s *Scorer) Consumes() []string { return []string{prefixmatch.TokensKey.String()} }
 
 // Produce implements scheduling.DataProducer: the match over every
 // candidate, once per request, for Score and for the live load model.
@@ -356,8 +371,9 @@ func (s *Scorer) MatchOf(cs *scheduling.CycleState) (prefixmatch.Match, bool) {
 
 func (s *Scorer) produce(cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) *hashed {
 	chars := s.blockChars(eps)
+	tokens, _ := scheduling.Read(cs, prefixmatch.TokensKey)
 	st := s.states.Get().(*hashed)
-	p := s.prefix(st, req, chars)
+	p := s.prefix(st, req, tokens, chars)
 	st.prefix, st.prediction = p, prefixmatch.Prediction{BlockTokens: max(1, chars/prefixhash.CharsPerToken)}
 	st.prediction.Reset(eps)
 	if p != nil {

@@ -1,32 +1,8 @@
-// Package tokenproducer is llm-d's token-producer with its vLLM backend: a
-// data producer that asks a vLLM render endpoint (`vllm serve` or the
-// GPU-less `vllm launch render`) for the request's prompt tokens, exactly as
-// the model server's tokenizer and chat template make them, and leaves them
-// for the precise prefix match (prefixmatch.TokensKey), which then needs no
-// tokenizer of its own. POST {url}/v1/completions/render takes the
-// completions prompt, POST {url}/v1/chat/completions/render the chat
-// messages (with tools, documents and the chat-template fields); "model" is
-// modelName. A failed or slow render leaves no tokens and the precise
-// matcher falls back to its own tokenizer, if it has one, as llm-d's
-// director logs and continues.
-//
-// llm-d's estimate backend (no vllm block) is refused: kvgate's approximate
-// producers estimate tokens themselves (4 bytes a token), and its estimate
-// image and video settings have no counterpart. The deprecated
-// udsTokenizerConfig backend is refused too.
-//
-// Parameters (llm-d's names):
-//
-//	modelName: string   model sent in render requests (required)
-//	vllm: object        url (default http://localhost:8000; "http" is its
-//	                    older name), timeout (default 5s), mmTimeout for
-//	                    requests with images, audio or video (default 30s)
-//	estimate: object    refused (see above)
-//	udsTokenizerConfig: object  refused (deprecated upstream)
 package tokenproducer
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -61,7 +37,7 @@ const (
 type Params struct {
 	ModelName          string          `json:"modelName"`
 	VLLM               *VLLM           `json:"vllm"`
-	Estimate           json.RawMessage `json:"estimate"`
+	Estimate           *Estimate       `json:"estimate"`
 	UDSTokenizerConfig json.RawMessage `json:"udsTokenizerConfig"`
 }
 
@@ -76,6 +52,8 @@ type VLLM struct {
 // Producer implements token-producer.
 type Producer struct {
 	scheduling.Named
+	// estimate, when set, is the backend; else the vLLM render.
+	estimate           *estimator
 	model              string
 	base               string
 	timeout, mmTimeout time.Duration
@@ -90,12 +68,20 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 		return nil, err
 	}
 	// null is absent, as for every other parameter.
-	p.UDSTokenizerConfig, p.Estimate = nonNull(p.UDSTokenizerConfig), nonNull(p.Estimate)
+	p.UDSTokenizerConfig = nonNull(p.UDSTokenizerConfig)
+	vllm := p.VLLM != nil || p.ModelName != ""
 	switch {
 	case len(p.UDSTokenizerConfig) > 0:
 		return nil, &scheduling.UnsupportedParameterError{Param: "udsTokenizerConfig", Reason: "the deprecated UDS tokenizer backend; use vllm.url (a vLLM render endpoint)"}
-	case len(p.Estimate) > 0 || (p.VLLM == nil && p.ModelName == ""):
-		return nil, &scheduling.UnsupportedParameterError{Param: "estimate", Reason: "the estimate backend: kvgate's approximate prefix producers estimate tokens themselves (drop the token-producer); for exact tokens give modelName and vllm.url"}
+	case p.Estimate != nil && vllm:
+		return nil, errors.New("parameters: give one backend, estimate or vllm (modelName selects vllm), not both")
+	case !vllm:
+		// llm-d's default backend: no model, no service.
+		est, err := newEstimator(cmp.Or(p.Estimate, &Estimate{}))
+		if err != nil {
+			return nil, err
+		}
+		return &Producer{Named: scheduling.NewNamed(Type, name), estimate: est, log: logger(h)}, nil
 	case p.ModelName == "":
 		return nil, errors.New("parameters.modelName is required by the vllm backend")
 	}
@@ -115,7 +101,7 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 		return nil, fmt.Errorf("parameters.vllm.url %q: want http://host[:port] (llm-d's render backend speaks plain HTTP)", base)
 	}
 	pr := &Producer{Named: scheduling.NewNamed(Type, name), model: p.ModelName, base: base,
-		timeout: time.Duration(v.Timeout), mmTimeout: time.Duration(v.MMTimeout), log: slog.Default()}
+		timeout: time.Duration(v.Timeout), mmTimeout: time.Duration(v.MMTimeout), log: logger(h)}
 	if pr.timeout == 0 {
 		pr.timeout = DefaultTimeout
 	}
@@ -125,11 +111,15 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 	if pr.timeout < 0 || pr.mmTimeout < 0 {
 		return nil, errors.New("parameters.vllm: timeouts must be positive")
 	}
-	if h != nil && h.Log != nil {
-		pr.log = h.Log
-	}
 	pr.client = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}}
 	return pr, nil
+}
+
+func logger(h *scheduling.Handle) *slog.Logger {
+	if h != nil && h.Log != nil {
+		return h.Log
+	}
+	return slog.Default()
 }
 
 func nonNull(raw json.RawMessage) json.RawMessage {
@@ -145,16 +135,28 @@ func (p *Producer) Produces() []string { return []string{prefixmatch.TokensKey.S
 // Consumes implements scheduling.DataDependencies.
 func (p *Producer) Consumes() []string { return nil }
 
-// Produce implements scheduling.DataProducer.
+// Produce implements scheduling.DataProducer: the tokens go to
+// prefixmatch.TokensKey and their count becomes the request's prompt
+// length, which the load, latency and P/D plugins read.
 func (p *Producer) Produce(ctx context.Context, cs *scheduling.CycleState, req *scheduling.Request, _ []*endpoints.Endpoint) {
 	if req.Body == nil {
 		return
 	}
-	tokens, err := p.Render(ctx, req.Body)
+	var tokens []int
+	var err error
+	if p.estimate != nil {
+		tokens, err = p.estimate.Estimate(req.Body, req.Headers)
+	} else {
+		tokens, err = p.Render(ctx, req.Body)
+	}
 	if err != nil {
-		p.log.Debug("token-producer: render failed; the precise match tokenizes itself", "err", err)
+		p.log.Debug("token-producer: no tokens; the prefix matchers use the prompt text", "err", err)
 		return
 	}
+	if len(tokens) == 0 {
+		return
+	}
+	req.PromptTokens = len(tokens)
 	scheduling.Write(cs, prefixmatch.TokensKey, &tokens)
 }
 

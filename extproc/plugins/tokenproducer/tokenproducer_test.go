@@ -162,8 +162,11 @@ func TestRenderFailures(t *testing.T) {
 
 func TestParams(t *testing.T) {
 	for params, want := range map[string]string{
-		`{}`: "estimate backend",
-		`{"estimate": {"image": {"mode": "dynamic"}}}`:                        "estimate backend",
+		`{"estimate": {}, "modelName": "m"}`:                                  "not both",
+		`{"estimate": {"image": {"mode": "fixed"}}}`:                          `"dynamic" or "static"`,
+		`{"estimate": {"image": {"dynamic": {"factor": -1}}}}`:                "image.dynamic.factor must not be negative",
+		`{"estimate": {"video": {"frames": {"mode": "all"}}}}`:                `"sampled" or "strided"`,
+		`{"estimate": {"image": {"size": 3}}}`:                                "unknown field",
 		`{"udsTokenizerConfig": {}}`:                                          "udsTokenizerConfig",
 		`{"vllm": {"url": "http://x:8000"}}`:                                  "modelName",
 		`{"modelName": "m", "vllm": {"url": "https://x"}}`:                    "plain HTTP",

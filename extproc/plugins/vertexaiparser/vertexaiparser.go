@@ -12,7 +12,6 @@
 package vertexaiparser
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -75,7 +74,7 @@ func (p *Parser) ParseBody(path string, body []byte) (*openai.Request, error) {
 	if api == "" {
 		return nil, nil // not a claimed path: the Set does not send it here
 	}
-	msg, err := unframe(body)
+	msg, err := parsers.GRPCMessage(body)
 	if err != nil {
 		return nil, err
 	}
@@ -95,29 +94,9 @@ func (p *Parser) ParseBody(path string, body []byte) (*openai.Request, error) {
 		return nil, err
 	}
 	r.Wrap(func(inner []byte) ([]byte, error) {
-		return frame(env.join(hb.join(inner))), nil
+		return parsers.GRPCFrame(env.join(hb.join(inner))), nil
 	})
 	return r, nil
-}
-
-// unframe returns the one uncompressed message of a gRPC request body.
-func unframe(b []byte) ([]byte, error) {
-	if len(b) < 5 {
-		return nil, fmt.Errorf("%w: %d bytes is no gRPC message", openai.ErrInvalidRequest, len(b))
-	}
-	if b[0] != 0 {
-		return nil, fmt.Errorf("%w: compressed gRPC messages are not parsed", openai.ErrInvalidRequest)
-	}
-	if n := binary.BigEndian.Uint32(b[1:5]); uint64(n) != uint64(len(b)-5) {
-		return nil, fmt.Errorf("%w: gRPC frame of %d bytes holds %d", openai.ErrInvalidRequest, n, len(b)-5)
-	}
-	return b[5:], nil
-}
-
-func frame(msg []byte) []byte {
-	out := make([]byte, 5, 5+len(msg))
-	binary.BigEndian.PutUint32(out[1:], uint32(len(msg)))
-	return append(out, msg...)
 }
 
 // message is a protobuf message split around one length-delimited field:

@@ -31,7 +31,7 @@ func request(t *testing.T, data string) []byte {
 	msg = protowire.AppendBytes(msg, hb)
 	msg = protowire.AppendTag(msg, 9, protowire.VarintType)
 	msg = protowire.AppendVarint(msg, 42)
-	return frame(msg)
+	return parsers.GRPCFrame(msg)
 }
 
 func parser(t *testing.T) *Parser {
@@ -100,15 +100,15 @@ func TestRefusals(t *testing.T) {
 	const path = "/google.cloud.aiplatform.v1beta1.PredictionService/ChatCompletions"
 	compressed := request(t, chat)
 	compressed[0] = 1
-	noBody := frame(protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "e"))
-	notBytes := frame(protowire.AppendVarint(protowire.AppendTag(nil, 2, protowire.VarintType), 1))
+	noBody := parsers.GRPCFrame(protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "e"))
+	notBytes := parsers.GRPCFrame(protowire.AppendVarint(protowire.AppendTag(nil, 2, protowire.VarintType), 1))
 	for name, body := range map[string][]byte{
 		"empty":       nil,
 		"short frame": request(t, chat)[:20],
 		"compressed":  compressed,
 		"no body":     noBody,
 		"not bytes":   notBytes,
-		"garbage":     frame([]byte{0xff, 0xff, 0xff}),
+		"garbage":     parsers.GRPCFrame([]byte{0xff, 0xff, 0xff}),
 		"bad json":    request(t, `{"model":`),
 		"no model":    request(t, `{"messages":[{"role":"user","content":"x"}]}`),
 	} {
@@ -134,7 +134,7 @@ func TestClaims(t *testing.T) {
 
 func FuzzParseBody(f *testing.F) {
 	f.Add([]byte(nil))
-	f.Add(frame([]byte{0x12, 0x02, 0x12, 0x00}))
+	f.Add(parsers.GRPCFrame([]byte{0x12, 0x02, 0x12, 0x00}))
 	p, _ := New("", nil, nil)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		r, err := p.(*Parser).ParseBody("/x.PredictionService/ChatCompletions", body)
