@@ -53,8 +53,6 @@ func (e *UnsupportedError) Error() string {
 var knownPluginTypes = map[string]UnsupportedError{
 	"data-parallel-profile-handler": {Feature: FeaturePD},
 	"header-profile-handler":        {Feature: FeaturePD},
-	"predicted-latency-scorer": {Feature: FeatureLatency, Hint: "GIE's monolithic SLO scorer is not built; kvgate's predicted-latency-producer with latency-scorer " +
-		"(and prefix-cache-affinity-filter, slo-headroom-tier-filter) score its predictions"},
 }
 
 // unknownType turns the registry's unknown-type error for typ into an

@@ -36,6 +36,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
 	"github.com/kvgate/kvgate/extproc/plugins/preciseproducer"
 	"github.com/kvgate/kvgate/extproc/plugins/predictedlatency"
+	"github.com/kvgate/kvgate/extproc/plugins/predictedlatencyscorer"
 	"github.com/kvgate/kvgate/extproc/plugins/prefix"
 	"github.com/kvgate/kvgate/extproc/plugins/prefixaffinity"
 	"github.com/kvgate/kvgate/extproc/plugins/prefixpddecider"
@@ -83,6 +84,7 @@ func Registry() *scheduling.Registry {
 		{rolefilter.EncodeType, rolefilter.NewEncode},
 		{inflightload.Type, inflightload.New},
 		{predictedlatency.Type, predictedlatency.New},
+		{predictedlatencyscorer.Type, predictedlatencyscorer.New},
 		{latencyscorer.Type, latencyscorer.New},
 		{prefixaffinity.Type, prefixaffinity.New},
 		{sloheadroom.Type, sloheadroom.New},

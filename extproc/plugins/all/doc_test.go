@@ -49,6 +49,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
 	"github.com/kvgate/kvgate/extproc/plugins/preciseproducer"
 	"github.com/kvgate/kvgate/extproc/plugins/predictedlatency"
+	"github.com/kvgate/kvgate/extproc/plugins/predictedlatencyscorer"
 	"github.com/kvgate/kvgate/extproc/plugins/prefix"
 	"github.com/kvgate/kvgate/extproc/plugins/prefixaffinity"
 	"github.com/kvgate/kvgate/extproc/plugins/prefixpddecider"
@@ -90,6 +91,7 @@ var paramsOf = map[string]any{
 	"encode-filter":               nil,
 	inflightload.Type:             nil,
 	predictedlatency.Type:         predictedlatency.Params{},
+	predictedlatencyscorer.Type:   predictedlatencyscorer.Params{},
 	latencyscorer.Type:            latencyscorer.Params{},
 	prefixaffinity.Type:           prefixaffinity.Params{},
 	sloheadroom.Type:              sloheadroom.Params{},
