@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/latency"
+	"github.com/kvgate/kvgate/extproc/plugins/latencyscorer"
 	"github.com/kvgate/kvgate/extproc/plugins/predictedlatency"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 )
@@ -21,8 +22,8 @@ const Type = "predicted-latency-scorer"
 
 // Headroom selection strategies.
 const (
-	StrategyLeast          = "least"
-	StrategyMost           = "most"
+	StrategyLeast          = latencyscorer.StrategyLeast
+	StrategyMost           = latencyscorer.StrategyMost
 	StrategyCompositeLeast = "composite-least"
 	StrategyCompositeMost  = "composite-most"
 	StrategyCompositeOnly  = "composite-only"

@@ -20,7 +20,7 @@ const (
 
 // cand is one candidate's prediction against the request's SLO.
 type cand struct {
-	i          int     // index into the scored candidates
+	i          int // index into the scored candidates
 	e          *endpoints.Endpoint
 	ttft, tpot float64 // predicted (quantile), ms
 	ttftH      float64 // TTFT headroom, ms
@@ -159,16 +159,26 @@ func bestTTFT(cs []cand) float64 {
 	return best
 }
 
-func (s *Scorer) pickPositive(pos []cand) *cand {
-	if len(pos) == 1 {
-		return &pos[0]
+// withinTier applies a tier's affinity gate (affinityGateTau) and the
+// composite strategies: done reports that the pick is made.
+func (s *Scorer) withinTier(tier []cand) (picked *cand, kept []cand, done bool) {
+	if len(tier) == 1 {
+		return &tier[0], nil, true
 	}
-	cs, sticky := s.affinityGate(pos, s.params.AffinityGateTau)
-	if sticky && len(cs) == 1 {
-		return &cs[0]
+	kept, sticky := s.affinityGate(tier, s.params.AffinityGateTau)
+	if sticky && len(kept) == 1 {
+		return &kept[0], nil, true
 	}
 	if st := s.params.HeadroomSelectionStrategy; st == StrategyCompositeLeast || st == StrategyCompositeMost {
-		return s.composite(cs, st)
+		return s.composite(kept, st), nil, true
+	}
+	return nil, kept, false
+}
+
+func (s *Scorer) pickPositive(pos []cand) *cand {
+	picked, cs, done := s.withinTier(pos)
+	if done {
+		return picked
 	}
 	loT, hiT, loP, hiP := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
 	for _, c := range cs {
@@ -221,15 +231,9 @@ func (s *Scorer) pickNegative(neg []cand) *cand {
 	} else {
 		neg = busy
 	}
-	if len(neg) == 1 {
-		return &neg[0]
-	}
-	cs, sticky := s.affinityGate(neg, s.params.AffinityGateTau)
-	if sticky && len(cs) == 1 {
-		return &cs[0]
-	}
-	if st := s.params.HeadroomSelectionStrategy; st == StrategyCompositeLeast || st == StrategyCompositeMost {
-		return s.composite(cs, st)
+	picked, cs, done := s.withinTier(neg)
+	if done {
+		return picked
 	}
 	// Violation classes in GIE's order; each is weighted within itself.
 	var classes [4][]*cand
