@@ -88,12 +88,20 @@ type Scorer struct {
 	prod   *predictedlatency.Producer
 	rand   scheduling.Rand
 
-	// running holds, per endpoint address, the TPOT SLO (ms, 0 for none)
-	// of each request this scorer routed there that has not ended; it is
-	// bounded by the in-flight requests (every routed request ends in
-	// ResponseComplete) and by the pool (EndpointsRemoved).
+	// running holds, per endpoint address, the requests this scorer routed
+	// there that have not ended, with their TPOT SLO (ms, 0 for none); it
+	// is bounded by the in-flight requests (every routed request ends in
+	// ResponseComplete) and by the pool (EndpointsRemoved). A request finds
+	// its entry through its cycle state, so request IDs need not be unique.
 	mu      sync.Mutex
-	running map[string]map[string]float64
+	running map[string]map[*run]struct{}
+	runKey  scheduling.Key[*run]
+}
+
+// run is one routed request that has not ended.
+type run struct {
+	addr string
+	tpot float64
 }
 
 // New is the plugin factory.
@@ -121,12 +129,14 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 	if err != nil {
 		return nil, err
 	}
+	n := scheduling.NewNamed(Type, name)
 	return &Scorer{
-		Named:   scheduling.NewNamed(Type, name),
+		Named:   n,
 		params:  p,
 		prod:    prod.(*predictedlatency.Producer),
 		rand:    scheduling.RandOf(h),
-		running: map[string]map[string]float64{},
+		running: map[string]map[*run]struct{}{},
+		runKey:  scheduling.NewKey[*run](n.TypedName().String() + "/running"),
 	}, nil
 }
 
@@ -231,15 +241,16 @@ func (s *Scorer) PreRequest(ctx context.Context, cs *scheduling.CycleState, req 
 	if primary == nil || len(primary.Targets) == 0 {
 		return
 	}
-	addr := primary.Targets[0].Address()
+	r := &run{addr: primary.Targets[0].Address(), tpot: ms(req.TPOTSLO)}
+	scheduling.Write(cs, s.runKey, r)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m := s.running[addr]
+	m := s.running[r.addr]
 	if m == nil {
-		m = map[string]float64{}
-		s.running[addr] = m
+		m = map[*run]struct{}{}
+		s.running[r.addr] = m
 	}
-	m[req.ID] = ms(req.TPOTSLO)
+	m[r] = struct{}{}
 }
 
 // FirstToken implements scheduling.FirstToken (training).
@@ -251,15 +262,16 @@ func (s *Scorer) FirstToken(ctx context.Context, cs *scheduling.CycleState, req 
 // the request stops running.
 func (s *Scorer) ResponseComplete(ctx context.Context, cs *scheduling.CycleState, req *scheduling.Request, res *scheduling.Response) {
 	s.prod.ResponseComplete(ctx, cs, req, res)
+	r, ok := scheduling.Read(cs, s.runKey)
+	if !ok {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for addr, m := range s.running {
-		if _, ok := m[req.ID]; ok {
-			delete(m, req.ID)
-			if len(m) == 0 {
-				delete(s.running, addr)
-			}
-			return
+	if m := s.running[r.addr]; m != nil {
+		delete(m, r)
+		if len(m) == 0 {
+			delete(s.running, r.addr)
 		}
 	}
 }
@@ -282,8 +294,8 @@ func (s *Scorer) runningOf(addr string) (n int, minTPOT float64) {
 	defer s.mu.Unlock()
 	m := s.running[addr]
 	minTPOT = math.Inf(1)
-	for _, t := range m {
-		minTPOT = min(minTPOT, t)
+	for r := range m {
+		minTPOT = min(minTPOT, r.tpot)
 	}
 	if len(m) == 0 {
 		minTPOT = 0

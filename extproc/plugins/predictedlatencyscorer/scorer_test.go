@@ -386,3 +386,37 @@ func TestLifecycle(t *testing.T) {
 		t.Errorf("EndpointsRemoved left %d endpoints", len(s.running))
 	}
 }
+
+// TestRunningDuplicateIDs: requests are tracked by their cycle state, so
+// two that share an x-request-id both count until each ends.
+func TestRunningDuplicateIDs(t *testing.T) {
+	s := build(t, "", nil)
+	e := schedtest.Endpoint("x", endpoints.Metrics{})
+	ctx := context.Background()
+	res := &scheduling.Result{PrimaryProfile: "p", Profiles: map[string]*scheduling.ProfileResult{"p": {Targets: []*endpoints.Endpoint{e}}}}
+	req := &scheduling.Request{ID: "same", TPOTSLO: msd(30)}
+	cs1, cs2 := scheduling.NewCycleState(), scheduling.NewCycleState()
+	s.PreRequest(ctx, cs1, req, res)
+	s.PreRequest(ctx, cs2, &scheduling.Request{ID: "same", TPOTSLO: msd(60)}, res)
+	if n, tpot := s.runningOf(e.Address()); n != 2 || tpot != 30 {
+		t.Fatalf("running = %d, min TPOT %v; want 2, 30", n, tpot)
+	}
+	s.ResponseComplete(ctx, cs1, req, &scheduling.Response{Endpoint: e, Status: 200, Complete: true})
+	if n, tpot := s.runningOf(e.Address()); n != 1 || tpot != 60 {
+		t.Errorf("after one ends: running = %d, min TPOT %v; want 1, 60", n, tpot)
+	}
+}
+
+// FuzzNew: any parameters either build a scorer or fail with an error.
+func FuzzNew(f *testing.F) {
+	for _, seed := range []string{`{}`, `{"samplingMean": 1000.0}`, `{"contextTTL": 300000000000}`, `{"contextTTL": "1m"}`,
+		`{"headroomSelectionStrategy": "composite-least", "selectionMode": "max"}`, `{"affinityGateTau": 2}`, `null`, `[`} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, params string) {
+		p, err := New("", []byte(params), nil)
+		if err == nil && p == nil {
+			t.Fatal("nil plugin without an error")
+		}
+	})
+}
