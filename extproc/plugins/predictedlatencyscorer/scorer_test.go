@@ -87,17 +87,13 @@ func TestParams(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var raw []byte
-			if tc.params != "" {
-				raw = []byte(tc.params)
-			}
-			p, err := New("", raw, nil)
+			p, err := schedtest.Build[*Scorer](New, tc.params)
 			if tc.wantErr == "" {
 				if err != nil {
 					t.Fatal(err)
 				}
 				if tc.check != nil {
-					tc.check(t, p.(*Scorer))
+					tc.check(t, p)
 				}
 				return
 			}
