@@ -155,12 +155,15 @@ func summarizeByPreset(res *cluster.Result) ([]PresetSummary, *PredictionSummary
 		if r.OutputTokens > 1 {
 			a.tpot = append(a.tpot, r.TPOT.Seconds())
 		}
+		// The picker predicts at its decision: a flow-control queue's
+		// wait before it is not part of what it predicts.
+		served := r.TTFT - r.Queued
 		for _, x := range []*acc{a, &all} {
-			x.predTTFT.add(r.PredictedTTFT.Seconds(), r.TTFT.Seconds())
+			x.predTTFT.add(r.PredictedTTFT.Seconds(), served.Seconds())
 			x.predTPOT.add(r.PredictedTPOT.Seconds(), r.TPOT.Seconds())
 		}
-		if r.PredictedTTFT > 0 && r.TTFT > 0 {
-			points = append(points, predictedTTFT{actual: r.TTFT.Seconds(), predicted: r.PredictedTTFT.Seconds()})
+		if r.PredictedTTFT > 0 && served > 0 {
+			points = append(points, predictedTTFT{actual: served.Seconds(), predicted: r.PredictedTTFT.Seconds()})
 		}
 	}
 	var pred *PredictionSummary

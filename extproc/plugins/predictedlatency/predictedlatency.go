@@ -104,6 +104,8 @@ type state struct {
 	// remote is set when another server computed the prompt (P/D): the
 	// decode server's TTFT then says nothing of its own prefill speed.
 	remote bool
+	// ticket is the request's place in the target's engine twin.
+	ticket latency.Ticket
 }
 
 // New is the plugin factory.
@@ -191,7 +193,7 @@ func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, req *sc
 		if f.Backlog == 0 && l.DecodeRequests > 0 {
 			f.StepRemaining = e.StepRemaining(now).Seconds()
 		}
-		est := p.model.Predict(e.Address(), f)
+		est := p.model.PredictLive(e.Address(), &f, now, engineOf(e, l))
 		if p.prefillOnly(e) {
 			est.TPOT, est.TPOTQuantile = 0, 0
 		}
@@ -210,11 +212,19 @@ func (p *Producer) features(prompt, held int, l endpoints.Load, meanPrefill floa
 	uncached := prefixmatch.Uncached(prompt, held)
 	return latency.Features{
 		Prefill:      float64(uncached),
+		Cached:       float64(prompt - uncached),
 		Backlog:      float64(l.PrefillTokens) + float64(l.ExternalWaiting)*meanPrefill,
 		Attention:    float64(endpoints.AttentionPairs(int64(prompt-uncached), int64(uncached)) + l.PrefillAttention),
 		Decodes:      float64(l.DecodeRequests + l.ExternalRunning),
 		DecodeTokens: float64(l.DecodeTokens) + float64(l.ExternalRunning)*meanPrefill,
 	}
+}
+
+// engineOf is what the latency model's engine twin reads of e beside its
+// queue.
+func engineOf(e *endpoints.Endpoint, l endpoints.Load) latency.Engine {
+	return latency.Engine{Decodes: float64(l.DecodeRequests), DecodeTokens: float64(l.DecodeTokens),
+		StepEnd: e.LastStep(), External: float64(l.ExternalWaiting + l.ExternalRunning)}
 }
 
 func (p *Producer) prefillOnly(e *endpoints.Endpoint) bool {
@@ -254,6 +264,9 @@ func (p *Producer) PreRequest(_ context.Context, cs *scheduling.CycleState, req 
 	p.arrays.Put(&arrays)
 	st.routed = p.now()
 	f := st.feat
+	if !st.remote {
+		st.ticket = p.model.Routed(target.Address(), st.routed, int(f.Cached), int(f.Prefill))
+	}
 	const alpha = 0.05
 	old := math.Float64frombits(p.meanPrefill.Load())
 	p.meanPrefill.Store(math.Float64bits(old + alpha*(f.Prefill-old)))
@@ -263,17 +276,25 @@ func (p *Producer) PreRequest(_ context.Context, cs *scheduling.CycleState, req 
 // FirstToken implements scheduling.FirstToken: TTFT is learned, and the
 // decode batch the request joins is captured for TPOT.
 func (p *Producer) FirstToken(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, res *scheduling.Response) {
+	now := p.now()
+	if st, ok := scheduling.Read(cs, p.key); ok && st.target != nil {
+		if res.Endpoint == st.target {
+			p.model.FirstTokenAt(&st.ticket, now, engineOf(st.target, st.target.Load()))
+		} else {
+			p.model.Ended(&st.ticket) // a fallback served it: no step of the target ended
+		}
+	}
 	st, ok := p.trained(cs, res)
 	if !ok || !req.Stream {
 		return
 	}
 	est, f := st.est, st.feat
-	if p.now().Sub(st.routed) > time.Duration(p.params.ContextTTL) {
+	if now.Sub(st.routed) > time.Duration(p.params.ContextTTL) {
 		return
 	}
 	st.ttft = res.TTFT
 	if !st.remote {
-		p.model.ObserveTTFT(res.Endpoint.Address(), f, res.TTFT)
+		p.model.ObserveFirstToken(res.Endpoint.Address(), f, now, res.TTFT, now.Sub(st.routed))
 		p.rec.ObservedTTFT(req.ID, req.TargetModel, est.TTFT, res.TTFT)
 	}
 	l := res.Endpoint.Load()
@@ -283,6 +304,9 @@ func (p *Producer) FirstToken(_ context.Context, cs *scheduling.CycleState, req 
 // ResponseComplete implements scheduling.ResponseComplete: TPOT is learned
 // in streaming mode, from the batch the request joined at its first token.
 func (p *Producer) ResponseComplete(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, res *scheduling.Response) {
+	if st, ok := scheduling.Read(cs, p.key); ok {
+		p.model.Ended(&st.ticket)
+	}
 	st, ok := p.trained(cs, res)
 	if !ok || st.ttft == 0 || res.TPOT <= 0 || !res.Complete {
 		return
