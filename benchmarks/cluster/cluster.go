@@ -208,6 +208,12 @@ type RequestResult struct {
 	// PredictedTTFT and PredictedTPOT are the picker's latency predictions
 	// for the request on the endpoint it chose; zero when it made none.
 	PredictedTTFT, PredictedTPOT time.Duration
+	// Joined reports that a request routed to the same replica after this
+	// one had arrived when the step that produced this one's first token
+	// began, so it may have shared that step's token budget (or, a
+	// preempted request, run first): a TTFT no prediction made at the
+	// decision can know.
+	Joined bool
 	// SLO reports that the request carried the SLO headers.
 	SLO          bool
 	PromptTokens int
@@ -305,6 +311,9 @@ type replica struct {
 
 	busy    bool
 	stepEnd time.Time
+	// routed counts the requests handed to the replica; stepRouted is
+	// that count when the step in flight began.
+	routed, stepRouted int
 	// What the step in flight produces when it ends, copied out of the
 	// engine's reused StepResult.
 	firsts []string
@@ -333,6 +342,8 @@ type liveReq struct {
 	arrival time.Time
 	first   time.Time
 	oracle  oracleChoice
+	// order is the replica's routed count when this request was routed.
+	order int
 }
 
 type kvDelivery struct {
@@ -820,7 +831,8 @@ func (s *sim) begin(ctx context.Context, i int, req *server.Request, prompt []in
 	}
 	// The engine holds its own copy; the picker is done with the body.
 	req.Parsed.PromptTokenIDs = nil
-	lr := &liveReq{idx: i, ex: ex, rep: r, arrival: s.start.Add(s.reqs[i].Arrival)}
+	r.routed++
+	lr := &liveReq{idx: i, ex: ex, rep: r, arrival: s.start.Add(s.reqs[i].Arrival), order: r.routed}
 	if c, ok := s.oracled[id]; ok {
 		lr.oracle = c
 		r.backlog += c.uncached
@@ -848,6 +860,7 @@ func (s *sim) step(r *replica, now time.Time) {
 	}
 	r.busy = true
 	r.stepEnd = now.Add(res.Duration)
+	r.stepRouted = r.routed
 	r.life.busy += res.Duration
 	r.firsts, r.nexts = r.firsts[:0], r.nexts[:0]
 	for _, t := range res.Tokens {
@@ -880,6 +893,7 @@ func (s *sim) complete(ctx context.Context, r *replica, now time.Time) {
 		}
 		s.pulled(id)
 		lr.first = now
+		s.res.Requests[lr.idx].Joined = r.stepRouted > lr.order
 		r.backlog -= lr.oracle.uncached
 		for _, h := range lr.oracle.hashes {
 			if r.pending[h]--; r.pending[h] <= 0 {

@@ -119,6 +119,11 @@ type twinSample struct {
 	at, start int64
 	// x is the summed shapes, first the first step's alone.
 	x, first [maxFeatures]float64
+	// last is the shape of the step that produces the first token.
+	last stepShape
+	// hindsight is x with the requests routed later that shared that
+	// step (FirstTokenAt): what the step cost is learned from.
+	hindsight [maxFeatures]float64
 }
 
 // stepShape is what one step computes.
@@ -282,11 +287,37 @@ func (w *twin) routed(seq uint64, at int64, cached, uncached int64) bool {
 
 // firstToken takes a request's first token at `at` into the queue: the
 // step that computed its last chunk ended then, and every request ahead of
-// it (FCFS) is past its prefill too.
-func (w *twin) firstToken(seq uint64, at int64, eng Engine, budget int64, theta *[maxFeatures]float64) {
+// it (FCFS) is past its prefill too. With the request's projection s it
+// adds to s.hindsight the requests routed after the decision that had
+// arrived when that step began: they shared its leftover budget, which the
+// projection could not know (a short prompt's step grows by a burst-mate's
+// 8,000-token chunk). Requests routed later cannot change its earlier
+// steps: FCFS, theirs come after.
+func (w *twin) firstToken(seq uint64, at int64, s *twinSample, eng Engine, budget int64, theta *[maxFeatures]float64) {
 	i := slices.IndexFunc(w.q, func(e twinEntry) bool { return e.seq == seq })
 	if i < 0 {
 		return
+	}
+	if s != nil && s.ok {
+		last := s.last
+		room := budget - int64(last.tokens)
+		for _, e := range w.q[i+1:] {
+			if room <= 0 || e.routed > at-stepNanos(theta, last) {
+				continue
+			}
+			n := min(e.uncached, room)
+			last.tokens += float64(n)
+			last.attn += float64(n)*float64(e.cached) + float64(n)*float64(n+1)/2
+			last.ctx += float64(e.cached + n)
+			room -= n
+			if n == e.uncached {
+				last.seqs++
+			}
+		}
+		a, b := s.last.x(theta), last.x(theta)
+		for k := range s.hindsight {
+			s.hindsight[k] = s.x[k] - a[k] + b[k]
+		}
 	}
 	w.advance(at, eng, budget, theta)
 	w.lock(at, eng, budget, i+1)
@@ -348,6 +379,8 @@ func (w *twin) project(now int64, cached, uncached int64, eng Engine, budget int
 		schedule(q, t, eng, budget, true, len(q))
 		t += stepNanos(theta, s)
 		if last.done >= last.uncached {
+			out.last = s
+			out.hindsight = out.x
 			return out
 		}
 	}
@@ -386,11 +419,16 @@ type Ticket struct {
 }
 
 // FirstTokenAt takes the request's first token at `at` into its
-// endpoint's twin (eng: the endpoint's state then). Later calls, and
-// Ended after it, do nothing.
-func (m *Model) FirstTokenAt(t *Ticket, at time.Time, eng Engine) {
+// endpoint's twin (eng: the endpoint's state then) and completes f, the
+// request's features from PredictLive, with what it learned in hindsight.
+// Later calls, and Ended after it, do nothing.
+func (m *Model) FirstTokenAt(t *Ticket, at time.Time, eng Engine, f *Features) {
 	m.close(t, func(e *fit) {
-		e.tw.firstToken(t.seq, at.UnixNano(), eng, m.cfg.TokenBudget, &m.twinCoeffs(e).twin)
+		var s *twinSample
+		if f != nil {
+			s = &f.twin
+		}
+		e.tw.firstToken(t.seq, at.UnixNano(), s, eng, m.cfg.TokenBudget, &m.twinCoeffs(e).twin)
 	})
 }
 
@@ -469,6 +507,8 @@ func (m *Model) PredictLive(addr string, f *Features, now time.Time, eng Engine)
 // projection, the twin's step cost from the time since the decision
 // (served: a flow-control queue's wait before the decision is none of the
 // server's, and the projection starts at the decision).
+// The residuals are the decision's (their quantile must cover what it
+// could not know), the step cost is learned from the hindsight shapes.
 func (m *Model) ObserveFirstToken(addr string, f Features, at time.Time, ttft, served time.Duration) {
 	m.ObserveTTFT(addr, f, ttft)
 	if !f.twin.ok || served <= 0 {
@@ -490,7 +530,7 @@ func (f *fit) observeTwin(s *twinSample, y, actual float64) {
 	if p := twinTTFT(&f.published.Load().twin, s); p > 0 {
 		t.q.observe(math.Log(actual / p))
 	}
-	t.reg.updateRel(&s.x, y, actual)
+	t.reg.updateRel(&s.hindsight, y, actual)
 	t.samples++
 	f.publishLocked()
 }

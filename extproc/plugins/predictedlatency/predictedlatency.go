@@ -279,7 +279,7 @@ func (p *Producer) FirstToken(_ context.Context, cs *scheduling.CycleState, req 
 	now := p.now()
 	if st, ok := scheduling.Read(cs, p.key); ok && st.target != nil {
 		if res.Endpoint == st.target {
-			p.model.FirstTokenAt(&st.ticket, now, engineOf(st.target, st.target.Load()))
+			p.model.FirstTokenAt(&st.ticket, now, engineOf(st.target, st.target.Load()), &st.feat)
 		} else {
 			p.model.Ended(&st.ticket) // a fallback served it: no step of the target ended
 		}
