@@ -359,8 +359,17 @@ func (w *twin) project(now int64, cached, uncached int64, eng Engine, budget int
 		}
 	}
 	out := twinSample{ok: true, at: now, start: t}
+	// Prompts finish in FCFS order: the finished prefix of q decodes, and
+	// is carried in eng rather than walked at every step.
+	head := 0
 	for step := 0; step < maxTwinSteps; step++ {
-		s := schedule(q, t, eng, budget, false, len(q))
+		for head < len(q)-1 && q[head].done >= q[head].uncached {
+			eng.Decodes++
+			eng.DecodeTokens += float64(q[head].cached + q[head].uncached)
+			head++
+		}
+		q := q[head:]
+		s := schedule(q, t, eng, budget, true, len(q))
 		if s.empty() {
 			next := nextArrival(q, t)
 			if next == 0 {
@@ -376,7 +385,6 @@ func (w *twin) project(now int64, cached, uncached int64, eng Engine, budget int
 		if step == 0 {
 			out.first = x
 		}
-		schedule(q, t, eng, budget, true, len(q))
 		t += stepNanos(theta, s)
 		if last.done >= last.uncached {
 			out.last = s

@@ -220,3 +220,27 @@ func TestTwinStepQuantisation(t *testing.T) {
 		t.Fatalf("tokens computed %v, want 10024", got)
 	}
 }
+
+// BenchmarkPredictLive is the twin's cost per candidate: a prediction on
+// an endpoint with a queue of that many routed prompts (the queue is
+// advanced to the decision and copied for the projection each time).
+func BenchmarkPredictLive(b *testing.B) {
+	for _, queued := range []int{0, 8, 64} {
+		b.Run(fmt.Sprint("queued=", queued), func(b *testing.B) {
+			m := New(Config{})
+			const addr = "10.0.0.1:8000"
+			now := time.Unix(1_700_000_000, 0)
+			for i := range queued {
+				m.Routed(addr, now, 2048, 500+100*i)
+			}
+			m.Routed(addr, now, 0, 1) // an endpoint fit exists even for queued=0
+			eng := Engine{Decodes: 32, DecodeTokens: 32 * 4000, StepEnd: now}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				f := Features{Prefill: 300, Cached: 2048}
+				m.PredictLive(addr, &f, now.Add(time.Duration(i%1000)*time.Microsecond), eng)
+			}
+		})
+	}
+}
