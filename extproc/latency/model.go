@@ -243,9 +243,15 @@ func (f *fit) publishLocked() {
 // observe learns one sample of kind k; the residual is taken against what
 // the published fit predicted, before the sample moves it.
 func (f *fit) observe(k kind, feat Features, actual float64) {
-	x := k.x(feat)
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.learnLocked(k, feat, actual)
+	f.publishLocked()
+}
+
+// learnLocked is observe without publishing the new fit.
+func (f *fit) learnLocked(k kind, feat Features, actual float64) {
+	x := k.x(feat)
 	e := f.published.Load().estimate(feat)
 	pred := e.TTFT
 	if k == tpot {
@@ -257,7 +263,6 @@ func (f *fit) observe(k kind, feat Features, actual float64) {
 	}
 	t.reg.update(&x, actual)
 	t.samples++
-	f.publishLocked()
 }
 
 // Model predicts and learns latencies per endpoint address.

@@ -431,37 +431,46 @@ type Ticket struct {
 // request's features from PredictLive, with what it learned in hindsight.
 // Later calls, and Ended after it, do nothing.
 func (m *Model) FirstTokenAt(t *Ticket, at time.Time, eng Engine, f *Features) {
-	m.close(t, func(e *fit) {
-		var s *twinSample
-		if f != nil {
-			s = &f.twin
-		}
-		e.tw.firstToken(t.seq, at.UnixNano(), s, eng, m.cfg.TokenBudget, &m.twinCoeffs(e).twin)
-	})
+	e := m.closeTicket(t)
+	if e == nil {
+		return
+	}
+	defer e.twinMu.Unlock()
+	var s *twinSample
+	if f != nil {
+		s = &f.twin
+	}
+	e.tw.firstToken(t.seq, at.UnixNano(), s, eng, m.cfg.TokenBudget, &m.twinCoeffs(e).twin)
 }
 
 // Ended takes a request that ended without a first token out of its
 // endpoint's twin. Later calls do nothing.
 func (m *Model) Ended(t *Ticket) {
-	m.close(t, func(e *fit) { e.tw.remove(t.seq) })
+	if e := m.closeTicket(t); e != nil {
+		e.tw.remove(t.seq)
+		e.twinMu.Unlock()
+	}
 }
 
-func (m *Model) close(t *Ticket, fn func(*fit)) {
+// closeTicket closes t and returns its endpoint's fit with twinMu held,
+// or nil when there is nothing more to do (closed before, forgotten, or
+// a request the full queue did not hold, now counted out).
+func (m *Model) closeTicket(t *Ticket) *fit {
 	if t == nil || !t.open {
-		return
+		return nil
 	}
 	t.open = false
 	e := (*m.endpoints.Load())[t.addr]
 	if e == nil {
-		return // forgotten
+		return nil // forgotten
 	}
 	e.twinMu.Lock()
-	defer e.twinMu.Unlock()
 	if t.seq == 0 {
 		e.tw.untracked = max(0, e.tw.untracked-1)
-		return
+		e.twinMu.Unlock()
+		return nil
 	}
-	fn(e)
+	return e
 }
 
 // twinCoeffs is the fit whose step cost the endpoint's twin uses: its own
@@ -518,27 +527,34 @@ func (m *Model) PredictLive(addr string, f *Features, now time.Time, eng Engine)
 // The residuals are the decision's (their quantile must cover what it
 // could not know), the step cost is learned from the hindsight shapes.
 func (m *Model) ObserveFirstToken(addr string, f Features, at time.Time, ttft, served time.Duration) {
-	m.ObserveTTFT(addr, f, ttft)
 	if !f.twin.ok || served <= 0 {
+		m.ObserveTTFT(addr, f, ttft)
 		return
 	}
 	y := float64(at.UnixNano()-f.twin.start) / 1e9
-	m.pool.observeTwin(&f.twin, y, served.Seconds())
+	m.pool.observeFirst(f, ttft.Seconds(), y, served.Seconds())
 	if e := m.fitOf(addr); e != nil {
-		e.observeTwin(&f.twin, y, served.Seconds())
+		e.used.Store(m.observations.Add(1))
+		e.observeFirst(f, ttft.Seconds(), y, served.Seconds())
 	}
 }
 
-// observeTwin learns one twin sample: y is the time from the projection's
-// start to the first token, actual the TTFT it predicted.
-func (f *fit) observeTwin(s *twinSample, y, actual float64) {
+// observeFirst learns a first token in both TTFT models and publishes the
+// fit once: actual for the feature model (skipped when not positive), and
+// for the twin y, the time from the projection's start to the first token,
+// and served, the TTFT the projection predicted.
+func (f *fit) observeFirst(feat Features, actual, y, served float64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if actual > 0 {
+		f.learnLocked(ttft, feat, actual)
+	}
+	s := &feat.twin
 	t := &f.t[twinCost]
 	if p := twinTTFT(&f.published.Load().twin, s); p > 0 {
-		t.q.observe(math.Log(actual / p))
+		t.q.observe(math.Log(served / p))
 	}
-	t.reg.updateRel(&s.hindsight, y, actual)
+	t.reg.updateRel(&s.hindsight, y, served)
 	t.samples++
 	f.publishLocked()
 }
