@@ -66,7 +66,8 @@ func (r *rls) constrained() [maxFeatures]float64 {
 		if !grew {
 			break
 		}
-		var s []int
+		var buf [maxFeatures]int
+		s := buf[:0] // no allocation: this runs at every publish
 		for i := range r.n {
 			if active[i] {
 				s = append(s, i)
