@@ -568,9 +568,10 @@ func (s *sim) learned() []LearnedSpeed {
 			order = append(order, name)
 		}
 		l.Replicas++
-		l.IdleTTFT += s.model.Predict(f.Address, latency.Features{
-			Prefill: ReferencePrompt, Attention: float64(endpoints.AttentionPairs(0, ReferencePrompt)),
-		}).TTFT
+		// An idle replica (the run is over: nothing is queued), so the
+		// engine twin predicts where it has learned the replica's steps.
+		idle := latency.Features{Prefill: ReferencePrompt, Attention: float64(endpoints.AttentionPairs(0, ReferencePrompt))}
+		l.IdleTTFT += s.model.PredictLive(f.Address, &idle, s.clock.Now(), latency.Engine{}).TTFT
 		l.LoneTPOT += s.model.Predict(f.Address, latency.Features{Decodes: 1, DecodeTokens: ReferencePrompt}).TPOT
 	}
 	slices.Sort(order)
