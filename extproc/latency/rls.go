@@ -52,7 +52,8 @@ func (r *rls) clamped() [maxFeatures]float64 {
 // the others re-solved (with P the fit's inverse information matrix,
 // θ_S=0 is θ − P[:,S]·P[S,S]⁻¹·θ[S]), S growing until none is negative.
 // More accurate than clamping where correlated terms trade off (TPOT:
-// MAPE 237% vs 916% on the saturated bursty chat workload).
+// MAPE 237% vs 916% on the saturated bursty chat workload; the engine
+// twin's step cost: TTFT MAPE 5.5% vs 8.3% on the Poisson trace ×2).
 func (r *rls) constrained() [maxFeatures]float64 {
 	t := r.theta
 	var active [maxFeatures]bool
