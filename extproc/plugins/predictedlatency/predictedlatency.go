@@ -3,7 +3,9 @@
 // quantile) with kvgate's online latency model (extproc/latency), from the
 // request's uncached prompt tokens there (the prefix producer's match) and
 // the endpoint's live load (extproc/endpoints), and it trains that model on
-// the TTFT and TPOT observed on each response stream. The latency scorer,
+// the TTFT and TPOT observed on each response stream. It also tells the
+// model's engine twin of each endpoint what it routed there, and when each
+// request's first token came or its response ended. The latency scorer,
 // the SLO filters and the admitter read its predictions.
 //
 // Parameters (llm-d's; its sidecar tuning is refused unless at its default):
