@@ -294,9 +294,14 @@ func New(cfg Config) *Model {
 // that kind, else from the pool's; TPOT is 0 ("unknown": SLO checks skip
 // it) until even the pool has seen MinSamples streams end.
 func (m *Model) Predict(addr string, f Features) Estimate {
+	return m.predict((*m.endpoints.Load())[addr], f)
+}
+
+// predict is Predict with the endpoint's fit looked up (nil: none).
+func (m *Model) predict(e *fit, f Features) Estimate {
 	pool := m.pool.published.Load()
 	ttftFrom, tpotFrom := pool, pool
-	if e := (*m.endpoints.Load())[addr]; e != nil {
+	if e != nil {
 		c := e.published.Load()
 		if c.ttftSamples >= m.cfg.MinSamples {
 			ttftFrom = c

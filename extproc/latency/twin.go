@@ -145,11 +145,15 @@ func (s stepShape) x(theta *[maxFeatures]float64) [maxFeatures]float64 {
 	return [maxFeatures]float64{1, 0, 0, s.seqs / 100, 1, ctx}
 }
 
-// stepNanos is the step's cost under coefficients theta, at least 1 µs.
+// stepNanos is the step's cost under coefficients theta.
 func stepNanos(theta *[maxFeatures]float64, s stepShape) int64 {
 	x := s.x(theta)
-	d := dot(theta, &x)
-	if !(d < maxPrediction) {
+	return nanos(dot(theta, &x))
+}
+
+// nanos is a step's cost of d seconds, at least 1 µs and bounded.
+func nanos(d float64) int64 {
+	if !(d < maxPrediction) { // also NaN
 		d = maxPrediction
 	}
 	return max(int64(time.Microsecond), int64(d*1e9))
@@ -382,10 +386,11 @@ func (w *twin) project(now int64, cached, uncached int64, eng Engine, budget int
 		for k := range out.x {
 			out.x[k] += x[k]
 		}
+		d := dot(theta, &x)
 		if step == 0 {
 			out.first = x
 		}
-		t += stepNanos(theta, s)
+		t += nanos(d)
 		if last.done >= last.uncached {
 			out.last = s
 			out.hindsight = out.x
@@ -488,14 +493,15 @@ func (m *Model) twinCoeffs(e *fit) *coeffs {
 // for ObserveFirstToken. f.Prefill and f.Cached are the request's uncached
 // and cached prompt tokens there.
 func (m *Model) PredictLive(addr string, f *Features, now time.Time, eng Engine) Estimate {
-	est := m.Predict(addr, *f)
+	e := (*m.endpoints.Load())[addr]
+	est := m.predict(e, *f)
 	f.twin = twinSample{}
 	if eng.External > 0 {
 		return est
 	}
 	n := now.UnixNano()
 	var c *coeffs
-	if e := (*m.endpoints.Load())[addr]; e != nil {
+	if e != nil {
 		c = m.twinCoeffs(e)
 		e.twinMu.Lock()
 		if e.tw.untracked == 0 {
