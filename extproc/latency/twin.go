@@ -98,7 +98,7 @@ type twinEntry struct {
 	done             int64
 }
 
-// twin is one endpoint's queue and clock; mu guards it.
+// twin is one endpoint's queue and clock; its fit's twinMu guards it.
 type twin struct {
 	q []twinEntry
 	// scratch is the projection's copy of q, reused across predictions.
@@ -401,8 +401,14 @@ func (w *twin) project(now int64, cached, uncached int64, eng Engine, budget int
 }
 
 // twinTTFT is a twin sample's TTFT under theta: the rest of the step in
-// progress at the decision (none when it is overdue by the twin's clock:
-// it ends any moment) and the steps after it.
+// progress at the decision and the steps after it. When that step is
+// overdue by the fitted cost (the twin holds a step that would finish a
+// prompt until its first token comes), the projection's steps between its
+// fitted end and the decision count too (the request joins only a step
+// that starts after its decision): they stand for the overdue step's
+// unknown rest, an estimate as long as its overrun. Ending the overdue
+// step at the decision instead measured worse (TTFT MAPE on the Poisson
+// trace ×2: 14.9 % against 5.5 %).
 func twinTTFT(theta *[maxFeatures]float64, s *twinSample) float64 {
 	total, first := dot(theta, &s.x), dot(theta, &s.first)
 	ran := float64(s.at-s.start) / 1e9
