@@ -39,8 +39,9 @@ $(STAMP): go.mod go.sum Makefile scripts/setup.sh scripts/setup-tokenizer.sh scr
 
 setup: $(STAMP)
 
-# A real kube-apiserver (built from k8s.io/kubernetes), etcd, helm and the
-# third-party CRDs for the Kubernetes discovery and Helm chart tests, in
+# A real kube-apiserver (built from k8s.io/kubernetes), etcd, helm,
+# kube-state-metrics (built from its module, for the autoscaling queries) and
+# the third-party CRDs for the Kubernetes discovery and Helm chart tests, in
 # .cache/envtest. The first run builds for several minutes; later runs
 # return at once.
 envtest:

@@ -90,32 +90,42 @@ func (p *slotPool) pin(s uint32) {
 	m.pins++
 }
 
+// unpin releases one pin; the last one makes a slot holding a block
+// reusable (LRU) and a dropped slot free.
 func (p *slotPool) unpin(s uint32) {
 	m := &p.meta[s]
 	if m.pins == 0 {
 		return
 	}
 	m.pins--
-	if m.pins == 0 && m.valid {
+	if m.pins > 0 {
+		return
+	}
+	if m.valid {
 		m.elem = p.lru.PushBack(s)
+	} else {
+		p.free = append(p.free, s)
 	}
 }
 
-// drop forgets a pinned slot's content (a failed transfer left it torn)
-// and frees it once unpinned.
+// drop forgets a slot's content (a failed transfer left it torn) and
+// releases the caller's pin: no lookup finds the block any more, and the
+// slot is free once every other holder (another request's hold on the same
+// block) has unpinned it too, not before, or a new block could be written
+// into a slot a hold still names.
 func (p *slotPool) drop(s uint32) {
 	m := &p.meta[s]
-	if !m.valid {
-		return
+	if m.valid {
+		delete(p.byHash, m.hash)
+		m.valid = false
 	}
-	delete(p.byHash, m.hash)
-	m.valid = false
-	m.pins = 0
-	if m.elem != nil {
+	if m.elem != nil { // unpinned: nobody holds it
 		p.lru.Remove(m.elem)
 		m.elem = nil
+		p.free = append(p.free, s)
+		return
 	}
-	p.free = append(p.free, s)
+	p.unpin(s)
 }
 
 // pinnedCount counts pinned slots (tests, stats).

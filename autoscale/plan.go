@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvgate/kvgate/benchmarks/cluster"
 	"github.com/kvgate/kvgate/benchmarks/workload"
+	"github.com/kvgate/kvgate/extproc/latency"
 	"github.com/kvgate/kvgate/sim/engine"
 )
 
@@ -78,6 +79,10 @@ type Planner struct {
 	// Routing is the picker configuration the pool runs.
 	Routing cluster.Policy
 	Seed    uint64
+	// Model, when set, judges mixes on the picker's latency model fitted
+	// to a calibration run (FitModel): the load replayed over the mix with
+	// every latency predicted, no engine simulated.
+	Model *latency.Model
 	// Screen is the share of the load a mix must be estimated to carry
 	// (from each variant's homogeneous need) to be simulated at all;
 	// default 0.75.
@@ -124,12 +129,30 @@ func (p *Planner) check() error {
 	return nil
 }
 
-// Evaluate simulates the offered load on mix (memoised).
+// Evaluate judges mix at the offered load (memoised): on the simulated
+// fleet, or on the latency model when Model is set.
 func (p *Planner) Evaluate(ctx context.Context, mix Mix) (Evaluation, error) {
 	key := fmt.Sprint([]int(mix))
 	if e, ok := p.evals[key]; ok {
 		return e, nil
 	}
+	judge := p.simulate
+	if p.Model != nil {
+		judge = func(_ context.Context, m Mix) (Evaluation, error) { return p.replay(m) }
+	}
+	e, err := judge(ctx, mix)
+	if err != nil {
+		return Evaluation{}, err
+	}
+	if p.evals == nil {
+		p.evals = map[string]Evaluation{}
+	}
+	p.evals[key] = e
+	return e, nil
+}
+
+// simulate runs the offered load on mix on the simulated fleet.
+func (p *Planner) simulate(ctx context.Context, mix Mix) (Evaluation, error) {
 	var presets []engine.Preset
 	for i, n := range mix {
 		for range n {
@@ -164,10 +187,6 @@ func (p *Planner) Evaluate(ctx context.Context, mix Mix) (Evaluation, error) {
 	e.Met = float64(met) / float64(len(res.Requests))
 	e.TTFTP90 = time.Duration(quantile(ttft, 0.9) * float64(time.Second))
 	e.TPOTP90 = time.Duration(quantile(tpot, 0.9) * float64(time.Second))
-	if p.evals == nil {
-		p.evals = map[string]Evaluation{}
-	}
-	p.evals[key] = e
 	return e, nil
 }
 

@@ -51,20 +51,60 @@ func planner(t *testing.T, seed uint64) *Planner {
 	}
 }
 
-// TestPlanIsTight checks the plan on the simulated fleet: it meets the SLO
-// target, and one replica fewer of any variant it uses does not.
-func TestPlanIsTight(t *testing.T) {
+// TestPlanner checks plans in the simulation. One planner per load serves
+// every subtest: simulated evaluations are memoised, so each fleet is
+// simulated once.
+//   - IsTight: the plan meets the SLO target, and one replica fewer of any
+//     variant it uses does not.
+//   - MixesVariants: a load whose cheapest answer is heterogeneous.
+//   - OnLatencyModel: the plan made on the picker's latency model against
+//     the simulation's (model_test.go).
+func TestPlanner(t *testing.T) {
 	if testing.Short() {
-		t.Skip("simulates a dozen fleets")
+		t.Skip("simulates a few dozen fleets")
 	}
-	ctx := context.Background()
-	p := planner(t, 1)
-	plan, err := p.Plan(ctx)
+	prefillBound, decodeHeavy := planner(t, 1), mixedPlanner(t)
+	t.Run("IsTight", func(t *testing.T) { checkTight(t, prefillBound, mustPlan(t, prefillBound)) })
+	t.Run("MixesVariants", func(t *testing.T) { planMixesVariants(t, decodeHeavy) })
+	t.Run("OnLatencyModel", func(t *testing.T) { planOnLatencyModel(t, prefillBound, decodeHeavy) })
+}
+
+// planMixesVariants: decode-heavy requests under a tight TPOT objective,
+// where an H200's memory bandwidth carries more than an H100 for 9/8 of its
+// price, and whole replicas of either alone overshoot. The mix uses both
+// variants, is tight in the simulation, and is cheaper than either variant
+// alone.
+func planMixesVariants(t *testing.T, p *Planner) {
+	plan := mustPlan(t, p)
+	used := 0
+	for _, n := range plan.Best.Mix {
+		if n > 0 {
+			used++
+		}
+	}
+	if used < 2 {
+		t.Fatalf("plan %v uses one variant (alone %v): the load no longer needs a mix", plan.Best.Mix, plan.Alone)
+	}
+	checkTight(t, p, plan)
+}
+
+func mustPlan(t *testing.T, p *Planner) *Plan {
+	t.Helper()
+	plan, err := p.Plan(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	best := plan.Best
 	t.Logf("plan %v: cost %.0f/h, met %.1f%%, alone %v, %d mixes simulated", best.Mix, best.Mix.Cost(p.Variants), 100*best.Met, plan.Alone, plan.Simulated)
+	return plan
+}
+
+// checkTight re-simulates around the plan: it meets the target, one
+// replica fewer of any variant it uses does not, and no variant alone is
+// cheaper at its own smallest fleet.
+func checkTight(t *testing.T, p *Planner, plan *Plan) {
+	t.Helper()
+	best := plan.Best
 	if !p.Meets(best) || best.Mix.Replicas() == 0 {
 		t.Fatalf("plan %v meets %.1f%%", best.Mix, 100*best.Met)
 	}
@@ -74,15 +114,15 @@ func TestPlanIsTight(t *testing.T) {
 		}
 		fewer := slices.Clone(best.Mix)
 		fewer[i]--
-		e, err := p.Evaluate(ctx, fewer)
+		e, err := p.Evaluate(context.Background(), fewer)
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Logf("one %s fewer (%v): %.1f%% met", p.Variants[i].Name, fewer, 100*e.Met)
 		if p.Meets(e) {
 			t.Errorf("one %s fewer (%v) still meets the target: %.1f%%", p.Variants[i].Name, fewer, 100*e.Met)
 		}
 	}
-	// No variant alone is cheaper at its own smallest fleet.
 	for i, n := range plan.Alone {
 		if n > 0 && float64(n)*p.Variants[i].Cost < best.Mix.Cost(p.Variants) {
 			t.Errorf("%d × %s alone meets it for less", n, p.Variants[i].Name)
@@ -169,5 +209,75 @@ func TestPlanMainUsage(t *testing.T) {
 		if err := PlanMain(context.Background(), args, &bytes.Buffer{}, &stderr); err == nil {
 			t.Errorf("%v accepted", args)
 		}
+	}
+}
+
+// TestPlanMainLatencyModel runs `kvgate plan --latency-model`: the model
+// is fitted on the current fleet (or, without one, on the calibration
+// ramp), its answer checked in the simulation, and the output says both.
+func TestPlanMainLatencyModel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulates fleets")
+	}
+	for _, tc := range []struct {
+		current []string
+		calib   string
+	}{
+		{[]string{"--current", "h200=2"}, "2 × h200"},
+		{nil, "ramp"},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := PlanMain(context.Background(), append([]string{
+			"--variant", "name=h200,preset=qwen3-32b-tp2-h200,cost=9,accelerator=H200,max=4",
+			"--rate", "3", "--duration", "60s", "--prompt-tokens", "2000", "--output-tokens", "50",
+			"--slo-ttft", "1s", "--latency-model",
+		}, tc.current...), &stdout, &stderr)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, stderr.String())
+		}
+		t.Log(stderr.String())
+		var out PlanOutput
+		if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+			t.Fatal(err)
+		}
+		lm := out.LatencyModel
+		if lm == nil || len(lm.Learned) != 1 || lm.Learned[0].Preset != "qwen3-32b-tp2-h200" || !(lm.Learned[0].PrefillTokensPerSecond > 0) {
+			t.Fatalf("latency model output %+v", lm)
+		}
+		if !strings.Contains(lm.Calibration, tc.calib) {
+			t.Errorf("calibration %q, want %q", lm.Calibration, tc.calib)
+		}
+		if out.Met < 0.95 || len(out.Variants) != 1 {
+			t.Fatalf("plan %+v", out)
+		}
+		if lm.Agree != (lm.MetSimulated >= 0.95) {
+			t.Errorf("agree %v with %.3f simulated", lm.Agree, lm.MetSimulated)
+		}
+		if lm.Agree && (lm.Desired["h200"] != out.Variants[0].Desired || lm.MetSimulated != out.Met) {
+			t.Errorf("agreeing plans differ: model %+v, final %+v", lm, out)
+		}
+	}
+}
+
+// The calibration ramp keeps the offered requests' shapes with the rate
+// rising linearly from zero to the offered rate: half the requests, a
+// quarter of them in the first half of the time.
+func TestCalibrationRamps(t *testing.T) {
+	p := &Planner{}
+	for i := range 600 {
+		p.Requests = append(p.Requests, workload.Request{Arrival: time.Duration(i) * 100 * time.Millisecond, OutputTokens: i})
+	}
+	cal := p.Calibration()
+	early := 0
+	for i, r := range cal {
+		if r.OutputTokens != i || r.Arrival > time.Minute || (i > 0 && r.Arrival < cal[i-1].Arrival) {
+			t.Fatalf("request %d: %+v", i, r)
+		}
+		if r.Arrival < 30*time.Second {
+			early++
+		}
+	}
+	if len(cal) < 295 || len(cal) > 305 || early < 70 || early > 80 {
+		t.Errorf("%d requests, %d in the first half", len(cal), early)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -106,6 +107,32 @@ type PlanOutput struct {
 	TTFTP90     float64 `json:"ttft_p90_s"`
 	TPOTP90     float64 `json:"tpot_p90_s"`
 	Simulated   int     `json:"mixes_simulated"`
+	// LatencyModel is the plan made on the picker's latency model
+	// (--latency-model); nil without it.
+	LatencyModel *ModelPlanOutput `json:"latency_model,omitempty"`
+}
+
+// ModelPlanOutput is --latency-model's part of the output: the mix the
+// latency model chose, what the model and the simulation say of it, and
+// what the model learned of each preset.
+type ModelPlanOutput struct {
+	Desired map[string]int `json:"desired_replicas"`
+	// MetOnModel and MetSimulated are the mix's SLO attainment on the
+	// model and on the simulated fleet; Agree that the simulation meets
+	// the target too (else the plan above is the simulation planner's).
+	MetOnModel   float64 `json:"slo_attainment_on_model"`
+	MetSimulated float64 `json:"slo_attainment_simulated"`
+	Agree        bool    `json:"agree"`
+	// Calibration is the fleet the model was fitted on.
+	Calibration string          `json:"calibration"`
+	Learned     []LearnedPreset `json:"learned"`
+}
+
+// LearnedPreset is the model's fit of one preset.
+type LearnedPreset struct {
+	Preset                 string  `json:"preset"`
+	PrefillTokensPerSecond float64 `json:"prefill_tokens_per_second"`
+	LoneTPOT               float64 `json:"lone_tpot_s"`
 }
 
 // PlannedVariant is one variant's share of the plan.
@@ -134,6 +161,7 @@ func PlanMain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		routing, namespace string
 		metricsOut, listen string
 		seed               uint64
+		onModel            bool
 	)
 	fs.Var(&variants, "variant", "a variant: name=…,preset=…,cost=…(per replica-hour)[,accelerator=…][,max=16] (repeatable)")
 	fs.DurationVar(&slo.TTFT, "slo-ttft", 0, "TTFT objective")
@@ -153,6 +181,7 @@ func PlanMain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&namespace, "namespace", "default", "namespace label of the wva_* metrics")
 	fs.Var(current, "current", "a variant's current replicas, variant=n, for wva_current_replicas and wva_desired_ratio (repeatable)")
 	fs.StringVar(&metricsOut, "metrics-out", "", "write the wva_* metrics in the Prometheus text format to this file")
+	fs.BoolVar(&onModel, "latency-model", false, "plan on the picker's latency model fitted to the --current fleet serving the offered load (without --current: a ramp on one replica per variant), then check the answer in the simulation")
 	fs.StringVar(&listen, "listen", "", "after planning, serve the wva_* metrics on http://ADDR/metrics until interrupted")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
@@ -222,12 +251,17 @@ func PlanMain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	p := &Planner{Variants: variants, SLO: slo, Requests: reqs, Routing: cluster.Policy{Name: routing, Config: raw}, Seed: seed}
 	fmt.Fprintf(stderr, "planning for %.2f req/s (%.0f prompt, %.0f output tokens per request), %d requests simulated per mix\n",
 		d.Rate, d.PromptTokens, d.OutputTokens, len(reqs))
-	plan, err := p.Plan(ctx)
-	if err != nil {
+	var plan *Plan
+	var modelOut *ModelPlanOutput
+	if onModel {
+		if plan, modelOut, err = planOnModel(ctx, p, current, stderr); err != nil {
+			return err
+		}
+	} else if plan, err = p.Plan(ctx); err != nil {
 		return err
 	}
 	out := PlanOutput{Demand: d, CostPerHour: plan.Best.Mix.Cost(variants), Met: plan.Best.Met,
-		TTFTP90: plan.Best.TTFTP90.Seconds(), TPOTP90: plan.Best.TPOTP90.Seconds(), Simulated: plan.Simulated}
+		TTFTP90: plan.Best.TTFTP90.Seconds(), TPOTP90: plan.Best.TPOTP90.Seconds(), Simulated: plan.Simulated, LatencyModel: modelOut}
 	for i, v := range variants {
 		out.Variants = append(out.Variants, PlannedVariant{Name: v.Name, Accelerator: v.Accelerator, Cost: v.Cost, Desired: plan.Best.Mix[i], Alone: plan.Alone[i]})
 		fmt.Fprintf(stderr, "  %-24s %-16s $%.2f/h  desired %d  (alone %d)\n", v.Name, v.Accelerator, v.Cost, plan.Best.Mix[i], plan.Alone[i])
@@ -254,6 +288,44 @@ func PlanMain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return serveMetrics(ctx, reg, listen, stderr)
 	}
 	return nil
+}
+
+// planOnModel is --latency-model: fit, plan on the model, check in the
+// simulation.
+func planOnModel(ctx context.Context, p *Planner, current map[string]int, stderr io.Writer) (*Plan, *ModelPlanOutput, error) {
+	cur := make(Mix, len(p.Variants))
+	calib := "a ramp to the offered rate on one replica of each preset"
+	if len(current) > 0 {
+		var parts []string
+		for i, v := range p.Variants {
+			cur[i] = current[v.Name]
+			parts = append(parts, fmt.Sprintf("%d × %s", cur[i], v.Name))
+		}
+		calib = "the current fleet (" + strings.Join(parts, ", ") + ") at the offered load"
+	}
+	m, err := p.FitModel(ctx, cur)
+	if err != nil {
+		return nil, nil, err
+	}
+	mp, err := p.PlanOnModel(ctx, m)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := &ModelPlanOutput{Desired: map[string]int{}, MetOnModel: mp.OnModel.Best.Met, MetSimulated: mp.Checked.Met, Agree: mp.Agree, Calibration: calib}
+	for i, v := range p.Variants {
+		out.Desired[v.Name] = mp.OnModel.Best.Mix[i]
+	}
+	for _, f := range m.Fits() {
+		out.Learned = append(out.Learned, LearnedPreset{Preset: f.Address, PrefillTokensPerSecond: f.PrefillTokensPerSecond, LoneTPOT: f.DecodeStep.Seconds()})
+	}
+	slices.SortFunc(out.Learned, func(a, b LearnedPreset) int { return strings.Compare(a.Preset, b.Preset) })
+	verdict := "the simulation agrees"
+	if !mp.Agree {
+		verdict = "the simulation misses the target: planned on the simulation instead"
+	}
+	fmt.Fprintf(stderr, "latency model (fitted on %s): mix %v, %.1f%% met on the model, %.1f%% simulated; %s\n",
+		calib, mp.OnModel.Best.Mix, 100*mp.OnModel.Best.Met, 100*mp.Checked.Met, verdict)
+	return mp.Final, out, nil
 }
 
 // RegisterWVA registers the Workload Variant Autoscaler's output metrics

@@ -40,6 +40,49 @@ type ClassSummary struct {
 	// MaxLeftLate is the longest a request stayed queued past its TTL or
 	// its client's deadline, in seconds.
 	MaxLeftLate float64 `json:"max_left_late_s"`
+	// Mean and Tail break the served requests' TTFT down, averaged over
+	// all of them and over those at or above the class's p90 TTFT.
+	Mean TTFTParts `json:"ttft_breakdown_mean"`
+	Tail TTFTParts `json:"ttft_breakdown_tail"`
+	// Preempted counts served requests their engine preempted at least once.
+	Preempted int `json:"preempted"`
+}
+
+// TTFTParts is an average cluster.TTFTBreakdown, in seconds: Queue +
+// EngineWait + Prefill = TTFT; InFlight is part of EngineWait, and the
+// inflations are parts of Prefill.
+type TTFTParts struct {
+	Requests         int     `json:"requests"`
+	TTFT             float64 `json:"ttft_s"`
+	Queue            float64 `json:"queue_s"`
+	EngineWait       float64 `json:"engine_wait_s"`
+	InFlight         float64 `json:"in_flight_s"`
+	InFlightBatch    float64 `json:"in_flight_inflation_s"`
+	Prefill          float64 `json:"prefill_s"`
+	DecodeInflation  float64 `json:"decode_inflation_s"`
+	PrefillInflation float64 `json:"prefill_inflation_s"`
+}
+
+func (p *TTFTParts) add(r *cluster.RequestResult) {
+	p.Requests++
+	p.TTFT += r.TTFT.Seconds()
+	p.Queue += r.Queued.Seconds()
+	b := r.Breakdown
+	p.EngineWait += b.EngineWait.Seconds()
+	p.InFlight += b.InFlight.Seconds()
+	p.InFlightBatch += b.InFlightInflation.Seconds()
+	p.Prefill += b.Prefill.Seconds()
+	p.DecodeInflation += b.DecodeInflation.Seconds()
+	p.PrefillInflation += b.PrefillInflation.Seconds()
+}
+
+func (p *TTFTParts) average() {
+	if p.Requests == 0 {
+		return
+	}
+	n := float64(p.Requests)
+	p.TTFT, p.Queue, p.EngineWait, p.InFlight, p.InFlightBatch = p.TTFT/n, p.Queue/n, p.EngineWait/n, p.InFlight/n, p.InFlightBatch/n
+	p.Prefill, p.DecodeInflation, p.PrefillInflation = p.Prefill/n, p.DecodeInflation/n, p.PrefillInflation/n
 }
 
 // summarizeClasses is nil when no request named an objective.
@@ -47,6 +90,7 @@ func summarizeClasses(res *cluster.Result) []ClassSummary {
 	type acc struct {
 		c           ClassSummary
 		ttft, queue []float64
+		served      []*cluster.RequestResult
 		out         int64
 		met         int
 	}
@@ -85,6 +129,7 @@ func summarizeClasses(res *cluster.Result) []ClassSummary {
 			continue
 		}
 		a.c.Served++
+		a.served = append(a.served, r)
 		a.ttft = append(a.ttft, r.TTFT.Seconds())
 		a.queue = append(a.queue, r.Queued.Seconds())
 		if r.Arrival+r.E2E <= last {
@@ -101,6 +146,17 @@ func summarizeClasses(res *cluster.Result) []ClassSummary {
 		slices.Sort(a.ttft)
 		slices.Sort(a.queue)
 		a.c.TTFTP50, a.c.TTFTP90 = pct(a.ttft, 50), pct(a.ttft, 90)
+		for _, r := range a.served {
+			a.c.Mean.add(r)
+			if r.TTFT.Seconds() >= a.c.TTFTP90 {
+				a.c.Tail.add(r)
+			}
+			if r.Breakdown.Preemptions > 0 {
+				a.c.Preempted++
+			}
+		}
+		a.c.Mean.average()
+		a.c.Tail.average()
 		a.c.QueueP50, a.c.QueueP90 = pct(a.queue, 50), pct(a.queue, 90)
 		a.c.SLOMet = -1
 		if res.SLO.TTFT > 0 {
@@ -134,6 +190,20 @@ func classTable(b *strings.Builder, r *Results) {
 				s.Name, s.QPSScale, c.Objective, c.Priority, c.Requests, c.Served, c.TTFTP50, c.TTFTP90, met,
 				c.ThroughputOutputTokS, c.QueueP50, c.QueueP90, c.Rejected, c.Expired, c.Cancelled, c.Evicted,
 				c.MaxLeftLate*1000)
+		}
+	}
+	b.WriteString("\nWhere TTFT went (ms; mean over the served requests, and over those at or above the class's p90): picker queue + engine wait (of it: the step in flight at receipt, and what sheddable requests added to that step) + prefill steps (of them: what sheddable decodes and prefills in the same steps added):\n\n| policy | qps scale | class | over | TTFT | queue | engine wait | in flight | +batch in flight | prefill | +batch decode | +batch prefill | preempted |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, s := range r.Policies {
+		for _, c := range s.Classes {
+			for _, p := range []struct {
+				over string
+				t    TTFTParts
+			}{{"all", c.Mean}, {"≥ p90", c.Tail}} {
+				ms := func(v float64) string { return fmt.Sprintf("%.1f", v*1000) }
+				fmt.Fprintf(b, "| %s | %g | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n",
+					s.Name, s.QPSScale, c.Objective, p.over, ms(p.t.TTFT), ms(p.t.Queue), ms(p.t.EngineWait),
+					ms(p.t.InFlight), ms(p.t.InFlightBatch), ms(p.t.Prefill), ms(p.t.DecodeInflation), ms(p.t.PrefillInflation), c.Preempted)
+			}
 		}
 	}
 }

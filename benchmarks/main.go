@@ -66,6 +66,8 @@ type Options struct {
 	BatchPromptTokens           int
 	BatchOutputTokens           int
 	OnlineTimeout, BatchTimeout time.Duration
+	// EngineScheduling is the engines' vLLM --scheduling-policy.
+	EngineScheduling string
 	// Autoscale compares scaling policies instead of routing policies.
 	Autoscale AutoscaleOptions
 	// Job is the async batch job beside the workload (asyncjob.go).
@@ -83,7 +85,8 @@ func DefaultOptions() Options {
 		Ramp: "3,10,20,30,40,50,60", StageDuration: 30 * time.Second,
 		Burst: 1, SLOFraction: 1,
 		BatchPromptTokens: 1000, BatchOutputTokens: 300,
-		Job: defaultJobOptions(),
+		Job:              defaultJobOptions(),
+		EngineScheduling: string(engine.SchedulingFCFS),
 	}
 }
 
@@ -147,6 +150,7 @@ func parseFlags(args []string, stderr io.Writer) (Options, plan, error) {
 	fs.IntVar(&o.BatchOutputTokens, "batch-output-tokens", o.BatchOutputTokens, "mixed: output tokens per batch request")
 	fs.DurationVar(&o.OnlineTimeout, "online-timeout", o.OnlineTimeout, "mixed: an online client cancels a request not started after this (0: never)")
 	fs.DurationVar(&o.BatchTimeout, "batch-timeout", o.BatchTimeout, "mixed: a batch client cancels a request not started after this (0: never)")
+	fs.StringVar(&o.EngineScheduling, "engine-scheduling-policy", o.EngineScheduling, "the simulated vLLM servers' --scheduling-policy: fcfs | priority (each request carries its objective's priority to the engine)")
 	o.Autoscale.flags(fs)
 	o.Job.addFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -195,6 +199,9 @@ func (o Options) plan() (plan, error) {
 	}
 	if o.Burst < 1 || (o.Trace != "" && o.set["burst"]) {
 		return pl, errors.New("--burst needs a generated workload and N ≥ 1")
+	}
+	if p := engine.SchedulingPolicy(o.EngineScheduling); p != engine.SchedulingFCFS && p != engine.SchedulingPriority {
+		return pl, fmt.Errorf("--engine-scheduling-policy %q: want %s or %s", o.EngineScheduling, engine.SchedulingFCFS, engine.SchedulingPriority)
 	}
 	if o.ArrivalQuantum < 0 {
 		return pl, errors.New("--arrival-quantum must not be negative")
@@ -399,6 +406,7 @@ func (o Options) clusterOptions(pl plan, logger *slog.Logger) cluster.Options {
 	return cluster.Options{
 		Replicas: o.replicas(pl), Preset: pl.preset, Presets: pl.mixed, ScrapeInterval: o.ScrapeInterval, KVEventDelay: o.KVEventDelay,
 		Seed: o.Seed, Logger: logger, SLO: o.slo(), Objectives: o.objectives(),
+		SchedulingPolicy: engine.SchedulingPolicy(o.EngineScheduling),
 	}
 }
 

@@ -225,7 +225,7 @@ type pdFleet struct {
 	config        []byte
 }
 
-func (o PDOptions) fleets(deciders ...string) ([]pdFleet, error) {
+func (o PDOptions) fleets(preset engine.Preset, deciders ...string) ([]pdFleet, error) {
 	var out []pdFleet
 	for _, d := range deciders {
 		name := fmt.Sprintf("%dP%dD", o.Prefill, o.GPUs-o.Prefill)
@@ -237,23 +237,47 @@ func (o PDOptions) fleets(deciders ...string) ([]pdFleet, error) {
 			out = append(out, pdFleet{name: fmt.Sprintf("%d collocated", o.GPUs), decider: "— (precise)", config: c})
 			continue
 		}
-		out = append(out, pdFleet{name: name, decider: d, prefill: o.Prefill, config: pdConfig(d)})
+		out = append(out, pdFleet{name: name, decider: d, prefill: o.Prefill, config: pdConfig(d, hardware(preset))})
 	}
 	return out, nil
+}
+
+// hardware is the transfer-cost decider's description of the preset's
+// servers, as an operator would configure it from the hardware: the KV
+// bytes of a token and the prefill rates, per token and per attention pair,
+// of the preset's step time.
+func hardware(preset engine.Preset) string {
+	const n = 2048
+	pairs := float64(n) * float64(n+1) / 2
+	linear := preset.StepDuration(engine.Shape{PrefillTokens: n, SampledSeqs: 1, ContextTokens: n}).Seconds()
+	quadratic := preset.StepDuration(engine.Shape{PrefillTokens: n, SampledSeqs: 1, ContextTokens: n, AttentionPairs: pairs}).Seconds() - linear
+	attention := 0.0
+	if quadratic > 0 {
+		attention = pairs / quadratic
+	}
+	return fmt.Sprintf("kvBytesPerToken: %d, prefillTokensPerSecond: %.6g, prefillAttentionPairsPerSecond: %.6g",
+		preset.Model.KVBytesPerToken(), n/linear, attention)
 }
 
 // pdConfig is the xPyD policy: kvgate's precise profile in the decode and
 // prefill profiles, and the decider (a plugin spec's type and parameters,
 // "type" or "type{json}"). The transfer-cost decider also scores the
-// prefill servers.
-func pdConfig(decider string) []byte {
+// decode and the prefill servers by its costs, and is given the servers'
+// hardware.
+func pdConfig(decider, hardware string) []byte {
 	typ, params, _ := strings.Cut(decider, "{")
+	prefillScorer, decodeScorer := "latency-scorer", "latency-scorer"
+	if typ == "transfer-cost-pd-decider" {
+		prefillScorer, decodeScorer = typ, typ
+		if params == "" {
+			params = "}"
+		} else {
+			params = ", " + params
+		}
+		params = hardware + params
+	}
 	if params != "" {
 		params = "\n  parameters: {" + params
-	}
-	prefillScorer := "latency-scorer"
-	if typ == "transfer-cost-pd-decider" {
-		prefillScorer = typ
 	}
 	return []byte(fmt.Sprintf(`apiVersion: llm-d.ai/v1alpha1
 kind: EndpointPickerConfig
@@ -272,10 +296,10 @@ plugins:
   parameters: {deciders: {prefill: %s}}
 schedulingProfiles:
 - name: decode
-  plugins: [{pluginRef: decode-filter}, {pluginRef: latency-scorer}, {pluginRef: max-score-picker}]
+  plugins: [{pluginRef: decode-filter}, {pluginRef: %s}, {pluginRef: max-score-picker}]
 - name: prefill
   plugins: [{pluginRef: prefill-filter}, {pluginRef: %s}, {pluginRef: max-score-picker}]
-`, kvhash.DefaultBlockSize, kvhash.DefaultSeed, typ, params, typ, prefillScorer))
+`, kvhash.DefaultBlockSize, kvhash.DefaultSeed, typ, params, typ, decodeScorer, prefillScorer))
 }
 
 // pdWorkload generates n requests at qps: prompt lengths from prompt,
@@ -392,7 +416,7 @@ func (o PDOptions) run(ctx context.Context, preset engine.Preset, f pdFleet, net
 // tradeoff runs collocated and xPyD fleets on long and short prompts over
 // a fast and a slow network.
 func (o PDOptions) tradeoff(ctx context.Context, preset engine.Preset, stderr io.Writer) ([]pdRow, error) {
-	fleets, err := o.fleets("", "always-disagg-pd-decider", "transfer-cost-pd-decider", "transfer-cost-pd-decider{decodeStallWeight: 1}")
+	fleets, err := o.fleets(preset, "", "always-disagg-pd-decider", "transfer-cost-pd-decider", "transfer-cost-pd-decider{interferenceWeight: 0}")
 	if err != nil {
 		return nil, err
 	}
@@ -426,11 +450,11 @@ func (o PDOptions) tradeoff(ctx context.Context, preset engine.Preset, stderr io
 // sweep runs the mixed workload over networks of several speeds with
 // transfer-cost-pd-decider and prefix-based-pd-decider at each threshold.
 func (o PDOptions) sweep(ctx context.Context, preset engine.Preset, thresholds []int, stderr io.Writer) ([]pdRow, error) {
-	deciders := []string{"transfer-cost-pd-decider", "transfer-cost-pd-decider{decodeStallWeight: 1}"}
+	deciders := []string{"transfer-cost-pd-decider", "transfer-cost-pd-decider{interferenceWeight: 0}"}
 	for _, t := range thresholds {
 		deciders = append(deciders, fmt.Sprintf("prefix-based-pd-decider{nonCachedTokens: %d}", t))
 	}
-	fleets, err := o.fleets(deciders...)
+	fleets, err := o.fleets(preset, deciders...)
 	if err != nil {
 		return nil, err
 	}

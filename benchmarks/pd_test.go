@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kvgate/kvgate/benchmarks/workload"
+	"github.com/kvgate/kvgate/sim/engine"
 )
 
 // `kvgate bench pd` runs both scenarios and writes their tables; with an
@@ -59,5 +62,42 @@ func TestPDUsage(t *testing.T) {
 		if err := Main(context.Background(), bad, io.Discard, io.Discard); !errors.Is(err, ErrUsage) {
 			t.Errorf("%v: %v, want a usage error", bad, err)
 		}
+	}
+}
+
+// The transfer-cost decider's choices in the simulated 2P2D fleet follow
+// the trade-off: long prompts over a fast network disaggregate, long ones
+// over a slow network and short ones over either mostly do not.
+func TestPDDecisionPattern(t *testing.T) {
+	o := DefaultPDOptions()
+	o.Requests = 80
+	preset, _ := engine.LookupPreset(o.Preset)
+	fleets, err := o.fleets(preset, "transfer-cost-pd-decider")
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := pdWorkload(o.Seed, o.Requests, o.QPSLong, fixedLen(8000), fixedLen(256), 0, 0, 0)
+	short := pdWorkload(o.Seed, o.Requests, o.QPSShort, fixedLen(256), fixedLen(256), 0, 0, 0)
+	for _, c := range []struct {
+		name     string
+		reqs     []workload.Request
+		net      pdNetwork
+		min, max float64 // bounds of the share disaggregated
+	}{
+		{"long, fast", long, o.uniform("fast", o.FastBW), 0.4, 1},
+		{"long, slow", long, o.uniform("slow", o.SlowBW), 0, 0.1},
+		{"short, fast", short, o.uniform("fast", o.FastBW), 0, 0.1},
+		{"short, slow", short, o.uniform("slow", o.SlowBW), 0, 0.05},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			row, err := o.run(t.Context(), preset, fleets[0], c.net, c.name, 0, c.reqs, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%.0f%% disaggregated", 100*row.Disagg)
+			if row.Failed > 0 || row.Disagg < c.min || row.Disagg > c.max {
+				t.Errorf("%d failed, %.0f%% disaggregated, want %.0f–%.0f%%", row.Failed, 100*row.Disagg, 100*c.min, 100*c.max)
+			}
+		})
 	}
 }

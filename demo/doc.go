@@ -34,7 +34,10 @@
 // agents, prefill and decode simulators, a routing sidecar (package
 // sidecar) before each decode simulator, the picker with
 // disagg-profile-handler — and reports TTFT/ITL, the P/D pairs and the KV
-// transfers; --epd adds an encode simulator and sends chats with images.
+// transfers, in the terminal and in report.html (the same renderer as the
+// policy comparison's, with the ITL distribution, the P/D tables and a
+// chart of the transfer sizes); --epd adds an encode simulator and sends
+// chats with images.
 //
 // Subpackages: proc supervises the children, workload builds and replays
 // the requests, report summarises and renders.

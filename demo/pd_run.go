@@ -1,13 +1,14 @@
 package demo
 
 import (
+	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
+	"math"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -30,8 +31,8 @@ func summarizePD(r report.Run) PDSummary {
 	s := PDSummary{Summary: report.Summarize(r)}
 	var itls []float64
 	for _, res := range r.Results {
-		if res.OK() && res.CompletionTokens > 1 {
-			itls = append(itls, (res.Latency-res.TTFT).Seconds()/float64(res.CompletionTokens-1))
+		if v, ok := report.ITL(res); ok && res.OK() {
+			itls = append(itls, v)
 		}
 	}
 	slices.Sort(itls)
@@ -91,23 +92,31 @@ func runPD(ctx context.Context, o Options, reqs []workload.Request, stdout io.Wr
 		return err
 	}
 	pr, err := pstack.Collect(ctx)
+	var tel []report.Telemetry
+	for _, a := range pstack.Agents {
+		tel = append(tel, agentTelemetry(ctx, pdName+" "+a.Name, a.Addr))
+	}
 	pstack.Close()
 	if err != nil {
 		return fmt.Errorf("%s: reading the data plane's counters: %w", pdName, err)
 	}
 
 	sums := []PDSummary{summarizePD(colRun), summarizePD(pdRun)}
+	blockBytes := pc.KVBytesPerToken * kvhash.DefaultBlockSize
 	fmt.Fprintln(stdout)
-	if err := writePDTable(stdout, sums, pr, pc.KVBytesPerToken*kvhash.DefaultBlockSize); err != nil {
+	if err := writePDTable(stdout, sums, pr, blockBytes); err != nil {
 		return err
 	}
-	js, err := json.MarshalIndent(map[string]any{"options": o, "summaries": sums, "pd": pr, "runs": []report.Run{colRun, pdRun}}, "", " ")
-	if err != nil {
+	runs := []report.Run{colRun, pdRun}
+	if err := writeJSON(filepath.Join(o.Out, "results.json"), map[string]any{"options": o, "summaries": sums, "pd": pr, "runs": runs, "telemetry": tel}); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(o.Out, "results.json"), js, 0o644); err != nil {
-		return fmt.Errorf("results.json: %w", err)
+	page := pdPage(o, shape, runs, sums, pr, blockBytes)
+	page.Telemetry = tel
+	if err := writeHTML(filepath.Join(o.Out, "report.html"), page); err != nil {
+		return err
 	}
+	fmt.Fprintf(stdout, "\nreport:  %s", filepath.Join(o.Out, "report.html"))
 	fmt.Fprintf(stdout, "\nresults: %s\nlogs:    %s\n", filepath.Join(o.Out, "results.json"), filepath.Join(o.Out, "logs"))
 	for _, s := range sums {
 		if s.Errors > 0 {
@@ -122,6 +131,97 @@ func runPD(ctx context.Context, o Options, reqs []workload.Request, stdout io.Wr
 		return fmt.Errorf("%s: no KV transfer happened", pdName)
 	}
 	return nil
+}
+
+// pdPage is the HTML report of `kvgate up --pd`: the two fleets compared
+// (TTFT and ITL), the P/D pairs, what each decode server's transfers moved
+// and the distribution of their sizes.
+func pdPage(o Options, shape PDShape, runs []report.Run, sums []PDSummary, pr PDReport, blockBytes int) report.Page {
+	n := shape.Encode + shape.Prefill + shape.Decode
+	setup := []string{
+		fmt.Sprintf("the same %d requests from the Mooncake trace (arrivals compressed into %s, output capped at %d tokens) through a collocated fleet of %d simulated vLLM servers (approximate prefix routing) and a %s fleet of the same size",
+			o.Requests, o.Workload.Duration, o.Workload.MaxOutputTokens, n, shape),
+		fmt.Sprintf("%s: %d prefill and %d decode sims (preset qwen3-0.6b-h100, time scale %g, %d KV blocks of %d tokens), one kvgate sidecar per decode sim, one node agent per sim moving KV by NIXL READ over UCX on loopback (%d bytes per block, every block's bytes verified), the picker with disagg-profile-handler and decider %q",
+			shape, shape.Prefill, shape.Decode, o.TimeScale, o.NumGPUBlocks, kvhash.DefaultBlockSize, blockBytes, o.PDDecider),
+	}
+	if shape.Encode > 0 {
+		setup = append(setup, fmt.Sprintf("E/P/D: %d encode sim; chat requests each with one of %d images", shape.Encode, o.EPDImages))
+	}
+	latencies := report.Table{Title: "TTFT and ITL", Header: []string{"fleet", "ok / sent", "TTFT p50 (ms)", "TTFT p99 (ms)", "ITL p50 (ms)", "ITL p99 (ms)", "req/s", "output tok/s"},
+		Note: "ITL is each request's (latency − TTFT) over its tokens after the first."}
+	for _, s := range sums {
+		latencies.Rows = append(latencies.Rows, []string{s.Policy, fmt.Sprintf("%d / %d", s.Requests-s.Errors, s.Requests),
+			fmt.Sprintf("%.0f", 1000*s.TTFTP50), fmt.Sprintf("%.0f", 1000*s.TTFTP99), fmt.Sprintf("%.1f", 1000*s.ITLP50), fmt.Sprintf("%.1f", 1000*s.ITLP99),
+			fmt.Sprintf("%.1f", s.RequestsPerSec), fmt.Sprintf("%.0f", s.OutputTokensPerSec)})
+	}
+	pairs := report.Table{Title: "P/D pairs", Header: []string{"prefill server", "decode server", "requests"},
+		Note: "From each sidecar's kvgate_sidecar_pd_requests_total: the requests it sent to that prefill server before decoding them."}
+	for _, p := range pr.Pairs {
+		pairs.Rows = append(pairs.Rows, []string{p.Prefill, p.Decode, fmt.Sprintf("%.0f", p.Requests)})
+	}
+	transfers := report.Table{Title: "KV transfers", Header: []string{"decode server", "transfers", "bytes", "bytes / transfer", "blocks / transfer", "failed", "verify failures"},
+		Note: fmt.Sprintf("The decode sims' own counters of the KV they pulled through their node agent (%d bytes per %d-token block).", blockBytes, kvhash.DefaultBlockSize)}
+	sizes := report.Figure{Title: "Bytes per transfer, cumulative distribution", XLabel: "bytes moved by one transfer (MB)", YLabel: "fraction of transfers", YMax: 1,
+		Note: "From each decode sim's vllm:nixl_bytes_transferred histogram (at its bucket bounds)."}
+	for _, t := range pr.Transfers {
+		blocks := 0.0
+		if blockBytes > 0 {
+			blocks = t.BytesPerPull / float64(blockBytes)
+		}
+		transfers.Rows = append(transfers.Rows, []string{t.Decode, fmt.Sprintf("%.0f", t.Pulls), fmt.Sprintf("%.0f", t.Bytes), fmt.Sprintf("%.0f", t.BytesPerPull),
+			fmt.Sprintf("%.1f", blocks), fmt.Sprintf("%.0f", t.Failures), fmt.Sprintf("%.0f", t.VerifyFailures)})
+		if c, ok := sizeCurve(t); ok {
+			sizes.Curves = append(sizes.Curves, c)
+		}
+	}
+	p := report.Page{Title: fmt.Sprintf("kvgate up --pd %s: P/D disaggregation against a collocated fleet", shape), Generated: time.Now(),
+		Setup: setup, Runs: runs, ITL: true, Tables: []report.Table{latencies, pairs, transfers}}
+	for _, s := range sums {
+		p.Summaries = append(p.Summaries, s.Summary)
+	}
+	if len(sizes.Curves) > 0 {
+		p.Figures = []report.Figure{sizes}
+	}
+	return p
+}
+
+// sizeCurve is a decode server's transfer sizes as a cumulative curve
+// from its histogram; false when it made no transfer.
+func sizeCurve(t PDTransfers) (report.Curve, bool) {
+	type bucket struct{ le, count float64 }
+	var bs []bucket
+	total := 0.0
+	for k, v := range t.Sizes {
+		le, err := strconv.ParseFloat(k, 64)
+		if err != nil {
+			continue
+		}
+		total = max(total, v)
+		if !math.IsInf(le, 1) {
+			bs = append(bs, bucket{le, v})
+		}
+	}
+	if total == 0 {
+		return report.Curve{}, false
+	}
+	slices.SortFunc(bs, func(a, b bucket) int { return cmp.Compare(a.le, b.le) })
+	// From the last empty bucket to the first that holds every transfer:
+	// the buckets beyond would stretch the axis to the histogram's top.
+	first, last := 0, len(bs)-1
+	for i, b := range bs {
+		if b.count == 0 {
+			first = i
+		}
+		if b.count >= total {
+			last = i
+			break
+		}
+	}
+	c := report.Curve{Name: t.Decode}
+	for _, b := range bs[first : last+1] {
+		c.Points = append(c.Points, [2]float64{b.le / 1e6, b.count / total})
+	}
+	return c, true
 }
 
 func writePDTable(w io.Writer, sums []PDSummary, pr PDReport, blockBytes int) error {

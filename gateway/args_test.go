@@ -21,7 +21,7 @@ func TestArgsRoundTrip(t *testing.T) {
 		Fallback: "127.0.0.1:3,127.0.0.1:4", MaxRequestBuffer: 99,
 		BodyBudgetBytes: 1 << 30, MemoryLimit: 3 << 30, BodyIdleTimeout: time.Second, UpstreamIdleTimeout: time.Minute,
 		MaxRequestHeaders: 7, MaxRequestHeaderBytes: 8, BlockedPaths: "/a,/b", TrustClientRewrite: true,
-		PickerReconnectMax: 3 * time.Second,
+		PickerReconnectMax: 3 * time.Second, BodyBasedRouting: true, MetricsAddr: "127.0.0.1:5",
 	}
 	noFilter := DefaultOptions()
 	noFilter.WasmPath, noFilter.ExtProc = "", ""

@@ -10,6 +10,10 @@
 //     (model servers' admin endpoints by default) 403. Body bytes held in
 //     memory count against Config.BodyBudget (503 when it is spent), and a
 //     body that stalls for Config.BodyIdleTimeout is answered 408.
+//     With Config.BodyBasedRouting (--body-based-routing), GIE's
+//     Body-Based Router step runs next: an OpenAI request's body is
+//     buffered and its model set as X-Gateway-Model-Name, counted in BBR's
+//     bbr_* metrics (served on --metrics-addr; bbr.go).
 //  1. x-gateway-destination-endpoint sent by the client is dropped: only
 //     the picker chooses upstreams. x-kvgate-* headers are dropped too when
 //     no filter runs (the filter strips them itself otherwise), and the

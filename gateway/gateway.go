@@ -123,7 +123,10 @@ type Config struct {
 	// unreachable picker (default 1s), so that traffic returns to the
 	// picker within about that long after an outage.
 	PickerReconnectMax time.Duration
-	Logger             *slog.Logger
+	// BodyBasedRouting, when set, runs GIE's Body-Based Router step before
+	// the filter and the picker (bbr.go), counting in these metrics.
+	BodyBasedRouting *BBRMetrics
+	Logger           *slog.Logger
 }
 
 // Defaults of Config.
@@ -154,6 +157,7 @@ type Gateway struct {
 	conn      *grpc.ClientConn
 	client    extprocv3.ExternalProcessorClient
 	filter    *wasmhost.Host
+	bbr       *BBRMetrics
 	transport *http.Transport
 	log       *slog.Logger
 }
@@ -186,7 +190,7 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	if cfg.BlockedPaths == nil {
 		cfg.BlockedPaths = DefaultBlockedPaths
 	}
-	g := &Gateway{cfg: cfg, log: cfg.Logger, blocked: map[string]bool{}}
+	g := &Gateway{cfg: cfg, log: cfg.Logger, blocked: map[string]bool{}, bbr: cfg.BodyBasedRouting}
 	for _, p := range cfg.BlockedPaths {
 		g.blocked[cleanPath(p)] = true
 	}
@@ -300,14 +304,17 @@ func (e *statusError) Unwrap() error { return e.err }
 // request is the state of one request as it moves through the pipeline;
 // it belongs to the ServeHTTP goroutine.
 type request struct {
-	headers   headerList
-	body      io.Reader
-	client    *idleReader // the client's body, read under the idle timeout
-	hasBody   bool
-	held      bytebudget.Holder // the filter's buffered body
-	proc      *processor        // nil without a picker or after failing open
-	sender    *bodySender       // full duplex: the client's body on its way to the picker
-	pump      *bodyPump         // full duplex: the picker's body on its way upstream
+	headers headerList
+	body    io.Reader
+	client  *idleReader // the client's body, read under the idle timeout
+	hasBody bool
+	held    bytebudget.Holder // the filter's buffered body
+	// whole is the entire body once body-based routing has buffered it
+	// (under held), so that the filter does not buffer it again.
+	whole     []byte
+	proc      *processor  // nil without a picker or after failing open
+	sender    *bodySender // full duplex: the client's body on its way to the picker
+	pump      *bodyPump   // full duplex: the picker's body on its way upstream
 	endpoints []string
 	rec       *accessRecord
 }
@@ -356,6 +363,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rec.requestID = rid
 
+	if g.bbr != nil {
+		if err := g.routeByBody(ctx, req); err != nil {
+			g.fail(w, rec, err)
+			return
+		}
+	}
 	if g.filter != nil {
 		local, err := g.runFilter(ctx, req)
 		if err != nil {
@@ -443,9 +456,8 @@ func (g *Gateway) fallbackOrder() []string {
 // The body is read before a filter VM is taken: VMs are few (one per
 // worker), and a client uploading slowly must not hold one while it does.
 func (g *Gateway) runFilter(ctx context.Context, req *request) (*wasmhost.LocalResponse, error) {
-	var buffered []byte
-	eof := !req.hasBody
-	if req.hasBody {
+	buffered, eof := req.whole, !req.hasBody || req.whole != nil
+	if !eof {
 		var err error
 		if buffered, eof, err = readUpTo(req.body, g.cfg.MaxRequestBuffer+1, &req.held); err != nil {
 			return nil, bodyError(err)

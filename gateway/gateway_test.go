@@ -503,6 +503,7 @@ func TestMainFlags(t *testing.T) {
 		{"--request-body-mode", "buffered"},
 		{"--fallback-endpoint", "not-an-endpoint"},
 		{"--wasm", "/nonexistent/filter.wasm"},
+		{"--wasm", "", "--metrics-addr", "127.0.0.1:notaport"},
 		{"stray"},
 	} {
 		if err := gateway.Main(context.Background(), args, io.Discard, io.Discard); err == nil {

@@ -14,6 +14,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/kvgate/kvgate/internal/bytebudget"
 	"github.com/kvgate/kvgate/internal/cliflag"
 	"github.com/kvgate/kvgate/internal/memlimit"
@@ -47,6 +51,10 @@ type Options struct {
 	BlockedPaths       string
 	TrustClientRewrite bool
 	PickerReconnectMax time.Duration
+	// BodyBasedRouting runs GIE's Body-Based Router step (bbr.go).
+	BodyBasedRouting bool
+	// MetricsAddr serves /metrics (BBR's families); empty: none.
+	MetricsAddr string
 }
 
 // DefaultOptions are the flag defaults.
@@ -98,6 +106,8 @@ func (o *Options) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.MaxRequestHeaderBytes, "max-request-header-bytes", o.MaxRequestHeaderBytes, "most request header bytes before 431 (Envoy's max_request_headers_kb)")
 	fs.StringVar(&o.BlockedPaths, "blocked-paths", o.BlockedPaths, "comma list of request paths answered 403 instead of forwarded (model servers' admin endpoints); empty: none")
 	fs.BoolVar(&o.TrustClientRewrite, "trust-client-model-rewrite", o.TrustClientRewrite, "keep client-sent x-gateway-model-name-rewrite / x-llm-d-model-name-rewrite headers (default: removed)")
+	fs.BoolVar(&o.BodyBasedRouting, "body-based-routing", o.BodyBasedRouting, "set X-Gateway-Model-Name from the body's model before the picker, as GIE's Body-Based Router does (bbr_* metrics)")
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "address to serve Prometheus /metrics on (empty: none)")
 	fs.DurationVar(&o.PickerReconnectMax, "extproc-reconnect-max", o.PickerReconnectMax, "longest back-off between attempts to reach an unreachable picker")
 	return fs
 }
@@ -209,6 +219,23 @@ func Run(ctx context.Context, o Options, log *slog.Logger) error {
 	cfg, err := o.config(log)
 	if err != nil {
 		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if o.BodyBasedRouting {
+		if cfg.BodyBasedRouting, err = NewBBRMetrics(reg); err != nil {
+			return err
+		}
+	}
+	if o.MetricsAddr != "" {
+		mln, err := net.Listen("tcp", o.MetricsAddr)
+		if err != nil {
+			return fmt.Errorf("gateway: --metrics-addr: %w", err)
+		}
+		ms := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = ms.Serve(mln) }()
+		defer ms.Close()
+		log.Info("gateway metrics", "addr", mln.Addr().String())
 	}
 	g, err := New(ctx, cfg)
 	if err != nil {

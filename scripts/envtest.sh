@@ -8,6 +8,9 @@
 # consumer. A small wrapper module replaces each of those with its published
 # release instead. etcd comes from Debian's etcd-server package.
 #
+# The autoscaling test also runs kube-state-metrics (built from its Go
+# module, pinned below) against the envtest API server.
+#
 # The chart tests also need helm (built from its Go module) and the CRDs of
 # the objects the chart can render whose APIs are not part of Kubernetes.
 # Those CRDs are taken from the projects' own Go modules, pinned below, and
@@ -29,6 +32,9 @@ ENVOY_GATEWAY_VERSION=v1.9.1
 ISTIO_API_VERSION=v1.32.0
 # KEDA: the ScaledObjects of the chart's autoscaling (llm-d's guides ran 2.20).
 KEDA_VERSION=v2.20.2
+# kube-state-metrics: the kube_deployment_* series of the chart's
+# queue-guard and SLO ScaledObjects, served from the envtest API server.
+KUBE_STATE_METRICS_VERSION=v2.18.0
 # Staging modules are published as v0.<minor>.<patch> of the same release.
 STAGING_VERSION="v0.${KUBERNETES_VERSION#v1.}"
 
@@ -125,6 +131,30 @@ install_helm() {
 	log "helm built in $((SECONDS - start)) s"
 }
 
+# kube-state-metrics is built from its module in a wrapper module of its
+# own (a `go install pkg@version` asks the proxy for the version list,
+# which it does not serve for this module; an exact version it does).
+install_kube_state_metrics() {
+	local ksm_stamp="${bin_dir}/.kube-state-metrics-version"
+	if [[ -x "${bin_dir}/kube-state-metrics" && -f "${ksm_stamp}" && "$(cat "${ksm_stamp}")" == "${KUBE_STATE_METRICS_VERSION}" ]]; then
+		return
+	fi
+	local start=${SECONDS} dir="${envtest_dir}/src-kube-state-metrics"
+	log "building kube-state-metrics ${KUBE_STATE_METRICS_VERSION}"
+	mkdir -p "${dir}"
+	printf 'module kvgate.local/envtest-kube-state-metrics\n\ngo 1.26\n' >"${dir}/go.mod"
+	rm -f "${dir}/go.sum"
+	(
+		cd "${dir}"
+		export GOFLAGS=-mod=mod
+		go get "k8s.io/kube-state-metrics/v2@${KUBE_STATE_METRICS_VERSION}"
+		go build -trimpath -ldflags "-s -w" -o "${bin_dir}/kube-state-metrics.tmp" k8s.io/kube-state-metrics/v2
+	)
+	mv "${bin_dir}/kube-state-metrics.tmp" "${bin_dir}/kube-state-metrics"
+	echo "${KUBE_STATE_METRICS_VERSION}" >"${ksm_stamp}"
+	log "kube-state-metrics built in $((SECONDS - start)) s"
+}
+
 # module_dir prints where the module proxy's copy of module@version lies.
 module_dir() {
 	(cd "${src_dir}" && go mod download -json "$1@$2" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
@@ -185,5 +215,6 @@ fetch_crds() {
 install_etcd
 build_apiserver
 install_helm
+install_kube_state_metrics
 fetch_crds
 log "ready: ${bin_dir} (export KUBEBUILDER_ASSETS=${bin_dir}), CRDs in ${crd_dir}"

@@ -103,3 +103,20 @@ func Blank(b []byte) error {
 
 // Unmap releases a mapping made by Map.
 func Unmap(b []byte) error { return syscall.Munmap(b) }
+
+// ContentHash is the hash whose content b starts with (any 8 or more
+// bytes; b need not be that block's: a failed check uses it to name the
+// block a slot holds instead). mix is a bijection, so its first word
+// gives the seed back.
+func ContentHash(b []byte) uint64 {
+	if len(b) < 8 {
+		return 0
+	}
+	z := binary.LittleEndian.Uint64(b)
+	z ^= z>>31 ^ z>>62
+	z *= 0x319642b2d24d8ec3
+	z ^= z>>27 ^ z>>54
+	z *= 0x96de1b173f119089
+	z ^= z>>30 ^ z>>60
+	return (z - 0x9e3779b97f4a7c15) ^ 0x9e3779b97f4a7c15
+}

@@ -45,3 +45,24 @@ func TestMapShared(t *testing.T) {
 		t.Fatal("size 0 accepted")
 	}
 }
+
+// TestContentHash: a block's first word names the hash it was filled
+// for, whatever the block's length (a failed check reports the block a
+// slot holds instead).
+func TestContentHash(t *testing.T) {
+	for _, h := range []uint64{0, 1, 42, 1 << 63, 0xdeadbeefcafebabe, ^uint64(0)} {
+		for _, n := range []int{8, 13, 4096} {
+			b := make([]byte, n)
+			Fill(b, h)
+			if got := ContentHash(b); got != h {
+				t.Fatalf("hash %#x, %d bytes: ContentHash %#x", h, n, got)
+			}
+		}
+	}
+	if got := ContentHash(make([]byte, 7)); got != 0 {
+		t.Fatalf("7 bytes: %#x", got)
+	}
+	if b := make([]byte, 64); Check(b, ContentHash(b)) == -1 {
+		t.Fatal("zeros pass as a block's content")
+	}
+}

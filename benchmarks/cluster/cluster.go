@@ -66,6 +66,11 @@ type Options struct {
 	// Job, when set, is a batch job the async processor's gates release
 	// into the fleet (AsyncJob).
 	Job *AsyncJob
+	// SchedulingPolicy is the engines' vLLM --scheduling-policy (default
+	// fcfs). Under priority every request carries its objective's
+	// priority to its engine, negated: vLLM schedules lower values first,
+	// InferenceObjectives rank higher values first.
+	SchedulingPolicy engine.SchedulingPolicy
 	// Roles, when not empty, is each replica's llm-d.ai/role label (len
 	// Replicas; "" for none): a P/D fleet (pd.go).
 	Roles []string
@@ -243,6 +248,29 @@ type RequestResult struct {
 	LeftLate time.Duration
 	// Err is why the request failed; "" on success.
 	Err string
+	// Breakdown is where a served request's TTFT went.
+	Breakdown TTFTBreakdown
+}
+
+// TTFTBreakdown splits a request's TTFT. Queued (RequestResult.Queued) +
+// EngineWait + Prefill = TTFT.
+type TTFTBreakdown struct {
+	// EngineWait is from the engine's receipt to its first scheduling
+	// (vLLM's queued time); InFlight is the part of it spent waiting for
+	// the step already running when the request arrived, and
+	// InFlightInflation the part of that the step's sheddable requests
+	// added (all of it for a step of sheddable requests alone).
+	EngineWait, InFlight, InFlightInflation time.Duration
+	// Prefill is from the first scheduling to the first token: the steps
+	// that computed its prompt (and any it waited between chunks).
+	Prefill time.Duration
+	// DecodeInflation and PrefillInflation are how much longer the steps
+	// that computed its prompt were, in total, for the sheddable requests
+	// (priority < 0) they also carried: their decodes, then their prefill
+	// chunks, priced by the engine's own step model without them.
+	DecodeInflation, PrefillInflation time.Duration
+	// Preemptions counts the times its engine preempted it.
+	Preemptions int
 }
 
 // Result is one run of a workload under one policy.
@@ -314,6 +342,9 @@ type replica struct {
 	// routed counts the requests handed to the replica; stepRouted is
 	// that count when the step in flight began.
 	routed, stepRouted int
+	// protectedEnd is when the step in flight would have ended without its
+	// sheddable requests (its start when it had nothing else).
+	protectedEnd time.Time
 	// What the step in flight produces when it ends, copied out of the
 	// engine's reused StepResult.
 	firsts []string
@@ -344,6 +375,10 @@ type liveReq struct {
 	oracle  oracleChoice
 	// order is the replica's routed count when this request was routed.
 	order int
+	// received is when its engine got it; bd accumulates its TTFT
+	// breakdown's step parts.
+	received time.Time
+	bd       TTFTBreakdown
 }
 
 type kvDelivery struct {
@@ -517,6 +552,7 @@ func newSim(opts Options, policy Policy, reqs []workload.Request) (*sim, error) 
 func (s *sim) newReplica(i int, p engine.Preset) (*replica, error) {
 	eng, err := engine.New(engine.Config{
 		Timing: p.Timing, Clock: s.clock, BlockSize: s.opts.BlockSize, HashSeed: s.opts.HashSeed,
+		SchedulingPolicy: s.opts.SchedulingPolicy,
 		// vLLM's waiting queue is unbounded; the engine's bound only
 		// has to exceed any queue the workload can build.
 		MaxWaiting: max(1024, len(s.reqs)),
@@ -824,7 +860,7 @@ func (s *sim) begin(ctx context.Context, i int, req *server.Request, prompt []in
 		return
 	}
 	rr.Replica, rr.Preset = r.idx, r.preset
-	if err := r.eng.Add(engine.Request{ID: id, Prompt: prompt, MaxTokens: out}); err != nil {
+	if err := r.eng.Add(engine.Request{ID: id, Prompt: prompt, MaxTokens: out, Priority: -rr.Priority}); err != nil {
 		ex.ResponseDone(ctx, server.ResponseSummary{Status: 503, ServedEndpoint: r.addr})
 		delete(s.oracled, id)
 		s.fail(rr, fmt.Errorf("engine: %w", err))
@@ -833,7 +869,11 @@ func (s *sim) begin(ctx context.Context, i int, req *server.Request, prompt []in
 	// The engine holds its own copy; the picker is done with the body.
 	req.Parsed.PromptTokenIDs = nil
 	r.routed++
-	lr := &liveReq{idx: i, ex: ex, rep: r, arrival: s.start.Add(s.reqs[i].Arrival), order: r.routed}
+	lr := &liveReq{idx: i, ex: ex, rep: r, arrival: s.start.Add(s.reqs[i].Arrival), received: now, order: r.routed}
+	if r.busy {
+		lr.bd.InFlight = r.stepEnd.Sub(now)
+		lr.bd.InFlightInflation = lr.bd.InFlight - max(0, r.protectedEnd.Sub(now))
+	}
 	if c, ok := s.oracled[id]; ok {
 		lr.oracle = c
 		r.backlog += c.uncached
@@ -873,11 +913,45 @@ func (s *sim) step(r *replica, now time.Time) {
 	}
 	r.finished = append(r.finished[:0], res.Finished...)
 	r.events = append(r.events[:0], res.Events...)
+	r.protectedEnd = now.Add(s.attribute(r.eng.Config().Timing, res))
 	// The engine's cache changed when Step ran: the oracle sees it now.
 	// Only the oracle reads the mirror, so other policies skip its cost.
 	if s.oracled != nil {
 		applyEvents(r.cache, r.events)
 	}
+}
+
+// attribute charges a step's length, and what the sheddable requests in it
+// added to it, to the requests whose prompts it computed. It returns the
+// step's length without its sheddable requests.
+func (s *sim) attribute(t engine.Timing, res *engine.StepResult) time.Duration {
+	var mine, noDecodes engine.Shape
+	prefilling := false
+	for _, q := range res.Scheduled {
+		lr := s.live[q.ID]
+		shed := lr != nil && s.res.Requests[lr.idx].Priority < 0
+		if !shed || !q.Decode {
+			q.Add(&noDecodes)
+		}
+		if !shed {
+			q.Add(&mine)
+		}
+		prefilling = prefilling || (lr != nil && lr.first.IsZero() && !shed)
+	}
+	dMine := t.StepDuration(mine)
+	if !prefilling {
+		return dMine
+	}
+	dNo := t.StepDuration(noDecodes)
+	for _, q := range res.Scheduled {
+		lr := s.live[q.ID]
+		if lr == nil || !lr.first.IsZero() || s.res.Requests[lr.idx].Priority < 0 {
+			continue
+		}
+		lr.bd.DecodeInflation += res.Duration - dNo
+		lr.bd.PrefillInflation += dNo - dMine
+	}
+	return dMine
 }
 
 // complete acts on the outputs of the replica's step that ended at now.
@@ -925,6 +999,12 @@ func (s *sim) complete(ctx context.Context, r *replica, now time.Time) {
 			Usage: openai.Usage{PromptTokens: f.Usage.PromptTokens, CompletionTokens: f.Usage.CompletionTokens, CachedTokens: f.Usage.CachedTokens},
 		})
 		rr := &s.res.Requests[lr.idx]
+		lr.bd.EngineWait = f.Scheduled.Sub(lr.received)
+		lr.bd.InFlight = min(lr.bd.InFlight, lr.bd.EngineWait)
+		lr.bd.InFlightInflation = min(lr.bd.InFlightInflation, lr.bd.InFlight)
+		lr.bd.Prefill = lr.first.Sub(f.Scheduled)
+		lr.bd.Preemptions = f.Preemptions
+		rr.Breakdown = lr.bd
 		rr.TTFT = lr.first.Sub(lr.arrival)
 		rr.E2E = now.Sub(lr.arrival)
 		rr.CachedTokens = f.Usage.CachedTokens

@@ -91,6 +91,8 @@ type pdLeg struct {
 	prefill, decode *replica
 	prompt          []int
 	out             int
+	// priority is the engines' (the objective's, negated).
+	priority int
 }
 
 // legSuffix names a prefill leg on its replica.
@@ -128,8 +130,8 @@ func (s *sim) beginPD(ctx context.Context, i int, req *server.Request, prompt []
 	if s.pd.legs == nil {
 		s.pd = pdState{legs: map[string]*pdLeg{}, held: map[string]*pdLeg{}}
 	}
-	leg := &pdLeg{id: req.ID, prefill: p, decode: decode, prompt: prompt, out: req.Parsed.MaxTokens}
-	if err := p.eng.Add(engine.Request{ID: req.ID + legSuffix, Prompt: prompt, MaxTokens: 1, PrefillOnly: true}); err != nil {
+	leg := &pdLeg{id: req.ID, prefill: p, decode: decode, prompt: prompt, out: req.Parsed.MaxTokens, priority: -rr.Priority}
+	if err := p.eng.Add(engine.Request{ID: req.ID + legSuffix, Prompt: prompt, MaxTokens: 1, PrefillOnly: true, Priority: leg.priority}); err != nil {
 		// The sidecar returns the prefiller's error as it is.
 		ex.ResponseDone(ctx, server.ResponseSummary{Status: 503, ServedEndpoint: decode.addr})
 		s.fail(rr, fmt.Errorf("prefill engine: %w", err))
@@ -138,7 +140,9 @@ func (s *sim) beginPD(ctx context.Context, i int, req *server.Request, prompt []
 	rr.Replica, rr.Preset, rr.Prefill = decode.idx, decode.preset, p.idx
 	req.Parsed.PromptTokenIDs = nil
 	s.pd.legs[req.ID+legSuffix] = leg
-	s.live[req.ID] = &liveReq{idx: i, ex: ex, rep: decode, arrival: s.start.Add(s.reqs[i].Arrival)}
+	// Its engine wait runs from here: the prefill leg and the KV pull
+	// count in it.
+	s.live[req.ID] = &liveReq{idx: i, ex: ex, rep: decode, arrival: s.start.Add(s.reqs[i].Arrival), received: s.clock.Now()}
 	return true
 }
 
@@ -154,7 +158,7 @@ func (s *sim) prefilled(ctx context.Context, id string) bool {
 	if s.opts.Network != nil {
 		path = s.opts.Network.Between(leg.prefill.idx, leg.decode.idx)
 	}
-	err := leg.decode.eng.Add(engine.Request{ID: leg.id, Prompt: leg.prompt, MaxTokens: leg.out,
+	err := leg.decode.eng.Add(engine.Request{ID: leg.id, Prompt: leg.prompt, MaxTokens: leg.out, Priority: leg.priority,
 		RemotePrefill: &engine.RemotePrefill{Tokens: len(leg.prompt), Bandwidth: path.BytesPerSecond, Latency: path.Latency}})
 	if err != nil {
 		_ = leg.prefill.eng.Release(id)

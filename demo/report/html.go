@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/kvgate/kvgate/demo/workload"
 )
 
 // palette colours series; policies and endpoints cycle through it.
@@ -25,25 +27,90 @@ type Page struct {
 	Telemetry []Telemetry
 	// NoAgent says why no agent ran, when none did.
 	NoAgent string
+	// ITL adds the inter-token latency's distribution beside TTFT's.
+	ITL bool
+	// Tables and Figures are a scenario's own results (the P/D fleet's
+	// pairs and transfers), shown after the comparison.
+	Tables  []Table
+	Figures []Figure
+}
+
+// Table is a titled table of preformatted cells.
+type Table struct {
+	Title  string
+	Header []string
+	Rows   [][]string
+	Note   string
+}
+
+// Figure is a line chart of named curves, each a list of (x, y) points.
+type Figure struct {
+	Title, XLabel, YLabel string
+	// YMax is the y range the axis must cover.
+	YMax   float64
+	Curves []Curve
+	Note   string
+}
+
+// Curve is one line of a Figure.
+type Curve struct {
+	Name   string
+	Points [][2]float64
+}
+
+// cdf is each run's cumulative distribution of value over its successful
+// requests (those value accepts), in milliseconds.
+func cdf(runs []Run, value func(workload.Result) (float64, bool)) []series {
+	var out []series
+	for i, r := range runs {
+		var vs []float64
+		for _, res := range r.Results {
+			if v, ok := value(res); ok && res.OK() {
+				vs = append(vs, 1000*v)
+			}
+		}
+		slices.Sort(vs)
+		s := series{name: r.Policy, color: palette[i%len(palette)]}
+		for j, v := range vs {
+			s.pts = append(s.pts, [2]float64{v, float64(j+1) / float64(len(vs))})
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func ttft(res workload.Result) (float64, bool) { return res.TTFT.Seconds(), true }
+
+// ITL is a request's mean inter-token latency in seconds: its time after
+// the first token over the tokens after the first; false for requests with
+// fewer than two.
+func ITL(res workload.Result) (float64, bool) {
+	if res.CompletionTokens < 2 {
+		return 0, false
+	}
+	return (res.Latency - res.TTFT).Seconds() / float64(res.CompletionTokens-1), true
+}
+
+type figurePlot struct {
+	SVG  template.HTML
+	Note string
 }
 
 // WriteHTML renders a self-contained report: no scripts, no external
 // resources, plots as inline SVG.
 func WriteHTML(w io.Writer, p Page) error {
-	var cdf []series
-	for i, r := range p.Runs {
-		var ttfts []float64
-		for _, res := range r.Results {
-			if res.OK() {
-				ttfts = append(ttfts, 1000*res.TTFT.Seconds())
-			}
+	var itl template.HTML
+	if p.ITL {
+		itl = lineChart(chart{title: "Inter-token latency per request, cumulative distribution", xLabel: "mean inter-token latency (ms)",
+			yLabel: "fraction of requests", yMax: 1, series: cdf(p.Runs, ITL)})
+	}
+	var figures []figurePlot
+	for _, f := range p.Figures {
+		c := chart{title: f.Title, xLabel: f.XLabel, yLabel: f.YLabel, yMax: f.YMax}
+		for i, cv := range f.Curves {
+			c.series = append(c.series, series{name: cv.Name, color: palette[i%len(palette)], pts: cv.Points})
 		}
-		slices.Sort(ttfts)
-		s := series{name: r.Policy, color: palette[i%len(palette)]}
-		for j, v := range ttfts {
-			s.pts = append(s.pts, [2]float64{v, float64(j+1) / float64(len(ttfts))})
-		}
-		cdf = append(cdf, s)
+		figures = append(figures, figurePlot{lineChart(c), f.Note})
 	}
 	type queuePlot struct {
 		Policy string
@@ -77,8 +144,10 @@ func WriteHTML(w io.Writer, p Page) error {
 	return page.Execute(w, map[string]any{
 		"P": p,
 		"CDF": lineChart(chart{title: "TTFT, cumulative distribution", xLabel: "time to first token (ms)",
-			yLabel: "fraction of requests", yMax: 1, series: cdf}),
-		"Queues": queues,
+			yLabel: "fraction of requests", yMax: 1, series: cdf(p.Runs, ttft)}),
+		"ITL":     itl,
+		"Figures": figures,
+		"Queues":  queues,
 	})
 }
 
@@ -211,7 +280,16 @@ servers' own count (vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_tot
 {{.CDF}}
 <p class="note">Further left is better. A cache-aware policy sends a request where its prefix is already cached, so the
 server prefills only the new tokens.</p>
-<h2>Load per server over time</h2>
+{{if .ITL}}<h2>Inter-token latency</h2>
+{{.ITL}}
+<p class="note">Each request's (latency − TTFT) over its tokens after the first, measured at the client. Further left is
+better: a decode server that also prefills stalls its running sequences for every prefill it computes.</p>{{end}}
+{{range .P.Tables}}<h2>{{.Title}}</h2>
+<table><tr>{{range .Header}}<th>{{.}}</th>{{end}}</tr>
+{{range .Rows}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>
+{{end}}</table>{{if .Note}}<p class="note">{{.Note}}</p>{{end}}
+{{end}}{{range .Figures}}{{.SVG}}{{if .Note}}<p class="note">{{.Note}}</p>{{end}}
+{{end}}<h2>Load per server over time</h2>
 {{range .Queues}}{{.SVG}}{{end}}
 <p class="note">Sampled from each server's /metrics (vllm:num_requests_waiting + vllm:num_requests_running).</p>
 <h2>Network and GPUs</h2>

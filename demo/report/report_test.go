@@ -140,3 +140,42 @@ func TestWriteHTMLTelemetry(t *testing.T) {
 		t.Errorf("report without an agent: %v", err)
 	}
 }
+
+func TestITL(t *testing.T) {
+	for _, tc := range []struct {
+		res  workload.Result
+		want float64
+		ok   bool
+	}{
+		{workload.Result{TTFT: time.Second, Latency: 3 * time.Second, CompletionTokens: 5}, 0.5, true},
+		{workload.Result{TTFT: time.Second, Latency: time.Second, CompletionTokens: 1}, 0, false},
+	} {
+		if got, ok := ITL(tc.res); got != tc.want || ok != tc.ok {
+			t.Errorf("ITL(%+v) = %v, %v; want %v, %v", tc.res, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// A scenario's own tables and figures, and the ITL distribution, appear
+// escaped and as inline plots.
+func TestWriteHTMLTablesAndFigures(t *testing.T) {
+	runs := []Run{sampleRun("collocated-3"), sampleRun("1P2D")}
+	page := Page{Title: "t", Runs: runs, Summaries: []Summary{Summarize(runs[0]), Summarize(runs[1])}, ITL: true,
+		Tables:  []Table{{Title: "P/D pairs", Header: []string{"prefill", "decode"}, Rows: [][]string{{"<p0>", "d1"}}, Note: "from the sidecars"}},
+		Figures: []Figure{{Title: "sizes", XLabel: "MB", YLabel: "share", YMax: 1, Curves: []Curve{{Name: "d1", Points: [][2]float64{{1, 0.5}, {2, 1}}}}}}}
+	var b bytes.Buffer
+	if err := WriteHTML(&b, page); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"<h2>P/D pairs</h2>", "<th>prefill</th>", "<td>&lt;p0&gt;</td><td>d1</td>", "from the sidecars",
+		"Inter-token latency per request", ">sizes</text>"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	// TTFT and ITL distributions, the figure, one load plot per run.
+	if n := strings.Count(out, "<svg"); n != 5 {
+		t.Errorf("%d plots, want 5", n)
+	}
+}

@@ -92,8 +92,8 @@ func behaviorOf(t *testing.T, o *unstructured.Unstructured) autoscale.Behavior {
 func TestRenderAutoscaling(t *testing.T) {
 	objs := mustRender(t, "autoscaling-values.yaml")
 	byDep := scaledObjects(t, objs)
-	if len(byDep) != 7 {
-		t.Fatalf("want 7 ScaledObjects, got %v", kinds(objs))
+	if len(byDep) != 8 {
+		t.Fatalf("want 8 ScaledObjects, got %v", kinds(objs))
 	}
 	find(t, objs, "PrometheusRule")
 	epp := `namespace="llm",service="kvgate-epp"`
@@ -121,8 +121,13 @@ func TestRenderAutoscaling(t *testing.T) {
 			"prefill-backlog-seconds": {`(sum(llm_d_epp_inflight_tokens{namespace="llm",producer_name="inflight-load-producer"}) / 15928) or vector(0)`, f(autoscale.PrefillBacklogTarget)},
 			"decode-kv-utilization":   {`sum(vllm:kv_cache_usage_perc{namespace="llm"}) or vector(0)`, f(autoscale.KVTarget)},
 		}},
-		"vllm-prefill": {"token-aware", map[string][2]string{
+		"vllm-prefill-guide": {"token-aware", map[string][2]string{
 			"prefill-backlog-seconds": {`(sum(llm_d_epp_inflight_tokens{namespace="llm",producer_name="inflight-load-producer",endpoint_name=~".*prefill.*"}) / 33821) or vector(0)`, f(autoscale.PrefillBacklogTarget)},
+		}},
+		// Without a configured throughput: the picker's learned seconds,
+		// selected by the endpoints' llm-d.ai/role.
+		"vllm-prefill": {"token-aware", map[string][2]string{
+			"prefill-backlog-seconds": {`sum(kvgate_endpoint_prefill_backlog_seconds{namespace="llm",name="kvgate",role="prefill"}) or vector(0)`, f(autoscale.PrefillBacklogTarget)},
 		}},
 		"vllm-decode": {"token-aware", map[string][2]string{
 			"decode-kv-utilization": {`sum(vllm:kv_cache_usage_perc{namespace="llm",pod=~".*decode.*"}) or vector(0)`, f(autoscale.KVTarget)},
@@ -202,6 +207,8 @@ func TestRenderAutoscalingRejects(t *testing.T) {
 		{"unknown policy", []string{"autoscaling.targets[0].deployment=a", "autoscaling.targets[0].policy=cpu"}, "policy"},
 		{"twice", []string{"autoscaling.targets[0].deployment=a", "autoscaling.targets[0].policy=queue", "autoscaling.targets[1].deployment=a", "autoscaling.targets[1].policy=slo"}, "listed twice"},
 		{"role outside token-aware", []string{"autoscaling.targets[0].deployment=a", "autoscaling.targets[0].policy=queue", "autoscaling.targets[0].role=prefill"}, "token-aware only"},
+		{"throughput on a decode target", []string{"autoscaling.targets[0].deployment=a", "autoscaling.targets[0].policy=token-aware", "autoscaling.targets[0].role=decode", "autoscaling.targets[0].peakPrefillThroughput=1000"}, "peakPrefillThroughput"},
+		{"throughput outside token-aware", []string{"autoscaling.targets[0].deployment=a", "autoscaling.targets[0].policy=slo", "autoscaling.targets[0].peakPrefillThroughput=1000"}, "peakPrefillThroughput"},
 		{"max below min", []string{"autoscaling.targets[0].deployment=a", "autoscaling.targets[0].policy=queue", "autoscaling.targets[0].minReplicas=4", "autoscaling.targets[0].maxReplicas=2"}, "below minReplicas"},
 		{"slo without rules", []string{"autoscaling.targets[0].deployment=a", "autoscaling.targets[0].policy=slo", "autoscaling.rules.create=false"}, "rules.create"},
 		// --set-json: --set reads 0.3 as a string.

@@ -53,19 +53,25 @@ func renderAutoscaling(t *testing.T, f *fleet) []*unstructured.Unstructured {
 // TestAutoscalingQueriesOnLiveFleet evaluates what the chart's scaling
 // objects read with a real Prometheus scraping a kvgate fleet under load:
 // the PrometheusRule's recording rules loaded as Prometheus rule files,
-// then every ScaledObject trigger's query. Each returns data unless an
-// accepted reason says why it cannot (kube-state-metrics, P/D roles).
-// The variant planner's measured demand is read from the same server.
+// then every ScaledObject trigger's query. The fleet has a server of each
+// P/D role (llm-d.ai/role prefill and decode, named as llm-d's pods are)
+// beside an unlabelled one, and kube-state-metrics reports the scaled
+// Deployments from a real kube-apiserver, so every query returns data.
+// Without the envtest binaries (and not required) the kube_* queries are
+// explained instead. The variant planner's measured demand is read from
+// the same server.
 func TestAutoscalingQueriesOnLiveFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a fleet and prometheus; skipped with -short")
 	}
 	bin := prometheusBinary(t)
-	f := startFleet(t, testutil.TokenizerDir(t), 2, 0)
+	ksm := kubeStateMetricsBinary(t)
+	f := startFleetWith(t, testutil.TokenizerDir(t), 3, 0, []string{"", "prefill", "decode"})
 	objs := renderAutoscaling(t, f)
 
 	var ruleFiles []string
 	var triggers []Panel
+	var deployments []string
 	for _, o := range objs {
 		switch o.GetKind() {
 		case "PrometheusRule":
@@ -80,6 +86,8 @@ func TestAutoscalingQueriesOnLiveFleet(t *testing.T) {
 			}
 			ruleFiles = append(ruleFiles, path)
 		case "ScaledObject":
+			dep, _, _ := unstructured.NestedString(o.Object, "spec", "scaleTargetRef", "name")
+			deployments = append(deployments, dep)
 			ts, _, _ := unstructured.NestedSlice(o.Object, "spec", "triggers")
 			for _, tr := range ts {
 				m := tr.(map[string]any)
@@ -91,7 +99,11 @@ func TestAutoscalingQueriesOnLiveFleet(t *testing.T) {
 	if len(ruleFiles) != 1 || len(triggers) < 10 {
 		t.Fatalf("rendered %d rule files and %d triggers", len(ruleFiles), len(triggers))
 	}
-	prom := startPrometheus(t, bin, f.targets(), ruleFiles...)
+	targets := f.targets()
+	if ksm != "" {
+		targets = append(targets, startKubeStateMetrics(t, ksm, deployments))
+	}
+	prom := startPrometheus(t, bin, targets, ruleFiles...)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	if err := prom.awaitHealthy(ctx, time.Now()); err != nil {
@@ -141,13 +153,44 @@ func TestAutoscalingQueriesOnLiveFleet(t *testing.T) {
 				absent = append(absent, n)
 			}
 		}
-		if why := explain(q, absent); why != "" {
+		if why := explain(q, absent); why != "" && ksm == "" {
 			t.Logf("%s/%s empty: %s", p.Dashboard, p.Title, why)
 			continue
 		}
 		t.Errorf("%s/%s returns nothing (absent %v): %s", p.Dashboard, p.Title, absent, q)
 	}
 	t.Logf("%d of %d trigger queries return data", withData, len(triggers))
+
+	// kube-state-metrics read the Deployments' status from the API server:
+	// the values the queue-guard and SLO formulas get.
+	if ksm != "" {
+		for _, q := range []string{
+			`max(kube_deployment_status_replicas_unavailable{namespace="` + testNamespace + `",deployment="vllm-guard"}) == 1`,
+			`max(kube_deployment_status_replicas{namespace="` + testNamespace + `",deployment="vllm-slo"}) == 3`,
+			`max(kube_deployment_status_replicas_ready{namespace="` + testNamespace + `",deployment="vllm-slo"}) == 2`,
+		} {
+			if r, err := prom.query(ctx, q); err != nil || r.Valued != 1 {
+				t.Errorf("%s: %+v, %v", q, r, err)
+			}
+		}
+	}
+
+	// The learned prefill backlog is there per endpoint with its role, in
+	// seconds at the speed the picker learned (the unit test checks the
+	// arithmetic): the P/D server's series is what the role-selected
+	// trigger sums.
+	for _, q := range []string{
+		`kvgate_endpoint_prefill_backlog_seconds{role="prefill",endpoint="vllm-prefill-1"}`,
+		`kvgate_endpoint_prefill_backlog_seconds{role="decode",endpoint="vllm-decode-2"}`,
+		`kvgate_endpoint_prefill_backlog_seconds{role="",endpoint="vllm-0"}`,
+	} {
+		if r, err := prom.query(ctx, q); err != nil || r.Valued != 1 {
+			t.Errorf("%s: %+v, %v", q, r, err)
+		}
+	}
+	if r, err := prom.query(ctx, `max_over_time(kvgate_endpoint_prefill_backlog_seconds[5m]) > 0`); err == nil {
+		t.Logf("endpoints whose learned prefill backlog was seen above 0 s: %d", r.Valued)
+	}
 
 	d, err := autoscale.MeasuredDemand(ctx, http.DefaultClient, prom.url, time.Minute, `{namespace="`+testNamespace+`"}`)
 	if err != nil {

@@ -6,8 +6,10 @@
 //
 // The package parses those lists (Parse) and names the metrics an
 // expression reads (MetricNames). Its test starts Debian's prometheus,
-// scrapes a live fleet (simulators, picker, gateway) over loopback under
-// load, evaluates every expression through Prometheus's HTTP API, and fails
-// for any expression that returns nothing unless a feature kvgate does not
-// build yet explains it (see reasons_test.go).
+// scrapes a live fleet over loopback under load (simulators, picker and a
+// gateway with body-based routing; a 1P1D pool with node agents, sidecar
+// and disagg-profile-handler; the async processor over a real
+// redis-server), evaluates every expression through Prometheus's HTTP API,
+// and fails for any expression that returns nothing unless
+// reasons_test.go accounts for it, or when fewer than 95% return data.
 package dashboards

@@ -19,6 +19,9 @@ import (
 	"testing"
 	"time"
 
+	promclient "github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/kvgate/kvgate/extproc/config"
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/endpoints/staticfile"
@@ -35,15 +38,21 @@ const fleetModel = "Qwen/Qwen3-0.6B"
 // fleet is an in-process kvgate fleet on loopback: simulated vLLM servers
 // publishing KV events, the picker (precise prefix policy) and the gateway.
 type fleet struct {
-	sims        []*vllmserver.Server
-	simNames    []string
-	eppMetrics  string // host:port of the picker's /metrics
+	sims           []*vllmserver.Server
+	simNames       []string
+	eppMetrics     string // host:port of the picker's /metrics
+	gatewayMetrics string // host:port of the gateway's (BBR's) /metrics
+	gatewayClient
+	poolName string
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	errMu    sync.Mutex
+	errs     []error
+}
+
+// gatewayClient sends the load's requests to one gateway.
+type gatewayClient struct {
 	gatewayURL  string
-	poolName    string
-	cancel      context.CancelFunc
-	wg          sync.WaitGroup
-	errMu       sync.Mutex
-	errs        []error
 	unknownSent atomic.Int64
 }
 
@@ -51,6 +60,15 @@ type fleet struct {
 // its requests with a 500), the picker and the gateway, and waits until the
 // gateway routes.
 func startFleet(t *testing.T, tokDir string, replicas int, failRate float64) *fleet {
+	t.Helper()
+	return startFleetWith(t, tokDir, replicas, failRate, nil)
+}
+
+// startFleetWith is startFleet with a llm-d.ai/role per replica (roles[i],
+// "" for none; nil for none at all): a role-labelled server is named
+// vllm-<role>-<i>, as llm-d's P/D Deployments name their pods, and serves
+// whatever the picker sends it (no disaggregation profile runs).
+func startFleetWith(t *testing.T, tokDir string, replicas int, failRate float64, roles []string) *fleet {
 	t.Helper()
 	tok, err := tokenizer.Load(tokDir)
 	if err != nil {
@@ -80,8 +98,14 @@ func startFleet(t *testing.T, tokDir string, replicas int, failRate float64) *fl
 			t.Fatalf("sim %d: %v", i, err)
 		}
 		name := fmt.Sprintf("vllm-%d", i)
+		spec := endpoints.Spec{Address: s.Addr().String(), KVEvents: "tcp://" + s.KVEventsAddr()}
+		if i < len(roles) && roles[i] != "" {
+			name = fmt.Sprintf("vllm-%s-%d", roles[i], i)
+			spec.Labels = map[string]string{endpoints.RoleLabel: roles[i]}
+		}
+		spec.Name = name
 		f.sims, f.simNames = append(f.sims, s), append(f.simNames, name)
-		specs = append(specs, endpoints.Spec{Name: name, Address: s.Addr().String(), KVEvents: "tcp://" + s.KVEventsAddr()})
+		specs = append(specs, spec)
 		f.run(func() error { return s.Run(ctx) })
 	}
 
@@ -122,7 +146,16 @@ func startFleet(t *testing.T, tokDir string, replicas int, failRate float64) *fl
 	grpcAddr, _, metricsAddr := p.Addrs()
 	f.eppMetrics = metricsAddr
 
-	g, err := gateway.New(ctx, gateway.Config{ExtProc: grpcAddr, ExtProcTimeout: 30 * time.Second, UpstreamTimeout: time.Minute, Logger: quiet})
+	// The gateway runs GIE's Body-Based Router step, for the gateway
+	// dashboard's BBR panels.
+	reg := promclient.NewRegistry()
+	bbr, err := gateway.NewBBRMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.gatewayMetrics = serveMetrics(t, reg)
+	g, err := gateway.New(ctx, gateway.Config{ExtProc: grpcAddr, ExtProcTimeout: 30 * time.Second, UpstreamTimeout: time.Minute,
+		BodyBasedRouting: bbr, Logger: quiet})
 	if err != nil {
 		t.Fatalf("gateway: %v", err)
 	}
@@ -152,6 +185,27 @@ func startFleet(t *testing.T, tokDir string, replicas int, failRate float64) *fl
 	return f
 }
 
+// serveMetrics serves reg's /metrics on loopback until the test ends; its
+// address.
+func serveMetrics(t *testing.T, reg *promclient.Registry) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = hs.Serve(ln) // ErrServerClosed once the test ends
+	}()
+	t.Cleanup(func() {
+		hs.Close()
+		<-done
+	})
+	return ln.Addr().String()
+}
+
 func (f *fleet) run(fn func() error) {
 	f.wg.Add(1)
 	go func() {
@@ -173,7 +227,7 @@ var httpClient = &http.Client{Timeout: 30 * time.Second}
 
 // chat sends one chat completion through the gateway and reads the whole
 // response; it returns the HTTP status.
-func (f *fleet) chat(ctx context.Context, model, prompt string, stream bool) (int, error) {
+func (f *gatewayClient) chat(ctx context.Context, model, prompt string, stream bool) (int, error) {
 	body := map[string]any{
 		"model":      model,
 		"messages":   []map[string]string{{"role": "system", "content": systemPrompt}, {"role": "user", "content": prompt}},
@@ -231,7 +285,7 @@ type loadResult struct {
 // model no server has (answered 404 by the model server). Counting
 // requests rather than time keeps what the dashboards see the same on a
 // slow machine.
-func (f *fleet) load(ctx context.Context, workers, requests int, minDur, maxDur time.Duration, unknownEvery int) *loadResult {
+func (f *gatewayClient) load(ctx context.Context, workers, requests int, minDur, maxDur time.Duration, unknownEvery int) *loadResult {
 	res := &loadResult{status: map[int]int{}, sample: map[int]string{}}
 	ctx, cancel := context.WithTimeout(ctx, maxDur)
 	defer cancel()
@@ -283,4 +337,32 @@ func freePort(t *testing.T) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// modelessRequests sends n chat requests without a model and n whose model
+// is not a string (the gateway's body-based routing counts both; the
+// picker answers them), and returns their statuses.
+func (f *gatewayClient) modelessRequests(ctx context.Context, n int) map[int]int {
+	statuses := map[int]int{}
+	for i := range 2 * n {
+		body := `{"messages":[{"role":"user","content":"which model?"}],"max_tokens":4}`
+		if i%2 == 1 {
+			body = `{"model":7,"messages":[{"role":"user","content":"which model?"}],"max_tokens":4}`
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.gatewayURL+"/v1/chat/completions", strings.NewReader(body))
+		if err != nil {
+			statuses[0]++
+			continue
+		}
+		req.Header.Set("content-type", "application/json")
+		resp, err := httpClient.Do(req)
+		if err != nil {
+			statuses[0]++
+			continue
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		statuses[resp.StatusCode]++
+	}
+	return statuses
 }

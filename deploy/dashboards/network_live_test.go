@@ -24,20 +24,24 @@ import (
 )
 
 // agentBinary is KVGATE_BIN_DIR's kvgate-agent, or one built here.
-func agentBinary(t *testing.T) string {
+func agentBinary(t *testing.T) string { return repoBinary(t, "kvgate-agent", "./cmd/kvgate-agent") }
+
+// repoBinary is KVGATE_BIN_DIR's name (`make test` has just built it), or
+// pkg built into a temporary directory.
+func repoBinary(t *testing.T, name, pkg string) string {
 	t.Helper()
 	if bd := os.Getenv("KVGATE_BIN_DIR"); bd != "" {
-		p := filepath.Join(bd, "kvgate-agent")
+		p := filepath.Join(bd, name)
 		if _, err := os.Stat(p); err != nil {
 			t.Fatalf("KVGATE_BIN_DIR: %v", err)
 		}
 		return p
 	}
-	p := filepath.Join(t.TempDir(), "kvgate-agent")
-	cmd := exec.Command("go", "build", "-o", p, "./cmd/kvgate-agent")
+	p := filepath.Join(t.TempDir(), name)
+	cmd := exec.Command("go", "build", "-o", p, pkg)
 	cmd.Dir = testutil.RepoRoot(t)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build kvgate-agent: %v\n%s", err, out)
+		t.Fatalf("go build %s: %v\n%s", name, err, out)
 	}
 	return p
 }

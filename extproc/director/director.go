@@ -233,11 +233,16 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 		return nil, nil, &inferr.Error{Code: inferr.ResourceExhausted, Msg: "pool is saturated and the request is sheddable", DroppedReason: eppwire.DroppedSaturated}
 	}
 
-	cs := scheduling.NewCycleState()
+	// The exchange releases the state after the last response hook; a
+	// request refused here releases it at once.
+	cs := scheduling.AcquireCycleState()
 	start := time.Now()
 	res, err := d.opts.Scheduler.Schedule(ctx, cs, sr, candidates)
 	d.metrics.SchedulerDuration(time.Since(start))
 	d.schedulerAttempt(sr, res, err)
+	if err != nil {
+		cs.Release()
+	}
 	switch {
 	case err != nil && ctx.Err() != nil:
 		// The stream ended while scheduling: whatever a plugin made of
@@ -261,6 +266,7 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 		// llm-d's conditional decode (its coordinator's speculative first
 		// try): only a decode server already holding part of the prompt
 		// may take it; otherwise the coordinator runs the full pipeline.
+		cs.Release()
 		return nil, nil, &inferr.Error{Code: inferr.PreconditionFailed, Msg: "no decode worker has the requested KV cache"}
 	}
 	ex := &exchange{d: d, sched: sr, cs: cs, received: req.ReceivedAt}
@@ -483,7 +489,7 @@ func (x *exchange) ResponseStarted(_ context.Context, head server.ResponseHead) 
 // ResponseHeader hooks' headers.
 func (x *exchange) ResponseHeaders(ctx context.Context, head server.ResponseHead) map[string]string {
 	hooks := x.d.opts.Hooks.ResponseHeader
-	if len(hooks) == 0 {
+	if len(hooks) == 0 || x.cs == nil {
 		return nil
 	}
 	rh := &scheduling.ResponseHead{Status: head.Status, Headers: head.Headers, Served: head.ServedEndpoint}
@@ -499,7 +505,7 @@ func (x *exchange) ResponseHeaders(ctx context.Context, head server.ResponseHead
 // ResponseMetadata hooks' metadata.
 func (x *exchange) ResponseMetadata(ctx context.Context, usage openai.Usage, found bool) map[string]map[string]any {
 	hooks := x.d.opts.Hooks.ResponseMetadata
-	if len(hooks) == 0 {
+	if len(hooks) == 0 || x.cs == nil {
 		return nil
 	}
 	var u *openai.Usage
@@ -553,7 +559,7 @@ func (x *exchange) ResponseChunk(ctx context.Context, chunk []byte) {
 		ttft := now.Sub(x.received)
 		x.d.metrics.TTFT(x.sched.IncomingModel, x.sched.TargetModel, ttft)
 		res := &scheduling.Response{Endpoint: x.charge.Endpoint(), Status: x.status, TTFT: ttft}
-		for _, h := range x.d.opts.Hooks.FirstToken {
+		for _, h := range x.firstTokenHooks() {
 			hs := time.Now()
 			h.FirstToken(ctx, x.cs, x.sched, res)
 			x.d.metrics.PluginDuration(scheduling.PointFirstToken, h.TypedName(), time.Since(hs))
@@ -562,6 +568,15 @@ func (x *exchange) ResponseChunk(ctx context.Context, chunk []byte) {
 		x.d.metrics.ITL(x.labels, now.Sub(x.last))
 	}
 	x.last = now
+}
+
+// firstTokenHooks are the FirstToken hooks to run: none once the exchange
+// has ended and its cycle state is released.
+func (x *exchange) firstTokenHooks() []scheduling.FirstToken {
+	if x.cs == nil {
+		return nil
+	}
+	return x.d.opts.Hooks.FirstToken
 }
 
 // ResponseDone implements server.Exchange.
@@ -607,4 +622,8 @@ func (x *exchange) ResponseDone(ctx context.Context, sum server.ResponseSummary)
 		h.ResponseComplete(ctx, x.cs, x.sched, res)
 		x.d.metrics.PluginDuration(scheduling.PointResponse, h.TypedName(), time.Since(hs))
 	}
+	// The last hook has run: the plugins' per-request state goes back to
+	// their pools for the next request.
+	x.cs.Release()
+	x.cs = nil
 }

@@ -409,6 +409,16 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	if err := poolmetrics.Register(p.reg, o.PoolName, p.ds); err != nil {
 		return nil, fmt.Errorf("pool metrics: %w", err)
 	}
+	// The seconds-valued prefill backlog needs the learned speeds: only a
+	// configuration with a latency model (predicted-latency-producer) has it.
+	for _, pl := range p.built.Plugins {
+		if lm, ok := pl.(interface{ Model() *latency.Model }); ok {
+			if err := p.reg.Register(metrics.NewPrefillBacklog(o.PoolName, p.ds, lm.Model())); err != nil {
+				return nil, fmt.Errorf("prefill backlog metrics: %w", err)
+			}
+			break
+		}
+	}
 	p.scraper = scrape.New(p.ds, p.built.Metrics.Scrape(scrape.Config{Pool: o.PoolName, Interval: o.RefreshMetricsInterval, Logger: log}))
 	if err := p.reg.Register(p.scraper); err != nil {
 		return nil, fmt.Errorf("scrape metrics: %w", err)

@@ -49,6 +49,7 @@ type Prediction struct {
 	// and read in candidate order.
 	candidates []*endpoints.Endpoint
 	held       []float64
+	box        *[]float64 // held's pool box, nil for a new array
 	predicted  int
 }
 
@@ -72,14 +73,15 @@ func (p *Prediction) Reset(candidates []*endpoints.Endpoint) {
 	p.candidates = candidates
 	if p.held == nil {
 		if h, ok := heldPool.Get().(*[]float64); ok {
-			p.held = *h
+			p.held, p.box = *h, h
 		}
 	}
 	p.held = scheduling.Resized(p.held, len(candidates))
 }
 
 // heldPool recycles the per-candidate arrays: one per request otherwise,
-// a kilobyte or more on a large pool.
+// a kilobyte or more on a large pool. Each array travels in its own box
+// (Prediction.box), so that putting it back allocates none.
 var heldPool sync.Pool
 
 // Done ends the per-candidate part of the match once the decision is made
@@ -90,9 +92,12 @@ func (p *Prediction) Done() {
 	if p.held == nil {
 		return
 	}
-	h := p.held[:0]
-	heldPool.Put(&h)
-	p.held, p.candidates = nil, nil
+	if p.box == nil {
+		p.box = new([]float64)
+	}
+	*p.box = p.held[:0]
+	heldPool.Put(p.box)
+	p.held, p.box, p.candidates = nil, nil, nil
 }
 
 // Matched records that candidates[i] holds blocks of the prompt.

@@ -1,5 +1,11 @@
 package scheduling
 
+import (
+	"sync"
+
+	"github.com/kvgate/kvgate/extproc/endpoints"
+)
+
 // CycleState carries data between the plugins of one scheduling cycle (one
 // request), for example prefix hashes a scorer computed and its PreRequest
 // hook reuses. It is owned by the request: no locking, no sharing across
@@ -11,6 +17,125 @@ type CycleState struct {
 	slots    [inlineSlots]slot
 	n        int
 	overflow []slot
+
+	// The decision's own storage (NewResult, NewProfileResult, OneProfile
+	// and the scheduler's per-profile results), reused with the state so
+	// that a released state's next cycle allocates nothing for them.
+	results     map[string]*ProfileResult
+	resultsUsed bool
+	result      Result
+	resultUsed  bool
+	profiles    [inlineProfiles]ProfileResult
+	nProfiles   int
+	targets     []*endpoints.Endpoint
+	next        [1]*Profile
+}
+
+// inlineProfiles is how many profile results a cycle keeps inline: one
+// for a single-profile configuration, two for P/D.
+const inlineProfiles = 2
+
+// Recycler is a value stored in a CycleState that can be reused once its
+// request has ended: Release calls Recycle on each such value, and the
+// plugin that made it may hand it to a later request. A plugin's
+// per-request state implements it to go back to that plugin's pool.
+type Recycler interface {
+	Recycle()
+}
+
+var cycleStates = sync.Pool{New: func() any { return new(CycleState) }}
+
+// AcquireCycleState returns an empty state, reusing one that was released.
+// The owner of the request (the director) acquires it before scheduling
+// and releases it after the last response hook.
+func AcquireCycleState() *CycleState { return cycleStates.Get().(*CycleState) }
+
+// Release ends the state's request: every stored value that is a Recycler
+// is recycled, and the state, with the Result and ProfileResults made from
+// it, is reused by a later request. Neither the state nor anything read
+// from it (plugin state, the Result, its targets) may be used afterwards.
+// A state that is never released is simply collected.
+func (cs *CycleState) Release() {
+	for i := range cs.n {
+		if r, ok := cs.slots[i].v.(Recycler); ok {
+			r.Recycle()
+		}
+	}
+	for i := range cs.overflow {
+		if r, ok := cs.overflow[i].v.(Recycler); ok {
+			r.Recycle()
+		}
+	}
+	clear(cs.slots[:cs.n])
+	cs.n = 0
+	clear(cs.overflow)
+	cs.overflow = cs.overflow[:0]
+	clear(cs.results)
+	cs.resultsUsed = false
+	cs.result, cs.resultUsed = Result{}, false
+	clear(cs.profiles[:cs.nProfiles])
+	cs.nProfiles = 0
+	clear(cs.targets[:cap(cs.targets)])
+	cs.targets = cs.targets[:0]
+	cs.next[0] = nil
+	cycleStates.Put(cs)
+}
+
+// profileResults is the scheduler's per-profile result map for this
+// cycle: the state's own map the first time, a new one if a cycle is
+// scheduled twice (the first Result keeps its map).
+func (cs *CycleState) profileResults(n int) map[string]*ProfileResult {
+	if cs.resultsUsed {
+		return make(map[string]*ProfileResult, n)
+	}
+	cs.resultsUsed = true
+	if cs.results == nil {
+		cs.results = make(map[string]*ProfileResult, max(n, inlineProfiles))
+	}
+	return cs.results
+}
+
+// NewResult returns an empty Result for a profile handler's
+// ProcessResults, valid until cs is released (a new one when cs is nil).
+func NewResult(cs *CycleState) *Result {
+	if cs == nil || cs.resultUsed {
+		return &Result{}
+	}
+	cs.resultUsed = true
+	return &cs.result
+}
+
+// NewProfileResult returns a picker's result with n zero Targets, valid
+// until cs is released (a new one when cs is nil).
+func NewProfileResult(cs *CycleState, n int) *ProfileResult {
+	if cs == nil {
+		return &ProfileResult{Targets: make([]*endpoints.Endpoint, n)}
+	}
+	var r *ProfileResult
+	if cs.nProfiles < len(cs.profiles) {
+		r = &cs.profiles[cs.nProfiles]
+		cs.nProfiles++
+	} else {
+		r = &ProfileResult{}
+	}
+	if len(cs.targets)+n > cap(cs.targets) {
+		// Earlier results keep the old array.
+		cs.targets = make([]*endpoints.Endpoint, 0, max(2*cap(cs.targets), n, 4))
+	}
+	off := len(cs.targets)
+	cs.targets = cs.targets[:off+n]
+	r.Targets = cs.targets[off : off+n : off+n]
+	return r
+}
+
+// OneProfile is a profile handler's answer naming p alone, valid until
+// the handler's next call on cs (a new slice when cs is nil).
+func OneProfile(cs *CycleState, p *Profile) []*Profile {
+	if cs == nil {
+		return []*Profile{p}
+	}
+	cs.next[0] = p
+	return cs.next[:]
 }
 
 const inlineSlots = 4

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 )
 
@@ -77,5 +78,73 @@ func TestCycleStateAllocations(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("%v allocations per cycle, want 0", allocs)
+	}
+}
+
+// recycled counts its Recycle calls.
+type recycled struct{ n int }
+
+func (r *recycled) Recycle() { r.n++ }
+
+// Release recycles every Recycler stored, inline or overflowing, once, and
+// the state comes back empty; values that are not Recyclers are only
+// dropped.
+func TestCycleStateRelease(t *testing.T) {
+	cs := scheduling.AcquireCycleState()
+	var vals []*recycled
+	for i := range 6 { // more than the inline slots
+		v := &recycled{}
+		vals = append(vals, v)
+		scheduling.Write(cs, scheduling.NewKey[*recycled](fmt.Sprint(i)), v)
+	}
+	plain := scheduling.NewKey[*int]("plain")
+	scheduling.Write(cs, plain, new(int))
+	r := scheduling.NewResult(cs)
+	r.PrimaryProfile = "p"
+	pr := scheduling.NewProfileResult(cs, 2)
+	if len(pr.Targets) != 2 {
+		t.Fatalf("%d targets, want 2", len(pr.Targets))
+	}
+	cs.Release()
+	for i, v := range vals {
+		if v.n != 1 {
+			t.Errorf("value %d recycled %d times, want 1", i, v.n)
+		}
+	}
+	if _, ok := scheduling.Read(cs, plain); ok {
+		t.Error("a released state still holds a value")
+	}
+	if got := scheduling.NewResult(cs); got.PrimaryProfile != "" || got.Profiles != nil {
+		t.Errorf("a released state's result = %+v, want empty", got)
+	}
+}
+
+// Results made from one state do not share storage: a second result's
+// targets, or a second ProcessResults, leave the first intact.
+func TestCycleStateResultsDistinct(t *testing.T) {
+	cs := scheduling.NewCycleState()
+	var prs []*scheduling.ProfileResult
+	for i := range 5 { // past the inline results and the first targets array
+		pr := scheduling.NewProfileResult(cs, i+1)
+		for k := range pr.Targets {
+			pr.Targets[k] = &endpoints.Endpoint{}
+		}
+		prs = append(prs, pr)
+	}
+	for i, pr := range prs {
+		if len(pr.Targets) != i+1 || cap(pr.Targets) != i+1 {
+			t.Fatalf("result %d: %d targets (cap %d), want %d", i, len(pr.Targets), cap(pr.Targets), i+1)
+		}
+		for j, q := range prs[:i] {
+			if &q.Targets[0] == &pr.Targets[0] || q == pr {
+				t.Fatalf("results %d and %d share storage", j, i)
+			}
+		}
+	}
+	if a, b := scheduling.NewResult(cs), scheduling.NewResult(cs); a == b {
+		t.Fatal("two results of one state are the same")
+	}
+	if scheduling.NewResult(nil) == nil || scheduling.NewProfileResult(nil, 1) == nil || len(scheduling.OneProfile(nil, &scheduling.Profile{})) != 1 {
+		t.Fatal("a nil state must still give results")
 	}
 }

@@ -36,10 +36,29 @@
 // string-keyed cs.Write(key, v) and ReadAs[T](cs, key); code written
 // against those moves a string constant to a Key made with NewKey.
 //
-// The framework is allocation-lean on the hot path: per-request scratch
+// The framework allocates nothing per decision: per-request scratch
 // buffers come from a sync.Pool, scores are dense slices aligned with the
 // candidate list rather than maps, and the cycle state keeps its few values
 // inline.
+//
+// # Recycling a request's state
+//
+// The director takes each request's CycleState from a pool
+// (AcquireCycleState) and releases it after the request's last response
+// hook (CycleState.Release). The decision's own storage lives in the state:
+// pickers build their result with NewProfileResult, profile handlers with
+// NewResult and OneProfile, and the scheduler's per-profile map is the
+// state's, all reused by the next request. A plugin's per-request value
+// that implements Recycler is handed back at Release, so the plugin can
+// keep it in its own pool with its buffers:
+//
+//	func (st *myState) Recycle() { *st = myState{owner: st.owner, buf: st.buf[:0]}; st.owner.states.Put(st) }
+//
+// After Release nothing read from the state (plugin values, the Result, its
+// targets) may be used; a state never released is simply collected, so
+// code that makes one with NewCycleState needs no release. The pin is
+// extproc/config's TestPickAllocations: zero allocations per decision for
+// the default and the precise profiles.
 //
 // Plugins that match prompt prefixes share extproc/prefixmatch, which
 // stays outside this package so that the framework knows nothing of them.

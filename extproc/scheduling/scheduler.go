@@ -54,7 +54,7 @@ func (s *Scheduler) Schedule(ctx context.Context, cs *CycleState, req *Request, 
 			return nil, fmt.Errorf("%w by %s: %w", ErrNotAdmitted, a.TypedName(), err)
 		}
 	}
-	results := make(map[string]*ProfileResult, len(s.profiles))
+	results := cs.profileResults(len(s.profiles))
 	var firstErr error
 	for round := 0; ; round++ {
 		if round == maxProfileRounds {

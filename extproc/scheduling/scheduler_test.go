@@ -177,3 +177,43 @@ func TestObserverSeesEveryPlugin(t *testing.T) {
 		}
 	}
 }
+
+// A cycle scheduled twice keeps its first decision intact (the second
+// gets its own results), and a released state's next cycle decides
+// afresh, whatever the one before it chose.
+func TestScheduleReusesCycleStorage(t *testing.T) {
+	eps := []*endpoints.Endpoint{schedtest.Endpoint("a", endpoints.Metrics{}), schedtest.Endpoint("b", endpoints.Metrics{})}
+	prefer := func(name string) *scheduling.Scheduler {
+		p := &scheduling.Profile{Name: "default", Picker: maxPicker(t, "1"),
+			Scorers: []scheduling.WeightedScorer{{Scorer: &fixed{scores: map[string]float64{name: 1}}, Weight: 1}}}
+		return scheduling.NewScheduler(single(t), map[string]*scheduling.Profile{"default": p}, nil, scheduling.Stages{})
+	}
+	ctx := context.Background()
+	cs := scheduling.AcquireCycleState()
+	first, err := prefer("a").Schedule(ctx, cs, &scheduling.Request{}, eps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := prefer("b").Schedule(ctx, cs, &scheduling.Request{}, eps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := first.Primary().Targets[0].Name(); got != "a" {
+		t.Errorf("first decision = %s after a second on its state, want a", got)
+	}
+	if got := second.Primary().Targets[0].Name(); got != "b" {
+		t.Errorf("second decision = %s, want b", got)
+	}
+	cs.Release()
+	for range 3 {
+		cs := scheduling.AcquireCycleState()
+		res, err := prefer("b").Schedule(ctx, cs, &scheduling.Request{}, eps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(res.Profiles); n != 1 || res.Primary().Targets[0].Name() != "b" {
+			t.Fatalf("decision on a recycled state: %d profiles, primary %s", n, res.Primary().Targets[0].Name())
+		}
+		cs.Release()
+	}
+}

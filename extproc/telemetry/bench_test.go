@@ -5,12 +5,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/testutil"
 	telemetryv1 "github.com/kvgate/kvgate/proto/kvgate/telemetry/v1"
 )
 
 // fleetStore fills a store as nodes agents would: each node with 8 GPUs
 // (one endpoint each) and measurements of peers other nodes.
-func fleetStore(b *testing.B, nodes, peers int) *Store {
+func fleetStore(b testing.TB, nodes, peers int) *Store {
 	s, err := New(Config{})
 	if err != nil {
 		b.Fatal(err)
@@ -75,5 +76,31 @@ func BenchmarkApplyReport(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		s.apply("agent-7", r)
+	}
+}
+
+// The picker's lookups, asked per candidate, allocate nothing once an
+// address has been seen, and PathBetween agrees with PathStats.
+func TestLookupsAllocateNothing(t *testing.T) {
+	if testutil.RaceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	s := fleetStore(t, 16, 4)
+	from, to, gpu := "10.0.1.1:8000", "10.0.0.1:8003", "10.0.3.1:8002"
+	bw, rtt, ok := s.PathBetween(from, to)
+	p, found := s.PathStats(from, to)
+	if !ok || !found || bw != p.ThroughputBytesPerSec || rtt != p.RTT || p.ToNode == "" || len(p.Classes) == 0 {
+		t.Fatalf("PathBetween = %v, %v, %v; PathStats = %+v, %v", bw, rtt, ok, p, found)
+	}
+	if _, ok := s.GPUHealth(gpu); !ok {
+		t.Fatal("no GPU health")
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		_, _, _ = s.PathBetween(from, to)
+		_, _ = s.GPUHealth(gpu)
+		_, _ = s.NodeOf(from)
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per lookup, want 0", allocs)
 	}
 }

@@ -31,11 +31,8 @@ func (s *Store) GPUHealth(endpoint string) (GPUHealth, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	var h GPUHealth
-	keys := []string{endpointKey(endpoint)}
-	if _, ip := s.nodeOfLocked(endpoint, now); ip.IsValid() {
-		keys = append(keys, ip.String())
-	}
-	for _, k := range keys {
+	a := s.addrOf(endpoint)
+	for _, k := range a.keys() {
 		if k == "" {
 			continue
 		}

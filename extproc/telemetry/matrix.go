@@ -74,30 +74,65 @@ func (s *Store) NodeOf(endpoint string) (string, bool) {
 // nodeOfLocked returns the endpoint's fresh node (nil when unknown) and
 // its host IP (invalid when the address has none).
 func (s *Store) nodeOfLocked(endpoint string, now time.Time) (*node, netip.Addr) {
+	a := s.addrOf(endpoint)
+	for _, k := range a.keys() {
+		for _, r := range s.endpoints[k] {
+			if n := s.freshLocked(r.node, now); n != nil {
+				return n, a.ip
+			}
+		}
+	}
+	if a.ip.IsValid() {
+		if name, ok := s.addrNode[a.ip]; ok {
+			return s.freshLocked(name, now), a.ip
+		}
+	}
+	return nil, a.ip
+}
+
+// endpointAddr is what a lookup needs of an endpoint string: its host IP
+// (unmapped; invalid when it names none) and the keys reports file GPUs
+// under (endpointKey, then the IP alone; "" for none).
+type endpointAddr struct {
+	ip         netip.Addr
+	key, ipKey string
+}
+
+// keys are the endpoint's keys in s.endpoints, most specific first.
+func (a *endpointAddr) keys() [2]string { return [2]string{a.key, a.ipKey} }
+
+func parseEndpoint(endpoint string) *endpointAddr {
 	var ip netip.Addr
 	if host, _, err := net.SplitHostPort(endpoint); err == nil {
 		ip, _ = netip.ParseAddr(strings.Trim(host, "[]"))
 	} else {
 		ip, _ = netip.ParseAddr(endpoint)
 	}
-	ip = ip.Unmap()
-	keys := []string{endpointKey(endpoint)}
-	if ip.IsValid() {
-		keys = append(keys, ip.String())
+	a := &endpointAddr{ip: ip.Unmap(), key: endpointKey(endpoint)}
+	if a.ip.IsValid() {
+		a.ipKey = a.ip.String()
 	}
-	for _, k := range keys {
-		for _, r := range s.endpoints[k] {
-			if n := s.freshLocked(r.node, now); n != nil {
-				return n, ip
-			}
-		}
+	return a
+}
+
+// maxParsed bounds the endpoint strings whose parse is remembered; past
+// it they are forgotten and parsed again.
+const maxParsed = 1 << 14
+
+// addrOf is endpoint parsed, once per endpoint string: the picker asks of
+// the same few addresses for every candidate of every request, and
+// parsing and formatting them was most of a lookup.
+func (s *Store) addrOf(endpoint string) *endpointAddr {
+	if v, ok := s.parsed.Load(endpoint); ok {
+		return v.(*endpointAddr)
 	}
-	if ip.IsValid() {
-		if name, ok := s.addrNode[ip]; ok {
-			return s.freshLocked(name, now), ip
-		}
+	a := parseEndpoint(endpoint)
+	if s.nParsed.Add(1) > maxParsed {
+		s.parsed.Clear()
+		s.nParsed.Store(1)
 	}
-	return nil, ip
+	s.parsed.Store(endpoint, a)
+	return a
 }
 
 // PathBetween is the network from the node of fromEndpoint to the node of
@@ -106,16 +141,19 @@ func (s *Store) nodeOfLocked(endpoint string, now time.Time) (*node, netip.Addr)
 // covers the pair, or both endpoints are on one node (no network between
 // them).
 func (s *Store) PathBetween(fromEndpoint, toEndpoint string) (bytesPerSecond float64, rtt time.Duration, ok bool) {
-	p, ok := s.pathBetween(fromEndpoint, toEndpoint)
+	p, ok := s.pathBetween(fromEndpoint, toEndpoint, false)
 	return p.ThroughputBytesPerSec, p.RTT, ok
 }
 
 // PathStats is PathBetween with every figure of the pair.
 func (s *Store) PathStats(fromEndpoint, toEndpoint string) (Path, bool) {
-	return s.pathBetween(fromEndpoint, toEndpoint)
+	return s.pathBetween(fromEndpoint, toEndpoint, true)
 }
 
-func (s *Store) pathBetween(from, to string) (Path, bool) {
+// pathBetween is the pair's Path; without detail its ToNode and Classes of
+// each measurement are left out (PathBetween reports neither), which
+// keeps the lookup free of allocations.
+func (s *Store) pathBetween(from, to string, detail bool) (Path, bool) {
 	now := s.cfg.Now()
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -128,14 +166,15 @@ func (s *Store) pathBetween(from, to string) (Path, bool) {
 	found := false
 	// What the source's agent saw of the destination, then the reverse
 	// (the decoder's agent times the READs of a P/D transfer).
-	for _, dir := range []struct {
+	var fromIPs, toIPs [8]netip.Addr
+	for _, dir := range [...]struct {
 		measurer *node
 		peerIPs  []netip.Addr
-	}{{fn, targetIPs(tn, tip)}, {tn, targetIPs(fn, fip)}} {
+	}{{fn, targetIPs(toIPs[:0], tn, tip)}, {tn, targetIPs(fromIPs[:0], fn, fip)}} {
 		if dir.measurer == nil {
 			continue
 		}
-		if p, ok := s.measuredLocked(dir.measurer, dir.peerIPs, now); ok {
+		if p, ok := s.measuredLocked(dir.measurer, dir.peerIPs, now, detail); ok {
 			if !found {
 				out = p
 			} else {
@@ -156,8 +195,7 @@ func (s *Store) pathBetween(from, to string) (Path, bool) {
 	return out, true
 }
 
-func targetIPs(n *node, ip netip.Addr) []netip.Addr {
-	var out []netip.Addr
+func targetIPs(out []netip.Addr, n *node, ip netip.Addr) []netip.Addr {
 	if ip.IsValid() {
 		out = append(out, ip)
 	}
@@ -171,8 +209,9 @@ func targetIPs(n *node, ip netip.Addr) []netip.Addr {
 	return out
 }
 
-// measuredLocked folds m's fresh measurements of any of ips into a Path.
-func (s *Store) measuredLocked(m *node, ips []netip.Addr, now time.Time) (Path, bool) {
+// measuredLocked folds m's fresh measurements of any of ips into a Path;
+// detail as for pathBetween.
+func (s *Store) measuredLocked(m *node, ips []netip.Addr, now time.Time, detail bool) (Path, bool) {
 	var out Path
 	found := false
 	for _, ip := range ips {
@@ -184,9 +223,12 @@ func (s *Store) measuredLocked(m *node, ips []netip.Addr, now time.Time) (Path, 
 			if now.Sub(at) > s.cfg.PeerMaxAge {
 				continue
 			}
-			one := Path{FromNode: m.name, ToNode: ip.String(), ThroughputBytesPerSec: p.ThroughputBytesPerSec,
+			one := Path{FromNode: m.name, ThroughputBytesPerSec: p.ThroughputBytesPerSec,
 				RTT: time.Duration(p.SrttUs) * time.Microsecond, MinRTT: time.Duration(p.MinRttUs) * time.Microsecond,
-				RetransmitsPerSec: m.retrans[peerKey{ip, p.Class}], Classes: []string{p.Class}, Updated: at}
+				RetransmitsPerSec: m.retrans[peerKey{ip, p.Class}], Updated: at}
+			if detail {
+				one.ToNode, one.Classes = ip.String(), []string{p.Class}
+			}
 			if !found {
 				out = one
 			} else {
@@ -238,7 +280,7 @@ func (s *Store) Matrix() []Path {
 			continue
 		}
 		for ip := range m.peers {
-			p, ok := s.measuredLocked(m, []netip.Addr{ip}, now)
+			p, ok := s.measuredLocked(m, []netip.Addr{ip}, now, true)
 			if !ok {
 				continue
 			}

@@ -66,6 +66,10 @@ type Store struct {
 		reports, failures atomic.Uint64
 	}
 
+	// parsed and nParsed remember endpoint strings parsed (addrOf).
+	parsed  sync.Map
+	nParsed atomic.Int64
+
 	mu         sync.RWMutex
 	nodes      map[string]*node
 	addrNode   map[netip.Addr]string

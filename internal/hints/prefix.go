@@ -82,6 +82,13 @@ type Prefix struct {
 // k ≤ maxDense whose sample fits in MaxSamples. It returns an error only for
 // parameters outside the limits above.
 func NewPrefix(mode Mode, blockSize int, seed uint64, hashes []uint64, maxDense int) (Prefix, error) {
+	return NewPrefixInto(nil, mode, blockSize, seed, hashes, maxDense)
+}
+
+// NewPrefixInto is NewPrefix with the samples written over samples'
+// backing array when it is large enough, for callers that reuse one
+// prefix per request.
+func NewPrefixInto(samples []Sample, mode Mode, blockSize int, seed uint64, hashes []uint64, maxDense int) (Prefix, error) {
 	n := len(hashes)
 	switch {
 	case mode != Approximate && mode != Precise:
@@ -109,7 +116,10 @@ func NewPrefix(mode Mode, blockSize int, seed uint64, hashes []uint64, maxDense 
 		k = lo
 	}
 	p := Prefix{Mode: mode, BlockSize: blockSize, Seed: seed, Blocks: n, Dense: k}
-	p.Samples = make([]Sample, 0, SampleCount(n, k))
+	p.Samples = samples[:0]
+	if c := SampleCount(n, k); cap(p.Samples) < c {
+		p.Samples = make([]Sample, 0, c)
+	}
 	forEachSample(n, k, func(i int) {
 		p.Samples = append(p.Samples, Sample{Index: i, Hash: hashes[i]})
 	})

@@ -75,6 +75,7 @@ type Hasher struct {
 	none      Hash
 	blockSize int
 	buf       []byte
+	cache     *BlockCache // nil: every block is hashed
 }
 
 // New returns a Hasher for vLLM's PYTHONHASHSEED value seed and the server's
@@ -108,7 +109,7 @@ func (h *Hasher) AppendBlockHashes(done []Hash, tokens []int, extra Extra) []Has
 		parent = done[n-1]
 	}
 	for i := len(done); (i+1)*h.blockSize <= len(tokens); i++ {
-		parent = h.HashBlock(parent, tokens[i*h.blockSize:(i+1)*h.blockSize], i, extra)
+		parent = h.block(parent, tokens[i*h.blockSize:(i+1)*h.blockSize], i, extra)
 		done = append(done, parent)
 	}
 	return done
@@ -120,10 +121,35 @@ func (h *Hasher) AppendBlockHashes(done []Hash, tokens []int, extra Extra) []Has
 func (h *Hasher) AppendUint64s(dst []uint64, tokens []int, extra Extra) []uint64 {
 	parent := h.none
 	for i := 0; (i+1)*h.blockSize <= len(tokens); i++ {
-		parent = h.HashBlock(parent, tokens[i*h.blockSize:(i+1)*h.blockSize], i, extra)
+		parent = h.block(parent, tokens[i*h.blockSize:(i+1)*h.blockSize], i, extra)
 		dst = append(dst, parent.Uint64())
 	}
 	return dst
+}
+
+// UseCache makes h look blocks up in c before hashing them (see
+// BlockCache); c must be for h's block size.
+func (h *Hasher) UseCache(c *BlockCache) error {
+	if c.blockSize != h.blockSize {
+		return fmt.Errorf("kvhash: cache for blocks of %d tokens, hasher's are %d", c.blockSize, h.blockSize)
+	}
+	h.cache = c
+	return nil
+}
+
+// block is HashBlock through the hasher's cache, when it has one.
+func (h *Hasher) block(parent Hash, block []int, index int, extra Extra) Hash {
+	c := h.cache
+	if c == nil || !c.cacheable(block, index, extra) {
+		return h.HashBlock(parent, block, index, extra)
+	}
+	i := c.slot(parent, block)
+	if v, ok := c.get(i, parent, block); ok {
+		return v
+	}
+	v := h.HashBlock(parent, block, index, extra)
+	c.put(i, parent, block, v)
+	return v
 }
 
 // HashBlock hashes one block given its parent's hash and its position in the

@@ -151,11 +151,31 @@ func BenchmarkBlockHashes(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	benchBlockHashes(b, h)
+}
+
+// BenchmarkBlockHashesCached is BenchmarkBlockHashes for a prompt whose
+// blocks a BlockCache holds: a shared prefix seen before.
+func BenchmarkBlockHashesCached(b *testing.B) {
+	h, _ := New("42", 16)
+	c, err := NewBlockCache(16, 1<<12)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := h.UseCache(c); err != nil {
+		b.Fatal(err)
+	}
+	benchBlockHashes(b, h)
+}
+
+// benchBlockHashes hashes the 6,000-token prompt with h, once before the
+// timer starts (which fills h's cache, if it has one).
+func benchBlockHashes(b *testing.B, h *Hasher) {
 	tokens := make([]int, 6000)
 	for i := range tokens {
 		tokens[i] = (i * 7919) % 151643
 	}
-	dst := make([]uint64, 0, len(tokens)/16)
+	dst := h.AppendUint64s(make([]uint64, 0, len(tokens)/16), tokens, Extra{})
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {

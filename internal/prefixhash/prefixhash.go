@@ -101,3 +101,9 @@ func Request(p Params, r *openai.Request) (seed uint64, hashes []uint64) {
 	seed = Seed(r.Model, r.CacheSalt)
 	return seed, Blocks(p, seed, Text(r))
 }
+
+// AppendRequest is Request appending the hashes to dst.
+func AppendRequest(dst []uint64, p Params, r *openai.Request) (seed uint64, hashes []uint64) {
+	seed = Seed(r.Model, r.CacheSalt)
+	return seed, AppendBlocks(dst, p, seed, Text(r))
+}

@@ -37,6 +37,12 @@ type Config struct {
 	// MaxWaiting bounds the waiting queue; Add returns ErrQueueFull beyond
 	// it (1024).
 	MaxWaiting int
+	// SchedulingPolicy is vLLM's --scheduling-policy: SchedulingFCFS (the
+	// default) or SchedulingPriority, under which the waiting queue is
+	// ordered by (Request.Priority, arrival) and KV pressure preempts the
+	// running request with the largest (Priority, arrival) rather than the
+	// newest.
+	SchedulingPolicy SchedulingPolicy
 	// HashSeed is vLLM's PYTHONHASHSEED: it seeds the block-hash chain, so
 	// routers must use the same value.
 	HashSeed string
@@ -50,6 +56,15 @@ type Config struct {
 	// never releases them (vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT, 480 s).
 	HeldBlockTimeout time.Duration
 }
+
+// SchedulingPolicy names vLLM's scheduling policies.
+type SchedulingPolicy string
+
+// The values of vLLM's --scheduling-policy.
+const (
+	SchedulingFCFS     SchedulingPolicy = "fcfs"
+	SchedulingPriority SchedulingPolicy = "priority"
+)
 
 // withDefaults fills zero fields and checks the result.
 func (c Config) withDefaults() (Config, error) {
@@ -73,6 +88,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.NumGPUBlocks == 0 {
 		c.NumGPUBlocks = c.Timing.NumGPUBlocks(c.BlockSize, c.GPUMemoryUtilization)
+	}
+	if c.SchedulingPolicy == "" {
+		c.SchedulingPolicy = SchedulingFCFS
+	}
+	if c.SchedulingPolicy != SchedulingFCFS && c.SchedulingPolicy != SchedulingPriority {
+		return c, fmt.Errorf("%w: scheduling policy %q (want %q or %q)", ErrConfig, c.SchedulingPolicy, SchedulingFCFS, SchedulingPriority)
 	}
 	if c.MaxModelLen == 0 {
 		c.MaxModelLen = c.Timing.Model.MaxModelLen

@@ -19,10 +19,16 @@ type Engine struct {
 	pool   *blockPool
 	vocab  int
 
-	byID    map[string]*seq // every live request; bounded by MaxWaiting + MaxNumSeqs + held
-	waiting []*seq          // FCFS; preempted requests return to the front
-	running []*seq          // scheduling order; the tail is preempted first
-	held    []*seq          // by deadline
+	byID map[string]*seq // every live request; bounded by MaxWaiting + MaxNumSeqs + held
+	// waiting is in admission order: FCFS with preempted requests at the
+	// front, or by (priority, arrival) under SchedulingPriority.
+	waiting []*seq
+	// running is in scheduling order; under FCFS the tail is preempted
+	// first.
+	running []*seq
+	// arrivals numbers added requests (seq.arrival).
+	arrivals uint64
+	held     []*seq // by deadline
 	// stepped is when Step last ran: a transfer that landed after it has not
 	// been offered to admission yet.
 	stepped time.Time
@@ -116,9 +122,15 @@ func (e *Engine) Add(r Request) error {
 	s := &seq{
 		req: r, extra: kvhash.Extra{LoRA: r.LoRA, CacheSalt: r.CacheSalt, MM: r.MM},
 		tokens: tokens, numPrompt: len(tokens), numCached: -1, rng: seedOf(r.ID),
+		arrival: e.arrivals,
 	}
+	e.arrivals++
 	e.byID[r.ID] = s
-	e.waiting = append(e.waiting, s)
+	if e.cfg.SchedulingPolicy == SchedulingPriority {
+		e.insertByPriority(s)
+	} else {
+		e.waiting = append(e.waiting, s)
+	}
 	e.stats.promptTokens += int64(len(tokens))
 	return nil
 }
@@ -195,8 +207,8 @@ func (e *Engine) NextWake() (t time.Time, ok bool) {
 }
 
 // Step runs one engine iteration: it schedules running requests first
-// (decode and unfinished prefill chunks, preempting from the tail when
-// blocks run out), then, if nothing was preempted, admits waiting requests
+// (decode and unfinished prefill chunks, preempting the policy's victim
+// when blocks run out), then, if nothing was preempted, admits waiting requests
 // into the remaining token budget. It returns the step's modelled duration
 // and its outputs, which the caller should consider produced when its clock
 // has advanced by Duration.
@@ -206,6 +218,7 @@ func (e *Engine) Step() *StepResult {
 	res := &e.res
 	res.Duration, res.Shape = 0, Shape{}
 	res.Tokens, res.Finished, res.Preempted = res.Tokens[:0], res.Finished[:0], res.Preempted[:0]
+	res.Scheduled = res.Scheduled[:0]
 	clear(e.events)
 	e.events = e.events[:0]
 	e.sched = e.sched[:0]
@@ -219,8 +232,15 @@ func (e *Engine) Step() *StepResult {
 		n := min(len(s.tokens)-s.computed, budget)
 		ok := e.allocate(s, n, nil)
 		for !ok {
-			victim := e.running[len(e.running)-1]
-			e.running = e.running[:len(e.running)-1]
+			v := e.victim()
+			victim := e.running[v]
+			e.running = slices.Delete(e.running, v, v+1)
+			if v < i {
+				// Already scheduled in this step: its tokens go back to
+				// the budget, as vLLM undoes them.
+				i--
+				budget += e.unschedule(victim)
+			}
 			e.preempt(victim)
 			preempted = true
 			if victim == s {
@@ -229,7 +249,11 @@ func (e *Engine) Step() *StepResult {
 			ok = e.allocate(s, n, nil)
 		}
 		if !ok {
-			break
+			// s itself was the victim. The rest of the batch outranks it
+			// and goes on in this step (vLLM leaves it to the next one;
+			// an empty step here would look idle).
+			i--
+			continue
 		}
 		e.cacheFull(s, min(s.computed+n, len(s.tokens)))
 		e.sched = append(e.sched, scheduled{s, n})
@@ -253,6 +277,55 @@ func (e *Engine) Step() *StepResult {
 		e.stats.iterationTokens.observe(res.Shape.PrefillTokens + res.Shape.DecodeSeqs)
 	}
 	return res
+}
+
+// victim is the index of the running request KV pressure preempts: the
+// newest under FCFS, the one with the largest (priority, arrival) under
+// SchedulingPriority, as vLLM chooses.
+func (e *Engine) victim() int {
+	if e.cfg.SchedulingPolicy != SchedulingPriority {
+		return len(e.running) - 1
+	}
+	v := 0
+	for i, s := range e.running[1:] {
+		if !before(s, e.running[v]) {
+			v = i + 1
+		}
+	}
+	return v
+}
+
+// before orders requests under SchedulingPriority: lower priority value
+// first, then earlier arrival.
+func before(a, b *seq) bool {
+	if a.req.Priority != b.req.Priority {
+		return a.req.Priority < b.req.Priority
+	}
+	return a.arrival < b.arrival
+}
+
+// insertByPriority puts s into the waiting queue at its (priority,
+// arrival) place; vLLM's priority queue has no front for preempted
+// requests to return to.
+func (e *Engine) insertByPriority(s *seq) {
+	k, _ := slices.BinarySearchFunc(e.waiting, s, func(x, t *seq) int {
+		if before(x, t) {
+			return -1
+		}
+		return 1
+	})
+	e.waiting = slices.Insert(e.waiting, k, s)
+}
+
+// unschedule takes s out of the step being built and returns its tokens.
+func (e *Engine) unschedule(s *seq) int {
+	for k, sc := range e.sched {
+		if sc.s == s {
+			e.sched = slices.Delete(e.sched, k, k+1)
+			return sc.n
+		}
+	}
+	return 0
 }
 
 // admit schedules waiting requests in order while the batch has room. A
@@ -452,7 +525,11 @@ func (e *Engine) preempt(s *seq) {
 	s.state = stateWaiting
 	s.preemptions++
 	e.stats.preemptions++
-	e.waiting = slices.Insert(e.waiting, 0, s)
+	if e.cfg.SchedulingPolicy == SchedulingPriority {
+		e.insertByPriority(s)
+	} else {
+		e.waiting = slices.Insert(e.waiting, 0, s)
+	}
 	e.res.Preempted = append(e.res.Preempted, s.req.ID)
 }
 
@@ -465,18 +542,14 @@ func (e *Engine) execute(now time.Time) {
 	for _, sc := range e.sched {
 		s, n := sc.s, sc.n
 		ctx := s.computed
-		if s.out > 0 && n == 1 && ctx == len(s.tokens)-1 {
-			sh.DecodeSeqs++
-		} else {
-			sh.PrefillTokens += n
-		}
-		sh.ContextTokens += ctx + n
-		sh.AttentionPairs += float64(n)*float64(ctx) + float64(n)*float64(n+1)/2
+		q := ScheduledSeq{ID: s.req.ID, Tokens: n, Context: ctx,
+			Decode: s.out > 0 && n == 1 && ctx == len(s.tokens)-1, Sampled: ctx+n >= len(s.tokens)}
+		q.Add(sh)
+		res.Scheduled = append(res.Scheduled, q)
 		s.computed += n
-		if s.computed < len(s.tokens) {
+		if !q.Sampled {
 			continue // a prefill chunk: vLLM discards its sample
 		}
-		sh.SampledSeqs++
 		tok := s.nextToken(e.vocab)
 		s.tokens = append(s.tokens, tok)
 		res.Tokens = append(res.Tokens, TokenOutput{ID: s.req.ID, Token: tok, Index: s.out})

@@ -25,6 +25,10 @@ type Request struct {
 	PrefillOnly bool
 	// RemotePrefill is P/D's decode leg (do_remote_prefill); nil otherwise.
 	RemotePrefill *RemotePrefill
+	// Priority is vLLM's request priority (the OpenAI body's "priority"):
+	// under SchedulingPriority a lower value is scheduled first and
+	// preempted last; ignored under SchedulingFCFS.
+	Priority int
 	// MM are the prompt's multimodal items, which enter its block hashes
 	// as vLLM's extra keys.
 	MM []kvhash.MMItem
@@ -93,11 +97,45 @@ type StepResult struct {
 	Tokens    []TokenOutput
 	Finished  []Finished
 	Preempted []string
+	// Scheduled is what the step computed for each request: the breakdown
+	// behind Shape, in scheduling order.
+	Scheduled []ScheduledSeq
 	// Events are the step's KV-cache events, the batch also handed to
 	// Config.Events. A caller that times publication itself (as Runner
 	// does) leaves Config.Events nil and publishes these when its clock
 	// reaches the end of the step, which is when vLLM publishes them.
 	Events []Event
+}
+
+// ScheduledSeq is one request's part of a step.
+type ScheduledSeq struct {
+	ID string
+	// Tokens are the tokens computed for it; Context those already in
+	// its KV cache before the step (read by its attention).
+	Tokens, Context int
+	// Decode reports a one-token step of a request that has output: a
+	// decode rather than a prefill (or recompute) chunk.
+	Decode bool
+	// Sampled reports that the step ends in a token for it (the last
+	// chunk of a prefill, or a decode).
+	Sampled bool
+}
+
+// Add accumulates one request's part into the step shape it belongs to,
+// as the engine prices a step: what-if shapes of part of a batch are
+// built from these.
+func (q ScheduledSeq) Add(sh *Shape) {
+	if q.Decode {
+		sh.DecodeSeqs++
+	} else {
+		sh.PrefillTokens += q.Tokens
+	}
+	if q.Sampled {
+		sh.SampledSeqs++
+	}
+	n, c := float64(q.Tokens), float64(q.Context)
+	sh.ContextTokens += q.Context + q.Tokens
+	sh.AttentionPairs += n*c + n*(n+1)/2
 }
 
 // Idle reports a step that scheduled nothing: the caller should wait for
@@ -135,6 +173,8 @@ type seq struct {
 
 	rng         uint64
 	preemptions int
+	// arrival orders requests of equal priority: Add's sequence number.
+	arrival uint64
 	// scheduledAt is when the request first left the waiting queue.
 	scheduledAt time.Time
 }

@@ -63,17 +63,21 @@ type dataPlane struct {
 	slots      int
 	path       string
 	mem        []byte
-	hasher     *kvhash.Hasher
-	policy     string
-	timeout    time.Duration
-	work       chan []dpWork
-	wg         sync.WaitGroup
+	// hashers hands each goroutine a Hasher of its own: request goroutines
+	// hash prompts at once, and a Hasher reuses its encoding buffer (a
+	// shared one gave a prefill leg or a decode leg hashes no engine
+	// computes: the decoder's byte check failed on bytes that moved intact).
+	hashers sync.Pool
+	policy  string
+	timeout time.Duration
+	work    chan []dpWork
+	wg      sync.WaitGroup
 	// regionMu makes each operation that writes the region and then reads
 	// what it wrote (a store and its fills, a pull or a CPU-tier load and
-	// its check) one step: the agent's slot pool reuses unpinned slots LRU
-	// first, and a concurrent pull could otherwise take a slot another
-	// pull has just filled before its bytes are checked (seen as verify
-	// failures under load in kvgate up --pd).
+	// its check), and each offload that copies from it, one step: the
+	// agent's slot pool reuses unpinned slots LRU first, and a concurrent
+	// pull could otherwise take a slot another pull has just filled before
+	// its bytes are checked.
 	regionMu sync.Mutex
 
 	gpuMu sync.Mutex
@@ -158,8 +162,7 @@ func (s *Server) DataPlaneStats() DataPlaneStats {
 
 func newDataPlane(s *Server, kvBytesPerToken int) (*dataPlane, error) {
 	o := &s.opts
-	h, err := kvhash.New(o.HashSeed, o.BlockSize)
-	if err != nil {
+	if _, err := kvhash.New(o.HashSeed, o.BlockSize); err != nil {
 		return nil, err
 	}
 	conn, err := grpc.NewClient(o.Agent, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -168,11 +171,17 @@ func newDataPlane(s *Server, kvBytesPerToken int) (*dataPlane, error) {
 	}
 	var nonce [4]byte
 	_, _ = rand.Read(nonce[:])
-	return &dataPlane{s: s, log: s.log.With("component", "kv-data-plane"), agentAddr: o.Agent, conn: conn,
+	d := &dataPlane{s: s, log: s.log.With("component", "kv-data-plane"), agentAddr: o.Agent, conn: conn,
 		engine: s.engID + "-" + hex.EncodeToString(nonce[:]),
-		c:      agentv1.NewKVTransferClient(conn), blockBytes: kvBytesPerToken * o.BlockSize, hasher: h,
+		c:      agentv1.NewKVTransferClient(conn), blockBytes: kvBytesPerToken * o.BlockSize,
 		policy: o.KVLoadFailurePolicy, timeout: o.KVTransferTimeout, work: make(chan []dpWork, dpQueue),
-		gpu: map[uint64]gpuBlock{}}, nil
+		gpu: map[uint64]gpuBlock{}}
+	seed, bs := o.HashSeed, o.BlockSize
+	d.hashers.New = func() any {
+		h, _ := kvhash.New(seed, bs) // validated above
+		return h
+	}
+	return d, nil
 }
 
 // start maps and registers the region (slots from the engine's block
@@ -321,8 +330,14 @@ func (d *dataPlane) apply(ctx context.Context, w dpWork) {
 		}
 	}
 	if len(w.offload) > 0 {
+		// The agent copies the blocks' slots as they are: not while a store
+		// is filling one or a pull is landing in one (a block the region
+		// had evicted and a new request brought back), or the CPU tier
+		// would keep a torn copy under the block's hash.
+		d.regionMu.Lock()
 		resp, err := d.c.OffloadBlocks(ctx, &agentv1.OffloadBlocksRequest{EngineId: d.engine, Blocks: w.offload,
 			BlockSizeTokens: uint32(d.s.engCfg.BlockSize), LoraName: w.lora})
+		d.regionMu.Unlock()
 		if err != nil {
 			d.log.Debug("offload to the CPU tier", "err", err)
 			return
@@ -385,7 +400,9 @@ func (d *dataPlane) watchReleases(ctx context.Context) {
 // promptHashes are the hashes of j's full prompt blocks, at most n.
 func (d *dataPlane) promptHashes(j *job, n int) []uint64 {
 	full := min(n, len(j.prompt)/d.s.engCfg.BlockSize)
-	return d.hasher.AppendUint64s(nil, j.prompt[:full*d.s.engCfg.BlockSize], kvhash.Extra{LoRA: j.lora, CacheSalt: j.cacheSalt, MM: j.mm})
+	h := d.hashers.Get().(*kvhash.Hasher)
+	defer d.hashers.Put(h)
+	return h.AppendUint64s(make([]uint64, 0, full), j.prompt[:full*d.s.engCfg.BlockSize], kvhash.Extra{LoRA: j.lora, CacheSalt: j.cacheSalt, MM: j.mm})
 }
 
 // prefillParams stores a finished prefill's blocks under a hold and names
@@ -497,7 +514,7 @@ func (d *dataPlane) verify(slots []uint32, hashes []uint64) error {
 	for i, s := range slots {
 		if at := kvblock.Check(d.slot(s), hashes[i]); at >= 0 {
 			d.stats.VerifyFailures.Add(1)
-			return fmt.Errorf("block %d (hash %d, slot %d): content differs at byte %d", i, hashes[i], s, at)
+			return fmt.Errorf("block %d of %d (hash %d, slot %d): content differs at byte %d (%s)", i, len(slots), hashes[i], s, at, blockContent(d.slot(s), hashes))
 		}
 	}
 	return nil
@@ -582,4 +599,29 @@ func (d *dataPlane) registerMetrics() error {
 		}
 	}
 	return nil
+}
+
+// blockContent says what a block that failed its check holds instead: zeros
+// (bytes that never arrived), another block of the same request
+// (misplaced), or something else (a stale or foreign block), so that a
+// failure names its cause.
+func blockContent(b []byte, hashes []uint64) string {
+	zero := 0
+	for _, c := range b {
+		if c == 0 {
+			zero++
+		}
+	}
+	if zero == len(b) {
+		return "all zero"
+	}
+	for j, h := range hashes {
+		if kvblock.Check(b, h) < 0 {
+			return fmt.Sprintf("holds block %d's content", j)
+		}
+	}
+	if h := kvblock.ContentHash(b); kvblock.Check(b, h) < 0 {
+		return fmt.Sprintf("holds the content of hash %d, no block of this request", h)
+	}
+	return fmt.Sprintf("%d zero bytes, no block's content", zero)
 }

@@ -10,7 +10,6 @@ package picker
 import (
 	"fmt"
 
-	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 )
 
@@ -38,9 +37,9 @@ func newBase(typ, name string, raw []byte, h *scheduling.Handle) (base, error) {
 	return base{Named: scheduling.NewNamed(typ, name), n: p.MaxNumOfEndpoints, rand: scheduling.RandOf(h)}, nil
 }
 
-func targets(scored []scheduling.ScoredEndpoint, n int) *scheduling.ProfileResult {
+func targets(cs *scheduling.CycleState, scored []scheduling.ScoredEndpoint, n int) *scheduling.ProfileResult {
 	n = min(n, len(scored))
-	res := &scheduling.ProfileResult{Targets: make([]*endpoints.Endpoint, n)}
+	res := scheduling.NewProfileResult(cs, n)
 	for i := range n {
 		res.Targets[i] = scored[i].Endpoint
 	}

@@ -25,7 +25,7 @@ func NewMaxScore(name string, raw json.RawMessage, h *scheduling.Handle) (schedu
 }
 
 // Pick implements scheduling.Picker.
-func (m *MaxScore) Pick(_ context.Context, _ *scheduling.CycleState, _ *scheduling.Request, scored []scheduling.ScoredEndpoint) *scheduling.ProfileResult {
+func (m *MaxScore) Pick(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, scored []scheduling.ScoredEndpoint) *scheduling.ProfileResult {
 	if len(scored) == 0 {
 		return nil
 	}
@@ -44,7 +44,7 @@ func (m *MaxScore) Pick(_ context.Context, _ *scheduling.CycleState, _ *scheduli
 				}
 			}
 		}
-		return targets(scored[best:best+1], 1)
+		return targets(cs, scored[best:best+1], 1)
 	}
 	shuffle(scored, m.rand)
 	slices.SortStableFunc(scored, func(a, b scheduling.ScoredEndpoint) int {
@@ -56,7 +56,7 @@ func (m *MaxScore) Pick(_ context.Context, _ *scheduling.CycleState, _ *scheduli
 		}
 		return 0
 	})
-	return targets(scored, m.n)
+	return targets(cs, scored, m.n)
 }
 
 func shuffle(s []scheduling.ScoredEndpoint, r scheduling.Rand) {

@@ -24,7 +24,7 @@ func NewRandom(name string, raw json.RawMessage, h *scheduling.Handle) (scheduli
 }
 
 // Pick implements scheduling.Picker.
-func (p *Random) Pick(_ context.Context, _ *scheduling.CycleState, _ *scheduling.Request, scored []scheduling.ScoredEndpoint) *scheduling.ProfileResult {
+func (p *Random) Pick(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, scored []scheduling.ScoredEndpoint) *scheduling.ProfileResult {
 	if len(scored) == 0 {
 		return nil
 	}
@@ -34,5 +34,5 @@ func (p *Random) Pick(_ context.Context, _ *scheduling.CycleState, _ *scheduling
 		j := i + p.rand.IntN(len(scored)-i)
 		scored[i], scored[j] = scored[j], scored[i]
 	}
-	return targets(scored, n)
+	return targets(cs, scored, n)
 }

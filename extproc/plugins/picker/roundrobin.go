@@ -31,7 +31,7 @@ func NewRoundRobin(name string, raw json.RawMessage, h *scheduling.Handle) (sche
 
 // Pick implements scheduling.Picker: the primary is the next candidate in
 // turn and the fallbacks are the ones after it.
-func (p *RoundRobin) Pick(_ context.Context, _ *scheduling.CycleState, _ *scheduling.Request, scored []scheduling.ScoredEndpoint) *scheduling.ProfileResult {
+func (p *RoundRobin) Pick(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, scored []scheduling.ScoredEndpoint) *scheduling.ProfileResult {
 	if len(scored) == 0 {
 		return nil
 	}
@@ -43,5 +43,5 @@ func (p *RoundRobin) Pick(_ context.Context, _ *scheduling.CycleState, _ *schedu
 	for i := range n {
 		rotated[i] = scored[(start+i)%len(scored)]
 	}
-	return targets(rotated, n)
+	return targets(cs, rotated, n)
 }

@@ -30,7 +30,7 @@ func NewWeightedRandom(name string, raw json.RawMessage, h *scheduling.Handle) (
 
 // Pick implements scheduling.Picker. The scored slice's Score fields are
 // replaced by the sampling keys.
-func (w *WeightedRandom) Pick(_ context.Context, _ *scheduling.CycleState, _ *scheduling.Request, scored []scheduling.ScoredEndpoint) *scheduling.ProfileResult {
+func (w *WeightedRandom) Pick(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, scored []scheduling.ScoredEndpoint) *scheduling.ProfileResult {
 	if len(scored) == 0 {
 		return nil
 	}
@@ -53,5 +53,5 @@ func (w *WeightedRandom) Pick(_ context.Context, _ *scheduling.CycleState, _ *sc
 		}
 		return 0
 	})
-	return targets(scored, w.n)
+	return targets(cs, scored, w.n)
 }

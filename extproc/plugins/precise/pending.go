@@ -19,7 +19,7 @@ import "sync"
 type pending struct {
 	mu sync.RWMutex
 	// blocks counts, per endpoint address, the routed requests holding each
-	// sample hash.
+	// sample hash; entries is the sum of all counts.
 	blocks  map[string]map[uint64]int32
 	entries int
 	max     int
@@ -67,9 +67,8 @@ func (p *pending) remove(addr string, hashes []uint64) {
 			}
 		}
 	}
-	if len(m) == 0 {
-		delete(p.blocks, addr)
-	}
+	// An endpoint's emptied map stays until the endpoint is forgotten:
+	// its next request would otherwise allocate it again.
 }
 
 // extend raises runs[i] to the number of leading hashes pending on
@@ -80,7 +79,7 @@ func (p *pending) remove(addr string, hashes []uint64) {
 func (p *pending) extend(addrs []string, hashes []uint64, runs []int, weights []float64) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	if len(p.blocks) == 0 {
+	if p.entries == 0 {
 		return
 	}
 	for i, a := range addrs {

@@ -7,7 +7,8 @@
 // hashes (internal/kvhash, sha256_cbor; the LoRA adapter and cache_salt as
 // extra keys). Score = tier-weighted leading blocks held / prompt blocks.
 // Tokenization goes through a prefix cache, so a long shared system prompt
-// is tokenized once, not on every request.
+// is tokenized once, not on every request; its block hashes go through a
+// cache of their own (kvhash.BlockCache, 256K tokens' worth) likewise.
 //
 // Parameters:
 //
@@ -99,6 +100,12 @@ func KVIndexFrom(h *scheduling.Handle) (*kvindex.Index, bool) {
 	return scheduling.Service[*kvindex.Index](h, ServiceKVIndex)
 }
 
+// blockCacheTokens sizes the cache of block hashes (kvhash.BlockCache):
+// the tokens of recently hashed blocks it holds, about 2 MB. Prompts that
+// share a prefix (a system prompt, a conversation's earlier turns) hash
+// its blocks once instead of on every request.
+const blockCacheTokens = 1 << 18
+
 // Defaults.
 const (
 	DefaultMaxBlocksToMatch = 8192
@@ -143,6 +150,22 @@ type Prompt struct {
 	// when it did not (or it was released).
 	speculated string
 	hashes     []uint64
+	// owner made the prompt and takes it back (Recycle); own and blocks
+	// are the buffers of a prefix hashed from the body.
+	owner  *Scorer
+	own    hints.Prefix
+	blocks []uint64
+}
+
+// Recycle implements scheduling.Recycler: the request has ended, so its
+// speculative entries go (ResponseComplete has normally withdrawn them)
+// and the prompt's buffers serve the next request.
+func (p *Prompt) Recycle() {
+	s := p.owner
+	s.release(p)
+	p.prediction.Done()
+	*p = Prompt{owner: s, own: hints.Prefix{Samples: p.own.Samples[:0]}, blocks: p.blocks[:0], hashes: p.hashes[:0]}
+	s.prompts.Put(p)
 }
 
 // Scorer implements precise-prefix-cache-scorer.
@@ -160,6 +183,7 @@ type Scorer struct {
 	cache   *tokenizer.PrefixCache
 	hashers sync.Pool // *kvhash.Hasher: each reuses one buffer
 	scratch sync.Pool // *scratch
+	prompts sync.Pool // *Prompt, recycled when its request ends
 	pending *pending  // nil unless speculativeIndexing
 	// kvEvents is what llm-d's kvEventsConfig asks the picker for.
 	kvEvents KVEvents
@@ -228,11 +252,15 @@ func NewWithParams(typ, name string, p Params, h *scheduling.Handle) (*Scorer, e
 		s.tok = t
 		s.cache = tokenizer.NewPrefixCache(t, p.PrefixCacheBytes)
 	}
+	// The block size was validated above.
+	blocks, _ := kvhash.NewBlockCache(p.BlockSize, blockCacheTokens/p.BlockSize)
 	s.hashers.New = func() any {
-		hs, _ := kvhash.New(p.HashSeed, p.BlockSize) // validated above
+		hs, _ := kvhash.New(p.HashSeed, p.BlockSize)
+		_ = hs.UseCache(blocks)
 		return hs
 	}
 	s.scratch.New = func() any { return new(scratch) }
+	s.prompts.New = func() any { return &Prompt{owner: s} }
 	if p.SpeculativeIndexing {
 		s.pending = newPending(p.MaxSpeculativeEntries)
 	}
@@ -270,12 +298,17 @@ func (s *Scorer) Hashes(tokens []int, adapter, cacheSalt string) []uint64 {
 }
 
 func (s *Scorer) hashes(tokens []int, extra kvhash.Extra) []uint64 {
-	if n := s.params.MaxBlocksToMatch * s.params.BlockSize; len(tokens) > n {
+	return s.appendHashes(make([]uint64, 0, min(len(tokens), s.maxTokens())/s.params.BlockSize), tokens, extra)
+}
+
+// appendHashes is hashes appending to dst.
+func (s *Scorer) appendHashes(dst []uint64, tokens []int, extra kvhash.Extra) []uint64 {
+	if n := s.maxTokens(); len(tokens) > n {
 		tokens = tokens[:n]
 	}
 	h := s.hashers.Get().(*kvhash.Hasher)
 	defer s.hashers.Put(h)
-	return h.AppendUint64s(make([]uint64, 0, len(tokens)/s.params.BlockSize), tokens, extra)
+	return h.AppendUint64s(dst, tokens, extra)
 }
 
 // multimodal returns a chat prompt's tokens with its multimodal items'
@@ -296,9 +329,14 @@ func (s *Scorer) multimodal(req *scheduling.Request) (tokens []int, mm []kvhash.
 // scorer's block size and seed). Both paths go through the same sampling,
 // so they score alike. nil when nothing can be matched.
 func (s *Scorer) Prefix(req *scheduling.Request, eps []*endpoints.Endpoint) (*hints.Prefix, int) {
+	return s.prefixInto(&Prompt{}, req, eps)
+}
+
+// prefixInto is Prefix hashing into p's buffers.
+func (s *Scorer) prefixInto(p *Prompt, req *scheduling.Request, eps []*endpoints.Endpoint) (*hints.Prefix, int) {
 	if req.Body == nil {
-		if p := req.Prefix; p != nil && p.Mode == hints.Precise && p.BlockSize == s.params.BlockSize && p.Seed == s.seedID && p.Blocks > 0 {
-			return p, req.PromptTokens
+		if rp := req.Prefix; rp != nil && rp.Mode == hints.Precise && rp.BlockSize == s.params.BlockSize && rp.Seed == s.seedID && rp.Blocks > 0 {
+			return rp, req.PromptTokens
 		}
 		return nil, 0
 	}
@@ -310,12 +348,19 @@ func (s *Scorer) Prefix(req *scheduling.Request, eps []*endpoints.Endpoint) (*hi
 	if err != nil {
 		return nil, 0 // nothing is known to be cached
 	}
-	hashes := s.hashes(tokens, kvhash.Extra{LoRA: adapterOf(req.TargetModel, eps), CacheSalt: req.Body.CacheSalt, MM: mm})
-	p, err := hints.NewPrefix(hints.Precise, s.params.BlockSize, s.seedID, hashes, s.params.DenseBlocks)
-	if err != nil || p.Blocks == 0 {
-		return nil, len(tokens)
+	p.blocks = s.appendHashes(p.blocks[:0], tokens, kvhash.Extra{LoRA: adapterOf(req.TargetModel, eps), CacheSalt: req.Body.CacheSalt, MM: mm})
+	return s.sample(p), len(tokens)
+}
+
+// sample is the block sample of p.blocks, in p's buffer; nil when there
+// are no blocks.
+func (s *Scorer) sample(p *Prompt) *hints.Prefix {
+	pr, err := hints.NewPrefixInto(p.own.Samples, hints.Precise, s.params.BlockSize, s.seedID, p.blocks, s.params.DenseBlocks)
+	if err != nil || pr.Blocks == 0 {
+		return nil
 	}
-	return &p, len(tokens)
+	p.own = pr
+	return &p.own
 }
 
 // Produce implements scheduling.DataProducer: the match over every
@@ -340,23 +385,22 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 // tokens, when one is configured, are read.
 func (s *Scorer) Consumes() []string { return []string{prefixmatch.TokensKey.String()} }
 
-// prefixOf is Prefix, from a token producer's tokens when it left them.
-func (s *Scorer) prefixOf(cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) (*hints.Prefix, int) {
+// prefixOf is Prefix into p's buffers, from a token producer's tokens
+// when it left them.
+func (s *Scorer) prefixOf(p *Prompt, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) (*hints.Prefix, int) {
 	toks, ok := scheduling.Read(cs, prefixmatch.TokensKey)
 	if !ok || toks == nil || len(*toks) == 0 || req.Body == nil {
-		return s.Prefix(req, eps)
+		return s.prefixInto(p, req, eps)
 	}
-	hashes := s.Hashes(*toks, adapterOf(req.TargetModel, eps), req.Body.CacheSalt)
-	p, err := hints.NewPrefix(hints.Precise, s.params.BlockSize, s.seedID, hashes, s.params.DenseBlocks)
-	if err != nil || p.Blocks == 0 {
-		return nil, len(*toks)
-	}
-	return &p, len(*toks)
+	p.blocks = s.appendHashes(p.blocks[:0], *toks, kvhash.Extra{LoRA: adapterOf(req.TargetModel, eps), CacheSalt: req.Body.CacheSalt})
+	return s.sample(p), len(*toks)
 }
 
 func (s *Scorer) produce(cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) *Prompt {
-	prefix, tokens := s.prefixOf(cs, req, eps)
-	p := &Prompt{Tokens: tokens, prediction: prefixmatch.Prediction{BlockTokens: s.params.BlockSize, PromptTokens: tokens, Exact: tokens > 0}, prefix: prefix}
+	p := s.prompts.Get().(*Prompt)
+	prefix, tokens := s.prefixOf(p, cs, req, eps)
+	p.Tokens, p.prefix = tokens, prefix
+	p.prediction = prefixmatch.Prediction{BlockTokens: s.params.BlockSize, PromptTokens: tokens, Exact: tokens > 0}
 	p.prediction.Reset(eps)
 	scheduling.Write(cs, s.key, p)
 	prefixmatch.Publish(cs, &p.prediction)
@@ -409,7 +453,7 @@ func (s *Scorer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *sch
 	target := p.prediction.Predict(res, s.recorder, s.TypedName())
 	p.prediction.Done()
 	if s.pending != nil && target != nil && p.prefix != nil {
-		p.hashes = prefixmatch.SampleHashes(make([]uint64, 0, len(p.prefix.Samples)), p.prefix)
+		p.hashes = prefixmatch.SampleHashes(p.hashes[:0], p.prefix)
 		if s.pending.add(target.Address(), p.hashes) {
 			p.speculated = target.Address()
 		}
@@ -431,7 +475,7 @@ func (s *Scorer) release(p *Prompt) {
 		return
 	}
 	s.pending.remove(p.speculated, p.hashes)
-	p.speculated, p.hashes = "", nil
+	p.speculated, p.hashes = "", p.hashes[:0]
 }
 
 // EndpointsRemoved implements scheduling.EndpointsRemoved.

@@ -85,8 +85,11 @@ type Producer struct {
 	// (float64 bits): the size of a request the picker did not route, seen
 	// only as a count in a scrape.
 	meanPrefill atomic.Uint64
-	// arrays recycles the per-candidate prediction arrays (*Predictions).
+	// arrays recycles the per-candidate prediction arrays (*Predictions,
+	// each the box its arrays travel in); states recycles the per-request
+	// *state once its request has ended.
 	arrays sync.Pool
+	states sync.Pool
 }
 
 // state is one request's prediction for later stages, owned by the request.
@@ -95,7 +98,10 @@ type Producer struct {
 // and features are kept, so the arrays go back to a pool for the next
 // request instead of being allocated per decision.
 type state struct {
-	preds  latency.Predictions
+	owner *Producer
+	preds latency.Predictions
+	// box is the pool box preds' arrays came in; nil for new arrays.
+	box    *latency.Predictions
 	target *endpoints.Endpoint // nil until PreRequest
 	est    latency.Estimate
 	feat   latency.Features
@@ -108,6 +114,29 @@ type state struct {
 	remote bool
 	// ticket is the request's place in the target's engine twin.
 	ticket latency.Ticket
+}
+
+// Recycle implements scheduling.Recycler: the request has ended.
+func (st *state) Recycle() {
+	p := st.owner
+	p.putArrays(st)
+	*st = state{owner: p}
+	p.states.Put(st)
+}
+
+// putArrays returns st's per-candidate arrays to the pool, once.
+func (p *Producer) putArrays(st *state) {
+	if st.preds.Estimates == nil {
+		return
+	}
+	box := st.box
+	if box == nil {
+		box = new(latency.Predictions)
+	}
+	*box = st.preds
+	box.Candidates = nil
+	st.preds, st.box = latency.Predictions{}, nil
+	p.arrays.Put(box)
 }
 
 // New is the plugin factory.
@@ -142,6 +171,7 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 		pr.rec = latency.RecorderFrom(nil)
 	}
 	pr.key = scheduling.NewKey[*state](pr.TypedName().String())
+	pr.states.New = func() any { return &state{owner: pr} }
 	pr.meanPrefill.Store(math.Float64bits(1000))
 	return pr, nil
 }
@@ -160,9 +190,9 @@ func (p *Producer) Consumes() []string {
 
 // Produce implements scheduling.DataProducer.
 func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) {
-	st := &state{}
+	st := p.states.Get().(*state)
 	if pooled, ok := p.arrays.Get().(*latency.Predictions); ok {
-		st.preds = *pooled
+		st.preds, st.box = *pooled, pooled
 	}
 	st.preds.Reset(eps)
 	st.preds.BufferFactor = p.params.SLOBufferFactor
@@ -260,10 +290,7 @@ func (p *Producer) PreRequest(_ context.Context, cs *scheduling.CycleState, req 
 	}
 	st.target, st.est, st.feat = target, st.preds.Estimates[chosen], st.preds.Features[chosen]
 	st.remote = res.Prefill != nil
-	arrays := st.preds
-	arrays.Candidates = nil
-	st.preds = latency.Predictions{}
-	p.arrays.Put(&arrays)
+	p.putArrays(st)
 	st.routed = p.now()
 	f := st.feat
 	if !st.remote {

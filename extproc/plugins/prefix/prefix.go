@@ -143,6 +143,9 @@ type Scorer struct {
 	recorder                  prefixmatch.Recorder
 	key                       scheduling.Key[*hashed]
 	scratch                   sync.Pool
+	// states recycles the per-request *hashed with their buffers (see
+	// hashed.Recycle).
+	states sync.Pool
 }
 
 type scratch struct {
@@ -194,6 +197,7 @@ func NewMatcher(typ, name string, p Params, h *scheduling.Handle) (*Scorer, erro
 	// hash differently and must not read each other's state.
 	s.key = scheduling.NewKey[*hashed](s.TypedName().String())
 	s.scratch.New = func() any { return new(scratch) }
+	s.states.New = func() any { return &hashed{pool: &s.states} }
 	return s, nil
 }
 
@@ -204,6 +208,19 @@ type hashed struct {
 	prefix     *hints.Prefix
 	hashes     []uint64
 	prediction prefixmatch.Prediction
+	// pool is the scorer's; own and blocks are the buffers of a prefix
+	// hashed from the body, reused by the next request.
+	pool   *sync.Pool
+	own    hints.Prefix
+	blocks []uint64
+}
+
+// Recycle implements scheduling.Recycler: the request has ended.
+func (st *hashed) Recycle() {
+	st.prediction.Done()
+	st.prediction = prefixmatch.Prediction{}
+	st.prefix, st.hashes, st.blocks = nil, st.hashes[:0], st.blocks[:0]
+	st.pool.Put(st)
 }
 
 // SetTokenBounds makes the matcher hash at most maxTokens tokens (0: the
@@ -281,21 +298,23 @@ func (s *Scorer) capacity(e *endpoints.Endpoint) int {
 	return s.params.LRUCapacityPerServer
 }
 
-// Prefix returns the request's prefix as a block sample: hashed here from
-// the body, or as the wasm filter sent it on the headers-only path (used
-// only when it was hashed with this scorer's block size). Both paths go
-// through the same sampling, so they score alike. nil when there is
-// nothing to match.
-func (s *Scorer) Prefix(req *scheduling.Request, blockChars int) *hints.Prefix {
+// prefix returns the request's prefix as a block sample: hashed here from
+// the body (into st's buffers), or as the wasm filter sent it on the
+// headers-only path (used only when it was hashed with this scorer's block
+// size). Both paths go through the same sampling, so they score alike. nil
+// when there is nothing to match.
+func (s *Scorer) prefix(st *hashed, req *scheduling.Request, blockChars int) *hints.Prefix {
 	blockTokens := max(1, blockChars/prefixhash.CharsPerToken)
 	switch {
 	case req.Body != nil:
-		seed, hashes := prefixhash.Request(prefixhash.Params{BlockChars: blockChars, MaxBlocks: s.maxBlocks(blockChars)}, req.Body)
-		p, err := hints.NewPrefix(hints.Approximate, blockTokens, seed, hashes, s.params.DenseBlocks)
+		var seed uint64
+		seed, st.blocks = prefixhash.AppendRequest(st.blocks[:0], prefixhash.Params{BlockChars: blockChars, MaxBlocks: s.maxBlocks(blockChars)}, req.Body)
+		p, err := hints.NewPrefixInto(st.own.Samples, hints.Approximate, blockTokens, seed, st.blocks, s.params.DenseBlocks)
 		if err != nil || p.Blocks == 0 {
 			return nil
 		}
-		return &p
+		st.own = p
+		return &st.own
 	case req.Prefix != nil && req.Prefix.Mode == hints.Approximate && req.Prefix.BlockSize*prefixhash.CharsPerToken == blockChars && req.Prefix.Blocks > 0:
 		return req.Prefix
 	}
@@ -337,8 +356,9 @@ func (s *Scorer) MatchOf(cs *scheduling.CycleState) (prefixmatch.Match, bool) {
 
 func (s *Scorer) produce(cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) *hashed {
 	chars := s.blockChars(eps)
-	p := s.Prefix(req, chars)
-	st := &hashed{prefix: p, prediction: prefixmatch.Prediction{BlockTokens: max(1, chars/prefixhash.CharsPerToken)}}
+	st := s.states.Get().(*hashed)
+	p := s.prefix(st, req, chars)
+	st.prefix, st.prediction = p, prefixmatch.Prediction{BlockTokens: max(1, chars/prefixhash.CharsPerToken)}
 	st.prediction.Reset(eps)
 	if p != nil {
 		st.prediction.PromptTokens = p.Blocks * st.prediction.BlockTokens
@@ -350,7 +370,7 @@ func (s *Scorer) produce(cs *scheduling.CycleState, req *scheduling.Request, eps
 	}
 	sc := s.scratch.Get().(*scratch)
 	defer s.scratch.Put(sc)
-	st.hashes = prefixmatch.SampleHashes(make([]uint64, 0, len(p.Samples)), p)
+	st.hashes = prefixmatch.SampleHashes(st.hashes[:0], p)
 	sc.names = sc.names[:0]
 	for _, e := range eps {
 		sc.names = append(sc.names, e.Address())

@@ -28,20 +28,22 @@ func NewSingle(name string, params json.RawMessage, _ *scheduling.Handle) (sched
 }
 
 // Pick implements scheduling.ProfileHandler.
-func (s *Single) Pick(_ context.Context, _ *scheduling.CycleState, _ *scheduling.Request, profiles map[string]*scheduling.Profile, results map[string]*scheduling.ProfileResult) []*scheduling.Profile {
+func (s *Single) Pick(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, profiles map[string]*scheduling.Profile, results map[string]*scheduling.ProfileResult) []*scheduling.Profile {
 	if len(results) > 0 {
 		return nil
 	}
 	for _, p := range profiles {
-		return []*scheduling.Profile{p}
+		return scheduling.OneProfile(cs, p)
 	}
 	return nil
 }
 
 // ProcessResults implements scheduling.ProfileHandler.
-func (s *Single) ProcessResults(_ context.Context, _ *scheduling.CycleState, _ *scheduling.Request, results map[string]*scheduling.ProfileResult) (*scheduling.Result, error) {
+func (s *Single) ProcessResults(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, results map[string]*scheduling.ProfileResult) (*scheduling.Result, error) {
 	for name := range results {
-		return &scheduling.Result{PrimaryProfile: name, Profiles: results}, nil
+		res := scheduling.NewResult(cs)
+		res.PrimaryProfile, res.Profiles = name, results
+		return res, nil
 	}
 	return nil, fmt.Errorf("%s: no profile ran", SingleType)
 }

@@ -1,35 +1,71 @@
 // Package transfercost is kvgate's transfer-cost-pd-decider: a prefill
 // decider for disagg-profile-handler that disaggregates a request when its
-// predicted time to first token with a remote prefill — the prefill
-// server's predicted TTFT, plus moving the KV of the tokens the decode
-// server lacks over the network between the two, plus the extra leg's
-// overhead, plus one decode step — beats its predicted TTFT prefilled on
-// the decode server itself. llm-d's prefix-based-pd-decider compares the
-// uncached tokens with a fixed threshold; that cannot see a busy decode
-// server (whose decode batch slows every prefill step), an idle or loaded
-// prefill pool, or a slow network, all of which decide whether P/D pays.
+// cost with a remote prefill beats its cost prefilled on the decode server
+// itself. llm-d's prefix-based-pd-decider compares the uncached tokens with
+// a fixed threshold; that cannot see a busy decode server, an idle or
+// loaded prefill pool, or a slow network, all of which decide whether P/D
+// pays.
 //
-// The same rule chooses P2P pulls: p2p-source-producer, given this plugin
+// # The costs
+//
+// Both sides are priced by one explicit model of a server, from the live
+// load (the prefill backlog routed there and not yet at its first token,
+// the sequences decoding there) and the measured network:
+//
+//   - compute(server) = (backlog + uncached tokens) / prefillTokensPerSecond,
+//     plus their attention pairs / prefillAttentionPairsPerSecond; the
+//     prefill runs in ceil(tokens / maxNumBatchedTokens) steps, none
+//     shorter than the server's decode step.
+//   - local = what is left of the step in progress there (the predictor's
+//     figure, else half a decode step while it is decoding) + that compute
+//     on the decode server, plus
+//     interferenceWeight × the request's own compute time while sequences
+//     decode there: every one of them waits that long for its next token,
+//     the inter-token-latency spike a local prefill causes; plus
+//     decodeStallWeight × their number × that time (the sum of their stall).
+//   - remote = that compute on the prefill server + overhead (the sidecar's
+//     extra leg and the transfer's set-up) + the path's round trip + the KV
+//     of every prompt token the decode server lacks over the path's
+//     bandwidth + two decode steps on the decode server (it starts the pull
+//     at a step boundary, on average half a step after the request
+//     arrives, sees it landed at another and samples in the step after).
+//
+// With the default weights the rule keeps a request's TTFT where P/D would
+// raise it by more than the ITL spike it spares the decode batch: long
+// prompts over a fast path disaggregate, short prompts (whose spike is a
+// few milliseconds) and transfers over slow paths do not, and a queued
+// prefill pool sends prefills back to the decode servers.
+//
+// The decode step is predicted-latency-producer's TPOT prediction for the
+// server (extproc/latency) where that producer runs, decodeStep otherwise.
+// Its TTFT predictions are not used: they are learned from the responses
+// the picker sees, that is from local prefills on decode servers only
+// (a prefill leg's response never reaches the picker), and extrapolate
+// badly to a prefill server's state or a load they were not fitted on
+// (measured in the benchmark: 0.95 s predicted for a 256-token prefill on
+// an idle prefill server that takes 8 ms). The prefill rates are the
+// hardware's, as llm-d's peakPrefillThroughput is configured.
+//
+// The same model chooses P2P pulls: p2p-source-producer, given this plugin
 // as its pullDecider, names a KV source only when moving the extra cached
 // tokens from it is faster than computing them.
 //
 // # Inputs
 //
-// The predictions are those of predicted-latency-producer (extproc/latency:
-// per server, from the uncached tokens and the live load). Without that
-// producer the TTFT is the server's live prefill backlog plus the request's
-// uncached tokens at prefillTokensPerSecond. The held tokens come from the
-// published prefix match. The possible prefill servers are those the filter
-// named prefillFilter keeps.
+// The held tokens come from the published prefix match. The possible
+// prefill servers are those the filter named prefillFilter keeps.
 //
 // The network comes from a NetworkView (the node agents' measured paths),
 // set with SetNetworkView or registered as the handle service
 // ServiceNetworkView; where it has no path (or none is set) the static
-// bandwidth and rtt parameters stand in.
+// bandwidth and rtt parameters stand in. The measured bandwidth is that of
+// bulk transfers; a small transfer is dominated by rtt and overhead, which
+// are added whole to every transfer.
 //
-// As a scorer in the prefill profile it rates each prefill server by the
-// same predicted remote TTFT, so that the server the decision assumed is
-// the one picked.
+// As a scorer it rates, in the decode profile, each decode server by the
+// cost of the request's best choice there (local or remote prefill), and in
+// the prefill profile each prefill server by its predicted remote TTFT, so
+// that the servers the decision assumed are the ones picked.
 //
 // Parameters:
 //
@@ -43,16 +79,22 @@
 //	overhead: duration       fixed cost of the remote prefill leg: the
 //	                         sidecar's extra request and the transfer's
 //	                         handshake (default 2ms)
-//	prefillTokensPerSecond: float  prefill rate without the predictor
+//	prefillTokensPerSecond: float  a server's prefill rate, linear part
 //	                         (default 15928, llm-d's peakPrefillThroughput)
+//	prefillAttentionPairsPerSecond: float  its rate in causal attention
+//	                         pairs (default 0: attention not priced)
+//	maxNumBatchedTokens: int  the servers' per-step token budget (default
+//	                         8192, vLLM's)
+//	decodeStep: duration     a decode step without the latency predictor
+//	                         (default 10ms)
 //	prefillFilter: string    the filter plugin that keeps prefill servers
 //	                         (default "prefill-filter")
-//	decodeStallWeight: float  weight of what a local prefill costs the
-//	                         requests decoding on the decode server: each
-//	                         of them waits out the prefill's compute time
-//	                         (default 0: the request's own TTFT alone; 1
-//	                         counts their stall like the request's TTFT,
-//	                         minimising the sum of all requests' latency)
+//	interferenceWeight: float  weight of the ITL spike a local prefill
+//	                         causes the sequences decoding there (default 1;
+//	                         0: the request's TTFT alone)
+//	decodeStallWeight: float  weight of the sum of those sequences' stall
+//	                         (default 0; 1 minimises the sum of all
+//	                         requests' latency)
 package transfercost
 
 import (
@@ -60,6 +102,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -90,18 +133,25 @@ const (
 	DefaultRTT                    = 100 * time.Microsecond
 	DefaultOverhead               = 2 * time.Millisecond
 	DefaultPrefillTokensPerSecond = 15928
+	DefaultMaxNumBatchedTokens    = 8192
+	DefaultDecodeStep             = 10 * time.Millisecond
 	DefaultPrefillFilter          = "prefill-filter"
+	DefaultInterferenceWeight     = 1
 )
 
 // Params are the plugin's parameters.
 type Params struct {
-	KVBytesPerToken         int64               `json:"kvBytesPerToken"`
-	BandwidthBytesPerSecond float64             `json:"bandwidthBytesPerSecond"`
-	RTT                     scheduling.Duration `json:"rtt"`
-	Overhead                scheduling.Duration `json:"overhead"`
-	PrefillTokensPerSecond  float64             `json:"prefillTokensPerSecond"`
-	PrefillFilter           string              `json:"prefillFilter"`
-	DecodeStallWeight       float64             `json:"decodeStallWeight"`
+	KVBytesPerToken                int64               `json:"kvBytesPerToken"`
+	BandwidthBytesPerSecond        float64             `json:"bandwidthBytesPerSecond"`
+	RTT                            scheduling.Duration `json:"rtt"`
+	Overhead                       scheduling.Duration `json:"overhead"`
+	PrefillTokensPerSecond         float64             `json:"prefillTokensPerSecond"`
+	PrefillAttentionPairsPerSecond float64             `json:"prefillAttentionPairsPerSecond"`
+	MaxNumBatchedTokens            int64               `json:"maxNumBatchedTokens"`
+	DecodeStep                     scheduling.Duration `json:"decodeStep"`
+	PrefillFilter                  string              `json:"prefillFilter"`
+	InterferenceWeight             float64             `json:"interferenceWeight"`
+	DecodeStallWeight              float64             `json:"decodeStallWeight"`
 }
 
 // Decider implements transfer-cost-pd-decider.
@@ -119,16 +169,19 @@ type Decider struct {
 type state struct {
 	prompt     int
 	candidates []*endpoints.Endpoint
-	// ttft and step are each candidate's predicted TTFT and decode step
-	// (seconds; step 0 when unknown), rate its effective prefill rate now
-	// (tokens per second), held its cached prompt tokens.
-	ttft, step, rate []float64
-	held             []int
-	// decodes are the sequences decoding there.
-	decodes []float64
+	// ttft is each candidate's predicted TTFT prefilling the request
+	// (seconds), own the compute time of the request's own uncached
+	// tokens there, step its decode step, held its cached prompt tokens,
+	// decodes the sequences decoding there.
+	ttft, own, step, decodes []float64
+	held                     []int
 	// remote is each candidate's predicted TTFT as the prefill server of
-	// the last decision (+Inf for those that cannot be), for Score.
-	remote []float64
+	// the last decision (+Inf for those that cannot be), for Score;
+	// compared says a decision was made.
+	remote   []float64
+	compared bool
+	// kept are the candidates the prefill filter keeps.
+	kept []*endpoints.Endpoint
 }
 
 // New is the plugin factory.
@@ -136,23 +189,32 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 	p := Params{
 		KVBytesPerToken: DefaultKVBytesPerToken, BandwidthBytesPerSecond: DefaultBandwidth,
 		RTT: scheduling.Duration(DefaultRTT), Overhead: scheduling.Duration(DefaultOverhead),
-		PrefillTokensPerSecond: DefaultPrefillTokensPerSecond, PrefillFilter: DefaultPrefillFilter,
+		PrefillTokensPerSecond: DefaultPrefillTokensPerSecond, MaxNumBatchedTokens: DefaultMaxNumBatchedTokens,
+		DecodeStep: scheduling.Duration(DefaultDecodeStep), PrefillFilter: DefaultPrefillFilter,
+		InterferenceWeight: DefaultInterferenceWeight,
 	}
 	if err := scheduling.DecodeParams(raw, &p); err != nil {
 		return nil, err
 	}
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 	switch {
 	case p.KVBytesPerToken <= 0:
 		return nil, fmt.Errorf("parameters.kvBytesPerToken must be positive, got %d", p.KVBytesPerToken)
-	case !(p.BandwidthBytesPerSecond > 0) || math.IsInf(p.BandwidthBytesPerSecond, 0):
+	case !(p.BandwidthBytesPerSecond > 0) || !finite(p.BandwidthBytesPerSecond):
 		return nil, fmt.Errorf("parameters.bandwidthBytesPerSecond must be positive, got %v", p.BandwidthBytesPerSecond)
-	case !(p.PrefillTokensPerSecond > 0) || math.IsInf(p.PrefillTokensPerSecond, 0):
+	case !(p.PrefillTokensPerSecond > 0) || !finite(p.PrefillTokensPerSecond):
 		return nil, fmt.Errorf("parameters.prefillTokensPerSecond must be positive, got %v", p.PrefillTokensPerSecond)
-	case p.RTT < 0 || p.Overhead < 0:
-		return nil, fmt.Errorf("parameters.rtt and overhead must not be negative")
+	case !(p.PrefillAttentionPairsPerSecond >= 0) || !finite(p.PrefillAttentionPairsPerSecond):
+		return nil, fmt.Errorf("parameters.prefillAttentionPairsPerSecond must be a non-negative number, got %v", p.PrefillAttentionPairsPerSecond)
+	case p.MaxNumBatchedTokens <= 0:
+		return nil, fmt.Errorf("parameters.maxNumBatchedTokens must be positive, got %d", p.MaxNumBatchedTokens)
+	case p.RTT < 0 || p.Overhead < 0 || p.DecodeStep < 0:
+		return nil, fmt.Errorf("parameters.rtt, overhead and decodeStep must not be negative")
 	case p.PrefillFilter == "":
 		return nil, fmt.Errorf("parameters.prefillFilter must name a filter")
-	case !(p.DecodeStallWeight >= 0) || math.IsInf(p.DecodeStallWeight, 0):
+	case !(p.InterferenceWeight >= 0) || !finite(p.InterferenceWeight):
+		return nil, fmt.Errorf("parameters.interferenceWeight must be a non-negative number, got %v", p.InterferenceWeight)
+	case !(p.DecodeStallWeight >= 0) || !finite(p.DecodeStallWeight):
 		return nil, fmt.Errorf("parameters.decodeStallWeight must be a non-negative number, got %v", p.DecodeStallWeight)
 	}
 	d := &Decider{Named: scheduling.NewNamed(Type, name), p: p}
@@ -195,12 +257,22 @@ func (d *Decider) Consumes() []string {
 	return []string{prefixmatch.MatchKey.String(), latency.PredictionsKey.String()}
 }
 
+// compute is the seconds a server spends prefilling tokens with attention
+// pairs.
+func (d *Decider) compute(tokens, pairs float64) float64 {
+	t := tokens / d.p.PrefillTokensPerSecond
+	if d.p.PrefillAttentionPairsPerSecond > 0 {
+		t += pairs / d.p.PrefillAttentionPairsPerSecond
+	}
+	return t
+}
+
 // Produce implements scheduling.DataProducer: the snapshot of every
 // candidate.
 func (d *Decider) Produce(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) {
 	n := len(eps)
-	st := &state{candidates: eps, ttft: make([]float64, n), step: make([]float64, n), rate: make([]float64, n),
-		held: make([]int, n), remote: make([]float64, n), decodes: make([]float64, n)}
+	st := &state{candidates: eps, ttft: make([]float64, n), own: make([]float64, n), step: make([]float64, n),
+		decodes: make([]float64, n), held: make([]int, n), remote: make([]float64, n)}
 	st.prompt = req.PromptTokens
 	m, _ := scheduling.Read(cs, prefixmatch.MatchKey)
 	if m != nil {
@@ -212,21 +284,30 @@ func (d *Decider) Produce(_ context.Context, cs *scheduling.CycleState, req *sch
 			st.held[i] = m.HeldTokensOf(e)
 		}
 		uncached := prefixmatch.Uncached(st.prompt, st.held[i])
-		k := predicted(preds, e, i)
-		if k < 0 {
-			// The live backlog at the configured rate.
-			l := e.Load()
-			st.decodes[i] = float64(l.DecodeRequests + l.ExternalRunning)
-			st.rate[i] = d.p.PrefillTokensPerSecond
-			st.ttft[i] = float64(e.Load().PrefillTokens+int64(uncached)) / st.rate[i]
-			continue
+		pairs := float64(endpoints.AttentionPairs(int64(st.prompt-uncached), int64(uncached)))
+		l := e.Load()
+		st.decodes[i] = float64(l.DecodeRequests + l.ExternalRunning)
+		st.step[i] = time.Duration(d.p.DecodeStep).Seconds()
+		wait := -1.0
+		if k := predicted(preds, e, i); k >= 0 {
+			if tpot := preds.Estimates[k].TPOT.Seconds(); tpot > 0 {
+				st.step[i] = tpot
+			}
+			if f := preds.Features[k]; f.StepRemaining > 0 {
+				wait = f.StepRemaining
+			}
 		}
-		est, f := preds.Estimates[k], preds.Features[k]
-		st.ttft[i], st.step[i], st.decodes[i] = est.TTFT.Seconds(), est.TPOT.Seconds(), f.Decodes
-		st.rate[i] = d.p.PrefillTokensPerSecond
-		if work := f.Prefill + f.Backlog; work > 0 && st.ttft[i] > 0 {
-			st.rate[i] = work / st.ttft[i]
+		if st.decodes[i] == 0 {
+			// An idle batch: a prefill step is as long as its compute.
+			st.step[i], wait = 0, 0
+		} else if wait < 0 {
+			wait = st.step[i] / 2
 		}
+		tokens := float64(l.PrefillTokens) + float64(uncached)
+		st.own[i] = d.compute(float64(uncached), pairs)
+		work := d.compute(tokens, float64(l.PrefillAttention)+pairs)
+		steps := math.Ceil(tokens / float64(d.p.MaxNumBatchedTokens))
+		st.ttft[i] = wait + max(work, steps*st.step[i])
 	}
 	scheduling.Write(cs, d.key, st)
 }
@@ -257,7 +338,8 @@ func (st *state) index(e *endpoints.Endpoint) int {
 	return -1
 }
 
-// path is the transfer time of bytes from one server to another.
+// transfer is the time to move bytes from one server to another: the
+// path's round trip and the bytes at its bandwidth.
 func (d *Decider) transfer(from, to *endpoints.Endpoint, bytes float64) float64 {
 	bw, rtt := d.p.BandwidthBytesPerSecond, time.Duration(d.p.RTT)
 	if v := d.view.Load(); v != nil {
@@ -270,14 +352,15 @@ func (d *Decider) transfer(from, to *endpoints.Endpoint, bytes float64) float64 
 
 // Costs is one decision's comparison, for tests and benchmarks.
 type Costs struct {
-	// Local is the predicted TTFT prefilled on the decode server (plus
-	// the weighted stall of its decodes), Remote the best with a remote
-	// prefill (+Inf without a prefill server) on Prefill.
+	// Local is the request's predicted TTFT prefilled on the decode
+	// server plus the weighted cost of its prefill to the sequences
+	// decoding there; Remote the best predicted TTFT with a remote prefill
+	// (+Inf without a prefill server), on Prefill.
 	Local, Remote time.Duration
 	Prefill       *endpoints.Endpoint
 }
 
-// Compare predicts the request's TTFT on decode, locally and with each
+// Compare prices the request on decode, prefilled locally and on each
 // prefill server the prefill filter keeps; ok is false before Produce.
 func (d *Decider) Compare(ctx context.Context, cs *scheduling.CycleState, req *scheduling.Request, decode *endpoints.Endpoint) (c Costs, ok bool) {
 	st, ok := scheduling.Read(cs, d.key)
@@ -288,31 +371,50 @@ func (d *Decider) Compare(ctx context.Context, cs *scheduling.CycleState, req *s
 	if j < 0 {
 		return Costs{}, false
 	}
-	uncached := float64(prefixmatch.Uncached(st.prompt, st.held[j]))
-	// A local prefill also holds up every sequence decoding there for its
-	// compute time.
-	local := st.ttft[j] + d.p.DecodeStallWeight*st.decodes[j]*uncached/st.rate[j]
-	// The decode server receives the KV of every prompt token it lacks.
-	bytes := float64(d.p.KVBytesPerToken) * uncached
-	kept := d.filter.Filter(ctx, cs, req, append([]*endpoints.Endpoint(nil), st.candidates...))
-	best := math.Inf(1)
+	local, remote, prefill := d.compare(ctx, cs, req, st, j)
+	st.compared = true
+	return Costs{Local: seconds(local), Remote: seconds(remote), Prefill: prefill}, true
+}
+
+// prefillServers fills st.kept, once per request.
+func (d *Decider) prefillServers(ctx context.Context, cs *scheduling.CycleState, req *scheduling.Request, st *state) {
+	if st.kept == nil {
+		st.kept = d.filter.Filter(ctx, cs, req, append([]*endpoints.Endpoint(nil), st.candidates...))
+	}
+}
+
+// compare is Compare for candidate j, in seconds; it leaves each prefill
+// server's remote TTFT in st.remote.
+func (d *Decider) compare(ctx context.Context, cs *scheduling.CycleState, req *scheduling.Request, st *state, j int) (local, best float64, prefill *endpoints.Endpoint) {
+	decode := st.candidates[j]
+	local = st.ttft[j]
+	if n := st.decodes[j]; n > 0 {
+		// Every sequence decoding there waits out the prefill's compute
+		// before its next token.
+		local += (d.p.InterferenceWeight + d.p.DecodeStallWeight*n) * st.own[j]
+	}
+	// The decode server receives the KV of every prompt token it lacks:
+	// it starts the pull at a step boundary, sees it landed at another and
+	// samples in the step after.
+	bytes := float64(d.p.KVBytesPerToken) * float64(prefixmatch.Uncached(st.prompt, st.held[j]))
+	join := time.Duration(d.p.Overhead).Seconds() + 2*st.step[j]
+	d.prefillServers(ctx, cs, req, st)
+	best = math.Inf(1)
 	for i := range st.remote {
 		st.remote[i] = math.Inf(1)
 	}
-	c.Local = seconds(local)
-	for _, p := range kept {
+	for _, p := range st.kept {
 		i := st.index(p)
 		if p == decode || i < 0 {
 			continue
 		}
-		r := st.ttft[i] + d.transfer(p, decode, bytes) + time.Duration(d.p.Overhead).Seconds() + st.step[j]
+		r := st.ttft[i] + d.transfer(p, decode, bytes) + join
 		st.remote[i] = r
 		if r < best {
-			best, c.Prefill = r, p
+			best, prefill = r, p
 		}
 	}
-	c.Remote = seconds(best)
-	return c, true
+	return local, best, prefill
 }
 
 func seconds(s float64) time.Duration {
@@ -328,18 +430,47 @@ func (d *Decider) Disaggregate(ctx context.Context, cs *scheduling.CycleState, r
 	return ok && c.Prefill != nil && c.Remote < c.Local
 }
 
-// Score implements scheduling.Scorer: in the prefill profile, the fastest
-// predicted remote prefill scores 1, the slowest 0.
-func (d *Decider) Score(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, eps []*endpoints.Endpoint, scores []float64) {
+// Score implements scheduling.Scorer. In the decode profile (before the
+// decision) it rates each decode server by the cost of the request's best
+// choice there, prefilled locally or remotely; in the prefill profile
+// (after it) each prefill server by its predicted remote TTFT for the
+// decode server chosen, or by its own predicted TTFT when no decision was
+// made (stageOrder prefill-first). The lowest cost scores 1, the highest 0.
+func (d *Decider) Score(ctx context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint, scores []float64) {
 	st, ok := scheduling.Read(cs, d.key)
 	if !ok {
 		return
 	}
-	cost := func(e *endpoints.Endpoint) float64 {
-		if i := st.index(e); i >= 0 && !math.IsInf(st.remote[i], 1) {
-			return st.remote[i]
+	var cost func(e *endpoints.Endpoint) float64
+	if st.compared {
+		cost = func(e *endpoints.Endpoint) float64 {
+			if i := st.index(e); i >= 0 && !math.IsInf(st.remote[i], 1) {
+				return st.remote[i]
+			}
+			return math.MaxFloat64
 		}
-		return math.MaxFloat64
+	} else {
+		d.prefillServers(ctx, cs, req, st)
+		best := make(map[*endpoints.Endpoint]float64, len(eps))
+		for _, e := range eps {
+			j := st.index(e)
+			switch {
+			case j < 0:
+			case slices.Contains(st.kept, e):
+				// A prefill server before any decision (stageOrder
+				// prefill-first): by its own predicted TTFT.
+				best[e] = st.ttft[j]
+			default:
+				local, remote, _ := d.compare(ctx, cs, req, st, j)
+				best[e] = min(local, remote)
+			}
+		}
+		cost = func(e *endpoints.Endpoint) float64 {
+			if c, ok := best[e]; ok {
+				return c
+			}
+			return math.MaxFloat64
+		}
 	}
 	scheduling.InverseMinMax(eps, scores, cost)
 	for i, e := range eps {
@@ -362,7 +493,7 @@ func (d *Decider) PullPays(cs *scheduling.CycleState, source, computing *endpoin
 		return false
 	}
 	pull := d.transfer(source, computing, float64(d.p.KVBytesPerToken)*float64(tokens))
-	return pull < float64(tokens)/st.rate[c]
+	return pull < d.compute(float64(tokens), float64(endpoints.AttentionPairs(int64(st.held[c]), int64(tokens))))
 }
 
 var (

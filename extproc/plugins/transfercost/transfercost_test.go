@@ -2,6 +2,7 @@ package transfercost_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -186,5 +187,115 @@ func TestParams(t *testing.T) {
 		} else if !strings.Contains(err.Error(), "transfer-cost-pd-decider") && !strings.Contains(err.Error(), "parameters") {
 			t.Errorf("%s: %v", bad, err)
 		}
+	}
+}
+
+// load puts decodes sequences decoding on e and backlog prefill tokens in
+// its queue, until the test ends.
+func load(t *testing.T, e *endpoints.Endpoint, decodes int, backlog int64) {
+	t.Helper()
+	for range decodes {
+		c := e.Charge(0, 512, 768, 768)
+		c.FirstToken()
+		t.Cleanup(c.Release)
+	}
+	if backlog > 0 {
+		c := e.Charge(0, backlog, backlog, backlog)
+		t.Cleanup(c.Release)
+	}
+}
+
+// The decision pattern: P/D for long prompts over a fast path while the
+// decode server is decoding (the local prefill would stall its batch for
+// longer than the remote leg costs); not for short prompts, whose stall is
+// a few milliseconds, nor over a slow path, nor onto a queued prefill
+// server; a decode server with a long prefill queue sends even short ones
+// away. The weights move the line: TTFT alone keeps the long prompt local,
+// the sum of every decoding sequence's stall sends the short one away.
+func TestDecisionPattern(t *testing.T) {
+	const (
+		fast = 50e9   // 400 Gb/s
+		slow = 1.25e9 // 10 GbE
+	)
+	for _, c := range []struct {
+		name             string
+		params           string
+		prompt           int
+		bw               float64
+		decodes          int
+		decodeBacklog    int64
+		prefillBacklog   int64
+		wantDisaggregate bool
+	}{
+		{name: "long prompt, fast path", prompt: 8000, bw: fast, decodes: 32, wantDisaggregate: true},
+		{name: "long prompt, slow path", prompt: 8000, bw: slow, decodes: 32},
+		{name: "short prompt, fast path", prompt: 256, bw: fast, decodes: 32},
+		{name: "short prompt, slow path", prompt: 256, bw: slow, decodes: 32},
+		{name: "long prompt, fast path, idle decode server", prompt: 8000, bw: fast},
+		{name: "long prompt, fast path, queued prefill server", prompt: 8000, bw: fast, decodes: 32, prefillBacklog: 16000},
+		{name: "short prompt, slow path, queued decode server", prompt: 256, bw: slow, decodes: 32, decodeBacklog: 60000, wantDisaggregate: true},
+		{name: "TTFT alone: long prompt, fast path", params: "interferenceWeight: 0", prompt: 8000, bw: fast, decodes: 32},
+		{name: "sum of the stall: short prompt, fast path", params: "decodeStallWeight: 1", prompt: 256, bw: fast, decodes: 32, wantDisaggregate: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := schedtest.Endpoint("d", endpoints.Metrics{}, endpoints.RoleLabel, "decode")
+			p := schedtest.Endpoint("p", endpoints.Metrics{}, endpoints.RoleLabel, "prefill")
+			params := "prefillTokensPerSecond: 33000, decodeStep: 10ms"
+			if c.params != "" {
+				params += ", " + c.params
+			}
+			b := build(t, fleetConfig(false, params), path{bw: c.bw, known: true})
+			load(t, d, c.decodes, c.decodeBacklog)
+			load(t, p, 0, c.prefillBacklog)
+			want := ""
+			if c.wantDisaggregate {
+				want = p.Address()
+			}
+			if got := decide(t, b, []*endpoints.Endpoint{d, p}, c.prompt); got != want {
+				t.Errorf("prefiller %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// As a scorer before any decision it rates decode servers by the cost of
+// the request's best choice there and prefill servers by their own
+// predicted TTFT; after the decision, prefill servers by their remote TTFT
+// to the decode server chosen.
+func TestScore(t *testing.T) {
+	busy := schedtest.Endpoint("busy", endpoints.Metrics{}, endpoints.RoleLabel, "decode")
+	idle := schedtest.Endpoint("idle", endpoints.Metrics{}, endpoints.RoleLabel, "decode")
+	queued := schedtest.Endpoint("queued", endpoints.Metrics{}, endpoints.RoleLabel, "prefill")
+	free := schedtest.Endpoint("free", endpoints.Metrics{}, endpoints.RoleLabel, "prefill")
+	load(t, busy, 32, 60000)
+	load(t, queued, 0, 60000)
+	b := build(t, fleetConfig(false, "prefillTokensPerSecond: 33000"), path{bw: 50e9, known: true})
+	dec := decider(b)
+	all := []*endpoints.Endpoint{busy, idle, queued, free}
+	req := &scheduling.Request{ID: "r", PromptTokens: 8000}
+	cs := scheduling.NewCycleState()
+	dec.Produce(context.Background(), cs, req, all)
+	for _, c := range []struct {
+		name string
+		eps  []*endpoints.Endpoint
+		want []float64
+	}{
+		{"decode servers", []*endpoints.Endpoint{busy, idle}, []float64{0, 1}},
+		{"prefill servers, prefill-first", []*endpoints.Endpoint{queued, free}, []float64{0, 1}},
+	} {
+		scores := make([]float64, len(c.eps))
+		dec.Score(context.Background(), cs, req, c.eps, scores)
+		if fmt.Sprint(scores) != fmt.Sprint(c.want) {
+			t.Errorf("%s: scores %v, want %v", c.name, scores, c.want)
+		}
+	}
+	costs, ok := dec.Compare(context.Background(), cs, req, busy)
+	if !ok || costs.Prefill != free || costs.Remote >= costs.Local {
+		t.Fatalf("busy decode server: %+v, %v; want a remote prefill on free", costs, ok)
+	}
+	scores := make([]float64, 2)
+	dec.Score(context.Background(), cs, req, []*endpoints.Endpoint{queued, free}, scores)
+	if scores[0] != 0 || scores[1] != 1 {
+		t.Errorf("prefill servers after the decision: scores %v, want [0 1]", scores)
 	}
 }

@@ -1,0 +1,95 @@
+package kvhash
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+)
+
+// A cached hasher returns exactly the uncached hashes: for prompts that
+// share prefixes (hits), diverge in one token (a slot with the same parent
+// but other tokens), carry extra keys (never cached) or token ids beyond
+// 32 bits, and through a cache so small that blocks keep evicting each
+// other.
+func TestBlockCacheIdentical(t *testing.T) {
+	for _, slots := range []int{1, 1 << 12} {
+		plain, _ := New("42", 4)
+		cached, _ := New("42", 4)
+		c, err := NewBlockCache(4, slots)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cached.UseCache(c); err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(1, uint64(slots)))
+		shared := make([]int, 64)
+		for i := range shared {
+			shared[i] = rng.IntN(1000)
+		}
+		extras := []Extra{{}, {LoRA: "adapter"}, {CacheSalt: "salt"}, {MM: []MMItem{{Identifier: "img", Offset: 8, Length: 4}}}}
+		for n := range 300 {
+			tokens := slices.Clone(shared[:rng.IntN(len(shared))])
+			if n%3 == 0 && len(tokens) > 0 {
+				tokens[rng.IntN(len(tokens))]++
+			}
+			if n%7 == 0 && len(tokens) > 0 {
+				tokens[0] = math.MaxUint32 + 5 // too large to cache
+			}
+			if n%11 == 0 && len(tokens) > 1 {
+				tokens[1] = math.MaxUint32
+			}
+			for range rng.IntN(12) {
+				tokens = append(tokens, rng.IntN(1000))
+			}
+			extra := extras[n%len(extras)]
+			want, got := plain.AppendUint64s(nil, tokens, extra), cached.AppendUint64s(nil, tokens, extra)
+			if !slices.Equal(want, got) {
+				t.Fatalf("slots %d, prompt %d: cached hashes differ", slots, n)
+			}
+			if w, g := plain.BlockHashes(tokens, extra), cached.BlockHashes(tokens, extra); !slices.Equal(w, g) {
+				t.Fatalf("slots %d, prompt %d: cached block hashes differ", slots, n)
+			}
+		}
+	}
+}
+
+func TestBlockCacheRefusesOtherBlockSize(t *testing.T) {
+	h, _ := New("42", 16)
+	c, _ := NewBlockCache(4, 16)
+	if err := h.UseCache(c); err == nil {
+		t.Fatal("a cache for 4-token blocks was accepted by a 16-token hasher")
+	}
+	if _, err := NewBlockCache(0, 16); err == nil {
+		t.Fatal("a zero block size was accepted")
+	}
+}
+
+// Hashers sharing one cache from several goroutines agree with a plain
+// hasher (run with -race).
+func TestBlockCacheConcurrent(t *testing.T) {
+	c, _ := NewBlockCache(16, 64)
+	plain, _ := New("42", 16)
+	tokens := make([]int, 16*40)
+	for i := range tokens {
+		tokens[i] = i % 97
+	}
+	want := plain.AppendUint64s(nil, tokens, Extra{})
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			h, _ := New("42", 16)
+			_ = h.UseCache(c)
+			for n := range 50 {
+				got := h.AppendUint64s(nil, tokens[:16*(1+(n+g)%40)], Extra{})
+				if !slices.Equal(got, want[:len(got)]) {
+					t.Error("concurrent cached hashes differ")
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
