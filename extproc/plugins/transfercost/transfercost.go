@@ -26,9 +26,11 @@
 //   - remote = that compute on the prefill server + overhead (the sidecar's
 //     extra leg and the transfer's set-up) + the path's round trip + the KV
 //     of every prompt token the decode server lacks over the path's
-//     bandwidth + two decode steps on the decode server (it starts the pull
+//     bandwidth + two steps on the decode server (it starts the pull
 //     at a step boundary, on average half a step after the request
-//     arrives, sees it landed at another and samples in the step after).
+//     arrives, sees it landed at another and samples in the step after):
+//     decode steps, or, when the KV lands before the decode server's own
+//     queued prefills are done, steps carrying their chunks.
 //
 // With the default weights the rule keeps a request's TTFT where P/D would
 // raise it by more than the ITL spike it spares the decode batch: long
@@ -174,7 +176,11 @@ type state struct {
 	// tokens there, step its decode step, held its cached prompt tokens,
 	// decodes the sequences decoding there.
 	ttft, own, step, decodes []float64
-	held                     []int
+	// busy is when each candidate's queued prefills are done (seconds
+	// from now), chunk its step while they run: a KV landing before then
+	// joins a batch whose steps carry their chunks.
+	busy, chunk []float64
+	held        []int
 	// remote is each candidate's predicted TTFT as the prefill server of
 	// the last decision (+Inf for those that cannot be), for Score;
 	// compared says a decision was made.
@@ -272,7 +278,8 @@ func (d *Decider) compute(tokens, pairs float64) float64 {
 func (d *Decider) Produce(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) {
 	n := len(eps)
 	st := &state{candidates: eps, ttft: make([]float64, n), own: make([]float64, n), step: make([]float64, n),
-		decodes: make([]float64, n), held: make([]int, n), remote: make([]float64, n)}
+		decodes: make([]float64, n), held: make([]int, n), remote: make([]float64, n),
+		busy: make([]float64, n), chunk: make([]float64, n)}
 	st.prompt = req.PromptTokens
 	m, _ := scheduling.Read(cs, prefixmatch.MatchKey)
 	if m != nil {
@@ -302,6 +309,11 @@ func (d *Decider) Produce(_ context.Context, cs *scheduling.CycleState, req *sch
 			st.step[i], wait = 0, 0
 		} else if wait < 0 {
 			wait = st.step[i] / 2
+		}
+		if backlog := float64(l.PrefillTokens); backlog > 0 {
+			st.busy[i] = wait + max(d.compute(backlog, float64(l.PrefillAttention)), math.Ceil(backlog/float64(d.p.MaxNumBatchedTokens))*st.step[i])
+			c := min(backlog, float64(d.p.MaxNumBatchedTokens))
+			st.chunk[i] = max(st.step[i], d.compute(c, float64(l.PrefillAttention)*c/backlog))
 		}
 		tokens := float64(l.PrefillTokens) + float64(uncached)
 		st.own[i] = d.compute(float64(uncached), pairs)
@@ -397,7 +409,7 @@ func (d *Decider) compare(ctx context.Context, cs *scheduling.CycleState, req *s
 	// it starts the pull at a step boundary, sees it landed at another and
 	// samples in the step after.
 	bytes := float64(d.p.KVBytesPerToken) * float64(prefixmatch.Uncached(st.prompt, st.held[j]))
-	join := time.Duration(d.p.Overhead).Seconds() + 2*st.step[j]
+	overhead := time.Duration(d.p.Overhead).Seconds()
 	d.prefillServers(ctx, cs, req, st)
 	best = math.Inf(1)
 	for i := range st.remote {
@@ -408,7 +420,14 @@ func (d *Decider) compare(ctx context.Context, cs *scheduling.CycleState, req *s
 		if p == decode || i < 0 {
 			continue
 		}
-		r := st.ttft[i] + d.transfer(p, decode, bytes) + join
+		r := st.ttft[i] + d.transfer(p, decode, bytes) + overhead
+		// Landing while the decode server still prefills its queue, the
+		// KV waits out steps that carry those prefills' chunks.
+		if r < st.busy[j] {
+			r += 2 * st.chunk[j]
+		} else {
+			r += 2 * st.step[j]
+		}
 		st.remote[i] = r
 		if r < best {
 			best, prefill = r, p

@@ -299,3 +299,41 @@ func TestScore(t *testing.T) {
 		t.Errorf("prefill servers after the decision: scores %v, want [0 1]", scores)
 	}
 }
+
+// A remote prefill's KV that lands while the decode server still prefills
+// its own queue waits out steps carrying that queue's chunks (two of them:
+// the step in progress and the one it is sampled in); one that lands after
+// the queue is done does not.
+func TestRemoteJoinsBusyDecodeServer(t *testing.T) {
+	const rate, budget = 15928.0, 8192
+	for _, c := range []struct {
+		name    string
+		backlog int64
+		extra   float64 // seconds the backlog adds to the remote TTFT
+	}{
+		{"queue outlasts the prefill leg", 60000, 2 * budget / rate},
+		{"queue done before the KV lands", 1000, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			busy := schedtest.Endpoint("busy", endpoints.Metrics{}, endpoints.RoleLabel, "decode")
+			idle := schedtest.Endpoint("idle", endpoints.Metrics{}, endpoints.RoleLabel, "decode")
+			p := schedtest.Endpoint("p", endpoints.Metrics{}, endpoints.RoleLabel, "prefill")
+			b := build(t, fleetConfig(false, fmt.Sprintf("prefillTokensPerSecond: %v, maxNumBatchedTokens: %d", rate, budget)), nil)
+			backlog := busy.Charge(0, c.backlog, c.backlog, c.backlog)
+			defer backlog.Release()
+			req := &scheduling.Request{ID: "r", PromptTokens: 8000}
+			cs := scheduling.NewCycleState()
+			if _, err := b.Scheduler.Schedule(context.Background(), cs, req, []*endpoints.Endpoint{busy, idle, p}); err != nil {
+				t.Fatal(err)
+			}
+			onBusy, ok1 := decider(b).Compare(context.Background(), cs, req, busy)
+			onIdle, ok2 := decider(b).Compare(context.Background(), cs, req, idle)
+			if !ok1 || !ok2 {
+				t.Fatal("no comparison")
+			}
+			if got := (onBusy.Remote - onIdle.Remote).Seconds(); got < c.extra-1e-6 || got > c.extra+1e-6 {
+				t.Errorf("remote TTFT on the busy decode server %v, on the idle one %v: %.4fs more, want %.4fs", onBusy.Remote, onIdle.Remote, got, c.extra)
+			}
+		})
+	}
+}
