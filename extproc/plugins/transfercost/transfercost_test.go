@@ -177,7 +177,7 @@ func TestPullPays(t *testing.T) {
 }
 
 func TestParams(t *testing.T) {
-	for _, bad := range []string{"kvBytesPerToken: 0", "bandwidthBytesPerSecond: -1", "prefillTokensPerSecond: 0", "rtt: -1s", "prefillFilter: nothing", "prefillFilter: queue-scorer", "bandwidth: 1"} {
+	for _, bad := range []string{"kvBytesPerToken: 0", "bandwidthBytesPerSecond: -1", "prefillTokensPerSecond: 0", "rtt: -1s", "prefillFilter: nothing", "prefillFilter: queue-scorer", "bandwidth: 1", "queueWeight: -1", "interferenceWeight: -1"} {
 		c, err := config.Parse([]byte(fleetConfig(false, bad)))
 		if err != nil {
 			t.Fatal(err)
@@ -333,6 +333,48 @@ func TestRemoteJoinsBusyDecodeServer(t *testing.T) {
 			}
 			if got := (onBusy.Remote - onIdle.Remote).Seconds(); got < c.extra-1e-6 || got > c.extra+1e-6 {
 				t.Errorf("remote TTFT on the busy decode server %v, on the idle one %v: %.4fs more, want %.4fs", onBusy.Remote, onIdle.Remote, got, c.extra)
+			}
+		})
+	}
+}
+
+// With queueWeight a prefill is also charged the wait of the requests that
+// reach its server while it runs, at the rate the decider measures: on
+// idle servers a 2000-token prompt (0.126 s to prefill; P/D adds 0.024 s)
+// stays local while requests arrive at 2/s, and is sent away at 20/s
+// (10/s per decode server: 0.079 s of waiting behind it); without the
+// term it stays local at any rate.
+func TestQueueWeightMeasuredRate(t *testing.T) {
+	for _, c := range []struct {
+		params string
+		rate   float64
+		remote bool
+	}{
+		{"queueWeight: 1", 2, false},
+		{"queueWeight: 1", 20, true},
+		{"queueWeight: 0", 20, false},
+	} {
+		t.Run(fmt.Sprintf("%s at %v per s", c.params, c.rate), func(t *testing.T) {
+			now := time.Unix(1e9, 0)
+			cfg, err := config.Parse([]byte(fleetConfig(false, c.params)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := config.Build(cfg, all.Registry(), &scheduling.Handle{Now: func() time.Time { return now }, Services: map[string]any{}}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d1 := schedtest.Endpoint("d1", endpoints.Metrics{}, endpoints.RoleLabel, "decode")
+			d2 := schedtest.Endpoint("d2", endpoints.Metrics{}, endpoints.RoleLabel, "decode")
+			p := schedtest.Endpoint("p", endpoints.Metrics{}, endpoints.RoleLabel, "prefill")
+			eps := []*endpoints.Endpoint{d1, d2, p}
+			// The decider sees the earlier requests arrive.
+			for range 30 {
+				decider(b).Produce(context.Background(), scheduling.NewCycleState(), &scheduling.Request{PromptTokens: 100}, eps)
+				now = now.Add(time.Duration(float64(time.Second) / c.rate))
+			}
+			if got := decide(t, b, eps, 2000) != ""; got != c.remote {
+				t.Errorf("disaggregated %v, want %v", got, c.remote)
 			}
 		})
 	}
