@@ -93,6 +93,13 @@ type Options struct {
 	// path). Only safe behind a proxy that runs the filter, which strips
 	// client-sent copies: otherwise a client could forge its routing.
 	TrustFilterHints bool
+	// EnginePriority writes each request's priority, negated, into the
+	// body of chat and completions requests as vLLM's "priority" (lower is
+	// scheduled first), for model servers run with --scheduling-policy
+	// priority: the objective's priority then also orders the engine's
+	// waiting queue. Off by default: vLLM under fcfs refuses a non-zero
+	// priority.
+	EnginePriority bool
 	// Metrics may be nil.
 	Metrics *metrics.Metrics
 	// Now is the clock for latency measurements; default time.Now.
@@ -292,7 +299,26 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 	if sr.TargetModel != sr.IncomingModel {
 		dec.TargetModel = sr.TargetModel
 	}
+	dec.EnginePriority = d.enginePriority(sr)
 	return dec, ex, nil
+}
+
+// enginePriority is the body "priority" a request is sent with under
+// Options.EnginePriority: its objective's priority (higher is more
+// important) negated into vLLM's order (lower first). A request at 0 whose
+// body sets none is left as it is, which vLLM reads as 0 too.
+func (d *Director) enginePriority(sr *scheduling.Request) *int {
+	if !d.opts.EnginePriority || sr.Body == nil {
+		return nil
+	}
+	if api := sr.Body.API; api != openai.Completions && api != openai.ChatCompletions {
+		return nil
+	}
+	if sr.Priority == 0 && sr.Body.RawField("priority") == nil {
+		return nil
+	}
+	p := -sr.Priority
+	return &p
 }
 
 // schedulerAttempt counts a scheduling attempt with the primary endpoint
