@@ -10,6 +10,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/attrreporter"
 	"github.com/kvgate/kvgate/extproc/plugins/burstprefix"
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
+	"github.com/kvgate/kvgate/extproc/plugins/dataparallel"
 	"github.com/kvgate/kvgate/extproc/plugins/dcgm"
 	"github.com/kvgate/kvgate/extproc/plugins/disagg"
 	"github.com/kvgate/kvgate/extproc/plugins/endpointattribute"
@@ -148,6 +149,8 @@ func Registry() *scheduling.Registry {
 		{topology.ExtractorType, topology.NewExtractor},
 		{topology.FilterType, topology.NewFilter},
 		{topology.ScorerType, topology.NewScorer},
+		// dpmc: data-parallel, multicluster, rollout screening.
+		{dataparallel.Type, dataparallel.New},
 	} {
 		mustNot(r.Register(p.typ, p.f))
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/attrreporter"
 	"github.com/kvgate/kvgate/extproc/plugins/burstprefix"
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
+	"github.com/kvgate/kvgate/extproc/plugins/dataparallel"
 	"github.com/kvgate/kvgate/extproc/plugins/dcgm"
 	"github.com/kvgate/kvgate/extproc/plugins/disagg"
 	"github.com/kvgate/kvgate/extproc/plugins/endpointattribute"
@@ -150,6 +151,7 @@ var paramsOf = map[string]any{
 	topology.ExtractorType:        topology.ExtractorParams{},
 	topology.FilterType:           topology.FilterParams{},
 	topology.ScorerType:           topology.ScorerParams{},
+	dataparallel.Type:             dataparallel.Params{},
 }
 
 // The README's plugin table, each plugin package's documented parameters,
