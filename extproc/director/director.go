@@ -509,7 +509,7 @@ func (x *exchange) ResponseHeaders(ctx context.Context, head server.ResponseHead
 	if len(hooks) == 0 || x.cs == nil {
 		return nil
 	}
-	rh := &scheduling.ResponseHead{Status: head.Status, Headers: head.Headers, Served: head.ServedEndpoint}
+	rh := &scheduling.ResponseHead{Status: head.Status, Headers: head.Headers, Served: head.ServedEndpoint, Endpoint: x.charge.Endpoint()}
 	for _, h := range hooks {
 		start := time.Now()
 		h.ResponseHeader(ctx, x.cs, x.sched, rh)
