@@ -1,6 +1,7 @@
 package rolloutscreener
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -119,7 +120,7 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 		return nil, errors.New("parameters.revisionGating is required")
 	}
 	s := &Screener{Named: scheduling.NewNamed(Type, name), scope: scope, selectors: p.HeaderSelectors,
-		revision: cmp(g.RevisionLabelKey, DefaultRevisionLabel), role: cmp(g.RoleLabelKey, DefaultRoleLabel), rand: scheduling.RandOf(h)}
+		revision: cmp.Or(g.RevisionLabelKey, DefaultRevisionLabel), role: cmp.Or(g.RoleLabelKey, DefaultRoleLabel), rand: scheduling.RandOf(h)}
 	switch g.Mode {
 	case GatingDisabled:
 	case GatingSum, GatingMaxRole:
@@ -141,13 +142,6 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 		return nil, fmt.Errorf("parameters.revisionGating.mode %q must be sum, max-role or disabled", g.Mode)
 	}
 	return s, nil
-}
-
-func cmp(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
 }
 
 // Screen implements scheduling.Screener.
