@@ -51,8 +51,7 @@ func (e *UnsupportedError) Error() string {
 // the feature they belong to, so that the error says why; a type in
 // neither the registry nor this table is an unknown type.
 var knownPluginTypes = map[string]UnsupportedError{
-	"data-parallel-profile-handler": {Feature: FeaturePD},
-	"header-profile-handler":        {Feature: FeaturePD},
+	"header-profile-handler": {Feature: FeaturePD},
 	"predicted-latency-scorer": {Feature: FeatureLatency, Hint: "GIE's monolithic SLO scorer is not built; kvgate's predicted-latency-producer with latency-scorer " +
 		"(and prefix-cache-affinity-filter, slo-headroom-tier-filter) score its predictions"},
 }
