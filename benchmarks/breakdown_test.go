@@ -61,8 +61,12 @@ func TestSummarizePredictions(t *testing.T) {
 		tpotMAPE float64
 		ttftN    int
 		tpotN    int
-		presets  map[string][4]float64 // predicted and actual mean TTFT, TPOT
-		none     bool
+		// notJoined: the TTFT MAPE and count without the joined requests
+		// (-1: the same as all).
+		notJoined  float64
+		notJoinedN int
+		presets    map[string][4]float64 // predicted and actual mean TTFT, TPOT
+		none       bool
 	}{
 		{
 			name: "two presets, some predictions",
@@ -76,10 +80,24 @@ func TestSummarizePredictions(t *testing.T) {
 			// |150-100|/100, |150-200|/200, 0; |10-20|/20, 0.
 			ttftMAPE: (0.5 + 0.25 + 0) / 3, ttftN: 3,
 			tpotMAPE: (0.5 + 0) / 2, tpotN: 2,
+			notJoined: -1,
 			presets: map[string][4]float64{
 				h100: {0.150, 0.150, 0.010, 0.020},
 				h200: {0.400, 0.400, 0.010, 0.010},
 			},
+		},
+		{
+			// The prediction is made at the decision: a flow-control
+			// queue's wait before it is not scored; a joined request is
+			// left out of the not-joined figure only.
+			name: "queued and joined",
+			reqs: []cluster.RequestResult{
+				{Preset: h100, TTFT: 300 * ms, Queued: 200 * ms, PredictedTTFT: 100 * ms},
+				{Preset: h100, TTFT: 200 * ms, PredictedTTFT: 100 * ms, Joined: true},
+			},
+			ttftMAPE: (0 + 0.5) / 2, ttftN: 2,
+			notJoined: 0, notJoinedN: 1,
+			presets: map[string][4]float64{h100: {0.100, 0.150, 0, 0}},
 		},
 		{
 			name:    "mixed fleet without predictions",
@@ -108,6 +126,15 @@ func TestSummarizePredictions(t *testing.T) {
 		} else if pred == nil || pred.TTFTRequests != tc.ttftN || pred.TPOTRequests != tc.tpotN ||
 			!near(pred.TTFTMAPE, tc.ttftMAPE) || !near(pred.TPOTMAPE, tc.tpotMAPE) || len(points) != tc.ttftN {
 			t.Errorf("%s: %+v with %d points, want MAPE %v over %d, %v over %d", tc.name, pred, len(points), tc.ttftMAPE, tc.ttftN, tc.tpotMAPE, tc.tpotN)
+		}
+		if pred != nil {
+			want, n := tc.notJoined, tc.notJoinedN
+			if want < 0 {
+				want, n = tc.ttftMAPE, tc.ttftN
+			}
+			if !near(pred.TTFTMAPENotJoined, want) || pred.TTFTNotJoinedRequests != n {
+				t.Errorf("%s: not joined %v over %d, want %v over %d", tc.name, pred.TTFTMAPENotJoined, pred.TTFTNotJoinedRequests, want, n)
+			}
 		}
 		if len(presets) != len(tc.presets) {
 			t.Fatalf("%s: presets %+v", tc.name, presets)

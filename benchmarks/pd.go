@@ -164,6 +164,10 @@ type pdRow struct {
 	// DisaggBy the same by prompt length (pdBuckets).
 	Disagg   float64
 	DisaggBy [len(pdBuckets)]float64
+	// TTFTBy is the mean TTFT by prompt length (pdBuckets), -1 for a
+	// bucket without requests: which requests a decider's mean is won or
+	// lost on.
+	TTFTBy [len(pdBuckets)]float64
 }
 
 // pdBuckets are the prompt lengths the decider's choices are shown by:
@@ -181,12 +185,12 @@ func bucket(prompt int) int {
 
 func pdTable(rows []pdRow) string {
 	var b strings.Builder
-	b.WriteString("| fleet | decider | workload | network | QPS | ok | TTFT p50 | TTFT p90 | TTFT mean | TPOT p50 | TPOT p90 | E2E mean | out tok/s | P/D share | P/D <1k / 1k-4k / 4k+ |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| fleet | decider | workload | network | QPS | ok | TTFT p50 | TTFT p90 | TTFT mean | TPOT p50 | TPOT p90 | E2E mean | out tok/s | P/D share | P/D <1k / 1k-4k / 4k+ | TTFT mean <1k / 1k-4k / 4k+ |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %.3g | %d/%d | %.3fs | %.3fs | %.3fs | %.1fms | %.1fms | %.2fs | %.0f | %.0f%% | %s |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %.3g | %d/%d | %.3fs | %.3fs | %.3fs | %.1fms | %.1fms | %.2fs | %.0f | %.0f%% | %s | %s |\n",
 			r.Fleet, r.Decider, r.Workload, r.Network, r.QPS, r.OK, r.OK+r.Failed, r.TTFTP50, r.TTFTP90, r.TTFTMean,
-			r.TPOTP50*1e3, r.TPOTP90*1e3, r.E2EMean, r.OutTokS, 100*r.Disagg, shares(r.DisaggBy))
+			r.TPOTP50*1e3, r.TPOTP90*1e3, r.E2EMean, r.OutTokS, 100*r.Disagg, shares(r.DisaggBy), seconds3(r.TTFTBy))
 	}
 	return b.String()
 }
@@ -346,6 +350,19 @@ func shares(by [len(pdBuckets)]float64) string {
 	return strings.Join(parts, " / ")
 }
 
+// seconds3 writes the per-bucket mean TTFTs; "–" for a bucket without
+// requests.
+func seconds3(by [len(pdBuckets)]float64) string {
+	parts := make([]string, len(by))
+	for i, v := range by {
+		parts[i] = "–"
+		if v >= 0 {
+			parts[i] = fmt.Sprintf("%.3f", v)
+		}
+	}
+	return strings.Join(parts, " / ") + "s"
+}
+
 func (o PDOptions) run(ctx context.Context, preset engine.Preset, f pdFleet, net pdNetwork, wname string, qps float64, reqs []workload.Request, stderr io.Writer) (pdRow, error) {
 	co := cluster.Options{Replicas: o.GPUs, Preset: preset, Seed: o.Seed}
 	row := pdRow{Fleet: f.name, Decider: f.decider, Workload: wname, Network: net.name, QPS: qps}
@@ -370,6 +387,7 @@ func (o PDOptions) run(ctx context.Context, preset engine.Preset, f pdFleet, net
 	var output int64
 	disagg := 0
 	var by, of [len(pdBuckets)]int
+	var ttftSum [len(pdBuckets)]float64
 	first, end := time.Duration(math.MaxInt64), time.Duration(0)
 	for _, r := range res.Requests {
 		first = min(first, r.Arrival)
@@ -387,6 +405,7 @@ func (o PDOptions) run(ctx context.Context, preset engine.Preset, f pdFleet, net
 		end = max(end, r.Arrival+r.E2E)
 		k := bucket(r.PromptTokens)
 		of[k]++
+		ttftSum[k] += r.TTFT.Seconds()
 		if r.Prefill >= 0 {
 			disagg++
 			by[k]++
@@ -403,9 +422,10 @@ func (o PDOptions) run(ctx context.Context, preset engine.Preset, f pdFleet, net
 		row.Disagg = float64(disagg) / float64(row.OK)
 	}
 	for k := range by {
-		row.DisaggBy[k] = -1
+		row.DisaggBy[k], row.TTFTBy[k] = -1, -1
 		if of[k] > 0 {
 			row.DisaggBy[k] = float64(by[k]) / float64(of[k])
+			row.TTFTBy[k] = ttftSum[k] / float64(of[k])
 		}
 	}
 	fmt.Fprintf(stderr, "%-14s %-44s %-6s %-6s TTFT p50 %6.3fs p90 %6.3fs  TPOT p50 %5.1fms  P/D %3.0f%%  wall %.1fs\n",
@@ -450,7 +470,7 @@ func (o PDOptions) tradeoff(ctx context.Context, preset engine.Preset, stderr io
 // sweep runs the mixed workload over networks of several speeds with
 // transfer-cost-pd-decider and prefix-based-pd-decider at each threshold.
 func (o PDOptions) sweep(ctx context.Context, preset engine.Preset, thresholds []int, stderr io.Writer) ([]pdRow, error) {
-	deciders := []string{"transfer-cost-pd-decider", "transfer-cost-pd-decider{interferenceWeight: 0}"}
+	deciders := []string{"transfer-cost-pd-decider", "transfer-cost-pd-decider{interferenceWeight: 0}", "transfer-cost-pd-decider{interferenceWeight: 0, queueWeight: 1}"}
 	for _, t := range thresholds {
 		deciders = append(deciders, fmt.Sprintf("prefix-based-pd-decider{nonCachedTokens: %d}", t))
 	}

@@ -37,6 +37,23 @@ func TestPDBench(t *testing.T) {
 		if ok != "12/12" {
 			t.Errorf("%s %s: %s requests ok", fleet, decider, ok)
 		}
+		// The mean TTFT by prompt length: "–" for a bucket without
+		// requests; a workload of one prompt length fills one bucket,
+		// whose mean is the overall mean.
+		parts := strings.Split(strings.TrimSuffix(strings.TrimSpace(cells[16]), "s"), " / ")
+		filled := []string{}
+		for _, p := range parts {
+			if p != "–" {
+				filled = append(filled, p)
+			}
+		}
+		mean := strings.TrimSuffix(strings.TrimSpace(cells[9]), "s")
+		switch w := strings.TrimSpace(cells[3]); {
+		case len(parts) != 3 || len(filled) == 0:
+			t.Errorf("%s %s: TTFT by class %q", fleet, decider, cells[16])
+		case w != "mixed" && (len(filled) != 1 || filled[0] != mean):
+			t.Errorf("%s %s %s: TTFT by class %q, want only the mean %s", fleet, decider, w, cells[16], mean)
+		}
 		switch {
 		case strings.Contains(fleet, "collocated") && share != "0%":
 			t.Errorf("collocated fleet disaggregated %s", share)
@@ -45,8 +62,8 @@ func TestPDBench(t *testing.T) {
 		}
 	}
 	// tradeoff: 2 workloads × (collocated + 3 deciders × 2 networks);
-	// sweep: 4 networks × (2 transfer-cost + 2 thresholds).
-	if rows != 14+16 {
+	// sweep: 4 networks × (3 transfer-cost + 2 thresholds).
+	if rows != 14+20 {
 		t.Errorf("%d rows:\n%s", rows, md)
 	}
 }

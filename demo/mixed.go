@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,12 @@ type MixedOptions struct {
 	MaxConcurrency     int
 	HoldbackMinCeiling float64
 	RequestTTL         time.Duration
+	// EnginePriority adds a scenario: the batch job beside online traffic
+	// without flow control, the simulators at --scheduling-policy priority
+	// and the picker writing each objective's priority into the body
+	// (--engine-priority), so that the engines' own queues put online
+	// first.
+	EnginePriority bool
 }
 
 // DefaultMixedOptions: at the default time scale the batch job alone keeps
@@ -55,9 +62,10 @@ const (
 
 // mixedScenario is one fleet of the comparison.
 type mixedScenario struct {
-	name        string
-	batch       bool
-	flowControl bool
+	name           string
+	batch          bool
+	flowControl    bool
+	enginePriority bool
 }
 
 // mixedScenarios: online alone is the reference (first); the batch job beside it
@@ -68,13 +76,37 @@ var mixedScenarios = []mixedScenario{
 	{name: "mixed-no-flow-control", batch: true},
 }
 
+// enginePriorityScenario is the scenario MixedOptions.EnginePriority adds.
+var enginePriorityScenario = mixedScenario{name: "mixed-engine-priority", batch: true, enginePriority: true}
+
+// scenarios are the fleets a run compares, online alone first.
+func (m MixedOptions) scenarios() []mixedScenario {
+	if m.EnginePriority {
+		return append(slices.Clip(mixedScenarios), enginePriorityScenario)
+	}
+	return mixedScenarios
+}
+
+// enginePriorityArgs run a fleet's engines by priority, with the picker
+// setting each request's from its objective; the picker needs the body for
+// that, which policies that route on headers alone do not send it.
+func enginePriorityArgs(c *StackConfig) {
+	c.SimArgs = append(c.SimArgs, "--scheduling-policy=priority")
+	c.EPPArgs = append(c.EPPArgs, "--engine-priority")
+	if !readsBody(c.Policy) {
+		c.GatewayArgs = append(slices.Clip(c.GatewayArgs), "--request-body-mode=full-duplex-streamed")
+	}
+}
+
 // classOutcome is one traffic class of one scenario.
 type classOutcome struct {
-	Scenario    string         `json:"scenario"`
-	FlowControl bool           `json:"flow_control"`
-	Class       string         `json:"class"`
-	Summary     report.Summary `json:"summary"`
-	Shed        int            `json:"shed"`
+	Scenario    string `json:"scenario"`
+	FlowControl bool   `json:"flow_control"`
+	// EnginePriority: the engines scheduled by the body's priority.
+	EnginePriority bool           `json:"engine_priority,omitempty"`
+	Class          string         `json:"class"`
+	Summary        report.Summary `json:"summary"`
+	Shed           int            `json:"shed"`
 }
 
 // runMixed runs each scenario on a fresh fleet and compares the classes.
@@ -90,10 +122,13 @@ func runMixed(ctx context.Context, o Options, online []workload.Request, stdout 
 		o.Replicas, Model, o.Policy, len(online), objectiveOnline, priorityOnline, len(batch), m.BatchPromptWords, m.BatchMaxTokens, objectiveBatch, priorityBatch, o.Workload.Duration)
 	fmt.Fprintf(stdout, "flow control: concurrency-detector maxConcurrency %d per server, priority-holdback minCeiling %g, defaultRequestTTL %s\noutput: %s\n",
 		m.MaxConcurrency, m.HoldbackMinCeiling, m.RequestTTL, o.Out)
+	if m.EnginePriority {
+		fmt.Fprintf(stdout, "%s: no flow control, engines at --scheduling-policy priority, picker at --engine-priority\n", enginePriorityScenario.name)
+	}
 
 	var outcomes []classOutcome
 	var runs []report.Run
-	for _, sc := range mixedScenarios {
+	for _, sc := range m.scenarios() {
 		c := StackConfig{
 			Bin: o.Bin, Wasm: o.Wasm, TokenizerDir: o.TokenizerDir, Replicas: o.Replicas, Policy: o.Policy,
 			Objectives: objectives, LogDir: filepath.Join(o.Out, "logs", sc.name), TimeScale: o.TimeScale,
@@ -102,6 +137,9 @@ func runMixed(ctx context.Context, o Options, online []workload.Request, stdout 
 		}
 		if sc.flowControl {
 			c.FlowControl = fc
+		}
+		if sc.enginePriority {
+			enginePriorityArgs(&c)
 		}
 		streams := map[string][]workload.Request{objectiveOnline: online}
 		if sc.batch {
@@ -118,12 +156,12 @@ func runMixed(ctx context.Context, o Options, online []workload.Request, stdout 
 			}
 			run := report.Run{Policy: sc.name + "/" + class, Wall: r.wall, Results: r.results}
 			runs = append(runs, run)
-			outcomes = append(outcomes, classOutcome{Scenario: sc.name, FlowControl: sc.flowControl, Class: class, Summary: report.Summarize(run), Shed: shed(r.results)})
+			outcomes = append(outcomes, classOutcome{Scenario: sc.name, FlowControl: sc.flowControl, EnginePriority: sc.enginePriority, Class: class, Summary: report.Summarize(run), Shed: shed(r.results)})
 		}
 	}
 	fmt.Fprintln(stdout)
 	writeMixedTable(stdout, outcomes)
-	verdict := mixedVerdict(outcomes)
+	verdict := mixedVerdict(m.scenarios(), outcomes)
 	fmt.Fprintln(stdout)
 	for _, line := range verdict {
 		fmt.Fprintln(stdout, line)
@@ -222,7 +260,7 @@ func writeMixedTable(w io.Writer, outcomes []classOutcome) {
 // mixedVerdict states the comparison the scenario exists for: how much the
 // batch job slowed online traffic with and without flow control, and how
 // much of the batch job each served.
-func mixedVerdict(outcomes []classOutcome) []string {
+func mixedVerdict(scenarios []mixedScenario, outcomes []classOutcome) []string {
 	get := func(scenario, class string) (report.Summary, bool) {
 		for _, oc := range outcomes {
 			if oc.Scenario == scenario && oc.Class == class {
@@ -231,12 +269,12 @@ func mixedVerdict(outcomes []classOutcome) []string {
 		}
 		return report.Summary{}, false
 	}
-	alone, ok := get(mixedScenarios[0].name, objectiveOnline)
+	alone, ok := get(scenarios[0].name, objectiveOnline)
 	if !ok || alone.TTFTP90 <= 0 {
 		return nil
 	}
 	var lines []string
-	for _, scenario := range mixedScenarios[1:] {
+	for _, scenario := range scenarios[1:] {
 		sc := scenario.name
 		on, ok1 := get(sc, objectiveOnline)
 		b, ok2 := get(sc, objectiveBatch)
@@ -246,7 +284,20 @@ func mixedVerdict(outcomes []classOutcome) []string {
 		lines = append(lines, fmt.Sprintf("%s: online p90 TTFT %s = %.2f× online alone (%s); batch served %d of %d at %.0f output tok/s",
 			sc, report.Millis(on.TTFTP90), on.TTFTP90/alone.TTFTP90, report.Millis(alone.TTFTP90), b.Requests-b.Errors, b.Requests, b.OutputTokensPerSec))
 	}
+	fcfs, ok1 := get(mixedScenarios[2].name, objectiveOnline)
+	prio, ok2 := get(enginePriorityScenario.name, objectiveOnline)
+	if ok1 && ok2 && fcfs.TTFTP90 > 0 {
+		lines = append(lines, fmt.Sprintf("%s against %s (both without flow control): online p90 TTFT %.2f×, p50 %.2f×",
+			enginePriorityScenario.name, mixedScenarios[2].name, prio.TTFTP90/fcfs.TTFTP90, ratio(prio.TTFTP50, fcfs.TTFTP50)))
+	}
 	return lines
+}
+
+func ratio(a, b float64) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return a / b
 }
 
 func objectivesYAML() string {
@@ -273,6 +324,10 @@ func writeMixedOutputs(o Options, fc *config.PolicyFlowControl, outcomes []class
 			o.Mixed.BatchRequests, o.Mixed.BatchPromptWords, o.Mixed.BatchMaxTokens, objectiveBatch, priorityBatch),
 		fmt.Sprintf("flow control (online-only and mixed-flow-control): concurrency-detector maxConcurrency %d, priority-holdback-policy minCeiling %g, defaultRequestTTL %s",
 			fc.MaxConcurrency, fc.HoldbackMinCeiling, fc.RequestTTL),
+	}
+	if o.Mixed.EnginePriority {
+		setup = append(setup, fmt.Sprintf("%s: no flow control; simulators at --scheduling-policy priority, the picker at --engine-priority (body priority = -objective priority: online %d, batch %d)",
+			enginePriorityScenario.name, -priorityOnline, -priorityBatch))
 	}
 	setup = append(setup, verdict...)
 	sums := make([]report.Summary, len(outcomes))

@@ -23,14 +23,19 @@ import (
 	"github.com/kvgate/kvgate/extproc/endpoints/staticfile"
 	"github.com/kvgate/kvgate/internal/kvhash"
 	"github.com/kvgate/kvgate/sidecar"
+	"github.com/kvgate/kvgate/sim/engine"
 	"github.com/kvgate/kvgate/sim/vllmserver"
 )
 
 // Deciders of a P/D fleet's disagg-profile-handler (--pd-decider).
 const (
-	DeciderAlways = "always"
-	DeciderPrefix = "prefix"
+	DeciderAlways       = "always"
+	DeciderPrefix       = "prefix"
+	DeciderTransferCost = "transfer-cost"
 )
+
+// pdPreset is the engine preset of the P/D fleet's simulators.
+const pdPreset = "qwen3-0.6b-h100"
 
 // RoleLabel is llm-d's pod role label, which the picker's prefill-filter
 // and decode-filter read.
@@ -72,8 +77,10 @@ type PDConfig struct {
 	Shape PDShape
 	// AgentBin is kvgate-agent (default: beside Bin).
 	AgentBin string
-	// Decider is DeciderAlways or DeciderPrefix (prefix-based-pd-decider
-	// with NonCachedTokens).
+	// Decider is DeciderAlways, DeciderPrefix (prefix-based-pd-decider
+	// with NonCachedTokens) or DeciderTransferCost
+	// (transfer-cost-pd-decider, given the simulators' KV size and prefill
+	// rate).
 	Decider         string
 	NonCachedTokens int
 	// KVBytesPerToken sizes the KV the agents move (0: the model's real
@@ -105,8 +112,12 @@ type PDStack struct {
 // pdConfig is the picker's configuration: llm-d's sim P/D config (deploy/
 // config/sim-pd-epp-config.yaml) with the chosen decider, and with encode
 // its encode stage (sim-e-p-d-epp-config.yaml: encode-filter,
-// always-disagg-multimodal-decider).
-func pdConfig(decider string, nonCached int, encode bool) (string, error) {
+// always-disagg-multimodal-decider). The transfer-cost decider is told
+// what an operator would tell it of the hardware: the KV bytes a token
+// occupies (kvBytesPerToken, as the agents move them; 0: the model's) and
+// the servers' prefill rate, the simulators' preset at timeScale; the
+// network it reads from the agents.
+func pdConfig(decider string, nonCached, kvBytesPerToken int, timeScale float64, encode bool) (string, error) {
 	dec := "- type: always-disagg-pd-decider\n"
 	name := "always-disagg-pd-decider"
 	switch decider {
@@ -117,8 +128,25 @@ func pdConfig(decider string, nonCached int, encode bool) (string, error) {
 		}
 		dec = fmt.Sprintf("- type: prefix-based-pd-decider\n  parameters:\n    nonCachedTokens: %d\n", nonCached)
 		name = "prefix-based-pd-decider"
+	case DeciderTransferCost:
+		preset, ok := engine.LookupPreset(pdPreset)
+		if !ok {
+			return "", fmt.Errorf("the P/D simulators' preset %q is unknown", pdPreset)
+		}
+		if !(timeScale > 0) {
+			return "", fmt.Errorf("--time-scale %v must be positive", timeScale)
+		}
+		if kvBytesPerToken <= 0 {
+			kvBytesPerToken = int(preset.Model.KVBytesPerToken())
+		}
+		// A 2048-token prefill step of the preset, slowed as the
+		// simulators are.
+		const n = 2048
+		step := preset.StepDuration(engine.Shape{PrefillTokens: n, SampledSeqs: 1, ContextTokens: n}).Seconds() / timeScale
+		dec = fmt.Sprintf("- type: transfer-cost-pd-decider\n  parameters:\n    kvBytesPerToken: %d\n    prefillTokensPerSecond: %.6g\n", kvBytesPerToken, n/step)
+		name = "transfer-cost-pd-decider"
 	default:
-		return "", fmt.Errorf("--pd-decider %q: want always or prefix", decider)
+		return "", fmt.Errorf("--pd-decider %q: want always, prefix or transfer-cost", decider)
 	}
 	profile := func(n, filter string) string {
 		return "- name: " + n + "\n  plugins:\n  - pluginRef: " + filter + "\n  - pluginRef: max-score-picker\n" +
@@ -145,7 +173,7 @@ func StartPDStack(ctx context.Context, c PDConfig) (_ *PDStack, err error) {
 	if c.AgentBin == "" {
 		c.AgentBin = filepath.Join(filepath.Dir(c.Bin), "kvgate-agent")
 	}
-	cfg, err := pdConfig(c.Decider, c.NonCachedTokens, c.Shape.Encode > 0)
+	cfg, err := pdConfig(c.Decider, c.NonCachedTokens, c.KVBytesPerToken, c.TimeScale, c.Shape.Encode > 0)
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +227,7 @@ func StartPDStack(ctx context.Context, c PDConfig) (_ *PDStack, err error) {
 	simOpts := func(i int, role vllmserver.Role) vllmserver.Options {
 		o := vllmserver.DefaultOptions()
 		o.Host, o.Port = "127.0.0.1", port()
-		o.Model, o.TokenizerDir, o.Preset, o.BlockSize, o.HashSeed = Model, c.TokenizerDir, "qwen3-0.6b-h100", kvhash.DefaultBlockSize, c.HashSeed
+		o.Model, o.TokenizerDir, o.Preset, o.BlockSize, o.HashSeed = Model, c.TokenizerDir, pdPreset, kvhash.DefaultBlockSize, c.HashSeed
 		o.NumGPUBlocks, o.TimeScale, o.Seed, o.Role = c.NumGPUBlocks, c.TimeScale, uint64(i+1), role
 		o.Agent, o.KVBytesPerToken, o.KVRegionDir = s.Agents[i].Addr, c.KVBytesPerToken, c.KVRegionDir
 		return o

@@ -106,8 +106,9 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.IntVar(&o.Mixed.MaxConcurrency, "max-concurrency", o.Mixed.MaxConcurrency, "with --mixed: in-flight requests per server at which flow control holds dispatch (concurrency-detector)")
 	fs.Float64Var(&o.Mixed.HoldbackMinCeiling, "holdback", o.Mixed.HoldbackMinCeiling, "with --mixed: fraction of --max-concurrency the batch job may fill (priority-holdback-policy minCeiling; 0: strict priority only)")
 	fs.DurationVar(&o.Mixed.RequestTTL, "queue-ttl", o.Mixed.RequestTTL, "with --mixed: longest wait of a queued request (defaultRequestTTL)")
+	fs.BoolVar(&o.Mixed.EnginePriority, "engine-priority", o.Mixed.EnginePriority, "with --mixed: one more fleet without flow control, its simulators at --scheduling-policy priority and the picker at --engine-priority")
 	fs.StringVar(&o.PD, "pd", "", "run a P/D fleet of this shape (xPyD, e.g. 1P2D: sims with node agents, decode sidecars, disagg-profile-handler) against a collocated fleet of the same size")
-	fs.StringVar(&o.PDDecider, "pd-decider", o.PDDecider, "with --pd: always (always-disagg-pd-decider) or prefix (prefix-based-pd-decider)")
+	fs.StringVar(&o.PDDecider, "pd-decider", o.PDDecider, "with --pd: always (always-disagg-pd-decider), prefix (prefix-based-pd-decider) or transfer-cost (transfer-cost-pd-decider)")
 	fs.IntVar(&o.PDNonCachedTokens, "pd-non-cached-tokens", o.PDNonCachedTokens, "with --pd-decider prefix: its nonCachedTokens")
 	fs.StringVar(&o.PDLoadFailurePolicy, "kv-load-failure-policy", "fail", "with --pd: the sims' kv_load_failure_policy, fail (a failed or corrupt KV pull fails the request) or recompute")
 	fs.BoolVar(&o.EPD, "epd", false, "with --pd: E/P/D, an encode server more and every request a chat with an image (one of --epd-images), against a collocated fleet of the same size")
@@ -126,7 +127,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 		if _, err := ParsePDShape(o.PD); err != nil {
 			return o, err
 		}
-		if _, err := pdConfig(o.PDDecider, o.PDNonCachedTokens, false); err != nil {
+		if _, err := pdConfig(o.PDDecider, o.PDNonCachedTokens, o.KVBytesPerToken, o.TimeScale, false); err != nil {
 			return o, err
 		}
 	}
@@ -145,6 +146,8 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 		return o, fmt.Errorf("--holdback %v: want [0, 1)", o.Mixed.HoldbackMinCeiling)
 	case o.MixedRun && o.Mixed.RequestTTL <= 0:
 		return o, fmt.Errorf("--queue-ttl %v must be positive", o.Mixed.RequestTTL)
+	case !o.MixedRun && o.Mixed.EnginePriority:
+		return o, fmt.Errorf("--engine-priority applies to --mixed only")
 	case o.MixedRun && o.KeepRunning:
 		return o, fmt.Errorf("--keep-running does not apply to --mixed (three fleets run one after another)")
 	}

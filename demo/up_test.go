@@ -51,6 +51,7 @@ func TestParseFlagsRejects(t *testing.T) {
 		{[]string{"--mixed", "--max-concurrency", "0"}, "--max-concurrency"},
 		{[]string{"--mixed", "--queue-ttl", "0s"}, "--queue-ttl"},
 		{[]string{"--mixed", "--keep-running"}, "--keep-running"},
+		{[]string{"--engine-priority"}, "--engine-priority"},
 	} {
 		_, err := ParseFlags(tc.args, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

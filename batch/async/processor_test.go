@@ -227,7 +227,10 @@ func TestProcessor(t *testing.T) {
 	f.zadd(t, msg("shed", "shed-1", far), float64(far))
 	f.zadd(t, msg("bad", "bad", far), float64(far))
 	f.zadd(t, msg("late", "late", 1700000000), 1700000000)
-	soon := time.Now().Add(2 * time.Second).Unix()
+	// Deadlines are whole Unix seconds and a retry needs a second left, so
+	// "down" gets 4: with 2, a first attempt that a loaded machine delays
+	// by a second leaves no retry.
+	soon := time.Now().Add(4 * time.Second).Unix()
 	f.zadd(t, msg("down", "down", soon), float64(soon))
 	// A bare message (no envelope) with its own endpoint.
 	f.zadd(t, fmt.Sprintf(`{"id":"bare","deadline":%d,"payload":{"prompt":"bare"},"endpoint":"/v1/chat/completions"}`, far), float64(far))

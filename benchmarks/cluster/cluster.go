@@ -213,6 +213,12 @@ type RequestResult struct {
 	// PredictedTTFT and PredictedTPOT are the picker's latency predictions
 	// for the request on the endpoint it chose; zero when it made none.
 	PredictedTTFT, PredictedTPOT time.Duration
+	// Joined reports that a request routed to the same replica after this
+	// one had arrived when the step that produced this one's first token
+	// began, so it may have shared that step's token budget (or, a
+	// preempted request, run first): a TTFT no prediction made at the
+	// decision can know.
+	Joined bool
 	// SLO reports that the request carried the SLO headers.
 	SLO          bool
 	PromptTokens int
@@ -333,6 +339,9 @@ type replica struct {
 
 	busy    bool
 	stepEnd time.Time
+	// routed counts the requests handed to the replica; stepRouted is
+	// that count when the step in flight began.
+	routed, stepRouted int
 	// protectedEnd is when the step in flight would have ended without its
 	// sheddable requests (its start when it had nothing else).
 	protectedEnd time.Time
@@ -364,6 +373,8 @@ type liveReq struct {
 	arrival time.Time
 	first   time.Time
 	oracle  oracleChoice
+	// order is the replica's routed count when this request was routed.
+	order int
 	// received is when its engine got it; bd accumulates its TTFT
 	// breakdown's step parts.
 	received time.Time
@@ -593,9 +604,10 @@ func (s *sim) learned() []LearnedSpeed {
 			order = append(order, name)
 		}
 		l.Replicas++
-		l.IdleTTFT += s.model.Predict(f.Address, latency.Features{
-			Prefill: ReferencePrompt, Attention: float64(endpoints.AttentionPairs(0, ReferencePrompt)),
-		}).TTFT
+		// An idle replica (the run is over: nothing is queued), so the
+		// engine twin predicts where it has learned the replica's steps.
+		idle := latency.Features{Prefill: ReferencePrompt, Attention: float64(endpoints.AttentionPairs(0, ReferencePrompt))}
+		l.IdleTTFT += s.model.PredictLive(f.Address, &idle, s.clock.Now(), latency.Engine{}).TTFT
 		l.LoneTPOT += s.model.Predict(f.Address, latency.Features{Decodes: 1, DecodeTokens: ReferencePrompt}).TPOT
 	}
 	slices.Sort(order)
@@ -856,7 +868,8 @@ func (s *sim) begin(ctx context.Context, i int, req *server.Request, prompt []in
 	}
 	// The engine holds its own copy; the picker is done with the body.
 	req.Parsed.PromptTokenIDs = nil
-	lr := &liveReq{idx: i, ex: ex, rep: r, arrival: s.start.Add(s.reqs[i].Arrival), received: now}
+	r.routed++
+	lr := &liveReq{idx: i, ex: ex, rep: r, arrival: s.start.Add(s.reqs[i].Arrival), received: now, order: r.routed}
 	if r.busy {
 		lr.bd.InFlight = r.stepEnd.Sub(now)
 		lr.bd.InFlightInflation = lr.bd.InFlight - max(0, r.protectedEnd.Sub(now))
@@ -888,6 +901,7 @@ func (s *sim) step(r *replica, now time.Time) {
 	}
 	r.busy = true
 	r.stepEnd = now.Add(res.Duration)
+	r.stepRouted = r.routed
 	r.life.busy += res.Duration
 	r.firsts, r.nexts = r.firsts[:0], r.nexts[:0]
 	for _, t := range res.Tokens {
@@ -954,6 +968,7 @@ func (s *sim) complete(ctx context.Context, r *replica, now time.Time) {
 		}
 		s.pulled(id)
 		lr.first = now
+		s.res.Requests[lr.idx].Joined = r.stepRouted > lr.order
 		r.backlog -= lr.oracle.uncached
 		for _, h := range lr.oracle.hashes {
 			if r.pending[h]--; r.pending[h] <= 0 {

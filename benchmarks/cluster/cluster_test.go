@@ -297,3 +297,34 @@ func TestSLOFraction(t *testing.T) {
 		}
 	}
 }
+
+// A short prompt with a long one routed right after it to the same
+// server, at the same instant, shares its first step with the long one's
+// first chunk: it is joined (its TTFT is that step's), the long one and a
+// later lone prompt are not.
+func TestJoined(t *testing.T) {
+	p, ok := engine.LookupPreset("llama-3.1-8b-h100")
+	if !ok {
+		t.Fatal("preset missing")
+	}
+	rr, err := config.Policy("round-robin", config.PolicyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := []workload.Request{
+		{Arrival: 0, Segments: []workload.Segment{{Key: 1, Len: 24}}, OutputTokens: 4},
+		{Arrival: 0, Segments: []workload.Segment{{Key: 2, Len: 20000}}, OutputTokens: 4},
+		{Arrival: 10 * time.Second, Segments: []workload.Segment{{Key: 3, Len: 24}}, OutputTokens: 4},
+	}
+	res, err := Run(context.Background(), Options{Replicas: 1, Preset: p, Seed: 1}, Policy{Name: "rr", Config: rr}, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res.Requests
+	if !r[0].Joined || r[1].Joined || r[2].Joined {
+		t.Fatalf("joined %v %v %v, want true false false", r[0].Joined, r[1].Joined, r[2].Joined)
+	}
+	if r[0].TTFT < 5*r[2].TTFT {
+		t.Errorf("the joined short prompt took %v, alone %v: it should have waited for the shared step", r[0].TTFT, r[2].TTFT)
+	}
+}

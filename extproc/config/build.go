@@ -271,6 +271,7 @@ func (b *Built) collectHooks() (scheduling.Stages, error) {
 	stages := scheduling.Stages{
 		Producers: ofKind[scheduling.DataProducer](b.Plugins),
 		Admitters: ofKind[scheduling.Admitter](b.Plugins),
+		Screeners: ofKind[scheduling.Screener](b.Plugins),
 	}
 	ordered, err := scheduling.OrderProducers(stages.Producers)
 	if err != nil {

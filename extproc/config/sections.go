@@ -19,9 +19,8 @@ import (
 
 // Features kvgate does not implement yet, as UnsupportedError.Feature.
 const (
-	FeaturePD      = "P/D disaggregation"
-	FeatureLatency = "latency prediction"
-	FeatureOther   = "not implemented"
+	FeaturePD    = "P/D disaggregation"
+	FeatureOther = "not implemented"
 )
 
 // UnsupportedError is a section, field, feature gate or plugin type of the
@@ -51,8 +50,7 @@ func (e *UnsupportedError) Error() string {
 // the feature they belong to, so that the error says why; a type in
 // neither the registry nor this table is an unknown type.
 var knownPluginTypes = map[string]UnsupportedError{
-	"data-parallel-profile-handler": {Feature: FeaturePD},
-	"header-profile-handler":        {Feature: FeaturePD},
+	"header-profile-handler": {Feature: FeaturePD},
 }
 
 // unknownType turns the registry's unknown-type error for typ into an

@@ -93,6 +93,13 @@ type Options struct {
 	// path). Only safe behind a proxy that runs the filter, which strips
 	// client-sent copies: otherwise a client could forge its routing.
 	TrustFilterHints bool
+	// EnginePriority writes each request's priority, negated, into the
+	// body of chat and completions requests as vLLM's "priority" (lower is
+	// scheduled first), for model servers run with --scheduling-policy
+	// priority: the objective's priority then also orders the engine's
+	// waiting queue. Off by default: vLLM under fcfs refuses a non-zero
+	// priority.
+	EnginePriority bool
 	// Metrics may be nil.
 	Metrics *metrics.Metrics
 	// Now is the clock for latency measurements; default time.Now.
@@ -287,12 +294,32 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 
 	dec := &server.Decision{Endpoints: make([]string, len(targets)), Headers: res.Headers}
 	for i, t := range targets {
-		dec.Endpoints[i] = t.Address()
+		dec.Endpoints[i] = destination(t.Address(), res.DestinationPort)
 	}
+	ex.port = res.DestinationPort
 	if sr.TargetModel != sr.IncomingModel {
 		dec.TargetModel = sr.TargetModel
 	}
+	dec.EnginePriority = d.enginePriority(sr)
 	return dec, ex, nil
+}
+
+// enginePriority is the body "priority" a request is sent with under
+// Options.EnginePriority: its objective's priority (higher is more
+// important) negated into vLLM's order (lower first). A request at 0 whose
+// body sets none is left as it is, which vLLM reads as 0 too.
+func (d *Director) enginePriority(sr *scheduling.Request) *int {
+	if !d.opts.EnginePriority || sr.Body == nil {
+		return nil
+	}
+	if api := sr.Body.API; api != openai.Completions && api != openai.ChatCompletions {
+		return nil
+	}
+	if sr.Priority == 0 && sr.Body.RawField("priority") == nil {
+		return nil
+	}
+	p := -sr.Priority
+	return &p
 }
 
 // schedulerAttempt counts a scheduling attempt with the primary endpoint
@@ -305,6 +332,19 @@ func (d *Director) schedulerAttempt(sr *scheduling.Request, res *scheduling.Resu
 	t := res.Primary().Targets[0]
 	_, port, _ := net.SplitHostPort(t.Address())
 	d.metrics.SchedulerAttempt(metrics.AttemptSuccess, sr.TargetModel, t.Name(), t.Label(namespaceLabel), port)
+}
+
+// destination is where a request for the endpoint at addr goes: addr, or
+// its host on port when port is set.
+func destination(addr string, port int) string {
+	if port == 0 {
+		return addr
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port))
 }
 
 // namespaceLabel is the endpoint label that carries its pod's namespace
@@ -459,7 +499,10 @@ type exchange struct {
 	last     time.Time
 	bytes    int
 	// busy is the picker's time spent on the response's chunks.
-	busy     time.Duration
+	busy time.Duration
+	// port is the scheduling result's DestinationPort: the request went
+	// to its rank's host on that port.
+	port     int
 	released bool
 	// flow is the request's flow-control item, nil without flow control;
 	// revoked is set by the flow controller's goroutine.
@@ -492,7 +535,7 @@ func (x *exchange) ResponseHeaders(ctx context.Context, head server.ResponseHead
 	if len(hooks) == 0 || x.cs == nil {
 		return nil
 	}
-	rh := &scheduling.ResponseHead{Status: head.Status, Headers: head.Headers, Served: head.ServedEndpoint}
+	rh := &scheduling.ResponseHead{Status: head.Status, Headers: head.Headers, Served: head.ServedEndpoint, Endpoint: x.charge.Endpoint()}
 	for _, h := range hooks {
 		start := time.Now()
 		h.ResponseHeader(ctx, x.cs, x.sched, rh)
@@ -522,7 +565,7 @@ func (x *exchange) ResponseMetadata(ctx context.Context, usage openai.Usage, fou
 }
 
 func (x *exchange) moveTo(served string) {
-	if served == "" || x.charge.Endpoint() == nil || served == x.charge.Endpoint().Address() {
+	if served == "" || x.charge.Endpoint() == nil || served == destination(x.charge.Endpoint().Address(), x.port) {
 		return
 	}
 	if e := x.d.opts.Pool.ByAddress(served); e != nil {

@@ -62,3 +62,12 @@ func (e *Endpoint) StepRemaining(now time.Time) time.Duration {
 	}
 	return max(0, time.Duration(gap-(now.UnixNano()-last)))
 }
+
+// LastStep is the last step end seen on e (the zero time when none): the
+// latency model's engine twin locks its clock onto it.
+func (e *Endpoint) LastStep() time.Time {
+	if t := e.steps.last.Load(); t != 0 {
+		return time.Unix(0, t)
+	}
+	return time.Time{}
+}

@@ -24,7 +24,7 @@ func TestArgsRoundTrip(t *testing.T) {
 		ConfigText: "kind: EndpointPickerConfig", EndpointsFile: "/tmp/eps.yaml", ObjectivesFile: "/tmp/objectives.yaml",
 		GRPCAddr: "127.0.0.1:1", HealthAddr: "127.0.0.1:2", MetricsAddr: "127.0.0.1:3",
 		RefreshMetricsInterval: 50 * time.Millisecond, PoolName: "p", PoolNamespace: "ns",
-		Kubeconfig: "/k", KVEventsAddr: "tcp://127.0.0.1:4", TrustFilterHeaders: true,
+		Kubeconfig: "/k", KVEventsAddr: "tcp://127.0.0.1:4", TrustFilterHeaders: true, EnginePriority: true,
 		MaxRequestBodyBytes: 123, MaxRequestHeaders: 5, MaxRequestHeaderBytes: 6, RequestBodyBudgetBytes: 7, MemoryLimit: 1 << 30,
 		RequestIdleTimeout: time.Second, ResponseIdleTimeout: time.Minute, MaxEndpoints: 8, DrainTimeout: 2 * time.Second, LogLevel: slog.LevelDebug,
 		LogFormat: "json", PoolGroup: poolGroup, LeaderElection: true, SecureServing: ToggleOn,

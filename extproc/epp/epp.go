@@ -96,8 +96,12 @@ type Options struct {
 	// KVEvents are the intake's limits (kvflags.go).
 	KVEvents KVEventLimits
 	// Telemetry subscribes to the node agents (telemetry.go).
-	Telemetry           TelemetryOptions
-	TrustFilterHeaders  bool
+	Telemetry          TelemetryOptions
+	TrustFilterHeaders bool
+	// EnginePriority writes each request's InferenceObjective priority,
+	// negated, into chat and completions bodies as vLLM's "priority"
+	// (director.Options.EnginePriority).
+	EnginePriority      bool
 	MaxRequestBodyBytes int
 	// Budgets (see server.Options and endpoints.Config).
 	MaxRequestHeaders      int
@@ -194,6 +198,7 @@ func (o *Options) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else in-cluster)")
 	fs.StringVar(&o.KVEventsAddr, "kv-events-addr", o.KVEventsAddr, "ZMQ endpoint to bind for vLLM KV-cache events, e.g. tcp://*:5557 (servers publish with topic kv@<ip:port>@<model>)")
 	fs.BoolVar(&o.TrustFilterHeaders, "trust-filter-headers", o.TrustFilterHeaders, "route requests without a body on the x-kvgate-* headers of kvgate's wasm filter (Envoy request body mode NONE); only behind a proxy that runs the filter")
+	fs.BoolVar(&o.EnginePriority, "engine-priority", o.EnginePriority, "write each request's InferenceObjective priority, negated (vLLM: lower is scheduled first), into chat and completions bodies as \"priority\"; only for model servers run with --scheduling-policy priority (vLLM refuses a non-zero priority under fcfs)")
 	fs.IntVar(&o.MaxRequestBodyBytes, "max-request-body-bytes", o.MaxRequestBodyBytes, "largest request body the picker buffers")
 	fs.IntVar(&o.MaxRequestHeaders, "max-request-headers", o.MaxRequestHeaders, "most headers in one ext_proc header message before 431")
 	fs.IntVar(&o.MaxRequestHeaderBytes, "max-request-header-bytes", o.MaxRequestHeaderBytes, "most header bytes (names plus values) in one ext_proc header message before 431")
@@ -454,6 +459,7 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 		Hooks:            director.Hooks{RequestHeader: p.built.RequestHeader, ResponseHeader: p.built.ResponseHeader, ResponseMetadata: p.built.ResponseMetadata, PreRequest: p.built.PreRequest, FirstToken: p.built.FirstToken, ResponseComplete: p.built.ResponseComplete},
 		Saturation:       saturation.New(p.built.Saturation, time.Now),
 		TrustFilterHints: o.TrustFilterHeaders,
+		EnginePriority:   o.EnginePriority,
 		Objectives:       p.objectives,
 		Rewrites:         p.rewrites,
 		Metrics:          p.metrics,

@@ -24,6 +24,18 @@
 // error, which is what MAPE measures, by recursive least squares with a
 // forgetting factor, so it follows a server whose speed changes.
 //
+// # The engine twin
+//
+// Where the picker routed everything a server holds, TTFT is predicted by
+// a twin of the server's scheduler instead (twin.go): the queue of prompts
+// routed there and not yet past their first token, scheduled forward with
+// chunked prefill in a token budget, decodes first, and a roofline step
+// cost whose coefficients are fitted from TTFTs the same way. It prices
+// what a backlog total cannot: where in the step sequence the request
+// lands (a short prompt behind a long one waits for the long one's last
+// chunk, one arriving mid-step waits the step out). Traffic the picker did
+// not route, or a queue beyond its bound, falls back to the features above.
+//
 // The quantile comes from the residuals: each endpoint fits a log-normal to
 // log(actual/predicted) (running mean and variance) and the quantile
 // prediction is the mean prediction scaled by its q-th quantile.
@@ -35,7 +47,9 @@
 //
 // A Model is safe for concurrent use: predictions read an endpoint's
 // coefficients through an atomic pointer; observations of one endpoint
-// serialise on its mutex. Endpoints are added on first observation and
+// serialise on its mutex. An endpoint's twin serialises on a mutex of its
+// own (a prediction brings it to the latest step end); a routed request's
+// Ticket belongs to the request. Endpoints are added on first observation and
 // removed by Forget; at MaxEndpoints the least recently used fit makes
 // room (a late response can bring back a forgotten endpoint's fit).
 package latency

@@ -31,6 +31,9 @@ type Config struct {
 	MinSamples int
 	// MaxEndpoints bounds the endpoints tracked; more share the pool fit.
 	MaxEndpoints int
+	// TokenBudget is the servers' per-step token budget
+	// (--max-num-batched-tokens), which the engine twin schedules with.
+	TokenBudget int64
 }
 
 func (c Config) withDefaults() Config {
@@ -46,13 +49,17 @@ func (c Config) withDefaults() Config {
 	if c.MaxEndpoints <= 0 {
 		c.MaxEndpoints = DefaultMaxEndpoints
 	}
+	if c.TokenBudget <= 0 {
+		c.TokenBudget = DefaultTokenBudget
+	}
 	return c
 }
 
 // Features describe one request on one endpoint at the decision.
 type Features struct {
-	// Prefill is the request's uncached prompt tokens on the endpoint.
-	Prefill float64
+	// Prefill is the request's uncached prompt tokens on the endpoint,
+	// Cached the prompt tokens before them that it holds.
+	Prefill, Cached float64
 	// Backlog is the prefill work ahead of it: uncached tokens of requests
 	// routed there that have not produced a first token.
 	Backlog float64
@@ -69,6 +76,9 @@ type Features struct {
 	// before its prefill starts. Zero unless the endpoint is decoding with
 	// no prefill in flight (prefill steps are priced by the backlog terms).
 	StepRemaining float64
+
+	// twin is the engine twin's projection, set by PredictLive.
+	twin twinSample
 }
 
 // ttftX is TTFT's feature vector: the prefill work ahead (W tokens, and
@@ -98,7 +108,8 @@ func (f Features) tpotX() [maxFeatures]float64 {
 	return [maxFeatures]float64{1, f.Decodes / 100, f.DecodeTokens / 1e6, f.busy(), 0, 0}
 }
 
-// Priors: an 8B model on one modern GPU, weakly held (see rls).
+// Priors: an 8B model on one modern GPU, weakly held (see rls; the twin's
+// in twin.go).
 var (
 	ttftPrior = []float64{0.02, 0.1, 0, 0, 0, 1}
 	tpotPrior = []float64{0.01, 0.01, 0, 0, 0, 0}
@@ -113,6 +124,9 @@ type Estimate struct {
 // coeffs is an immutable published fit.
 type coeffs struct {
 	ttft, tpot   [maxFeatures]float64
+	twin         [maxFeatures]float64 // the engine twin's step cost
+	mTwin        float64
+	twinSamples  int
 	qTTFT, qTPOT float64 // log(actual/predicted) quantiles
 	// mTTFT and mTPOT are exp of them: the quantile's multiple of the mean,
 	// computed once per fit rather than per prediction.
@@ -159,12 +173,18 @@ type kind int
 const (
 	ttft kind = iota
 	tpot
+	// twinCost is the engine twin's step cost, learned from TTFTs.
+	twinCost
+	kinds
 )
 
 // features is how many of the maxFeatures terms the kind uses.
 func (k kind) features() int {
-	if k == ttft {
+	switch k {
+	case ttft:
 		return 6
+	case twinCost:
+		return twinFeatures
 	}
 	return 4
 }
@@ -188,19 +208,23 @@ type target struct {
 // fit is one endpoint's (or the pool's) model.
 type fit struct {
 	mu        sync.Mutex
-	t         [2]target // by kind
+	t         [kinds]target // by kind
 	published atomic.Pointer[coeffs]
 	// used is the model's observation count when this fit last learned:
 	// the least recently used fit goes when the endpoint bound is reached.
 	used atomic.Int64
+
+	// twinMu guards tw, the endpoint's engine twin (unused in the pool's).
+	twinMu sync.Mutex
+	tw     twin
 }
 
 func newFit(cfg Config, from *coeffs) *fit {
 	f := &fit{}
-	priors := [2][]float64{ttftPrior, tpotPrior}
+	priors := [kinds][]float64{ttftPrior, tpotPrior, twinPrior}
 	if from != nil {
 		// The residuals are the new endpoint's own: they start over.
-		priors = [2][]float64{from.ttft[:], from.tpot[:]}
+		priors = [kinds][]float64{from.ttft[:], from.tpot[:], from.twin[:]}
 	}
 	for k := range f.t {
 		f.t[k] = target{reg: newRLS(kind(k).features(), cfg.Forgetting, priors[k]), q: newQuantile(cfg.Quantile, residualForget)}
@@ -210,17 +234,24 @@ func newFit(cfg Config, from *coeffs) *fit {
 }
 
 func (f *fit) publishLocked() {
-	t, p := &f.t[ttft], &f.t[tpot]
+	t, p, w := &f.t[ttft], &f.t[tpot], &f.t[twinCost]
 	f.published.Store(&coeffs{ttft: t.reg.clamped(), tpot: p.reg.constrained(), qTTFT: t.q.value, qTPOT: p.q.value,
-		mTTFT: math.Exp(t.q.value), mTPOT: math.Exp(p.q.value), ttftSamples: t.samples, tpotSamples: p.samples})
+		mTTFT: math.Exp(t.q.value), mTPOT: math.Exp(p.q.value), ttftSamples: t.samples, tpotSamples: p.samples,
+		twin: w.reg.constrained(), mTwin: math.Exp(w.q.value), twinSamples: w.samples})
 }
 
 // observe learns one sample of kind k; the residual is taken against what
 // the published fit predicted, before the sample moves it.
 func (f *fit) observe(k kind, feat Features, actual float64) {
-	x := k.x(feat)
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.learnLocked(k, feat, actual)
+	f.publishLocked()
+}
+
+// learnLocked is observe without publishing the new fit.
+func (f *fit) learnLocked(k kind, feat Features, actual float64) {
+	x := k.x(feat)
 	e := f.published.Load().estimate(feat)
 	pred := e.TTFT
 	if k == tpot {
@@ -232,7 +263,6 @@ func (f *fit) observe(k kind, feat Features, actual float64) {
 	}
 	t.reg.update(&x, actual)
 	t.samples++
-	f.publishLocked()
 }
 
 // Model predicts and learns latencies per endpoint address.
@@ -241,6 +271,8 @@ type Model struct {
 	pool *fit
 	// observations counts samples, the clock of fit.used.
 	observations atomic.Int64
+	// tickets numbers routed requests in the twins.
+	tickets atomic.Uint64
 
 	// endpoints is an immutable map replaced whole when an endpoint is
 	// added or forgotten (rare), so that predictions, one per candidate
@@ -262,9 +294,14 @@ func New(cfg Config) *Model {
 // that kind, else from the pool's; TPOT is 0 ("unknown": SLO checks skip
 // it) until even the pool has seen MinSamples streams end.
 func (m *Model) Predict(addr string, f Features) Estimate {
+	return m.predict((*m.endpoints.Load())[addr], f)
+}
+
+// predict is Predict with the endpoint's fit looked up (nil: none).
+func (m *Model) predict(e *fit, f Features) Estimate {
 	pool := m.pool.published.Load()
 	ttftFrom, tpotFrom := pool, pool
-	if e := (*m.endpoints.Load())[addr]; e != nil {
+	if e != nil {
 		c := e.published.Load()
 		if c.ttftSamples >= m.cfg.MinSamples {
 			ttftFrom = c

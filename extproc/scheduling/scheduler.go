@@ -3,6 +3,7 @@ package scheduling
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
 )
@@ -15,6 +16,7 @@ type Scheduler struct {
 	observe   Observer
 	producers []DataProducer
 	admitters []Admitter
+	screeners []Screener
 }
 
 // Stages are the per-request steps that run before the profiles.
@@ -22,6 +24,8 @@ type Stages struct {
 	// Producers run first, in this order (see OrderProducers).
 	Producers []DataProducer
 	Admitters []Admitter
+	// Screeners run before all of them.
+	Screeners []Screener
 }
 
 // maxProfileRounds bounds the handler loop so that a handler that never
@@ -30,7 +34,7 @@ const maxProfileRounds = 8
 
 // NewScheduler builds a scheduler; observe may be nil.
 func NewScheduler(handler ProfileHandler, profiles map[string]*Profile, observe Observer, stages Stages) *Scheduler {
-	return &Scheduler{handler: handler, profiles: profiles, observe: observe, producers: stages.Producers, admitters: stages.Admitters}
+	return &Scheduler{handler: handler, profiles: profiles, observe: observe, producers: stages.Producers, admitters: stages.Admitters, screeners: stages.Screeners}
 }
 
 // Profiles returns the configured profiles by name. Callers must not modify it.
@@ -40,6 +44,11 @@ func (s *Scheduler) Profiles() map[string]*Profile { return s.profiles }
 func (s *Scheduler) Schedule(ctx context.Context, cs *CycleState, req *Request, candidates []*endpoints.Endpoint) (*Result, error) {
 	if len(candidates) == 0 {
 		return nil, ErrNoCandidates
+	}
+	if len(s.screeners) > 0 {
+		if candidates = s.screen(ctx, cs, req, candidates); len(candidates) == 0 {
+			return nil, ErrScreenedOut
+		}
 	}
 	for _, p := range s.producers {
 		start := now(s.observe)
@@ -92,4 +101,23 @@ func (s *Scheduler) Schedule(ctx context.Context, cs *CycleState, req *Request, 
 		return nil, ErrAllFiltered
 	}
 	return res, nil
+}
+
+// screen returns the candidates every screener keeps, in their order.
+func (s *Scheduler) screen(ctx context.Context, cs *CycleState, req *Request, candidates []*endpoints.Endpoint) []*endpoints.Endpoint {
+	kept := slices.Clone(candidates)
+	allowed := make(map[*endpoints.Endpoint]bool, len(candidates))
+	for _, sc := range s.screeners {
+		start := now(s.observe)
+		clear(allowed)
+		for _, e := range sc.Screen(ctx, cs, req, candidates) {
+			allowed[e] = true
+		}
+		record(s.observe, PointScreener, sc, start)
+		kept = slices.DeleteFunc(kept, func(e *endpoints.Endpoint) bool { return !allowed[e] })
+		if len(kept) == 0 {
+			break
+		}
+	}
+	return kept
 }

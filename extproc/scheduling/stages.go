@@ -38,6 +38,20 @@ type Admitter interface {
 	Admit(ctx context.Context, cs *CycleState, req *Request, candidates []*endpoints.Endpoint) error
 }
 
+// Screener narrows the candidates before the data producers, admitters and
+// profiles run (llm-d's Screener), so that no later filter, scorer or
+// picker can undo the constraint. Every screener sees the same candidates
+// (it must not modify the slice); the request goes on with the endpoints
+// all of them keep, and fails with ErrScreenedOut when none is left.
+type Screener interface {
+	Plugin
+	Screen(ctx context.Context, cs *CycleState, req *Request, candidates []*endpoints.Endpoint) []*endpoints.Endpoint
+}
+
+// ErrScreenedOut is returned when the screeners keep no candidate; it is
+// an ErrNoCandidates (llm-d answers 503, reason no-endpoints).
+var ErrScreenedOut = fmt.Errorf("%w: the screeners kept none", ErrNoCandidates)
+
 // RequestHeader runs once per request as the picker assembles it, before
 // flow control and scheduling (llm-d's RequestHeaderProcessor): plugins
 // derive request attributes from the headers, such as the fairness id
@@ -61,6 +75,7 @@ type FirstToken interface {
 const (
 	PointDataProducer     = "DataProducer"
 	PointAdmitter         = "Admitter"
+	PointScreener         = "Screener"
 	PointFirstToken       = "FirstToken"
 	PointRequestHeader    = "RequestHeader"
 	PointResponseHeader   = "ResponseHeader"
@@ -148,7 +163,10 @@ type ResponseHead struct {
 	// (envoy.lb's x-gateway-destination-endpoint-served); "" when it did
 	// not say.
 	Served string
-	set    map[string]string
+	// Endpoint is the endpoint the request is accounted to: the served
+	// one when the proxy said, else the primary pick; nil when unknown.
+	Endpoint *endpoints.Endpoint
+	set      map[string]string
 }
 
 // Set sets a response header for the client.

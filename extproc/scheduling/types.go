@@ -72,6 +72,11 @@ type Result struct {
 	// Headers are extra request headers plugins want sent upstream (for
 	// example x-prefiller-host-port), set during PreRequest.
 	Headers map[string]string
+	// DestinationPort, when non-zero, is the port the request is sent to
+	// on the primary targets' hosts instead of their own: llm-d's
+	// data-parallel handler sends each rank's requests to its pod's
+	// primary port. The targets stay the ranks (load is charged there).
+	DestinationPort int
 }
 
 // Primary returns the primary profile's result; nil if it picked nothing.

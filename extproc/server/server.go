@@ -157,6 +157,11 @@ type Decision struct {
 	// the model in the body sent upstream. It has no effect on a header-only
 	// request: there the body, if any, bypasses the picker.
 	TargetModel string
+	// EnginePriority, when set, becomes the body's top-level "priority"
+	// (vLLM's request priority under --scheduling-policy priority: lower
+	// is scheduled first), replacing any client value. Like TargetModel it
+	// needs the body.
+	EnginePriority *int
 }
 
 // ResponseSummary is what the server learned about a response.

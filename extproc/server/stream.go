@@ -255,12 +255,21 @@ func (st *stream) decide(bodyEOS bool) (bool, error) {
 
 	body := st.req.Body
 	rewritten := false
-	if p := st.req.Parsed; p != nil && d.TargetModel != "" && d.TargetModel != p.Model {
-		b, err := p.WithModel(d.TargetModel)
-		if err != nil {
-			return true, st.immediate(inferr.New(inferr.Internal, "rewriting the model: %v", err))
+	if p := st.req.Parsed; p != nil {
+		var set []openai.Field
+		if d.TargetModel != "" && d.TargetModel != p.Model {
+			set = append(set, openai.Field{Key: "model", Value: d.TargetModel})
 		}
-		body, rewritten = b, true
+		if d.EnginePriority != nil {
+			set = append(set, openai.Field{Key: "priority", Value: *d.EnginePriority})
+		}
+		if len(set) > 0 {
+			b, err := p.With(set...)
+			if err != nil {
+				return true, st.immediate(inferr.New(inferr.Internal, "rewriting the body: %v", err))
+			}
+			body, rewritten = b, true
+		}
 	}
 	dest := strings.Join(d.Endpoints, ",")
 	if err := st.send(decisionResponse(st.req, d, dest, st.generated, rewritten && st.hadCLength, len(body))); err != nil {
@@ -269,7 +278,7 @@ func (st *stream) decide(bodyEOS bool) (bool, error) {
 	if st.srv.log.Enabled(st.ctx, slog.LevelDebug) {
 		st.srv.log.LogAttrs(st.ctx, slog.LevelDebug, "request routed",
 			slog.String("request_id", st.req.ID), slog.String("endpoints", dest),
-			slog.Bool("model_rewritten", rewritten))
+			slog.Bool("body_rewritten", rewritten))
 	}
 	if st.req.HeaderOnly {
 		return false, nil

@@ -10,3 +10,9 @@ const (
 	HeaderEncodersLLMD      = "x-llm-d-encoder-hosts-ports"
 	HeaderKVCacheSourceLLMD = "x-llm-d-kv-cache-source-host-port"
 )
+
+// HeaderDataParallel is llm-d's ip:port of the data-parallel rank a
+// request is for, set by data-parallel-profile-handler, which sends the
+// request itself to the pod's primary port: the routing sidecar there
+// forwards it to the rank. Only the picker may set it.
+const HeaderDataParallel = "x-data-parallel-host-port"

@@ -44,7 +44,7 @@ const (
 func PickerOnly(name string) bool { return slices.Contains(pickerOnly, name) }
 
 var pickerOnly = []string{HeaderDestination, HeaderPrefiller, HeaderEncoders, HeaderKVCacheSource,
-	HeaderPrefillerLLMD, HeaderEncodersLLMD, HeaderKVCacheSourceLLMD}
+	HeaderPrefillerLLMD, HeaderEncodersLLMD, HeaderKVCacheSourceLLMD, HeaderDataParallel}
 
 // PickerOnlyHeaders lists the headers PickerOnly accepts, for proxies that
 // remove them.

@@ -234,36 +234,63 @@ func (r *Request) PromptText() string {
 // byte is kept as the client sent it, so that the model server sees the
 // request it was sent, and a large prompt is copied once, not re-encoded.
 func (r *Request) WithModel(model string) ([]byte, error) {
-	m, err := json.Marshal(model)
+	return r.With(Field{Key: "model", Value: model})
+}
+
+// Field is one top-level member of a body rewrite.
+type Field struct {
+	Key   string
+	Value any // JSON-encoded into the body
+}
+
+// With returns the body with each field's top-level value replaced (every
+// duplicate of it), or added first when the body has none, keeping every
+// other byte as WithModel does. An envelope (Wrap) is rebuilt around the
+// result once.
+func (r *Request) With(fields ...Field) ([]byte, error) {
+	out := r.body
+	for _, f := range fields {
+		v, err := json.Marshal(f.Value)
+		if err != nil {
+			return nil, err
+		}
+		if out, err = setTopLevel(out, f.Key, v); err != nil {
+			return nil, err
+		}
+	}
+	if r.wrap != nil {
+		return r.wrap(out)
+	}
+	return out, nil
+}
+
+// setTopLevel is body with key's top-level values replaced by v, or with
+// key: v added first; body is left as it is.
+func setTopLevel(body []byte, key string, v []byte) ([]byte, error) {
+	k, err := json.Marshal(key)
 	if err != nil {
 		return nil, err
 	}
-	spans, err := topLevelValues(r.body, "model")
+	spans, err := topLevelValues(body, key)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]byte, 0, len(r.body)+len(m)+len(`"model":,`))
+	out := make([]byte, 0, len(body)+len(v)+len(k)+2)
 	prev := 0
 	if len(spans) == 0 {
-		// A body without a model (vLLM's generate makes it optional)
-		// gets one, first.
-		i := skipSpace(r.body, 0) + 1
-		out = append(append(append(out, r.body[:i]...), `"model":`...), m...)
-		if j := skipSpace(r.body, i); j < len(r.body) && r.body[j] != '}' {
+		i := skipSpace(body, 0) + 1
+		out = append(append(append(append(out, body[:i]...), k...), ':'), v...)
+		if j := skipSpace(body, i); j < len(body) && body[j] != '}' {
 			out = append(out, ',')
 		}
 		prev = i
 	}
 	for _, sp := range spans {
-		out = append(out, r.body[prev:sp[0]]...)
-		out = append(out, m...)
+		out = append(out, body[prev:sp[0]]...)
+		out = append(out, v...)
 		prev = sp[1]
 	}
-	out = append(out, r.body[prev:]...)
-	if r.wrap != nil {
-		return r.wrap(out)
-	}
-	return out, nil
+	return append(out, body[prev:]...), nil
 }
 
 // topLevelValues returns the [start, end) byte spans of every value of key

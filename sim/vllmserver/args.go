@@ -38,6 +38,7 @@ func (o Options) Args() []string {
 	num("max-num-batched-tokens", o.MaxNumBatchedTokens, d.MaxNumBatchedTokens)
 	num("max-model-len", o.MaxModelLen, d.MaxModelLen)
 	num("max-waiting", o.MaxWaiting, d.MaxWaiting)
+	str("scheduling-policy", o.SchedulingPolicy, d.SchedulingPolicy)
 	str("hash-seed", o.HashSeed, d.HashSeed)
 	loras := make([]string, len(o.LoRAModules))
 	for i, l := range o.LoRAModules {

@@ -14,7 +14,7 @@ func TestArgsRoundTrip(t *testing.T) {
 	full := DefaultOptions() // the fields without a flag keep their defaults
 	full.Host, full.Port, full.AdvertiseHost, full.Model, full.ServedModelNames = "127.0.0.1", 8123, "10.0.0.1", "m", []string{"a", "b"}
 	full.TokenizerDir, full.Preset, full.BlockSize, full.NumGPUBlocks, full.MaxNumSeqs = "/tok", "llama-3.1-8b-h100", 32, 600, 8
-	full.MaxNumBatchedTokens, full.MaxModelLen, full.MaxWaiting, full.HashSeed = 4096, 2048, 10, "7"
+	full.MaxNumBatchedTokens, full.MaxModelLen, full.MaxWaiting, full.HashSeed, full.SchedulingPolicy = 4096, 2048, 10, "7", "priority"
 	full.LoRAModules, full.MaxLoRAs = []LoRAModule{{Name: "l1", Path: "/p1"}, {Name: "l2", Path: "/p2"}}, 2
 	full.HeldBlockTimeout, full.Role, full.TimeScale, full.FailureRate, full.Seed = time.Minute, RolePrefill, 0.03, 0.25, 3
 	full.Echo, full.DefaultMaxTokens, full.KVEventsEndpoint = true, 5, "tcp://127.0.0.1:5557"

@@ -36,6 +36,7 @@ type job struct {
 	lora         string
 	cacheSalt    string
 	prefillOnly  bool
+	priority     int // vLLM's request priority: lower is scheduled first
 	remote       *engine.RemotePrefill
 	kv           *vllm.KVTransferParams // the request's, for the decode leg's release
 	mm           []kvhash.MMItem        // the prompt's multimodal items
@@ -117,6 +118,13 @@ func (s *Server) prepare(kind apiKind, body []byte) (*job, *apiError) {
 	}
 	j := &job{kind: kind, model: req.Model, created: time.Now().Unix(), stream: req.Stream,
 		includeUsage: req.Stream && req.IncludeUsage, lora: lora, cacheSalt: req.CacheSalt, kv: ext.KV, ecIn: ext.EC}
+	if j.priority, err = requestPriority(req.RawField("priority")); err != nil {
+		return nil, badRequest("%v", err)
+	}
+	if j.priority != 0 && s.engCfg.SchedulingPolicy != engine.SchedulingPriority {
+		// vLLM's engine refuses it the same way (a ValueError, answered 400).
+		return nil, badRequest("Got priority %d but Priority scheduling is not enabled.", j.priority)
+	}
 	j.parts = prompt.MMParts(req)
 	if s.opts.Role == RoleEncode && len(j.parts) == 0 {
 		return nil, badRequest("this server's role is encode; it serves chat requests with image_url, audio_url, video_url or input_audio parts")
@@ -180,7 +188,7 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, j *job) {
 	}
 	st, err := s.runner.Submit(engine.Request{
 		ID: j.id, Prompt: j.prompt, MaxTokens: j.engineMaxTokens(), LoRA: j.lora, CacheSalt: j.cacheSalt,
-		PrefillOnly: j.prefillOnly, RemotePrefill: j.remote, MM: j.mm,
+		PrefillOnly: j.prefillOnly, RemotePrefill: j.remote, MM: j.mm, Priority: j.priority,
 	})
 	if err != nil {
 		writeError(w, s.engineError(err, len(j.prompt), j.maxTokens))

@@ -16,6 +16,7 @@ import (
 	"github.com/kvgate/kvgate/internal/kvwire"
 	"github.com/kvgate/kvgate/internal/prompt"
 	"github.com/kvgate/kvgate/internal/tokenizer"
+	"github.com/kvgate/kvgate/sim/engine"
 )
 
 // Role is the part a server plays in P/D disaggregation.
@@ -68,9 +69,13 @@ type Options struct {
 	MaxNumBatchedTokens int
 	MaxModelLen         int
 	MaxWaiting          int
-	HashSeed            string
-	LoRAModules         []LoRAModule
-	MaxLoRAs            int
+	// SchedulingPolicy is vLLM's --scheduling-policy: fcfs, or priority
+	// (the waiting queue by the body's "priority", lower first, then
+	// arrival).
+	SchedulingPolicy string
+	HashSeed         string
+	LoRAModules      []LoRAModule
+	MaxLoRAs         int
 	// HeldBlockTimeout frees a prefill's blocks that no decoder released
 	// (simulated time).
 	HeldBlockTimeout time.Duration
@@ -138,6 +143,7 @@ func DefaultOptions() Options {
 		Preset:              "qwen3-0.6b-h100",
 		BlockSize:           kvhash.DefaultBlockSize,
 		HashSeed:            kvhash.DefaultSeed,
+		SchedulingPolicy:    string(engine.SchedulingFCFS),
 		HeldBlockTimeout:    480 * time.Second,
 		Role:                RoleBoth,
 		MMTokensPerItem:     prompt.DefaultTokensPerItem,
@@ -209,6 +215,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.IntVar(&o.MaxNumBatchedTokens, "max-num-batched-tokens", o.MaxNumBatchedTokens, "token budget per step (0: 8192)")
 	fs.IntVar(&o.MaxModelLen, "max-model-len", o.MaxModelLen, "context length (0: the model's)")
 	fs.IntVar(&o.MaxWaiting, "max-waiting", o.MaxWaiting, "waiting-queue bound; beyond it requests get 429 (0: 1024)")
+	fs.StringVar(&o.SchedulingPolicy, "scheduling-policy", o.SchedulingPolicy, "fcfs, or priority: waiting requests by their body's priority (lower first), then arrival; under fcfs a non-zero priority is refused (400)")
 	fs.StringVar(&o.HashSeed, "hash-seed", o.HashSeed, "PYTHONHASHSEED of the block-hash chain; the picker must use the same")
 	fs.Var(cliflag.List{Vals: &loras, Sep: " "}, "lora-modules", "LoRA adapters as name=path (several allowed); names become servable models")
 	fs.IntVar(&o.MaxLoRAs, "max-loras", o.MaxLoRAs, "adapters per batch (0 with --lora-modules: 1)")
@@ -280,6 +287,8 @@ func (o *Options) validate() error {
 		return fmt.Errorf("--port %d out of range", o.Port)
 	case o.Model == "":
 		return errors.New("--model is required")
+	case o.SchedulingPolicy != string(engine.SchedulingFCFS) && o.SchedulingPolicy != string(engine.SchedulingPriority):
+		return fmt.Errorf("--scheduling-policy %q: want fcfs or priority", o.SchedulingPolicy)
 	case o.KVLoadFailurePolicy != PolicyFail && o.KVLoadFailurePolicy != PolicyRecompute:
 		return fmt.Errorf("--kv-load-failure-policy %q: want fail or recompute", o.KVLoadFailurePolicy)
 	case o.KVBytesPerToken < 0 || o.KVRegionBytes <= 0 || o.KVTransferTimeout <= 0:

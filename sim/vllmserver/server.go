@@ -155,6 +155,7 @@ func New(o Options) (*Server, error) {
 		Timing: preset.Timing, Events: sink, BlockSize: o.BlockSize, NumGPUBlocks: o.NumGPUBlocks,
 		MaxNumSeqs: o.MaxNumSeqs, MaxNumBatchedTokens: o.MaxNumBatchedTokens, MaxModelLen: o.MaxModelLen,
 		MaxLoRAs: maxLoRAs, MaxWaiting: o.MaxWaiting, HashSeed: o.HashSeed, HeldBlockTimeout: o.HeldBlockTimeout,
+		SchedulingPolicy: engine.SchedulingPolicy(o.SchedulingPolicy),
 	}
 	if s.dp != nil {
 		// The pull is real and timed by the clock; the engine models only

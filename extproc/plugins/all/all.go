@@ -10,6 +10,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/attrreporter"
 	"github.com/kvgate/kvgate/extproc/plugins/burstprefix"
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
+	"github.com/kvgate/kvgate/extproc/plugins/dataparallel"
 	"github.com/kvgate/kvgate/extproc/plugins/dcgm"
 	"github.com/kvgate/kvgate/extproc/plugins/disagg"
 	"github.com/kvgate/kvgate/extproc/plugins/endpointattribute"
@@ -18,6 +19,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
 	"github.com/kvgate/kvgate/extproc/plugins/gpuhealth"
 	"github.com/kvgate/kvgate/extproc/plugins/headerfilter"
+	"github.com/kvgate/kvgate/extproc/plugins/headerlabelaffinity"
 	"github.com/kvgate/kvgate/extproc/plugins/inflightload"
 	"github.com/kvgate/kvgate/extproc/plugins/kvcacheutil"
 	"github.com/kvgate/kvgate/extproc/plugins/labelselector"
@@ -44,6 +46,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/profilehandler"
 	"github.com/kvgate/kvgate/extproc/plugins/queue"
 	"github.com/kvgate/kvgate/extproc/plugins/rolefilter"
+	"github.com/kvgate/kvgate/extproc/plugins/rolloutscreener"
 	"github.com/kvgate/kvgate/extproc/plugins/runningrequests"
 	"github.com/kvgate/kvgate/extproc/plugins/servedverifier"
 	"github.com/kvgate/kvgate/extproc/plugins/sessionaffinity"
@@ -150,6 +153,10 @@ func Registry() *scheduling.Registry {
 		{topology.ExtractorType, topology.NewExtractor},
 		{topology.FilterType, topology.NewFilter},
 		{topology.ScorerType, topology.NewScorer},
+		// dpmc: data-parallel, multicluster, rollout screening.
+		{dataparallel.Type, dataparallel.New},
+		{rolloutscreener.Type, rolloutscreener.New},
+		{headerlabelaffinity.Type, headerlabelaffinity.New},
 	} {
 		mustNot(r.Register(p.typ, p.f))
 	}

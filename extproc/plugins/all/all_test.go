@@ -52,6 +52,9 @@ var requiredParams = map[string]map[string]any{
 	"endpoint-attribute-filter": {"attribute": "GPUUtilization", "producer": "dcgm-extractor",
 		"algorithm": map[string]any{"type": "threshold", "threshold": map[string]any{"operator": "LessThan", "value": 0.9}}},
 	"endpoint-attribute-scorer": {"attributeKey": "GPUUtilization", "producer": "dcgm-extractor", "algorithm": map[string]any{"type": "linear_lower_is_better"}},
+	// The rollout screener's scope and gating, the affinity's mapping.
+	"disaggregatedset-rollout-screener": {"scope": map[string]any{"labelSelector": "set=s"}, "revisionGating": map[string]any{"mode": "disabled"}},
+	"header-label-affinity-scorer":      {"headerName": "x-slice", "labelKey": "slice"},
 }
 
 // minimalParams is typ's required parameters, with probe (when not empty)

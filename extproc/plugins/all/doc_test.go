@@ -25,6 +25,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/attrreporter"
 	"github.com/kvgate/kvgate/extproc/plugins/burstprefix"
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
+	"github.com/kvgate/kvgate/extproc/plugins/dataparallel"
 	"github.com/kvgate/kvgate/extproc/plugins/dcgm"
 	"github.com/kvgate/kvgate/extproc/plugins/disagg"
 	"github.com/kvgate/kvgate/extproc/plugins/endpointattribute"
@@ -33,6 +34,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
 	"github.com/kvgate/kvgate/extproc/plugins/gpuhealth"
 	"github.com/kvgate/kvgate/extproc/plugins/headerfilter"
+	"github.com/kvgate/kvgate/extproc/plugins/headerlabelaffinity"
 	"github.com/kvgate/kvgate/extproc/plugins/inflightload"
 	"github.com/kvgate/kvgate/extproc/plugins/labelselector"
 	"github.com/kvgate/kvgate/extproc/plugins/latencyscorer"
@@ -54,6 +56,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/prefixaffinity"
 	"github.com/kvgate/kvgate/extproc/plugins/prefixpddecider"
 	"github.com/kvgate/kvgate/extproc/plugins/probadmitter"
+	"github.com/kvgate/kvgate/extproc/plugins/rolloutscreener"
 	"github.com/kvgate/kvgate/extproc/plugins/servedverifier"
 	"github.com/kvgate/kvgate/extproc/plugins/sessionaffinity"
 	"github.com/kvgate/kvgate/extproc/plugins/sloheadroom"
@@ -152,6 +155,9 @@ var paramsOf = map[string]any{
 	topology.ExtractorType:        topology.ExtractorParams{},
 	topology.FilterType:           topology.FilterParams{},
 	topology.ScorerType:           topology.ScorerParams{},
+	dataparallel.Type:             dataparallel.Params{},
+	rolloutscreener.Type:          rolloutscreener.Params{},
+	headerlabelaffinity.Type:      headerlabelaffinity.Params{},
 }
 
 // The README's plugin table, each plugin package's documented parameters,
@@ -233,6 +239,7 @@ var kinds = map[string]reflect.Type{
 	"profile handler":    reflect.TypeFor[scheduling.ProfileHandler](),
 	"data producer":      reflect.TypeFor[scheduling.DataProducer](),
 	"admitter":           reflect.TypeFor[scheduling.Admitter](),
+	"screener":           reflect.TypeFor[scheduling.Screener](),
 	"data source":        reflect.TypeFor[scheduling.DataSource](),
 	"data extractor":     reflect.TypeFor[scheduling.DataExtractor](),
 	"request parser":     reflect.TypeFor[scheduling.RequestParser](),

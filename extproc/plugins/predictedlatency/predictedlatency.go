@@ -3,7 +3,9 @@
 // quantile) with kvgate's online latency model (extproc/latency), from the
 // request's uncached prompt tokens there (the prefix producer's match) and
 // the endpoint's live load (extproc/endpoints), and it trains that model on
-// the TTFT and TPOT observed on each response stream. The latency scorer,
+// the TTFT and TPOT observed on each response stream. It also tells the
+// model's engine twin of each endpoint what it routed there, and when each
+// request's first token came or its response ended. The latency scorer,
 // the SLO filters and the admitter read its predictions.
 //
 // Parameters (llm-d's; its sidecar tuning is refused unless at its default):
@@ -110,6 +112,8 @@ type state struct {
 	// remote is set when another server computed the prompt (P/D): the
 	// decode server's TTFT then says nothing of its own prefill speed.
 	remote bool
+	// ticket is the request's place in the target's engine twin.
+	ticket latency.Ticket
 }
 
 // Recycle implements scheduling.Recycler: the request has ended.
@@ -221,7 +225,7 @@ func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, req *sc
 		if f.Backlog == 0 && l.DecodeRequests > 0 {
 			f.StepRemaining = e.StepRemaining(now).Seconds()
 		}
-		est := p.model.Predict(e.Address(), f)
+		est := p.model.PredictLive(e.Address(), &f, now, engineOf(e, l))
 		if p.prefillOnly(e) {
 			est.TPOT, est.TPOTQuantile = 0, 0
 		}
@@ -240,11 +244,19 @@ func (p *Producer) features(prompt, held int, l endpoints.Load, meanPrefill floa
 	uncached := prefixmatch.Uncached(prompt, held)
 	return latency.Features{
 		Prefill:      float64(uncached),
+		Cached:       float64(prompt - uncached),
 		Backlog:      float64(l.PrefillTokens) + float64(l.ExternalWaiting)*meanPrefill,
 		Attention:    float64(endpoints.AttentionPairs(int64(prompt-uncached), int64(uncached)) + l.PrefillAttention),
 		Decodes:      float64(l.DecodeRequests + l.ExternalRunning),
 		DecodeTokens: float64(l.DecodeTokens) + float64(l.ExternalRunning)*meanPrefill,
 	}
+}
+
+// engineOf is what the latency model's engine twin reads of e beside its
+// queue.
+func engineOf(e *endpoints.Endpoint, l endpoints.Load) latency.Engine {
+	return latency.Engine{Decodes: float64(l.DecodeRequests), DecodeTokens: float64(l.DecodeTokens),
+		StepEnd: e.LastStep(), External: float64(l.ExternalWaiting + l.ExternalRunning)}
 }
 
 func (p *Producer) prefillOnly(e *endpoints.Endpoint) bool {
@@ -281,6 +293,9 @@ func (p *Producer) PreRequest(_ context.Context, cs *scheduling.CycleState, req 
 	p.putArrays(st)
 	st.routed = p.now()
 	f := st.feat
+	if !st.remote {
+		st.ticket = p.model.Routed(target.Address(), st.routed, int(f.Cached), int(f.Prefill))
+	}
 	const alpha = 0.05
 	old := math.Float64frombits(p.meanPrefill.Load())
 	p.meanPrefill.Store(math.Float64bits(old + alpha*(f.Prefill-old)))
@@ -290,17 +305,25 @@ func (p *Producer) PreRequest(_ context.Context, cs *scheduling.CycleState, req 
 // FirstToken implements scheduling.FirstToken: TTFT is learned, and the
 // decode batch the request joins is captured for TPOT.
 func (p *Producer) FirstToken(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, res *scheduling.Response) {
+	now := p.now()
+	if st, ok := scheduling.Read(cs, p.key); ok && st.target != nil {
+		if res.Endpoint == st.target {
+			p.model.FirstTokenAt(&st.ticket, now, engineOf(st.target, st.target.Load()), &st.feat)
+		} else {
+			p.model.Ended(&st.ticket) // a fallback served it: no step of the target ended
+		}
+	}
 	st, ok := p.trained(cs, res)
 	if !ok || !req.Stream {
 		return
 	}
 	est, f := st.est, st.feat
-	if p.now().Sub(st.routed) > time.Duration(p.params.ContextTTL) {
+	if now.Sub(st.routed) > time.Duration(p.params.ContextTTL) {
 		return
 	}
 	st.ttft = res.TTFT
 	if !st.remote {
-		p.model.ObserveTTFT(res.Endpoint.Address(), f, res.TTFT)
+		p.model.ObserveFirstToken(res.Endpoint.Address(), f, now, res.TTFT, now.Sub(st.routed))
 		p.rec.ObservedTTFT(req.ID, req.TargetModel, est.TTFT, res.TTFT)
 	}
 	l := res.Endpoint.Load()
@@ -310,6 +333,9 @@ func (p *Producer) FirstToken(_ context.Context, cs *scheduling.CycleState, req 
 // ResponseComplete implements scheduling.ResponseComplete: TPOT is learned
 // in streaming mode, from the batch the request joined at its first token.
 func (p *Producer) ResponseComplete(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, res *scheduling.Response) {
+	if st, ok := scheduling.Read(cs, p.key); ok {
+		p.model.Ended(&st.ticket)
+	}
 	st, ok := p.trained(cs, res)
 	if !ok || st.ttft == 0 || res.TPOT <= 0 || !res.Complete {
 		return

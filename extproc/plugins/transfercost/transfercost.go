@@ -26,9 +26,18 @@
 //   - remote = that compute on the prefill server + overhead (the sidecar's
 //     extra leg and the transfer's set-up) + the path's round trip + the KV
 //     of every prompt token the decode server lacks over the path's
-//     bandwidth + two decode steps on the decode server (it starts the pull
+//     bandwidth + two steps on the decode server (it starts the pull
 //     at a step boundary, on average half a step after the request
-//     arrives, sees it landed at another and samples in the step after).
+//     arrives, sees it landed at another and samples in the step after):
+//     decode steps, or, when the KV lands before the decode server's own
+//     queued prefills are done, steps carrying their chunks.
+//
+// A prefill of compute c also delays the requests that reach its server
+// while it runs: arriving at rate λ, they wait λ·c²/2 seconds in all.
+// queueWeight × that is added to each side, λ measured by the decider
+// itself: the rate of the requests it decides over the last
+// rateSamples of them, per decode server for a local prefill, and the
+// rate of those it disaggregates, per prefill server, for a remote one.
 //
 // With the default weights the rule keeps a request's TTFT where P/D would
 // raise it by more than the ITL spike it spares the decode batch: long
@@ -95,6 +104,9 @@
 //	decodeStallWeight: float  weight of the sum of those sequences' stall
 //	                         (default 0; 1 minimises the sum of all
 //	                         requests' latency)
+//	queueWeight: float       weight of the wait the prefill imposes on the
+//	                         prefills arriving behind it on the same server
+//	                         (default 0; 1: their expected sum)
 package transfercost
 
 import (
@@ -103,6 +115,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -152,6 +165,7 @@ type Params struct {
 	PrefillFilter                  string              `json:"prefillFilter"`
 	InterferenceWeight             float64             `json:"interferenceWeight"`
 	DecodeStallWeight              float64             `json:"decodeStallWeight"`
+	QueueWeight                    float64             `json:"queueWeight"`
 }
 
 // Decider implements transfer-cost-pd-decider.
@@ -161,6 +175,43 @@ type Decider struct {
 	view   atomic.Pointer[NetworkView]
 	filter scheduling.Filter
 	key    scheduling.Key[*state]
+	// now is the scheduler's clock; arrivals and remotes the requests
+	// decided and those disaggregated, for the queueing term.
+	now               func() time.Time
+	arrivals, remotes rateMeter
+}
+
+// rateSamples is how many recent events a rateMeter holds.
+const rateSamples = 64
+
+// rateMeter measures an event rate over its last rateSamples events.
+type rateMeter struct {
+	mu   sync.Mutex
+	at   [rateSamples]time.Time
+	n, i int
+}
+
+func (m *rateMeter) add(t time.Time) {
+	m.mu.Lock()
+	m.at[m.i] = t
+	m.i = (m.i + 1) % rateSamples
+	m.n = min(m.n+1, rateSamples)
+	m.mu.Unlock()
+}
+
+// rate is events per second from the oldest event held to now; 0 before
+// two events.
+func (m *rateMeter) rate(now time.Time) float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.n < 2 {
+		return 0
+	}
+	span := now.Sub(m.at[(m.i-m.n+rateSamples)%rateSamples]).Seconds()
+	if span <= 0 {
+		return 0
+	}
+	return float64(m.n-1) / span
 }
 
 // state is one request's snapshot of every candidate, taken when the data
@@ -174,7 +225,11 @@ type state struct {
 	// tokens there, step its decode step, held its cached prompt tokens,
 	// decodes the sequences decoding there.
 	ttft, own, step, decodes []float64
-	held                     []int
+	// busy is when each candidate's queued prefills are done (seconds
+	// from now), chunk its step while they run: a KV landing before then
+	// joins a batch whose steps carry their chunks.
+	busy, chunk []float64
+	held        []int
 	// remote is each candidate's predicted TTFT as the prefill server of
 	// the last decision (+Inf for those that cannot be), for Score;
 	// compared says a decision was made.
@@ -182,6 +237,8 @@ type state struct {
 	compared bool
 	// kept are the candidates the prefill filter keeps.
 	kept []*endpoints.Endpoint
+	// at is when the request was decided.
+	at time.Time
 }
 
 // New is the plugin factory.
@@ -216,8 +273,13 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 		return nil, fmt.Errorf("parameters.interferenceWeight must be a non-negative number, got %v", p.InterferenceWeight)
 	case !(p.DecodeStallWeight >= 0) || !finite(p.DecodeStallWeight):
 		return nil, fmt.Errorf("parameters.decodeStallWeight must be a non-negative number, got %v", p.DecodeStallWeight)
+	case !(p.QueueWeight >= 0) || !finite(p.QueueWeight):
+		return nil, fmt.Errorf("parameters.queueWeight must be a non-negative number, got %v", p.QueueWeight)
 	}
-	d := &Decider{Named: scheduling.NewNamed(Type, name), p: p}
+	d := &Decider{Named: scheduling.NewNamed(Type, name), p: p, now: time.Now}
+	if h != nil && h.Now != nil {
+		d.now = h.Now
+	}
 	d.key = scheduling.NewKey[*state](d.TypedName().String())
 	if v, ok := scheduling.Service[NetworkView](h, ServiceNetworkView); ok && v != nil {
 		d.SetNetworkView(v)
@@ -272,8 +334,11 @@ func (d *Decider) compute(tokens, pairs float64) float64 {
 func (d *Decider) Produce(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) {
 	n := len(eps)
 	st := &state{candidates: eps, ttft: make([]float64, n), own: make([]float64, n), step: make([]float64, n),
-		decodes: make([]float64, n), held: make([]int, n), remote: make([]float64, n)}
+		decodes: make([]float64, n), held: make([]int, n), remote: make([]float64, n),
+		busy: make([]float64, n), chunk: make([]float64, n)}
 	st.prompt = req.PromptTokens
+	st.at = d.now()
+	d.arrivals.add(st.at)
 	m, _ := scheduling.Read(cs, prefixmatch.MatchKey)
 	if m != nil {
 		st.prompt = m.Prompt(st.prompt)
@@ -302,6 +367,11 @@ func (d *Decider) Produce(_ context.Context, cs *scheduling.CycleState, req *sch
 			st.step[i], wait = 0, 0
 		} else if wait < 0 {
 			wait = st.step[i] / 2
+		}
+		if backlog := float64(l.PrefillTokens); backlog > 0 {
+			st.busy[i] = wait + max(d.compute(backlog, float64(l.PrefillAttention)), math.Ceil(backlog/float64(d.p.MaxNumBatchedTokens))*st.step[i])
+			c := min(backlog, float64(d.p.MaxNumBatchedTokens))
+			st.chunk[i] = max(st.step[i], d.compute(c, float64(l.PrefillAttention)*c/backlog))
 		}
 		tokens := float64(l.PrefillTokens) + float64(uncached)
 		st.own[i] = d.compute(float64(uncached), pairs)
@@ -393,12 +463,20 @@ func (d *Decider) compare(ctx context.Context, cs *scheduling.CycleState, req *s
 		// before its next token.
 		local += (d.p.InterferenceWeight + d.p.DecodeStallWeight*n) * st.own[j]
 	}
+	d.prefillServers(ctx, cs, req, st)
+	// The requests reaching the server during the prefill wait for it.
+	var lamDecode, lamPrefill float64
+	if d.p.QueueWeight > 0 {
+		decoders := max(1, len(st.candidates)-len(st.kept))
+		lamDecode = d.arrivals.rate(st.at) / float64(decoders)
+		lamPrefill = d.remotes.rate(st.at) / float64(max(1, len(st.kept)))
+		local += d.p.QueueWeight * lamDecode * st.own[j] * st.own[j] / 2
+	}
 	// The decode server receives the KV of every prompt token it lacks:
 	// it starts the pull at a step boundary, sees it landed at another and
 	// samples in the step after.
 	bytes := float64(d.p.KVBytesPerToken) * float64(prefixmatch.Uncached(st.prompt, st.held[j]))
-	join := time.Duration(d.p.Overhead).Seconds() + 2*st.step[j]
-	d.prefillServers(ctx, cs, req, st)
+	overhead := time.Duration(d.p.Overhead).Seconds()
 	best = math.Inf(1)
 	for i := range st.remote {
 		st.remote[i] = math.Inf(1)
@@ -408,7 +486,14 @@ func (d *Decider) compare(ctx context.Context, cs *scheduling.CycleState, req *s
 		if p == decode || i < 0 {
 			continue
 		}
-		r := st.ttft[i] + d.transfer(p, decode, bytes) + join
+		r := st.ttft[i] + d.transfer(p, decode, bytes) + overhead + d.p.QueueWeight*lamPrefill*st.own[i]*st.own[i]/2
+		// Landing while the decode server still prefills its queue, the
+		// KV waits out steps that carry those prefills' chunks.
+		if r < st.busy[j] {
+			r += 2 * st.chunk[j]
+		} else {
+			r += 2 * st.step[j]
+		}
 		st.remote[i] = r
 		if r < best {
 			best, prefill = r, p
@@ -427,7 +512,12 @@ func seconds(s float64) time.Duration {
 // Disaggregate implements disagg.Decider.
 func (d *Decider) Disaggregate(ctx context.Context, cs *scheduling.CycleState, req *scheduling.Request, decode *endpoints.Endpoint) bool {
 	c, ok := d.Compare(ctx, cs, req, decode)
-	return ok && c.Prefill != nil && c.Remote < c.Local
+	remote := ok && c.Prefill != nil && c.Remote < c.Local
+	if remote {
+		st, _ := scheduling.Read(cs, d.key)
+		d.remotes.add(st.at)
+	}
+	return remote
 }
 
 // Score implements scheduling.Scorer. In the decode profile (before the

@@ -177,7 +177,7 @@ func TestPullPays(t *testing.T) {
 }
 
 func TestParams(t *testing.T) {
-	for _, bad := range []string{"kvBytesPerToken: 0", "bandwidthBytesPerSecond: -1", "prefillTokensPerSecond: 0", "rtt: -1s", "prefillFilter: nothing", "prefillFilter: queue-scorer", "bandwidth: 1"} {
+	for _, bad := range []string{"kvBytesPerToken: 0", "bandwidthBytesPerSecond: -1", "prefillTokensPerSecond: 0", "rtt: -1s", "prefillFilter: nothing", "prefillFilter: queue-scorer", "bandwidth: 1", "queueWeight: -1", "interferenceWeight: -1"} {
 		c, err := config.Parse([]byte(fleetConfig(false, bad)))
 		if err != nil {
 			t.Fatal(err)
@@ -297,5 +297,85 @@ func TestScore(t *testing.T) {
 	dec.Score(context.Background(), cs, req, []*endpoints.Endpoint{queued, free}, scores)
 	if scores[0] != 0 || scores[1] != 1 {
 		t.Errorf("prefill servers after the decision: scores %v, want [0 1]", scores)
+	}
+}
+
+// A remote prefill's KV that lands while the decode server still prefills
+// its own queue waits out steps carrying that queue's chunks (two of them:
+// the step in progress and the one it is sampled in); one that lands after
+// the queue is done does not.
+func TestRemoteJoinsBusyDecodeServer(t *testing.T) {
+	const rate, budget = 15928.0, 8192
+	for _, c := range []struct {
+		name    string
+		backlog int64
+		extra   float64 // seconds the backlog adds to the remote TTFT
+	}{
+		{"queue outlasts the prefill leg", 60000, 2 * budget / rate},
+		{"queue done before the KV lands", 1000, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			busy := schedtest.Endpoint("busy", endpoints.Metrics{}, endpoints.RoleLabel, "decode")
+			idle := schedtest.Endpoint("idle", endpoints.Metrics{}, endpoints.RoleLabel, "decode")
+			p := schedtest.Endpoint("p", endpoints.Metrics{}, endpoints.RoleLabel, "prefill")
+			b := build(t, fleetConfig(false, fmt.Sprintf("prefillTokensPerSecond: %v, maxNumBatchedTokens: %d", rate, budget)), nil)
+			backlog := busy.Charge(0, c.backlog, c.backlog, c.backlog)
+			defer backlog.Release()
+			req := &scheduling.Request{ID: "r", PromptTokens: 8000}
+			cs := scheduling.NewCycleState()
+			if _, err := b.Scheduler.Schedule(context.Background(), cs, req, []*endpoints.Endpoint{busy, idle, p}); err != nil {
+				t.Fatal(err)
+			}
+			onBusy, ok1 := decider(b).Compare(context.Background(), cs, req, busy)
+			onIdle, ok2 := decider(b).Compare(context.Background(), cs, req, idle)
+			if !ok1 || !ok2 {
+				t.Fatal("no comparison")
+			}
+			if got := (onBusy.Remote - onIdle.Remote).Seconds(); got < c.extra-1e-6 || got > c.extra+1e-6 {
+				t.Errorf("remote TTFT on the busy decode server %v, on the idle one %v: %.4fs more, want %.4fs", onBusy.Remote, onIdle.Remote, got, c.extra)
+			}
+		})
+	}
+}
+
+// With queueWeight a prefill is also charged the wait of the requests that
+// reach its server while it runs, at the rate the decider measures: on
+// idle servers a 2000-token prompt (0.126 s to prefill; P/D adds 0.024 s)
+// stays local while requests arrive at 2/s, and is sent away at 20/s
+// (10/s per decode server: 0.079 s of waiting behind it); without the
+// term it stays local at any rate.
+func TestQueueWeightMeasuredRate(t *testing.T) {
+	for _, c := range []struct {
+		params string
+		rate   float64
+		remote bool
+	}{
+		{"queueWeight: 1", 2, false},
+		{"queueWeight: 1", 20, true},
+		{"queueWeight: 0", 20, false},
+	} {
+		t.Run(fmt.Sprintf("%s at %v per s", c.params, c.rate), func(t *testing.T) {
+			now := time.Unix(1e9, 0)
+			cfg, err := config.Parse([]byte(fleetConfig(false, c.params)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := config.Build(cfg, all.Registry(), &scheduling.Handle{Now: func() time.Time { return now }, Services: map[string]any{}}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d1 := schedtest.Endpoint("d1", endpoints.Metrics{}, endpoints.RoleLabel, "decode")
+			d2 := schedtest.Endpoint("d2", endpoints.Metrics{}, endpoints.RoleLabel, "decode")
+			p := schedtest.Endpoint("p", endpoints.Metrics{}, endpoints.RoleLabel, "prefill")
+			eps := []*endpoints.Endpoint{d1, d2, p}
+			// The decider sees the earlier requests arrive.
+			for range 30 {
+				decider(b).Produce(context.Background(), scheduling.NewCycleState(), &scheduling.Request{PromptTokens: 100}, eps)
+				now = now.Add(time.Duration(float64(time.Second) / c.rate))
+			}
+			if got := decide(t, b, eps, 2000) != ""; got != c.remote {
+				t.Errorf("disaggregated %v, want %v", got, c.remote)
+			}
+		})
 	}
 }

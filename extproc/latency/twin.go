@@ -1,0 +1,572 @@
+package latency
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// The engine twin. A continuously batching server runs steps: every step
+// computes one token of each decoding sequence and then, FCFS, chunks of
+// waiting prompts up to a token budget; a prompt's first token comes at
+// the end of the step that computes its last chunk. TTFT is therefore a
+// sum of step times, quantised by the budget: a 24-token prompt behind a
+// 10,000-token one waits for the second step, and one arriving during a
+// step waits it out. A backlog-level regression cannot show where a
+// request lands in that sequence; a twin of the scheduler can.
+//
+// The picker knows every request it routed to an endpoint (its cached and
+// uncached prompt tokens, when it was routed, whether its first token came)
+// and sees the real step ends: each response chunk ends one (the step
+// clock) and each first token ends the step that finished that prompt. The
+// twin keeps the endpoint's prefill queue, runs the scheduler forward on
+// its own clock with the fitted step cost, and locks its phase onto every
+// real step end it sees. A prediction copies the queue, appends the new
+// request and runs the schedule until its first token.
+//
+// A step's cost has a roofline's shape: a fixed host overhead and a cost
+// per sequence sampled, plus the larger of its compute (tokens, causal
+// attention pairs) and its memory traffic (the weights, the KV context
+// read). Which of the two bounds a step follows from its shape and the
+// current fit; given that, the step's cost is linear in the coefficients,
+// and so is a TTFT, a sum of steps, over the summed shapes: the recursive
+// least-squares fit learns them from observed TTFTs alone. The schedule
+// itself (which step a chunk lands in) does not depend on the
+// coefficients, only its timing does.
+//
+// What no decision-time model sees: requests routed after the decision
+// that share its last step (a burst-mate's 8,000-token chunk makes a short
+// prompt's step long), and waits for KV blocks to free at saturation (not
+// modelled yet). The twin is used only while the picker knows the whole
+// queue: traffic it did not route (a scrape's excess) or a queue beyond
+// maxTwinQueue fall back to the feature model.
+
+// DefaultTokenBudget is vLLM's --max-num-batched-tokens.
+const DefaultTokenBudget = 8192
+
+// maxRunning is vLLM's --max-num-seqs: the running batch's bound.
+const maxRunning = 256
+
+// maxTwinQueue bounds an endpoint's tracked prefill queue.
+const maxTwinQueue = 512
+
+// maxTwinSteps bounds one simulation (a prediction or an advance): a
+// backlog of 4096 full steps is half a minute of prefill or more.
+const maxTwinSteps = 4096
+
+// twinFeatures is the step cost's term count: overhead, tokens, attention
+// pairs, sampled sequences (per 100), memory-bound steps, context tokens
+// read by memory-bound steps.
+const twinFeatures = 6
+
+// maxTwinLag is the longest a step in progress may have run by the step
+// clock before the clock counts as stale (an idle spell, not one step).
+const maxTwinLag = int64(time.Second)
+
+// twinPrior is a step of an 8B model on one modern GPU, weakly held: 2 ms
+// overhead, 30 µs a token, 1 ns an attention pair, 10 µs a sampled
+// sequence; a memory-bound step reads the weights in 6 ms and a context
+// token in 50 ns.
+var twinPrior = []float64{0.002, 0.030, 1, 0.001, 0.006, 0.05}
+
+// Engine is an endpoint's live state beside its queue, read at the event.
+type Engine struct {
+	// Decodes and DecodeTokens are the sequences decoding there (past
+	// their first token) and their context tokens.
+	Decodes, DecodeTokens float64
+	// StepEnd is the last step end the step clock saw (zero: none).
+	StepEnd time.Time
+	// External is the server's requests the picker did not route (a
+	// scrape's excess): while there are any the twin's queue is
+	// incomplete and the feature model predicts.
+	External float64
+}
+
+func (e Engine) stepEnd() int64 {
+	if e.StepEnd.IsZero() {
+		return 0
+	}
+	return e.StepEnd.UnixNano()
+}
+
+// twinEntry is one routed request still in prefill. done is the prompt
+// tokens the twin believes computed.
+type twinEntry struct {
+	seq              uint64
+	routed           int64 // unix ns
+	cached, uncached int64
+	done             int64
+}
+
+// twin is one endpoint's queue and clock; its fit's twinMu guards it.
+type twin struct {
+	q []twinEntry
+	// scratch is the projection's copy of q, reused across predictions.
+	scratch []twinEntry
+	// untracked counts requests routed here beyond maxTwinQueue that have
+	// not finished their prefill: while any is, the queue is incomplete.
+	untracked int
+	// start is the unix ns at which the step in progress (by the twin's
+	// clock) began; zero when the queue is empty.
+	start int64
+}
+
+// twinSample is what a twin prediction recorded for learning: the
+// summed step shapes from start to the request's first token.
+type twinSample struct {
+	ok bool
+	// at is the decision instant, start the twin step's start (unix ns).
+	at, start int64
+	// x is the summed shapes, first the first step's alone.
+	x, first [maxFeatures]float64
+	// last is the shape of the step that produces the first token.
+	last stepShape
+	// hindsight is x with the requests routed later that shared that
+	// step (FirstTokenAt): what the step cost is learned from.
+	hindsight [maxFeatures]float64
+}
+
+// stepShape is what one step computes.
+type stepShape struct {
+	tokens, attn, seqs, ctx float64
+	// finishing counts the prompts whose last chunk the step computes.
+	finishing int
+}
+
+func (s stepShape) empty() bool { return s.tokens == 0 }
+
+// x is the step's feature vector under theta: the compute terms or the
+// memory terms, whichever costs more.
+func (s stepShape) x(theta *[maxFeatures]float64) [maxFeatures]float64 {
+	tok, attn, ctx := s.tokens/1e3, s.attn/1e9, s.ctx/1e6
+	if theta[1]*tok+theta[2]*attn >= theta[4]+theta[5]*ctx {
+		return [maxFeatures]float64{1, tok, attn, s.seqs / 100, 0, 0}
+	}
+	return [maxFeatures]float64{1, 0, 0, s.seqs / 100, 1, ctx}
+}
+
+// stepNanos is the step's cost under coefficients theta.
+func stepNanos(theta *[maxFeatures]float64, s stepShape) int64 {
+	x := s.x(theta)
+	return nanos(dot(theta, &x))
+}
+
+// nanos is a step's cost of d seconds, at least 1 µs and bounded.
+func nanos(d float64) int64 {
+	if !(d < maxPrediction) { // also NaN
+		d = maxPrediction
+	}
+	return max(int64(time.Microsecond), int64(d*1e9))
+}
+
+// schedule is the step starting at t over queue q: decodes first, then
+// FCFS chunks of the entries routed by t within the budget. With apply it
+// advances the entries' progress, those from index capFrom on to at most
+// one token short of their prompt: a step that really ended without their
+// first token did not finish them. Entries whose prompt is computed (in a
+// projection) decode like the others.
+func schedule(q []twinEntry, t int64, eng Engine, budget int64, apply bool, capFrom int) stepShape {
+	decodes, ctx := eng.Decodes, eng.DecodeTokens
+	for i := range q {
+		if q[i].done >= q[i].uncached {
+			decodes++
+			ctx += float64(q[i].cached + q[i].uncached)
+		}
+	}
+	s := stepShape{tokens: decodes, seqs: decodes, ctx: ctx, attn: ctx + decodes}
+	room := budget - int64(decodes)
+	running := int(decodes)
+	for i := range q {
+		e := &q[i]
+		if room <= 0 || running >= maxRunning {
+			break
+		}
+		if e.done >= e.uncached {
+			continue
+		}
+		if e.routed > t {
+			break // FCFS: later entries arrived later still
+		}
+		n := min(e.uncached-e.done, room)
+		past := float64(e.cached + e.done)
+		s.tokens += float64(n)
+		s.attn += float64(n)*past + float64(n)*float64(n+1)/2
+		s.ctx += past + float64(n)
+		room -= n
+		running++
+		if e.done+n >= e.uncached {
+			s.seqs++
+			s.finishing++
+		}
+		if apply {
+			e.done += n
+			if i >= capFrom {
+				e.done = min(e.done, e.uncached-1)
+			}
+		}
+	}
+	return s
+}
+
+// nextArrival is the routing time of the first entry not yet admitted at
+// t, or 0.
+func nextArrival(q []twinEntry, t int64) int64 {
+	for i := range q {
+		if q[i].done < q[i].uncached && q[i].routed > t {
+			return q[i].routed
+		}
+	}
+	return 0
+}
+
+// advance runs the twin's clock to `to`: every step that ends by then is
+// applied. A real step end seen after the twin's step began (the step
+// clock's) locks the phase: the twin's step in progress ends there.
+func (w *twin) advance(to int64, eng Engine, budget int64, theta *[maxFeatures]float64) {
+	if len(w.q) == 0 {
+		w.start = 0
+		return
+	}
+	real := eng.stepEnd()
+	if w.start == 0 {
+		// The queue was empty: the head's step began when it arrived,
+		// unless the server was decoding (then the step in progress began
+		// at the last step end, and the head joins the next one).
+		h := w.q[0].routed
+		w.start = h
+		if eng.Decodes > 0 && real > 0 && real <= h && h-real < maxTwinLag {
+			w.start = real
+		}
+	}
+	if real > w.start && real <= to {
+		w.run(real, eng, budget, theta)
+		w.lock(real, eng, budget, 0)
+	}
+	w.run(to, eng, budget, theta)
+}
+
+// run applies the steps that end by `to`. A step that would finish a
+// prompt stays in progress until that prompt's first token is seen (the
+// picker sees every first token: one not seen has not come).
+func (w *twin) run(to int64, eng Engine, budget int64, theta *[maxFeatures]float64) {
+	for range maxTwinSteps {
+		s := schedule(w.q, w.start, eng, budget, false, 0)
+		if s.empty() {
+			next := nextArrival(w.q, w.start)
+			if next == 0 || next > to {
+				return
+			}
+			w.start = next
+			continue
+		}
+		end := w.start + stepNanos(theta, s)
+		if end > to || s.finishing > 0 {
+			return
+		}
+		schedule(w.q, w.start, eng, budget, true, 0)
+		w.start = end
+	}
+}
+
+// lock ends the twin's step in progress at the real step end t, which
+// finished the prompts before index capFrom and no others.
+func (w *twin) lock(t int64, eng Engine, budget int64, capFrom int) {
+	if t <= w.start {
+		return
+	}
+	schedule(w.q, w.start, eng, budget, true, capFrom)
+	w.start = t
+}
+
+// routed adds a request to the queue; false when the queue is full (the
+// request counts as untracked until its prefill ends).
+func (w *twin) routed(seq uint64, at int64, cached, uncached int64) bool {
+	if len(w.q) >= maxTwinQueue {
+		w.untracked++
+		return false
+	}
+	w.q = append(w.q, twinEntry{seq: seq, routed: at, cached: cached, uncached: max(1, uncached)})
+	return true
+}
+
+// firstToken takes a request's first token at `at` into the queue: the
+// step that computed its last chunk ended then, and every request ahead of
+// it (FCFS) is past its prefill too. With the request's projection s it
+// adds to s.hindsight the requests routed after the decision that had
+// arrived when that step began: they shared its leftover budget, which the
+// projection could not know (a short prompt's step grows by a burst-mate's
+// 8,000-token chunk). Requests routed later cannot change its earlier
+// steps: FCFS, theirs come after.
+func (w *twin) firstToken(seq uint64, at int64, s *twinSample, eng Engine, budget int64, theta *[maxFeatures]float64) {
+	i := slices.IndexFunc(w.q, func(e twinEntry) bool { return e.seq == seq })
+	if i < 0 {
+		return
+	}
+	if s != nil && s.ok {
+		last := s.last
+		room := budget - int64(last.tokens)
+		for _, e := range w.q[i+1:] {
+			if room <= 0 || e.routed > at-stepNanos(theta, last) {
+				continue
+			}
+			n := min(e.uncached, room)
+			last.tokens += float64(n)
+			last.attn += float64(n)*float64(e.cached) + float64(n)*float64(n+1)/2
+			last.ctx += float64(e.cached + n)
+			room -= n
+			if n == e.uncached {
+				last.seqs++
+			}
+		}
+		a, b := s.last.x(theta), last.x(theta)
+		for k := range s.hindsight {
+			s.hindsight[k] = s.x[k] - a[k] + b[k]
+		}
+	}
+	w.advance(at, eng, budget, theta)
+	w.lock(at, eng, budget, i+1)
+	for k := range i {
+		w.q[k].done = w.q[k].uncached
+	}
+	w.q = slices.Delete(w.q, i, i+1)
+	if len(w.q) == 0 {
+		w.start = 0
+	}
+}
+
+// remove drops a request that ended without a first token.
+func (w *twin) remove(seq uint64) {
+	if i := slices.IndexFunc(w.q, func(e twinEntry) bool { return e.seq == seq }); i >= 0 {
+		w.q = slices.Delete(w.q, i, i+1)
+	}
+	if len(w.q) == 0 {
+		w.start = 0
+	}
+}
+
+// project predicts the first token of a request with cached and uncached
+// prompt tokens routed at now: the summed step shapes from the twin's step
+// in progress to its first token, and when that step began. The twin must
+// have advanced to now.
+func (w *twin) project(now int64, cached, uncached int64, eng Engine, budget int64, theta *[maxFeatures]float64) twinSample {
+	w.scratch = append(w.scratch[:0], w.q...)
+	w.scratch = append(w.scratch, twinEntry{routed: now, cached: cached, uncached: max(1, uncached)})
+	q := w.scratch
+	last := &q[len(q)-1]
+	t := w.start
+	if t == 0 {
+		t = now
+		// Nothing of ours queued: a decoding server is in the step that
+		// began at its last step end.
+		if real := eng.stepEnd(); eng.Decodes > 0 && real > 0 && real <= now && now-real < maxTwinLag {
+			t = real
+		}
+	}
+	out := twinSample{ok: true, at: now, start: t}
+	// Prompts finish in FCFS order: the finished prefix of q decodes, and
+	// is carried in eng rather than walked at every step.
+	head := 0
+	for step := 0; step < maxTwinSteps; step++ {
+		for head < len(q)-1 && q[head].done >= q[head].uncached {
+			eng.Decodes++
+			eng.DecodeTokens += float64(q[head].cached + q[head].uncached)
+			head++
+		}
+		q := q[head:]
+		s := schedule(q, t, eng, budget, true, len(q))
+		if s.empty() {
+			next := nextArrival(q, t)
+			if next == 0 {
+				break // cannot happen: the new entry is pending
+			}
+			t = next
+			continue
+		}
+		x := s.x(theta)
+		for k := range out.x {
+			out.x[k] += x[k]
+		}
+		d := dot(theta, &x)
+		if step == 0 {
+			out.first = x
+		}
+		t += nanos(d)
+		if last.done >= last.uncached {
+			out.last = s
+			out.hindsight = out.x
+			return out
+		}
+	}
+	return twinSample{} // beyond the bound: the feature model predicts
+}
+
+// twinTTFT is a twin sample's TTFT under theta: the rest of the step in
+// progress at the decision and the steps after it. When that step is
+// overdue by the fitted cost (the twin holds a step that would finish a
+// prompt until its first token comes), the projection's steps between its
+// fitted end and the decision count too (the request joins only a step
+// that starts after its decision): they stand for the overdue step's
+// unknown rest, an estimate as long as its overrun. Ending the overdue
+// step at the decision instead measured worse (TTFT MAPE on the Poisson
+// trace ×2: 14.9 % against 5.5 %).
+func twinTTFT(theta *[maxFeatures]float64, s *twinSample) float64 {
+	total, first := dot(theta, &s.x), dot(theta, &s.first)
+	ran := float64(s.at-s.start) / 1e9
+	return math.Max(0, first-ran) + total - first
+}
+
+// Routed records a request routed to addr at `at` with cached and uncached
+// prompt tokens there, into the endpoint's twin. The ticket it returns
+// names the request in FirstTokenAt and Ended.
+func (m *Model) Routed(addr string, at time.Time, cached, uncached int) Ticket {
+	e := m.fitOf(addr)
+	seq := m.tickets.Add(1)
+	e.twinMu.Lock()
+	defer e.twinMu.Unlock()
+	if !e.tw.routed(seq, at.UnixNano(), int64(max(0, cached)), int64(uncached)) {
+		return Ticket{addr: addr, open: true}
+	}
+	return Ticket{addr: addr, seq: seq, open: true}
+}
+
+// Ticket is a routed request's place in its endpoint's twin, owned by the
+// request; the zero Ticket is none.
+type Ticket struct {
+	addr string
+	seq  uint64 // 0: not in the queue (it was full)
+	open bool
+}
+
+// FirstTokenAt takes the request's first token at `at` into its
+// endpoint's twin (eng: the endpoint's state then) and completes f, the
+// request's features from PredictLive, with what it learned in hindsight.
+// Later calls, and Ended after it, do nothing.
+func (m *Model) FirstTokenAt(t *Ticket, at time.Time, eng Engine, f *Features) {
+	e := m.closeTicket(t)
+	if e == nil {
+		return
+	}
+	defer e.twinMu.Unlock()
+	var s *twinSample
+	if f != nil {
+		s = &f.twin
+	}
+	e.tw.firstToken(t.seq, at.UnixNano(), s, eng, m.cfg.TokenBudget, &m.twinCoeffs(e).twin)
+}
+
+// Ended takes a request that ended without a first token out of its
+// endpoint's twin. Later calls do nothing.
+func (m *Model) Ended(t *Ticket) {
+	if e := m.closeTicket(t); e != nil {
+		e.tw.remove(t.seq)
+		e.twinMu.Unlock()
+	}
+}
+
+// closeTicket closes t and returns its endpoint's fit with twinMu held,
+// or nil when there is nothing more to do (closed before, forgotten, or
+// a request the full queue did not hold, now counted out).
+func (m *Model) closeTicket(t *Ticket) *fit {
+	if t == nil || !t.open {
+		return nil
+	}
+	t.open = false
+	e := (*m.endpoints.Load())[t.addr]
+	if e == nil {
+		return nil // forgotten
+	}
+	e.twinMu.Lock()
+	if t.seq == 0 {
+		e.tw.untracked = max(0, e.tw.untracked-1)
+		e.twinMu.Unlock()
+		return nil
+	}
+	return e
+}
+
+// twinCoeffs is the fit whose step cost the endpoint's twin uses: its own
+// once it has MinSamples, else the pool's.
+func (m *Model) twinCoeffs(e *fit) *coeffs {
+	if c := e.published.Load(); c.twinSamples >= m.cfg.MinSamples {
+		return c
+	}
+	return m.pool.published.Load()
+}
+
+// PredictLive is Predict with the engine twin: when the picker knows the
+// endpoint's whole queue, TTFT (mean and quantile) is the twin's
+// projection of the request's first token, and f records the projection
+// for ObserveFirstToken. f.Prefill and f.Cached are the request's uncached
+// and cached prompt tokens there.
+func (m *Model) PredictLive(addr string, f *Features, now time.Time, eng Engine) Estimate {
+	e := (*m.endpoints.Load())[addr]
+	est := m.predict(e, *f)
+	f.twin = twinSample{}
+	if eng.External > 0 {
+		return est
+	}
+	n := now.UnixNano()
+	var c *coeffs
+	if e != nil {
+		c = m.twinCoeffs(e)
+		e.twinMu.Lock()
+		if e.tw.untracked == 0 {
+			e.tw.advance(n, eng, m.cfg.TokenBudget, &c.twin)
+			f.twin = e.tw.project(n, int64(f.Cached), int64(f.Prefill), eng, m.cfg.TokenBudget, &c.twin)
+		}
+		e.twinMu.Unlock()
+	} else {
+		// Nothing routed there yet: an empty queue, and the pool's fit
+		// (a prediction creates no per-endpoint state).
+		c = m.pool.published.Load()
+		var idle twin
+		var buf [1]twinEntry
+		idle.scratch = buf[:0]
+		f.twin = idle.project(n, int64(f.Cached), int64(f.Prefill), eng, m.cfg.TokenBudget, &c.twin)
+	}
+	if f.twin.ok && c.twinSamples >= m.cfg.MinSamples {
+		ttft := twinTTFT(&c.twin, &f.twin)
+		est.TTFT, est.TTFTQuantile = seconds(ttft), seconds(ttft*c.mTwin)
+	}
+	return est
+}
+
+// ObserveFirstToken learns from a request whose first token came at `at`:
+// the feature model from its TTFT, and, when its features f carry a twin
+// projection, the twin's step cost from the time since the decision
+// (served: a flow-control queue's wait before the decision is none of the
+// server's, and the projection starts at the decision).
+// The residuals are the decision's (their quantile must cover what it
+// could not know), the step cost is learned from the hindsight shapes.
+func (m *Model) ObserveFirstToken(addr string, f Features, at time.Time, ttft, served time.Duration) {
+	if !f.twin.ok || served <= 0 {
+		m.ObserveTTFT(addr, f, ttft)
+		return
+	}
+	y := float64(at.UnixNano()-f.twin.start) / 1e9
+	m.pool.observeFirst(f, ttft.Seconds(), y, served.Seconds())
+	if e := m.fitOf(addr); e != nil {
+		e.used.Store(m.observations.Add(1))
+		e.observeFirst(f, ttft.Seconds(), y, served.Seconds())
+	}
+}
+
+// observeFirst learns a first token in both TTFT models and publishes the
+// fit once: actual for the feature model (skipped when not positive), and
+// for the twin y, the time from the projection's start to the first token,
+// and served, the TTFT the projection predicted.
+func (f *fit) observeFirst(feat Features, actual, y, served float64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if actual > 0 {
+		f.learnLocked(ttft, feat, actual)
+	}
+	s := &feat.twin
+	t := &f.t[twinCost]
+	if p := twinTTFT(&f.published.Load().twin, s); p > 0 {
+		t.q.observe(math.Log(served / p))
+	}
+	t.reg.updateRel(&s.hindsight, y, served)
+	t.samples++
+	f.publishLocked()
+}
