@@ -74,7 +74,7 @@ func (s *Server) handle(a api) http.HandlerFunc {
 			}
 		}
 		if prefiller == "" && len(allowed) == 0 && source == "" {
-			s.pass.ServeHTTP(w, r)
+			s.passThrough(w, r)
 			return
 		}
 
@@ -406,7 +406,9 @@ func (s *Server) tryDecode(w http.ResponseWriter, r *http.Request, b body, id st
 		io.Reader
 		io.Closer
 	}{io.MultiReader(&head, br), resp.Body}
-	_ = copyResponse(w, resp)
+	if err := copyResponse(w, resp); err != nil {
+		s.abortResponse(r, stageDecode, err)
+	}
 	return true
 }
 
@@ -454,14 +456,25 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, b body, id strin
 		s.m.errors.WithLabelValues(s.o.KVConnector, stageDecode).Inc()
 	}
 	if cached == nil {
-		_ = copyResponse(w, resp)
+		if err := copyResponse(w, resp); err != nil {
+			s.abortResponse(r, stageDecode, err)
+		}
 		return
 	}
 	uw := newUsageWriter(w, *cached)
 	if err := copyResponse(uw, resp); err != nil {
-		return
+		if !uw.sent() && r.Context().Err() == nil {
+			// A JSON answer is held whole: nothing went out yet.
+			s.m.errors.WithLabelValues(s.o.KVConnector, stageDecode).Inc()
+			s.log.Warn("model server answer cut short", "err", err, "request_id", id)
+			writeError(w, newError(http.StatusBadGateway, "the decode node's answer was cut short: %v", err))
+			return
+		}
+		s.abortResponse(r, stageDecode, err)
 	}
-	_ = uw.finish()
+	if err := uw.finish(); err != nil {
+		s.abortResponse(r, stageDecode, err)
+	}
 }
 
 // handedOff counts a request whose prefill leg succeeded on prefiller.
