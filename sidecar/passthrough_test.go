@@ -87,3 +87,77 @@ func TestPassthroughStreamsWholeBody(t *testing.T) {
 		t.Errorf("%d of %d requests failed", n, workers*each)
 	}
 }
+
+// cutShortServer sends a header and the start of an answer, then drops
+// the connection: an SSE stream without its end, or a JSON body shorter
+// than its Content-Length.
+func cutShortServer(t *testing.T, sse bool) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		if sse {
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(http.StatusOK)
+			_, _ = io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"text\":\"a\",\"finish_reason\":null}]}\n\n")
+		} else {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Length", "1000")
+			w.WriteHeader(http.StatusOK)
+			_, _ = io.WriteString(w, `{"id":"d","choices":[`)
+		}
+		_ = http.NewResponseController(w).Flush()
+		time.Sleep(5 * time.Millisecond)
+		panic(http.ErrAbortHandler)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestUpstreamCutShort: when the model server's answer breaks off after
+// its header, the client sees a failure, never a complete-looking 200:
+// the connection is aborted once the header went out, and a held JSON
+// answer (cached_tokens rewriting) becomes a vLLM-shaped 502.
+func TestUpstreamCutShort(t *testing.T) {
+	pre := newRecorder(t, func(w http.ResponseWriter, _ int, _ leg) { writeJSONReply(w, http.StatusOK, prefillAnswer) })
+	for _, tc := range []struct {
+		name    string
+		sse, pd bool
+		want502 bool
+	}{
+		{"pass/sse", true, false, false},
+		{"pass/json", false, false, false},
+		{"nixlv2/sse", true, true, false},
+		{"nixlv2/json", false, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ms := cutShortServer(t, tc.sse)
+			_, url := startSidecar(t, testOptions(ms.Listener.Addr().(*net.TCPAddr).Port, poolFile(t, pre.addr())))
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/completions",
+				strings.NewReader(fmt.Sprintf(`{"model":"m","prompt":"hi","max_tokens":5,"stream":%v}`, tc.sse)))
+			req.Header.Set("Content-Type", "application/json")
+			if tc.pd {
+				req.Header.Set("x-prefiller-host-port", pre.addr())
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				if tc.want502 {
+					t.Fatalf("want a 502, got %v", err)
+				}
+				return // the failure reached the client
+			}
+			raw, rerr := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if tc.want502 {
+				if resp.StatusCode != http.StatusBadGateway || rerr != nil || !strings.Contains(string(raw), `"object":"error"`) {
+					t.Fatalf("want a vLLM-shaped 502, got %d %q (%v)", resp.StatusCode, raw, rerr)
+				}
+				return
+			}
+			if rerr == nil {
+				t.Fatalf("status %d and a body that ended cleanly: %q", resp.StatusCode, raw)
+			}
+		})
+	}
+}
