@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -159,5 +161,75 @@ func TestUpstreamCutShort(t *testing.T) {
 				t.Fatalf("status %d and a body that ended cleanly: %q", resp.StatusCode, raw)
 			}
 		})
+	}
+}
+
+// idleClosingServer answers the first request of each keep-alive
+// connection and closes the connection when a second one arrives on it,
+// unanswered: a model server dropping an idle connection just as the
+// client reuses it.
+func idleClosingServer(t *testing.T) (port int, conns *atomic.Int32) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns = new(atomic.Int32)
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		open []net.Conn
+	)
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range open {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			mu.Lock()
+			open = append(open, c)
+			mu.Unlock()
+			wg.Go(func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				_, _ = io.Copy(io.Discard, req.Body)
+				const answer = `{"id":"d","usage":{"prompt_tokens":4,"completion_tokens":1,"prompt_tokens_details":null}}`
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
+				_, _ = br.Peek(1) // the next request: dropped
+			})
+		}
+	})
+	return ln.Addr().(*net.TCPAddr).Port, conns
+}
+
+// TestDecodeLegRetriesStaleConnection: a decode leg that fails on a reused
+// connection before any answer goes once more on a new connection.
+func TestDecodeLegRetriesStaleConnection(t *testing.T) {
+	pre := newRecorder(t, func(w http.ResponseWriter, _ int, _ leg) { writeJSONReply(w, http.StatusOK, prefillAnswer) })
+	port, conns := idleClosingServer(t)
+	_, url := startSidecar(t, testOptions(port, poolFile(t, pre.addr())))
+	for i := range 3 {
+		st, _, raw := post(t, url+"/v1/completions", map[string]string{"x-prefiller-host-port": pre.addr()},
+			map[string]any{"model": "m", "prompt": "hi", "max_tokens": 1})
+		if st != http.StatusOK || !strings.Contains(string(raw), `"cached_tokens":32`) {
+			t.Fatalf("request %d: %d %s", i, st, raw)
+		}
+	}
+	if n := conns.Load(); n < 3 {
+		t.Fatalf("%d connections to the model server, want one per request", n)
 	}
 }

@@ -6,9 +6,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"strconv"
 	"time"
@@ -362,12 +364,11 @@ func (s *Server) sharedStorage(w http.ResponseWriter, r *http.Request, a api, b 
 // tryDecode runs the decoder first; it reports whether the client has its
 // answer (false: the decoder wants a prefill first).
 func (s *Server) tryDecode(w http.ResponseWriter, r *http.Request, b body, id string) bool {
-	req, err := newLeg(r.Context(), r, s.decoder.String()+r.URL.RequestURI(), id, b.marshal())
-	if err != nil {
+	resp, err := s.sendDecode(r, id, b)
+	if errors.Is(err, errBadLeg) {
 		writeError(w, newError(http.StatusInternalServerError, "%v", err))
 		return true
 	}
-	resp, err := s.decodeC.Do(req)
 	if err != nil {
 		if r.Context().Err() == nil {
 			writeError(w, errDecoderDown())
@@ -437,12 +438,11 @@ func finishReason(doc []byte) string {
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, b body, id string, cached *int) {
 	start := time.Now()
 	defer func() { s.m.decode.WithLabelValues(s.o.KVConnector).Observe(time.Since(start).Seconds()) }()
-	req, err := newLeg(r.Context(), r, s.decoder.String()+r.URL.RequestURI(), id, b.marshal())
-	if err != nil {
+	resp, err := s.sendDecode(r, id, b)
+	if errors.Is(err, errBadLeg) {
 		writeError(w, newError(http.StatusInternalServerError, "%v", err))
 		return
 	}
-	resp, err := s.decodeC.Do(req)
 	if err != nil {
 		if r.Context().Err() == nil {
 			s.m.errors.WithLabelValues(s.o.KVConnector, stageDecode).Inc()
@@ -474,6 +474,31 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, b body, id strin
 	}
 	if err := uw.finish(); err != nil {
 		s.abortResponse(r, stageDecode, err)
+	}
+}
+
+// errBadLeg marks a decode leg that could not be built.
+var errBadLeg = errors.New("building the decode leg")
+
+// sendDecode posts the buffered decode leg b to the local model server.
+// A leg that failed on a reused keep-alive connection before any answer
+// (the model server closed it as idle just as it was taken) is sent once
+// more on a fresh one: nothing reached the client yet, and a server that
+// closes an idle connection has not run the request on it.
+func (s *Server) sendDecode(r *http.Request, id string, b body) (*http.Response, error) {
+	raw := b.marshal()
+	for attempt := 0; ; attempt++ {
+		var reused bool
+		trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }}
+		req, err := newLeg(httptrace.WithClientTrace(r.Context(), trace), r, s.decoder.String()+r.URL.RequestURI(), id, raw)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", errBadLeg, err)
+		}
+		resp, err := s.decodeC.Do(req)
+		if err == nil || !reused || attempt > 0 || r.Context().Err() != nil {
+			return resp, err
+		}
+		s.log.Info("decode leg failed on a reused connection; retrying on a new one", "err", err, "request_id", id)
 	}
 }
 
