@@ -68,7 +68,15 @@
 // "code"}: 400 BadRequestError for a body that is not a JSON object, 403
 // Forbidden, 413, 502 BadGateway when a prefiller cannot be reached, 503
 // ServiceUnavailable "The decode node is not ready..." when the local model
-// server cannot.
+// server cannot. A decode leg that fails on a reused keep-alive connection
+// before any answer is sent once more on a new one. An answer never looks
+// complete when it is not: once the model server's header went to the
+// client, an answer that breaks off aborts the client's connection (no
+// terminating chunk, a short Content-Length body, or an HTTP/2 reset); a
+// JSON answer held for the cached_tokens rewrite that breaks off is a 502
+// BadGateway. Requests passed through untouched are relayed full duplex,
+// so a model server that answers while the client's body is still being
+// forwarded (a stream's header goes out at once) is not cut off.
 //
 // Metrics (--metrics-port; the proxy port's /metrics is the model
 // server's): llm_d_disagg_sidecar_requests_total{api_type},

@@ -6,9 +6,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"strconv"
 	"time"
@@ -74,7 +76,7 @@ func (s *Server) handle(a api) http.HandlerFunc {
 			}
 		}
 		if prefiller == "" && len(allowed) == 0 && source == "" {
-			s.pass.ServeHTTP(w, r)
+			s.passThrough(w, r)
 			return
 		}
 
@@ -362,12 +364,11 @@ func (s *Server) sharedStorage(w http.ResponseWriter, r *http.Request, a api, b 
 // tryDecode runs the decoder first; it reports whether the client has its
 // answer (false: the decoder wants a prefill first).
 func (s *Server) tryDecode(w http.ResponseWriter, r *http.Request, b body, id string) bool {
-	req, err := newLeg(r.Context(), r, s.decoder.String()+r.URL.RequestURI(), id, b.marshal())
-	if err != nil {
+	resp, err := s.sendDecode(r, id, b)
+	if errors.Is(err, errBadLeg) {
 		writeError(w, newError(http.StatusInternalServerError, "%v", err))
 		return true
 	}
-	resp, err := s.decodeC.Do(req)
 	if err != nil {
 		if r.Context().Err() == nil {
 			writeError(w, errDecoderDown())
@@ -406,7 +407,9 @@ func (s *Server) tryDecode(w http.ResponseWriter, r *http.Request, b body, id st
 		io.Reader
 		io.Closer
 	}{io.MultiReader(&head, br), resp.Body}
-	_ = copyResponse(w, resp)
+	if err := copyResponse(w, resp); err != nil {
+		s.abortResponse(r, stageDecode, err)
+	}
 	return true
 }
 
@@ -435,12 +438,11 @@ func finishReason(doc []byte) string {
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, b body, id string, cached *int) {
 	start := time.Now()
 	defer func() { s.m.decode.WithLabelValues(s.o.KVConnector).Observe(time.Since(start).Seconds()) }()
-	req, err := newLeg(r.Context(), r, s.decoder.String()+r.URL.RequestURI(), id, b.marshal())
-	if err != nil {
+	resp, err := s.sendDecode(r, id, b)
+	if errors.Is(err, errBadLeg) {
 		writeError(w, newError(http.StatusInternalServerError, "%v", err))
 		return
 	}
-	resp, err := s.decodeC.Do(req)
 	if err != nil {
 		if r.Context().Err() == nil {
 			s.m.errors.WithLabelValues(s.o.KVConnector, stageDecode).Inc()
@@ -454,14 +456,50 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, b body, id strin
 		s.m.errors.WithLabelValues(s.o.KVConnector, stageDecode).Inc()
 	}
 	if cached == nil {
-		_ = copyResponse(w, resp)
+		if err := copyResponse(w, resp); err != nil {
+			s.abortResponse(r, stageDecode, err)
+		}
 		return
 	}
 	uw := newUsageWriter(w, *cached)
 	if err := copyResponse(uw, resp); err != nil {
-		return
+		if !uw.sent() && r.Context().Err() == nil {
+			// A JSON answer is held whole: nothing went out yet.
+			s.m.errors.WithLabelValues(s.o.KVConnector, stageDecode).Inc()
+			s.log.Warn("model server answer cut short", "err", err, "request_id", id)
+			writeError(w, newError(http.StatusBadGateway, "the decode node's answer was cut short: %v", err))
+			return
+		}
+		s.abortResponse(r, stageDecode, err)
 	}
-	_ = uw.finish()
+	if err := uw.finish(); err != nil {
+		s.abortResponse(r, stageDecode, err)
+	}
+}
+
+// errBadLeg marks a decode leg that could not be built.
+var errBadLeg = errors.New("building the decode leg")
+
+// sendDecode posts the buffered decode leg b to the local model server.
+// A leg that failed on a reused keep-alive connection before any answer
+// (the model server closed it as idle just as it was taken) is sent once
+// more on a fresh one: nothing reached the client yet, and a server that
+// closes an idle connection has not run the request on it.
+func (s *Server) sendDecode(r *http.Request, id string, b body) (*http.Response, error) {
+	raw := b.marshal()
+	for attempt := 0; ; attempt++ {
+		var reused bool
+		trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }}
+		req, err := newLeg(httptrace.WithClientTrace(r.Context(), trace), r, s.decoder.String()+r.URL.RequestURI(), id, raw)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", errBadLeg, err)
+		}
+		resp, err := s.decodeC.Do(req)
+		if err == nil || !reused || attempt > 0 || r.Context().Err() != nil {
+			return resp, err
+		}
+		s.log.Info("decode leg failed on a reused connection; retrying on a new one", "err", err, "request_id", id)
+	}
 }
 
 // handedOff counts a request whose prefill leg succeeded on prefiller.

@@ -108,7 +108,9 @@ func New(o Options) (*Server, error) {
 				writeError(w, errDecoderDown())
 			}
 		},
-		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		// Its log is a relayed answer cut short (the client sees the
+		// connection aborted): worth a warning.
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	s.reg = prometheus.NewRegistry()
 	s.m = newMetrics(s.reg)
@@ -200,8 +202,34 @@ func (s *Server) Handler() http.Handler {
 	for _, a := range apis {
 		mux.HandleFunc("POST "+a.path, s.handle(a))
 	}
-	mux.Handle("/", s.pass)
+	mux.HandleFunc("/", s.passThrough)
 	return mux
+}
+
+// passThrough relays r to the local model server untouched.
+//
+// The model server may answer before the transport has finished with the
+// client's body: vLLM and `kvgate sim` send a stream's headers as soon as
+// they have read the body, while the transport still reads the client's
+// body to its EOF. An HTTP/1 server closes an unfinished request body when
+// the handler writes its header, so without full duplex that last read
+// failed, the transport closed the model server's connection and the
+// answer was cut after its 200 header (issue 16).
+func (s *Server) passThrough(w http.ResponseWriter, r *http.Request) {
+	_ = http.NewResponseController(w).EnableFullDuplex() // HTTP/2 is full duplex already
+	s.pass.ServeHTTP(w, r)
+}
+
+// abortResponse ends a response whose upstream failed after its header
+// went out: the connection is cut (HTTP/1: no terminating chunk, or fewer
+// bytes than the Content-Length; HTTP/2: RST_STREAM), so that the client
+// sees the failure instead of a complete-looking, truncated answer.
+func (s *Server) abortResponse(r *http.Request, stage string, err error) {
+	if r.Context().Err() == nil {
+		s.m.errors.WithLabelValues(s.o.KVConnector, stage).Inc()
+		s.log.Warn("model server answer cut short; aborting the response", "err", err, "path", r.URL.Path)
+	}
+	panic(http.ErrAbortHandler)
 }
 
 // Run serves until ctx ends or the pool source fails.

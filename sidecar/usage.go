@@ -158,6 +158,10 @@ func (u *usageWriter) writeSSE(p []byte) error {
 	return err
 }
 
+// sent reports whether anything (the header) went to the client: a held
+// JSON answer sends nothing until finish.
+func (u *usageWriter) sent() bool { return u.mode == modeSSE || u.mode == modePass }
+
 // Flush sends what is complete. ReverseProxy-style copiers call it after
 // each read, so SSE chunks reach the client as they come.
 func (u *usageWriter) Flush() {

@@ -1,0 +1,235 @@
+package sidecar
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// sseModelServer answers every POST the way vLLM and `kvgate sim` do for
+// "stream": true: it reads the whole body, sends the headers at once, then
+// the events a little later.
+func sseModelServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.ReadAll(r.Body); err != nil {
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
+		w.WriteHeader(http.StatusOK)
+		rc := http.NewResponseController(w)
+		_ = rc.Flush()
+		for i := range 3 {
+			time.Sleep(time.Millisecond)
+			fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"text\":\"t%d\",\"finish_reason\":null}]}\n\n", i)
+			_ = rc.Flush()
+		}
+		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestPassthroughStreamsWholeBody is the regression for a local
+// (non-P/D) request answered 200 with an empty body: the model server
+// answered while the proxy's transport was still reading the request body
+// to its end, writing the response header made the server close that body,
+// the transport's read failed, and it closed the connection under the
+// response. Every answer must arrive whole.
+func TestPassthroughStreamsWholeBody(t *testing.T) {
+	ms := sseModelServer(t)
+	_, url := startSidecar(t, testOptions(ms.Listener.Addr().(*net.TCPAddr).Port, ""))
+	body := []byte(`{"model":"m","stream":true,"max_tokens":3,"prompt":"` + strings.Repeat("lorem ipsum ", 250) + `"}`)
+	const workers, each = 8, 150
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*each)
+	for range workers {
+		wg.Go(func() {
+			for range each {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/completions", bytes.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					errs <- err
+					continue
+				}
+				raw, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				switch {
+				case err != nil:
+					errs <- fmt.Errorf("status %d, body read after %d bytes: %v", resp.StatusCode, len(raw), err)
+				case resp.StatusCode != http.StatusOK || !bytes.HasSuffix(raw, []byte("data: [DONE]\n\n")):
+					errs <- fmt.Errorf("status %d, body %q", resp.StatusCode, raw)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	n := 0
+	for err := range errs {
+		if n < 3 {
+			t.Error(err)
+		}
+		n++
+	}
+	if n > 0 {
+		t.Errorf("%d of %d requests failed", n, workers*each)
+	}
+}
+
+// cutShortServer sends a header and the start of an answer, then drops
+// the connection: an SSE stream without its end, or a JSON body shorter
+// than its Content-Length.
+func cutShortServer(t *testing.T, sse bool) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		if sse {
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(http.StatusOK)
+			_, _ = io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"text\":\"a\",\"finish_reason\":null}]}\n\n")
+		} else {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Length", "1000")
+			w.WriteHeader(http.StatusOK)
+			_, _ = io.WriteString(w, `{"id":"d","choices":[`)
+		}
+		_ = http.NewResponseController(w).Flush()
+		time.Sleep(5 * time.Millisecond)
+		panic(http.ErrAbortHandler)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestUpstreamCutShort: when the model server's answer breaks off after
+// its header, the client sees a failure, never a complete-looking 200:
+// the connection is aborted once the header went out, and a held JSON
+// answer (cached_tokens rewriting) becomes a vLLM-shaped 502.
+func TestUpstreamCutShort(t *testing.T) {
+	pre := newRecorder(t, func(w http.ResponseWriter, _ int, _ leg) { writeJSONReply(w, http.StatusOK, prefillAnswer) })
+	for _, tc := range []struct {
+		name    string
+		sse, pd bool
+		want502 bool
+	}{
+		{"pass/sse", true, false, false},
+		{"pass/json", false, false, false},
+		{"nixlv2/sse", true, true, false},
+		{"nixlv2/json", false, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ms := cutShortServer(t, tc.sse)
+			_, url := startSidecar(t, testOptions(ms.Listener.Addr().(*net.TCPAddr).Port, poolFile(t, pre.addr())))
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/completions",
+				strings.NewReader(fmt.Sprintf(`{"model":"m","prompt":"hi","max_tokens":5,"stream":%v}`, tc.sse)))
+			req.Header.Set("Content-Type", "application/json")
+			if tc.pd {
+				req.Header.Set("x-prefiller-host-port", pre.addr())
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				if tc.want502 {
+					t.Fatalf("want a 502, got %v", err)
+				}
+				return // the failure reached the client
+			}
+			raw, rerr := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if tc.want502 {
+				if resp.StatusCode != http.StatusBadGateway || rerr != nil || !strings.Contains(string(raw), `"object":"error"`) {
+					t.Fatalf("want a vLLM-shaped 502, got %d %q (%v)", resp.StatusCode, raw, rerr)
+				}
+				return
+			}
+			if rerr == nil {
+				t.Fatalf("status %d and a body that ended cleanly: %q", resp.StatusCode, raw)
+			}
+		})
+	}
+}
+
+// idleClosingServer answers the first request of each keep-alive
+// connection and closes the connection when a second one arrives on it,
+// unanswered: a model server dropping an idle connection just as the
+// client reuses it.
+func idleClosingServer(t *testing.T) (port int, conns *atomic.Int32) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns = new(atomic.Int32)
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		open []net.Conn
+	)
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range open {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			mu.Lock()
+			open = append(open, c)
+			mu.Unlock()
+			wg.Go(func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				_, _ = io.Copy(io.Discard, req.Body)
+				const answer = `{"id":"d","usage":{"prompt_tokens":4,"completion_tokens":1,"prompt_tokens_details":null}}`
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
+				_, _ = br.Peek(1) // the next request: dropped
+			})
+		}
+	})
+	return ln.Addr().(*net.TCPAddr).Port, conns
+}
+
+// TestDecodeLegRetriesStaleConnection: a decode leg that fails on a reused
+// connection before any answer goes once more on a new connection.
+func TestDecodeLegRetriesStaleConnection(t *testing.T) {
+	pre := newRecorder(t, func(w http.ResponseWriter, _ int, _ leg) { writeJSONReply(w, http.StatusOK, prefillAnswer) })
+	port, conns := idleClosingServer(t)
+	_, url := startSidecar(t, testOptions(port, poolFile(t, pre.addr())))
+	for i := range 3 {
+		st, _, raw := post(t, url+"/v1/completions", map[string]string{"x-prefiller-host-port": pre.addr()},
+			map[string]any{"model": "m", "prompt": "hi", "max_tokens": 1})
+		if st != http.StatusOK || !strings.Contains(string(raw), `"cached_tokens":32`) {
+			t.Fatalf("request %d: %d %s", i, st, raw)
+		}
+	}
+	if n := conns.Load(); n < 3 {
+		t.Fatalf("%d connections to the model server, want one per request", n)
+	}
+}
