@@ -55,7 +55,11 @@ type pickerSaw struct {
 
 func startPicker(t testing.TB, p *testPicker) string {
 	t.Helper()
-	p.seen = make(chan pickerSaw, 64)
+	// One channel for the picker's life: a test may serve several gateways
+	// from one picker, and an earlier one's stream can still be ending.
+	if p.seen == nil {
+		p.seen = make(chan pickerSaw, 64)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

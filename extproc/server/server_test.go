@@ -619,7 +619,7 @@ func TestPickerOnlyHeadersRemoved(t *testing.T) {
 	// The x-llm-d-… spellings too: llm-d's sidecar reads them when the
 	// older name is absent.
 	want := []string{eppwire.HeaderEncoders, eppwire.HeaderKVCacheSource, eppwire.HeaderEncodersLLMD,
-		eppwire.HeaderKVCacheSourceLLMD, eppwire.HeaderPrefillerLLMD}
+		eppwire.HeaderKVCacheSourceLLMD, eppwire.HeaderPrefillerLLMD, eppwire.HeaderDataParallel}
 	slices.Sort(want)
 	if !slices.Equal(removed, want) {
 		t.Errorf("removed %v, want %v", removed, want)
