@@ -36,7 +36,9 @@ type Poller struct {
 	// Name says whose fetches the log lines are.
 	Name string
 	// URL is where e's document is; "" when e has none (it is skipped).
-	URL    func(e *endpoints.Endpoint) string
+	URL func(e *endpoints.Endpoint) string
+	// Limit bounds one fetched document; 0 means MaxBytes.
+	Limit  int
 	client *http.Client
 	log    *slog.Logger
 }
@@ -107,7 +109,7 @@ func (p *Poller) Round(ctx context.Context, eps []*endpoints.Endpoint, timeout t
 	}
 }
 
-// Fetch GETs url's document (200 only, at most MaxBytes).
+// Fetch GETs url's document (200 only, at most Limit bytes).
 func (p *Poller) Fetch(ctx context.Context, url string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -124,12 +126,16 @@ func (p *Poller) Fetch(ctx context.Context, url string) ([]byte, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s: HTTP %s", url, resp.Status)
 	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxBytes+1))
+	limit := p.Limit
+	if limit <= 0 {
+		limit = MaxBytes
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, int64(limit)+1))
 	if err != nil {
 		return nil, fmt.Errorf("GET %s: %w", url, err)
 	}
-	if len(data) > MaxBytes {
-		return nil, fmt.Errorf("GET %s: larger than %d bytes", url, MaxBytes)
+	if len(data) > limit {
+		return nil, fmt.Errorf("GET %s: larger than %d bytes", url, limit)
 	}
 	return data, nil
 }

@@ -30,6 +30,9 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/metricsdatasource"
 	"github.com/kvgate/kvgate/extproc/plugins/mmcache"
 	"github.com/kvgate/kvgate/extproc/plugins/models"
+	"github.com/kvgate/kvgate/extproc/plugins/multiclusterkvcache"
+	"github.com/kvgate/kvgate/extproc/plugins/multiclustermetrics"
+	"github.com/kvgate/kvgate/extproc/plugins/multiclusterqueue"
 	"github.com/kvgate/kvgate/extproc/plugins/nohitlru"
 	"github.com/kvgate/kvgate/extproc/plugins/openaiparser"
 	"github.com/kvgate/kvgate/extproc/plugins/p2psource"
@@ -155,6 +158,11 @@ func Registry() *scheduling.Registry {
 		{dataparallel.Type, dataparallel.New},
 		{rolloutscreener.Type, rolloutscreener.New},
 		{headerlabelaffinity.Type, headerlabelaffinity.New},
+		// multicluster: a picker whose endpoints are peer clusters.
+		{multiclustermetrics.SourceType, multiclustermetrics.NewSource},
+		{multiclustermetrics.ExtractorType, multiclustermetrics.NewExtractor},
+		{multiclusterkvcache.Type, multiclusterkvcache.New},
+		{multiclusterqueue.Type, multiclusterqueue.New},
 	} {
 		mustNot(r.Register(p.typ, p.f))
 	}
