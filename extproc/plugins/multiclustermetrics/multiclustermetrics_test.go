@@ -152,9 +152,9 @@ func TestParams(t *testing.T) {
 		}
 	}
 	for params, want := range map[string]string{
-		`{"queueSizeMetric":"{x=1}"}`:          "queueSizeMetric",
+		`{"queueSizeMetric":"{x=1}"}`:         "queueSizeMetric",
 		`{"kvCacheUtilizationMetric":"a b{"}`: "kvCacheUtilizationMetric",
-		`{"engineConfigs":[]}`:                 "unknown field",
+		`{"engineConfigs":[]}`:                "unknown field",
 	} {
 		if _, err := NewExtractor("", []byte(params), nil); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("extractor %s: err = %v, want %q", params, err, want)
