@@ -30,6 +30,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/metricsdatasource"
 	"github.com/kvgate/kvgate/extproc/plugins/mmcache"
 	"github.com/kvgate/kvgate/extproc/plugins/models"
+	"github.com/kvgate/kvgate/extproc/plugins/multiclusteraffinity"
 	"github.com/kvgate/kvgate/extproc/plugins/multiclusterkvcache"
 	"github.com/kvgate/kvgate/extproc/plugins/multiclustermetrics"
 	"github.com/kvgate/kvgate/extproc/plugins/multiclusterqueue"
@@ -163,6 +164,7 @@ func Registry() *scheduling.Registry {
 		{multiclustermetrics.ExtractorType, multiclustermetrics.NewExtractor},
 		{multiclusterkvcache.Type, multiclusterkvcache.New},
 		{multiclusterqueue.Type, multiclusterqueue.New},
+		{multiclusteraffinity.Type, multiclusteraffinity.New},
 	} {
 		mustNot(r.Register(p.typ, p.f))
 	}

@@ -43,6 +43,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/metricsdatasource"
 	"github.com/kvgate/kvgate/extproc/plugins/mmcache"
 	"github.com/kvgate/kvgate/extproc/plugins/models"
+	"github.com/kvgate/kvgate/extproc/plugins/multiclusteraffinity"
 	"github.com/kvgate/kvgate/extproc/plugins/multiclusterkvcache"
 	"github.com/kvgate/kvgate/extproc/plugins/multiclustermetrics"
 	"github.com/kvgate/kvgate/extproc/plugins/multiclusterqueue"
@@ -163,6 +164,7 @@ var paramsOf = map[string]any{
 	multiclustermetrics.ExtractorType: multiclustermetrics.ExtractorParams{},
 	multiclusterkvcache.Type:          nil,
 	multiclusterqueue.Type:            nil,
+	multiclusteraffinity.Type:         sessionaffinity.Params{},
 }
 
 // The README's plugin table, each plugin package's documented parameters,
