@@ -165,6 +165,7 @@ func Registry() *scheduling.Registry {
 		{multiclusterkvcache.Type, multiclusterkvcache.New},
 		{multiclusterqueue.Type, multiclusterqueue.New},
 		{multiclusteraffinity.Type, multiclusteraffinity.New},
+		{filediscovery.MultiClusterType, filediscovery.NewMultiCluster},
 	} {
 		mustNot(r.Register(p.typ, p.f))
 	}

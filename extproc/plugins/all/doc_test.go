@@ -165,6 +165,7 @@ var paramsOf = map[string]any{
 	multiclusterkvcache.Type:          nil,
 	multiclusterqueue.Type:            nil,
 	multiclusteraffinity.Type:         sessionaffinity.Params{},
+	filediscovery.MultiClusterType:    filediscovery.Params{},
 }
 
 // The README's plugin table, each plugin package's documented parameters,
