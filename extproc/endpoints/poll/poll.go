@@ -142,3 +142,45 @@ func (p *Poller) Fetch(ctx context.Context, url string) ([]byte, error) {
 
 // CloseIdleConnections closes the poller's idle keep-alive connections.
 func (p *Poller) CloseIdleConnections() { p.client.CloseIdleConnections() }
+
+// Values are the numbers a Reader keeps per endpoint address, by name.
+// Set replaces an endpoint's set; Keep implements Reader.Keep. The zero
+// Values is ready; it is safe for concurrent use (the poll goroutines
+// write, the scheduling plugins read).
+type Values struct {
+	mu sync.RWMutex
+	m  map[string]map[string]float64
+}
+
+// Get is address's value of name; false when it has none.
+func (v *Values) Get(address, name string) (float64, bool) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	x, ok := v.m[address][name]
+	return x, ok
+}
+
+// Set makes vals address's values (nil or empty: none).
+func (v *Values) Set(address string, vals map[string]float64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.m == nil {
+		v.m = map[string]map[string]float64{}
+	}
+	if len(vals) == 0 {
+		delete(v.m, address)
+		return
+	}
+	v.m[address] = vals
+}
+
+// Keep drops the values of addresses not in present.
+func (v *Values) Keep(present map[string]bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for a := range v.m {
+		if !present[a] {
+			delete(v.m, a)
+		}
+	}
+}

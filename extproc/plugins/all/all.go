@@ -31,9 +31,8 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/mmcache"
 	"github.com/kvgate/kvgate/extproc/plugins/models"
 	"github.com/kvgate/kvgate/extproc/plugins/multiclusteraffinity"
-	"github.com/kvgate/kvgate/extproc/plugins/multiclusterkvcache"
 	"github.com/kvgate/kvgate/extproc/plugins/multiclustermetrics"
-	"github.com/kvgate/kvgate/extproc/plugins/multiclusterqueue"
+	"github.com/kvgate/kvgate/extproc/plugins/multiclusterscore"
 	"github.com/kvgate/kvgate/extproc/plugins/nohitlru"
 	"github.com/kvgate/kvgate/extproc/plugins/openaiparser"
 	"github.com/kvgate/kvgate/extproc/plugins/p2psource"
@@ -162,8 +161,8 @@ func Registry() *scheduling.Registry {
 		// multicluster: a picker whose endpoints are peer clusters.
 		{multiclustermetrics.SourceType, multiclustermetrics.NewSource},
 		{multiclustermetrics.ExtractorType, multiclustermetrics.NewExtractor},
-		{multiclusterkvcache.Type, multiclusterkvcache.New},
-		{multiclusterqueue.Type, multiclusterqueue.New},
+		{multiclusterscore.KVCacheType, multiclusterscore.NewKVCache},
+		{multiclusterscore.QueueType, multiclusterscore.NewQueue},
 		{multiclusteraffinity.Type, multiclusteraffinity.New},
 		{filediscovery.MultiClusterType, filediscovery.NewMultiCluster},
 	} {

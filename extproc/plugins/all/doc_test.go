@@ -44,9 +44,8 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/mmcache"
 	"github.com/kvgate/kvgate/extproc/plugins/models"
 	"github.com/kvgate/kvgate/extproc/plugins/multiclusteraffinity"
-	"github.com/kvgate/kvgate/extproc/plugins/multiclusterkvcache"
 	"github.com/kvgate/kvgate/extproc/plugins/multiclustermetrics"
-	"github.com/kvgate/kvgate/extproc/plugins/multiclusterqueue"
+	"github.com/kvgate/kvgate/extproc/plugins/multiclusterscore"
 	"github.com/kvgate/kvgate/extproc/plugins/nohitlru"
 	"github.com/kvgate/kvgate/extproc/plugins/openaiparser"
 	"github.com/kvgate/kvgate/extproc/plugins/p2psource"
@@ -162,8 +161,8 @@ var paramsOf = map[string]any{
 	headerlabelaffinity.Type:          headerlabelaffinity.Params{},
 	multiclustermetrics.SourceType:    metricsdatasource.Params{},
 	multiclustermetrics.ExtractorType: multiclustermetrics.ExtractorParams{},
-	multiclusterkvcache.Type:          nil,
-	multiclusterqueue.Type:            nil,
+	multiclusterscore.KVCacheType:     nil,
+	multiclusterscore.QueueType:       nil,
 	multiclusteraffinity.Type:         sessionaffinity.Params{},
 	filediscovery.MultiClusterType:    filediscovery.Params{},
 }

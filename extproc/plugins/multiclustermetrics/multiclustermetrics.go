@@ -25,13 +25,10 @@ package multiclustermetrics
 
 import (
 	"cmp"
-	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
-	"sync"
-	"time"
 
 	dto "github.com/prometheus/client_model/go"
 
@@ -83,10 +80,8 @@ const (
 //	                          interval)
 type Source struct {
 	scheduling.Named
+	metricsdatasource.Polling
 	scheme, path string
-	interval     time.Duration
-	poller       *poll.Poller
-	sinks        []poll.Reader
 }
 
 // NewSource is multicluster-metrics-data-source's factory.
@@ -108,13 +103,14 @@ func NewSource(name string, raw json.RawMessage, h *scheduling.Handle) (scheduli
 	if err != nil {
 		return nil, err
 	}
-	s := &Source{Named: scheduling.NewNamed(SourceType, name), scheme: target.Scheme, path: target.Path, interval: interval}
+	s := &Source{Named: scheduling.NewNamed(SourceType, name), scheme: target.Scheme, path: target.Path}
+	s.Interval = interval
 	var log *slog.Logger
 	if h != nil {
 		log = h.Log
 	}
-	s.poller = poll.New(SourceType, func(e *endpoints.Endpoint) string { return s.URL(e) }, target.TLS, log)
-	s.poller.Limit = MaxPageBytes
+	s.Poller = poll.New(SourceType, func(e *endpoints.Endpoint) string { return s.URL(e) }, target.TLS, log)
+	s.Poller.Limit = MaxPageBytes
 	return s, nil
 }
 
@@ -130,22 +126,6 @@ func (s *Source) URL(e *endpoints.Endpoint) string {
 		host = net.JoinHostPort(a, cmp.Or(e.Label(MetricsPortLabel), port))
 	}
 	return s.scheme + "://" + host + s.path
-}
-
-// DataLayerSource implements scheduling.DataSource.
-func (s *Source) DataLayerSource() {}
-
-// Connect wires an extractor under the source.
-func (s *Source) Connect(x scheduling.DataExtractor) {
-	if e, ok := x.(*Extractor); ok {
-		s.sinks = append(s.sinks, e)
-	}
-}
-
-// Poll runs until ctx ends, fetching every endpoint's page every interval
-// (rounded to a multiple of base).
-func (s *Source) Poll(ctx context.Context, ds *endpoints.Datastore, base time.Duration) error {
-	return s.poller.Run(ctx, ds, metricsdatasource.RoundInterval(s.interval, base), s.sinks)
 }
 
 // ExtractorParams are multicluster-metrics-extractor's parameters.
@@ -164,13 +144,12 @@ type ExtractorParams struct {
 //	queueSizeMetric: string           metric spec of its waiting queue
 //	                                  (default llm_d_epp_average_queue_size)
 //
-// Ownership: vals belongs to mu; the source's poll goroutines write it,
-// the scorers read it.
+// The values are kept in a poll.Values: the source's poll goroutines
+// write them, the scorers read them.
 type Extractor struct {
 	scheduling.Named
 	kv, queue scrape.Selector
-	mu        sync.RWMutex
-	vals      map[string]map[string]float64 // address → attribute → value
+	vals      poll.Values
 }
 
 // NewExtractor is multicluster-metrics-extractor's factory.
@@ -179,7 +158,7 @@ func NewExtractor(name string, raw json.RawMessage, _ *scheduling.Handle) (sched
 	if err := scheduling.DecodeParams(raw, &p); err != nil {
 		return nil, err
 	}
-	x := &Extractor{Named: scheduling.NewNamed(ExtractorType, name), vals: map[string]map[string]float64{}}
+	x := &Extractor{Named: scheduling.NewNamed(ExtractorType, name)}
 	var err error
 	if x.kv, err = scrape.ParseSelector(cmp.Or(p.KVCacheUtilizationMetric, DefaultKVCacheUtilizationMetric)); err != nil {
 		return nil, fmt.Errorf("parameters.kvCacheUtilizationMetric: %w", err)
@@ -205,10 +184,7 @@ func (x *Extractor) Attributes() []string { return []string{KVCacheUtilization, 
 
 // Attribute is e's value of name; false when the endpoint has none.
 func (x *Extractor) Attribute(name string, e *endpoints.Endpoint) (float64, bool) {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	v, ok := x.vals[e.Address()][name]
-	return v, ok
+	return x.vals.Get(e.Address(), name)
 }
 
 // Read implements poll.Reader.
@@ -226,9 +202,7 @@ func (x *Extractor) Read(e *endpoints.Endpoint, page []byte) error {
 			got[m.attr] = v
 		}
 	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	x.vals[e.Address()] = got
+	x.vals.Set(e.Address(), got)
 	return nil
 }
 
@@ -246,15 +220,7 @@ func matches(m *dto.Metric, want map[string]string) bool {
 }
 
 // Keep implements poll.Reader.
-func (x *Extractor) Keep(present map[string]bool) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	for a := range x.vals {
-		if !present[a] {
-			delete(x.vals, a)
-		}
-	}
-}
+func (x *Extractor) Keep(present map[string]bool) { x.vals.Keep(present) }
 
 var (
 	_ scheduling.DataSource    = (*Source)(nil)

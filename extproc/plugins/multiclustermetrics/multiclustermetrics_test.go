@@ -100,8 +100,8 @@ func TestPollPeers(t *testing.T) {
 				spec = endpoints.Spec{Name: "cluster-a", Address: "127.0.0.9:1", Labels: map[string]string{MetricsAddressLabel: host, MetricsPortLabel: port}}
 			}
 			e := endpoints.NewEndpoint(spec)
-			s.poller.Round(t.Context(), []*endpoints.Endpoint{e}, 5e9, s.sinks)
-			s.poller.CloseIdleConnections()
+			s.Poller.Round(t.Context(), []*endpoints.Endpoint{e}, 5e9, s.Readers())
+			s.Poller.CloseIdleConnections()
 			kv, kok := x.Attribute(KVCacheUtilization, e)
 			q, qok := x.Attribute(QueueSize, e)
 			if kok != tc.ok || qok != tc.ok || kv != tc.kv || q != tc.queue {
