@@ -17,8 +17,10 @@
 // into the endpoint's attributes KVCacheUtilization and QueueSize (llm-d's
 // llm-d.ai/multicluster-kv-cache-utilization and
 // llm-d.ai/multicluster-queue-size), which the multicluster scorers read.
-// A page without a metric removes that attribute; a failed poll keeps the
-// previous values.
+// Of a metric's matching samples the largest is taken (a picker exports
+// one series per pool). As in llm-d, a page without the metric, or a failed
+// poll, keeps the previous value; a cluster leaving the pool loses its
+// values.
 //
 // The parameters are documented on Source and Extractor.
 package multiclustermetrics
@@ -29,6 +31,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 
 	dto "github.com/prometheus/client_model/go"
 
@@ -190,6 +193,7 @@ func (x *Extractor) Attribute(name string, e *endpoints.Endpoint) (float64, bool
 // Read implements poll.Reader.
 func (x *Extractor) Read(e *endpoints.Endpoint, page []byte) error {
 	got := map[string]float64{}
+	var missing []string
 	for _, m := range []struct {
 		attr string
 		sel  scrape.Selector
@@ -198,11 +202,21 @@ func (x *Extractor) Read(e *endpoints.Endpoint, page []byte) error {
 		if err != nil {
 			return err
 		}
-		if ok {
-			got[m.attr] = v
+		if !ok {
+			// As llm-d: the previous value stays, and the miss is
+			// reported (logged by the poller).
+			if prev, had := x.vals.Get(e.Address(), m.attr); had {
+				got[m.attr] = prev
+			}
+			missing = append(missing, m.sel.Name)
+			continue
 		}
+		got[m.attr] = v
 	}
 	x.vals.Set(e.Address(), got)
+	if len(missing) > 0 {
+		return fmt.Errorf("no sample of %s on the page", strings.Join(missing, ", "))
+	}
 	return nil
 }
 

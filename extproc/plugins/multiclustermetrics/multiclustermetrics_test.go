@@ -186,7 +186,7 @@ func TestFind(t *testing.T) {
 }
 
 // A cluster removed from the pool loses its values; a page without a
-// metric drops that attribute.
+// metric keeps its previous value (as llm-d) and says so.
 func TestKeepAndMissing(t *testing.T) {
 	xp, _ := NewExtractor("", nil, nil)
 	x := xp.(*Extractor)
@@ -194,11 +194,16 @@ func TestKeepAndMissing(t *testing.T) {
 	if err := x.Read(e, []byte(peerPage)); err != nil {
 		t.Fatal(err)
 	}
-	if err := x.Read(e, []byte("llm_d_epp_average_queue_size 2\n")); err != nil {
-		t.Fatal(err)
+	if err := x.Read(e, []byte("llm_d_epp_average_queue_size 2\n")); err == nil || !strings.Contains(err.Error(), DefaultKVCacheUtilizationMetric) {
+		t.Fatalf("a page without the KV metric: err = %v", err)
 	}
-	if _, ok := x.Attribute(KVCacheUtilization, e); ok {
-		t.Error("a metric missing from the page kept its value")
+	if v, ok := x.Attribute(KVCacheUtilization, e); !ok || v != 0.25 {
+		t.Errorf("a metric missing from the page: %v %v, want the previous 0.25", v, ok)
+	}
+	fresh := endpoints.NewEndpoint(endpoints.Spec{Name: "b", Address: "10.0.0.3:443"})
+	_ = x.Read(fresh, []byte("llm_d_epp_average_queue_size 1\n"))
+	if _, ok := x.Attribute(KVCacheUtilization, fresh); ok {
+		t.Error("a cluster that never had the metric has a value")
 	}
 	if v, ok := x.Attribute(QueueSize, e); !ok || v != 2 {
 		t.Errorf("queue = %v %v", v, ok)
