@@ -32,3 +32,14 @@ func TestValidateHostnames(t *testing.T) {
 		t.Fatalf("datastore: %v", e)
 	}
 }
+
+// A peer cluster is not scraped, so it does not wait for a first scrape.
+func TestHostnameSkipsAwaitFirstScrape(t *testing.T) {
+	ds := NewDatastoreWith(Config{AwaitFirstScrape: true})
+	if err := ds.Replace([]Spec{{Name: "c", Address: "gw.example.com:443", Hostname: true}, {Name: "p", Address: "10.0.0.1:8000"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := ds.Candidates(); len(got) != 1 || got[0].Name() != "c" {
+		t.Fatalf("candidates %v, want the cluster only", got)
+	}
+}
