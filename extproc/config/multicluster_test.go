@@ -2,15 +2,8 @@ package config
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/base64"
-	"encoding/pem"
 	"fmt"
-	"net"
-	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,8 +11,8 @@ import (
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/plugins/all"
 	"github.com/kvgate/kvgate/extproc/plugins/multiclustermetrics"
+	"github.com/kvgate/kvgate/extproc/plugins/multiclustermetrics/peertest"
 	"github.com/kvgate/kvgate/extproc/scheduling"
-	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // multiclusterConfig is llm-d's multi-cluster example (its plugins
@@ -60,30 +53,7 @@ dataLayer:
 // named by the metricsAddress/metricsPort labels. The less loaded cluster
 // is picked; a session token pins the other.
 func TestMultiCluster(t *testing.T) {
-	cert, _ := testutil.SelfSignedCert(t)
-	dir := t.TempDir()
-	ca := filepath.Join(dir, "ca.crt")
-	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var clusters strings.Builder
-	clusters.WriteString("endpoints:\n")
-	for _, c := range []struct {
-		name      string
-		kv, queue float64
-	}{{"cluster-a", 0.9, 12}, {"cluster-b", 0.2, 1}} {
-		page := fmt.Sprintf("llm_d_epp_average_kv_cache_utilization{name=\"pool\"} %v\nllm_d_epp_average_queue_size{name=\"pool\"} %v\n", c.kv, c.queue)
-		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(page)) }))
-		srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-		srv.StartTLS()
-		t.Cleanup(srv.Close)
-		host, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
-		fmt.Fprintf(&clusters, "  - name: %s\n    namespace: peers\n    address: gateway.%s.example.com\n    port: 443\n    labels: {metricsAddress: %q, metricsPort: %q}\n", c.name, c.name, host, port)
-	}
-	path := filepath.Join(dir, "clusters.yaml")
-	if err := os.WriteFile(path, []byte(clusters.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	path, ca := peertest.Start(t, "peers", peertest.Peer{Name: "cluster-a", KV: 0.9, Queue: 12}, peertest.Peer{Name: "cluster-b", KV: 0.2, Queue: 1})
 	c, err := Parse([]byte(fmt.Sprintf(multiclusterConfig, path, ca)))
 	if err != nil {
 		t.Fatal(err)
@@ -141,11 +111,11 @@ func TestMultiCluster(t *testing.T) {
 		}
 		return res.Primary().Targets[0].Address()
 	}
-	if got := pick(nil); got != "gateway.cluster-b.example.com:443" {
+	if got := pick(nil); got != peertest.Gateway("cluster-b") {
 		t.Fatalf("picked %s, want the less loaded cluster-b", got)
 	}
 	token := base64.StdEncoding.EncodeToString([]byte("peers/cluster-a"))
-	if got := pick(map[string]string{"x-session-token": token}); got != "gateway.cluster-a.example.com:443" {
+	if got := pick(map[string]string{"x-session-token": token}); got != peertest.Gateway("cluster-a") {
 		t.Fatalf("with cluster-a's session token picked %s", got)
 	}
 }

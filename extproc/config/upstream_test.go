@@ -2,7 +2,6 @@ package config
 
 import (
 	"context"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
@@ -19,6 +18,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/parsers"
 	"github.com/kvgate/kvgate/extproc/plugins/all"
 	"github.com/kvgate/kvgate/extproc/plugins/headerfilter"
+	"github.com/kvgate/kvgate/extproc/plugins/multiclustermetrics/peertest"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/internal/eppwire"
@@ -75,11 +75,11 @@ func TestUpstreamFixed(t *testing.T) {
 
 // upstreamFiles are files the upstream documents name that a plugin reads
 // when built (a CA bundle): each such path is replaced by a test file of
-// the same kind.
-var upstreamFiles = map[string]func(tb testing.TB) []byte{
-	"/etc/epp/tls/ca.crt": func(tb testing.TB) []byte {
+// the same kind (the function writes it and returns its path).
+var upstreamFiles = map[string]func(tb testing.TB) string{
+	"/etc/epp/tls/ca.crt": func(tb testing.TB) string {
 		cert, _ := testutil.SelfSignedCert(tb)
-		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]})
+		return peertest.CAFile(tb, cert)
 	},
 }
 
@@ -90,11 +90,7 @@ func withUpstreamFiles(t *testing.T, data []byte) []byte {
 		if !strings.Contains(string(data), path) {
 			continue
 		}
-		local := filepath.Join(t.TempDir(), filepath.Base(path))
-		if err := os.WriteFile(local, content(t), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		data = []byte(strings.ReplaceAll(string(data), path, local))
+		data = []byte(strings.ReplaceAll(string(data), path, content(t)))
 	}
 	return data
 }

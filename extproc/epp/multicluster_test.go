@@ -1,20 +1,11 @@
 package epp
 
 import (
-	"crypto/tls"
-	"encoding/pem"
-	"fmt"
-	"net"
-	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/kvgate/kvgate/extproc/plugins/multiclustermetrics/peertest"
 	"github.com/kvgate/kvgate/extproc/server/envoytest"
-	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // A cluster-scoped picker (llm-d's multi-cluster example): peer clusters
@@ -23,30 +14,7 @@ import (
 // loaded cluster's gateway by name, and it is not held back waiting for
 // pod metrics the clusters do not have.
 func TestMultiClusterPicker(t *testing.T) {
-	cert, _ := testutil.SelfSignedCert(t)
-	dir := t.TempDir()
-	ca := filepath.Join(dir, "ca.crt")
-	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var clusters strings.Builder
-	clusters.WriteString("endpoints:\n")
-	for _, c := range []struct {
-		name      string
-		kv, queue float64
-	}{{"cluster-a", 0.8, 9}, {"cluster-b", 0.1, 0}} {
-		page := fmt.Sprintf("llm_d_epp_average_kv_cache_utilization{name=\"pool\"} %v\nllm_d_epp_average_queue_size{name=\"pool\"} %v\n", c.kv, c.queue)
-		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(page)) }))
-		srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-		srv.StartTLS()
-		t.Cleanup(srv.Close)
-		host, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
-		fmt.Fprintf(&clusters, "- name: %s\n  address: gateway.%s.example.com\n  port: 443\n  labels: {metricsAddress: %q, metricsPort: %q}\n", c.name, c.name, host, port)
-	}
-	file := filepath.Join(dir, "clusters.yaml")
-	if err := os.WriteFile(file, []byte(clusters.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	file, ca := peertest.Start(t, "", peertest.Peer{Name: "cluster-a", KV: 0.8, Queue: 9}, peertest.Peer{Name: "cluster-b", KV: 0.1})
 	o := DefaultOptions()
 	o.ConfigText = `apiVersion: llm-d.ai/v1
 kind: EndpointPickerConfig
@@ -73,7 +41,7 @@ dataLayer:
 	waitFor(t, "both clusters are candidates", func() bool { return len(p.Datastore().Candidates()) == 2 })
 	// Until the clusters' metrics are read the choice is a tie; then the
 	// less loaded cluster wins every time.
-	const want = "gateway.cluster-b.example.com:443"
+	want := peertest.Gateway("cluster-b")
 	deadline := time.Now().Add(10 * time.Second)
 	for streak := 0; streak < 30; { // 30 in a row: not a run of ties
 		_, r := f.route(t, nil, completion, 1)

@@ -2,16 +2,14 @@ package multiclustermetrics
 
 import (
 	"crypto/tls"
-	"encoding/pem"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/plugins/multiclustermetrics/peertest"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/internal/testutil"
 )
@@ -30,10 +28,7 @@ llm_d_epp_ready_pods{name="pool-a"} 3
 // through one poll round, and reads it into the cluster's attributes.
 func TestPollPeers(t *testing.T) {
 	cert, _ := testutil.SelfSignedCert(t)
-	caPath := filepath.Join(t.TempDir(), "ca.crt")
-	if err := os.WriteFile(caPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	caPath := peertest.CAFile(t, cert)
 	// 5 MiB of comments before the metrics: over the per-pod sources' 4
 	// MiB, under this source's 8 MiB.
 	bigPage := strings.Repeat("# "+strings.Repeat("x", 1022)+"\n", 5<<10) + peerPage
