@@ -342,6 +342,11 @@ func (b *builder) resolve() error {
 				return fmt.Errorf("plugins (name %q, type %q): %w", p.TypedName().Name, p.TypedName().Type, err)
 			}
 		}
+		if r, ok := p.(scheduling.PluginSetResolver); ok {
+			if err := r.ResolvePlugins(b.out.Plugins); err != nil {
+				return fmt.Errorf("plugins (name %q, type %q): %w", p.TypedName().Name, p.TypedName().Type, err)
+			}
+		}
 	}
 	return nil
 }

@@ -89,7 +89,8 @@ type Config struct {
 	// AwaitFirstScrape keeps new endpoints out of the candidate set until
 	// their scraper reports them healthy (SetHealthy): a server that never
 	// answered its /metrics is not routed to. Only for a datastore whose
-	// endpoints are scraped.
+	// endpoints are scraped; a Hostname endpoint (a peer cluster, which
+	// the scraper skips) is a candidate at once.
 	AwaitFirstScrape bool
 }
 
@@ -160,7 +161,7 @@ func (d *Datastore) Replace(specs []Spec) error {
 		if e == nil || !specEqual(e.spec, s) {
 			e = NewEndpoint(cloneSpec(s))
 			c.Added = append(c.Added, e)
-			if d.cfg.AwaitFirstScrape {
+			if d.cfg.AwaitFirstScrape && !s.Hostname { // a peer cluster is not scraped
 				next.unhealthy[e] = struct{}{}
 			}
 		} else if _, bad := old.unhealthy[e]; bad {

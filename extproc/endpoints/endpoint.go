@@ -35,6 +35,11 @@ type Spec struct {
 	// (--kv-events-replay-endpoint), used to refill missed events after a
 	// sequence gap; empty when it has none.
 	KVEventsReplay string `json:"kvEventsReplay,omitempty"`
+	// Hostname lets Address be host:port with a DNS name for host (a peer
+	// cluster's gateway, from multicluster-file-discovery), which whatever
+	// routes on the picker's answer resolves; otherwise Address is a
+	// literal ip:port.
+	Hostname bool `json:"-"`
 }
 
 // Metrics is one immutable snapshot of a model server's state as scraped.

@@ -3,11 +3,14 @@ package endpoints
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
 	"unicode"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // MaxNameLen bounds an endpoint name: a pod name (253) plus a rank suffix.
@@ -44,6 +47,7 @@ var (
 func Validate(specs []Spec) error {
 	names := make(map[string]int, len(specs))
 	addrs := make(map[netip.AddrPort]int, len(specs))
+	hosts := map[string]int{}
 	for i, s := range specs {
 		fail := func(field string, err error) error {
 			return &SpecError{Index: i, Name: s.Name, Field: field, Err: err}
@@ -56,14 +60,24 @@ func Validate(specs []Spec) error {
 		}
 		names[s.Name] = i
 
-		ap, err := ParseAddress(s.Address)
-		if err != nil {
-			return fail("address", err)
+		if s.Hostname {
+			if err := ParseHostAddress(s.Address); err != nil {
+				return fail("address", err)
+			}
+			if j, ok := hosts[s.Address]; ok {
+				return fail("address", fmt.Errorf("%w: %s also used by endpoints[%d]", ErrDuplicate, s.Address, j))
+			}
+			hosts[s.Address] = i
+		} else {
+			ap, err := ParseAddress(s.Address)
+			if err != nil {
+				return fail("address", err)
+			}
+			if j, ok := addrs[ap]; ok {
+				return fail("address", fmt.Errorf("%w: %s also used by endpoints[%d]", ErrDuplicate, s.Address, j))
+			}
+			addrs[ap] = i
 		}
-		if j, ok := addrs[ap]; ok {
-			return fail("address", fmt.Errorf("%w: %s also used by endpoints[%d]", ErrDuplicate, s.Address, j))
-		}
-		addrs[ap] = i
 
 		for k := range s.Labels {
 			if k == "" {
@@ -146,6 +160,29 @@ func validateURL(raw string, schemes ...string) error {
 		}
 	} else if u.Scheme == "tcp" {
 		return fmt.Errorf("%q: missing port", raw)
+	}
+	return nil
+}
+
+// ParseHostAddress checks a Spec.Hostname address: host:port where host is
+// a literal IP or a DNS-1123 subdomain (lower case) and port 1-65535.
+func ParseHostAddress(addr string) error {
+	if addr == "" {
+		return ErrRequired
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("want host:port: %w", err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("%q: port must be 1-65535", addr)
+	}
+	if net.ParseIP(host) != nil {
+		_, err := ParseAddress(addr)
+		return err
+	}
+	if errs := validation.IsDNS1123Subdomain(host); len(errs) > 0 {
+		return fmt.Errorf("%q: host is neither an IP nor a DNS name: %s", addr, strings.Join(errs, "; "))
 	}
 	return nil
 }

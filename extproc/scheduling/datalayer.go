@@ -42,6 +42,14 @@ type Resolver interface {
 	Resolve(lookup func(name string) (Plugin, bool)) error
 }
 
+// PluginSetResolver is implemented by plugins that read another
+// configured plugin found by its type rather than named (the multicluster
+// scorers and their extractor): the loader calls ResolvePlugins once every
+// plugin is built, with all of them.
+type PluginSetResolver interface {
+	ResolvePlugins(all []Plugin) error
+}
+
 // UnsupportedParameterError is a parameter of an upstream (GIE / llm-d)
 // plugin that kvgate knows but does not implement: the plugin refuses it
 // rather than ignore it.

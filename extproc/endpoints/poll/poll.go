@@ -36,7 +36,9 @@ type Poller struct {
 	// Name says whose fetches the log lines are.
 	Name string
 	// URL is where e's document is; "" when e has none (it is skipped).
-	URL    func(e *endpoints.Endpoint) string
+	URL func(e *endpoints.Endpoint) string
+	// Limit bounds one fetched document; 0 means MaxBytes.
+	Limit  int
 	client *http.Client
 	log    *slog.Logger
 }
@@ -107,7 +109,7 @@ func (p *Poller) Round(ctx context.Context, eps []*endpoints.Endpoint, timeout t
 	}
 }
 
-// Fetch GETs url's document (200 only, at most MaxBytes).
+// Fetch GETs url's document (200 only, at most Limit bytes).
 func (p *Poller) Fetch(ctx context.Context, url string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -124,15 +126,61 @@ func (p *Poller) Fetch(ctx context.Context, url string) ([]byte, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s: HTTP %s", url, resp.Status)
 	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxBytes+1))
+	limit := p.Limit
+	if limit <= 0 {
+		limit = MaxBytes
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, int64(limit)+1))
 	if err != nil {
 		return nil, fmt.Errorf("GET %s: %w", url, err)
 	}
-	if len(data) > MaxBytes {
-		return nil, fmt.Errorf("GET %s: larger than %d bytes", url, MaxBytes)
+	if len(data) > limit {
+		return nil, fmt.Errorf("GET %s: larger than %d bytes", url, limit)
 	}
 	return data, nil
 }
 
 // CloseIdleConnections closes the poller's idle keep-alive connections.
 func (p *Poller) CloseIdleConnections() { p.client.CloseIdleConnections() }
+
+// Values are the numbers a Reader keeps per endpoint address, by name.
+// Set replaces an endpoint's set; Keep implements Reader.Keep. The zero
+// Values is ready; it is safe for concurrent use (the poll goroutines
+// write, the scheduling plugins read).
+type Values struct {
+	mu sync.RWMutex
+	m  map[string]map[string]float64
+}
+
+// Get is address's value of name; false when it has none.
+func (v *Values) Get(address, name string) (float64, bool) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	x, ok := v.m[address][name]
+	return x, ok
+}
+
+// Set makes vals address's values (nil or empty: none).
+func (v *Values) Set(address string, vals map[string]float64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.m == nil {
+		v.m = map[string]map[string]float64{}
+	}
+	if len(vals) == 0 {
+		delete(v.m, address)
+		return
+	}
+	v.m[address] = vals
+}
+
+// Keep drops the values of addresses not in present.
+func (v *Values) Keep(present map[string]bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for a := range v.m {
+		if !present[a] {
+			delete(v.m, a)
+		}
+	}
+}

@@ -185,6 +185,11 @@ func (s *Scraper) endpointsChanged(c endpoints.Change) {
 		}
 	}
 	for _, e := range c.Added {
+		if e.Spec().Hostname {
+			// A peer cluster (multicluster-file-discovery) has no model
+			// server page; multicluster-metrics-data-source polls it.
+			continue
+		}
 		ctx, cancel := context.WithCancel(s.runCtx)
 		s.loops[e] = cancel
 		s.running.Add(1)

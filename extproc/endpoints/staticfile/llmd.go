@@ -42,6 +42,17 @@ type llmdEntry struct {
 // over 1 MiB, or one that is not this shape, is an error, and so is a kept
 // set that fails endpoints.Validate (two entries of one name, say).
 func ParseLLMD(data []byte) (specs []endpoints.Spec, skipped []error, err error) {
+	return parseLLMD(data, false)
+}
+
+// ParseLLMDHosts is ParseLLMD for llm-d's multicluster-file-discovery: an
+// address may also be a DNS name (a peer cluster's gateway) or an IPv6
+// address, and the specs are marked Hostname.
+func ParseLLMDHosts(data []byte) (specs []endpoints.Spec, skipped []error, err error) {
+	return parseLLMD(data, true)
+}
+
+func parseLLMD(data []byte, hosts bool) (specs []endpoints.Spec, skipped []error, err error) {
 	if len(data) > MaxLLMDFileBytes {
 		return nil, nil, fmt.Errorf("file larger than %d bytes", MaxLLMDFileBytes)
 	}
@@ -57,7 +68,7 @@ func ParseLLMD(data []byte) (specs []endpoints.Spec, skipped []error, err error)
 	}
 	specs = make([]endpoints.Spec, 0, len(f.Endpoints))
 	for i, e := range f.Endpoints {
-		if ip := net.ParseIP(e.Address); ip == nil || ip.To4() == nil {
+		if ip := net.ParseIP(e.Address); !hosts && (ip == nil || ip.To4() == nil) {
 			skipped = append(skipped, &endpoints.SpecError{Index: i, Name: e.Name, Field: "address", Err: fmt.Errorf("%q is not an IPv4 address", e.Address)})
 			continue
 		}
@@ -65,6 +76,12 @@ func ParseLLMD(data []byte) (specs []endpoints.Spec, skipped []error, err error)
 		if err != nil {
 			skipped = append(skipped, &endpoints.SpecError{Index: i, Name: e.Name, Field: "port", Err: err})
 			continue
+		}
+		if hosts {
+			if err := endpoints.ParseHostAddress(net.JoinHostPort(e.Address, strconv.Itoa(port))); err != nil {
+				skipped = append(skipped, &endpoints.SpecError{Index: i, Name: e.Name, Field: "address", Err: err})
+				continue
+			}
 		}
 		ns := e.Namespace
 		if ns == "" {
@@ -75,7 +92,7 @@ func ParseLLMD(data []byte) (specs []endpoints.Spec, skipped []error, err error)
 			labels[k] = v
 		}
 		labels[NamespaceLabel] = ns
-		specs = append(specs, endpoints.Spec{Name: e.Name, Address: net.JoinHostPort(e.Address, strconv.Itoa(port)), Labels: labels})
+		specs = append(specs, endpoints.Spec{Name: e.Name, Address: net.JoinHostPort(e.Address, strconv.Itoa(port)), Labels: labels, Hostname: hosts})
 	}
 	if err := endpoints.Validate(specs); err != nil {
 		return nil, skipped, err

@@ -112,3 +112,59 @@ func FuzzParseLLMD(f *testing.F) {
 		}
 	})
 }
+
+// multicluster-file-discovery's file: clusters by DNS name, IP or IPv6;
+// bad hosts are skipped, the plain format still refuses names.
+func TestParseLLMDHosts(t *testing.T) {
+	const clusters = `endpoints:
+  - name: cluster-a
+    address: gateway.cluster-a.example.com
+    port: "443"
+    labels: {metricsAddress: epp.cluster-a.example.com, metricsPort: "9090"}
+  - name: cluster-b
+    address: 10.1.0.1
+    port: 443
+  - name: cluster-c
+    address: "fd00::1"
+    port: 443
+  - name: bad-host
+    address: "Not_A_Host"
+    port: 443
+  - name: bad-port
+    address: gw.example.com
+    port: 0
+`
+	got, skipped, err := ParseLLMDHosts([]byte(clusters))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addrs []string
+	for _, s := range got {
+		if !s.Hostname {
+			t.Errorf("%s not marked Hostname", s.Name)
+		}
+		addrs = append(addrs, s.Address)
+	}
+	if want := []string{"gateway.cluster-a.example.com:443", "10.1.0.1:443", "[fd00::1]:443"}; !reflect.DeepEqual(addrs, want) {
+		t.Fatalf("addresses %v, want %v", addrs, want)
+	}
+	if got[0].Labels["metricsAddress"] != "epp.cluster-a.example.com" || got[0].Labels["metricsPort"] != "9090" {
+		t.Errorf("labels %v", got[0].Labels)
+	}
+	if len(skipped) != 2 {
+		t.Fatalf("skipped %v, want bad-host and bad-port", skipped)
+	}
+	for i, field := range []string{"address", "port"} {
+		var se *endpoints.SpecError
+		if !errors.As(skipped[i], &se) || se.Field != field {
+			t.Errorf("skipped[%d] = %v, want field %s", i, skipped[i], field)
+		}
+	}
+	if specs, skipped, err := ParseLLMD([]byte(clusters)); err != nil || len(specs) != 1 || len(skipped) != 4 {
+		t.Fatalf("file-discovery's format took names: %v %v %v", specs, skipped, err)
+	}
+	dup := "endpoints:\n  - {name: a, address: gw.example.com, port: 443}\n  - {name: b, address: gw.example.com, port: 443}\n"
+	if _, _, err := ParseLLMDHosts([]byte(dup)); !errors.Is(err, endpoints.ErrDuplicate) {
+		t.Fatalf("a repeated host:port: err = %v", err)
+	}
+}

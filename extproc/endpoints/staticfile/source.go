@@ -38,6 +38,8 @@ type File struct {
 	// LLMD reads llm-d's file-discovery format (ParseLLMD) instead of
 	// kvgate's (Parse).
 	LLMD bool
+	// Hosts, with LLMD, lets addresses be DNS names (ParseLLMDHosts).
+	Hosts bool
 	// NoWatch reads the file once (llm-d's watchFile: false).
 	NoWatch bool
 }
@@ -151,7 +153,7 @@ func (f *File) load(prev []byte, current int, apply func([]endpoints.Spec) error
 	var specs []endpoints.Spec
 	if f.LLMD {
 		var skipped []error
-		specs, skipped, err = ParseLLMD(data)
+		specs, skipped, err = parseLLMD(data, f.Hosts)
 		for _, s := range skipped {
 			log.Warn("endpoint skipped", "err", s)
 		}

@@ -30,6 +30,9 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/metricsdatasource"
 	"github.com/kvgate/kvgate/extproc/plugins/mmcache"
 	"github.com/kvgate/kvgate/extproc/plugins/models"
+	"github.com/kvgate/kvgate/extproc/plugins/multiclusteraffinity"
+	"github.com/kvgate/kvgate/extproc/plugins/multiclustermetrics"
+	"github.com/kvgate/kvgate/extproc/plugins/multiclusterscore"
 	"github.com/kvgate/kvgate/extproc/plugins/nohitlru"
 	"github.com/kvgate/kvgate/extproc/plugins/openaiparser"
 	"github.com/kvgate/kvgate/extproc/plugins/p2psource"
@@ -157,6 +160,13 @@ func Registry() *scheduling.Registry {
 		{dataparallel.Type, dataparallel.New},
 		{rolloutscreener.Type, rolloutscreener.New},
 		{headerlabelaffinity.Type, headerlabelaffinity.New},
+		// multicluster: a picker whose endpoints are peer clusters.
+		{multiclustermetrics.SourceType, multiclustermetrics.NewSource},
+		{multiclustermetrics.ExtractorType, multiclustermetrics.NewExtractor},
+		{multiclusterscore.KVCacheType, multiclusterscore.NewKVCache},
+		{multiclusterscore.QueueType, multiclusterscore.NewQueue},
+		{multiclusteraffinity.Type, multiclusteraffinity.New},
+		{filediscovery.MultiClusterType, filediscovery.NewMultiCluster},
 	} {
 		mustNot(r.Register(p.typ, p.f))
 	}

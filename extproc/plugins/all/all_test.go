@@ -44,7 +44,8 @@ var requiredParams = map[string]map[string]any{
 	// llm-d has no default floor for the holdback ceiling.
 	flowpolicy.HoldbackType: {"minCeiling": 0.5},
 	// The endpoints file (read when the picker runs, not at build).
-	"file-discovery": {"path": "/etc/epp/endpoints.yaml"},
+	"file-discovery":              {"path": "/etc/epp/endpoints.yaml"},
+	"multicluster-file-discovery": {"path": "/etc/epp/clusters.yaml"},
 	// GIE has no default attribute.
 	"request-attribute-reporter": {"attributes": []any{map[string]any{"key": map[string]any{"name": "cost"}, "expression": "usage.completion_tokens"}}},
 	// The attribute plugins name their attribute, its producer and an

@@ -1,7 +1,6 @@
 package dcgm
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -9,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	dto "github.com/prometheus/client_model/go"
 
@@ -61,11 +59,9 @@ type Params struct {
 //	                          interval)
 type Source struct {
 	scheduling.Named
+	metricsdatasource.Polling
 	scheme, path string
 	port         int
-	interval     time.Duration
-	poller       *poll.Poller
-	sinks        []poll.Reader
 }
 
 // NewSource is dcgm-data-source's factory.
@@ -90,7 +86,8 @@ func NewSource(name string, raw json.RawMessage, h *scheduling.Handle) (scheduli
 	if err != nil {
 		return nil, err
 	}
-	s := &Source{Named: scheduling.NewNamed(SourceType, name), scheme: target.Scheme, path: target.Path, port: port, interval: interval}
+	s := &Source{Named: scheduling.NewNamed(SourceType, name), scheme: target.Scheme, path: target.Path, port: port}
+	s.Interval = interval
 	var log *slog.Logger
 	if h != nil {
 		log = h.Log
@@ -104,7 +101,7 @@ func NewSource(name string, raw json.RawMessage, h *scheduling.Handle) (scheduli
 			return s.URL(e.Spec().NodeAddress)
 		}
 	}
-	s.poller = poll.New(SourceType, url, target.TLS, log)
+	s.Poller = poll.New(SourceType, url, target.TLS, log)
 	return s, nil
 }
 
@@ -115,22 +112,6 @@ func (s *Source) URL(address string) string {
 		host = address
 	}
 	return s.scheme + "://" + net.JoinHostPort(host, strconv.Itoa(s.port)) + s.path
-}
-
-// DataLayerSource implements scheduling.DataSource.
-func (s *Source) DataLayerSource() {}
-
-// Connect wires an extractor under the source.
-func (s *Source) Connect(x scheduling.DataExtractor) {
-	if e, ok := x.(*Extractor); ok {
-		s.sinks = append(s.sinks, e)
-	}
-}
-
-// Poll runs until ctx ends, fetching every endpoint's exporter page every
-// interval (rounded to a multiple of base).
-func (s *Source) Poll(ctx context.Context, ds *endpoints.Datastore, base time.Duration) error {
-	return s.poller.Run(ctx, ds, metricsdatasource.RoundInterval(s.interval, base), s.sinks)
 }
 
 // Extractor implements dcgm-extractor.

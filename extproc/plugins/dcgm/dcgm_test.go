@@ -86,7 +86,7 @@ func TestParams(t *testing.T) {
 		{endpoints.Spec{Name: "a", Address: "10.0.0.1:8000", NodeAddress: "192.168.0.7"}, "http://192.168.0.7:9400/metrics"},
 		{endpoints.Spec{Name: "b", Address: "10.0.0.2:8000"}, ""}, // no node known: not fetched
 	} {
-		if got := ns.poller.URL(endpoints.NewEndpoint(tc.spec)); got != tc.want {
+		if got := ns.Poller.URL(endpoints.NewEndpoint(tc.spec)); got != tc.want {
 			t.Errorf("node URL of %+v = %q, want %q", tc.spec, got, tc.want)
 		}
 	}

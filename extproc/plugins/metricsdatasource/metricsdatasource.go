@@ -24,6 +24,7 @@
 package metricsdatasource
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -34,6 +35,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/endpoints/poll"
 	"github.com/kvgate/kvgate/extproc/endpoints/scrape"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 )
@@ -158,3 +161,38 @@ func RoundInterval(interval, base time.Duration) time.Duration {
 }
 
 var _ scheduling.DataSource = (*Source)(nil)
+
+// Polling is what llm-d's polling HTTP sources (models-data-source,
+// dcgm-data-source, multicluster-metrics-data-source) share: the poller,
+// the configured interval and the extractors wired under the source.
+// Embedded, it makes the source a scheduling.DataSource the loader wires
+// and the picker polls.
+type Polling struct {
+	Poller   *poll.Poller
+	Interval time.Duration
+	// readers are the extractors wired under the source; set while the
+	// configuration is built, read-only once polling runs.
+	readers []poll.Reader
+}
+
+// DataLayerSource implements scheduling.DataSource.
+func (p *Polling) DataLayerSource() {}
+
+// Connect wires an extractor under the source
+// (dataLayer.sources[].extractors); the loader connects only extractors
+// that accepted the source.
+func (p *Polling) Connect(x scheduling.DataExtractor) {
+	if r, ok := x.(poll.Reader); ok {
+		p.readers = append(p.readers, r)
+	}
+}
+
+// Poll runs until ctx ends: every interval (rounded to a multiple of
+// base) it fetches every endpoint's document and hands it to the wired
+// extractors.
+func (p *Polling) Poll(ctx context.Context, ds *endpoints.Datastore, base time.Duration) error {
+	return p.Poller.Run(ctx, ds, RoundInterval(p.Interval, base), p.readers)
+}
+
+// Readers are the wired extractors.
+func (p *Polling) Readers() []poll.Reader { return p.readers }

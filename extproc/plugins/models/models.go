@@ -55,12 +55,8 @@ type list struct {
 //	                          interval)
 type Source struct {
 	scheduling.Named
-	target   scrape.Target
-	interval time.Duration
-	poller   *poll.Poller
-	// sinks are the extractors wired under the source; set while the
-	// configuration is built, read-only once polling runs.
-	sinks []poll.Reader
+	metricsdatasource.Polling
+	target scrape.Target
 }
 
 // NewSource is models-data-source's factory.
@@ -69,23 +65,14 @@ func NewSource(name string, raw json.RawMessage, h *scheduling.Handle) (scheduli
 	if err != nil {
 		return nil, err
 	}
-	s := &Source{Named: scheduling.NewNamed(SourceType, name), target: target, interval: interval}
+	s := &Source{Named: scheduling.NewNamed(SourceType, name), target: target}
+	s.Interval = interval
 	var log *slog.Logger
 	if h != nil {
 		log = h.Log
 	}
-	s.poller = poll.New(SourceType, func(e *endpoints.Endpoint) string { return s.URL(e.Address()) }, target.TLS, log)
+	s.Poller = poll.New(SourceType, func(e *endpoints.Endpoint) string { return s.URL(e.Address()) }, target.TLS, log)
 	return s, nil
-}
-
-// DataLayerSource implements scheduling.DataSource.
-func (s *Source) DataLayerSource() {}
-
-// Connect wires an extractor under the source (dataLayer.sources[].extractors).
-func (s *Source) Connect(x scheduling.DataExtractor) {
-	if e, ok := x.(*Extractor); ok {
-		s.sinks = append(s.sinks, e)
-	}
 }
 
 // URL is where address's model list is fetched.
@@ -93,16 +80,9 @@ func (s *Source) URL(address string) string {
 	return s.target.Scheme + "://" + address + s.target.Path
 }
 
-// Poll runs until ctx ends: every interval (rounded to a multiple of base)
-// it fetches the model list of every endpoint of ds and hands each to the
-// wired extractors.
-func (s *Source) Poll(ctx context.Context, ds *endpoints.Datastore, base time.Duration) error {
-	return s.poller.Run(ctx, ds, metricsdatasource.RoundInterval(s.interval, base), s.sinks)
-}
-
 // Fetch returns address's model list.
 func (s *Source) Fetch(ctx context.Context, address string) ([]Model, error) {
-	doc, err := s.poller.Fetch(ctx, s.URL(address))
+	doc, err := s.Poller.Fetch(ctx, s.URL(address))
 	if err != nil {
 		return nil, err
 	}
