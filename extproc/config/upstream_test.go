@@ -55,6 +55,8 @@ var invalidUpstream = map[string]string{
 var upstreamFixes = map[string][2]string{
 	"gateway-api-inference-extension-v1-0-0-site-src-guides-epp-configuration-config-text-3.yaml": {"  -pluginRef:", "  - pluginRef:"},
 	"llm-d-router-deploy-config-epp-mm-embeddings-cache-config-1.yaml":                            {"cacheSizeInMB:", "cacheSizeInMBPerServer:"},
+	// The guide's reader fills in N_active + B; any count will do.
+	"llm-d-guides-flow-control-tuning-1.yaml": {"maxConcurrency: <N_active + B>", "maxConcurrency: 96"},
 }
 
 func TestUpstreamFixed(t *testing.T) {
