@@ -1,7 +1,6 @@
 package prefixmatch
 
 import (
-	"fmt"
 	"sync"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
@@ -210,15 +209,7 @@ type Source interface {
 // ResolveSource finds the configured plugin name as a Source; param names
 // the parameter that named it, for the error.
 func ResolveSource(lookup func(string) (scheduling.Plugin, bool), param, name string) (Source, error) {
-	p, ok := lookup(name)
-	if !ok {
-		return nil, fmt.Errorf("parameters.%s: %q is not a configured plugin", param, name)
-	}
-	src, ok := p.(Source)
-	if !ok {
-		return nil, fmt.Errorf("parameters.%s: %q (type %s) produces no prefix match", param, name, p.TypedName().Type)
-	}
-	return src, nil
+	return scheduling.LookupAs[Source](lookup, param, name, "a prefix-match producer")
 }
 
 // TokensKey is where a token producer (token-producer) leaves the request's

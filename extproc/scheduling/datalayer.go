@@ -79,3 +79,19 @@ func RefuseSet(reason string, params map[string]json.RawMessage) error {
 	}
 	return nil
 }
+
+// LookupAs finds the plugin a parameter names and requires it to be a T,
+// for Resolvers: param is the parameter that named it and what says what a
+// T is ("a disaggregation decider"), both for the error.
+func LookupAs[T any](lookup func(name string) (Plugin, bool), param, name, what string) (T, error) {
+	var zero T
+	p, ok := lookup(name)
+	if !ok {
+		return zero, fmt.Errorf("parameters.%s: %q is not a configured plugin", param, name)
+	}
+	t, ok := p.(T)
+	if !ok {
+		return zero, fmt.Errorf("parameters.%s: %q (type %s) is not %s", param, name, p.TypedName().Type, what)
+	}
+	return t, nil
+}

@@ -190,7 +190,7 @@ func TestConfigErrors(t *testing.T) {
 		{"unknown field", "- type: disagg-profile-handler\n  parameters: {decider: x}", "unknown field"},
 		{"never-run profile", "- type: disagg-profile-handler\n  parameters: {deciders: {prefill: always-disagg-pd-decider}}", `profile "encode" never runs`},
 		{"primaryPort", "- type: pd-profile-handler\n  parameters: {deciderPluginName: always-disagg-pd-decider, primaryPort: 8000}", "primaryPort"},
-		{"pd without decider", "- type: pd-profile-handler\n  parameters: {deciderPluginName: always-disagg-pd-decider, prefixMatchInfoProducerName: queue-scorer}", "produces no prefix match"},
+		{"pd without decider", "- type: pd-profile-handler\n  parameters: {deciderPluginName: always-disagg-pd-decider, prefixMatchInfoProducerName: queue-scorer}", "is not a prefix-match producer"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -335,15 +335,7 @@ func resolveDecider(lookup func(string) (scheduling.Plugin, bool), param, name s
 	if name == "" {
 		return nil, nil
 	}
-	p, ok := lookup(name)
-	if !ok {
-		return nil, fmt.Errorf("parameters.%s: %q is not a configured plugin", param, name)
-	}
-	d, ok := p.(Decider)
-	if !ok {
-		return nil, fmt.Errorf("parameters.%s: %q (type %s) is not a disaggregation decider", param, name, p.TypedName().Type)
-	}
-	return d, nil
+	return scheduling.LookupAs[Decider](lookup, param, name, "a disaggregation decider")
 }
 
 // ValidateProfiles implements scheduling.ProfileValidator: the decode

@@ -45,13 +45,9 @@ func newAttribute(param, name string, producer *string) (attribute, error) {
 }
 
 func (a *attribute) resolve(lookup func(string) (scheduling.Plugin, bool)) error {
-	p, ok := lookup(a.producerName)
-	if !ok {
-		return fmt.Errorf("parameters.producer: %q is not a configured plugin", a.producerName)
-	}
-	pr, ok := p.(Producer)
-	if !ok {
-		return fmt.Errorf("parameters.producer: %q (type %s) publishes no endpoint attributes", a.producerName, p.TypedName().Type)
+	pr, err := scheduling.LookupAs[Producer](lookup, "producer", a.producerName, "a producer of endpoint attributes")
+	if err != nil {
+		return err
 	}
 	if !slices.Contains(pr.Attributes(), a.name) {
 		return fmt.Errorf("parameters: %q publishes %v, not %q", a.producerName, pr.Attributes(), a.name)

@@ -154,7 +154,7 @@ func TestParams(t *testing.T) {
 	}
 	for producer, want := range map[string]string{
 		"missing": `"missing" is not a configured plugin`,
-		"queue":   "publishes no endpoint attributes",
+		"queue":   "is not a producer of endpoint attributes",
 	} {
 		p, _ := NewFilter("", []byte(`{"attribute":"GPUUtilization","producer":"`+producer+`",`+th+`}`), nil)
 		if err := p.(*Filter).Resolve(lookup); err == nil || !strings.Contains(err.Error(), want) {

@@ -227,13 +227,9 @@ func NewScorer(name string, raw json.RawMessage, _ *scheduling.Handle) (scheduli
 
 // Resolve implements scheduling.Resolver.
 func (s *Scorer) Resolve(lookup func(string) (scheduling.Plugin, bool)) error {
-	pl, ok := lookup(s.producerName)
-	if !ok {
-		return fmt.Errorf("parameters.producerName: %q is not a configured plugin (configure a %s)", s.producerName, ProducerType)
-	}
-	pr, ok := pl.(*Producer)
-	if !ok {
-		return fmt.Errorf("parameters.producerName: %q is a %s, not a %s", s.producerName, pl.TypedName().Type, ProducerType)
+	pr, err := scheduling.LookupAs[*Producer](lookup, "producerName", s.producerName, "a "+ProducerType)
+	if err != nil {
+		return err
 	}
 	s.producer = pr
 	return nil

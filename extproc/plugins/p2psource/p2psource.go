@@ -103,13 +103,11 @@ func New(name string, raw json.RawMessage, _ *scheduling.Handle) (scheduling.Plu
 // Resolve implements scheduling.Resolver.
 func (p *Producer) Resolve(lookup func(string) (scheduling.Plugin, bool)) error {
 	if name := p.p.PullDecider; name != "" {
-		d, ok := lookup(name)
-		if !ok {
-			return fmt.Errorf("parameters.pullDecider: %q is not a configured plugin", name)
+		pull, err := scheduling.LookupAs[PullDecider](lookup, "pullDecider", name, "a pull decider")
+		if err != nil {
+			return err
 		}
-		if p.pull, ok = d.(PullDecider); !ok {
-			return fmt.Errorf("parameters.pullDecider: %q (type %s) does not decide pulls", name, d.TypedName().Type)
-		}
+		p.pull = pull
 	}
 	if p.p.PrefixMatchInfoProducerName == "" {
 		return nil

@@ -111,13 +111,9 @@ type reader struct {
 }
 
 func (r *reader) resolve(lookup func(string) (scheduling.Plugin, bool)) error {
-	p, ok := lookup(r.producerName)
-	if !ok {
-		return fmt.Errorf("parameters.topologyProducerName: %q is not a configured plugin (configure a %s)", r.producerName, ExtractorType)
-	}
-	x, ok := p.(*Extractor)
-	if !ok {
-		return fmt.Errorf("parameters.topologyProducerName: %q is a %s, not a %s", r.producerName, p.TypedName().Type, ExtractorType)
+	x, err := scheduling.LookupAs[*Extractor](lookup, "topologyProducerName", r.producerName, "a "+ExtractorType)
+	if err != nil {
+		return err
 	}
 	r.extractor = x
 	return nil

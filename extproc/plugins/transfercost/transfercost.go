@@ -299,16 +299,9 @@ func (d *Decider) SetNetworkView(v NetworkView) {
 
 // Resolve implements scheduling.Resolver.
 func (d *Decider) Resolve(lookup func(string) (scheduling.Plugin, bool)) error {
-	p, ok := lookup(d.p.PrefillFilter)
-	if !ok {
-		return fmt.Errorf("parameters.prefillFilter: %q is not a configured plugin", d.p.PrefillFilter)
-	}
-	f, ok := p.(scheduling.Filter)
-	if !ok {
-		return fmt.Errorf("parameters.prefillFilter: %q (type %s) is not a filter", d.p.PrefillFilter, p.TypedName().Type)
-	}
+	f, err := scheduling.LookupAs[scheduling.Filter](lookup, "prefillFilter", d.p.PrefillFilter, "a filter")
 	d.filter = f
-	return nil
+	return err
 }
 
 // Produces implements scheduling.DataDependencies.
