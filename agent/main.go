@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/kvgate/kvgate/internal/cliflag"
 	nixl "github.com/kvgate/kvgate/nixl-cgo"
 	agentv1 "github.com/kvgate/kvgate/proto/kvgate/agent/v1"
 	telemetryv1 "github.com/kvgate/kvgate/proto/kvgate/telemetry/v1"
@@ -52,11 +53,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	nf.register(fs)
 	tf := telemetryFlags{gpuEndpoints: map[int][]string{}}
 	tf.register(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := cliflag.Parse(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {

@@ -99,11 +99,8 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs := flag.NewFlagSet("kvgate batch", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o.flags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := cliflag.Parse(fs, args); err != nil {
 		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected arguments %v", fs.Args())
 	}
 	return o, o.validate()
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kvgate/kvgate/demo/report"
 	"github.com/kvgate/kvgate/demo/workload"
+	"github.com/kvgate/kvgate/internal/cliflag"
 	"github.com/kvgate/kvgate/internal/kvhash"
 	"github.com/kvgate/kvgate/internal/progress"
 	"github.com/kvgate/kvgate/internal/repo"
@@ -114,11 +115,8 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.BoolVar(&o.EPD, "epd", false, "with --pd: E/P/D, an encode server more and every request a chat with an image (one of --epd-images), against a collocated fleet of the same size")
 	fs.IntVar(&o.EPDImages, "epd-images", o.EPDImages, "with --epd: distinct images the requests use")
 	fs.IntVar(&o.KVBytesPerToken, "kv-bytes-per-token", o.KVBytesPerToken, "with --pd: KV bytes per token the agents move (0: the model's real size)")
-	if err := fs.Parse(args); err != nil {
+	if err := cliflag.Parse(fs, args); err != nil {
 		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	if o.EPD && (o.PD == "" || o.EPDImages < 1) {
 		return o, errors.New("--epd needs --pd (the P/D shape) and --epd-images of at least 1")

@@ -116,11 +116,8 @@ func (o *Options) flagSet(stderr io.Writer) *flag.FlagSet {
 func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	o := DefaultOptions()
 	fs := o.flagSet(stderr)
-	if err := fs.Parse(args); err != nil {
+	if err := cliflag.Parse(fs, args); err != nil {
 		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("gateway: unexpected arguments %q", fs.Args())
 	}
 	return o, nil
 }

@@ -182,11 +182,8 @@ func (o Options) Args() []string {
 func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	o := DefaultOptions()
 	fs := o.flagSet(stderr)
-	if err := fs.Parse(args); err != nil {
+	if err := cliflag.Parse(fs, args); err != nil {
 		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {

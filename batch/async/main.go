@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/kvgate/kvgate/internal/cliflag"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -37,11 +38,8 @@ func Main(ctx context.Context, args []string, _, stderr io.Writer) error {
 	healthPort := fs.Int("health-port", 8081, "port of /healthz and /readyz (0: none)")
 	poolFile := fs.String("pool-config-file", "", "worker pools (not supported: kvgate runs one pool, --concurrency workers)")
 	level := fs.String("log-level", "info", "debug | info | warn | error")
-	if err := fs.Parse(args); err != nil {
+	if err := cliflag.Parse(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if *transport != "redis-sortedset" {
 		return fmt.Errorf("--transport %q is not supported: kvgate async implements redis-sortedset", *transport)

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kvgate/kvgate/internal/cliflag"
 	"github.com/kvgate/kvgate/internal/ociimage"
 )
 
@@ -42,11 +43,8 @@ func run(args []string) error {
 	fs.Var(&env, "env", "KEY=VALUE; repeatable")
 	fs.Var(&labels, "label", "KEY=VALUE; repeatable")
 	fs.StringVar(&s.Arch, "arch", "", "architecture (default this machine's)")
-	if err := fs.Parse(args); err != nil {
+	if err := cliflag.Parse(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	if s.Ref == "" || out == "" {
 		return fmt.Errorf("--ref and --out are required")

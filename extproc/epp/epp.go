@@ -252,11 +252,8 @@ func (o Options) Args() []string {
 func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	o := DefaultOptions()
 	fs := o.flagSet(stderr)
-	if err := fs.Parse(joinBoolValues(fs, args)); err != nil {
+	if err := cliflag.Parse(fs, joinBoolValues(fs, args)); err != nil {
 		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	if o.ConfigFile != "" && o.ConfigText != "" {
 		return o, errors.New("--config and --config-text are exclusive")

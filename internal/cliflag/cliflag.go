@@ -1,10 +1,12 @@
-// Package cliflag turns a parsed flag set back into a command line, so
-// that a parent building a child's argv uses the child's own flag
-// definitions and the two cannot drift apart.
+// Package cliflag holds what kvgate's commands share about flags: parsing
+// (flags only, no positional arguments) and turning a parsed flag set back
+// into a command line, so that a parent building a child's argv uses the
+// child's own flag definitions and the two cannot drift apart.
 package cliflag
 
 import (
 	"flag"
+	"fmt"
 	"strings"
 )
 
@@ -54,6 +56,19 @@ func (l List) Set(v string) error {
 		if s = strings.TrimSpace(s); s != "" {
 			*l.Vals = append(*l.Vals, s)
 		}
+	}
+	return nil
+}
+
+// Parse parses args into fs and refuses positional arguments: every
+// kvgate command takes flags only, so a stray word is a mistake to report
+// rather than drop.
+func Parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	return nil
 }

@@ -244,11 +244,8 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		o.Model, args = args[0], args[1:]
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := cliflag.Parse(fs, args); err != nil {
 		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	o.ServedModelNames = servedRaw
 	for _, l := range loras {
