@@ -69,12 +69,11 @@ func NoneHash(seed string) Hash {
 }
 
 // Hasher hashes the blocks of token sequences for one seed and block size.
-// It reuses an encoding buffer between calls, so a Hasher must not be used by
-// several goroutines at once; give each goroutine its own (they are cheap).
+// It holds no per-call state, so one Hasher serves any number of goroutines
+// (set its cache with UseCache before sharing it).
 type Hasher struct {
 	none      Hash
 	blockSize int
-	buf       []byte
 	cache     *BlockCache // nil: every block is hashed
 }
 
@@ -156,8 +155,10 @@ func (h *Hasher) block(parent Hash, block []int, index int, extra Extra) Hash {
 // request (the cache salt applies to position 0 only). block may be of any
 // length; vLLM only hashes full blocks.
 func (h *Hasher) HashBlock(parent Hash, block []int, index int, extra Extra) Hash {
-	b := h.buf[:0]
-	b = append(b, majorArray|3)
+	// A block's encoding fits on the stack (16 tokens of up to 9 bytes and
+	// the parent hash take under 200 bytes); larger ones grow onto the heap.
+	var enc [encodingBuffer]byte
+	b := append(enc[:0], majorArray|3)
 	b = appendHead(b, majorBytes, Size)
 	b = append(b, parent[:]...)
 	b = appendHead(b, majorArray, uint64(len(block)))
@@ -198,9 +199,11 @@ func (h *Hasher) HashBlock(parent Hash, block []int, index int, extra Extra) Has
 			b = append(b, extra.CacheSalt...)
 		}
 	}
-	h.buf = b
 	return sha256.Sum256(b)
 }
+
+// encodingBuffer is the stack room for one block's CBOR encoding.
+const encodingBuffer = 512
 
 func boolInt(b bool) int {
 	if b {

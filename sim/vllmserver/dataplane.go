@@ -63,11 +63,10 @@ type dataPlane struct {
 	slots      int
 	path       string
 	mem        []byte
-	// hashers hands each goroutine a Hasher of its own: request goroutines
-	// hash prompts at once, and a Hasher reuses its encoding buffer (a
-	// shared one gave a prefill leg or a decode leg hashes no engine
-	// computes: the decoder's byte check failed on bytes that moved intact).
-	hashers sync.Pool
+	// hasher serves every request goroutine (kvhash.Hasher keeps no
+	// per-call state; one that reused a buffer, shared, gave legs hashes no
+	// engine computes and failed decoders' byte checks on intact bytes).
+	hasher  *kvhash.Hasher
 	policy  string
 	timeout time.Duration
 	work    chan []dpWork
@@ -162,7 +161,8 @@ func (s *Server) DataPlaneStats() DataPlaneStats {
 
 func newDataPlane(s *Server, kvBytesPerToken int) (*dataPlane, error) {
 	o := &s.opts
-	if _, err := kvhash.New(o.HashSeed, o.BlockSize); err != nil {
+	hasher, err := kvhash.New(o.HashSeed, o.BlockSize)
+	if err != nil {
 		return nil, err
 	}
 	conn, err := grpc.NewClient(o.Agent, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -175,12 +175,7 @@ func newDataPlane(s *Server, kvBytesPerToken int) (*dataPlane, error) {
 		engine: s.engID + "-" + hex.EncodeToString(nonce[:]),
 		c:      agentv1.NewKVTransferClient(conn), blockBytes: kvBytesPerToken * o.BlockSize,
 		policy: o.KVLoadFailurePolicy, timeout: o.KVTransferTimeout, work: make(chan []dpWork, dpQueue),
-		gpu: map[uint64]gpuBlock{}}
-	seed, bs := o.HashSeed, o.BlockSize
-	d.hashers.New = func() any {
-		h, _ := kvhash.New(seed, bs) // validated above
-		return h
-	}
+		gpu: map[uint64]gpuBlock{}, hasher: hasher}
 	return d, nil
 }
 
@@ -400,9 +395,7 @@ func (d *dataPlane) watchReleases(ctx context.Context) {
 // promptHashes are the hashes of j's full prompt blocks, at most n.
 func (d *dataPlane) promptHashes(j *job, n int) []uint64 {
 	full := min(n, len(j.prompt)/d.s.engCfg.BlockSize)
-	h := d.hashers.Get().(*kvhash.Hasher)
-	defer d.hashers.Put(h)
-	return h.AppendUint64s(make([]uint64, 0, full), j.prompt[:full*d.s.engCfg.BlockSize], kvhash.Extra{LoRA: j.lora, CacheSalt: j.cacheSalt, MM: j.mm})
+	return d.hasher.AppendUint64s(make([]uint64, 0, full), j.prompt[:full*d.s.engCfg.BlockSize], kvhash.Extra{LoRA: j.lora, CacheSalt: j.cacheSalt, MM: j.mm})
 }
 
 // prefillParams stores a finished prefill's blocks under a hold and names

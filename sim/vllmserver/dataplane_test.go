@@ -12,9 +12,10 @@ import (
 
 // TestPromptHashesConcurrent: a server hashes prompts for many requests at
 // once (prefill legs naming their blocks, decode legs checking pulled
-// ones); each must get exactly the hashes a lone hasher gives. A hasher
-// shared between request goroutines mixed one request's block encoding
-// into another's: a prefill leg then announced, or a decode leg expected,
+// ones) through the server's one hasher; each must get exactly the hashes
+// a lone hasher gives. A hasher that reused an encoding buffer, shared
+// between request goroutines, mixed one request's block encoding into
+// another's: a prefill leg then announced, or a decode leg expected,
 // a hash no engine computes from that block on, and kvgate up --pd under
 // load lost 1 in 50 pulls to the byte check though the bytes moved intact.
 func TestPromptHashesConcurrent(t *testing.T) {

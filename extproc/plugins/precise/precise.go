@@ -181,10 +181,10 @@ type Scorer struct {
 	key     scheduling.Key[*Prompt]
 	tok     *tokenizer.Tokenizer
 	cache   *tokenizer.PrefixCache
-	hashers sync.Pool // *kvhash.Hasher: each reuses one buffer
-	scratch sync.Pool // *scratch
-	prompts sync.Pool // *Prompt, recycled when its request ends
-	pending *pending  // nil unless speculativeIndexing
+	hasher  *kvhash.Hasher // shared by every request: it keeps no per-call state
+	scratch sync.Pool      // *scratch
+	prompts sync.Pool      // *Prompt, recycled when its request ends
+	pending *pending       // nil unless speculativeIndexing
 	// kvEvents is what llm-d's kvEventsConfig asks the picker for.
 	kvEvents KVEvents
 }
@@ -230,7 +230,8 @@ func NewWithParams(typ, name string, p Params, h *scheduling.Handle) (*Scorer, e
 	if p.MaxBlocksToMatch <= 0 || p.PrefixCacheBytes <= 0 || p.DenseBlocks <= 0 || p.DenseBlocks > hints.MaxDense || p.MaxSpeculativeEntries <= 0 {
 		return nil, fmt.Errorf("parameters.maxBlocksToMatch, prefixCacheBytes and maxSpeculativeEntries must be positive, denseBlocks in [1, %d]", hints.MaxDense)
 	}
-	if _, err := kvhash.New(p.HashSeed, p.BlockSize); err != nil {
+	hasher, err := kvhash.New(p.HashSeed, p.BlockSize)
+	if err != nil {
 		return nil, fmt.Errorf("parameters.blockSize: %w", err)
 	}
 	index, ok := KVIndexFrom(h)
@@ -254,11 +255,8 @@ func NewWithParams(typ, name string, p Params, h *scheduling.Handle) (*Scorer, e
 	}
 	// The block size was validated above.
 	blocks, _ := kvhash.NewBlockCache(p.BlockSize, blockCacheTokens/p.BlockSize)
-	s.hashers.New = func() any {
-		hs, _ := kvhash.New(p.HashSeed, p.BlockSize)
-		_ = hs.UseCache(blocks)
-		return hs
-	}
+	_ = hasher.UseCache(blocks) // made for its block size
+	s.hasher = hasher
 	s.scratch.New = func() any { return new(scratch) }
 	s.prompts.New = func() any { return &Prompt{owner: s} }
 	if p.SpeculativeIndexing {
@@ -306,9 +304,7 @@ func (s *Scorer) appendHashes(dst []uint64, tokens []int, extra kvhash.Extra) []
 	if n := s.maxTokens(); len(tokens) > n {
 		tokens = tokens[:n]
 	}
-	h := s.hashers.Get().(*kvhash.Hasher)
-	defer s.hashers.Put(h)
-	return h.AppendUint64s(dst, tokens, extra)
+	return s.hasher.AppendUint64s(dst, tokens, extra)
 }
 
 // multimodal returns a chat prompt's tokens with its multimodal items'
