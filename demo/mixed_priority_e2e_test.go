@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/internal/eppwire"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // TestE2EEnginePriority, over real processes (sim, picker, gateway): one
@@ -42,11 +43,12 @@ func TestE2EEnginePriority(t *testing.T) {
 		s := startStack(t, c)
 		simMetrics := "http://" + s.Sims[0].Addr + "/metrics"
 		var mu sync.Mutex
-		var order []string
+		var served []string
+		var onlineAt time.Time
 		var wg sync.WaitGroup
 		send := func(name, objective string, maxTokens int) {
 			wg.Go(func() {
-				body, _ := json.Marshal(map[string]any{"model": Model, "prompt": name, "max_tokens": maxTokens})
+				body, _ := json.Marshal(map[string]any{"model": Model, "prompt": name, "max_tokens": maxTokens, "stream": true})
 				req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.GatewayURL+"/v1/completions", bytes.NewReader(body))
 				if err != nil {
 					t.Error(err)
@@ -56,17 +58,25 @@ func TestE2EEnginePriority(t *testing.T) {
 				req.Header.Set(eppwire.HeaderObjective, objective)
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
-					t.Errorf("%s: %v", name, err)
+					t.Error(err)
 					return
 				}
-				raw, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
+				defer resp.Body.Close()
 				if resp.StatusCode != http.StatusOK {
+					raw, _ := io.ReadAll(resp.Body)
 					t.Errorf("%s: %d %s", name, resp.StatusCode, raw)
+					return
 				}
-				mu.Lock()
-				order = append(order, name)
-				mu.Unlock()
+				if err := testutil.StreamOrder(resp.Body, func([]byte) {
+					mu.Lock()
+					defer mu.Unlock()
+					served = append(served, name)
+					if name == "online" {
+						onlineAt = time.Now()
+					}
+				}); err != nil {
+					t.Errorf("%s: %v", name, err)
+				}
 			})
 		}
 		waitSim := func(what string, cond func(running, waiting float64) bool) {
@@ -88,31 +98,26 @@ func TestE2EEnginePriority(t *testing.T) {
 		waitSim("the batch queued", func(_, w float64) bool { return w == queuedBatch })
 		start := time.Now()
 		send("online", objectiveOnline, 1)
-		for {
-			mu.Lock()
-			done := slices.Contains(order, "online")
-			mu.Unlock()
-			if done || t.Failed() {
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		latency = time.Since(start)
 		wg.Wait()
-		// The queued batch requests served before online. Not its index: the
-		// holder's client may read its long answer after online's one token
-		// when online runs in the very next step.
-		at := slices.Index(order, "online")
-		if at < 0 {
-			t.Fatalf("the online request failed; completed: %v", order)
+		if t.Failed() {
+			t.FailNow()
 		}
-		for _, name := range order[:at] {
+		latency = onlineAt.Sub(start)
+		// The order served is the order of first tokens: with one slot each
+		// request starts only after the one before has finished, while a
+		// client may finish reading a long answer after the short one the
+		// engine ran next.
+		at := slices.Index(served, "online")
+		if at < 0 {
+			t.Fatalf("the online request got no token; served: %v", served)
+		}
+		for _, name := range served[:at] {
 			if strings.HasPrefix(name, "batch-") {
 				position++
 			}
 		}
-		t.Logf("engine priority %v: completion order %v; online after %d of %d queued batch requests, %v after it was sent",
-			enginePriority, order, position, queuedBatch, latency)
+		t.Logf("engine priority %v: first-token order %v; online after %d of %d queued batch requests, its first token %v after it was sent",
+			enginePriority, served, position, queuedBatch, latency)
 		return position, latency
 	}
 	fcfsPos, fcfsLat := run(false)

@@ -1,7 +1,8 @@
 // Package testutil finds what tests share: the repository root, the
 // read-only shared/ folder beside it (real traces and test vectors from
 // outside the project), the vLLM block-hash test vector, and the tokenizer
-// files that `make setup` installs.
+// files that `make setup` installs, and a reader that tells when a
+// stream's first SSE event came.
 package testutil
 
 import (

@@ -1,14 +1,17 @@
 package vllmserver
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 func TestRequestPriority(t *testing.T) {
@@ -109,8 +112,12 @@ func TestPriorityErrors(t *testing.T) {
 // request, and queuedLow sheddable requests waiting behind it; then one
 // important request arrives. Under --scheduling-policy priority it is
 // served next, ahead of every queued one; under fcfs after all of them.
-// Both servers run side by side in this test, so the load of the machine
-// touches both alike; the comparison is a queue position and a ratio.
+// The order served is the order of first tokens: with one slot each
+// request starts only after the one before has finished, while the order
+// in which clients finish reading may swap a long answer and the short
+// one the engine ran next. Both servers run side by side in this test, so
+// the load of the machine touches both alike; the comparison is a queue
+// position and a ratio.
 func TestPrioritySchedulingOverLoopback(t *testing.T) {
 	const queuedLow = 6
 	run := func(policy string, low, high int) (position int, latency time.Duration) {
@@ -118,20 +125,34 @@ func TestPrioritySchedulingOverLoopback(t *testing.T) {
 		o.SchedulingPolicy, o.MaxNumSeqs, o.TimeScale = policy, 1, 1
 		s := startServer(t, o)
 		var mu sync.Mutex
-		var order []string
+		var served []string
+		var onlineAt time.Time
 		var wg sync.WaitGroup
 		send := func(name string, priority, maxTokens int) {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				body := fmt.Sprintf(`{"model":"Qwen/Qwen3-0.6B","prompt":"%s","max_tokens":%d,"priority":%d}`, name, maxTokens, priority)
-				if status, raw := postCtx(t, context.Background(), s.URL()+"/v1/completions", body); status != http.StatusOK {
-					t.Errorf("%s %s: %d %s", policy, name, status, raw)
+			wg.Go(func() {
+				body := fmt.Sprintf(`{"model":"Qwen/Qwen3-0.6B","prompt":"%s","max_tokens":%d,"priority":%d,"stream":true}`, name, maxTokens, priority)
+				resp, err := http.Post(s.URL()+"/v1/completions", "application/json", strings.NewReader(body))
+				if err != nil {
+					t.Errorf("%s %s: %v", policy, name, err)
+					return
 				}
-				mu.Lock()
-				order = append(order, name)
-				mu.Unlock()
-			}()
+				defer resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					raw, _ := io.ReadAll(resp.Body)
+					t.Errorf("%s %s: %d %s", policy, name, resp.StatusCode, raw)
+					return
+				}
+				if err := testutil.StreamOrder(resp.Body, func([]byte) {
+					mu.Lock()
+					defer mu.Unlock()
+					served = append(served, name)
+					if name == "online" {
+						onlineAt = time.Now()
+					}
+				}); err != nil {
+					t.Errorf("%s %s: %v", policy, name, err)
+				}
+			})
 		}
 		send("holder", low, 60)
 		waitFor(t, "the slot taken", func() bool { return s.Engine().Metrics().Running == 1 })
@@ -142,28 +163,19 @@ func TestPrioritySchedulingOverLoopback(t *testing.T) {
 		start := time.Now()
 		send("online", high, 1)
 		waitFor(t, "the online request queued", func() bool { return s.Engine().Metrics().Waiting == queuedLow+1 })
-		// The online request's latency: until it finishes, observed by
-		// polling its place in the order.
-		waitFor(t, "the online request served", func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			for _, n := range order {
-				if n == "online" {
-					return true
-				}
-			}
-			return false
-		})
-		latency = time.Since(start)
 		wg.Wait()
-		for i, n := range order {
-			if n == "online" {
-				// Requests served before it, less the one holding the slot.
-				position = i - 1
+		if t.Failed() {
+			t.FailNow()
+		}
+		latency = onlineAt.Sub(start)
+		at := slices.Index(served, "online")
+		for _, n := range served[:at] {
+			if strings.HasPrefix(n, "batch ") {
+				position++
 			}
 		}
-		t.Logf("%s: completion order %v; online served after %d of %d queued sheddable requests, %v after it arrived",
-			policy, order, position, queuedLow, latency)
+		t.Logf("%s: first-token order %v; online served after %d of %d queued sheddable requests, its first token %v after it arrived",
+			policy, served, position, queuedLow, latency)
 		return position, latency
 	}
 	fcfsPos, fcfsLat := run("fcfs", 0, 0)
