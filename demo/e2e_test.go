@@ -494,7 +494,7 @@ func TestE2EUpRunsToCompletion(t *testing.T) {
 func TestE2EUpMixed(t *testing.T) {
 	needE2E(t)
 	cmd, buf := upCommand(t, "--mixed", "--requests", "16", "--replicas", "2", "--duration", "3s", "--time-scale", "0.2",
-		"--policy", "load", "--batch-requests", "60", "--batch-max-tokens", "16", "--max-concurrency", "1", "--holdback", "0.1", "--queue-ttl", "500ms")
+		"--policy", "load", "--batch-requests", "120", "--batch-max-tokens", "16", "--max-concurrency", "1", "--holdback", "0.1", "--queue-ttl", "1500ms")
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("kvgate up --mixed: %v\n%s", err, buf)
 	}
