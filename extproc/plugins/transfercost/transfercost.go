@@ -53,7 +53,14 @@
 // raise it by more than the ITL spike it spares the decode batch: long
 // prompts over a fast path disaggregate, short prompts (whose spike is a
 // few milliseconds) and transfers over slow paths do not, and a queued
-// prefill pool sends prefills back to the decode servers.
+// prefill pool sends prefills back to the decode servers. Two other
+// settings price a decision by what it costs everyone, without a tuned
+// constant: {interferenceWeight: 0, queueWeight: 1} is the TTFT of the
+// request and of those that queue behind its prefill;
+// {interferenceWeight: 0, decodeStallWeight: 1, queueWeight: 1} adds the
+// stall of every decoding sequence, the sum of all requests' latency. The
+// first wins TTFT at the price of ITL, the second the reverse (measured
+// in benchmarks/RESULTS.md, issue 16's sweep).
 //
 // The decode step is predicted-latency-producer's TPOT prediction for the
 // server (extproc/latency) where that producer runs, decodeStep otherwise.
@@ -112,7 +119,8 @@
 //	                         causes the sequences decoding there (default 1;
 //	                         0: the request's TTFT alone)
 //	decodeStallWeight: float  weight of the sum of those sequences' stall
-//	                         (default 0; 1 minimises the sum of all
+//	                         (default 0; 1, with interferenceWeight 0 and
+//	                         queueWeight 1, minimises the sum of all
 //	                         requests' latency)
 //	queueWeight: float       weight of the wait the prefill imposes on the
 //	                         prefills arriving behind it on the same server
