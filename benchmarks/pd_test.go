@@ -62,8 +62,8 @@ func TestPDBench(t *testing.T) {
 		}
 	}
 	// tradeoff: 2 workloads × (collocated + 3 deciders × 2 networks);
-	// sweep: 4 networks × (3 transfer-cost + 2 thresholds).
-	if rows != 14+20 {
+	// sweep: 4 networks × (4 transfer-cost + 2 thresholds).
+	if rows != 14+24 {
 		t.Errorf("%d rows:\n%s", rows, md)
 	}
 }

@@ -19,10 +19,12 @@
 //   - local = what is left of the step in progress there (the predictor's
 //     figure, else half a decode step while it is decoding) + that compute
 //     on the decode server, plus
-//     interferenceWeight × the request's own compute time while sequences
-//     decode there: every one of them waits that long for its next token,
-//     the inter-token-latency spike a local prefill causes; plus
-//     decodeStallWeight × their number × that time (the sum of their stall).
+//     interferenceWeight × the stall the request's prefill causes while
+//     sequences decode there: what its chunks add to the decode steps that
+//     run anyway (its compute less one decode step per chunk; none for a
+//     prompt that fits in a step's idle compute), which every one of them
+//     waits for its next token, the inter-token-latency spike; plus
+//     decodeStallWeight × their number × that stall (the sum of it).
 //   - remote = that compute on the prefill server + overhead (the sidecar's
 //     extra leg and the transfer's set-up) + the path's round trip + the KV
 //     of every prompt token the decode server lacks over the path's
@@ -31,6 +33,14 @@
 //     arrives, sees it landed at another and samples in the step after):
 //     decode steps, or, when the KV lands before the decode server's own
 //     queued prefills are done, steps carrying their chunks.
+//
+// The live load charges a remote prefill to its prefill server until the
+// decode server's first token, that is also while its KV is on the wire
+// (a long time on a slow path), when the server is free of it. The
+// decider keeps the remote prefills it saw routed (PreRequest) with their
+// predicted finish there, leaves those past it out of the server's
+// backlog, and drops them at their first token or the response's end (the
+// hooks run right after the picker releases the charge).
 //
 // A prefill of compute c also delays the requests that reach its server
 // while it runs: arriving at rate λ, they wait λ·c²/2 seconds in all.
@@ -43,7 +53,14 @@
 // raise it by more than the ITL spike it spares the decode batch: long
 // prompts over a fast path disaggregate, short prompts (whose spike is a
 // few milliseconds) and transfers over slow paths do not, and a queued
-// prefill pool sends prefills back to the decode servers.
+// prefill pool sends prefills back to the decode servers. Two other
+// settings price a decision by what it costs everyone, without a tuned
+// constant: {interferenceWeight: 0, queueWeight: 1} is the TTFT of the
+// request and of those that queue behind its prefill;
+// {interferenceWeight: 0, decodeStallWeight: 1, queueWeight: 1} adds the
+// stall of every decoding sequence, the sum of all requests' latency. The
+// first wins TTFT at the price of ITL, the second the reverse (measured
+// in benchmarks/RESULTS.md, issue 16's sweep).
 //
 // The decode step is predicted-latency-producer's TPOT prediction for the
 // server (extproc/latency) where that producer runs, decodeStep otherwise.
@@ -102,7 +119,8 @@
 //	                         causes the sequences decoding there (default 1;
 //	                         0: the request's TTFT alone)
 //	decodeStallWeight: float  weight of the sum of those sequences' stall
-//	                         (default 0; 1 minimises the sum of all
+//	                         (default 0; 1, with interferenceWeight 0 and
+//	                         queueWeight 1, minimises the sum of all
 //	                         requests' latency)
 //	queueWeight: float       weight of the wait the prefill imposes on the
 //	                         prefills arriving behind it on the same server
@@ -179,6 +197,76 @@ type Decider struct {
 	// decided and those disaggregated, for the queueing term.
 	now               func() time.Time
 	arrivals, remotes rateMeter
+	sent              ledger
+}
+
+// sent is a remote prefill the decider saw routed: the picker's live load
+// charges its uncached tokens to the prefill server until the decode
+// server's first token, but the prefill server is done with them at done,
+// its predicted TTFT there; from then to that first token the KV is on
+// the wire and the tokens are no backlog the next prefill waits for.
+type sent struct {
+	server            *endpoints.Endpoint
+	done              time.Time
+	tokens, attention int64
+}
+
+// maxSent bounds the ledger: entries leave at their request's first token
+// or end, so only a picker whose hooks never run would reach it.
+const maxSent = 1 << 14
+
+// ledger is the remote prefills in flight, by prefill server.
+type ledger struct {
+	mu sync.Mutex
+	by map[*endpoints.Endpoint]map[*sent]struct{}
+	n  int
+}
+
+func (l *ledger) add(x *sent) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n >= maxSent {
+		return false
+	}
+	if l.by == nil {
+		l.by = map[*endpoints.Endpoint]map[*sent]struct{}{}
+	}
+	m := l.by[x.server]
+	if m == nil {
+		m = map[*sent]struct{}{}
+		l.by[x.server] = m
+	}
+	m[x] = struct{}{}
+	l.n++
+	return true
+}
+
+func (l *ledger) remove(x *sent) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if m := l.by[x.server]; m != nil {
+		if _, ok := m[x]; ok {
+			delete(m, x)
+			l.n--
+			if len(m) == 0 {
+				delete(l.by, x.server)
+			}
+		}
+	}
+}
+
+// finished is the tokens and attention pairs of e's remote prefills that
+// are predicted computed by now but still charged to it.
+func (l *ledger) finished(e *endpoints.Endpoint, now time.Time) (tokens, attention int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for x := range l.by[e] {
+		if !now.Before(x.done) {
+			tokens += x.tokens
+			attention += x.attention
+		}
+	}
+	return tokens, attention
 }
 
 // rateSamples is how many recent events a rateMeter holds.
@@ -222,9 +310,10 @@ type state struct {
 	candidates []*endpoints.Endpoint
 	// ttft is each candidate's predicted TTFT prefilling the request
 	// (seconds), own the compute time of the request's own uncached
-	// tokens there, step its decode step, held its cached prompt tokens,
-	// decodes the sequences decoding there.
-	ttft, own, step, decodes []float64
+	// tokens there, stall what that prefill adds to the steps of the
+	// sequences decoding there, step its decode step, held its cached
+	// prompt tokens, decodes the sequences decoding there.
+	ttft, own, stall, step, decodes []float64
 	// busy is when each candidate's queued prefills are done (seconds
 	// from now), chunk its step while they run: a KV landing before then
 	// joins a batch whose steps carry their chunks.
@@ -239,6 +328,8 @@ type state struct {
 	kept []*endpoints.Endpoint
 	// at is when the request was decided.
 	at time.Time
+	// sent is its remote prefill in the ledger, until its first token.
+	sent *sent
 }
 
 // New is the plugin factory.
@@ -326,7 +417,7 @@ func (d *Decider) compute(tokens, pairs float64) float64 {
 // candidate.
 func (d *Decider) Produce(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) {
 	n := len(eps)
-	st := &state{candidates: eps, ttft: make([]float64, n), own: make([]float64, n), step: make([]float64, n),
+	st := &state{candidates: eps, ttft: make([]float64, n), own: make([]float64, n), stall: make([]float64, n), step: make([]float64, n),
 		decodes: make([]float64, n), held: make([]int, n), remote: make([]float64, n),
 		busy: make([]float64, n), chunk: make([]float64, n)}
 	st.prompt = req.PromptTokens
@@ -344,6 +435,11 @@ func (d *Decider) Produce(_ context.Context, cs *scheduling.CycleState, req *sch
 		uncached := prefixmatch.Uncached(st.prompt, st.held[i])
 		pairs := float64(endpoints.AttentionPairs(int64(st.prompt-uncached), int64(uncached)))
 		l := e.Load()
+		// The remote prefills computed there whose KV is still on the
+		// wire are charged until the decode server's first token.
+		if t, a := d.sent.finished(e, st.at); t > 0 {
+			l.PrefillTokens, l.PrefillAttention = max(0, l.PrefillTokens-t), max(0, l.PrefillAttention-a)
+		}
 		st.decodes[i] = float64(l.DecodeRequests + l.ExternalRunning)
 		st.step[i] = time.Duration(d.p.DecodeStep).Seconds()
 		wait := -1.0
@@ -368,6 +464,11 @@ func (d *Decider) Produce(_ context.Context, cs *scheduling.CycleState, req *sch
 		}
 		tokens := float64(l.PrefillTokens) + float64(uncached)
 		st.own[i] = d.compute(float64(uncached), pairs)
+		// The decode batch runs its steps anyway: the prefill delays it
+		// only by what its chunks add beyond them (a short prompt rides
+		// in a step's idle compute).
+		ownSteps := math.Ceil(float64(uncached) / float64(d.p.MaxNumBatchedTokens))
+		st.stall[i] = max(st.own[i], ownSteps*st.step[i]) - ownSteps*st.step[i]
 		work := d.compute(tokens, float64(l.PrefillAttention)+pairs)
 		steps := math.Ceil(tokens / float64(d.p.MaxNumBatchedTokens))
 		st.ttft[i] = wait + max(work, steps*st.step[i])
@@ -452,9 +553,9 @@ func (d *Decider) compare(ctx context.Context, cs *scheduling.CycleState, req *s
 	decode := st.candidates[j]
 	local = st.ttft[j]
 	if n := st.decodes[j]; n > 0 {
-		// Every sequence decoding there waits out the prefill's compute
-		// before its next token.
-		local += (d.p.InterferenceWeight + d.p.DecodeStallWeight*n) * st.own[j]
+		// Every sequence decoding there waits out what the prefill adds
+		// to its steps before its next token.
+		local += (d.p.InterferenceWeight + d.p.DecodeStallWeight*n) * st.stall[j]
 	}
 	d.prefillServers(ctx, cs, req, st)
 	// The requests reaching the server during the prefill wait for it.
@@ -511,6 +612,45 @@ func (d *Decider) Disaggregate(ctx context.Context, cs *scheduling.CycleState, r
 		d.remotes.add(st.at)
 	}
 	return remote
+}
+
+// PreRequest implements scheduling.PreRequest: a remote prefill enters the
+// ledger with the tokens the picker charges its prefill server and the
+// time that server is predicted to finish them.
+func (d *Decider) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, res *scheduling.Result) {
+	st, ok := scheduling.Read(cs, d.key)
+	if !ok || res == nil || res.Prefill == nil || st.sent != nil {
+		return
+	}
+	i := st.index(res.Prefill)
+	if i < 0 {
+		return
+	}
+	uncached := prefixmatch.Uncached(st.prompt, st.held[i])
+	x := &sent{server: res.Prefill, done: st.at.Add(seconds(st.ttft[i])), tokens: int64(uncached),
+		attention: endpoints.AttentionPairs(int64(st.prompt-uncached), int64(uncached))}
+	if d.sent.add(x) {
+		st.sent = x
+	}
+}
+
+// FirstToken implements scheduling.FirstToken: the picker has released the
+// prefill server's charge.
+func (d *Decider) FirstToken(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, _ *scheduling.Response) {
+	d.settle(cs)
+}
+
+// ResponseComplete implements scheduling.ResponseComplete: a request that
+// ended before its first token leaves the ledger too.
+func (d *Decider) ResponseComplete(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, _ *scheduling.Response) {
+	d.settle(cs)
+}
+
+func (d *Decider) settle(cs *scheduling.CycleState) {
+	if st, ok := scheduling.Read(cs, d.key); ok && st.sent != nil {
+		d.sent.remove(st.sent)
+		st.sent = nil
+	}
 }
 
 // Score implements scheduling.Scorer. In the decode profile (before the
@@ -584,4 +724,7 @@ var (
 	_ scheduling.DataDependencies = (*Decider)(nil)
 	_ scheduling.Resolver         = (*Decider)(nil)
 	_ scheduling.Scorer           = (*Decider)(nil)
+	_ scheduling.PreRequest       = (*Decider)(nil)
+	_ scheduling.FirstToken       = (*Decider)(nil)
+	_ scheduling.ResponseComplete = (*Decider)(nil)
 )

@@ -211,7 +211,8 @@ func load(t *testing.T, e *endpoints.Endpoint, decodes int, backlog int64) {
 // a few milliseconds, nor over a slow path, nor onto a queued prefill
 // server; a decode server with a long prefill queue sends even short ones
 // away. The weights move the line: TTFT alone keeps the long prompt local,
-// the sum of every decoding sequence's stall sends the short one away.
+// the sum of every decoding sequence's stall sends a 1k-token one away (not
+// a 256-token one: it fits in the compute a decode step leaves idle).
 func TestDecisionPattern(t *testing.T) {
 	const (
 		fast = 50e9   // 400 Gb/s
@@ -235,7 +236,8 @@ func TestDecisionPattern(t *testing.T) {
 		{name: "long prompt, fast path, queued prefill server", prompt: 8000, bw: fast, decodes: 32, prefillBacklog: 16000},
 		{name: "short prompt, slow path, queued decode server", prompt: 256, bw: slow, decodes: 32, decodeBacklog: 60000, wantDisaggregate: true},
 		{name: "TTFT alone: long prompt, fast path", params: "interferenceWeight: 0", prompt: 8000, bw: fast, decodes: 32},
-		{name: "sum of the stall: short prompt, fast path", params: "decodeStallWeight: 1", prompt: 256, bw: fast, decodes: 32, wantDisaggregate: true},
+		{name: "sum of the stall: short prompt rides in the decode step", params: "decodeStallWeight: 1", prompt: 256, bw: fast, decodes: 32},
+		{name: "sum of the stall: 1k prompt, fast path", params: "decodeStallWeight: 1", prompt: 1024, bw: fast, decodes: 32, wantDisaggregate: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d := schedtest.Endpoint("d", endpoints.Metrics{}, endpoints.RoleLabel, "decode")
@@ -375,6 +377,135 @@ func TestQueueWeightMeasuredRate(t *testing.T) {
 			}
 			if got := decide(t, b, eps, 2000) != ""; got != c.remote {
 				t.Errorf("disaggregated %v, want %v", got, c.remote)
+			}
+		})
+	}
+}
+
+// A local prefill delays the sequences decoding on its server only by what
+// its chunks add to the decode steps they run anyway: nothing for a prompt
+// shorter than a step's worth of compute, the compute less one step per
+// chunk for a longer one. The interference term (weight 1 against 0) is
+// that delay.
+func TestStallBeyondDecodeSteps(t *testing.T) {
+	const rate, step = 33000.0, 0.010
+	for _, c := range []struct {
+		name    string
+		prompt  int
+		decodes int
+		stall   float64
+	}{
+		{"within a decode step", 256, 32, 0},
+		{"one chunk", 2000, 32, 2000/rate - step},
+		{"two chunks", 10000, 32, 10000/rate - 2*step},
+		{"nothing decoding", 2000, 0, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			local := map[float64]time.Duration{}
+			for _, w := range []float64{0, 1} {
+				d := schedtest.Endpoint("d", endpoints.Metrics{}, endpoints.RoleLabel, "decode")
+				p := schedtest.Endpoint("p", endpoints.Metrics{}, endpoints.RoleLabel, "prefill")
+				load(t, d, c.decodes, 0)
+				b := build(t, fleetConfig(false, fmt.Sprintf("prefillTokensPerSecond: %v, decodeStep: 10ms, interferenceWeight: %v", rate, w)), nil)
+				req := &scheduling.Request{ID: "r", PromptTokens: c.prompt}
+				cs := scheduling.NewCycleState()
+				if _, err := b.Scheduler.Schedule(context.Background(), cs, req, []*endpoints.Endpoint{d, p}); err != nil {
+					t.Fatal(err)
+				}
+				costs, ok := decider(b).Compare(context.Background(), cs, req, d)
+				if !ok {
+					t.Fatal("no comparison")
+				}
+				local[w] = costs.Local
+			}
+			if got := (local[1] - local[0]).Seconds(); got < c.stall-1e-6 || got > c.stall+1e-6 {
+				t.Errorf("stall %.4fs, want %.4fs", got, c.stall)
+			}
+		})
+	}
+}
+
+// The picker charges a remote prefill to its prefill server until the
+// decode server's first token, but the server is free once it has computed
+// it (the KV is then on the wire). The decider keeps the remote prefills
+// it saw routed: past their predicted finish their tokens no longer delay
+// the next prefill there. The director releases the charge and then runs
+// the first-token (or, for a request that ended without one, the
+// response-complete) hooks, which take the prefill out of the ledger; then
+// the rest of the server's backlog counts whole again.
+func TestLedgerOfRemotePrefills(t *testing.T) {
+	const rate = 33000.0
+	for _, end := range []string{"first token", "response complete"} {
+		t.Run(end, func(t *testing.T) {
+			now := time.Unix(1e9, 0)
+			cfg, err := config.Parse([]byte(fleetConfig(false, fmt.Sprintf("prefillTokensPerSecond: %v, decodeStep: 10ms", rate))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := config.Build(cfg, all.Registry(), &scheduling.Handle{Now: func() time.Time { return now },
+				Services: map[string]any{transfercost.ServiceNetworkView: path{bw: 50e9, known: true}}}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := schedtest.Endpoint("d", endpoints.Metrics{}, endpoints.RoleLabel, "decode")
+			p := schedtest.Endpoint("p", endpoints.Metrics{}, endpoints.RoleLabel, "prefill")
+			load(t, d, 32, 0)
+			// Other work queued on p, not the decider's.
+			load(t, p, 0, 4000)
+			eps := []*endpoints.Endpoint{d, p}
+			remote := func() time.Duration {
+				t.Helper()
+				req := &scheduling.Request{ID: "next", PromptTokens: 4000}
+				cs := scheduling.NewCycleState()
+				if _, err := b.Scheduler.Schedule(context.Background(), cs, req, eps); err != nil {
+					t.Fatal(err)
+				}
+				c, ok := decider(b).Compare(context.Background(), cs, req, d)
+				if !ok {
+					t.Fatal("no comparison")
+				}
+				return c.Remote
+			}
+			base := remote()
+
+			// The first request is prefilled on p, and charged there as
+			// the director charges it.
+			req := &scheduling.Request{ID: "first", PromptTokens: 8000}
+			cs := scheduling.NewCycleState()
+			res, err := b.Scheduler.Schedule(context.Background(), cs, req, eps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Prefill != p {
+				t.Fatalf("first request prefilled on %v, want p", res.Prefill)
+			}
+			charge := p.Charge(0, 8000, 8000, 8000)
+			defer charge.Release()
+			for _, h := range b.PreRequest {
+				h.PreRequest(context.Background(), cs, req, res)
+			}
+			queued := 8000 / rate
+			if got := (remote() - base).Seconds(); got < queued-1e-3 || got > queued+1e-3 {
+				t.Errorf("while it computes: remote TTFT %.4fs above the base, want its %.4fs", got, queued)
+			}
+			now = now.Add(time.Second)
+			if got := remote(); got != base {
+				t.Errorf("computed, KV on the wire: remote TTFT %v, want the base %v", got, base)
+			}
+			// The director's order: the charge, then the hooks.
+			charge.Release()
+			switch end {
+			case "first token":
+				for _, h := range b.FirstToken {
+					h.FirstToken(context.Background(), cs, req, &scheduling.Response{Endpoint: d})
+				}
+			default:
+				for _, h := range b.ResponseComplete {
+					h.ResponseComplete(context.Background(), cs, req, &scheduling.Response{Endpoint: d})
+				}
+			}
+			if got := remote(); got != base {
+				t.Errorf("settled: remote TTFT %v, want the base %v", got, base)
 			}
 		})
 	}
