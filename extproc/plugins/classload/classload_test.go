@@ -25,7 +25,9 @@ func route(t *testing.T, s *Scorer, req *scheduling.Request, e *endpoints.Endpoi
 		"default": {Targets: []*endpoints.Endpoint{e}},
 	}}
 	s.PreRequest(context.Background(), cs, req, res)
-	return func() { s.ResponseComplete(context.Background(), cs, req, &scheduling.Response{Endpoint: e, Complete: true}) }
+	return func() {
+		s.ResponseComplete(context.Background(), cs, req, &scheduling.Response{Endpoint: e, Complete: true})
+	}
 }
 
 func build(t *testing.T, params string) *Scorer {
