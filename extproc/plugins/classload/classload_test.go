@@ -204,3 +204,44 @@ func TestConcurrent(t *testing.T) {
 		t.Fatalf("a holds %d, %d after every request ended", p, n)
 	}
 }
+
+// TestPlacement runs decisions through the scorer alone (the best score
+// wins, the first on a tie) beside uneven online load: spreading gives
+// every server the same share of the batch, separating keeps it off the
+// servers that carry online requests.
+func TestPlacement(t *testing.T) {
+	for _, tc := range []struct {
+		name, params string
+		want         []int64
+	}{
+		{"spread", `{"apply": "sheddable"}`, []int64{10, 10, 10, 10}},
+		{"separate", `{"sameClassWeight": 0, "otherClassWeight": 1}`, []int64{0, 0, 40, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := build(t, tc.params)
+			var eps []*endpoints.Endpoint
+			for i, n := range []string{"a", "b", "c", "d"} {
+				e := schedtest.Endpoint(n, endpoints.Metrics{})
+				eps = append(eps, e)
+				for range []int{6, 3, 0, 1}[i] {
+					route(t, s, online, e)
+				}
+			}
+			for range 40 {
+				scores := schedtest.Score(s, batch, eps...)
+				best := 0
+				for i, v := range scores {
+					if v > scores[best] {
+						best = i
+					}
+				}
+				route(t, s, batch, eps[best])
+			}
+			for i, e := range eps {
+				if _, n := s.InFlight(e.Address()); n != tc.want[i] {
+					t.Fatalf("%s holds %d batch requests, want %v", e.Name(), n, tc.want)
+				}
+			}
+		})
+	}
+}
