@@ -9,6 +9,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/approxprefix"
 	"github.com/kvgate/kvgate/extproc/plugins/attrreporter"
 	"github.com/kvgate/kvgate/extproc/plugins/burstprefix"
+	"github.com/kvgate/kvgate/extproc/plugins/classload"
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
 	"github.com/kvgate/kvgate/extproc/plugins/dataparallel"
 	"github.com/kvgate/kvgate/extproc/plugins/dcgm"
@@ -118,6 +119,7 @@ func Registry() *scheduling.Registry {
 		{alwaysdisagg.MultimodalType, alwaysdisagg.NewMultimodal},
 		{p2psource.Type, p2psource.New},
 		{transfercost.Type, transfercost.New},
+		{classload.Type, classload.New},
 		{flowpolicy.GlobalStrictType, flowpolicy.NewGlobalStrict},
 		{flowpolicy.RoundRobinType, flowpolicy.NewRoundRobin},
 		{flowpolicy.ProgramAwareType, flowpolicy.NewProgramAware},

@@ -24,6 +24,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/approxprefix"
 	"github.com/kvgate/kvgate/extproc/plugins/attrreporter"
 	"github.com/kvgate/kvgate/extproc/plugins/burstprefix"
+	"github.com/kvgate/kvgate/extproc/plugins/classload"
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
 	"github.com/kvgate/kvgate/extproc/plugins/dataparallel"
 	"github.com/kvgate/kvgate/extproc/plugins/dcgm"
@@ -84,6 +85,7 @@ var paramsOf = map[string]any{
 	"running-requests-scorer":         nil,
 	tokenload.Type:                    tokenload.Params{},
 	loadaware.Type:                    loadaware.Params{},
+	classload.Type:                    classload.Params{},
 	"lora-affinity-scorer":            nil,
 	prefix.Type:                       prefix.Params{},
 	precise.Type:                      precise.Params{},
