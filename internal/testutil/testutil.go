@@ -1,8 +1,9 @@
 // Package testutil finds what tests share: the repository root, the
 // read-only shared/ folder beside it (real traces and test vectors from
 // outside the project), the vLLM block-hash test vector, and the tokenizer
-// files that `make setup` installs, and a reader that tells when a
-// stream's first SSE event came.
+// files that `make setup` installs, and an SSE reader (the events of a
+// live stream, the data payloads of a body, when a stream's first event
+// came).
 package testutil
 
 import (

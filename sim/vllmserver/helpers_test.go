@@ -1,7 +1,6 @@
 package vllmserver
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -146,29 +144,27 @@ func complete(tb testing.TB, s *Server, path string, body map[string]any) comple
 	return r
 }
 
-// sseEvents splits an SSE body into its data payloads.
+// sseEvents splits an SSE body into its data payloads, failing on any
+// framing but vLLM's: one data line an event, nothing else.
 func sseEvents(tb testing.TB, body []byte) []string {
 	tb.Helper()
 	var out []string
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	sc.Buffer(nil, 1<<20)
-	blank := true
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case line == "":
-			blank = true
-		case strings.HasPrefix(line, "data: "):
-			if !blank {
-				tb.Fatalf("two data lines in one event: %q", body)
-			}
-			blank = false
-			out = append(out, strings.TrimPrefix(line, "data: "))
-		default:
-			tb.Fatalf("unexpected SSE line %q", line)
+	r := testutil.NewSSEReader(bytes.NewReader(body))
+	for {
+		ev, err := r.Next()
+		if err == io.EOF {
+			return out
 		}
+		switch {
+		case err != nil:
+			tb.Fatal(err)
+		case len(ev.Other) > 0:
+			tb.Fatalf("unexpected SSE line %q", ev.Other[0])
+		case len(ev.Data) > 1:
+			tb.Fatalf("two data lines in one event: %q", body)
+		}
+		out = append(out, ev.Data[0])
 	}
-	return out
 }
 
 // gather reads one metric family from the server's registry.
