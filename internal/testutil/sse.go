@@ -3,10 +3,15 @@ package testutil
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
+	"sync"
+	"testing"
+	"time"
 )
 
 // ErrNoSSEData: the stream ended before its first data line.
@@ -117,4 +122,81 @@ func StreamOrder(body io.Reader, first func(data []byte)) error {
 		return fmt.Errorf("draining the stream: %w", err)
 	}
 	return nil
+}
+
+// PostStreams posts body to url (JSON) each times in turn from each of
+// workers goroutines, and fails tb unless every answer is a 200 whose SSE
+// stream ends with "data: [DONE]": an answer a proxy cut after its header
+// (its upstream connection lost) shows as a read error or a missing end.
+// Up to three failures are reported with the count of all.
+func PostStreams(tb testing.TB, url string, body []byte, workers, each int) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(tb.Context(), 3*WaitTimeout) // hang guard
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*each)
+	for range workers {
+		wg.Go(func() {
+			for range each {
+				errs <- postStream(ctx, url, body)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	n := 0
+	for err := range errs {
+		if err == nil {
+			continue
+		}
+		if n < 3 {
+			tb.Error(err)
+		}
+		n++
+	}
+	if n > 0 {
+		tb.Errorf("%d of %d requests failed", n, workers*each)
+	}
+}
+
+func postStream(ctx context.Context, url string, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	switch {
+	case err != nil:
+		return fmt.Errorf("status %d, body read after %d bytes: %w", resp.StatusCode, len(raw), err)
+	case resp.StatusCode != http.StatusOK || !bytes.HasSuffix(raw, []byte("data: [DONE]\n\n")):
+		return fmt.Errorf("status %d, body %q", resp.StatusCode, raw)
+	}
+	return nil
+}
+
+// StreamAfterBody answers a request the way vLLM and `kvgate sim` do for
+// "stream": true: it reads the whole body, sends the header at once, then
+// three events a millisecond apart and data: [DONE]. A proxy in front of
+// it sees the header while its transport may not yet have made the last
+// read of the request body, the one that finds its end.
+func StreamAfterBody(w http.ResponseWriter, r *http.Request) {
+	if _, err := io.ReadAll(r.Body); err != nil {
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	for i := range 3 {
+		time.Sleep(time.Millisecond)
+		fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"text\":\"t%d\",\"finish_reason\":null}]}\n\n", i)
+		_ = rc.Flush()
+	}
+	_, _ = io.WriteString(w, "data: [DONE]\n\n")
 }
