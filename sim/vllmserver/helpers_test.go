@@ -203,16 +203,10 @@ func histogramSum(tb testing.TB, s *Server, name string) (sum float64, count uin
 	return h.GetSampleSum(), h.GetSampleCount()
 }
 
-// waitFor polls cond until it holds or the test times out.
+// waitFor is testutil.WaitFor under the name the package's tests use.
 func waitFor(tb testing.TB, what string, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testutil.WaitFor(tb, what, cond)
 }
 
 // subscribe connects a plain SUB socket to the server's KV events and
