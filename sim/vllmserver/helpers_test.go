@@ -19,6 +19,7 @@ import (
 	"github.com/kvgate/kvgate/internal/tokenizer"
 	"github.com/kvgate/kvgate/internal/vllm"
 	"github.com/kvgate/kvgate/internal/zmtp"
+	"github.com/kvgate/kvgate/internal/zmtp/zmtptest"
 )
 
 // testTimeout bounds every wait so that a broken test fails instead of
@@ -225,23 +226,10 @@ func subscribe(tb testing.TB, s *Server) <-chan zmtp.Msg {
 		cancel()
 		_ = sub.Close()
 	})
-	if err := sub.SendSubscribe(time.Now().Add(testTimeout), nil); err != nil {
-		tb.Fatal(err)
-	}
 	msgs := make(chan zmtp.Msg, 1024)
 	go func() {
-		defer close(msgs)
-		for {
-			m, err := sub.Recv()
-			if err != nil {
-				return
-			}
-			select {
-			case msgs <- m:
-			case <-ctx.Done():
-				return
-			}
-		}
+		defer close(msgs) // also when subscribing failed: nextBatch says so
+		zmtptest.Subscriber(msgs, testTimeout)(ctx, sub)
 	}()
 	deadline := time.After(testTimeout)
 	for i := 0; ; i++ {
