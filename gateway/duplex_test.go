@@ -15,25 +15,17 @@ import (
 	"github.com/kvgate/kvgate/internal/testutil"
 )
 
-// TestEarlyHeaderKeepsTheAnswer: an upstream that sends its header as
-// soon as it has read the body (vLLM and `kvgate sim` with "stream":
-// true) while the gateway's transport has yet to make its last read of
-// the client's body (the one that finds its end) must not lose its
-// answer. An HTTP/1 server closes an unfinished request body once the
-// handler writes its header; the transport's last read then failed, it
-// closed the upstream connection, and the client got a 200 with a cut
-// stream (the sidecar's issue 16; here 4 of 1200 requests before the fix).
-// The client's body reaches the transport unread without a filter, when
-// the picker does not take the body (mode none) or is not there at all;
-// both take the same path to the upstream, and TestHeaderBeforeTheBody
-// covers them both, so this race, which shows only now and then, runs on
-// one of them.
+// TestEarlyHeaderKeepsTheAnswer: the sidecar's issue 16 (see
+// testutil.EarlyHeaderThrough) can reach the gateway too: 4 of 1200
+// answers were cut before it forwarded full duplex. The client's body
+// reaches the transport unread without a filter, with a picker that does
+// not take the body (mode none) or none at all; both take the same path
+// upstream, TestHeaderBeforeTheBody covers both, and this race, which
+// shows only now and then, runs on one.
 func TestEarlyHeaderKeepsTheAnswer(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(testutil.StreamAfterBody))
-	t.Cleanup(up.Close)
-	url := startGateway(t, gateway.Config{Fallback: []string{strings.TrimPrefix(up.URL, "http://")}})
-	body := []byte(`{"model":"m","stream":true,"prompt":"` + strings.Repeat("lorem ipsum ", 250) + `"}`)
-	testutil.PostStreams(t, url+"/v1/completions", body, 8, 150)
+	testutil.EarlyHeaderThrough(t, func(upstream string) string {
+		return startGateway(t, gateway.Config{Fallback: []string{upstream}})
+	})
 }
 
 // TestHeaderBeforeTheBody: an upstream may answer before it reads the

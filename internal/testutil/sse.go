@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -124,14 +125,25 @@ func StreamOrder(body io.Reader, first func(data []byte)) error {
 	return nil
 }
 
-// PostStreams posts body to url (JSON) each times in turn from each of
-// workers goroutines, and fails tb unless every answer is a 200 whose SSE
-// stream ends with "data: [DONE]": an answer a proxy cut after its header
-// (its upstream connection lost) shows as a read error or a missing end.
-// Up to three failures are reported with the count of all.
-func PostStreams(tb testing.TB, url string, body []byte, workers, each int) {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(tb.Context(), 3*WaitTimeout) // hang guard
+// EarlyHeaderThrough is the regression test of a proxy against a model
+// server that sends its header as soon as it has read the request body
+// (vLLM and `kvgate sim` with "stream": true), while the proxy's
+// transport may not yet have made its last read of that body, the one
+// that finds its end. An HTTP/1 server closes a request body left unread
+// when the handler writes its header; the transport's read then failed,
+// it closed the upstream connection, and the client got a 200 with a cut
+// stream. proxy starts the proxy in front of such a server at upstream
+// (host:port) and returns its base URL; 1200 streamed completions, 8 at a
+// time, must each arrive whole: a 200 ending with data: [DONE]. The race
+// shows now and then (a few in a thousand), not every time.
+func EarlyHeaderThrough(t *testing.T, proxy func(upstream string) (baseURL string)) {
+	t.Helper()
+	up := httptest.NewServer(http.HandlerFunc(streamAfterBody))
+	t.Cleanup(up.Close)
+	url := proxy(strings.TrimPrefix(up.URL, "http://")) + "/v1/completions"
+	body := []byte(`{"model":"m","stream":true,"max_tokens":3,"prompt":"` + strings.Repeat("lorem ipsum ", 250) + `"}`)
+	const workers, each = 8, 150
+	ctx, cancel := context.WithTimeout(t.Context(), 3*WaitTimeout) // hang guard
 	defer cancel()
 	var wg sync.WaitGroup
 	errs := make(chan error, workers*each)
@@ -150,12 +162,12 @@ func PostStreams(tb testing.TB, url string, body []byte, workers, each int) {
 			continue
 		}
 		if n < 3 {
-			tb.Error(err)
+			t.Error(err)
 		}
 		n++
 	}
 	if n > 0 {
-		tb.Errorf("%d of %d requests failed", n, workers*each)
+		t.Errorf("%d of %d requests failed", n, workers*each)
 	}
 }
 
@@ -180,12 +192,9 @@ func postStream(ctx context.Context, url string, body []byte) error {
 	return nil
 }
 
-// StreamAfterBody answers a request the way vLLM and `kvgate sim` do for
-// "stream": true: it reads the whole body, sends the header at once, then
-// three events a millisecond apart and data: [DONE]. A proxy in front of
-// it sees the header while its transport may not yet have made the last
-// read of the request body, the one that finds its end.
-func StreamAfterBody(w http.ResponseWriter, r *http.Request) {
+// streamAfterBody reads the whole body, sends the header at once, then
+// three events a millisecond apart and data: [DONE].
+func streamAfterBody(w http.ResponseWriter, r *http.Request) {
 	if _, err := io.ReadAll(r.Body); err != nil {
 		return
 	}
