@@ -32,9 +32,10 @@ func TestEarlyHeaderKeepsTheAnswer(t *testing.T) {
 // body and read it afterwards (a streaming upload). The gateway must pass
 // the header on while the client still sends, and the whole body on to the
 // upstream: net/http's HTTP/1 server, unless told the handler is full
-// duplex, reads the rest of the body itself before it writes the header,
-// so the header waited for a body the client sends only after the header
-// (and a client that does send it lost it to that read).
+// duplex, reads the rest of the body itself before it writes the header
+// (when less than 256 KiB of it is left), so the header waited for a body
+// this client sends only after the header, and a client that does send it
+// lost it to that read.
 func TestHeaderBeforeTheBody(t *testing.T) {
 	const half = 64 << 10
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

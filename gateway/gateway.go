@@ -636,11 +636,11 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, req *request
 	// can come after an upstream has read all it needs and answered, and
 	// an upstream may answer before it reads at all. Unless told the
 	// handler is full duplex, net/http's HTTP/1 server reads the rest of
-	// the body itself (up to 256 KiB) before it writes the header, or
-	// closes it: the header then waited for the client's rest, the
-	// transport's next read failed and it closed the upstream connection
-	// under the answer (TestEarlyHeaderKeepsTheAnswer,
-	// TestHeaderBeforeTheBody). HTTP/2 is full duplex already.
+	// the body itself (when less than 256 KiB is left) before it writes
+	// the header and then closes it: the header waited for the client's
+	// rest, or the transport's next read failed and it closed the
+	// upstream connection under the answer (TestHeaderBeforeTheBody,
+	// TestEarlyHeaderKeepsTheAnswer). HTTP/2 is full duplex already.
 	_ = http.NewResponseController(w).EnableFullDuplex()
 	uctx, cancel := context.WithCancel(ctx)
 	defer cancel()
