@@ -94,6 +94,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.Float64Var(&o.TimeScale, "time-scale", o.TimeScale, "simulator speed relative to an H100 (below 1: slower, so that the scaled-down prompts load the servers like full-size ones)")
 	fs.IntVar(&o.NumGPUBlocks, "num-gpu-blocks", o.NumGPUBlocks, "KV-cache blocks per server")
 	fs.DurationVar(&o.Workload.Duration, "duration", o.Workload.Duration, "span the trace's arrivals are compressed into")
+	fs.IntVar(&o.Workload.WordsPerBlock, "words-per-block", o.Workload.WordsPerBlock, "words of prompt text per 512-token trace block (more: longer prompts)")
 	fs.StringVar(&o.Agent, "agent", "", "kvgate-agent binary run as the fleet's node agent, for the report's network and GPU section (default: kvgate-agent beside the kvgate binary when present; none: no agent)")
 	fs.BoolVar(&o.FailOpen, "failure-mode-allow", false, "gateway falls back to the servers directly when the picker fails")
 	fs.Func("gateway-arg", "extra `kvgate gateway` flag (repeatable), e.g. --gateway-arg=--response-body-mode=none", func(v string) error {
@@ -134,6 +135,8 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 		return o, fmt.Errorf("--replicas %d: want 1..32", o.Replicas)
 	case o.Requests < 1:
 		return o, fmt.Errorf("--requests %d: want at least 1", o.Requests)
+	case o.Workload.WordsPerBlock < 1:
+		return o, fmt.Errorf("--words-per-block %d: want at least 1", o.Workload.WordsPerBlock)
 	case !(o.TimeScale > 0):
 		return o, fmt.Errorf("--time-scale %v must be positive", o.TimeScale)
 	case o.MixedRun && (o.Mixed.BatchRequests < 1 || o.Mixed.BatchPromptWords < 1 || o.Mixed.BatchMaxTokens < 1):

@@ -39,6 +39,7 @@ func TestParseFlagsRejects(t *testing.T) {
 		{[]string{"--requests", "0"}, "--requests"},
 		{[]string{"--policy", "fastest"}, "fastest"},
 		{[]string{"--time-scale", "-1"}, "--time-scale"},
+		{[]string{"--words-per-block", "0"}, "--words-per-block"},
 		{[]string{"extra"}, "unexpected arguments"},
 		{[]string{"--agent", "/nonexistent/kvgate-agent"}, "--agent"},
 		{[]string{"--mixed", "--batch-requests", "0"}, "--batch-requests"},
