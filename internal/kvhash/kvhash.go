@@ -107,8 +107,9 @@ func (h *Hasher) AppendBlockHashes(done []Hash, tokens []int, extra Extra) []Has
 	if n := len(done); n > 0 {
 		parent = done[n-1]
 	}
+	var buf [maxPackedWords]uint64
 	for i := len(done); (i+1)*h.blockSize <= len(tokens); i++ {
-		parent = h.block(parent, tokens[i*h.blockSize:(i+1)*h.blockSize], i, extra)
+		parent = h.block(parent, tokens[i*h.blockSize:(i+1)*h.blockSize], i, extra, buf[:])
 		done = append(done, parent)
 	}
 	return done
@@ -119,8 +120,9 @@ func (h *Hasher) AppendBlockHashes(done []Hash, tokens []int, extra Extra) []Has
 // to compare with published events, such as the wasm filter.
 func (h *Hasher) AppendUint64s(dst []uint64, tokens []int, extra Extra) []uint64 {
 	parent := h.none
+	var buf [maxPackedWords]uint64
 	for i := 0; (i+1)*h.blockSize <= len(tokens); i++ {
-		parent = h.block(parent, tokens[i*h.blockSize:(i+1)*h.blockSize], i, extra)
+		parent = h.block(parent, tokens[i*h.blockSize:(i+1)*h.blockSize], i, extra, buf[:])
 		dst = append(dst, parent.Uint64())
 	}
 	return dst
@@ -136,19 +138,47 @@ func (h *Hasher) UseCache(c *BlockCache) error {
 	return nil
 }
 
-// block is HashBlock through the hasher's cache, when it has one.
-func (h *Hasher) block(parent Hash, block []int, index int, extra Extra) Hash {
+// block is HashBlock through the hasher's cache, when it has one; buf is
+// room for the block's packed tokens (the caller's, so that it is not
+// zeroed for every block).
+func (h *Hasher) block(parent Hash, block []int, index int, extra Extra, buf []uint64) Hash {
 	c := h.cache
-	if c == nil || !c.cacheable(block, index, extra) {
+	if c == nil || c.words32 > len(buf) || !cacheable(block, index, extra) {
 		return h.HashBlock(parent, block, index, extra)
 	}
-	i := c.slot(parent, block)
-	if v, ok := c.get(i, parent, block); ok {
+	packed := buf[:c.words32]
+	s, ok := c.key(&parent, block, packed)
+	if !ok {
+		return h.HashBlock(parent, block, index, extra)
+	}
+	if v, ok := c.get(s, &parent, packed); ok {
 		return v
 	}
 	v := h.HashBlock(parent, block, index, extra)
-	c.put(i, parent, block, v)
+	c.put(s, &parent, packed, v)
 	return v
+}
+
+// maxPackedWords bounds the blocks a BlockCache holds: 258 tokens, past
+// the largest block size vLLM offers.
+const maxPackedWords = 86
+
+// cacheable reports whether block (at index) is hashed without extra keys:
+// no adapter, no salt (block 0) and no multimodal item overlapping it.
+func cacheable(block []int, index int, extra Extra) bool {
+	if extra.LoRA != "" || (index == 0 && extra.CacheSalt != "") {
+		return false
+	}
+	if len(extra.MM) == 0 {
+		return true
+	}
+	start, end := index*len(block), (index+1)*len(block)
+	for _, it := range extra.MM {
+		if it.Offset < end && start < it.Offset+it.Length {
+			return false
+		}
+	}
+	return true
 }
 
 // HashBlock hashes one block given its parent's hash and its position in the
