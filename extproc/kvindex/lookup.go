@@ -72,13 +72,12 @@ type lookupScratch struct {
 	gen   uint32
 	stamp [MaxEndpoints + 1]uint32
 	hit   [MaxEndpoints + 1]int32 // last block index the id matched, plus one
+	pos   [MaxEndpoints + 1]int32 // the id's candidate position
 	// active are the ids still matching; initial the ids that matched
 	// block 0, for LookupRuns.
 	active  []uint16
 	initial []uint16
-	// mix holds each hash's mix64 and locked the shards the walk holds
-	// (a bitset by shard index).
-	mix    []uint64
+	// locked are the shards the walk holds (a bitset by shard index).
 	locked []uint64
 	// cands resolves names for Lookup and LookupRuns, and a stale
 	// Candidates again.
@@ -87,8 +86,9 @@ type lookupScratch struct {
 	touched uint16
 }
 
-// lookAhead is how many blocks ahead Lookup touches the index.
-const lookAhead = 4
+// lookAhead is how many blocks ahead Lookup touches the index, and how
+// many it touches at once.
+const lookAhead = 16
 
 // Lookup scores candidate endpoints against a prompt's block hashes (in
 // prompt order, block 0 first). For each endpoints[i] it sets out[i] to the
@@ -175,16 +175,22 @@ func (idx *Index) walk(sc *lookupScratch, hashes []uint64, c *Candidates, resolv
 	// would fence the loop and stop the processor from overlapping the
 	// blocks' cache misses. Writers lock one shard at a time, so they wait
 	// at most one lookup.
-	sc.mix = sc.mix[:0]
+	// A short prompt's blocks fall in few shards; a long one's in all.
 	sc.locked = sc.locked[:0]
+	all := len(hashes) >= 2*len(idx.shards)
 	for range (len(idx.shards) + 63) / 64 {
 		sc.locked = append(sc.locked, 0)
 	}
-	for _, h := range hashes {
-		m := mix64(h)
-		sc.mix = append(sc.mix, m)
-		si := idx.shardIndex(m)
-		sc.locked[si/64] |= 1 << (si % 64)
+	for i := range len(idx.shards) {
+		if all {
+			sc.locked[i/64] |= 1 << (i % 64)
+		}
+	}
+	if !all {
+		for _, h := range hashes {
+			si := idx.shardIndex(mix64(h))
+			sc.locked[si/64] |= 1 << (si % 64)
+		}
 	}
 	idx.forLocked(sc.locked, func(s *shard) { s.mu.RLock() })
 	matched := idx.walkLocked(sc, hashes, c, out, runs)
@@ -216,36 +222,44 @@ func (idx *Index) walkLocked(sc *lookupScratch, hashes []uint64, c *Candidates, 
 	active := sc.active[:0]
 	matched := 0
 	var touched uint16
+	// A block's record usually misses the cache. The home slots of the
+	// blocks of the group after this one are read in one burst, unused
+	// until then, so
+	// that their misses overlap one another and the scoring of the blocks
+	// before them: reads spread over the loop would each hold up the
+	// processor's reorder window until they complete, one at a time.
+	var mixes [2 * lookAhead]uint64
+	ahead := 0 // the first block not yet touched
 	for i, h := range hashes {
 		if i > 0 && len(active) == 0 {
 			break
 		}
-		// A block's record usually misses the cache. Reading the home slot
-		// of block i+lookAhead now, unused until then, starts that miss
-		// while this block is scored instead of after.
-		if j := i + lookAhead; j < len(hashes) {
-			mj := sc.mix[j]
-			sj := idx.shardOf(mj)
-			touched += sj.slots[int(mj)&(len(sj.slots)-1)].meta
+		if i%lookAhead == 0 { // touch up to a group past this one
+			for end := min(i+2*lookAhead, len(hashes)); ahead < end; ahead++ {
+				mj := mix64(hashes[ahead])
+				mixes[ahead%len(mixes)] = mj
+				sj := idx.shardOf(mj)
+				touched += sj.slots[int(mj)&(len(sj.slots)-1)].meta
+			}
 		}
-		m := sc.mix[i]
+		m := mixes[i%len(mixes)]
 		s := idx.shardOf(m)
-		mark := int32(i + 1)
-		if k := s.find(h, m); k >= 0 {
-			b := &s.slots[k]
-			n := b.n()
-			for e := range min(n, inlineEntries) {
-				active = score(sc, c, gen, mark, b.inline[e], out, active)
-			}
-			if n > inlineEntries {
-				for _, e := range s.spill[h] {
-					active = score(sc, c, gen, mark, e, out, active)
-				}
-			}
-		}
+		k := s.find(h, m)
 		if i == 0 {
+			// Block 0's holders that are candidates start matching.
+			if k >= 0 {
+				inline, spill := s.entriesAt(k)
+				active = sc.start(c, gen, inline, out, active)
+				active = sc.start(c, gen, spill, out, active)
+			}
 			sc.initial = append(sc.initial[:0], active...)
 		} else {
+			mark := int32(i + 1)
+			if k >= 0 {
+				inline, spill := s.entriesAt(k)
+				sc.extend(gen, mark, inline, out)
+				sc.extend(gen, mark, spill, out)
+			}
 			// Candidates that missed this block stop matching.
 			kept := active[:0]
 			for _, id := range active {
@@ -265,32 +279,44 @@ func (idx *Index) walkLocked(sc *lookupScratch, hashes []uint64, c *Candidates, 
 		// A candidate's hit mark is the 1-based index of the last block it
 		// matched before it dropped out (or the walk ended).
 		for _, id := range sc.initial {
-			runs[c.at(id)] = int(sc.hit[id])
+			runs[sc.pos[id]] = int(sc.hit[id])
 		}
 	}
 	return matched
 }
 
-// score counts entry e of block mark−1 (1-based mark) for its endpoint:
-// at block 0 a candidate starts matching (and is appended to active),
-// after it only one that matched the block before goes on.
-func score(sc *lookupScratch, c *Candidates, gen uint32, mark int32, e uint16, out []float64, active []uint16) []uint16 {
-	id := e & idMask
-	if mark == 1 {
+// start makes the candidates among entries, block 0's, start matching.
+func (sc *lookupScratch) start(c *Candidates, gen uint32, entries []uint16, out []float64, active []uint16) []uint16 {
+	for _, e := range entries {
+		id := e & idMask
 		p := c.at(id)
 		if p < 0 {
-			return active
+			continue
 		}
-		sc.stamp[id] = gen
+		sc.stamp[id], sc.hit[id], sc.pos[id] = gen, 1, p
+		out[p] += weight(e)
 		active = append(active, id)
-	} else if sc.stamp[id] != gen || sc.hit[id] != mark-1 {
-		return active
-	}
-	sc.hit[id] = mark
-	if e&tierGPUBit != 0 {
-		out[c.at(id)] += WeightGPU
-	} else {
-		out[c.at(id)] += WeightCPU
 	}
 	return active
+}
+
+// extend extends the runs of the candidates among entries, block
+// mark−1's, that held the block before.
+func (sc *lookupScratch) extend(gen uint32, mark int32, entries []uint16, out []float64) {
+	for _, e := range entries {
+		id := e & idMask
+		if sc.stamp[id] == gen && sc.hit[id] == mark-1 {
+			sc.hit[id] = mark
+			out[sc.pos[id]] += weight(e)
+		}
+	}
+}
+
+// weight is what entry e's block scores: a GPU block WeightGPU, a block
+// held only on CPU WeightCPU.
+func weight(e uint16) float64 {
+	if e&tierGPUBit != 0 {
+		return WeightGPU
+	}
+	return WeightCPU
 }

@@ -149,6 +149,16 @@ func (s *shard) free(i int) {
 	s.used--
 }
 
+// entriesAt are slot k's entries: inline, then spilled.
+func (s *shard) entriesAt(k int) (inline, spill []uint16) {
+	b := &s.slots[k]
+	n := b.n()
+	if n > inlineEntries {
+		return b.inline[:], s.spill[b.hash]
+	}
+	return b.inline[:n], nil
+}
+
 // holdsAny reports whether a candidate of c holds block h (m = mix64(h)).
 func (s *shard) holdsAny(h, m uint64, c *Candidates) bool {
 	k := s.find(h, m)

@@ -72,24 +72,19 @@ func NewBlockCache(blockSize, slots int) (*BlockCache, error) {
 // tokenWords is how many words hold a block's packed tokens.
 func tokenWords(blockSize int) int { return (blockSize + 2) / 3 }
 
-// key is a cacheable block's set and packed tokens (into packed, which has
-// room for them); ok is false when block is not cacheable: not a whole
-// block, or a token id outside [0, 2^21).
-func (c *BlockCache) key(parent *Hash, block []int, packed []uint64) (set uint64, ok bool) {
+// pack packs block's tokens into packed (room for c.words32 words); false
+// when block is not cacheable: not a whole block, or a token id outside
+// [0, 2^21).
+func (c *BlockCache) pack(block []int, packed []uint64) bool {
 	if len(block) != c.blockSize || len(packed) != c.words32 {
-		return 0, false
+		return false
 	}
 	var or int
-	// The parent is a cryptographic hash already; the tokens are mixed
-	// into its low bits, one multiply per word, independent of one another.
-	k := binary.BigEndian.Uint64(parent[Size-8:])
 	w := 0
 	for ; 3*w+3 <= len(block); w++ {
 		t := block[3*w : 3*w+3 : 3*w+3]
 		or |= t[0] | t[1] | t[2]
-		v := uint64(t[0]) | uint64(t[1])<<tokenBits | uint64(t[2])<<(2*tokenBits)
-		packed[w] = v
-		k ^= (v + uint64(w)) * 0x9e3779b97f4a7c15
+		packed[w] = uint64(t[0]) | uint64(t[1])<<tokenBits | uint64(t[2])<<(2*tokenBits)
 	}
 	if w < len(packed) { // one or two tokens left
 		t := block[3*w:]
@@ -100,15 +95,55 @@ func (c *BlockCache) key(parent *Hash, block []int, packed []uint64) (set uint64
 			or |= t[1]
 		}
 		packed[w] = v
-		k ^= (v + uint64(w)) * 0x9e3779b97f4a7c15
 	}
-	if uint64(or) >= 1<<tokenBits { // a negative id has its top bits set
-		return 0, false
+	return uint64(or) < 1<<tokenBits // a negative id has its top bits set
+}
+
+// A block's set comes from a rolling key over its chain's tokens up to and
+// including the block's own (keyNext), started from the seed and the cache
+// salt (start). Two chains with the same tokens (another seed or salt
+// mixed in the same way, a multimodal item) share sets and are told apart
+// by their parents.
+
+// start is the rolling key before a chain's block 0.
+func (c *BlockCache) start(none Hash, salt string) uint64 {
+	k := binary.BigEndian.Uint64(none[Size-8:])
+	for i := 0; i < len(salt); i++ {
+		k = (k ^ uint64(salt[i])) * 0x100000001b3
 	}
+	return k
+}
+
+// keyNext is the rolling key after block: its tokens mixed in pairs, the
+// pairs' multiplies independent of one another.
+func keyNext(k uint64, block []int) uint64 {
+	var acc uint64
+	i := 0
+	for ; i+2 <= len(block); i += 2 {
+		acc += (uint64(block[i]) | uint64(block[i+1])<<32 + uint64(i)) * 0x9e3779b97f4a7c15
+	}
+	if i < len(block) {
+		acc += (uint64(block[i]) + uint64(i)) * 0x9e3779b97f4a7c15
+	}
+	k = (k ^ acc) * 0xbf58476d1ce4e5b9
+	return k ^ k>>31
+}
+
+// set is the set of a block whose rolling key is k.
+func (c *BlockCache) set(k uint64) uint64 {
 	k ^= k >> 29
-	k *= 0xbf58476d1ce4e5b9
+	k *= 0x94d049bb133111eb
 	k ^= k >> 32
-	return k & c.mask, true
+	return k & c.mask
+}
+
+// touch reads every cache line of k's set, so that they are on their way
+// before the block is looked up.
+func (c *BlockCache) touch(k uint64) {
+	set := c.words[int(c.set(k))*cacheWays*c.stride:][:cacheWays*c.stride]
+	for i := 0; i < len(set); i += lineWords {
+		_ = set[i].Load()
+	}
 }
 
 // entry is way w of set s.

@@ -122,10 +122,10 @@ func TestBlockCacheSetKeepsTwoBlocks(t *testing.T) {
 	var set uint64
 	for n := 0; len(same) < 3; n++ {
 		b := block{toks: []int{n, n + 1, n + 2, n + 3}, packed: make([]uint64, c.words32)}
-		s, ok := c.key(&parent, b.toks, b.packed)
-		if !ok {
+		if !c.pack(b.toks, b.packed) {
 			t.Fatal("a small block is not cacheable")
 		}
+		s := c.set(keyNext(c.start(parent, ""), b.toks))
 		if len(same) == 0 {
 			set = s
 		}
