@@ -162,21 +162,13 @@ func BenchmarkBlockHashes(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	benchBlockHashes(b, h)
+	benchBlockHashes(b, h, 1)
 }
 
 // BenchmarkBlockHashesCached is BenchmarkBlockHashes for a prompt whose
 // blocks a BlockCache holds: a shared prefix seen before.
 func BenchmarkBlockHashesCached(b *testing.B) {
-	h, _ := New("42", 16)
-	c, err := NewBlockCache(16, 1<<12)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := h.UseCache(c); err != nil {
-		b.Fatal(err)
-	}
-	benchBlockHashes(b, h)
+	benchBlockHashes(b, cachedHasher(b, 1<<12), 1)
 }
 
 // BenchmarkBlockHashesCachedCold is BenchmarkBlockHashesCached rotating
@@ -184,15 +176,27 @@ func BenchmarkBlockHashesCached(b *testing.B) {
 // cached, but its entry has left the processor's nearer caches since the
 // prompt was last hashed, as between a picker's decisions.
 func BenchmarkBlockHashesCachedCold(b *testing.B) {
+	benchBlockHashes(b, cachedHasher(b, 1<<16), 64)
+}
+
+func cachedHasher(b *testing.B, slots int) *Hasher {
 	h, _ := New("42", 16)
-	c, err := NewBlockCache(16, 1<<16)
+	c, err := NewBlockCache(16, slots)
 	if err != nil {
 		b.Fatal(err)
 	}
 	if err := h.UseCache(c); err != nil {
 		b.Fatal(err)
 	}
-	prompts := make([][]int, 64)
+	return h
+}
+
+// benchBlockHashes hashes n 6,000-token prompts in turn with h, each once
+// before the timer starts (which fills h's cache, if it has one).
+// cpu-ns/block is the thread's CPU time, which leaves out other
+// processes' turns on a shared machine.
+func benchBlockHashes(b *testing.B, h *Hasher, n int) {
+	prompts := make([][]int, n)
 	for p := range prompts {
 		prompts[p] = make([]int, 6000)
 		for i := range prompts[p] {
@@ -208,38 +212,13 @@ func BenchmarkBlockHashesCachedCold(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	c0, ok := testutil.ThreadCPU()
-	n := 0
+	i := 0
 	for b.Loop() {
-		dst = h.AppendUint64s(dst[:0], prompts[n%len(prompts)], Extra{})
-		n++
+		dst = h.AppendUint64s(dst[:0], prompts[i%n], Extra{})
+		i++
 	}
 	blocks := float64(6000 / 16)
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/blocks, "ns/block")
-	if c1, _ := testutil.ThreadCPU(); ok {
-		b.ReportMetric(float64((c1-c0).Nanoseconds())/float64(b.N)/blocks, "cpu-ns/block")
-	}
-}
-
-// benchBlockHashes hashes the 6,000-token prompt with h, once before the
-// timer starts (which fills h's cache, if it has one).
-func benchBlockHashes(b *testing.B, h *Hasher) {
-	tokens := make([]int, 6000)
-	for i := range tokens {
-		tokens[i] = (i * 7919) % 151643
-	}
-	dst := h.AppendUint64s(make([]uint64, 0, len(tokens)/16), tokens, Extra{})
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	b.ReportAllocs()
-	b.ResetTimer()
-	c0, ok := testutil.ThreadCPU()
-	for b.Loop() {
-		dst = h.AppendUint64s(dst[:0], tokens, Extra{})
-	}
-	blocks := float64(len(tokens) / 16)
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/blocks, "ns/block")
-	// The thread's CPU time leaves out other processes' turns on a shared
-	// machine.
 	if c1, _ := testutil.ThreadCPU(); ok {
 		b.ReportMetric(float64((c1-c0).Nanoseconds())/float64(b.N)/blocks, "cpu-ns/block")
 	}
