@@ -117,6 +117,7 @@ func (idx *Index) LookupCandidates(hashes []uint64, c *Candidates, out []float64
 	start := time.Now()
 	sc := idx.scratch.Get().(*lookupScratch)
 	matched := idx.walk(sc, hashes, c, false, out[:c.Len()], runs[:c.Len()])
+	sc.cands.names = nil // a stale c's names, resolved again there
 	idx.scratch.Put(sc)
 	idx.observe(start, matched)
 	return matched
@@ -174,19 +175,17 @@ func (idx *Index) walk(sc *lookupScratch, hashes []uint64, c *Candidates, resolv
 	// cheaper than a lock round trip per block: the atomic operations
 	// would fence the loop and stop the processor from overlapping the
 	// blocks' cache misses. Writers lock one shard at a time, so they wait
-	// at most one lookup.
-	// A short prompt's blocks fall in few shards; a long one's in all.
+	// at most one lookup. A short prompt's blocks fall in few shards, a
+	// long one's in all.
 	sc.locked = sc.locked[:0]
-	all := len(hashes) >= 2*len(idx.shards)
 	for range (len(idx.shards) + 63) / 64 {
 		sc.locked = append(sc.locked, 0)
 	}
-	for i := range len(idx.shards) {
-		if all {
+	if len(hashes) >= 2*len(idx.shards) {
+		for i := range idx.shards {
 			sc.locked[i/64] |= 1 << (i % 64)
 		}
-	}
-	if !all {
+	} else {
 		for _, h := range hashes {
 			si := idx.shardIndex(mix64(h))
 			sc.locked[si/64] |= 1 << (si % 64)
@@ -224,10 +223,10 @@ func (idx *Index) walkLocked(sc *lookupScratch, hashes []uint64, c *Candidates, 
 	var touched uint16
 	// A block's record usually misses the cache. The home slots of the
 	// blocks of the group after this one are read in one burst, unused
-	// until then, so
-	// that their misses overlap one another and the scoring of the blocks
-	// before them: reads spread over the loop would each hold up the
-	// processor's reorder window until they complete, one at a time.
+	// until then, so that their misses overlap one another and the
+	// scoring of the blocks before them: reads spread over the loop would
+	// each hold up the processor's reorder window until they complete,
+	// one at a time.
 	var mixes [2 * lookAhead]uint64
 	ahead := 0 // the first block not yet touched
 	for i, h := range hashes {
