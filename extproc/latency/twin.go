@@ -438,20 +438,20 @@ type Ticket struct {
 }
 
 // FirstTokenAt takes the request's first token at `at` into its
-// endpoint's twin (eng: the endpoint's state then) and completes f, the
-// request's features from PredictLive, with what it learned in hindsight.
+// endpoint's twin (eng: the endpoint's state then) and completes s, the
+// request's sample from Model.Sample, with what it learned in hindsight.
 // Later calls, and Ended after it, do nothing.
-func (m *Model) FirstTokenAt(t *Ticket, at time.Time, eng Engine, f *Features) {
+func (m *Model) FirstTokenAt(t *Ticket, at time.Time, eng Engine, s *Sample) {
 	e := m.closeTicket(t)
 	if e == nil {
 		return
 	}
 	defer e.twinMu.Unlock()
-	var s *twinSample
-	if f != nil {
-		s = &f.twin
+	var ts *twinSample
+	if s != nil {
+		ts = &s.twin
 	}
-	e.tw.firstToken(t.seq, at.UnixNano(), s, eng, m.cfg.TokenBudget, &m.twinCoeffs(e).twin)
+	e.tw.firstToken(t.seq, at.UnixNano(), ts, eng, m.cfg.TokenBudget, &m.twinCoeffs(e).twin)
 }
 
 // Ended takes a request that ended without a first token out of its
@@ -495,40 +495,95 @@ func (m *Model) twinCoeffs(e *fit) *coeffs {
 
 // PredictLive is Predict with the engine twin: when the picker knows the
 // endpoint's whole queue, TTFT (mean and quantile) is the twin's
-// projection of the request's first token, and f records the projection
-// for ObserveFirstToken. f.Prefill and f.Cached are the request's uncached
-// and cached prompt tokens there.
+// projection of the request's first token (the feature model's TTFT is
+// then not computed). f.Prefill and f.Cached are the request's uncached and
+// cached prompt tokens there.
 func (m *Model) PredictLive(addr string, f *Features, now time.Time, eng Engine) Estimate {
+	// Once per candidate per decision: the fits are loaded once, and
+	// nothing is computed that the answer does not use.
 	e := (*m.endpoints.Load())[addr]
-	est := m.predict(e, *f)
-	f.twin = twinSample{}
-	if eng.External > 0 {
-		return est
+	pool := m.pool.published.Load()
+	own := pool
+	if e != nil {
+		own = e.published.Load()
 	}
-	n := now.UnixNano()
-	var c *coeffs
+	var est Estimate
+	if from := m.enough(own, pool, own.tpotSamples); from.tpotSamples >= m.cfg.MinSamples {
+		est.TPOT, est.TPOTQuantile = from.tpotOf(f)
+	}
+	if eng.External == 0 {
+		c := m.enough(own, pool, own.twinSamples)
+		var s twinSample
+		m.projectInto(&s, e, c, f, now.UnixNano(), eng)
+		if s.ok && c.twinSamples >= m.cfg.MinSamples {
+			ttft := twinTTFT(&c.twin, &s)
+			est.TTFT, est.TTFTQuantile = seconds(ttft), seconds(ttft*c.mTwin)
+			return est
+		}
+	}
+	est.TTFT, est.TTFTQuantile = m.enough(own, pool, own.ttftSamples).ttftOf(f)
+	return est
+}
+
+// enough is own when it has learned from MinSamples (its count of the
+// kind in question), else pool.
+func (m *Model) enough(own, pool *coeffs, samples int) *coeffs {
+	if samples >= m.cfg.MinSamples {
+		return own
+	}
+	return pool
+}
+
+// Sample is what the model learns from when a routed request's first
+// token comes: its features on the endpoint it went to and the engine
+// twin's projection at the decision. Only the chosen candidate's is kept,
+// so PredictLive, once per candidate, does not record it.
+type Sample struct {
+	Features
+	twin twinSample
+}
+
+// Sample is the projection PredictLive made for the request with
+// features f at now on addr (eng as then), for FirstTokenAt and
+// ObserveFirstToken; call it before Routed, which queues the request.
+func (m *Model) Sample(addr string, f Features, now time.Time, eng Engine) Sample {
+	return Sample{Features: f, twin: m.project((*m.endpoints.Load())[addr], &f, now.UnixNano(), eng)}
+}
+
+// project is the twin's projection of a request with features f at n on
+// the endpoint with fit e (nil: none yet), not ok where the twin does not
+// answer (traffic the picker did not route, a queue beyond its bound).
+func (m *Model) project(e *fit, f *Features, n int64, eng Engine) twinSample {
+	var s twinSample
+	if eng.External > 0 {
+		return s
+	}
+	c := m.pool.published.Load()
 	if e != nil {
 		c = m.twinCoeffs(e)
-		e.twinMu.Lock()
-		if e.tw.untracked == 0 {
-			e.tw.advance(n, eng, m.cfg.TokenBudget, &c.twin)
-			f.twin = e.tw.project(n, int64(f.Cached), int64(f.Prefill), eng, m.cfg.TokenBudget, &c.twin)
-		}
-		e.twinMu.Unlock()
-	} else {
-		// Nothing routed there yet: an empty queue, and the pool's fit
-		// (a prediction creates no per-endpoint state).
-		c = m.pool.published.Load()
+	}
+	m.projectInto(&s, e, c, f, n, eng)
+	return s
+}
+
+// projectInto is project into s with the step cost c.
+func (m *Model) projectInto(s *twinSample, e *fit, c *coeffs, f *Features, n int64, eng Engine) {
+	if e == nil {
+		// Nothing routed there yet: an empty queue (a prediction creates
+		// no per-endpoint state).
 		var idle twin
 		var buf [1]twinEntry
 		idle.scratch = buf[:0]
-		f.twin = idle.project(n, int64(f.Cached), int64(f.Prefill), eng, m.cfg.TokenBudget, &c.twin)
+		*s = idle.project(n, int64(f.Cached), int64(f.Prefill), eng, m.cfg.TokenBudget, &c.twin)
+		return
 	}
-	if f.twin.ok && c.twinSamples >= m.cfg.MinSamples {
-		ttft := twinTTFT(&c.twin, &f.twin)
-		est.TTFT, est.TTFTQuantile = seconds(ttft), seconds(ttft*c.mTwin)
+	e.twinMu.Lock()
+	defer e.twinMu.Unlock()
+	if e.tw.untracked > 0 {
+		return
 	}
-	return est
+	e.tw.advance(n, eng, m.cfg.TokenBudget, &c.twin)
+	*s = e.tw.project(n, int64(f.Cached), int64(f.Prefill), eng, m.cfg.TokenBudget, &c.twin)
 }
 
 // ObserveFirstToken learns from a request whose first token came at `at`:
@@ -538,9 +593,9 @@ func (m *Model) PredictLive(addr string, f *Features, now time.Time, eng Engine)
 // server's, and the projection starts at the decision).
 // The residuals are the decision's (their quantile must cover what it
 // could not know), the step cost is learned from the hindsight shapes.
-func (m *Model) ObserveFirstToken(addr string, f Features, at time.Time, ttft, served time.Duration) {
+func (m *Model) ObserveFirstToken(addr string, f Sample, at time.Time, ttft, served time.Duration) {
 	if !f.twin.ok || served <= 0 {
-		m.ObserveTTFT(addr, f, ttft)
+		m.ObserveTTFT(addr, f.Features, ttft)
 		return
 	}
 	y := float64(at.UnixNano()-f.twin.start) / 1e9
@@ -555,11 +610,11 @@ func (m *Model) ObserveFirstToken(addr string, f Features, at time.Time, ttft, s
 // fit once: actual for the feature model (skipped when not positive), and
 // for the twin y, the time from the projection's start to the first token,
 // and served, the TTFT the projection predicted.
-func (f *fit) observeFirst(feat Features, actual, y, served float64) {
+func (f *fit) observeFirst(feat Sample, actual, y, served float64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if actual > 0 {
-		f.learnLocked(ttft, feat, actual)
+		f.learnLocked(ttft, feat.Features, actual)
 	}
 	s := &feat.twin
 	t := &f.t[twinCost]

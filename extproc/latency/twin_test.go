@@ -33,6 +33,7 @@ func engineRun(t *testing.T, preset string, n int, meanGap time.Duration, seed u
 	const addr = "10.0.0.1:8000"
 	type live struct {
 		feat         Features
+		sample       Sample
 		ticket       Ticket
 		routed       time.Time
 		predTwin     float64
@@ -67,8 +68,8 @@ func engineRun(t *testing.T, preset string, n int, meanGap time.Duration, seed u
 					continue
 				}
 				ttft := now.Sub(l.routed)
-				m.FirstTokenAt(&l.ticket, now, Engine{Decodes: decodes, DecodeTokens: decodeTokens, StepEnd: stepEnd}, &l.feat)
-				m.ObserveFirstToken(addr, l.feat, now, ttft, ttft)
+				m.FirstTokenAt(&l.ticket, now, Engine{Decodes: decodes, DecodeTokens: decodeTokens, StepEnd: stepEnd}, &l.sample)
+				m.ObserveFirstToken(addr, l.sample, now, ttft, ttft)
 				backlog -= l.feat.Prefill
 				decodes++
 				decodeTokens += l.context
@@ -109,6 +110,7 @@ func engineRun(t *testing.T, preset string, n int, meanGap time.Duration, seed u
 			live := Engine{Decodes: decodes, DecodeTokens: decodeTokens, StepEnd: stepEnd}
 			l.predFeatures = m.Predict(addr, l.feat).TTFT.Seconds()
 			l.predTwin = m.PredictLive(addr, &l.feat, now, live).TTFT.Seconds()
+			l.sample = m.Sample(addr, l.feat, now, live)
 			l.ticket = m.Routed(addr, now, 0, size)
 			if err := eng.Add(engine.Request{ID: id, Prompt: prompt, MaxTokens: out}); err != nil {
 				t.Fatal(err)
@@ -168,8 +170,7 @@ func TestTwinQueueIsBounded(t *testing.T) {
 		tickets = append(tickets, m.Routed(addr, now, 0, 1000))
 	}
 	f := Features{Prefill: 100}
-	m.PredictLive(addr, &f, now, Engine{})
-	if f.twin.ok {
+	if m.Sample(addr, f, now, Engine{}).twin.ok {
 		t.Fatal("the twin predicted with an incomplete queue")
 	}
 	e := (*m.endpoints.Load())[addr]
@@ -183,15 +184,11 @@ func TestTwinQueueIsBounded(t *testing.T) {
 	if len(e.tw.q) != 0 || e.tw.untracked != 0 {
 		t.Fatalf("after every request ended: queue %d, untracked %d", len(e.tw.q), e.tw.untracked)
 	}
-	f = Features{Prefill: 100}
-	m.PredictLive(addr, &f, now, Engine{})
-	if !f.twin.ok {
+	if !m.Sample(addr, f, now, Engine{}).twin.ok {
 		t.Fatal("the twin did not come back once the queue was whole again")
 	}
 	// Traffic the picker did not route makes the queue incomplete too.
-	f = Features{Prefill: 100}
-	m.PredictLive(addr, &f, now, Engine{External: 2})
-	if f.twin.ok {
+	if m.Sample(addr, f, now, Engine{External: 2}).twin.ok {
 		t.Fatal("the twin predicted beside traffic it does not know")
 	}
 }
@@ -204,13 +201,11 @@ func TestTwinStepQuantisation(t *testing.T) {
 	m := New(Config{})
 	const addr = "10.0.0.1:8000"
 	now := time.Unix(1_700_000_000, 0)
-	alone := Features{Prefill: 24}
-	m.PredictLive(addr, &alone, now, Engine{})
+	short := Features{Prefill: 24}
+	alone := m.Sample(addr, short, now, Engine{})
 	m.Routed(addr, now, 0, 10_000)
-	behind := Features{Prefill: 24}
-	m.PredictLive(addr, &behind, now, Engine{})
-	again := Features{Prefill: 24}
-	m.PredictLive(addr, &again, now, Engine{})
+	behind := m.Sample(addr, short, now, Engine{})
+	again := m.Sample(addr, short, now, Engine{})
 	if alone.twin.x[0] != 1 || behind.twin.x[0] != 2 || again.twin != behind.twin {
 		t.Fatalf("steps: alone %v, behind a 10k prompt %v, again %v", alone.twin.x[0], behind.twin.x[0], again.twin.x[0])
 	}
