@@ -109,6 +109,11 @@ type twin struct {
 	// start is the unix ns at which the step in progress (by the twin's
 	// clock) began; zero when the queue is empty.
 	start int64
+	// version counts the queue's changes, traj is the queue's schedule
+	// as of a version (twincache.go); noCache turns it off (tests).
+	version uint64
+	traj    trajectory
+	noCache bool
 }
 
 // twinSample is what a twin prediction recorded for learning: the
@@ -164,8 +169,9 @@ func nanos(d float64) int64 {
 // advances the entries' progress, those from index capFrom on to at most
 // one token short of their prompt: a step that really ended without their
 // first token did not finish them. Entries whose prompt is computed (in a
-// projection) decode like the others.
-func schedule(q []twinEntry, t int64, eng Engine, budget int64, apply bool, capFrom int) stepShape {
+// projection) decode like the others. The slot is what the step leaves for
+// an entry appended after q.
+func schedule(q []twinEntry, t int64, eng Engine, budget int64, apply bool, capFrom int) (stepShape, slot) {
 	decodes, ctx := eng.Decodes, eng.DecodeTokens
 	for i := range q {
 		if q[i].done >= q[i].uncached {
@@ -176,28 +182,24 @@ func schedule(q []twinEntry, t int64, eng Engine, budget int64, apply bool, capF
 	s := stepShape{tokens: decodes, seqs: decodes, ctx: ctx, attn: ctx + decodes}
 	room := budget - int64(decodes)
 	running := int(decodes)
+	open := true
 	for i := range q {
 		e := &q[i]
 		if room <= 0 || running >= maxRunning {
+			open = false
 			break
 		}
 		if e.done >= e.uncached {
 			continue
 		}
 		if e.routed > t {
+			open = false
 			break // FCFS: later entries arrived later still
 		}
 		n := min(e.uncached-e.done, room)
-		past := float64(e.cached + e.done)
-		s.tokens += float64(n)
-		s.attn += float64(n)*past + float64(n)*float64(n+1)/2
-		s.ctx += past + float64(n)
+		s.add(n, e.cached+e.done, e.done+n >= e.uncached)
 		room -= n
 		running++
-		if e.done+n >= e.uncached {
-			s.seqs++
-			s.finishing++
-		}
 		if apply {
 			e.done += n
 			if i >= capFrom {
@@ -205,7 +207,28 @@ func schedule(q []twinEntry, t int64, eng Engine, budget int64, apply bool, capF
 			}
 		}
 	}
-	return s
+	return s, slot{room: room, open: open && room > 0 && running < maxRunning}
+}
+
+// slot is what a step leaves for one more entry: the budget left, and
+// whether the scheduler would reach it (an entry routed by the step's
+// start would be admitted).
+type slot struct {
+	room int64
+	open bool
+}
+
+// add puts a chunk of n prompt tokens after past computed ones into the
+// step; finishing when it is the prompt's last.
+func (s *stepShape) add(n, past int64, finishing bool) {
+	p := float64(past)
+	s.tokens += float64(n)
+	s.attn += float64(n)*p + float64(n)*float64(n+1)/2
+	s.ctx += p + float64(n)
+	if finishing {
+		s.seqs++
+		s.finishing++
+	}
 }
 
 // nextArrival is the routing time of the first entry not yet admitted at
@@ -249,8 +272,15 @@ func (w *twin) advance(to int64, eng Engine, budget int64, theta *[maxFeatures]f
 // prompt stays in progress until that prompt's first token is seen (the
 // picker sees every first token: one not seen has not come).
 func (w *twin) run(to int64, eng Engine, budget int64, theta *[maxFeatures]float64) {
+	if tr := &w.traj; tr.of(w, eng, theta) && len(tr.steps) > 0 && !tr.steps[0].empty {
+		// The step in progress is the trajectory's first: no need to
+		// schedule the queue to see it has not ended.
+		if s := &tr.steps[0].s; s.finishing > 0 || w.start+stepNanos(theta, *s) > to {
+			return
+		}
+	}
 	for range maxTwinSteps {
-		s := schedule(w.q, w.start, eng, budget, false, 0)
+		s, _ := schedule(w.q, w.start, eng, budget, false, 0)
 		if s.empty() {
 			next := nextArrival(w.q, w.start)
 			if next == 0 || next > to {
@@ -286,6 +316,7 @@ func (w *twin) routed(seq uint64, at int64, cached, uncached int64) bool {
 		return false
 	}
 	w.q = append(w.q, twinEntry{seq: seq, routed: at, cached: cached, uncached: max(1, uncached)})
+	w.version++
 	return true
 }
 
@@ -329,6 +360,7 @@ func (w *twin) firstToken(seq uint64, at int64, s *twinSample, eng Engine, budge
 		w.q[k].done = w.q[k].uncached
 	}
 	w.q = slices.Delete(w.q, i, i+1)
+	w.version++
 	if len(w.q) == 0 {
 		w.start = 0
 	}
@@ -338,6 +370,7 @@ func (w *twin) firstToken(seq uint64, at int64, s *twinSample, eng Engine, budge
 func (w *twin) remove(seq uint64) {
 	if i := slices.IndexFunc(w.q, func(e twinEntry) bool { return e.seq == seq }); i >= 0 {
 		w.q = slices.Delete(w.q, i, i+1)
+		w.version++
 	}
 	if len(w.q) == 0 {
 		w.start = 0
@@ -373,7 +406,7 @@ func (w *twin) project(now int64, cached, uncached int64, eng Engine, budget int
 			head++
 		}
 		q := q[head:]
-		s := schedule(q, t, eng, budget, true, len(q))
+		s, _ := schedule(q, t, eng, budget, true, len(q))
 		if s.empty() {
 			next := nextArrival(q, t)
 			if next == 0 {
@@ -583,6 +616,10 @@ func (m *Model) projectInto(s *twinSample, e *fit, c *coeffs, f *Features, n int
 		return
 	}
 	e.tw.advance(n, eng, m.cfg.TokenBudget, &c.twin)
+	if tr := e.tw.trajectory(eng, m.cfg.TokenBudget, &c.twin); tr != nil {
+		*s = tr.project(e.tw.start, n, int64(f.Cached), int64(f.Prefill), m.cfg.TokenBudget, &c.twin)
+		return
+	}
 	*s = e.tw.project(n, int64(f.Cached), int64(f.Prefill), eng, m.cfg.TokenBudget, &c.twin)
 }
 

@@ -239,3 +239,100 @@ func BenchmarkPredictLive(b *testing.B) {
 		})
 	}
 }
+
+// TestProjectionCacheMatches drives two models through the same random
+// sequence of decisions, routings, first tokens, ends and decode-batch
+// changes, one with the twin's trajectory cache and one without: every
+// prediction and every recorded projection must be the same, bit for bit.
+func TestProjectionCacheMatches(t *testing.T) {
+	const addr = "10.0.0.1:8000"
+	for seed := range uint64(12) {
+		rng := rand.New(rand.NewPCG(seed, 12))
+		cached, plain := New(Config{}), New(Config{})
+		type req struct {
+			a, b Ticket
+			s    Sample
+			at   time.Time
+		}
+		var open []*req
+		now := time.Unix(1_700_000_000, 0)
+		var eng Engine
+		hits, checks := 0, 0
+		check := func(f Features) (Sample, Sample) {
+			t.Helper()
+			fa, fb := f, f
+			ea, eb := cached.PredictLive(addr, &fa, now, eng), plain.PredictLive(addr, &fb, now, eng)
+			sa, sb := cached.Sample(addr, f, now, eng), plain.Sample(addr, f, now, eng)
+			if ea != eb || sa != sb {
+				t.Fatalf("seed %d: cached %+v %+v, uncached %+v %+v", seed, ea, sa.twin, eb, sb.twin)
+			}
+			if e := (*cached.endpoints.Load())[addr]; e != nil && len(e.tw.q) > 0 {
+				checks++
+				if e.tw.traj.of(&e.tw, eng, &cached.twinCoeffs(e).twin) {
+					hits++
+				}
+			}
+			return sa, sb
+		}
+		for range 400 {
+			switch r := rng.IntN(10); {
+			case r < 4: // a decision, routed
+				if rng.IntN(3) > 0 {
+					now = now.Add(time.Duration(rng.IntN(30)) * time.Millisecond)
+				}
+				f := Features{Prefill: float64(1 + rng.IntN(12_000)), Cached: float64(rng.IntN(3) * 2048)}
+				for range 3 { // other candidates' size, same instant
+					check(Features{Prefill: float64(1 + rng.IntN(20_000)), Cached: float64(rng.IntN(2) * 4096)})
+				}
+				s, _ := check(f)
+				x := &req{s: s, at: now}
+				x.a = cached.Routed(addr, now, int(f.Cached), int(f.Prefill))
+				x.b = plain.Routed(addr, now, int(f.Cached), int(f.Prefill))
+				(*plain.endpoints.Load())[addr].tw.noCache = true
+				open = append(open, x)
+			case r < 7 && len(open) > 0: // a first token, oldest first mostly
+				i := 0
+				if rng.IntN(4) == 0 {
+					i = rng.IntN(len(open))
+				}
+				x := open[i]
+				open = append(open[:i], open[i+1:]...)
+				now = now.Add(time.Duration(1+rng.IntN(80)) * time.Millisecond)
+				eng.StepEnd = now
+				sa, sb := x.s, x.s
+				cached.FirstTokenAt(&x.a, now, eng, &sa)
+				plain.FirstTokenAt(&x.b, now, eng, &sb)
+				if sa != sb {
+					t.Fatalf("seed %d: hindsight differs", seed)
+				}
+				ttft := now.Sub(x.at)
+				cached.ObserveFirstToken(addr, sa, now, ttft, ttft)
+				plain.ObserveFirstToken(addr, sb, now, ttft, ttft)
+				eng.Decodes++
+				eng.DecodeTokens += x.s.Prefill + x.s.Cached + 200
+			case r < 8 && len(open) > 0: // a request ends without a first token
+				i := rng.IntN(len(open))
+				cached.Ended(&open[i].a)
+				plain.Ended(&open[i].b)
+				open = append(open[:i], open[i+1:]...)
+			case r < 9: // decodes finish, steps end
+				if eng.Decodes > 0 && rng.IntN(2) == 0 {
+					eng.Decodes--
+					eng.DecodeTokens = max(0, eng.DecodeTokens-float64(1000+rng.IntN(10_000)))
+				}
+				now = now.Add(time.Duration(rng.IntN(15)) * time.Millisecond)
+				eng.StepEnd = now
+			default: // traffic the picker did not route, for a while
+				if eng.External == 0 && rng.IntN(3) == 0 {
+					eng.External = 1
+				} else {
+					eng.External = 0
+				}
+			}
+		}
+		t.Logf("seed %d: %d projections on a queue, %d from the cache", seed, checks, hits)
+		if hits < checks/4 {
+			t.Fatalf("seed %d: the cache answered %d of %d projections on a queue", seed, hits, checks)
+		}
+	}
+}
