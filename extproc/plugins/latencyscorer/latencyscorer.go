@@ -33,6 +33,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/latency"
@@ -97,7 +98,7 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 		s.headroom(preds, slo, eps, scores)
 		return
 	}
-	if len(eps) == len(preds.Candidates) && len(eps) > 0 && &eps[0] == &preds.Candidates[0] {
+	if slices.Equal(eps, preds.Candidates) {
 		// Nothing filtered: the estimates are indexed like eps (once per
 		// decision over every candidate, without Align's calls).
 		s.fastest(preds.Estimates[:len(eps)], scores)
