@@ -290,6 +290,13 @@ type Model struct {
 	// per decision, look fits up without a lock; mu serialises writers.
 	mu        sync.Mutex
 	endpoints atomic.Pointer[map[string]*fit]
+
+	// index is the fits of the last candidate list indexed (Candidates);
+	// misses counts the decisions since the last rebuild that it did not
+	// serve, reindexWait how many it waits out before the next one.
+	index       atomic.Pointer[fitIndex]
+	misses      atomic.Uint64
+	reindexWait atomic.Uint64
 }
 
 // New returns a model knowing only its priors.

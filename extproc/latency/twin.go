@@ -532,9 +532,13 @@ func (m *Model) twinCoeffs(e *fit) *coeffs {
 // then not computed). f.Prefill and f.Cached are the request's uncached and
 // cached prompt tokens there.
 func (m *Model) PredictLive(addr string, f *Features, now time.Time, eng Engine) Estimate {
+	return m.predictLive((*m.endpoints.Load())[addr], f, now, eng)
+}
+
+// predictLive is PredictLive on the endpoint whose fit is e (nil: none).
+func (m *Model) predictLive(e *fit, f *Features, now time.Time, eng Engine) Estimate {
 	// Once per candidate per decision: the fits are loaded once, and
 	// nothing is computed that the answer does not use.
-	e := (*m.endpoints.Load())[addr]
 	pool := m.pool.published.Load()
 	own := pool
 	if e != nil {

@@ -210,6 +210,7 @@ func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, req *sc
 	}
 	prompt = max(1, prompt)
 	now := p.now()
+	fits := p.model.Candidates(eps)
 	for i, e := range eps {
 		held := 0
 		switch {
@@ -236,7 +237,7 @@ func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, req *sc
 		if eng.External == 0 {
 			eng = engineOf(e, l)
 		}
-		*est = p.model.PredictLive(e.Address(), f, now, eng)
+		*est = fits.PredictLive(i, e, f, now, eng)
 		if p.prefillOnly(e) {
 			est.TPOT, est.TPOTQuantile = 0, 0
 		}
