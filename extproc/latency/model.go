@@ -244,11 +244,26 @@ func newFit(cfg Config, from *coeffs) *fit {
 	return f
 }
 
-func (f *fit) publishLocked() {
-	t, p, w := &f.t[ttft], &f.t[tpot], &f.t[twinCost]
-	f.published.Store(&coeffs{ttft: t.reg.clamped(), tpot: p.reg.constrained(), qTTFT: t.q.value, qTPOT: p.q.value,
-		mTTFT: math.Exp(t.q.value), mTPOT: math.Exp(p.q.value), ttftSamples: t.samples, tpotSamples: p.samples,
-		twin: w.reg.constrained(), mTwin: math.Exp(w.q.value), twinSamples: w.samples})
+func (f *fit) publishLocked() { f.publishKindsLocked(1<<ttft | 1<<tpot | 1<<twinCost) }
+
+// publishKindsLocked publishes the fit with the kinds in the bit set
+// changed; the others' constrained coefficients (a solve each) are the
+// published fit's.
+func (f *fit) publishKindsLocked(changed int) {
+	c := &coeffs{}
+	if old := f.published.Load(); old != nil {
+		*c = *old
+	}
+	if t := &f.t[ttft]; changed&(1<<ttft) != 0 {
+		c.ttft, c.qTTFT, c.mTTFT, c.ttftSamples = t.reg.clamped(), t.q.value, math.Exp(t.q.value), t.samples
+	}
+	if p := &f.t[tpot]; changed&(1<<tpot) != 0 {
+		c.tpot, c.qTPOT, c.mTPOT, c.tpotSamples = p.reg.constrained(), p.q.value, math.Exp(p.q.value), p.samples
+	}
+	if w := &f.t[twinCost]; changed&(1<<twinCost) != 0 {
+		c.twin, c.mTwin, c.twinSamples = w.reg.constrained(), math.Exp(w.q.value), w.samples
+	}
+	f.published.Store(c)
 }
 
 // observe learns one sample of kind k; the residual is taken against what
@@ -257,7 +272,7 @@ func (f *fit) observe(k kind, feat Features, actual float64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.learnLocked(k, feat, actual)
-	f.publishLocked()
+	f.publishKindsLocked(1 << k)
 }
 
 // learnLocked is observe without publishing the new fit.

@@ -664,5 +664,5 @@ func (f *fit) observeFirst(feat Sample, actual, y, served float64) {
 	}
 	t.reg.updateRel(&s.hindsight, y, served)
 	t.samples++
-	f.publishLocked()
+	f.publishKindsLocked(1<<ttft | 1<<twinCost)
 }
