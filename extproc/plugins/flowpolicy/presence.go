@@ -34,10 +34,9 @@ type ClassCounter interface {
 // while online is heavy. The in-flight counts are a class-load-scorer's
 // (the plugin classLoadPluginRef names), counted from dispatch to the end
 // of the response; the mean is over the endpoints it has placed requests
-// on. The ceiling is read at every dispatch pass; in the picker the pass a
-// response's end wakes may run before the scorer has released that
-// response, and then the next pass (the next arrival, first token or end)
-// sees it.
+// on. The ceiling is read at every dispatch pass; the picker wakes the
+// pass only after a response's hooks have run, so the scorer has released
+// that response by then.
 //
 // Measured on the mixed bench (benchmarks/RESULTS.md, "A batch budget that
 // follows online presence"), it did not beat a static token budget: batch
