@@ -596,9 +596,6 @@ func (x *exchange) ResponseChunk(ctx context.Context, chunk []byte) {
 		x.first = now
 		x.charge.FirstToken()
 		x.remote.Release()
-		if adm := x.d.opts.Admission; adm != nil {
-			adm.Notify()
-		}
 		ttft := now.Sub(x.received)
 		x.d.metrics.TTFT(x.sched.IncomingModel, x.sched.TargetModel, ttft)
 		res := &scheduling.Response{Endpoint: x.charge.Endpoint(), Status: x.status, TTFT: ttft}
@@ -606,6 +603,11 @@ func (x *exchange) ResponseChunk(ctx context.Context, chunk []byte) {
 			hs := time.Now()
 			h.FirstToken(ctx, x.cs, x.sched, res)
 			x.d.metrics.PluginDuration(scheduling.PointFirstToken, h.TypedName(), time.Since(hs))
+		}
+		// After the hooks: plugins that count load (class-load-scorer)
+		// have released theirs, so the dispatch pass this wakes sees it.
+		if adm := x.d.opts.Admission; adm != nil {
+			adm.Notify()
 		}
 	} else if x.sched.Stream {
 		x.d.metrics.ITL(x.labels, now.Sub(x.last))
@@ -633,9 +635,6 @@ func (x *exchange) ResponseDone(ctx context.Context, sum server.ResponseSummary)
 	served := x.charge.Endpoint()
 	x.charge.Release()
 	x.remote.Release()
-	if adm := x.d.opts.Admission; adm != nil && x.flow != nil {
-		adm.Finished(x.flow)
-	}
 	x.d.metrics.Running(x.labels, -1)
 	// A model server's answer other than 200 is the request's error, as
 	// llm-d counts it.
@@ -664,6 +663,11 @@ func (x *exchange) ResponseDone(ctx context.Context, sum server.ResponseSummary)
 		hs := time.Now()
 		h.ResponseComplete(ctx, x.cs, x.sched, res)
 		x.d.metrics.PluginDuration(scheduling.PointResponse, h.TypedName(), time.Since(hs))
+	}
+	// After the hooks, as at the first token: the dispatch pass that
+	// Finished wakes sees the load every plugin has released.
+	if adm := x.d.opts.Admission; adm != nil && x.flow != nil {
+		adm.Finished(x.flow)
 	}
 	// The last hook has run: the plugins' per-request state goes back to
 	// their pools for the next request.

@@ -67,3 +67,57 @@ func TestRequestHeaderHooksBeforeFlowControl(t *testing.T) {
 		t.Fatalf("Classify: %q %q", sr.FairnessID, fr.FairnessID)
 	}
 }
+
+// eventLog is what orderAdmission and orderHook saw, in order.
+type eventLog []string
+
+// orderAdmission dispatches at once, as a tracked flow, and logs the
+// wake-ups the director gives it.
+type orderAdmission struct{ log *eventLog }
+
+func (a orderAdmission) Admit(_ context.Context, _ flowcontrol.Request, dispatch func(*flowcontrol.Item)) error {
+	dispatch(new(flowcontrol.Item))
+	return nil
+}
+func (a orderAdmission) Notify()                         { *a.log = append(*a.log, "notify") }
+func (a orderAdmission) Track(*flowcontrol.Item, func()) {}
+func (a orderAdmission) Finished(*flowcontrol.Item)      { *a.log = append(*a.log, "finished") }
+
+type orderHook struct{ log *eventLog }
+
+func (h orderHook) TypedName() scheduling.TypedName {
+	return scheduling.TypedName{Type: "order-hook", Name: "order-hook"}
+}
+func (h orderHook) FirstToken(context.Context, *scheduling.CycleState, *scheduling.Request, *scheduling.Response) {
+	*h.log = append(*h.log, "first-token hook")
+}
+func (h orderHook) ResponseComplete(context.Context, *scheduling.CycleState, *scheduling.Request, *scheduling.Response) {
+	*h.log = append(*h.log, "complete hook")
+}
+
+// Flow control is woken only after the hooks have run: a plugin that
+// counts load (class-load-scorer, read by presence-holdback-policy) has
+// released the request's share by the time the dispatch pass looks.
+func TestAdmissionWokenAfterHooks(t *testing.T) {
+	c, err := config.Parse([]byte("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: random-picker\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	built, err := config.Build(c, all.Registry(), &scheduling.Handle{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log eventLog
+	h := orderHook{&log}
+	d := New(Options{Pool: pool{schedtest.Endpoint("a", endpoints.Metrics{})}, Scheduler: built.Scheduler,
+		Admission: orderAdmission{&log}, Hooks: Hooks{FirstToken: []scheduling.FirstToken{h}, ResponseComplete: []scheduling.ResponseComplete{h}}})
+	_, ex, err := d.HandleRequest(context.Background(), completion("p", true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex.ResponseChunk(context.Background(), []byte("data: {}\n\n"))
+	ex.ResponseDone(context.Background(), server.ResponseSummary{Status: 200, Complete: true})
+	if got, want := fmt.Sprint(log), "[first-token hook notify complete hook finished]"; got != want {
+		t.Fatalf("order %s, want %s", got, want)
+	}
+}
