@@ -227,13 +227,15 @@ func TestPickerReconnect(t *testing.T) {
 
 	picker := &testPicker{endpoints: up.addr()}
 	startPickerAt(t, picker, addr)
-	for i := 0; ; i++ {
+	// Several back-off periods; the bound is a hang guard, long enough for
+	// a loaded machine's reconnect and the first picker reply.
+	for back := time.Now().Add(20 * time.Second); ; {
 		resp, _ := post(t, client, url+"/v1/completions", `{"model":"m","prompt":"hi"}`, nil)
 		if resp.StatusCode == http.StatusOK {
 			break
 		}
-		if i == 50 { // 5 s of 100 ms polls: several back-off periods
-			t.Fatalf("still status %d after the picker came back", resp.StatusCode)
+		if time.Now().After(back) {
+			t.Fatalf("still status %d 20 s after the picker came back", resp.StatusCode)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -244,11 +246,11 @@ func startPickerAt(t *testing.T, p *testPicker, addr string) {
 	t.Helper()
 	var ln net.Listener
 	var err error
-	for range 50 { // the address was just released
-		if ln, err = net.Listen("tcp", addr); err == nil {
+	// The address was just released; the bound is a hang guard.
+	for free := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if ln, err = net.Listen("tcp", addr); err == nil || time.Now().After(free) {
 			break
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	if err != nil {
 		t.Fatal(err)
