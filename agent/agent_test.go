@@ -203,7 +203,8 @@ func TestCPUTierAndP2P(t *testing.T) {
 	for i, s := range st.Slots {
 		kvblock.Fill(slot(smem, s), hashes[i])
 	}
-	time.Sleep(200 * time.Millisecond) // the publisher's connection
+	// A PUB socket drops what it publishes before a subscription arrived.
+	waitSubscribed(t, src.a, "S")
 	var blocks []*agentv1.OffloadBlock
 	for i, h := range hashes {
 		b := &agentv1.OffloadBlock{Hash: h, TokenIds: []int32{int32(i)}}
@@ -297,6 +298,23 @@ func TestCPUTierAndP2P(t *testing.T) {
 			if r, ok := ev.(kvwire.BlockRemoved); ok && r.Medium == "CPU" {
 				sawRemoved = true
 			}
+		}
+	}
+}
+
+// waitSubscribed waits until the KV-event publisher of engine's region
+// has a subscriber.
+func waitSubscribed(t *testing.T, a *Agent, engine string) {
+	t.Helper()
+	subscribed := func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		r := a.regions[engine]
+		return r != nil && r.pub != nil && r.pub.Subscribers() > 0
+	}
+	for deadline := time.Now().Add(10 * time.Second); !subscribed(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no subscriber reached %s's KV-event publisher", engine)
 		}
 	}
 }
