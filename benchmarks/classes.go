@@ -46,6 +46,10 @@ type ClassSummary struct {
 	Tail TTFTParts `json:"ttft_breakdown_tail"`
 	// Preempted counts served requests their engine preempted at least once.
 	Preempted int `json:"preempted"`
+	// PrefixHit is the share of the served requests' prompt tokens their
+	// engine found cached: batch's KV can push the class's prefixes out,
+	// which lengthens its prefills without sharing a step with batch.
+	PrefixHit float64 `json:"prefix_hit_ratio"`
 }
 
 // TTFTParts is an average cluster.TTFTBreakdown, in seconds: Queue +
@@ -92,6 +96,8 @@ func summarizeClasses(res *cluster.Result) []ClassSummary {
 		ttft, queue []float64
 		served      []*cluster.RequestResult
 		out         int64
+		prompt      int64
+		cached      int64
 		met         int
 	}
 	by := map[string]*acc{}
@@ -130,6 +136,8 @@ func summarizeClasses(res *cluster.Result) []ClassSummary {
 		}
 		a.c.Served++
 		a.served = append(a.served, r)
+		a.prompt += int64(r.PromptTokens)
+		a.cached += int64(r.CachedTokens)
 		a.ttft = append(a.ttft, r.TTFT.Seconds())
 		a.queue = append(a.queue, r.Queued.Seconds())
 		if r.Arrival+r.E2E <= last {
@@ -162,6 +170,9 @@ func summarizeClasses(res *cluster.Result) []ClassSummary {
 		if res.SLO.TTFT > 0 {
 			a.c.SLOMet = float64(a.met) / float64(a.c.Requests)
 		}
+		if a.prompt > 0 {
+			a.c.PrefixHit = float64(a.cached) / float64(a.prompt)
+		}
 		if span > 0 {
 			a.c.ThroughputOutputTokS = float64(a.out) / span
 		}
@@ -192,7 +203,7 @@ func classTable(b *strings.Builder, r *Results) {
 				c.MaxLeftLate*1000)
 		}
 	}
-	b.WriteString("\nWhere TTFT went (ms; mean over the served requests, and over those at or above the class's p90): picker queue + engine wait (of it: the step in flight at receipt, and what sheddable requests added to that step) + prefill steps (of them: what sheddable decodes and prefills in the same steps added):\n\n| policy | qps scale | class | over | TTFT | queue | engine wait | in flight | +batch in flight | prefill | +batch decode | +batch prefill | preempted |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("\nWhere TTFT went (ms; mean over the served requests, and over those at or above the class's p90): picker queue + engine wait (of it: the step in flight at receipt, and what sheddable requests added to that step) + prefill steps (of them: what sheddable decodes and prefills in the same steps added):\n\n| policy | qps scale | class | over | TTFT | queue | engine wait | in flight | +batch in flight | prefill | +batch decode | +batch prefill | preempted | prefix hit |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range r.Policies {
 		for _, c := range s.Classes {
 			for _, p := range []struct {
@@ -200,9 +211,9 @@ func classTable(b *strings.Builder, r *Results) {
 				t    TTFTParts
 			}{{"all", c.Mean}, {"≥ p90", c.Tail}} {
 				ms := func(v float64) string { return fmt.Sprintf("%.1f", v*1000) }
-				fmt.Fprintf(b, "| %s | %g | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n",
+				fmt.Fprintf(b, "| %s | %g | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d | %.3f |\n",
 					s.Name, s.QPSScale, c.Objective, p.over, ms(p.t.TTFT), ms(p.t.Queue), ms(p.t.EngineWait),
-					ms(p.t.InFlight), ms(p.t.InFlightBatch), ms(p.t.Prefill), ms(p.t.DecodeInflation), ms(p.t.PrefillInflation), c.Preempted)
+					ms(p.t.InFlight), ms(p.t.InFlightBatch), ms(p.t.Prefill), ms(p.t.DecodeInflation), ms(p.t.PrefillInflation), c.Preempted, c.PrefixHit)
 			}
 		}
 	}

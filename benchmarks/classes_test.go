@@ -23,9 +23,15 @@ func TestClassTTFTBreakdown(t *testing.T) {
 		reqs = append(reqs, served(20+i, 0, 5, 5, 1, 0))
 		reqs[i].Arrival = time.Duration(i) * time.Second
 	}
+	for i := range reqs {
+		reqs[i].PromptTokens, reqs[i].CachedTokens = 100, 80
+	}
 	slow := served(200, 100, 60, 10, 4, 2)
 	slow.Arrival = 9 * time.Second
-	reqs = append(reqs, slow, cluster.RequestResult{Objective: "online", Priority: 100, Err: "refused", Arrival: 9 * time.Second})
+	// The slow one's prefix was gone; the refused request's tokens do not
+	// count.
+	slow.PromptTokens = 100
+	reqs = append(reqs, slow, cluster.RequestResult{Objective: "online", Priority: 100, Err: "refused", Arrival: 9 * time.Second, PromptTokens: 1000})
 	cs := summarizeClasses(&cluster.Result{Requests: reqs})
 	if len(cs) != 1 {
 		t.Fatalf("%d classes", len(cs))
@@ -45,6 +51,7 @@ func TestClassTTFTBreakdown(t *testing.T) {
 		{"tail TTFT", c.Tail.TTFT, (0.028 + 0.200) / 2},
 		{"tail in flight", c.Tail.InFlight, (0.005 + 0.010) / 2},
 		{"preempted", float64(c.Preempted), 1},
+		{"prefix hit", c.PrefixHit, 9 * 80.0 / 1000},
 	}
 	for _, tc := range tests {
 		if math.Abs(tc.got-tc.want) > 1e-9 {

@@ -1,7 +1,6 @@
 package demo
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/internal/kvhash"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // startPDStack starts a P/D fleet the test's cleanup stops.
@@ -124,11 +124,14 @@ func streamThrough(t *testing.T, gateway, prompt string) (string, streamedUsage)
 	var text strings.Builder
 	var u streamedUsage
 	done := false
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		payload, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok {
-			continue
+	sse := testutil.NewSSEReader(resp.Body)
+	for {
+		payload, err := sse.NextData()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
 		}
 		if payload == "[DONE]" {
 			done = true

@@ -3,7 +3,6 @@ package gateway
 import (
 	"io"
 	"math"
-	"runtime/debug"
 	"testing"
 	"time"
 
@@ -33,36 +32,15 @@ func TestArgsRoundTrip(t *testing.T) {
 // --memory-limit reaches the runtime: auto is the body budget plus the
 // headroom, a size is taken as given, 0 is none, and GOMEMLIMIT wins.
 func TestMemoryLimitFlag(t *testing.T) {
-	prev := debug.SetMemoryLimit(-1)
-	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
-	noEnv := func(string) string { return "" }
-	for _, tc := range []struct {
-		args []string
-		want int64
-	}{
-		{nil, DefaultBodyBudgetBytes + memlimit.Headroom},
-		{[]string{"--body-budget-bytes", "1073741824"}, 1<<30 + memlimit.Headroom},
-		{[]string{"--memory-limit", "640MiB"}, 640 << 20},
-		{[]string{"--memory-limit", "0"}, math.MaxInt64},
-		{[]string{"--body-budget-bytes", "-1"}, math.MaxInt64},
-	} {
-		o, err := ParseFlags(tc.args, io.Discard)
-		if err != nil {
-			t.Fatalf("%v: %v", tc.args, err)
-		}
-		if got, _ := o.ApplyMemoryLimit(noEnv); got != tc.want {
-			t.Errorf("%v: ApplyMemoryLimit = %d, want %d", tc.args, got, tc.want)
-		}
-		if got := debug.SetMemoryLimit(-1); got != tc.want {
-			t.Errorf("%v: runtime limit %d, want %d", tc.args, got, tc.want)
-		}
+	parse := func(args []string) (testutil.ApplyMemoryLimit, error) {
+		o, err := ParseFlags(args, io.Discard)
+		return o.ApplyMemoryLimit, err
 	}
-	o, err := ParseFlags([]string{"--memory-limit", "1GiB"}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	testutil.MemoryLimitEnvWins(t, o.ApplyMemoryLimit)
-	if _, err := ParseFlags([]string{"--memory-limit", "much"}, io.Discard); err == nil {
-		t.Error("--memory-limit much accepted")
-	}
+	testutil.MemoryLimitFlag(t, parse, []testutil.MemoryLimitCase{
+		{Args: nil, Want: DefaultBodyBudgetBytes + memlimit.Headroom},
+		{Args: []string{"--body-budget-bytes", "1073741824"}, Want: 1<<30 + memlimit.Headroom},
+		{Args: []string{"--memory-limit", "640MiB"}, Want: 640 << 20},
+		{Args: []string{"--memory-limit", "0"}, Want: math.MaxInt64},
+		{Args: []string{"--body-budget-bytes", "-1"}, Want: math.MaxInt64},
+	}, "much")
 }

@@ -28,7 +28,8 @@
 //     path, when the filter has tagged the request).
 //  4. The upstream is the picker's x-gateway-destination-endpoint (header,
 //     else envoy.lb dynamic metadata): a comma list tried in order while
-//     connecting fails.
+//     connecting fails. The exchange is full duplex: the answer may start
+//     while the client's body is still on its way upstream.
 //  5. Response headers (with envoy.lb x-gateway-destination-endpoint-served
 //     in the metadata context), the body streamed through the picker chunk
 //     by chunk, and trailers; every chunk is flushed to the client at once,

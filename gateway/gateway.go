@@ -631,6 +631,17 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, req *request
 		g.fail(w, rec, &statusError{status: http.StatusServiceUnavailable, msg: "no healthy upstream"})
 		return
 	}
+	// The client's body may still be on its way upstream when the answer
+	// starts: the transport's last read of it (the one that finds its end)
+	// can come after an upstream has read all it needs and answered, and
+	// an upstream may answer before it reads at all. Unless told the
+	// handler is full duplex, net/http's HTTP/1 server reads the rest of
+	// the body itself (when less than 256 KiB is left) before it writes
+	// the header and then closes it: the header waited for the client's
+	// rest, or the transport's next read failed and it closed the
+	// upstream connection under the answer (TestHeaderBeforeTheBody,
+	// TestEarlyHeaderKeepsTheAnswer). HTTP/2 is full duplex already.
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	uctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if g.cfg.UpstreamTimeout > 0 {

@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -18,6 +17,7 @@ import (
 	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/gateway/wasmhost/wasmtest"
 	"github.com/kvgate/kvgate/internal/hints"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // upstream is a model server stand-in that records what reached it.
@@ -426,24 +426,26 @@ func TestSSEStreaming(t *testing.T) {
 	if ct := resp.Header.Get("content-type"); ct != "text/event-stream" {
 		t.Fatalf("content-type %q", ct)
 	}
-	sc := bufio.NewScanner(resp.Body)
+	sse := testutil.NewSSEReader(resp.Body)
 	got := 0
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "data: ") {
-			continue
-		}
-		if line == "data: [DONE]" {
+	var end error // why the stream stopped, if not at [DONE]
+	for {
+		data, err := sse.NextData()
+		if err != nil {
+			end = err
 			break
 		}
-		if want := "data: {\"i\":" + string(rune('0'+got)) + "}"; line != want {
-			t.Fatalf("event %d = %q, want %q", got, line, want)
+		if data == "[DONE]" {
+			break
+		}
+		if want := "{\"i\":" + string(rune('0'+got)) + "}"; data != want {
+			t.Fatalf("event %d = %q, want %q", got, data, want)
 		}
 		got++
 		read <- got
 	}
 	if got != events {
-		t.Fatalf("got %d events (%v)", got, sc.Err())
+		t.Fatalf("got %d events (%v)", got, end)
 	}
 	saw := picker.next(t)
 	if !bytes.Contains(saw.respBody, []byte("[DONE]")) {

@@ -1,8 +1,6 @@
 package sidecar
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -11,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/internal/eppwire"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/sim/vllmserver"
 )
 
@@ -29,12 +28,7 @@ func streamUsage(t *testing.T, raw []byte) (string, usageOut) {
 	var text strings.Builder
 	var u usageOut
 	done := false
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	for sc.Scan() {
-		payload, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok {
-			continue
-		}
+	for _, payload := range testutil.SSEData(raw) {
 		if payload == "[DONE]" {
 			done = true
 			continue

@@ -2,10 +2,10 @@ package main
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/kvgate/kvgate/internal/openai"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // BenchmarkTag is the filter's work per request compiled natively (parse,
@@ -16,7 +16,7 @@ func BenchmarkTag(b *testing.B) {
 		b.Fatal(err)
 	}
 	for _, size := range []int{16 << 10, 220 << 10} {
-		body := agentChat(size)
+		body := testutil.AgentChat(size)
 		b.Run(fmt.Sprintf("%dKB", size>>10), func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			for b.Loop() {
@@ -29,15 +29,4 @@ func BenchmarkTag(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/req")
 		})
 	}
-}
-
-func agentChat(size int) []byte {
-	var sb strings.Builder
-	sb.WriteString(`{"model":"Qwen/Qwen3-0.6B","stream":true,"max_tokens":256,"messages":[{"role":"system","content":"You are a helpful assistant."}`)
-	turn := `,{"role":"user","content":"` + strings.Repeat("Explain how chained block hashes identify a prompt prefix. ", 16) + `"}`
-	for sb.Len()+len(turn)+2 < size {
-		sb.WriteString(turn)
-	}
-	sb.WriteString("]}")
-	return []byte(sb.String())
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/scheduling/schedtest"
 	"github.com/kvgate/kvgate/internal/openai"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // BenchmarkPick measures one scheduling decision and its PreRequest hooks
@@ -50,9 +51,9 @@ func benchmarkPick(b *testing.B, profile string, n int) {
 	b.ResetTimer()
 	for i := range b.N {
 		start := time.Now()
-		c0, ok := threadCPU()
+		c0, ok := testutil.ThreadCPU()
 		p.pick(p.reqs[i%len(p.reqs)])
-		if c1, _ := threadCPU(); ok {
+		if c1, _ := testutil.ThreadCPU(); ok {
 			cpu = append(cpu, c1-c0)
 		}
 		durations = append(durations, time.Since(start))

@@ -7,7 +7,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"testing"
 	"time"
 
@@ -81,36 +80,15 @@ func TestLoadObjectives(t *testing.T) {
 // --memory-limit reaches the runtime: auto is the body and KV-event
 // budgets plus the headroom, a size is taken as given, 0 is none, and GOMEMLIMIT wins.
 func TestMemoryLimitFlag(t *testing.T) {
-	prev := debug.SetMemoryLimit(-1)
-	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
-	noEnv := func(string) string { return "" }
-	for _, tc := range []struct {
-		args []string
-		want int64
-	}{
-		{nil, server.DefaultBodyBudgetBytes + kvevents.DefaultMemoryBudget + memlimit.Headroom},
-		{[]string{"--request-body-budget-bytes", "1048576", "--kv-events-memory-budget-bytes", "33554432"}, 1<<20 + 32<<20 + memlimit.Headroom},
-		{[]string{"--memory-limit", "3GiB"}, 3 << 30},
-		{[]string{"--memory-limit=0"}, math.MaxInt64},
-		{[]string{"--request-body-budget-bytes", "-1"}, math.MaxInt64},
-	} {
-		o, err := ParseFlags(tc.args, io.Discard)
-		if err != nil {
-			t.Fatalf("%v: %v", tc.args, err)
-		}
-		if got, _ := o.ApplyMemoryLimit(noEnv); got != tc.want {
-			t.Errorf("%v: ApplyMemoryLimit = %d, want %d", tc.args, got, tc.want)
-		}
-		if got := debug.SetMemoryLimit(-1); got != tc.want {
-			t.Errorf("%v: runtime limit %d, want %d", tc.args, got, tc.want)
-		}
+	parse := func(args []string) (testutil.ApplyMemoryLimit, error) {
+		o, err := ParseFlags(args, io.Discard)
+		return o.ApplyMemoryLimit, err
 	}
-	o, err := ParseFlags([]string{"--memory-limit", "1GiB"}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	testutil.MemoryLimitEnvWins(t, o.ApplyMemoryLimit)
-	if _, err := ParseFlags([]string{"--memory-limit", "-5"}, io.Discard); err == nil {
-		t.Error("--memory-limit -5 accepted")
-	}
+	testutil.MemoryLimitFlag(t, parse, []testutil.MemoryLimitCase{
+		{Args: nil, Want: server.DefaultBodyBudgetBytes + kvevents.DefaultMemoryBudget + memlimit.Headroom},
+		{Args: []string{"--request-body-budget-bytes", "1048576", "--kv-events-memory-budget-bytes", "33554432"}, Want: 1<<20 + 32<<20 + memlimit.Headroom},
+		{Args: []string{"--memory-limit", "3GiB"}, Want: 3 << 30},
+		{Args: []string{"--memory-limit=0"}, Want: math.MaxInt64},
+		{Args: []string{"--request-body-budget-bytes", "-1"}, Want: math.MaxInt64},
+	}, "-5")
 }

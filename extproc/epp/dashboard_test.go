@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/extproc/server/envoytest"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // startPrometheus runs a real Prometheus scraping target every 500ms and
@@ -44,7 +45,7 @@ func startPrometheus(t *testing.T, target string) string {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	base := "http://" + addr
-	waitFor(t, "prometheus ready", func() bool {
+	testutil.WaitFor(t, "prometheus ready", func() bool {
 		resp, err := http.Get(base + "/-/ready")
 		if err != nil {
 			return false

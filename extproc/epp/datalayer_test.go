@@ -3,6 +3,8 @@ package epp
 import (
 	"fmt"
 	"testing"
+
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // llm-d's data layer reaches the scraper: a core-metrics-extractor engine
@@ -38,7 +40,7 @@ schedulingProfiles:
 		return fmt.Sprintf("engine_queue{state=\"waiting\"} %d\nengine_queue{state=\"done\"} 0\nengine_running 1\nengine_kv 0.5\n", waiting)
 	}
 	f := startFleet(t, cfg, page(9), page(0), page(4))
-	waitFor(t, "custom metrics scraped", func() bool {
+	testutil.WaitFor(t, "custom metrics scraped", func() bool {
 		m := f.picker.Datastore().ByAddress(f.servers[0].addr)
 		return m != nil && m.Metrics().WaitingQueueSize == 9
 	})

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // dcgmExporters serves a DCGM exporter page on the same port of each
@@ -97,9 +99,9 @@ schedulingProfiles:
 		_, r := f.route(t, nil, completion, 1)
 		return f.destination(t, r)
 	}
-	waitFor(t, "GPU utilization steering to pod-1", func() bool { return routed() == f.servers[1].addr })
+	testutil.WaitFor(t, "GPU utilization steering to pod-1", func() bool { return routed() == f.servers[1].addr })
 	util[1].Store(99)
-	waitFor(t, "pod-1's busy GPU steering to pod-2", func() bool { return routed() == f.servers[2].addr })
+	testutil.WaitFor(t, "pod-1's busy GPU steering to pod-2", func() bool { return routed() == f.servers[2].addr })
 	for range 3 {
 		if got := routed(); got != f.servers[2].addr {
 			t.Fatalf("routed to %s, want pod-2 %s", got, f.servers[2].addr)

@@ -27,6 +27,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/inferr"
 	"github.com/kvgate/kvgate/extproc/server/envoytest"
 	"github.com/kvgate/kvgate/internal/eppwire"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // modelServer is a stand-in for a vLLM server as the picker sees it: an HTTP
@@ -123,7 +124,7 @@ func startFleetWith(t testing.TB, configure func(*Options), pages ...string) *fl
 	f.client = envoytest.Dial(t, grpcAddr)
 	f.metrics = "http://" + metricsAddr + "/metrics"
 	// Requests are meaningful once every server has been scraped.
-	waitFor(t, "endpoints scraped", func() bool {
+	testutil.WaitFor(t, "endpoints scraped", func() bool {
 		all := p.Datastore().All()
 		if len(all) != len(pages) {
 			return false
@@ -161,17 +162,6 @@ func runPicker(t testing.TB, o Options) *Picker {
 		t.Fatalf("picker exited before listening: %v", err)
 	}
 	return p
-}
-
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 const completion = `{"model":"base","prompt":"Hello, my name is","max_tokens":8}`
@@ -214,7 +204,7 @@ func TestLowerQueueAndKVWins(t *testing.T) {
 	// Metrics change: the picker follows its scrapes.
 	f.servers[1].set(vllmMetrics(20, 0.95, ""))
 	f.servers[2].set(vllmMetrics(0, 0.05, ""))
-	waitFor(t, "re-scrape", func() bool {
+	testutil.WaitFor(t, "re-scrape", func() bool {
 		_, r := f.route(t, nil, completion, 1)
 		return f.destination(t, r) == f.servers[2].addr
 	})
@@ -391,7 +381,7 @@ func TestSSEPassthroughWithUsage(t *testing.T) {
 			t.Fatalf("chunk %d = %q, want %q", i, chunk.GetBody(), ev)
 		}
 	}
-	waitFor(t, "usage in metrics", func() bool {
+	testutil.WaitFor(t, "usage in metrics", func() bool {
 		page := getPage(t, f.metrics)
 		return strings.Contains(page, `inference_objective_input_tokens_sum{model_name="base",target_model_name="base"} 7`) &&
 			strings.Contains(page, `llm_d_epp_request_cached_tokens_sum{fairness_id="default-flow",model_name="base",priority="0",target_model_name="base"} 4`) &&
@@ -423,7 +413,7 @@ func TestEndpointsFileWatched(t *testing.T) {
 	if err := os.WriteFile(f.file, []byte(fmt.Sprintf("endpoints:\n- name: pod-0\n  address: %s\n- name: pod-9\n  address: %s\n", f.servers[0].addr, extra.addr)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "new endpoint routed to", func() bool {
+	testutil.WaitFor(t, "new endpoint routed to", func() bool {
 		_, r := f.route(t, nil, completion, 1)
 		return f.destination(t, r) == extra.addr
 	})
@@ -444,7 +434,7 @@ func TestHealthServing(t *testing.T) {
 		// llm-d's named checks, GIE's chart probe service and the
 		// overall "" service all report SERVING.
 		for _, svc := range []string{"", "liveness", "readiness", "inference-extension", "envoy.service.ext_proc.v3.ExternalProcessor"} {
-			waitFor(t, "SERVING on "+addr+" for service "+svc, func() bool {
+			testutil.WaitFor(t, "SERVING on "+addr+" for service "+svc, func() bool {
 				r, err := c.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
 				return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING
 			})

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/extproc/server/envoytest"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // llm-d's no-Kubernetes deployment: the guide's configuration, its
@@ -74,7 +75,7 @@ dataLayer:
 			return len(c) == n && len(p.Datastore().All()) == n
 		}
 	}
-	waitFor(t, "both servers discovered and scraped", scraped(2))
+	testutil.WaitFor(t, "both servers discovered and scraped", scraped(2))
 	if a := p.Datastore().Get("vllm-1").Address(); a != idle.addr {
 		t.Fatalf("vllm-1 at %s, want %s", a, idle.addr)
 	}
@@ -85,7 +86,7 @@ dataLayer:
 	}
 	// An edit of the file takes the idle server out.
 	write("endpoints:\n" + entry("vllm-0", busy.addr))
-	waitFor(t, "the edit applied", scraped(1))
+	testutil.WaitFor(t, "the edit applied", scraped(1))
 	if _, r := f.route(t, nil, completion, 1); f.destination(t, r) != busy.addr {
 		t.Fatalf("routed to %s after the edit, want %s", f.destination(t, r), busy.addr)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/config"
 	"github.com/kvgate/kvgate/extproc/inferr"
 	"github.com/kvgate/kvgate/extproc/server/envoytest"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // One server that takes one request at a time (concurrency-detector,
@@ -113,7 +114,7 @@ func TestFlowControlOverLoopback(t *testing.T) {
 	}
 	second, third := open(), open()
 	secondDone, thirdDone := wait(second), wait(third)
-	waitFor(t, "two queued", func() bool { return queued() == 2 })
+	testutil.WaitFor(t, "two queued", func() bool { return queued() == 2 })
 
 	// The band is full.
 	_, r = f.route(t, nil, completion, 1)
@@ -127,7 +128,7 @@ func TestFlowControlOverLoopback(t *testing.T) {
 	if res := <-thirdDone; res.err == nil {
 		t.Fatalf("cancelled stream answered %v", res.r)
 	}
-	waitFor(t, "cancelled request removed", func() bool { return queued() == 1 })
+	testutil.WaitFor(t, "cancelled request removed", func() bool { return queued() == 1 })
 
 	// The running response ends: the second is dispatched.
 	running.Send(envoytest.ResponseHeaders(false, ":status", "200", "content-type", "application/json"))
@@ -211,9 +212,9 @@ func TestFlowControlGuideOverLoopback(t *testing.T) {
 		return metric(t, f.metrics, "llm_d_epp_flow_control_queue_size", `priority="`+p+`"`)
 	}
 	send("best-effort-traffic")
-	waitFor(t, "best effort queued", func() bool { return band("-10") == 1 })
+	testutil.WaitFor(t, "best effort queued", func() bool { return band("-10") == 1 })
 	send("premium-traffic")
-	waitFor(t, "premium queued", func() bool { return band("100") == 1 })
+	testutil.WaitFor(t, "premium queued", func() bool { return band("100") == 1 })
 
 	finish(running)
 	first := <-done

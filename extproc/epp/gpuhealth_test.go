@@ -14,6 +14,7 @@ import (
 	"github.com/kvgate/kvgate/agent/gpu/gpumock"
 	agenttel "github.com/kvgate/kvgate/agent/telemetry"
 	"github.com/kvgate/kvgate/agent/telemetry/telemetrytest"
+	"github.com/kvgate/kvgate/internal/testutil"
 	telemetryv1 "github.com/kvgate/kvgate/proto/kvgate/telemetry/v1"
 )
 
@@ -75,14 +76,14 @@ func TestXIDErrorStopsTraffic(t *testing.T) {
 		o.ConfigText = gpuHealthConfig
 		o.Telemetry.Agents, o.Telemetry.Interval = []string{agent}, 100*time.Millisecond
 	}, vllmMetrics(0, 0.1, ""), vllmMetrics(4, 0.1, ""), vllmMetrics(8, 0.1, ""))
-	waitFor(t, "telemetry from the agent", func() bool { return len(f.picker.telemetry.Nodes()) == 1 })
+	testutil.WaitFor(t, "telemetry from the agent", func() bool { return len(f.picker.telemetry.Nodes()) == 1 })
 	for range 5 {
 		if _, r := f.route(t, nil, completion, 1); f.destination(t, r) != f.servers[0].addr {
 			t.Fatalf("healthy fleet: routed to %s, want the idle %s", f.destination(t, r), f.servers[0].addr)
 		}
 	}
 	m.InjectXID(0, 79) // GPU has fallen off the bus
-	waitFor(t, "traffic to leave the XID GPU", func() bool {
+	testutil.WaitFor(t, "traffic to leave the XID GPU", func() bool {
 		_, r := f.route(t, nil, completion, 1)
 		return f.destination(t, r) != f.servers[0].addr
 	})
@@ -94,7 +95,7 @@ func TestXIDErrorStopsTraffic(t *testing.T) {
 	}
 	// An application-caused XID (13) on GPU 1 does not count.
 	m.InjectXID(1, 13)
-	waitFor(t, "XID 13 to reach the picker", func() bool {
+	testutil.WaitFor(t, "XID 13 to reach the picker", func() bool {
 		h, ok := f.picker.telemetry.GPUHealth(f.servers[1].addr)
 		return ok && h.LastXID == 13
 	})
@@ -103,7 +104,7 @@ func TestXIDErrorStopsTraffic(t *testing.T) {
 	}
 	// Thermal throttling on GPU 1 too: the filter drops it as well.
 	m.Update(1, func(s *gpumock.State) { s.ThrottleReasons = telemetryv1.ThrottleHWThermalSlowdown })
-	waitFor(t, "traffic to leave the hot GPU", func() bool {
+	testutil.WaitFor(t, "traffic to leave the hot GPU", func() bool {
 		_, r := f.route(t, nil, completion, 1)
 		return f.destination(t, r) == f.servers[2].addr
 	})

@@ -6,6 +6,7 @@ import (
 
 	"github.com/kvgate/kvgate/extproc/plugins/multiclustermetrics/peertest"
 	"github.com/kvgate/kvgate/extproc/server/envoytest"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // A cluster-scoped picker (llm-d's multi-cluster example): peer clusters
@@ -38,7 +39,7 @@ dataLayer:
 	p := runPicker(t, o)
 	grpcAddr, _, _ := p.Addrs()
 	f := &fleet{client: envoytest.Dial(t, grpcAddr), picker: p}
-	waitFor(t, "both clusters are candidates", func() bool { return len(p.Datastore().Candidates()) == 2 })
+	testutil.WaitFor(t, "both clusters are candidates", func() bool { return len(p.Datastore().Candidates()) == 2 })
 	// Until the clusters' metrics are read the choice is a tie; then the
 	// less loaded cluster wins every time.
 	want := peertest.Gateway("cluster-b")

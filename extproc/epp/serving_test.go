@@ -17,6 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/kvgate/kvgate/extproc/endpoints/k8s/k8stest"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 var suite k8stest.Suite
@@ -152,7 +153,7 @@ func TestHealthServiceNames(t *testing.T) {
 	_, healthAddr, _ := f.picker.Addrs()
 	conn := dial(t, healthAddr, insecure.NewCredentials())
 	for _, svc := range []string{"", "inference-extension", "liveness", "readiness", "envoy.service.ext_proc.v3.ExternalProcessor"} {
-		waitFor(t, "SERVING for "+svc, func() bool { return healthStatus(t, conn, svc) == healthpb.HealthCheckResponse_SERVING })
+		testutil.WaitFor(t, "SERVING for "+svc, func() bool { return healthStatus(t, conn, svc) == healthpb.HealthCheckResponse_SERVING })
 	}
 }
 
@@ -166,7 +167,7 @@ func TestSecureServing(t *testing.T) {
 		state = cs
 		return nil
 	}}))
-	waitFor(t, "SERVING over TLS", func() bool { return healthStatus(t, tlsConn, "") == healthpb.HealthCheckResponse_SERVING })
+	testutil.WaitFor(t, "SERVING over TLS", func() bool { return healthStatus(t, tlsConn, "") == healthpb.HealthCheckResponse_SERVING })
 	if len(state.PeerCertificates) == 0 || state.PeerCertificates[0].Subject.CommonName != "kvgate-epp" {
 		t.Errorf("ext_proc port presented %v", state.PeerCertificates)
 	}

@@ -12,13 +12,20 @@
 // Concurrency: the index is split into shards by block hash, each with one
 // RWMutex. A write (Add, Remove, an eviction) holds one shard exclusively
 // for one block; ClearEndpoint's sweep holds each shard for one pass over
-// it. Lookup takes every shard's read lock, in shard order, for its whole
-// walk: a prompt's blocks spread over all shards, and one lock round trip
-// per block would cost more than the walk itself. Writers therefore wait
-// for at most the lookups in flight, and taking the locks in one order
-// keeps lookups from deadlocking one another. A lookup also holds the
-// endpoint ids' lock shared for its walk, so ClearEndpoint cannot recycle
-// a candidate's id to another endpoint mid-walk.
+// it. A lookup first reads block 0 under its shard's read lock alone (no
+// candidate holding it ends the lookup there), then takes the read locks
+// of every shard the prompt's blocks fall in, in shard order, for the rest
+// of its walk: one lock round trip per block would cost more than the
+// walk itself. Writers therefore wait for at most the lookups in flight,
+// and taking the locks in one order keeps lookups from deadlocking one
+// another. A lookup also holds the endpoint ids' lock shared for its walk,
+// so ClearEndpoint cannot recycle a candidate's id to another endpoint
+// mid-walk.
+//
+// Candidates: a lookup maps the entries of the blocks it walks to
+// candidate positions by endpoint id, so with candidates resolved once
+// (Resolve, reused while Current) it costs what the blocks' holders cost,
+// not a map lookup per candidate.
 //
 // Memory: each shard is one open-addressing table of 16-byte block records
 // holding up to three (endpoint, tiers) entries inline; blocks shared by

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 )
 
 // MaxEndpoints is how many endpoints the index tracks at once; an endpoint's
@@ -45,6 +46,9 @@ type Index struct {
 	ids    map[string]uint16
 	freeID []uint16
 	nextID uint16 // ids below it have been handed out at least once
+	// gen counts the changes to ids (written under epMu held
+	// exclusively): a Candidates resolved at another count is stale.
+	gen atomic.Uint64
 
 	scratch sync.Pool // *lookupScratch
 
@@ -75,11 +79,14 @@ func New(cfg Config) *Index {
 	return idx
 }
 
-func (idx *Index) shardOf(m uint64) *shard {
+func (idx *Index) shardOf(m uint64) *shard { return idx.shards[idx.shardIndex(m)] }
+
+// shardIndex is the shard of a block whose hash mixes to m: its top bits.
+func (idx *Index) shardIndex(m uint64) int {
 	if idx.shardBits == 0 {
-		return idx.shards[0]
+		return 0
 	}
-	return idx.shards[m>>(64-idx.shardBits)]
+	return int(m >> (64 - idx.shardBits))
 }
 
 // internLocked returns endpoint's id, assigning one if needed; epMu must be
@@ -100,6 +107,7 @@ func (idx *Index) internLocked(endpoint string) (uint16, error) {
 		return 0, fmt.Errorf("%w (%d) adding %q", ErrTooManyEndpoints, MaxEndpoints, endpoint)
 	}
 	idx.ids[endpoint] = id
+	idx.gen.Add(1)
 	return id, nil
 }
 
@@ -165,7 +173,10 @@ func (idx *Index) ClearEndpoint(endpoint string) {
 	// ones get a fresh id, so nothing re-adds the old id during the sweep.
 	idx.epMu.Lock()
 	id, ok := idx.ids[endpoint]
-	delete(idx.ids, endpoint)
+	if ok {
+		delete(idx.ids, endpoint)
+		idx.gen.Add(1)
+	}
 	idx.epMu.Unlock()
 	if !ok {
 		return

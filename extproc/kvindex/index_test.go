@@ -426,8 +426,9 @@ func TestLookupRuns(t *testing.T) {
 }
 
 // TestLookupDuringIDReuse: an endpoint's id freed and handed to another
-// endpoint while a lookup walks must not make the lookup score the other
-// endpoint's blocks for the first. (A stress test: the interleaving it
+// endpoint while a lookup walks (or after its candidates were resolved)
+// must not make the lookup score the other endpoint's blocks for the
+// first. (A stress test: the interleaving it
 // needs is narrow, so it runs many rounds.)
 func TestLookupDuringIDReuse(t *testing.T) {
 	idx := New(Config{MaxEntries: 1 << 12, Shards: 1})
@@ -458,10 +459,19 @@ func TestLookupDuringIDReuse(t *testing.T) {
 			idx.ClearEndpoint("b")
 		}
 	}()
-	out := make([]float64, 1)
+	out, runs := make([]float64, 1), make([]int, 1)
+	// Candidates resolved once, as the precise scorer keeps them: their
+	// ids go stale under the loop and must be resolved again.
+	var resolved Candidates
+	idx.Resolve(&resolved, []string{"a"})
 	deadline := time.Now().Add(time.Second)
 	for n := 0; time.Now().Before(deadline); n++ {
-		if idx.Lookup(onlyB, []string{"a"}, out); out[0] != 0 {
+		if n%2 == 0 {
+			idx.Lookup(onlyB, []string{"a"}, out)
+		} else {
+			idx.LookupCandidates(onlyB, &resolved, out, runs)
+		}
+		if out[0] != 0 {
 			close(stop)
 			<-done
 			t.Fatalf("lookup %d scored endpoint a %v on blocks only b ever held", n, out[0])

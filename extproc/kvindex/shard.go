@@ -149,6 +149,39 @@ func (s *shard) free(i int) {
 	s.used--
 }
 
+// entriesAt are slot k's entries: inline, then spilled.
+func (s *shard) entriesAt(k int) (inline, spill []uint16) {
+	b := &s.slots[k]
+	n := b.n()
+	if n > inlineEntries {
+		return b.inline[:], s.spill[b.hash]
+	}
+	return b.inline[:n], nil
+}
+
+// holdsAny reports whether a candidate of c holds block h (m = mix64(h)).
+func (s *shard) holdsAny(h, m uint64, c *Candidates) bool {
+	k := s.find(h, m)
+	if k < 0 {
+		return false
+	}
+	b := &s.slots[k]
+	n := b.n()
+	for e := range min(n, inlineEntries) {
+		if c.at(b.inline[e]&idMask) >= 0 {
+			return true
+		}
+	}
+	if n > inlineEntries {
+		for _, e := range s.spill[h] {
+			if c.at(e&idMask) >= 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func (s *shard) entryAt(b *block, k int) uint16 {
 	if k < inlineEntries {
 		return b.inline[k]

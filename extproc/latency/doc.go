@@ -35,6 +35,14 @@
 // lands (a short prompt behind a long one waits for the long one's last
 // chunk, one arriving mid-step waits the step out). Traffic the picker did
 // not route, or a queue beyond its bound, falls back to the features above.
+// The queue's own schedule does not depend on the request appended to it
+// until the step that admits it, so each twin keeps that trajectory
+// (twincache.go, at most 128 steps) until its queue, clock, decode batch or
+// step cost change: a candidate's projection is then a binary search and
+// the request's own chunks, whatever the queue's length, and gives the
+// same result as the full schedule. A decision predicts every candidate
+// without recording the projection; Model.Sample recomputes the chosen
+// one's, which the model learns from at the first token.
 //
 // The quantile comes from the residuals: each endpoint fits a log-normal to
 // log(actual/predicted) (running mean and variance) and the quantile

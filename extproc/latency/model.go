@@ -76,9 +76,6 @@ type Features struct {
 	// before its prefill starts. Zero unless the endpoint is decoding with
 	// no prefill in flight (prefill steps are priced by the backlog terms).
 	StepRemaining float64
-
-	// twin is the engine twin's projection, set by PredictLive.
-	twin twinSample
 }
 
 // ttftX is TTFT's feature vector: the prefill work ahead (W tokens, and
@@ -86,13 +83,13 @@ type Features struct {
 // runs the decodes), and whether other prefills are in flight (then the
 // step in progress, which the request waits out, is a heavy one); the
 // constant is a light step in progress.
-func (f Features) ttftX() [maxFeatures]float64 {
+func (f *Features) ttftX() [maxFeatures]float64 {
 	w := (f.Prefill + f.Backlog) / 1e3
 	return [maxFeatures]float64{1, w, f.Attention / 1e9, w * f.Decodes / 100, f.busy(), f.StepRemaining}
 }
 
 // busy is 1 while other prefills are in flight on the endpoint, else 0.
-func (f Features) busy() float64 {
+func (f *Features) busy() float64 {
 	if f.Backlog > 0 {
 		return 1
 	}
@@ -104,7 +101,7 @@ func (f Features) busy() float64 {
 // backlog exists. The chunk is bounded by the server's token budget however
 // long the backlog, so the backlog enters as an indicator, not its size (a
 // size term learned at light load would extrapolate without bound).
-func (f Features) tpotX() [maxFeatures]float64 {
+func (f *Features) tpotX() [maxFeatures]float64 {
 	return [maxFeatures]float64{1, f.Decodes / 100, f.DecodeTokens / 1e6, f.busy(), 0, 0}
 }
 
@@ -135,13 +132,18 @@ type coeffs struct {
 	tpotSamples  int
 }
 
-func (c *coeffs) estimate(f Features) Estimate {
-	x, z := f.ttftX(), f.tpotX()
-	ttft, tpot := dot(&c.ttft, &x), dot(&c.tpot, &z)
-	return Estimate{
-		TTFT: seconds(ttft), TTFTQuantile: seconds(ttft * c.mTTFT),
-		TPOT: seconds(tpot), TPOTQuantile: seconds(tpot * c.mTPOT),
-	}
+// ttftOf is the feature model's TTFT, mean and quantile.
+func (c *coeffs) ttftOf(f *Features) (mean, quantile time.Duration) {
+	x := f.ttftX()
+	s := dot(&c.ttft, &x)
+	return seconds(s), seconds(s * c.mTTFT)
+}
+
+// tpotOf is the feature model's TPOT, mean and quantile.
+func (c *coeffs) tpotOf(f *Features) (mean, quantile time.Duration) {
+	z := f.tpotX()
+	s := dot(&c.tpot, &z)
+	return seconds(s), seconds(s * c.mTPOT)
 }
 
 // minPrediction keeps a fit that went below zero in a corner of its range
@@ -156,16 +158,25 @@ func seconds(s float64) time.Duration {
 	if !(s < maxPrediction) { // also NaN
 		s = maxPrediction
 	}
-	return time.Duration(max(minPrediction, s) * float64(time.Second))
+	if s < minPrediction {
+		s = minPrediction
+	}
+	return time.Duration(s * float64(time.Second))
 }
 
+// dot is written out: it runs several times per candidate per decision
+// (the constant below stops compiling if maxFeatures changes).
 func dot(a, b *[maxFeatures]float64) float64 {
-	s := 0.0
-	for i := range maxFeatures {
-		s += a[i] * b[i]
-	}
+	s := a[0] * b[0]
+	s += a[1] * b[1]
+	s += a[2] * b[2]
+	s += a[3] * b[3]
+	s += a[4] * b[4]
+	s += a[5] * b[5]
 	return s
 }
+
+const _ = uint(maxFeatures-6) + uint(6-maxFeatures)
 
 // kind is one of the two latencies a fit models.
 type kind int
@@ -190,7 +201,7 @@ func (k kind) features() int {
 }
 
 // x is the kind's feature vector.
-func (k kind) x(f Features) [maxFeatures]float64 {
+func (k kind) x(f *Features) [maxFeatures]float64 {
 	if k == ttft {
 		return f.ttftX()
 	}
@@ -233,11 +244,26 @@ func newFit(cfg Config, from *coeffs) *fit {
 	return f
 }
 
-func (f *fit) publishLocked() {
-	t, p, w := &f.t[ttft], &f.t[tpot], &f.t[twinCost]
-	f.published.Store(&coeffs{ttft: t.reg.clamped(), tpot: p.reg.constrained(), qTTFT: t.q.value, qTPOT: p.q.value,
-		mTTFT: math.Exp(t.q.value), mTPOT: math.Exp(p.q.value), ttftSamples: t.samples, tpotSamples: p.samples,
-		twin: w.reg.constrained(), mTwin: math.Exp(w.q.value), twinSamples: w.samples})
+func (f *fit) publishLocked() { f.publishKindsLocked(1<<ttft | 1<<tpot | 1<<twinCost) }
+
+// publishKindsLocked publishes the fit with the kinds in the bit set
+// changed; the others' constrained coefficients (a solve each) are the
+// published fit's.
+func (f *fit) publishKindsLocked(changed int) {
+	c := &coeffs{}
+	if old := f.published.Load(); old != nil {
+		*c = *old
+	}
+	if t := &f.t[ttft]; changed&(1<<ttft) != 0 {
+		c.ttft, c.qTTFT, c.mTTFT, c.ttftSamples = t.reg.clamped(), t.q.value, math.Exp(t.q.value), t.samples
+	}
+	if p := &f.t[tpot]; changed&(1<<tpot) != 0 {
+		c.tpot, c.qTPOT, c.mTPOT, c.tpotSamples = p.reg.constrained(), p.q.value, math.Exp(p.q.value), p.samples
+	}
+	if w := &f.t[twinCost]; changed&(1<<twinCost) != 0 {
+		c.twin, c.mTwin, c.twinSamples = w.reg.constrained(), math.Exp(w.q.value), w.samples
+	}
+	f.published.Store(c)
 }
 
 // observe learns one sample of kind k; the residual is taken against what
@@ -246,16 +272,16 @@ func (f *fit) observe(k kind, feat Features, actual float64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.learnLocked(k, feat, actual)
-	f.publishLocked()
+	f.publishKindsLocked(1 << k)
 }
 
 // learnLocked is observe without publishing the new fit.
 func (f *fit) learnLocked(k kind, feat Features, actual float64) {
-	x := k.x(feat)
-	e := f.published.Load().estimate(feat)
-	pred := e.TTFT
+	x := k.x(&feat)
+	c := f.published.Load()
+	pred, _ := c.ttftOf(&feat)
 	if k == tpot {
-		pred = e.TPOT
+		pred, _ = c.tpotOf(&feat)
 	}
 	t := &f.t[k]
 	if p := pred.Seconds(); p > 0 {
@@ -279,6 +305,13 @@ type Model struct {
 	// per decision, look fits up without a lock; mu serialises writers.
 	mu        sync.Mutex
 	endpoints atomic.Pointer[map[string]*fit]
+
+	// index is the fits of the last candidate list indexed (Candidates);
+	// misses counts the decisions since the last rebuild that it did not
+	// serve, reindexWait how many it waits out before the next one.
+	index       atomic.Pointer[fitIndex]
+	misses      atomic.Uint64
+	reindexWait atomic.Uint64
 }
 
 // New returns a model knowing only its priors.
@@ -294,28 +327,15 @@ func New(cfg Config) *Model {
 // that kind, else from the pool's; TPOT is 0 ("unknown": SLO checks skip
 // it) until even the pool has seen MinSamples streams end.
 func (m *Model) Predict(addr string, f Features) Estimate {
-	return m.predict((*m.endpoints.Load())[addr], f)
-}
-
-// predict is Predict with the endpoint's fit looked up (nil: none).
-func (m *Model) predict(e *fit, f Features) Estimate {
 	pool := m.pool.published.Load()
-	ttftFrom, tpotFrom := pool, pool
-	if e != nil {
-		c := e.published.Load()
-		if c.ttftSamples >= m.cfg.MinSamples {
-			ttftFrom = c
-		}
-		if c.tpotSamples >= m.cfg.MinSamples {
-			tpotFrom = c
-		}
+	own := pool
+	if e := (*m.endpoints.Load())[addr]; e != nil {
+		own = e.published.Load()
 	}
-	est := ttftFrom.estimate(f)
-	if tpotFrom.tpotSamples < m.cfg.MinSamples {
-		est.TPOT, est.TPOTQuantile = 0, 0
-	} else if tpotFrom != ttftFrom {
-		t := tpotFrom.estimate(f)
-		est.TPOT, est.TPOTQuantile = t.TPOT, t.TPOTQuantile
+	var est Estimate
+	est.TTFT, est.TTFTQuantile = m.enough(own, pool, own.ttftSamples).ttftOf(&f)
+	if from := m.enough(own, pool, own.tpotSamples); from.tpotSamples >= m.cfg.MinSamples {
+		est.TPOT, est.TPOTQuantile = from.tpotOf(&f)
 	}
 	return est
 }

@@ -109,6 +109,11 @@ type twin struct {
 	// start is the unix ns at which the step in progress (by the twin's
 	// clock) began; zero when the queue is empty.
 	start int64
+	// version counts the queue's changes, traj is the queue's schedule
+	// as of a version (twincache.go); noCache turns it off (tests).
+	version uint64
+	traj    trajectory
+	noCache bool
 }
 
 // twinSample is what a twin prediction recorded for learning: the
@@ -164,8 +169,9 @@ func nanos(d float64) int64 {
 // advances the entries' progress, those from index capFrom on to at most
 // one token short of their prompt: a step that really ended without their
 // first token did not finish them. Entries whose prompt is computed (in a
-// projection) decode like the others.
-func schedule(q []twinEntry, t int64, eng Engine, budget int64, apply bool, capFrom int) stepShape {
+// projection) decode like the others. The slot is what the step leaves for
+// an entry appended after q.
+func schedule(q []twinEntry, t int64, eng Engine, budget int64, apply bool, capFrom int) (stepShape, slot) {
 	decodes, ctx := eng.Decodes, eng.DecodeTokens
 	for i := range q {
 		if q[i].done >= q[i].uncached {
@@ -176,28 +182,24 @@ func schedule(q []twinEntry, t int64, eng Engine, budget int64, apply bool, capF
 	s := stepShape{tokens: decodes, seqs: decodes, ctx: ctx, attn: ctx + decodes}
 	room := budget - int64(decodes)
 	running := int(decodes)
+	open := true
 	for i := range q {
 		e := &q[i]
 		if room <= 0 || running >= maxRunning {
+			open = false
 			break
 		}
 		if e.done >= e.uncached {
 			continue
 		}
 		if e.routed > t {
+			open = false
 			break // FCFS: later entries arrived later still
 		}
 		n := min(e.uncached-e.done, room)
-		past := float64(e.cached + e.done)
-		s.tokens += float64(n)
-		s.attn += float64(n)*past + float64(n)*float64(n+1)/2
-		s.ctx += past + float64(n)
+		s.add(n, e.cached+e.done, e.done+n >= e.uncached)
 		room -= n
 		running++
-		if e.done+n >= e.uncached {
-			s.seqs++
-			s.finishing++
-		}
 		if apply {
 			e.done += n
 			if i >= capFrom {
@@ -205,7 +207,28 @@ func schedule(q []twinEntry, t int64, eng Engine, budget int64, apply bool, capF
 			}
 		}
 	}
-	return s
+	return s, slot{room: room, open: open && room > 0 && running < maxRunning}
+}
+
+// slot is what a step leaves for one more entry: the budget left, and
+// whether the scheduler would reach it (an entry routed by the step's
+// start would be admitted).
+type slot struct {
+	room int64
+	open bool
+}
+
+// add puts a chunk of n prompt tokens after past computed ones into the
+// step; finishing when it is the prompt's last.
+func (s *stepShape) add(n, past int64, finishing bool) {
+	p := float64(past)
+	s.tokens += float64(n)
+	s.attn += float64(n)*p + float64(n)*float64(n+1)/2
+	s.ctx += p + float64(n)
+	if finishing {
+		s.seqs++
+		s.finishing++
+	}
 }
 
 // nextArrival is the routing time of the first entry not yet admitted at
@@ -249,8 +272,15 @@ func (w *twin) advance(to int64, eng Engine, budget int64, theta *[maxFeatures]f
 // prompt stays in progress until that prompt's first token is seen (the
 // picker sees every first token: one not seen has not come).
 func (w *twin) run(to int64, eng Engine, budget int64, theta *[maxFeatures]float64) {
+	if tr := &w.traj; tr.of(w, eng, theta) && len(tr.steps) > 0 && !tr.steps[0].empty {
+		// The step in progress is the trajectory's first: no need to
+		// schedule the queue to see it has not ended.
+		if s := &tr.steps[0].s; s.finishing > 0 || w.start+stepNanos(theta, *s) > to {
+			return
+		}
+	}
 	for range maxTwinSteps {
-		s := schedule(w.q, w.start, eng, budget, false, 0)
+		s, _ := schedule(w.q, w.start, eng, budget, false, 0)
 		if s.empty() {
 			next := nextArrival(w.q, w.start)
 			if next == 0 || next > to {
@@ -286,6 +316,7 @@ func (w *twin) routed(seq uint64, at int64, cached, uncached int64) bool {
 		return false
 	}
 	w.q = append(w.q, twinEntry{seq: seq, routed: at, cached: cached, uncached: max(1, uncached)})
+	w.version++
 	return true
 }
 
@@ -329,6 +360,7 @@ func (w *twin) firstToken(seq uint64, at int64, s *twinSample, eng Engine, budge
 		w.q[k].done = w.q[k].uncached
 	}
 	w.q = slices.Delete(w.q, i, i+1)
+	w.version++
 	if len(w.q) == 0 {
 		w.start = 0
 	}
@@ -338,6 +370,7 @@ func (w *twin) firstToken(seq uint64, at int64, s *twinSample, eng Engine, budge
 func (w *twin) remove(seq uint64) {
 	if i := slices.IndexFunc(w.q, func(e twinEntry) bool { return e.seq == seq }); i >= 0 {
 		w.q = slices.Delete(w.q, i, i+1)
+		w.version++
 	}
 	if len(w.q) == 0 {
 		w.start = 0
@@ -373,7 +406,7 @@ func (w *twin) project(now int64, cached, uncached int64, eng Engine, budget int
 			head++
 		}
 		q := q[head:]
-		s := schedule(q, t, eng, budget, true, len(q))
+		s, _ := schedule(q, t, eng, budget, true, len(q))
 		if s.empty() {
 			next := nextArrival(q, t)
 			if next == 0 {
@@ -438,20 +471,20 @@ type Ticket struct {
 }
 
 // FirstTokenAt takes the request's first token at `at` into its
-// endpoint's twin (eng: the endpoint's state then) and completes f, the
-// request's features from PredictLive, with what it learned in hindsight.
+// endpoint's twin (eng: the endpoint's state then) and completes s, the
+// request's sample from Model.Sample, with what it learned in hindsight.
 // Later calls, and Ended after it, do nothing.
-func (m *Model) FirstTokenAt(t *Ticket, at time.Time, eng Engine, f *Features) {
+func (m *Model) FirstTokenAt(t *Ticket, at time.Time, eng Engine, s *Sample) {
 	e := m.closeTicket(t)
 	if e == nil {
 		return
 	}
 	defer e.twinMu.Unlock()
-	var s *twinSample
-	if f != nil {
-		s = &f.twin
+	var ts *twinSample
+	if s != nil {
+		ts = &s.twin
 	}
-	e.tw.firstToken(t.seq, at.UnixNano(), s, eng, m.cfg.TokenBudget, &m.twinCoeffs(e).twin)
+	e.tw.firstToken(t.seq, at.UnixNano(), ts, eng, m.cfg.TokenBudget, &m.twinCoeffs(e).twin)
 }
 
 // Ended takes a request that ended without a first token out of its
@@ -495,40 +528,103 @@ func (m *Model) twinCoeffs(e *fit) *coeffs {
 
 // PredictLive is Predict with the engine twin: when the picker knows the
 // endpoint's whole queue, TTFT (mean and quantile) is the twin's
-// projection of the request's first token, and f records the projection
-// for ObserveFirstToken. f.Prefill and f.Cached are the request's uncached
-// and cached prompt tokens there.
+// projection of the request's first token (the feature model's TTFT is
+// then not computed). f.Prefill and f.Cached are the request's uncached and
+// cached prompt tokens there.
 func (m *Model) PredictLive(addr string, f *Features, now time.Time, eng Engine) Estimate {
-	e := (*m.endpoints.Load())[addr]
-	est := m.predict(e, *f)
-	f.twin = twinSample{}
-	if eng.External > 0 {
-		return est
+	return m.predictLive((*m.endpoints.Load())[addr], f, now, eng)
+}
+
+// predictLive is PredictLive on the endpoint whose fit is e (nil: none).
+func (m *Model) predictLive(e *fit, f *Features, now time.Time, eng Engine) Estimate {
+	// Once per candidate per decision: the fits are loaded once, and
+	// nothing is computed that the answer does not use.
+	pool := m.pool.published.Load()
+	own := pool
+	if e != nil {
+		own = e.published.Load()
 	}
-	n := now.UnixNano()
-	var c *coeffs
+	var est Estimate
+	if from := m.enough(own, pool, own.tpotSamples); from.tpotSamples >= m.cfg.MinSamples {
+		est.TPOT, est.TPOTQuantile = from.tpotOf(f)
+	}
+	if eng.External == 0 {
+		c := m.enough(own, pool, own.twinSamples)
+		var s twinSample
+		m.projectInto(&s, e, c, f, now.UnixNano(), eng)
+		if s.ok && c.twinSamples >= m.cfg.MinSamples {
+			ttft := twinTTFT(&c.twin, &s)
+			est.TTFT, est.TTFTQuantile = seconds(ttft), seconds(ttft*c.mTwin)
+			return est
+		}
+	}
+	est.TTFT, est.TTFTQuantile = m.enough(own, pool, own.ttftSamples).ttftOf(f)
+	return est
+}
+
+// enough is own when it has learned from MinSamples (its count of the
+// kind in question), else pool.
+func (m *Model) enough(own, pool *coeffs, samples int) *coeffs {
+	if samples >= m.cfg.MinSamples {
+		return own
+	}
+	return pool
+}
+
+// Sample is what the model learns from when a routed request's first
+// token comes: its features on the endpoint it went to and the engine
+// twin's projection at the decision. Only the chosen candidate's is kept,
+// so PredictLive, once per candidate, does not record it.
+type Sample struct {
+	Features
+	twin twinSample
+}
+
+// Sample is the projection PredictLive made for the request with
+// features f at now on addr (eng as then), for FirstTokenAt and
+// ObserveFirstToken; call it before Routed, which queues the request.
+func (m *Model) Sample(addr string, f Features, now time.Time, eng Engine) Sample {
+	return Sample{Features: f, twin: m.project((*m.endpoints.Load())[addr], &f, now.UnixNano(), eng)}
+}
+
+// project is the twin's projection of a request with features f at n on
+// the endpoint with fit e (nil: none yet), not ok where the twin does not
+// answer (traffic the picker did not route, a queue beyond its bound).
+func (m *Model) project(e *fit, f *Features, n int64, eng Engine) twinSample {
+	var s twinSample
+	if eng.External > 0 {
+		return s
+	}
+	c := m.pool.published.Load()
 	if e != nil {
 		c = m.twinCoeffs(e)
-		e.twinMu.Lock()
-		if e.tw.untracked == 0 {
-			e.tw.advance(n, eng, m.cfg.TokenBudget, &c.twin)
-			f.twin = e.tw.project(n, int64(f.Cached), int64(f.Prefill), eng, m.cfg.TokenBudget, &c.twin)
-		}
-		e.twinMu.Unlock()
-	} else {
-		// Nothing routed there yet: an empty queue, and the pool's fit
-		// (a prediction creates no per-endpoint state).
-		c = m.pool.published.Load()
+	}
+	m.projectInto(&s, e, c, f, n, eng)
+	return s
+}
+
+// projectInto is project into s with the step cost c.
+func (m *Model) projectInto(s *twinSample, e *fit, c *coeffs, f *Features, n int64, eng Engine) {
+	if e == nil {
+		// Nothing routed there yet: an empty queue (a prediction creates
+		// no per-endpoint state).
 		var idle twin
 		var buf [1]twinEntry
 		idle.scratch = buf[:0]
-		f.twin = idle.project(n, int64(f.Cached), int64(f.Prefill), eng, m.cfg.TokenBudget, &c.twin)
+		*s = idle.project(n, int64(f.Cached), int64(f.Prefill), eng, m.cfg.TokenBudget, &c.twin)
+		return
 	}
-	if f.twin.ok && c.twinSamples >= m.cfg.MinSamples {
-		ttft := twinTTFT(&c.twin, &f.twin)
-		est.TTFT, est.TTFTQuantile = seconds(ttft), seconds(ttft*c.mTwin)
+	e.twinMu.Lock()
+	defer e.twinMu.Unlock()
+	if e.tw.untracked > 0 {
+		return
 	}
-	return est
+	e.tw.advance(n, eng, m.cfg.TokenBudget, &c.twin)
+	if tr := e.tw.trajectory(eng, m.cfg.TokenBudget, &c.twin); tr != nil {
+		*s = tr.project(e.tw.start, n, int64(f.Cached), int64(f.Prefill), m.cfg.TokenBudget, &c.twin)
+		return
+	}
+	*s = e.tw.project(n, int64(f.Cached), int64(f.Prefill), eng, m.cfg.TokenBudget, &c.twin)
 }
 
 // ObserveFirstToken learns from a request whose first token came at `at`:
@@ -538,9 +634,9 @@ func (m *Model) PredictLive(addr string, f *Features, now time.Time, eng Engine)
 // server's, and the projection starts at the decision).
 // The residuals are the decision's (their quantile must cover what it
 // could not know), the step cost is learned from the hindsight shapes.
-func (m *Model) ObserveFirstToken(addr string, f Features, at time.Time, ttft, served time.Duration) {
+func (m *Model) ObserveFirstToken(addr string, f Sample, at time.Time, ttft, served time.Duration) {
 	if !f.twin.ok || served <= 0 {
-		m.ObserveTTFT(addr, f, ttft)
+		m.ObserveTTFT(addr, f.Features, ttft)
 		return
 	}
 	y := float64(at.UnixNano()-f.twin.start) / 1e9
@@ -555,11 +651,11 @@ func (m *Model) ObserveFirstToken(addr string, f Features, at time.Time, ttft, s
 // fit once: actual for the feature model (skipped when not positive), and
 // for the twin y, the time from the projection's start to the first token,
 // and served, the TTFT the projection predicted.
-func (f *fit) observeFirst(feat Features, actual, y, served float64) {
+func (f *fit) observeFirst(feat Sample, actual, y, served float64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if actual > 0 {
-		f.learnLocked(ttft, feat, actual)
+		f.learnLocked(ttft, feat.Features, actual)
 	}
 	s := &feat.twin
 	t := &f.t[twinCost]
@@ -568,5 +664,5 @@ func (f *fit) observeFirst(feat Features, actual, y, served float64) {
 	}
 	t.reg.updateRel(&s.hindsight, y, served)
 	t.samples++
-	f.publishLocked()
+	f.publishKindsLocked(1<<ttft | 1<<twinCost)
 }

@@ -33,6 +33,7 @@ func engineRun(t *testing.T, preset string, n int, meanGap time.Duration, seed u
 	const addr = "10.0.0.1:8000"
 	type live struct {
 		feat         Features
+		sample       Sample
 		ticket       Ticket
 		routed       time.Time
 		predTwin     float64
@@ -67,8 +68,8 @@ func engineRun(t *testing.T, preset string, n int, meanGap time.Duration, seed u
 					continue
 				}
 				ttft := now.Sub(l.routed)
-				m.FirstTokenAt(&l.ticket, now, Engine{Decodes: decodes, DecodeTokens: decodeTokens, StepEnd: stepEnd}, &l.feat)
-				m.ObserveFirstToken(addr, l.feat, now, ttft, ttft)
+				m.FirstTokenAt(&l.ticket, now, Engine{Decodes: decodes, DecodeTokens: decodeTokens, StepEnd: stepEnd}, &l.sample)
+				m.ObserveFirstToken(addr, l.sample, now, ttft, ttft)
 				backlog -= l.feat.Prefill
 				decodes++
 				decodeTokens += l.context
@@ -109,6 +110,7 @@ func engineRun(t *testing.T, preset string, n int, meanGap time.Duration, seed u
 			live := Engine{Decodes: decodes, DecodeTokens: decodeTokens, StepEnd: stepEnd}
 			l.predFeatures = m.Predict(addr, l.feat).TTFT.Seconds()
 			l.predTwin = m.PredictLive(addr, &l.feat, now, live).TTFT.Seconds()
+			l.sample = m.Sample(addr, l.feat, now, live)
 			l.ticket = m.Routed(addr, now, 0, size)
 			if err := eng.Add(engine.Request{ID: id, Prompt: prompt, MaxTokens: out}); err != nil {
 				t.Fatal(err)
@@ -168,8 +170,7 @@ func TestTwinQueueIsBounded(t *testing.T) {
 		tickets = append(tickets, m.Routed(addr, now, 0, 1000))
 	}
 	f := Features{Prefill: 100}
-	m.PredictLive(addr, &f, now, Engine{})
-	if f.twin.ok {
+	if m.Sample(addr, f, now, Engine{}).twin.ok {
 		t.Fatal("the twin predicted with an incomplete queue")
 	}
 	e := (*m.endpoints.Load())[addr]
@@ -183,15 +184,11 @@ func TestTwinQueueIsBounded(t *testing.T) {
 	if len(e.tw.q) != 0 || e.tw.untracked != 0 {
 		t.Fatalf("after every request ended: queue %d, untracked %d", len(e.tw.q), e.tw.untracked)
 	}
-	f = Features{Prefill: 100}
-	m.PredictLive(addr, &f, now, Engine{})
-	if !f.twin.ok {
+	if !m.Sample(addr, f, now, Engine{}).twin.ok {
 		t.Fatal("the twin did not come back once the queue was whole again")
 	}
 	// Traffic the picker did not route makes the queue incomplete too.
-	f = Features{Prefill: 100}
-	m.PredictLive(addr, &f, now, Engine{External: 2})
-	if f.twin.ok {
+	if m.Sample(addr, f, now, Engine{External: 2}).twin.ok {
 		t.Fatal("the twin predicted beside traffic it does not know")
 	}
 }
@@ -204,13 +201,11 @@ func TestTwinStepQuantisation(t *testing.T) {
 	m := New(Config{})
 	const addr = "10.0.0.1:8000"
 	now := time.Unix(1_700_000_000, 0)
-	alone := Features{Prefill: 24}
-	m.PredictLive(addr, &alone, now, Engine{})
+	short := Features{Prefill: 24}
+	alone := m.Sample(addr, short, now, Engine{})
 	m.Routed(addr, now, 0, 10_000)
-	behind := Features{Prefill: 24}
-	m.PredictLive(addr, &behind, now, Engine{})
-	again := Features{Prefill: 24}
-	m.PredictLive(addr, &again, now, Engine{})
+	behind := m.Sample(addr, short, now, Engine{})
+	again := m.Sample(addr, short, now, Engine{})
 	if alone.twin.x[0] != 1 || behind.twin.x[0] != 2 || again.twin != behind.twin {
 		t.Fatalf("steps: alone %v, behind a 10k prompt %v, again %v", alone.twin.x[0], behind.twin.x[0], again.twin.x[0])
 	}
@@ -242,5 +237,102 @@ func BenchmarkPredictLive(b *testing.B) {
 				m.PredictLive(addr, &f, now.Add(time.Duration(i%1000)*time.Microsecond), eng)
 			}
 		})
+	}
+}
+
+// TestProjectionCacheMatches drives two models through the same random
+// sequence of decisions, routings, first tokens, ends and decode-batch
+// changes, one with the twin's trajectory cache and one without: every
+// prediction and every recorded projection must be the same, bit for bit.
+func TestProjectionCacheMatches(t *testing.T) {
+	const addr = "10.0.0.1:8000"
+	for seed := range uint64(12) {
+		rng := rand.New(rand.NewPCG(seed, 12))
+		cached, plain := New(Config{}), New(Config{})
+		type req struct {
+			a, b Ticket
+			s    Sample
+			at   time.Time
+		}
+		var open []*req
+		now := time.Unix(1_700_000_000, 0)
+		var eng Engine
+		hits, checks := 0, 0
+		check := func(f Features) (Sample, Sample) {
+			t.Helper()
+			fa, fb := f, f
+			ea, eb := cached.PredictLive(addr, &fa, now, eng), plain.PredictLive(addr, &fb, now, eng)
+			sa, sb := cached.Sample(addr, f, now, eng), plain.Sample(addr, f, now, eng)
+			if ea != eb || sa != sb {
+				t.Fatalf("seed %d: cached %+v %+v, uncached %+v %+v", seed, ea, sa.twin, eb, sb.twin)
+			}
+			if e := (*cached.endpoints.Load())[addr]; e != nil && len(e.tw.q) > 0 {
+				checks++
+				if e.tw.traj.of(&e.tw, eng, &cached.twinCoeffs(e).twin) {
+					hits++
+				}
+			}
+			return sa, sb
+		}
+		for range 400 {
+			switch r := rng.IntN(10); {
+			case r < 4: // a decision, routed
+				if rng.IntN(3) > 0 {
+					now = now.Add(time.Duration(rng.IntN(30)) * time.Millisecond)
+				}
+				f := Features{Prefill: float64(1 + rng.IntN(12_000)), Cached: float64(rng.IntN(3) * 2048)}
+				for range 3 { // other candidates' size, same instant
+					check(Features{Prefill: float64(1 + rng.IntN(20_000)), Cached: float64(rng.IntN(2) * 4096)})
+				}
+				s, _ := check(f)
+				x := &req{s: s, at: now}
+				x.a = cached.Routed(addr, now, int(f.Cached), int(f.Prefill))
+				x.b = plain.Routed(addr, now, int(f.Cached), int(f.Prefill))
+				(*plain.endpoints.Load())[addr].tw.noCache = true
+				open = append(open, x)
+			case r < 7 && len(open) > 0: // a first token, oldest first mostly
+				i := 0
+				if rng.IntN(4) == 0 {
+					i = rng.IntN(len(open))
+				}
+				x := open[i]
+				open = append(open[:i], open[i+1:]...)
+				now = now.Add(time.Duration(1+rng.IntN(80)) * time.Millisecond)
+				eng.StepEnd = now
+				sa, sb := x.s, x.s
+				cached.FirstTokenAt(&x.a, now, eng, &sa)
+				plain.FirstTokenAt(&x.b, now, eng, &sb)
+				if sa != sb {
+					t.Fatalf("seed %d: hindsight differs", seed)
+				}
+				ttft := now.Sub(x.at)
+				cached.ObserveFirstToken(addr, sa, now, ttft, ttft)
+				plain.ObserveFirstToken(addr, sb, now, ttft, ttft)
+				eng.Decodes++
+				eng.DecodeTokens += x.s.Prefill + x.s.Cached + 200
+			case r < 8 && len(open) > 0: // a request ends without a first token
+				i := rng.IntN(len(open))
+				cached.Ended(&open[i].a)
+				plain.Ended(&open[i].b)
+				open = append(open[:i], open[i+1:]...)
+			case r < 9: // decodes finish, steps end
+				if eng.Decodes > 0 && rng.IntN(2) == 0 {
+					eng.Decodes--
+					eng.DecodeTokens = max(0, eng.DecodeTokens-float64(1000+rng.IntN(10_000)))
+				}
+				now = now.Add(time.Duration(rng.IntN(15)) * time.Millisecond)
+				eng.StepEnd = now
+			default: // traffic the picker did not route, for a while
+				if eng.External == 0 && rng.IntN(3) == 0 {
+					eng.External = 1
+				} else {
+					eng.External = 0
+				}
+			}
+		}
+		t.Logf("seed %d: %d projections on a queue, %d from the cache", seed, checks, hits)
+		if hits < checks/4 {
+			t.Fatalf("seed %d: the cache answered %d of %d projections on a queue", seed, hits, checks)
+		}
 	}
 }

@@ -77,17 +77,6 @@ func run(t *testing.T, cfg telemetry.Config) *telemetry.Store {
 	return s
 }
 
-func eventually(t *testing.T, what string, f func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestMatrixAndHealth(t *testing.T) {
 	// Node a's agent has timed READs from node b's agent (P/D: a decodes,
 	// b prefills); node b has measured nothing.
@@ -99,7 +88,7 @@ func TestMatrixAndHealth(t *testing.T) {
 	a := startAgent(t, agenttel.Config{Node: "a", Addresses: addrs("10.0.0.1"), GPUs: ga, Peers: []agenttel.PeerSource{tr}})
 	b := startAgent(t, agenttel.Config{Node: "b", Addresses: addrs("10.0.0.2")})
 	s := run(t, telemetry.Config{Agents: []string{a.addr, b.addr}, Interval: 100 * time.Millisecond, StaleAfter: time.Second})
-	eventually(t, "both nodes", func() bool { return len(s.Nodes()) == 2 })
+	testutil.WaitFor(t, "both nodes", func() bool { return len(s.Nodes()) == 2 })
 
 	for _, tc := range []struct {
 		name, from, to string
@@ -149,7 +138,7 @@ func TestMatrixAndHealth(t *testing.T) {
 	// Node b's agent goes away: its report ages out, a's measurement of b's
 	// address stays (it is a's, and fresh).
 	b.stop()
-	eventually(t, "b to age out", func() bool { return len(s.Nodes()) == 1 })
+	testutil.WaitFor(t, "b to age out", func() bool { return len(s.Nodes()) == 1 })
 	if _, ok := s.NodeOf("10.0.0.2:8000"); ok {
 		t.Error("b still resolves after its agent died")
 	}
@@ -178,7 +167,7 @@ func TestRetransmitRateAndClasses(t *testing.T) {
 	a := startAgent(t, agenttel.Config{Node: "a", Addresses: addrs("10.0.0.1"), Peers: []agenttel.PeerSource{&retrans{}, tr}})
 	s := run(t, telemetry.Config{Agents: []string{a.addr}, Interval: 100 * time.Millisecond})
 	var p telemetry.Path
-	eventually(t, "a retransmit rate", func() bool {
+	testutil.WaitFor(t, "a retransmit rate", func() bool {
 		var ok bool
 		p, ok = s.PathStats("10.0.0.1:1", "10.0.0.2:1")
 		return ok && p.RetransmitsPerSec > 0
@@ -223,11 +212,11 @@ func TestDeadAgentsDoNotBlock(t *testing.T) {
 	live := startAgent(t, agenttel.Config{Node: "live", Addresses: addrs("10.0.0.1"),
 		GPUs: &gpus{gs: []agenttel.GPU{{Endpoints: []string{"10.0.0.1:8000"}}}}})
 	s := run(t, telemetry.Config{Agents: []string{hang.Addr().String(), closedAddr, live.addr}, Interval: 100 * time.Millisecond})
-	eventually(t, "the live agent", func() bool { _, ok := s.GPUHealth("10.0.0.1:8000"); return ok })
+	testutil.WaitFor(t, "the live agent", func() bool { _, ok := s.GPUHealth("10.0.0.1:8000"); return ok })
 	if got := s.Nodes(); len(got) != 1 || got[0] != "live" {
 		t.Fatalf("nodes %v", got)
 	}
-	eventually(t, "the closed port's failure counted", func() bool { return metricValue(t, s, "kvgate_telemetry_stream_failures_total") > 0 })
+	testutil.WaitFor(t, "the closed port's failure counted", func() bool { return metricValue(t, s, "kvgate_telemetry_stream_failures_total") > 0 })
 	for name, want := range map[string]float64{"kvgate_telemetry_agents": 3, "kvgate_telemetry_agents_streaming": 1, "kvgate_telemetry_nodes": 1} {
 		if got := metricValue(t, s, name); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
@@ -264,10 +253,10 @@ func TestSetAgents(t *testing.T) {
 	b := startAgent(t, agenttel.Config{Node: "b", Addresses: addrs("10.0.0.2")})
 	s := run(t, telemetry.Config{Agents: []string{a.addr}, Interval: 100 * time.Millisecond, StaleAfter: time.Minute})
 	s.SetAgents([]string{b.addr})
-	eventually(t, "a and b", func() bool { return len(s.Nodes()) == 2 })
+	testutil.WaitFor(t, "a and b", func() bool { return len(s.Nodes()) == 2 })
 	// b leaves the DaemonSet: it is dropped at once, not after a minute.
 	s.SetAgents(nil)
-	eventually(t, "b dropped", func() bool { return len(s.Nodes()) == 1 })
+	testutil.WaitFor(t, "b dropped", func() bool { return len(s.Nodes()) == 1 })
 	if n, _ := s.NodeOf("10.0.0.1:1"); n != "a" {
 		t.Errorf("static agent lost: %q", n)
 	}
@@ -284,7 +273,7 @@ func TestRunStopsEverything(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); s.Run(ctx) }()
-	eventually(t, "a", func() bool { return len(s.Nodes()) == 1 })
+	testutil.WaitFor(t, "a", func() bool { return len(s.Nodes()) == 1 })
 	cancel()
 	<-done
 	stop()

@@ -3,11 +3,11 @@ package wasmhost_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/kvgate/kvgate/gateway/wasmhost"
 	"github.com/kvgate/kvgate/gateway/wasmhost/wasmtest"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // BenchmarkFilter measures the real filter per request (headers, one body
@@ -24,13 +24,13 @@ func BenchmarkFilter(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer h.Close(context.Background())
-			benchFilter(b, h, chatBody(size))
+			benchFilter(b, h, testutil.AgentChat(size))
 		})
 	}
 	// Precise mode tokenizes (chat template + BPE) and hashes with SHA-256;
 	// it needs the Qwen3 tokenizer files and skips without them.
 	b.Run("precise/16KB", func(b *testing.B) {
-		benchFilter(b, preciseHost(b, "42"), chatBody(16<<10))
+		benchFilter(b, preciseHost(b, "42"), testutil.AgentChat(16<<10))
 	})
 }
 
@@ -62,17 +62,4 @@ func benchFilter(b *testing.B, h *wasmhost.Host, body []byte) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/req")
 	b.ReportMetric(float64(vm.MemoryBytes())/(1<<20), "MiB/VM")
-}
-
-// chatBody is a chat request of about size bytes: a system prompt and
-// user turns, as agents send.
-func chatBody(size int) []byte {
-	var sb strings.Builder
-	sb.WriteString(`{"model":"Qwen/Qwen3-0.6B","stream":true,"max_tokens":256,"messages":[{"role":"system","content":"You are a helpful assistant."}`)
-	turn := `,{"role":"user","content":"` + strings.Repeat("Explain how chained block hashes identify a prompt prefix. ", 16) + `"}`
-	for sb.Len()+len(turn)+2 < size {
-		sb.WriteString(turn)
-	}
-	sb.WriteString("]}")
-	return []byte(sb.String())
 }

@@ -41,6 +41,15 @@ func TestBlockCacheIdentical(t *testing.T) {
 			if n%11 == 0 && len(tokens) > 1 {
 				tokens[1] = math.MaxUint32
 			}
+			if n%13 == 0 && len(tokens) > 2 {
+				tokens[2] = 1<<tokenBits - 1 // the largest id an entry holds
+			}
+			if n%17 == 0 && len(tokens) > 3 {
+				tokens[3] = 1 << tokenBits // the smallest it does not
+			}
+			if n%19 == 0 && len(tokens) > 0 {
+				tokens[len(tokens)-1] = -1 - rng.IntN(3)
+			}
 			for range rng.IntN(12) {
 				tokens = append(tokens, rng.IntN(1000))
 			}
@@ -92,4 +101,59 @@ func TestBlockCacheConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// Two blocks whose inputs fall in the same set are both kept (a set has
+// two ways), and a third replaces the one written less recently: a
+// direct-mapped cache would keep evicting one of the two hot blocks.
+func TestBlockCacheSetKeepsTwoBlocks(t *testing.T) {
+	c, err := NewBlockCache(4, 1) // the fewest sets
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := New("42", 4)
+	parent := h.None()
+	type block struct {
+		toks   []int
+		packed []uint64
+	}
+	// Find three blocks of the same set.
+	var same []block
+	var set uint64
+	for n := 0; len(same) < 3; n++ {
+		b := block{toks: []int{n, n + 1, n + 2, n + 3}, packed: make([]uint64, c.words32)}
+		if !c.pack(b.toks, b.packed) {
+			t.Fatal("a small block is not cacheable")
+		}
+		s := c.set(keyNext(c.start(parent, ""), b.toks))
+		if len(same) == 0 {
+			set = s
+		}
+		if s == set {
+			same = append(same, b)
+		}
+	}
+	hashOf := func(b block) Hash { return h.HashBlock(parent, b.toks, 0, Extra{}) }
+	for _, b := range same[:2] {
+		c.put(set, &parent, b.packed, hashOf(b))
+	}
+	for i, b := range same[:2] {
+		if got, ok := c.get(set, &parent, b.packed); !ok || got != hashOf(b) {
+			t.Fatalf("block %d of a set holding two: hit %v", i, ok)
+		}
+	}
+	c.put(set, &parent, same[2].packed, hashOf(same[2]))
+	if _, ok := c.get(set, &parent, same[0].packed); ok {
+		t.Error("the older block survived a third in its set")
+	}
+	for _, i := range []int{1, 2} {
+		if got, ok := c.get(set, &parent, same[i].packed); !ok || got != hashOf(same[i]) {
+			t.Errorf("block %d lost", i)
+		}
+	}
+	// Another parent with the same tokens is another block.
+	other := hashOf(same[1])
+	if _, ok := c.get(set, &other, same[1].packed); ok {
+		t.Error("a block hit under another parent")
+	}
 }

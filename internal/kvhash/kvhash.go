@@ -107,10 +107,7 @@ func (h *Hasher) AppendBlockHashes(done []Hash, tokens []int, extra Extra) []Has
 	if n := len(done); n > 0 {
 		parent = done[n-1]
 	}
-	for i := len(done); (i+1)*h.blockSize <= len(tokens); i++ {
-		parent = h.block(parent, tokens[i*h.blockSize:(i+1)*h.blockSize], i, extra)
-		done = append(done, parent)
-	}
+	h.chain(parent, tokens, len(done), extra, func(v Hash) { done = append(done, v) })
 	return done
 }
 
@@ -118,13 +115,57 @@ func (h *Hasher) AppendBlockHashes(done []Hash, tokens []int, extra Extra) []Has
 // and returns it. It is the allocation-free path for callers that only need
 // to compare with published events, such as the wasm filter.
 func (h *Hasher) AppendUint64s(dst []uint64, tokens []int, extra Extra) []uint64 {
-	parent := h.none
-	for i := 0; (i+1)*h.blockSize <= len(tokens); i++ {
-		parent = h.block(parent, tokens[i*h.blockSize:(i+1)*h.blockSize], i, extra)
-		dst = append(dst, parent.Uint64())
-	}
+	h.chain(h.none, tokens, 0, extra, func(v Hash) { dst = append(dst, v.Uint64()) })
 	return dst
 }
+
+// chain hashes the full blocks of tokens from block from on, given the
+// hash of the block before (none for block 0), passing each to emit.
+func (h *Hasher) chain(parent Hash, tokens []int, from int, extra Extra, emit func(Hash)) {
+	bs := h.blockSize
+	n := len(tokens) / bs
+	c := h.cache
+	if c == nil || extra.LoRA != "" || c.words32 > maxPackedWords {
+		for i := from; i < n; i++ {
+			parent = h.HashBlock(parent, tokens[i*bs:(i+1)*bs], i, extra)
+			emit(parent)
+		}
+		return
+	}
+	// Each block's set comes from a rolling key over the tokens so far,
+	// not from its parent's hash, so the sets of the blocks ahead are
+	// known before their parents are. They are touched a group at a time,
+	// a group ahead: a burst of reads is in flight at once, where reads
+	// spread over the loop would wait for one another (each holds up
+	// the processor's reorder window until it completes).
+	var keys [2 * keyGroup]uint64
+	k := c.start(h.none, extra.CacheSalt)
+	for i := range from { // a continued chain: its key so far
+		k = keyNext(k, tokens[i*bs:(i+1)*bs])
+	}
+	ahead := from // the first block not yet touched
+	touch := func() {
+		for end := min(ahead+keyGroup, n); ahead < end; ahead++ {
+			k = keyNext(k, tokens[ahead*bs:(ahead+1)*bs])
+			keys[ahead%len(keys)] = k
+			c.touch(k)
+		}
+	}
+	touch()
+	var buf [maxPackedWords]uint64
+	packed := buf[:c.words32]
+	for i := from; i < n; i++ {
+		if (i-from)%keyGroup == 0 {
+			touch()
+		}
+		block := tokens[i*bs : (i+1)*bs]
+		parent = h.cached(c, parent, block, i, extra, keys[i%len(keys)], packed)
+		emit(parent)
+	}
+}
+
+// keyGroup is how many blocks chain touches the cache for at once.
+const keyGroup = 8
 
 // UseCache makes h look blocks up in c before hashing them (see
 // BlockCache); c must be for h's block size.
@@ -136,19 +177,41 @@ func (h *Hasher) UseCache(c *BlockCache) error {
 	return nil
 }
 
-// block is HashBlock through the hasher's cache, when it has one.
-func (h *Hasher) block(parent Hash, block []int, index int, extra Extra) Hash {
-	c := h.cache
-	if c == nil || !c.cacheable(block, index, extra) {
+// cached is HashBlock through cache c, for a block whose rolling key is
+// key; packed is room for the block's packed tokens.
+func (h *Hasher) cached(c *BlockCache, parent Hash, block []int, index int, extra Extra, key uint64, packed []uint64) Hash {
+	if !cacheable(block, index, extra) || !c.pack(block, packed) {
 		return h.HashBlock(parent, block, index, extra)
 	}
-	i := c.slot(parent, block)
-	if v, ok := c.get(i, parent, block); ok {
+	set := c.set(key)
+	if v, ok := c.get(set, &parent, packed); ok {
 		return v
 	}
 	v := h.HashBlock(parent, block, index, extra)
-	c.put(i, parent, block, v)
+	c.put(set, &parent, packed, v)
 	return v
+}
+
+// maxPackedWords bounds the blocks a BlockCache holds: 258 tokens, past
+// the largest block size vLLM offers.
+const maxPackedWords = 86
+
+// cacheable reports whether block (at index) is hashed without extra keys:
+// no adapter, no salt (block 0) and no multimodal item overlapping it.
+func cacheable(block []int, index int, extra Extra) bool {
+	if extra.LoRA != "" || (index == 0 && extra.CacheSalt != "") {
+		return false
+	}
+	if len(extra.MM) == 0 {
+		return true
+	}
+	start, end := index*len(block), (index+1)*len(block)
+	for _, it := range extra.MM {
+		if it.Offset < end && start < it.Offset+it.Length {
+			return false
+		}
+	}
+	return true
 }
 
 // HashBlock hashes one block given its parent's hash and its position in the

@@ -3,6 +3,7 @@ package kvhash
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"runtime"
 	"testing"
 
 	"github.com/kvgate/kvgate/internal/testutil"
@@ -40,24 +41,34 @@ func TestVector(t *testing.T) {
 
 // TestIncremental hashes a sequence in uneven pieces, as an engine does while
 // a request decodes, and expects the one-shot chain.
+// With a BlockCache too, with and without extra keys (a continued chain
+// picks up its rolling cache key from the tokens before it).
 func TestIncremental(t *testing.T) {
 	v := testutil.LoadHashVector(t)
-	h, err := New(v.Seed, v.BlockSize)
+	plain, err := New(v.Seed, v.BlockSize)
 	if err != nil {
 		t.Fatal(err)
 	}
-	extra := Extra{LoRA: "alice", CacheSalt: "s"}
-	want := h.BlockHashes(v.TokenIDs, extra)
-	var got []Hash
-	for _, n := range []int{0, 7, 16, 17, 100, 101, 250, 399, 400} {
-		got = h.AppendBlockHashes(got, v.TokenIDs[:n], extra)
-		if len(got) != n/v.BlockSize {
-			t.Fatalf("after %d tokens: %d hashes, want %d", n, len(got), n/v.BlockSize)
-		}
+	cached, _ := New(v.Seed, v.BlockSize)
+	c, _ := NewBlockCache(v.BlockSize, 1<<10)
+	if err := cached.UseCache(c); err != nil {
+		t.Fatal(err)
 	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("block %d differs from the one-shot chain", i)
+	for _, extra := range []Extra{{LoRA: "alice", CacheSalt: "s"}, {CacheSalt: "s"}, {}} {
+		want := plain.BlockHashes(v.TokenIDs, extra)
+		for pass, h := range []*Hasher{plain, cached, cached} { // the second cached pass hits
+			var got []Hash
+			for _, n := range []int{0, 7, 16, 17, 100, 101, 250, 399, 400} {
+				got = h.AppendBlockHashes(got, v.TokenIDs[:n], extra)
+				if len(got) != n/v.BlockSize {
+					t.Fatalf("after %d tokens: %d hashes, want %d", n, len(got), n/v.BlockSize)
+				}
+			}
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("extra %+v, pass %d: block %d differs from the one-shot chain", extra, pass, i)
+				}
+			}
 		}
 	}
 }
@@ -151,38 +162,66 @@ func BenchmarkBlockHashes(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	benchBlockHashes(b, h)
+	benchBlockHashes(b, h, 1)
 }
 
 // BenchmarkBlockHashesCached is BenchmarkBlockHashes for a prompt whose
 // blocks a BlockCache holds: a shared prefix seen before.
 func BenchmarkBlockHashesCached(b *testing.B) {
+	benchBlockHashes(b, cachedHasher(b, 1<<12), 1)
+}
+
+// BenchmarkBlockHashesCachedCold is BenchmarkBlockHashesCached rotating
+// over 64 such prompts (24,000 blocks, 3 MB of entries): every block is
+// cached, but its entry has left the processor's nearer caches since the
+// prompt was last hashed, as between a picker's decisions.
+func BenchmarkBlockHashesCachedCold(b *testing.B) {
+	benchBlockHashes(b, cachedHasher(b, 1<<16), 64)
+}
+
+func cachedHasher(b *testing.B, slots int) *Hasher {
 	h, _ := New("42", 16)
-	c, err := NewBlockCache(16, 1<<12)
+	c, err := NewBlockCache(16, slots)
 	if err != nil {
 		b.Fatal(err)
 	}
 	if err := h.UseCache(c); err != nil {
 		b.Fatal(err)
 	}
-	benchBlockHashes(b, h)
+	return h
 }
 
-// benchBlockHashes hashes the 6,000-token prompt with h, once before the
-// timer starts (which fills h's cache, if it has one).
-func benchBlockHashes(b *testing.B, h *Hasher) {
-	tokens := make([]int, 6000)
-	for i := range tokens {
-		tokens[i] = (i * 7919) % 151643
+// benchBlockHashes hashes n 6,000-token prompts in turn with h, each once
+// before the timer starts (which fills h's cache, if it has one).
+// cpu-ns/block is the thread's CPU time, which leaves out other
+// processes' turns on a shared machine.
+func benchBlockHashes(b *testing.B, h *Hasher, n int) {
+	prompts := make([][]int, n)
+	for p := range prompts {
+		prompts[p] = make([]int, 6000)
+		for i := range prompts[p] {
+			prompts[p][i] = (i*7919 + p*104729) % 151643
+		}
 	}
-	dst := h.AppendUint64s(make([]uint64, 0, len(tokens)/16), tokens, Extra{})
+	dst := make([]uint64, 0, 6000/16)
+	for _, p := range prompts {
+		dst = h.AppendUint64s(dst[:0], p, Extra{})
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	b.ReportAllocs()
 	b.ResetTimer()
+	c0, ok := testutil.ThreadCPU()
+	i := 0
 	for b.Loop() {
-		dst = h.AppendUint64s(dst[:0], tokens, Extra{})
+		dst = h.AppendUint64s(dst[:0], prompts[i%n], Extra{})
+		i++
 	}
-	blocks := float64(len(tokens) / 16)
+	blocks := float64(6000 / 16)
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/blocks, "ns/block")
+	if c1, _ := testutil.ThreadCPU(); ok {
+		b.ReportMetric(float64((c1-c0).Nanoseconds())/float64(b.N)/blocks, "cpu-ns/block")
+	}
 }
 
 // TestMultimodalExtraKeys pins vLLM's multimodal extra keys

@@ -32,6 +32,18 @@ func newTestSub() *testSub { return &testSub{msgs: make(chan zmtp.Msg, 1024)} }
 // serve subscribes to everything on a connection and forwards its messages.
 func (s *testSub) serve(ctx context.Context, c *zmtp.Conn) { zmtptest.Subscriber(s.msgs, 0)(ctx, c) }
 
+// redial subscribes to p's PUB socket through zmtp.Redial in the
+// background; the returned func ends that and waits for it.
+func (s *testSub) redial(ctx context.Context, p *Publisher) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		zmtp.Redial(ctx, "tcp://"+p.Addr().String(), zmtp.DialConfig{HandshakeConfig: zmtp.HandshakeConfig{Type: zmtp.SUB}}, s.serve)
+	}()
+	return func() { cancel(); <-done }
+}
+
 // recvTimeout receives from s or fails the test after testTimeout.
 func recvTimeout(t *testing.T, msgs <-chan zmtp.Msg) zmtp.Msg {
 	t.Helper()
@@ -91,13 +103,7 @@ func TestPublisherFraming(t *testing.T) {
 			}
 			defer p.Close()
 			if !tc.connect {
-				dctx, cancel := context.WithCancel(ctx)
-				done := make(chan struct{})
-				defer func() { cancel(); <-done }()
-				go func() {
-					defer close(done)
-					zmtp.Redial(dctx, "tcp://"+p.Addr().String(), zmtp.DialConfig{HandshakeConfig: zmtp.HandshakeConfig{Type: zmtp.SUB}}, sub.serve)
-				}()
+				defer sub.redial(ctx, p)()
 			}
 			last := syncSub(t, p, sub)
 			// Drain what the sync loop sent after the first one arrived.
@@ -238,13 +244,7 @@ func TestPublisherStalledSubscriber(t *testing.T) {
 		t.Fatal(err)
 	}
 	sub := newTestSub()
-	dctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		zmtp.Redial(dctx, "tcp://"+p.Addr().String(), zmtp.DialConfig{HandshakeConfig: zmtp.HandshakeConfig{Type: zmtp.SUB}}, sub.serve)
-	}()
-	defer func() { cancel(); <-done }()
+	defer sub.redial(ctx, p)()
 	for deadline := time.Now().Add(testTimeout); p.Subscribers() < 2; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("subscriptions never arrived")
@@ -313,13 +313,7 @@ func TestPublisherSurvivesHostilePeers(t *testing.T) {
 		}
 	}
 	sub := newTestSub()
-	dctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		zmtp.Redial(dctx, "tcp://"+p.Addr().String(), zmtp.DialConfig{HandshakeConfig: zmtp.HandshakeConfig{Type: zmtp.SUB}}, sub.serve)
-	}()
-	defer func() { cancel(); <-done }()
+	defer sub.redial(ctx, p)()
 	syncSub(t, p, sub)
 	dealer, err := zmtp.Dial(ctx, "tcp://"+p.ReplayAddr().String(), zmtp.DialConfig{HandshakeConfig: zmtp.HandshakeConfig{Type: zmtp.DEALER}})
 	if err != nil {

@@ -1,8 +1,11 @@
 // Package testutil finds what tests share: the repository root, the
 // read-only shared/ folder beside it (real traces and test vectors from
 // outside the project), the vLLM block-hash test vector, and the tokenizer
-// files that `make setup` installs, and a reader that tells when a
-// stream's first SSE event came.
+// files that `make setup` installs; an SSE reader (the events of a live
+// stream, the data payloads of a body, when a stream's first event came)
+// and a model-server stand-in and load that check streamed answers arrive
+// whole; WaitFor, the bounded poll; the --memory-limit check of the
+// commands; and the agent-style chat body the filter's benchmarks share.
 package testutil
 
 import (

@@ -1,7 +1,6 @@
 package vllmserver
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +19,7 @@ import (
 	"github.com/kvgate/kvgate/internal/tokenizer"
 	"github.com/kvgate/kvgate/internal/vllm"
 	"github.com/kvgate/kvgate/internal/zmtp"
+	"github.com/kvgate/kvgate/internal/zmtp/zmtptest"
 )
 
 // testTimeout bounds every wait so that a broken test fails instead of
@@ -146,29 +145,27 @@ func complete(tb testing.TB, s *Server, path string, body map[string]any) comple
 	return r
 }
 
-// sseEvents splits an SSE body into its data payloads.
+// sseEvents splits an SSE body into its data payloads, failing on any
+// framing but vLLM's: one data line an event, nothing else.
 func sseEvents(tb testing.TB, body []byte) []string {
 	tb.Helper()
 	var out []string
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	sc.Buffer(nil, 1<<20)
-	blank := true
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case line == "":
-			blank = true
-		case strings.HasPrefix(line, "data: "):
-			if !blank {
-				tb.Fatalf("two data lines in one event: %q", body)
-			}
-			blank = false
-			out = append(out, strings.TrimPrefix(line, "data: "))
-		default:
-			tb.Fatalf("unexpected SSE line %q", line)
+	r := testutil.NewSSEReader(bytes.NewReader(body))
+	for {
+		ev, err := r.Next()
+		if err == io.EOF {
+			return out
 		}
+		switch {
+		case err != nil:
+			tb.Fatal(err)
+		case len(ev.Other) > 0:
+			tb.Fatalf("unexpected SSE line %q", ev.Other[0])
+		case len(ev.Data) > 1:
+			tb.Fatalf("two data lines in one event: %q", body)
+		}
+		out = append(out, ev.Data[0])
 	}
-	return out
 }
 
 // gather reads one metric family from the server's registry.
@@ -207,16 +204,10 @@ func histogramSum(tb testing.TB, s *Server, name string) (sum float64, count uin
 	return h.GetSampleSum(), h.GetSampleCount()
 }
 
-// waitFor polls cond until it holds or the test times out.
+// waitFor is testutil.WaitFor under the name the package's tests use.
 func waitFor(tb testing.TB, what string, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testutil.WaitFor(tb, what, cond)
 }
 
 // subscribe connects a plain SUB socket to the server's KV events and
@@ -235,23 +226,10 @@ func subscribe(tb testing.TB, s *Server) <-chan zmtp.Msg {
 		cancel()
 		_ = sub.Close()
 	})
-	if err := sub.SendSubscribe(time.Now().Add(testTimeout), nil); err != nil {
-		tb.Fatal(err)
-	}
 	msgs := make(chan zmtp.Msg, 1024)
 	go func() {
-		defer close(msgs)
-		for {
-			m, err := sub.Recv()
-			if err != nil {
-				return
-			}
-			select {
-			case msgs <- m:
-			case <-ctx.Done():
-				return
-			}
-		}
+		defer close(msgs) // also when subscribing failed: nextBatch says so
+		zmtptest.Subscriber(msgs, testTimeout)(ctx, sub)
 	}()
 	deadline := time.After(testTimeout)
 	for i := 0; ; i++ {

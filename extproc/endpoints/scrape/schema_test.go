@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
+	kvtest "github.com/kvgate/kvgate/internal/testutil"
 )
 
 func TestParseSelector(t *testing.T) {
@@ -179,7 +180,7 @@ func TestScrapeTargetTLSAndSchema(t *testing.T) {
 	if err := ds.Replace([]endpoints.Spec{{Name: "a", Address: strings.TrimPrefix(srv.URL, "https://"), Labels: map[string]string{EngineLabel: "mine"}}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "metrics over https", func() bool {
+	kvtest.WaitFor(t, "metrics over https", func() bool {
 		m := ds.Get("a").Metrics()
 		return m.WaitingQueueSize == 6 && m.RunningRequests == 2 && m.KVCacheUsage == 0.3
 	})

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
+	kvtest "github.com/kvgate/kvgate/internal/testutil"
 )
 
 // Server behaviours a model server can switch between.
@@ -66,19 +67,6 @@ func newModelServer(t *testing.T) *modelServer {
 }
 
 func (ms *modelServer) addr() string { return strings.TrimPrefix(ms.URL, "http://") }
-
-// eventually polls cond until it holds or a generous deadline passes; it
-// never asserts how long anything took.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
 
 type harness struct {
 	ds     *endpoints.Datastore
@@ -140,7 +128,7 @@ func TestScrapePublishesMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	ea, eb := h.ds.Get("a"), h.ds.Get("b")
-	eventually(t, "first scrapes", func() bool {
+	kvtest.WaitFor(t, "first scrapes", func() bool {
 		return ea.Metrics().WaitingQueueSize == 3 && eb.Metrics().WaitingQueueSize == 9
 	})
 	m := ea.Metrics()
@@ -152,7 +140,7 @@ func TestScrapePublishesMetrics(t *testing.T) {
 	}
 	// Later pages replace the snapshot.
 	a.waiting.Store(4)
-	eventually(t, "updated queue", func() bool { return ea.Metrics().WaitingQueueSize == 4 })
+	kvtest.WaitFor(t, "updated queue", func() bool { return ea.Metrics().WaitingQueueSize == 4 })
 }
 
 func TestFreshEndpointIsStaleCandidate(t *testing.T) {
@@ -187,11 +175,11 @@ func TestHealthTransitions(t *testing.T) {
 				t.Fatal(err)
 			}
 			ea := h.ds.Get("a")
-			eventually(t, "first scrape", func() bool { return !ea.Metrics().UpdateTime.IsZero() })
+			kvtest.WaitFor(t, "first scrape", func() bool { return !ea.Metrics().UpdateTime.IsZero() })
 			good := ea.Metrics()
 
 			srv.mode.Store(tt.mode)
-			eventually(t, "eviction", func() bool { return slices.Equal(h.candidates(), []string{"b"}) })
+			kvtest.WaitFor(t, "eviction", func() bool { return slices.Equal(h.candidates(), []string{"b"}) })
 			if len(h.ds.All()) != 2 {
 				t.Errorf("unhealthy endpoint left All()")
 			}
@@ -199,10 +187,10 @@ func TestHealthTransitions(t *testing.T) {
 			if ea.Metrics() != good {
 				t.Errorf("a failed scrape replaced the snapshot")
 			}
-			eventually(t, tt.reason+" errors counted", func() bool { return errCount(h.s, tt.reason) >= 2 })
+			kvtest.WaitFor(t, tt.reason+" errors counted", func() bool { return errCount(h.s, tt.reason) >= 2 })
 
 			srv.mode.Store(serveOK)
-			eventually(t, "recovery", func() bool { return slices.Equal(h.candidates(), []string{"a", "b"}) })
+			kvtest.WaitFor(t, "recovery", func() bool { return slices.Equal(h.candidates(), []string{"a", "b"}) })
 			if ea.Metrics() == good {
 				t.Errorf("recovered endpoint has no new snapshot")
 			}
@@ -218,8 +206,8 @@ func TestUnreachableEndpointLeaves(t *testing.T) {
 	if err := h.ds.Replace([]endpoints.Spec{{Name: "gone", Address: addr}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "eviction", func() bool { return len(h.ds.Candidates()) == 0 })
-	eventually(t, "connect errors counted", func() bool { return errCount(h.s, "connect") >= 2 })
+	kvtest.WaitFor(t, "eviction", func() bool { return len(h.ds.Candidates()) == 0 })
+	kvtest.WaitFor(t, "connect errors counted", func() bool { return errCount(h.s, "connect") >= 2 })
 }
 
 // errCount reads one reason's error counter.
@@ -239,7 +227,7 @@ func TestCollector(t *testing.T) {
 	if err := h.ds.Replace([]endpoints.Spec{{Name: "a", Address: srv.addr()}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "errors", func() bool { return errCount(h.s, "http_status") >= 1 })
+	kvtest.WaitFor(t, "errors", func() bool { return errCount(h.s, "http_status") >= 1 })
 	h.stop()
 	// Under load a scrape may also time out, so the expectation reads the
 	// counts back; what is checked is the exposition: names, help, labels.
@@ -285,24 +273,24 @@ func TestLoopsFollowMembershipWithoutLeaks(t *testing.T) {
 	if err := h.ds.Replace(specs); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "three loops", func() bool { return h.s.running.Load() == 3 })
+	kvtest.WaitFor(t, "three loops", func() bool { return h.s.running.Load() == 3 })
 	for _, e := range h.ds.All() {
-		eventually(t, "scrape of "+e.Name(), func() bool { return !e.Metrics().UpdateTime.IsZero() })
+		kvtest.WaitFor(t, "scrape of "+e.Name(), func() bool { return !e.Metrics().UpdateTime.IsZero() })
 	}
 
 	// Removing an endpoint stops its loop; its server sees no more scrapes.
 	if err := h.ds.Replace(specs[1:]); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "two loops", func() bool { return h.s.running.Load() == 2 })
+	kvtest.WaitFor(t, "two loops", func() bool { return h.s.running.Load() == 2 })
 	hits := servers[0].hits.Load()
 	// A changed spec restarts the loop (new Endpoint value).
 	specs[1].Labels = map[string]string{endpoints.RoleLabel: "decode"}
 	if err := h.ds.Replace(specs[1:]); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "new ep-1 scraped", func() bool { return !h.ds.Get("ep-1").Metrics().UpdateTime.IsZero() })
-	eventually(t, "two loops after restart", func() bool { return h.s.running.Load() == 2 })
+	kvtest.WaitFor(t, "new ep-1 scraped", func() bool { return !h.ds.Get("ep-1").Metrics().UpdateTime.IsZero() })
+	kvtest.WaitFor(t, "two loops after restart", func() bool { return h.s.running.Load() == 2 })
 	if got := servers[0].hits.Load(); got != hits {
 		t.Errorf("removed endpoint scraped %d more times", got-hits)
 	}
@@ -317,7 +305,7 @@ func TestLoopsFollowMembershipWithoutLeaks(t *testing.T) {
 	for _, s := range servers {
 		s.CloseClientConnections()
 	}
-	eventually(t, "goroutines to exit", func() bool { return runtime.NumGoroutine() <= before })
+	kvtest.WaitFor(t, "goroutines to exit", func() bool { return runtime.NumGoroutine() <= before })
 }
 
 func TestOversizedPage(t *testing.T) {
@@ -326,8 +314,8 @@ func TestOversizedPage(t *testing.T) {
 	if err := h.ds.Replace([]endpoints.Spec{{Name: "a", Address: srv.addr()}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "eviction", func() bool { return len(h.ds.Candidates()) == 0 })
-	eventually(t, "too_large counted", func() bool { return errCount(h.s, "too_large") >= 1 })
+	kvtest.WaitFor(t, "eviction", func() bool { return len(h.ds.Candidates()) == 0 })
+	kvtest.WaitFor(t, "too_large counted", func() bool { return errCount(h.s, "too_large") >= 1 })
 }
 
 // BenchmarkScrapeOnce is one full scrape of a typical vLLM page over
@@ -439,8 +427,8 @@ func TestRoutableAfterFirstScrape(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	eventually(t, "first scrape admits good", func() bool { return len(ds.Candidates()) == 1 })
-	eventually(t, "dead scraped a few times", func() bool { return dead.hits.Load() >= 3 })
+	kvtest.WaitFor(t, "first scrape admits good", func() bool { return len(ds.Candidates()) == 1 })
+	kvtest.WaitFor(t, "dead scraped a few times", func() bool { return dead.hits.Load() >= 3 })
 	if c := ds.Candidates(); len(c) != 1 || c[0].Name() != "good" {
 		t.Fatalf("candidates %v", c)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // logCount counts error records, so a test can wait until the source has
@@ -49,17 +50,6 @@ func (l *logCount) count() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.errors
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // pool renders a file with endpoints named after names.
@@ -132,7 +122,7 @@ func (r *running) names() []string {
 
 func (r *running) waitFor(t *testing.T, names ...string) {
 	t.Helper()
-	eventually(t, fmt.Sprintf("membership %v", names), func() bool { return slices.Equal(r.names(), names) })
+	testutil.WaitFor(t, fmt.Sprintf("membership %v", names), func() bool { return slices.Equal(r.names(), names) })
 }
 
 func TestWatchEdits(t *testing.T) {
@@ -157,7 +147,7 @@ func TestWatchEdits(t *testing.T) {
 	// An invalid edit is logged and changes nothing.
 	errs := r.logs.count()
 	replace(t, path, pool("a", "a"))
-	eventually(t, "the invalid edit to be rejected", func() bool { return r.logs.count() > errs })
+	testutil.WaitFor(t, "the invalid edit to be rejected", func() bool { return r.logs.count() > errs })
 	if got := r.names(); !slices.Equal(got, []string{"a", "d"}) {
 		t.Fatalf("membership %v after an invalid edit", got)
 	}
@@ -169,7 +159,7 @@ func TestWatchEdits(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the deletion to be noticed", func() bool { return r.logs.count() > errs })
+	testutil.WaitFor(t, "the deletion to be noticed", func() bool { return r.logs.count() > errs })
 	if got := r.names(); !slices.Equal(got, []string{"a", "e"}) {
 		t.Fatalf("membership %v after deletion", got)
 	}
@@ -264,7 +254,7 @@ func TestHostileEdits(t *testing.T) {
 			r.waitFor(t, "a", "b")
 			errs := r.logs.count()
 			replace(t, path, tc.content)
-			eventually(t, "the edit to be refused", func() bool { return r.logs.count() > errs })
+			testutil.WaitFor(t, "the edit to be refused", func() bool { return r.logs.count() > errs })
 			if got := r.names(); !slices.Equal(got, []string{"a", "b"}) {
 				t.Fatalf("membership %v after the edit", got)
 			}

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kvgate/kvgate/extproc/endpoints/k8s/k8stest"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 var suite k8stest.Suite
@@ -26,17 +27,6 @@ func TestMain(m *testing.M) { os.Exit(suite.Main(m)) }
 func fast(cfg Config) Config {
 	cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 15*time.Second, 10*time.Second, 200*time.Millisecond
 	return cfg
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // Two replicas against the real API server: exactly one leads, the Lease
@@ -66,7 +56,7 @@ func TestActivePassive(t *testing.T) {
 			<-done[i]
 		}
 	}()
-	waitFor(t, "a leader", func() bool { return elect[0].Leading() || elect[1].Leading() })
+	testutil.WaitFor(t, "a leader", func() bool { return elect[0].Leading() || elect[1].Leading() })
 	lead := 0
 	if elect[1].Leading() {
 		lead = 1
@@ -98,7 +88,7 @@ func TestActivePassive(t *testing.T) {
 		t.Error("a stopped replica still reports leading")
 	}
 	other := 1 - lead
-	waitFor(t, "the standby to take over", elect[other].Leading)
+	testutil.WaitFor(t, "the standby to take over", elect[other].Leading)
 }
 
 func TestNewErrors(t *testing.T) {

@@ -129,6 +129,7 @@ func Registry() *scheduling.Registry {
 		{flowpolicy.StaticLimitType, flowpolicy.NewStaticLimit},
 		{flowpolicy.HoldbackType, flowpolicy.NewHoldback},
 		{flowpolicy.SoftReflectType, flowpolicy.NewSoftReflect},
+		{flowpolicy.PresenceType, flowpolicy.NewPresence},
 		{flowpolicy.UtilizationType, flowpolicy.NewUtilization},
 		{flowpolicy.ConcurrencyType, flowpolicy.NewConcurrency},
 		{gpuhealth.FilterType, gpuhealth.NewFilter},

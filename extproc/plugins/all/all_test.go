@@ -43,6 +43,8 @@ var requiredParams = map[string]map[string]any{
 	"by-label": {"label": "hw", "allowsNoLabel": true},
 	// llm-d has no default floor for the holdback ceiling.
 	flowpolicy.HoldbackType: {"minCeiling": 0.5},
+	// The class counts it reads, and its own ceiling and slope.
+	flowpolicy.PresenceType: {"classLoadPluginRef": "class-load-scorer", "ceiling": 0.2, "perProtected": 0.001},
 	// The endpoints file (read when the picker runs, not at build).
 	"file-discovery":              {"path": "/etc/epp/endpoints.yaml"},
 	"multicluster-file-discovery": {"path": "/etc/epp/clusters.yaml"},

@@ -132,6 +132,7 @@ var paramsOf = map[string]any{
 	flowpolicy.StaticLimitType:        flowpolicy.StaticLimitParams{},
 	flowpolicy.HoldbackType:           flowpolicy.HoldbackParams{},
 	flowpolicy.SoftReflectType:        nil,
+	flowpolicy.PresenceType:           flowpolicy.PresenceParams{},
 	flowpolicy.UtilizationType:        flowpolicy.UtilizationParams{},
 	flowpolicy.ConcurrencyType:        flowpolicy.ConcurrencyParams{},
 	gpuhealth.FilterType:              gpuhealth.FilterParams{},

@@ -105,6 +105,18 @@ func (s *Scorer) InFlight(address string) (protected, sheddable int64) {
 	return a.protected.Load(), a.sheddable.Load()
 }
 
+// Totals is what the plugin counts over every endpoint it has placed
+// requests on (presence-holdback-policy reads it), and how many those are.
+func (s *Scorer) Totals() (protected, sheddable int64, endpoints int) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, a := range s.byAddress {
+		protected += a.protected.Load()
+		sheddable += a.sheddable.Load()
+	}
+	return protected, sheddable, len(s.byAddress)
+}
+
 // Score implements scheduling.Scorer.
 func (s *Scorer) Score(_ context.Context, _ *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint, scores []float64) {
 	shed := sheddable(req)

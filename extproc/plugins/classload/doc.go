@@ -42,6 +42,9 @@
 //	sameClassWeight: float    weight of the request's own class (1)
 //	otherClassWeight: float   weight of the other class (0)
 //
+// presence-holdback-policy (extproc/plugins/flowpolicy) reads an instance's
+// totals to hold batch admission back while online requests run.
+//
 // Both weights are in [0, 1] and not both 0. Every endpoint's account is
 // dropped when it leaves the pool; a request still in flight there
 // releases the account it was counted in.

@@ -144,9 +144,9 @@ func TestPoll(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- src.(*Source).Poll(ctx, ds, 5*time.Millisecond) }()
 	e0 := ds.Get("vllm-0")
-	waitFor(t, func() bool { v, ok := x.Attribute(GPUUtilization, e0); return ok && v == 0.42 })
+	testutil.WaitFor(t, "utilization 0.42", func() bool { v, ok := x.Attribute(GPUUtilization, e0); return ok && v == 0.42 })
 	util.Store(90)
-	waitFor(t, func() bool { v, _ := x.Attribute(GPUUtilization, e0); return v == 0.9 })
+	testutil.WaitFor(t, "utilization 0.9", func() bool { v, _ := x.Attribute(GPUUtilization, e0); return v == 0.9 })
 	if _, ok := x.Attribute(GPUUtilization, ds.Get("vllm-2")); ok {
 		t.Fatal("an endpoint whose exporter does not answer has a value")
 	}
@@ -156,24 +156,13 @@ func TestPoll(t *testing.T) {
 	if err := ds.Replace([]endpoints.Spec{{Name: "vllm-2", Address: "127.0.0.2:8000"}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { _, ok := x.Attribute(GPUUtilization, e0); return !ok })
+	testutil.WaitFor(t, "no utilization", func() bool { _, ok := x.Attribute(GPUUtilization, e0); return !ok })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	exporter.Close()
 	testutil.NoGoroutineLeak(t, before, "dcgm poll")
-}
-
-func waitFor(t *testing.T, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func FuzzUtilization(f *testing.F) {

@@ -7,6 +7,9 @@
 // static-usage-limit-policy, priority-holdback-policy and
 // soft-reflective-ceiling-policy; and the saturation detectors
 // utilization-detector and concurrency-detector (also scheduling filters).
+// presence-holdback-policy is kvgate's own usage-limit policy: the
+// sheddable bands' ceiling shrinks with the protected requests in flight,
+// as a class-load-scorer (extproc/plugins/classload) counts them.
 //
 // Each type documents its parameters. The detectors read the picker's live
 // load model (extproc/endpoints) rather than only the last scrape, so that

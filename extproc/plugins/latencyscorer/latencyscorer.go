@@ -33,6 +33,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/latency"
@@ -97,31 +98,69 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 		s.headroom(preds, slo, eps, scores)
 		return
 	}
+	if slices.Equal(eps, preds.Candidates) {
+		// Nothing filtered: the estimates are indexed like eps (once per
+		// decision over every candidate, without Align's calls).
+		s.fastest(preds.Estimates[:len(eps)], scores)
+		return
+	}
 	var bestTTFT, bestTPOT float64
 	preds.Align(eps, func(_, k int) {
-		e := preds.Estimates[k]
-		if t := e.TTFT.Seconds(); bestTTFT == 0 || t < bestTTFT {
-			bestTTFT = t
-		}
-		if t := e.TPOT.Seconds(); t > 0 && (bestTPOT == 0 || t < bestTPOT) {
-			bestTPOT = t
-		}
+		bestTTFT, bestTPOT = best(bestTTFT, bestTPOT, &preds.Estimates[k])
 	})
-	wTTFT, wTPOT := s.params.TTFTWeight, s.params.TPOTWeight
-	if bestTPOT == 0 {
-		wTPOT = 0 // no candidate predicts TPOT (prefill pods)
-	}
-	if wTTFT+wTPOT == 0 {
+	wTTFT, wTPOT, ok := s.weights(bestTPOT)
+	if !ok {
 		return
 	}
 	preds.Align(eps, func(i, k int) {
-		e := preds.Estimates[k]
-		sc := wTTFT * bestTTFT / e.TTFT.Seconds()
-		if wTPOT > 0 && e.TPOT > 0 {
-			sc += wTPOT * bestTPOT / e.TPOT.Seconds()
-		}
-		scores[i] = sc / (wTTFT + wTPOT)
+		scores[i] = relative(&preds.Estimates[k], bestTTFT, bestTPOT, wTTFT, wTPOT)
 	})
+}
+
+// fastest scores candidates whose estimates are est, in order.
+func (s *Scorer) fastest(est []latency.Estimate, scores []float64) {
+	var bestTTFT, bestTPOT float64
+	for k := range est {
+		bestTTFT, bestTPOT = best(bestTTFT, bestTPOT, &est[k])
+	}
+	wTTFT, wTPOT, ok := s.weights(bestTPOT)
+	if !ok {
+		return
+	}
+	for k := range est {
+		scores[k] = relative(&est[k], bestTTFT, bestTPOT, wTTFT, wTPOT)
+	}
+}
+
+// best takes e into the lowest TTFT and TPOT so far (0: none; a TPOT of 0
+// is unknown).
+func best(bestTTFT, bestTPOT float64, e *latency.Estimate) (float64, float64) {
+	if t := e.TTFT.Seconds(); bestTTFT == 0 || t < bestTTFT {
+		bestTTFT = t
+	}
+	if t := e.TPOT.Seconds(); t > 0 && (bestTPOT == 0 || t < bestTPOT) {
+		bestTPOT = t
+	}
+	return bestTTFT, bestTPOT
+}
+
+// weights are the TTFT and TPOT weights given the best TPOT; not ok when
+// they sum to 0.
+func (s *Scorer) weights(bestTPOT float64) (wTTFT, wTPOT float64, ok bool) {
+	wTTFT, wTPOT = s.params.TTFTWeight, s.params.TPOTWeight
+	if bestTPOT == 0 {
+		wTPOT = 0 // no candidate predicts TPOT (prefill pods)
+	}
+	return wTTFT, wTPOT, wTTFT+wTPOT != 0
+}
+
+// relative is a candidate's score: its latencies relative to the best.
+func relative(e *latency.Estimate, bestTTFT, bestTPOT, wTTFT, wTPOT float64) float64 {
+	sc := wTTFT * bestTTFT / e.TTFT.Seconds()
+	if wTPOT > 0 && e.TPOT > 0 {
+		sc += wTPOT * bestTPOT / e.TPOT.Seconds()
+	}
+	return sc / (wTTFT + wTPOT)
 }
 
 func (s *Scorer) headroom(preds *latency.Predictions, slo latency.SLO, eps []*endpoints.Endpoint, scores []float64) {

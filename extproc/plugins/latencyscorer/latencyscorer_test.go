@@ -69,6 +69,8 @@ func TestScoreWithoutSLO(t *testing.T) {
 		want   []float64
 	}{
 		{"default weights", "", est, eps, []float64{0.8 + 0.2, 0.8*0.5 + 0.2*0.5, 0.8*0.25 + 0.2, 0.8 + 0.2*0.25}},
+		// A filter that kept everything hands over a copy of the list.
+		{"unfiltered copy", "", est, append([]*endpoints.Endpoint(nil), eps...), []float64{0.8 + 0.2, 0.8*0.5 + 0.2*0.5, 0.8*0.25 + 0.2, 0.8 + 0.2*0.25}},
 		{"ttft only", `{"ttftWeight": 1, "tpotWeight": 0}`, est, eps, []float64{1, 0.5, 0.25, 1}},
 		{"tpot only", `{"ttftWeight": 0, "tpotWeight": 1}`, est, eps, []float64{1, 0.5, 1, 0.25}},
 		{"weights are relative", `{"ttftWeight": 4, "tpotWeight": 1}`, est, eps, []float64{1, 0.5, 0.8*0.25 + 0.2, 0.8 + 0.2*0.25}},

@@ -117,7 +117,7 @@ func TestPoll(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- src.Poll(ctx, ds, 5*time.Millisecond) }()
-	waitFor(t, "both lists", func() bool {
+	testutil.WaitFor(t, "both lists", func() bool {
 		_, _, okA := x.Models(addr(good))
 		_, _, okB := x.Models(addr(flaky))
 		return okA && okB
@@ -127,7 +127,7 @@ func TestPoll(t *testing.T) {
 	}
 	failing.Store(true)
 	_, at, _ := x.Models(addr(flaky))
-	waitFor(t, "a later poll of the healthy server", func() bool {
+	testutil.WaitFor(t, "a later poll of the healthy server", func() bool {
 		_, goodAt, _ := x.Models(addr(good))
 		return goodAt.After(at.Add(30 * time.Millisecond))
 	})
@@ -137,7 +137,7 @@ func TestPoll(t *testing.T) {
 	if err := ds.Replace([]endpoints.Spec{{Name: "a", Address: addr(good)}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the removed endpoint's list dropped", func() bool {
+	testutil.WaitFor(t, "the removed endpoint's list dropped", func() bool {
 		_, _, ok := x.Models(addr(flaky))
 		return !ok
 	})
@@ -148,17 +148,6 @@ func TestPoll(t *testing.T) {
 	good.Close()
 	flaky.Close()
 	testutil.NoGoroutineLeak(t, before, "models poll")
-}
-
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // TestHTTPS: scheme https verifies the server with caCertPath when

@@ -2,6 +2,8 @@ package precise
 
 import (
 	"context"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
@@ -74,5 +76,135 @@ func TestSpeculativeMatch(t *testing.T) {
 				t.Fatalf("removed endpoint still holds pending blocks: %v", after)
 			}
 		})
+	}
+}
+
+// refPending is the speculative set by definition: per endpoint, how many
+// routed requests hold each sample hash; a candidate's run is its leading
+// hashes held. The roots pending reads through must give the same runs.
+type refPending map[string]map[uint64]int32
+
+func (r refPending) extend(names []string, hashes []uint64, runs []int, weights []float64) {
+	for i, a := range names {
+		n := 0
+		for n < len(hashes) && r[a][hashes[n]] > 0 {
+			n++
+		}
+		if n > runs[i] {
+			weights[i] += float64(n - runs[i])
+			runs[i] = n
+		}
+	}
+}
+
+// Runs through roots equal the definition's over random traffic: requests
+// of prompts sharing prefixes added, removed and forgotten endpoints,
+// candidates repeated or unknown, resolved before the ids changed (stale)
+// or now, with and without interning, from runs the index already set.
+func TestPendingMatchesDefinition(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	p := newPending(1 << 20)
+	ref := refPending{}
+	addrs := []string{"a:1", "b:1", "c:1", "d:1", "e:1", "f:1"}
+	// Prompts of three families (their block 0) diverging at random blocks.
+	prompt := func() []uint64 {
+		fam, split, n := uint64(rng.IntN(3)), rng.IntN(6), 1+rng.IntN(10)
+		hs := make([]uint64, n)
+		for i := range hs {
+			hs[i] = fam<<40 | uint64(i)
+			if i >= split {
+				hs[i] |= uint64(split+1) << 20
+			}
+		}
+		return hs
+	}
+	type routed struct {
+		addr   string
+		hashes []uint64
+	}
+	var inflight []routed
+	var stale pendingCandidates
+	staleNames := addrs[:4]
+	p.resolve(&stale, staleNames, false)
+	// An endpoint given its first entries after the candidates were
+	// resolved is found: they are stale.
+	if !p.add("b:1", []uint64{7, 8}) {
+		t.Fatal("add refused")
+	}
+	runs, weights := make([]int, 4), make([]float64, 4)
+	p.extend(&stale, staleNames, &pendingCandidates{}, []uint64{7, 8, 9}, runs, weights)
+	if !slices.Equal(runs, []int{0, 2, 0, 0}) {
+		t.Fatalf("runs %v over candidates resolved before b had entries", runs)
+	}
+	p.remove("b:1", []uint64{7, 8})
+	for round := range 2000 {
+		switch r := rng.IntN(10); {
+		case r < 5:
+			a, hs := addrs[rng.IntN(len(addrs))], prompt()
+			if p.add(a, hs) {
+				inflight = append(inflight, routed{a, hs})
+				if ref[a] == nil {
+					ref[a] = map[uint64]int32{}
+				}
+				for _, h := range hs {
+					ref[a][h]++
+				}
+			}
+		case r < 9 && len(inflight) > 0:
+			k := rng.IntN(len(inflight))
+			q := inflight[k]
+			inflight = append(inflight[:k], inflight[k+1:]...)
+			p.remove(q.addr, q.hashes)
+			for _, h := range q.hashes {
+				if ref[q.addr][h] <= 1 {
+					delete(ref[q.addr], h)
+				} else {
+					ref[q.addr][h]--
+				}
+			}
+		case r == 9:
+			a := addrs[rng.IntN(len(addrs))]
+			p.forget(a)
+			delete(ref, a)
+			// A request still in flight there no longer holds anything.
+			inflight = slices.DeleteFunc(inflight, func(q routed) bool { return q.addr == a })
+		}
+		names := make([]string, 1+rng.IntN(8))
+		for i := range names {
+			names[i] = addrs[rng.IntN(len(addrs))]
+		}
+		names[0] = "unknown:1"
+		hs := prompt()
+		for _, how := range []string{"resolved", "interned", "stale"} {
+			var c pendingCandidates
+			ns := names
+			switch how {
+			case "resolved":
+				p.resolve(&c, ns, false)
+			case "interned":
+				p.resolve(&c, ns, true)
+			default:
+				c, ns = stale, staleNames
+			}
+			runs, weights := make([]int, len(ns)), make([]float64, len(ns))
+			for i := range runs { // what the index found
+				runs[i] = rng.IntN(3)
+				weights[i] = float64(runs[i]) * 0.8
+			}
+			wantRuns, wantWeights := slices.Clone(runs), slices.Clone(weights)
+			ref.extend(ns, hs, wantRuns, wantWeights)
+			var scratch pendingCandidates
+			p.extend(&c, ns, &scratch, hs, runs, weights)
+			if !slices.Equal(runs, wantRuns) || !slices.Equal(weights, wantWeights) {
+				t.Fatalf("round %d, %s candidates %v, prompt %x: runs %v weights %v, want %v %v", round, how, ns, hs, runs, weights, wantRuns, wantWeights)
+			}
+		}
+		if round%100 == 0 {
+			staleNames = addrs[rng.IntN(3):]
+			p.resolve(&stale, staleNames, rng.IntN(2) == 0)
+		}
+	}
+	if p.entries < 0 {
+		t.Fatalf("entries %d", p.entries)
 	}
 }

@@ -185,13 +185,15 @@ type Scorer struct {
 	scratch sync.Pool      // *scratch
 	prompts sync.Pool      // *Prompt, recycled when its request ends
 	pending *pending       // nil unless speculativeIndexing
+	sets    *candidateSets
 	// kvEvents is what llm-d's kvEventsConfig asks the picker for.
 	kvEvents KVEvents
 }
 
 type scratch struct {
 	hashes  []uint64
-	names   []string
+	set     candidateSet      // the candidates when no kept set is theirs
+	pending pendingCandidates // a stale set's speculative ids resolved again
 	runs    []int
 	weights []float64
 }
@@ -239,7 +241,7 @@ func NewWithParams(typ, name string, p Params, h *scheduling.Handle) (*Scorer, e
 		return nil, fmt.Errorf("%s needs the KV-event index: run the picker with KV events enabled (--kv-events-addr or kvEvents endpoints)", Type)
 	}
 	s := &Scorer{Named: scheduling.NewNamed(typ, name), params: p, index: index, recorder: prefixmatch.RecorderOf(h),
-		seedID: kvhash.NoneHash(p.HashSeed).Uint64(), kvEvents: kvEvents}
+		seedID: kvhash.NoneHash(p.HashSeed).Uint64(), kvEvents: kvEvents, sets: newCandidateSets()}
 	s.key = scheduling.NewKey[*Prompt](s.TypedName().String())
 	if p.Tokenizer != "" {
 		dir := p.Tokenizer
@@ -406,10 +408,7 @@ func (s *Scorer) produce(cs *scheduling.CycleState, req *scheduling.Request, eps
 	sc := s.scratch.Get().(*scratch)
 	defer s.scratch.Put(sc)
 	sc.hashes = prefixmatch.SampleHashes(sc.hashes[:0], prefix)
-	sc.names = sc.names[:0]
-	for _, e := range eps {
-		sc.names = append(sc.names, e.Address())
-	}
+	set := s.sets.get(s.index, s.pending, eps, &sc.set)
 	if cap(sc.runs) < len(eps) {
 		sc.runs = make([]int, len(eps))
 	}
@@ -418,11 +417,13 @@ func (s *Scorer) produce(cs *scheduling.CycleState, req *scheduling.Request, eps
 		sc.weights = make([]float64, len(eps))
 	}
 	sc.weights = sc.weights[:len(eps)]
-	s.index.LookupRuns(sc.hashes, sc.names, sc.weights, sc.runs)
+	s.index.LookupCandidates(sc.hashes, &set.index, sc.weights, sc.runs)
 	if s.pending != nil {
-		s.pending.extend(sc.names, sc.hashes, sc.runs, sc.weights)
+		s.pending.extend(&set.pending, set.names, &sc.pending, sc.hashes, sc.runs, sc.weights)
 	}
-	clear(sc.names)
+	if set == &sc.set {
+		clear(sc.set.names) // the pool keeps no endpoint's address
+	}
 	for i := range eps {
 		runs, weighted := sc.runs[i], sc.weights[i]
 		if runs == 0 {

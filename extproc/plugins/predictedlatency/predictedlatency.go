@@ -104,8 +104,11 @@ type state struct {
 	box    *latency.Predictions
 	target *endpoints.Endpoint // nil until PreRequest
 	est    latency.Estimate
-	feat   latency.Features
-	routed time.Time
+	// feat is the chosen candidate's features and the engine twin's
+	// projection there (latency.Model.Sample).
+	feat latency.Sample
+	// decided is when Produce predicted, routed when PreRequest ran.
+	decided, routed time.Time
 	// tpotFor is the decode batch the request joined at its first token.
 	tpotFor latency.Features
 	ttft    time.Duration
@@ -207,6 +210,7 @@ func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, req *sc
 	}
 	prompt = max(1, prompt)
 	now := p.now()
+	fits := p.model.Candidates(eps)
 	for i, e := range eps {
 		held := 0
 		switch {
@@ -221,28 +225,35 @@ func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, req *sc
 		} else {
 			l = e.Load()
 		}
-		f := p.features(prompt, held, l, meanPrefill)
+		f := &st.preds.Features[i]
+		features(f, prompt, held, &l, meanPrefill)
 		if f.Backlog == 0 && l.DecodeRequests > 0 {
 			f.StepRemaining = e.StepRemaining(now).Seconds()
 		}
-		est := p.model.PredictLive(e.Address(), &f, now, engineOf(e, l))
+		est := &st.preds.Estimates[i]
+		// What the engine twin reads beside its queue; it does not answer
+		// beside traffic the picker did not route.
+		eng := latency.Engine{External: float64(l.ExternalWaiting + l.ExternalRunning)}
+		if eng.External == 0 {
+			eng = engineOf(e, l)
+		}
+		*est = fits.PredictLive(i, e, f, now, eng)
 		if p.prefillOnly(e) {
 			est.TPOT, est.TPOTQuantile = 0, 0
 		}
-		st.preds.Features[i] = f
-		st.preds.Estimates[i] = est
 		st.preds.Held[i] = float64(held) / float64(prompt)
 	}
+	st.decided = now
 	scheduling.Write(cs, p.key, st)
 	scheduling.Write(cs, latency.PredictionsKey, &st.preds)
 }
 
-// features describe a request with prompt tokens, held of them cached, on
-// an endpoint with load l. Requests the picker did not route count by the
-// mean size of those it did.
-func (p *Producer) features(prompt, held int, l endpoints.Load, meanPrefill float64) latency.Features {
+// features sets f to describe a request with prompt tokens, held of them
+// cached, on an endpoint with load l. Requests the picker did not route
+// count by the mean size of those it did.
+func features(f *latency.Features, prompt, held int, l *endpoints.Load, meanPrefill float64) {
 	uncached := prefixmatch.Uncached(prompt, held)
-	return latency.Features{
+	*f = latency.Features{
 		Prefill:      float64(uncached),
 		Cached:       float64(prompt - uncached),
 		Backlog:      float64(l.PrefillTokens) + float64(l.ExternalWaiting)*meanPrefill,
@@ -288,12 +299,19 @@ func (p *Producer) PreRequest(_ context.Context, cs *scheduling.CycleState, req 
 	if chosen < 0 {
 		return
 	}
-	st.target, st.est, st.feat = target, st.preds.Estimates[chosen], st.preds.Features[chosen]
+	st.target, st.est = target, st.preds.Estimates[chosen]
+	f := st.preds.Features[chosen]
 	st.remote = res.Prefill != nil
 	p.putArrays(st)
 	st.routed = p.now()
-	f := st.feat
-	if !st.remote {
+	if st.remote {
+		st.feat = latency.Sample{Features: f}
+	} else {
+		// The twin's projection at the decision, for learning: only the
+		// chosen candidate's is needed, so Produce does not keep one per
+		// candidate. The endpoint's state since the decision differs by
+		// this request's charge, which the twin does not read.
+		st.feat = p.model.Sample(target.Address(), f, st.decided, engineOf(target, target.Load()))
 		st.ticket = p.model.Routed(target.Address(), st.routed, int(f.Cached), int(f.Prefill))
 	}
 	const alpha = 0.05
@@ -327,7 +345,7 @@ func (p *Producer) FirstToken(_ context.Context, cs *scheduling.CycleState, req 
 		p.rec.ObservedTTFT(req.ID, req.TargetModel, est.TTFT, res.TTFT)
 	}
 	l := res.Endpoint.Load()
-	st.tpotFor = p.features(max(1, req.PromptTokens), 0, l, math.Float64frombits(p.meanPrefill.Load()))
+	features(&st.tpotFor, max(1, req.PromptTokens), 0, &l, math.Float64frombits(p.meanPrefill.Load()))
 }
 
 // ResponseComplete implements scheduling.ResponseComplete: TPOT is learned

@@ -1,0 +1,74 @@
+package latency
+
+import (
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvgate/kvgate/extproc/endpoints"
+)
+
+// A decision predicts every candidate, and finding each one's fit by
+// address is a string-keyed map lookup, a fifth of a prediction's cost.
+// The candidate list rarely changes between decisions (the datastore's
+// snapshot), so the model keeps the fits of the last list it saw by
+// position, valid while the tracked endpoints are the same.
+
+// maxReindexWait bounds the misses the index waits out before a rebuild
+// (each allocates) while successive decisions' lists differ; meanwhile they
+// look fits up by address. The wait doubles at each rebuild, and an index
+// that served usefulHits decisions is replaced at the first miss.
+const (
+	maxReindexWait = 64
+	usefulHits     = maxReindexWait
+)
+
+// fitIndex is the fits of one candidate list, by position, as of one
+// version of the model's endpoint map.
+type fitIndex struct {
+	eps  []*endpoints.Endpoint // a copy of the list
+	of   *map[string]*fit
+	fits []*fit // nil: none tracked (the pool's fit predicts)
+	hits atomic.Uint64
+}
+
+// Candidates is one decision's access to its candidates' fits, from
+// Model.Candidates; without an index it looks them up by address.
+type Candidates struct {
+	m   *Model
+	idx *fitIndex
+}
+
+// Candidates returns the access for a decision over eps.
+func (m *Model) Candidates(eps []*endpoints.Endpoint) Candidates {
+	cur := m.endpoints.Load()
+	old := m.index.Load()
+	if old != nil && old.of == cur && slices.Equal(old.eps, eps) {
+		old.hits.Add(1)
+		return Candidates{m: m, idx: old}
+	}
+	wait := m.reindexWait.Load()
+	if old == nil || old.hits.Load() >= usefulHits {
+		wait = 1
+	}
+	if m.misses.Add(1) < wait {
+		return Candidates{m: m}
+	}
+	m.misses.Store(0)
+	m.reindexWait.Store(min(2*wait, maxReindexWait))
+	idx := &fitIndex{eps: slices.Clone(eps), of: cur, fits: make([]*fit, len(eps))}
+	for i, e := range eps {
+		idx.fits[i] = (*cur)[e.Address()]
+	}
+	m.index.Store(idx)
+	return Candidates{m: m, idx: idx}
+}
+
+// PredictLive is Model.PredictLive for eps[i], e, of the list the access
+// was made for.
+func (c Candidates) PredictLive(i int, e *endpoints.Endpoint, f *Features, now time.Time, eng Engine) Estimate {
+	if c.idx != nil {
+		return c.m.predictLive(c.idx.fits[i], f, now, eng)
+	}
+	return c.m.PredictLive(e.Address(), f, now, eng)
+}
