@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvgate/kvgate/agent/kvblock"
 	"github.com/kvgate/kvgate/internal/kvwire"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/internal/zmtp"
 	"github.com/kvgate/kvgate/internal/zmtp/zmtptest"
 	agentv1 "github.com/kvgate/kvgate/proto/kvgate/agent/v1"
@@ -306,17 +307,12 @@ func TestCPUTierAndP2P(t *testing.T) {
 // has a subscriber.
 func waitSubscribed(t *testing.T, a *Agent, engine string) {
 	t.Helper()
-	subscribed := func() bool {
+	testutil.WaitFor(t, "a subscriber of "+engine+"'s KV-event publisher", func() bool {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		r := a.regions[engine]
 		return r != nil && r.pub != nil && r.pub.Subscribers() > 0
-	}
-	for deadline := time.Now().Add(10 * time.Second); !subscribed(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no subscriber reached %s's KV-event publisher", engine)
-		}
-	}
+	})
 }
 
 func recvTimeout(s <-chan zmtp.Msg, d time.Duration) (zmtp.Msg, error) {

@@ -372,17 +372,16 @@ func sdkJob(t *testing.T, e e2eEnv, o Options) {
 	wants := []string{`jobs_processed_total{result="completed"} 1`, "processor_inflight_requests 0",
 		`model_request_execution_duration_seconds_count{model="` + demo.Model + `"}`}
 	var metrics string
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testutil.WaitFor(t, wants[0], func() bool {
 		resp, err := http.Get(strings.TrimSuffix(p.url, "/v1") + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if metrics = string(b); strings.Contains(metrics, wants[0]) || time.Now().After(deadline) {
-			break
-		}
-	}
+		metrics = string(b)
+		return strings.Contains(metrics, wants[0])
+	})
 	for _, want := range wants {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s", want)

@@ -141,9 +141,7 @@ func (h *harness) wait(tenant, id string) Batch {
 func (h *harness) completedJobs(want float64) float64 {
 	h.t.Helper()
 	c := h.proc.m.jobs.WithLabelValues(StatusCompleted)
-	for deadline := time.Now().Add(20 * time.Second); promtest.ToFloat64(c) < want && time.Now().Before(deadline); {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.WaitFor(h.t, fmt.Sprintf("jobs_processed_total{completed} %v", want), func() bool { return promtest.ToFloat64(c) >= want })
 	return promtest.ToFloat64(c)
 }
 

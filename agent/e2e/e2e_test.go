@@ -152,17 +152,13 @@ func waitMetric(t *testing.T, url, name string, atLeast float64) float64 {
 // engine queued so far (kvgate_sim_kv_pending_work is 0).
 func waitDrained(t *testing.T, url string) {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testutil.WaitFor(t, url+"'s agent work done", func() bool {
 		n, ok := lookupMetric(t, url, "kvgate_sim_kv_pending_work")
-		switch {
-		case !ok:
+		if !ok {
 			t.Fatalf("%s serves no kvgate_sim_kv_pending_work", url)
-		case n == 0:
-			return
-		case time.Now().After(deadline):
-			t.Fatalf("%s still has %v agent work units pending", url, n)
 		}
-	}
+		return n == 0
+	})
 }
 
 // text is a prompt of distinct words (no shared prefix across seeds).

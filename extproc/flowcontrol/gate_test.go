@@ -3,6 +3,7 @@ package flowcontrol_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/kvgate/kvgate/extproc/flowcontrol"
 	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 func newGate(t *testing.T, mutate func(*flowcontrol.Config)) (*flowcontrol.Gate, *level, func()) {
@@ -37,12 +39,7 @@ func newGate(t *testing.T, mutate func(*flowcontrol.Config)) (*flowcontrol.Gate,
 
 func waitQueued(t *testing.T, g *flowcontrol.Gate, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		if g.Controller().Len() == n {
-			return
-		}
-	}
-	t.Fatalf("queue length %d, want %d", g.Controller().Len(), n)
+	testutil.WaitFor(t, fmt.Sprintf("queue length %d", n), func() bool { return g.Controller().Len() == n })
 }
 
 func TestGateHoldsWhileSaturatedAndDispatchesOnRelease(t *testing.T) {
