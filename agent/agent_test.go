@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvgate/kvgate/agent/kvblock"
 	"github.com/kvgate/kvgate/internal/kvwire"
+	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/internal/zmtp"
 	"github.com/kvgate/kvgate/internal/zmtp/zmtptest"
 	agentv1 "github.com/kvgate/kvgate/proto/kvgate/agent/v1"
@@ -203,7 +204,8 @@ func TestCPUTierAndP2P(t *testing.T) {
 	for i, s := range st.Slots {
 		kvblock.Fill(slot(smem, s), hashes[i])
 	}
-	time.Sleep(200 * time.Millisecond) // the publisher's connection
+	// A PUB socket drops what it publishes before a subscription arrived.
+	waitSubscribed(t, src.a, "S")
 	var blocks []*agentv1.OffloadBlock
 	for i, h := range hashes {
 		b := &agentv1.OffloadBlock{Hash: h, TokenIds: []int32{int32(i)}}
@@ -299,6 +301,18 @@ func TestCPUTierAndP2P(t *testing.T) {
 			}
 		}
 	}
+}
+
+// waitSubscribed waits until the KV-event publisher of engine's region
+// has a subscriber.
+func waitSubscribed(t *testing.T, a *Agent, engine string) {
+	t.Helper()
+	testutil.WaitFor(t, "a subscriber of "+engine+"'s KV-event publisher", func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		r := a.regions[engine]
+		return r != nil && r.pub != nil && r.pub.Subscribers() > 0
+	})
 }
 
 func recvTimeout(s <-chan zmtp.Msg, d time.Duration) (zmtp.Msg, error) {

@@ -366,15 +366,24 @@ func sdkJob(t *testing.T, e e2eEnv, o Options) {
 		t.Fatal(err)
 	}
 	checkCompleted(t, out, n, "")
-	resp, err := http.Get(strings.TrimSuffix(p.url, "/v1") + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	metrics, _ := io.ReadAll(resp.Body)
-	for _, want := range []string{`jobs_processed_total{result="completed"} 1`, "processor_inflight_requests 0",
-		`model_request_execution_duration_seconds_count{model="` + demo.Model + `"}`} {
-		if !strings.Contains(string(metrics), want) {
+	// The batch's status is final before the jobs counter moves: the
+	// client may have seen it first, so the page is read until it has the
+	// count (or the deadline passes).
+	wants := []string{`jobs_processed_total{result="completed"} 1`, "processor_inflight_requests 0",
+		`model_request_execution_duration_seconds_count{model="` + demo.Model + `"}`}
+	var metrics string
+	testutil.WaitFor(t, wants[0], func() bool {
+		resp, err := http.Get(strings.TrimSuffix(p.url, "/v1") + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		metrics = string(b)
+		return strings.Contains(metrics, wants[0])
+	})
+	for _, want := range wants {
+		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}

@@ -135,6 +135,16 @@ func (h *harness) wait(tenant, id string) Batch {
 	}
 }
 
+// completedJobs waits until jobs_processed_total{completed} reaches want
+// and returns it: a batch's final status is written before the counter
+// moves, so a test that has seen the status may still read the old count.
+func (h *harness) completedJobs(want float64) float64 {
+	h.t.Helper()
+	c := h.proc.m.jobs.WithLabelValues(StatusCompleted)
+	testutil.WaitFor(h.t, fmt.Sprintf("jobs_processed_total{completed} %v", want), func() bool { return promtest.ToFloat64(c) >= want })
+	return promtest.ToFloat64(c)
+}
+
 func (h *harness) content(tenant string, id *string) []outputLine {
 	h.t.Helper()
 	if id == nil {
@@ -467,7 +477,7 @@ func TestRetriesAndLimits(t *testing.T) {
 		for _, model := range []string{"m0", "m1", "m2"} {
 			errsByModel += promtest.ToFloat64(m.modelErrors.WithLabelValues(model))
 		}
-		if got := promtest.ToFloat64(m.jobs.WithLabelValues(StatusCompleted)); got != 2 {
+		if got := h.completedJobs(2); got != 2 {
 			t.Errorf("jobs_processed_total{completed} = %v", got)
 		}
 		// Per batch: 3 flaky lines refused twice, 3 always-503 lines tried 3 times.
@@ -753,6 +763,7 @@ func TestJournalSweptBeforeRemoval(t *testing.T) {
 		if !sw.removed.Load() {
 			t.Fatal("the journal was not swept first")
 		}
+		h.completedJobs(1)
 		time.Sleep(100 * time.Millisecond) // a second finalisation would follow the first at once
 		if got := promtest.ToFloat64(h.proc.m.jobs.WithLabelValues(StatusCompleted)); got != 1 {
 			t.Errorf("jobs_processed_total{completed} = %v, want 1", got)
@@ -789,6 +800,7 @@ func TestBatchQueuedTwiceRunsOnce(t *testing.T) {
 		if b = h.wait("", b.ID); b.Status != StatusCompleted {
 			t.Fatalf("%+v", b)
 		}
+		h.completedJobs(1)
 		time.Sleep(200 * time.Millisecond) // room for a second run to show
 		if n := sent.Load(); n != int64(len(lines)) {
 			t.Errorf("the gateway got %d requests for %d lines", n, len(lines))

@@ -149,18 +149,22 @@ func TestStoreQueueAndLeases(t *testing.T) {
 			t.Errorf("waiting dequeue got %q", id)
 		}
 
-		ok, err := s.Lease(ctx, "j", "A", 300*time.Millisecond)
+		// A's lease must outlive B's try and A's renewal, store round
+		// trips on a loaded machine included; the sleep then outlasts it.
+		const ttl = time.Second
+		ok, err := s.Lease(ctx, "j", "A", ttl)
 		if err != nil || !ok {
 			t.Fatalf("first lease: %v %v", ok, err)
 		}
 		if ok, _ := s.Lease(ctx, "j", "B", time.Second); ok {
 			t.Error("B took A's lease")
 		}
-		if ok, _ := s.Lease(ctx, "j", "A", 300*time.Millisecond); !ok {
+		if ok, _ := s.Lease(ctx, "j", "A", ttl); !ok {
 			t.Error("A could not renew")
 		}
-		time.Sleep(400 * time.Millisecond)
-		if ok, _ := s.Lease(ctx, "j", "B", time.Second); !ok {
+		time.Sleep(ttl + ttl/4)
+		// B's lease must outlive the checks below (its unlease ends it).
+		if ok, _ := s.Lease(ctx, "j", "B", time.Minute); !ok {
 			t.Error("B could not take an expired lease")
 		}
 		if err := s.Unlease(ctx, "j", "A"); err != nil {

@@ -192,7 +192,7 @@ func servedBy(t *testing.T, s *Stack, id string) string {
 // client has read the last byte, so the line is waited for.
 func accessLine(t *testing.T, s *Stack, id string) string {
 	t.Helper()
-	for range 100 {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		b, err := os.ReadFile(s.Gateway.LogPath)
 		if err != nil {
 			t.Fatal(err)
@@ -202,9 +202,10 @@ func accessLine(t *testing.T, s *Stack, id string) string {
 				return strings.TrimSpace(line)
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
+		if time.Now().After(deadline) {
+			return ""
+		}
 	}
-	return ""
 }
 
 // successes reads each simulator's vllm:request_success_total.
@@ -222,12 +223,11 @@ func successes(t *testing.T, s *Stack) map[string]float64 {
 // arrived.
 func waitEventsApplied(t *testing.T, s *Stack, n float64) {
 	t.Helper()
-	for range 200 {
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(25 * time.Millisecond) {
 		m, err := scrapeURL(t.Context(), s.EPPMetricsURL)
 		if err == nil && m["kvgate_kvevents_batches_total"] >= n {
 			return
 		}
-		time.Sleep(25 * time.Millisecond)
 	}
 	t.Fatalf("picker applied fewer than %v KV event batches", n)
 }

@@ -536,20 +536,24 @@ func TestUpstreamAnswersBeforeBodyStreamEnds(t *testing.T) {
 
 // A streamed response whose upstream pauses longer than the picker's
 // message timeout is not cut: no picker reply is pending during the pause.
+// The timeout is a second: every picker reply the request does wait for
+// (the headers, each chunk) must come within it, which a loaded machine's
+// scheduling delays must not exceed.
 func TestSlowStreamOutlivesMessageTimeout(t *testing.T) {
+	const timeout = time.Second
 	events := []string{"data: {\"n\":1}\n\n", "data: {\"n\":2}\n\n", "data: [DONE]\n\n"}
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("content-type", "text/event-stream")
 		for i, ev := range events {
 			if i > 0 {
-				time.Sleep(300 * time.Millisecond)
+				time.Sleep(timeout * 3 / 2)
 			}
 			_, _ = io.WriteString(w, ev)
 			w.(http.Flusher).Flush()
 		}
 	})
 	picker := &testPicker{endpoints: up.addr()}
-	url := startGateway(t, gateway.Config{ExtProc: startPicker(t, picker), ExtProcTimeout: 100 * time.Millisecond})
+	url := startGateway(t, gateway.Config{ExtProc: startPicker(t, picker), ExtProcTimeout: timeout})
 	resp, body := post(t, http.DefaultClient, url+"/v1/completions", `{"model":"m","prompt":"hi","stream":true}`, nil)
 	if resp.StatusCode != http.StatusOK || body != strings.Join(events, "") {
 		t.Fatalf("status %d body %q", resp.StatusCode, body)

@@ -227,13 +227,15 @@ func TestPickerReconnect(t *testing.T) {
 
 	picker := &testPicker{endpoints: up.addr()}
 	startPickerAt(t, picker, addr)
-	for i := 0; ; i++ {
+	// Several back-off periods; the bound is a hang guard, long enough for
+	// a loaded machine's reconnect and the first picker reply.
+	for back := time.Now().Add(20 * time.Second); ; {
 		resp, _ := post(t, client, url+"/v1/completions", `{"model":"m","prompt":"hi"}`, nil)
 		if resp.StatusCode == http.StatusOK {
 			break
 		}
-		if i == 50 { // 5 s of 100 ms polls: several back-off periods
-			t.Fatalf("still status %d after the picker came back", resp.StatusCode)
+		if time.Now().After(back) {
+			t.Fatalf("still status %d 20 s after the picker came back", resp.StatusCode)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -244,11 +246,11 @@ func startPickerAt(t *testing.T, p *testPicker, addr string) {
 	t.Helper()
 	var ln net.Listener
 	var err error
-	for range 50 { // the address was just released
-		if ln, err = net.Listen("tcp", addr); err == nil {
+	// The address was just released; the bound is a hang guard.
+	for free := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if ln, err = net.Listen("tcp", addr); err == nil || time.Now().After(free) {
 			break
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -352,7 +354,7 @@ func rawStalledPost(t *testing.T, url string, length int, sent []byte) int {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second)) // hang guard
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second)) // hang guard
 	fmt.Fprintf(c, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", length)
 	_, _ = c.Write(sent)
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -368,19 +370,21 @@ func rawStalledPost(t *testing.T, url string, length int, sent []byte) int {
 func TestBodyBudgetRefuses(t *testing.T) {
 	up := newUpstream(t, nil)
 	budget := bytebudget.New(200 << 10)
+	// The idle timeout releases the stalled uploads; until then they must
+	// hold the budget while the big request arrives, a loaded machine's
+	// delays included.
 	url := startGateway(t, withFilter(t, gateway.Config{ExtProc: startPicker(t, &testPicker{endpoints: up.addr()}),
-		RequestBodyMode: gateway.None, BodyBudget: budget, BodyIdleTimeout: 2 * time.Second}, `{}`))
+		RequestBodyMode: gateway.None, BodyBudget: budget, BodyIdleTimeout: 5 * time.Second}, `{}`))
 	// Two stalled uploads of 100 KiB hold the budget (each buffer grows in
 	// steps: 64 KiB, then 128 KiB).
 	var wg sync.WaitGroup
 	for range 2 {
 		wg.Go(func() { rawStalledPost(t, url, 200<<10, []byte(strings.Repeat("a", 100<<10))) })
 	}
-	for i := 0; budget.Used() < 128<<10; i++ {
-		if i > 500 {
+	for deadline := time.Now().Add(5 * time.Second); budget.Used() < 128<<10; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
 			t.Fatalf("stalled uploads hold %d bytes", budget.Used())
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	big := `{"model":"m","prompt":"` + strings.Repeat("b", 100<<10) + `"}`
 	resp, _ := post(t, client, url+"/v1/completions", big, nil)

@@ -301,9 +301,13 @@ func TestProcessorKilled(t *testing.T) {
 		f.zadd(t, msg(fmt.Sprint("k", i), fmt.Sprint("kill ", i), far), float64(far))
 	}
 	cfg, _ := json.Marshal(f.cfg)
+	// The redelivery timeout must outlast every request a live process
+	// holds (here: until the test releases it and kills the process), or
+	// the process's own sweep sends it again and it gets two results. It
+	// is 3 s so that a loaded machine's delays stay well within it.
 	start := func() *exec.Cmd {
 		cmd := exec.Command(bin, "async", "--transport-config", string(cfg), "--metrics-addr", "127.0.0.1:0", "--health-port", "0",
-			"--concurrency", "4", "--redelivery-timeout", "1s")
+			"--concurrency", "4", "--redelivery-timeout", "3s")
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,7 @@ package flowcontrol_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/kvgate/kvgate/extproc/flowcontrol"
 	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 func newGate(t *testing.T, mutate func(*flowcontrol.Config)) (*flowcontrol.Gate, *level, func()) {
@@ -37,13 +39,7 @@ func newGate(t *testing.T, mutate func(*flowcontrol.Config)) (*flowcontrol.Gate,
 
 func waitQueued(t *testing.T, g *flowcontrol.Gate, n int) {
 	t.Helper()
-	for range 2000 {
-		if g.Controller().Len() == n {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatalf("queue length %d, want %d", g.Controller().Len(), n)
+	testutil.WaitFor(t, fmt.Sprintf("queue length %d", n), func() bool { return g.Controller().Len() == n })
 }
 
 func TestGateHoldsWhileSaturatedAndDispatchesOnRelease(t *testing.T) {
@@ -125,7 +121,14 @@ func TestGateShutdown(t *testing.T) {
 				errc <- g.Admit(context.Background(), flowcontrol.Request{ID: "q", FairnessID: "f"}, func(*flowcontrol.Item) {})
 			}()
 			waitQueued(t, g, 1)
-			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			// The drain must end before its deadline when capacity frees
+			// (it returns once the queue is empty), and at the deadline
+			// when none does.
+			grace := 200 * time.Millisecond
+			if tc.unblock {
+				grace = 20 * time.Second
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), grace)
 			defer cancel()
 			if tc.unblock {
 				sat.set(0)

@@ -160,15 +160,23 @@ func TestIdleStreams(t *testing.T) {
 }
 
 // TestActiveStreamOutlivesIdleTimeout: the idle timeout is per message, so
-// a body trickling in faster than it is not cut.
+// a body trickling in faster than it is not cut. The gaps are a
+// twenty-fifth of the timeout, so that a loaded machine's scheduling
+// delays do not stretch one past it; the sleeps alone (a lower bound)
+// make the whole upload longer than the timeout.
 func TestActiveStreamOutlivesIdleTimeout(t *testing.T) {
+	const timeout = time.Second
 	d := newTestDirector("10.0.0.1:8000")
-	c := startServer(t, New(d, Options{RequestIdleTimeout: 200 * time.Millisecond}))
+	c := startServer(t, New(d, Options{RequestIdleTimeout: timeout}))
 	e := envoytest.Open(t, c)
 	e.Send(envoytest.RequestHeaders(false, ":method", "POST", ":path", "/v1/completions"))
 	body := `{"model":"m","prompt":"` + strings.Repeat("x", 20) + `"}`
+	gap := timeout / 25
+	if time.Duration(len(body))*gap <= timeout {
+		t.Fatalf("%d chunks %v apart do not outlast the %v timeout", len(body), gap, timeout)
+	}
 	for i := range len(body) {
-		time.Sleep(20 * time.Millisecond) // 20 chunks: longer than the timeout in all
+		time.Sleep(gap)
 		e.Send(envoytest.RequestBody([]byte(body[i:i+1]), i == len(body)-1))
 	}
 	if e.Recv().GetRequestHeaders() == nil {

@@ -136,11 +136,12 @@ func TestLibzmqSubscriber(t *testing.T) {
 				return s
 			}
 			go func() {
-				// A pause longer than the heartbeat timeout midway: only
-				// the PONGs keep libzmq from dropping the connection.
+				// A pause longer than the heartbeat timeout (zsub.c: 1 s)
+				// midway: only the PONGs keep libzmq from dropping the
+				// connection.
 				for seq := range uint64(n) {
 					if seq == n/2 {
-						time.Sleep(500 * time.Millisecond)
+						time.Sleep(1500 * time.Millisecond)
 					}
 					payload := small
 					if seq%3 == 2 {

@@ -25,8 +25,10 @@ func TestRepeatedPromptHitsCache(t *testing.T) {
 	// delay d is d × TimeScale simulated seconds); a scale below 1 keeps
 	// them small next to the modelled prefill on a loaded machine (at 2, a
 	// CI run's 40 ms of delays made the cached repeat 63 ms, not under
-	// half of the cold 93 ms).
-	o.TimeScale = 0.25
+	// half of the cold 93 ms). At 0.05 the repeat stays under half of the
+	// cold prefill with up to about 700 ms of such delays, ten times the
+	// worst seen; the cold prefill takes about 2 s of wall time.
+	o.TimeScale = 0.05
 	s := startServer(t, o)
 	vec := testutil.LoadHashVector(t)
 	prompt := strings.Repeat(vec.Prompt+"\n", 8)

@@ -137,6 +137,9 @@ type dpStats struct {
 	CPUHits, CPUBlocks, P2PPulls, P2PBlocks          atomic.Uint64
 	Offloaded, Stored, Dropped, Released             atomic.Uint64
 	Recomputed                                       atomic.Uint64
+	// Pending counts the work units queued for the agent and not yet
+	// applied: zero once everything the engine did so far reached it.
+	Pending atomic.Int64
 }
 
 // DataPlaneStats is a snapshot of the data plane's counters.
@@ -294,9 +297,13 @@ func (t *tee) Publish(events []engine.Event) {
 	if len(work) == 0 {
 		return
 	}
+	// Counted before the send: a reader must never see zero while the
+	// worker holds work.
+	d.stats.Pending.Add(int64(len(work)))
 	select {
 	case d.work <- work:
 	default:
+		d.stats.Pending.Add(-int64(len(work)))
 		d.stats.Dropped.Add(uint64(len(work)))
 	}
 }
@@ -313,6 +320,7 @@ func (d *dataPlane) worker(ctx context.Context) {
 		case ws := <-d.work:
 			for _, w := range ws {
 				d.apply(ctx, w)
+				d.stats.Pending.Add(-1)
 			}
 		}
 	}
@@ -591,7 +599,8 @@ func (d *dataPlane) registerMetrics() error {
 			return err
 		}
 	}
-	return nil
+	return d.s.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvgate_sim_kv_pending_work",
+		Help: "stores and offloads queued for the agent, not yet done"}, func() float64 { return float64(st.Pending.Load()) }))
 }
 
 // blockContent says what a block that failed its check holds instead: zeros

@@ -167,7 +167,9 @@ func TestScrapeTargetTLSAndSchema(t *testing.T) {
 	pool.AddCert(srv.Certificate())
 	ds := endpoints.NewDatastore()
 	s := New(ds, Config{
-		Interval: 25 * time.Millisecond, Timeout: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+		// The timeout covers a TLS handshake, which the race detector and a
+		// loaded machine can make take far longer than a plain scrape.
+		Interval: 25 * time.Millisecond, Timeout: 5 * time.Second, Logger: slog.New(slog.DiscardHandler),
 		Target:  Target{Scheme: "https", Path: "/custom/metrics", TLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}},
 		Engines: &Engines{Default: "vllm", Schemas: map[string]*Schema{"vllm": nil, "mine": mustSchema(t, "custom_queue_size{status=waiting}", "custom_running_size", "custom_cache_utilization")}},
 	})
@@ -203,7 +205,7 @@ func TestScrapeTargetTLSVerifies(t *testing.T) {
 		{"verified, unknown CA", &tls.Config{MinVersion: tls.VersionTLS12}, false},
 		{"insecureSkipVerify", &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}, true}, //nolint:gosec // the setting under test
 	} {
-		s := New(ds, Config{Interval: time.Second, Timeout: 500 * time.Millisecond, Target: Target{Scheme: "https", TLS: tc.tls}})
+		s := New(ds, Config{Interval: time.Second, Timeout: 5 * time.Second, Target: Target{Scheme: "https", TLS: tc.tls}})
 		e := ds.Get("a")
 		err := s.scrapeOnce(context.Background(), e, s.metricsURL(e), nil)
 		if (err == nil) != tc.ok {

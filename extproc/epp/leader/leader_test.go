@@ -18,9 +18,14 @@ var suite k8stest.Suite
 
 func TestMain(m *testing.M) { os.Exit(suite.Main(m)) }
 
-// fast are short lease timings so that a takeover happens within seconds.
+// fast retries often, so that the standby takes a released Lease within
+// a fraction of a second. The lease and renew deadline stay long: with a
+// 1.5 s renew deadline a loaded API server could make the leader lose the
+// Lease while the test watches, and the test would see a change of leader
+// it did not cause (the takeover it checks follows the release, which
+// needs no expiry).
 func fast(cfg Config) Config {
-	cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 2*time.Second, 1500*time.Millisecond, 200*time.Millisecond
+	cfg.LeaseDuration, cfg.RenewDeadline, cfg.RetryPeriod = 15*time.Second, 10*time.Second, 200*time.Millisecond
 	return cfg
 }
 

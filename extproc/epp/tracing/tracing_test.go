@@ -7,7 +7,6 @@ import (
 	"net"
 	"sync"
 	"testing"
-	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -101,7 +100,9 @@ func TestSpanPerRequestOverOTLP(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	srv := grpc.NewServer(grpc.StreamInterceptor(tr.StreamInterceptor()))
+	// WaitForHandlers: Stop returns once every handler, and the
+	// interceptor around it that ends the span, has returned.
+	srv := grpc.NewServer(grpc.StreamInterceptor(tr.StreamInterceptor()), grpc.WaitForHandlers(true))
 	extprocv3.RegisterExternalProcessorServer(srv, picker{})
 	ln := listen(t)
 	go func() { _ = srv.Serve(ln) }()
@@ -137,9 +138,9 @@ func TestSpanPerRequestOverOTLP(t *testing.T) {
 	}
 	send("00-" + traceID + "-00f067aa0ba902b7-01") // sampled by the gateway
 	send("")                                       // a root: ratio 0 drops it
-	// The handler returns before the interceptor ends the span; give it a
-	// moment, then flush.
-	time.Sleep(100 * time.Millisecond)
+	// The client sees the stream end before the interceptor ends the span:
+	// the spans are flushed once the server has stopped.
+	srv.Stop()
 	if err := tr.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,9 @@ int main(int argc, char **argv) {
 	if (argc != 4) { fprintf(stderr, "usage\n"); return 2; }
 	void *ctx = zmq_ctx_new();
 	void *s = zmq_socket(ctx, ZMQ_SUB);
-	int ivl = 20, tmo = 200, rcvtmo = 20000;
+	// The heartbeat timeout is a second: a loaded machine may delay the
+	// peer's PONG by far more than the usual milliseconds.
+	int ivl = 50, tmo = 1000, rcvtmo = 20000;
 	zmq_setsockopt(s, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl);
 	zmq_setsockopt(s, ZMQ_HEARTBEAT_TIMEOUT, &tmo, sizeof tmo);
 	zmq_setsockopt(s, ZMQ_RCVTIMEO, &rcvtmo, sizeof rcvtmo);
