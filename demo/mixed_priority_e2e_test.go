@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -42,9 +40,7 @@ func TestE2EEnginePriority(t *testing.T) {
 		}
 		s := startStack(t, c)
 		simMetrics := "http://" + s.Sims[0].Addr + "/metrics"
-		var mu sync.Mutex
-		var served []string
-		var onlineAt time.Time
+		var served testutil.FirstTokens
 		var wg sync.WaitGroup
 		send := func(name, objective string, maxTokens int) {
 			wg.Go(func() {
@@ -67,14 +63,7 @@ func TestE2EEnginePriority(t *testing.T) {
 					t.Errorf("%s: %d %s", name, resp.StatusCode, raw)
 					return
 				}
-				if err := testutil.StreamOrder(resp.Body, func([]byte) {
-					mu.Lock()
-					defer mu.Unlock()
-					served = append(served, name)
-					if name == "online" {
-						onlineAt = time.Now()
-					}
-				}); err != nil {
+				if err := served.Read(name, resp.Body); err != nil {
 					t.Errorf("%s: %v", name, err)
 				}
 			})
@@ -102,22 +91,18 @@ func TestE2EEnginePriority(t *testing.T) {
 		if t.Failed() {
 			t.FailNow()
 		}
-		latency = onlineAt.Sub(start)
 		// The order served is the order of first tokens: with one slot each
 		// request starts only after the one before has finished, while a
 		// client may finish reading a long answer after the short one the
 		// engine ran next.
-		at := slices.Index(served, "online")
-		if at < 0 {
-			t.Fatalf("the online request got no token; served: %v", served)
+		onlineAt, ok := served.At("online")
+		if !ok {
+			t.Fatalf("the online request got no token; served: %v", served.Order())
 		}
-		for _, name := range served[:at] {
-			if strings.HasPrefix(name, "batch-") {
-				position++
-			}
-		}
+		latency = onlineAt.Sub(start)
+		position = served.Before("online", "batch-")
 		t.Logf("engine priority %v: first-token order %v; online after %d of %d queued batch requests, its first token %v after it was sent",
-			enginePriority, served, position, queuedBatch, latency)
+			enginePriority, served.Order(), position, queuedBatch, latency)
 		return position, latency
 	}
 	fcfsPos, fcfsLat := run(false)

@@ -125,6 +125,61 @@ func StreamOrder(body io.Reader, first func(data []byte)) error {
 	return nil
 }
 
+// FirstTokens records, across concurrent streams, the order in which
+// their first tokens arrived and when: the order an engine with one
+// sequence slot served them in. The zero value is ready.
+type FirstTokens struct {
+	mu    sync.Mutex
+	order []string
+	at    map[string]time.Time
+}
+
+// Read reads the stream of the request called name (StreamOrder), noting
+// its first token.
+func (f *FirstTokens) Read(name string, body io.Reader) error {
+	return StreamOrder(body, func([]byte) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.at == nil {
+			f.at = map[string]time.Time{}
+		}
+		f.order = append(f.order, name)
+		f.at[name] = time.Now()
+	})
+}
+
+// Order is the names in first-token order.
+func (f *FirstTokens) Order() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.order...)
+}
+
+// At is when name's first token came (ok false: it has not).
+func (f *FirstTokens) At(name string) (at time.Time, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	at, ok = f.at[name]
+	return at, ok
+}
+
+// Before counts the requests whose names start with prefix that got their
+// first token before name did; -1 if name got none.
+func (f *FirstTokens) Before(name, prefix string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, o := range f.order {
+		if o == name {
+			return n
+		}
+		if strings.HasPrefix(o, prefix) {
+			n++
+		}
+	}
+	return -1
+}
+
 // EarlyHeaderThrough is the regression test of a proxy against a model
 // server that sends its header as soon as it has read the request body
 // (vLLM and `kvgate sim` with "stream": true), while the proxy's

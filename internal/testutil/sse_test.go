@@ -115,3 +115,38 @@ func FuzzSSEReader(f *testing.F) {
 		}
 	})
 }
+
+func TestFirstTokens(t *testing.T) {
+	var f FirstTokens
+	for _, name := range []string{"holder", "batch 1", "online", "batch 0"} {
+		if err := f.Read(name, strings.NewReader("data: x\n\ndata: [DONE]\n\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Read("cut", strings.NewReader("")); !errors.Is(err, ErrNoSSEData) {
+		t.Fatalf("an empty stream: %v", err)
+	}
+	for _, tc := range []struct {
+		name, prefix string
+		want         int
+	}{
+		{"online", "batch ", 1},
+		{"batch 0", "batch ", 1},
+		{"holder", "batch ", 0},
+		{"online", "", 2},
+		{"cut", "batch ", -1},
+	} {
+		if got := f.Before(tc.name, tc.prefix); got != tc.want {
+			t.Errorf("Before(%q, %q) = %d, want %d", tc.name, tc.prefix, got, tc.want)
+		}
+	}
+	if _, ok := f.At("online"); !ok {
+		t.Error("no time for online")
+	}
+	if _, ok := f.At("cut"); ok {
+		t.Error("a time for a stream without data")
+	}
+	if got := strings.Join(f.Order(), ","); got != "holder,batch 1,online,batch 0" {
+		t.Errorf("order %s", got)
+	}
+}

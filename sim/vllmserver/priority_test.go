@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -124,9 +123,7 @@ func TestPrioritySchedulingOverLoopback(t *testing.T) {
 		o := testOptions(t)
 		o.SchedulingPolicy, o.MaxNumSeqs, o.TimeScale = policy, 1, 1
 		s := startServer(t, o)
-		var mu sync.Mutex
-		var served []string
-		var onlineAt time.Time
+		var served testutil.FirstTokens
 		var wg sync.WaitGroup
 		send := func(name string, priority, maxTokens int) {
 			wg.Go(func() {
@@ -142,14 +139,7 @@ func TestPrioritySchedulingOverLoopback(t *testing.T) {
 					t.Errorf("%s %s: %d %s", policy, name, resp.StatusCode, raw)
 					return
 				}
-				if err := testutil.StreamOrder(resp.Body, func([]byte) {
-					mu.Lock()
-					defer mu.Unlock()
-					served = append(served, name)
-					if name == "online" {
-						onlineAt = time.Now()
-					}
-				}); err != nil {
+				if err := served.Read(name, resp.Body); err != nil {
 					t.Errorf("%s %s: %v", policy, name, err)
 				}
 			})
@@ -167,15 +157,11 @@ func TestPrioritySchedulingOverLoopback(t *testing.T) {
 		if t.Failed() {
 			t.FailNow()
 		}
+		onlineAt, _ := served.At("online")
 		latency = onlineAt.Sub(start)
-		at := slices.Index(served, "online")
-		for _, n := range served[:at] {
-			if strings.HasPrefix(n, "batch ") {
-				position++
-			}
-		}
+		position = served.Before("online", "batch ")
 		t.Logf("%s: first-token order %v; online served after %d of %d queued sheddable requests, its first token %v after it arrived",
-			policy, served, position, queuedLow, latency)
+			policy, served.Order(), position, queuedLow, latency)
 		return position, latency
 	}
 	fcfsPos, fcfsLat := run("fcfs", 0, 0)
