@@ -25,7 +25,7 @@ import (
 // one GPU count run collocated (every server prefills and decodes) or as
 // xPyD (x prefill servers, y decode servers that may also prefill
 // locally), with a network model between the servers; a decider chooses per
-// request. Two scenarios:
+// request. Three scenarios:
 //
 //   - tradeoff: collocated vs xPyD with always-disagg-pd-decider and with
 //     transfer-cost-pd-decider, on a long-prompt and a short-prompt
@@ -36,6 +36,11 @@ import (
 //     several speeds, one with paths of different speeds, deciding with
 //     transfer-cost-pd-decider and with prefix-based-pd-decider at each
 //     threshold.
+//   - capacity: the tradeoff's fleets on its long-prompt workload over the
+//     fast and the slow network at several arrival rates, and per fleet the
+//     highest rate whose TTFT p90 and TPOT p90 meet an SLO: the throughput
+//     P/D buys (or costs) at the same latency, which one open-loop rate
+//     where no fleet saturates cannot show.
 
 // PDOptions are `kvgate bench pd`'s flags.
 type PDOptions struct {
@@ -53,13 +58,17 @@ type PDOptions struct {
 	SlowBW    float64
 	Latency   time.Duration
 	Threshold string
+	// Rates are the capacity scenario's arrival rates, as multiples of
+	// QPSLong; SLOTTFT and SLOTPOT the p90 bounds a rate must meet.
+	Rates            string
+	SLOTTFT, SLOTPOT time.Duration
 }
 
 // DefaultPDOptions are the flag defaults.
 func DefaultPDOptions() PDOptions {
 	return PDOptions{Scenario: "all", Preset: "llama-3.1-8b-h100", GPUs: 4, Prefill: 2, Requests: 300, Seed: 1,
 		QPSLong: 6, QPSShort: 40, QPSMixed: 8, FastBW: 50e9, SlowBW: 1.25e9, Latency: 50 * time.Microsecond,
-		Threshold: "16,512,2048,8192"}
+		Threshold: "16,512,2048,8192", Rates: "0.5,0.75,1,1.25,1.5,1.75,2,2.5,3", SLOTTFT: time.Second, SLOTPOT: 25 * time.Millisecond}
 }
 
 // PDMain is `kvgate bench pd`.
@@ -68,7 +77,7 @@ func PDMain(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("kvgate bench pd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.Out, "out", o.Out, "directory for pd.md (required)")
-	fs.StringVar(&o.Scenario, "scenario", o.Scenario, "tradeoff | sweep | all")
+	fs.StringVar(&o.Scenario, "scenario", o.Scenario, "tradeoff | sweep | all (tradeoff and sweep) | capacity")
 	fs.StringVar(&o.Preset, "preset", o.Preset, "engine preset: "+presetNames())
 	fs.IntVar(&o.GPUs, "gpus", o.GPUs, "servers (GPUs) in every fleet")
 	fs.IntVar(&o.Prefill, "prefill", o.Prefill, "prefill servers of the xPyD fleets (x; y = --gpus - x)")
@@ -81,10 +90,13 @@ func PDMain(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.Float64Var(&o.SlowBW, "slow-bw", o.SlowBW, "bytes/s of a slow path (default 10 Gb/s)")
 	fs.DurationVar(&o.Latency, "latency", o.Latency, "one-way latency of every path")
 	fs.StringVar(&o.Threshold, "thresholds", o.Threshold, "sweep: prefix-based-pd-decider nonCachedTokens values")
+	fs.StringVar(&o.Rates, "rates", o.Rates, "capacity: arrival rates of the long-prompt workload, as multiples of --qps-long")
+	fs.DurationVar(&o.SLOTTFT, "slo-ttft", o.SLOTTFT, "capacity: the TTFT p90 a rate must meet")
+	fs.DurationVar(&o.SLOTPOT, "slo-tpot", o.SLOTPOT, "capacity: the TPOT p90 a rate must meet")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
-	thresholds, err := o.check()
+	thresholds, rates, err := o.check()
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		fs.Usage()
@@ -108,6 +120,14 @@ func PDMain(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		b.WriteString("\n" + pdTable(rows))
 	}
+	if o.Scenario == "capacity" {
+		rows, err := o.capacity(ctx, preset, rates, stderr)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "\nCapacity: the long-prompt workload at %s req/s; SLO TTFT p90 <= %v and TPOT p90 <= %v.\n\n%s\n%s",
+			joinRates(rows), o.SLOTTFT, o.SLOTPOT, capacityTable(rows, o.slo()), pdTable(rows))
+	}
 	fmt.Fprint(stderr, "\n", b.String())
 	if err := os.MkdirAll(o.Out, 0o755); err != nil {
 		return err
@@ -115,35 +135,55 @@ func PDMain(ctx context.Context, args []string, stderr io.Writer) error {
 	return os.WriteFile(filepath.Join(o.Out, "pd.md"), []byte(b.String()), 0o644)
 }
 
-func (o PDOptions) check() ([]int, error) {
+// check validates the options and returns the sweep's thresholds and the
+// capacity scenario's rate multiples.
+func (o PDOptions) check() ([]int, []float64, error) {
 	if o.Out == "" {
-		return nil, errors.New("--out is required")
+		return nil, nil, errors.New("--out is required")
 	}
 	switch o.Scenario {
-	case "tradeoff", "sweep", "all":
+	case "tradeoff", "sweep", "all", "capacity":
 	default:
-		return nil, fmt.Errorf("--scenario %q: want tradeoff, sweep or all", o.Scenario)
+		return nil, nil, fmt.Errorf("--scenario %q: want tradeoff, sweep, all or capacity", o.Scenario)
 	}
 	if _, ok := engine.LookupPreset(o.Preset); !ok {
-		return nil, fmt.Errorf("unknown preset %q (%s)", o.Preset, presetNames())
+		return nil, nil, fmt.Errorf("unknown preset %q (%s)", o.Preset, presetNames())
 	}
 	switch {
 	case o.GPUs < 2 || o.GPUs > 64:
-		return nil, fmt.Errorf("--gpus must be 2..64, got %d", o.GPUs)
+		return nil, nil, fmt.Errorf("--gpus must be 2..64, got %d", o.GPUs)
 	case o.Prefill < 1 || o.Prefill >= o.GPUs:
-		return nil, fmt.Errorf("--prefill must be 1..%d, got %d", o.GPUs-1, o.Prefill)
+		return nil, nil, fmt.Errorf("--prefill must be 1..%d, got %d", o.GPUs-1, o.Prefill)
 	case o.Requests < 1:
-		return nil, errors.New("--requests must be positive")
+		return nil, nil, errors.New("--requests must be positive")
 	case !(o.QPSLong > 0 && o.QPSShort > 0 && o.QPSMixed > 0):
-		return nil, errors.New("arrival rates must be positive")
+		return nil, nil, errors.New("arrival rates must be positive")
 	case !(o.FastBW > 0 && o.SlowBW > 0) || o.Latency < 0:
-		return nil, errors.New("path bandwidths must be positive and the latency not negative")
+		return nil, nil, errors.New("path bandwidths must be positive and the latency not negative")
+	case o.SLOTTFT <= 0 || o.SLOTPOT <= 0:
+		return nil, nil, errors.New("--slo-ttft and --slo-tpot must be positive")
 	}
-	var out []int
-	for _, s := range strings.Split(o.Threshold, ",") {
-		var n int
-		if _, err := fmt.Sscan(strings.TrimSpace(s), &n); err != nil || n < 1 {
-			return nil, fmt.Errorf("--thresholds: %q is not a positive token count", s)
+	thresholds, err := positives[int]("--thresholds", "token count", o.Threshold)
+	if err != nil {
+		return nil, nil, err
+	}
+	rates, err := positives[float64]("--rates", "rate multiple", o.Rates)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !slices.IsSorted(rates) || len(slices.Compact(slices.Clone(rates))) != len(rates) {
+		return nil, nil, fmt.Errorf("--rates %q: want increasing multiples", o.Rates)
+	}
+	return thresholds, rates, nil
+}
+
+// positives parses a comma-separated list of positive numbers.
+func positives[T int | float64](flagName, what, list string) ([]T, error) {
+	var out []T
+	for _, s := range strings.Split(list, ",") {
+		var n T
+		if _, err := fmt.Sscan(strings.TrimSpace(s), &n); err != nil || !(n > 0) {
+			return nil, fmt.Errorf("%s: %q is not a positive %s", flagName, s, what)
 		}
 		out = append(out, n)
 	}
@@ -433,10 +473,26 @@ func (o PDOptions) run(ctx context.Context, preset engine.Preset, f pdFleet, net
 	return row, nil
 }
 
+// tradeoffDeciders are the fleets the tradeoff and the capacity scenarios
+// compare: "" the collocated fleet, the others xPyD with that decider.
+var tradeoffDeciders = []string{"", "always-disagg-pd-decider", "transfer-cost-pd-decider", "transfer-cost-pd-decider{interferenceWeight: 0}"}
+
+// longPrompts is the long-prompt workload at qps: 8000-token prompts, 256
+// tokens out. At one seed, a higher rate is the same requests arriving
+// closer together.
+func (o PDOptions) longPrompts(qps float64) []workload.Request {
+	return pdWorkload(o.Seed, o.Requests, qps, fixedLen(8000), fixedLen(256), 0, 0, 0)
+}
+
+// fastSlow are the tradeoff's networks, every path fast or every path slow.
+func (o PDOptions) fastSlow() []pdNetwork {
+	return []pdNetwork{o.uniform("fast", o.FastBW), o.uniform("slow", o.SlowBW)}
+}
+
 // tradeoff runs collocated and xPyD fleets on long and short prompts over
 // a fast and a slow network.
 func (o PDOptions) tradeoff(ctx context.Context, preset engine.Preset, stderr io.Writer) ([]pdRow, error) {
-	fleets, err := o.fleets(preset, "", "always-disagg-pd-decider", "transfer-cost-pd-decider", "transfer-cost-pd-decider{interferenceWeight: 0}")
+	fleets, err := o.fleets(preset, tradeoffDeciders...)
 	if err != nil {
 		return nil, err
 	}
@@ -445,14 +501,13 @@ func (o PDOptions) tradeoff(ctx context.Context, preset engine.Preset, stderr io
 		qps  float64
 		reqs []workload.Request
 	}{
-		{"long", o.QPSLong, pdWorkload(o.Seed, o.Requests, o.QPSLong, fixedLen(8000), fixedLen(256), 0, 0, 0)},
+		{"long", o.QPSLong, o.longPrompts(o.QPSLong)},
 		{"short", o.QPSShort, pdWorkload(o.Seed, o.Requests, o.QPSShort, fixedLen(256), fixedLen(256), 0, 0, 0)},
 	}
-	nets := []pdNetwork{o.uniform("fast", o.FastBW), o.uniform("slow", o.SlowBW)}
 	var rows []pdRow
 	for _, w := range workloads {
 		for _, f := range fleets {
-			for _, n := range nets {
+			for _, n := range o.fastSlow() {
 				row, err := o.run(ctx, preset, f, n, w.name, w.qps, w.reqs, stderr)
 				if err != nil {
 					return nil, err
@@ -495,4 +550,101 @@ func (o PDOptions) sweep(ctx context.Context, preset engine.Preset, thresholds [
 		}
 	}
 	return rows, nil
+}
+
+// capacity runs the tradeoff's fleets on the long-prompt workload over the
+// fast and the slow network at each multiple of QPSLong, in order of fleet,
+// network and rate; a collocated fleet, which moves no KV, once per rate.
+func (o PDOptions) capacity(ctx context.Context, preset engine.Preset, rates []float64, stderr io.Writer) ([]pdRow, error) {
+	fleets, err := o.fleets(preset, tradeoffDeciders...)
+	if err != nil {
+		return nil, err
+	}
+	var rows []pdRow
+	for _, f := range fleets {
+		for _, n := range o.fastSlow() {
+			for _, m := range rates {
+				qps := m * o.QPSLong
+				row, err := o.run(ctx, preset, f, n, "long", qps, o.longPrompts(qps), stderr)
+				if err != nil {
+					return nil, err
+				}
+				rows = append(rows, row)
+			}
+			if f.prefill == 0 {
+				break
+			}
+		}
+	}
+	return rows, nil
+}
+
+// pdSLO is a latency objective, in seconds; +Inf leaves a bound out.
+type pdSLO struct{ ttftP90, tpotP90 float64 }
+
+func (o PDOptions) slo() pdSLO { return pdSLO{o.SLOTTFT.Seconds(), o.SLOTPOT.Seconds()} }
+
+// met: every request served, within both bounds.
+func (s pdSLO) met(r pdRow) bool {
+	return r.Failed == 0 && r.OK > 0 && r.TTFTP90 <= s.ttftP90 && r.TPOTP90 <= s.tpotP90
+}
+
+// capacityOf is the run at the highest rate of one fleet's runs (in
+// increasing rate) that met the SLO with every lower rate meeting it too,
+// and false when the lowest did not.
+func capacityOf(runs []pdRow, s pdSLO) (pdRow, bool) {
+	best, ok := pdRow{}, false
+	for _, r := range runs {
+		if !s.met(r) {
+			break
+		}
+		best, ok = r, true
+	}
+	return best, ok
+}
+
+// byFleet splits capacity's rows into runs of one fleet on one network.
+func byFleet(rows []pdRow) [][]pdRow {
+	var out [][]pdRow
+	for i, r := range rows {
+		if p := rows[max(i-1, 0)]; i == 0 || r.Fleet != p.Fleet || r.Decider != p.Decider || r.Network != p.Network {
+			out = append(out, nil)
+		}
+		out[len(out)-1] = append(out[len(out)-1], r)
+	}
+	return out
+}
+
+// joinRates lists the rates of the first fleet's runs.
+func joinRates(rows []pdRow) string {
+	var parts []string
+	for _, r := range byFleet(rows)[0] {
+		parts = append(parts, fmt.Sprintf("%.3g", r.QPS))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// capacityTable is, per fleet and network, the highest rate meeting the
+// SLO and the throughput there, and the same under the TTFT bound alone.
+func capacityTable(rows []pdRow, s pdSLO) string {
+	var b strings.Builder
+	b.WriteString("| fleet | decider | network | max req/s (TTFT and TPOT SLO) | out tok/s there | TTFT p90 / TPOT p90 there | max req/s (TTFT SLO alone) | out tok/s there |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|\n")
+	cell := func(runs []pdRow, s pdSLO) (string, string, pdRow) {
+		r, ok := capacityOf(runs, s)
+		if !ok {
+			return "none", "—", r
+		}
+		return fmt.Sprintf("%.3g", r.QPS), fmt.Sprintf("%.0f", r.OutTokS), r
+	}
+	for _, runs := range byFleet(rows) {
+		rate, tok, r := cell(runs, s)
+		there := "—"
+		if rate != "none" {
+			there = fmt.Sprintf("%.3fs / %.1fms", r.TTFTP90, r.TPOTP90*1e3)
+		}
+		ttftRate, ttftTok, _ := cell(runs, pdSLO{s.ttftP90, math.Inf(1)})
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", runs[0].Fleet, runs[0].Decider, runs[0].Network, rate, tok, there, ttftRate, ttftTok)
+	}
+	return b.String()
 }
