@@ -68,9 +68,10 @@
 // P/D's ITL gain there, still keeps long prompts over slow paths and short
 // prompts local, and loses fewer cells to prefix-based-pd-decider's
 // thresholds on the mixed sweep; at 3 it starts to send long prompts over
-// slow paths. Two other
-// settings price a decision by what it costs everyone, without a tuned
-// constant: {interferenceWeight: 0, queueWeight: 1} is the TTFT of the
+// slow paths.
+//
+// Two other settings price a decision by what it costs everyone, without
+// a tuned constant: {interferenceWeight: 0, queueWeight: 1} is the TTFT of the
 // request and of those that queue behind its prefill;
 // {interferenceWeight: 0, decodeStallWeight: 1, queueWeight: 1} adds the
 // stall of every decoding sequence, the sum of all requests' latency. The
