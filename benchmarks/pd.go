@@ -436,7 +436,7 @@ func (o PDOptions) run(ctx context.Context, preset engine.Preset, f pdFleet, net
 // tradeoff runs collocated and xPyD fleets on long and short prompts over
 // a fast and a slow network.
 func (o PDOptions) tradeoff(ctx context.Context, preset engine.Preset, stderr io.Writer) ([]pdRow, error) {
-	fleets, err := o.fleets(preset, "", "always-disagg-pd-decider", "transfer-cost-pd-decider", "transfer-cost-pd-decider{interferenceWeight: 0}")
+	fleets, err := o.fleets(preset, "", "always-disagg-pd-decider", "transfer-cost-pd-decider", "transfer-cost-pd-decider{interferenceWeight: 1}", "transfer-cost-pd-decider{interferenceWeight: 0}")
 	if err != nil {
 		return nil, err
 	}
@@ -470,7 +470,7 @@ func (o PDOptions) tradeoff(ctx context.Context, preset engine.Preset, stderr io
 // sweep runs the mixed workload over networks of several speeds with
 // transfer-cost-pd-decider and prefix-based-pd-decider at each threshold.
 func (o PDOptions) sweep(ctx context.Context, preset engine.Preset, thresholds []int, stderr io.Writer) ([]pdRow, error) {
-	deciders := []string{"transfer-cost-pd-decider", "transfer-cost-pd-decider{interferenceWeight: 0}", "transfer-cost-pd-decider{interferenceWeight: 0, queueWeight: 1}",
+	deciders := []string{"transfer-cost-pd-decider", "transfer-cost-pd-decider{interferenceWeight: 1}", "transfer-cost-pd-decider{interferenceWeight: 0}", "transfer-cost-pd-decider{interferenceWeight: 0, queueWeight: 1}",
 		"transfer-cost-pd-decider{interferenceWeight: 0, decodeStallWeight: 1, queueWeight: 1}"}
 	for _, t := range thresholds {
 		deciders = append(deciders, fmt.Sprintf("prefix-based-pd-decider{nonCachedTokens: %d}", t))
