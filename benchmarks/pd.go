@@ -475,7 +475,7 @@ func (o PDOptions) run(ctx context.Context, preset engine.Preset, f pdFleet, net
 
 // tradeoffDeciders are the fleets the tradeoff and the capacity scenarios
 // compare: "" the collocated fleet, the others xPyD with that decider.
-var tradeoffDeciders = []string{"", "always-disagg-pd-decider", "transfer-cost-pd-decider", "transfer-cost-pd-decider{interferenceWeight: 0}"}
+var tradeoffDeciders = []string{"", "always-disagg-pd-decider", "transfer-cost-pd-decider", "transfer-cost-pd-decider{interferenceWeight: 1}", "transfer-cost-pd-decider{interferenceWeight: 0}"}
 
 // longPrompts is the long-prompt workload at qps: 8000-token prompts, 256
 // tokens out. At one seed, a higher rate is the same requests arriving
@@ -525,7 +525,7 @@ func (o PDOptions) tradeoff(ctx context.Context, preset engine.Preset, stderr io
 // sweep runs the mixed workload over networks of several speeds with
 // transfer-cost-pd-decider and prefix-based-pd-decider at each threshold.
 func (o PDOptions) sweep(ctx context.Context, preset engine.Preset, thresholds []int, stderr io.Writer) ([]pdRow, error) {
-	deciders := []string{"transfer-cost-pd-decider", "transfer-cost-pd-decider{interferenceWeight: 0}", "transfer-cost-pd-decider{interferenceWeight: 0, queueWeight: 1}",
+	deciders := []string{"transfer-cost-pd-decider", "transfer-cost-pd-decider{interferenceWeight: 1}", "transfer-cost-pd-decider{interferenceWeight: 0}", "transfer-cost-pd-decider{interferenceWeight: 0, queueWeight: 1}",
 		"transfer-cost-pd-decider{interferenceWeight: 0, decodeStallWeight: 1, queueWeight: 1}"}
 	for _, t := range thresholds {
 		deciders = append(deciders, fmt.Sprintf("prefix-based-pd-decider{nonCachedTokens: %d}", t))

@@ -62,9 +62,9 @@ func TestPDBench(t *testing.T) {
 			t.Errorf("always-disagg-pd-decider disaggregated %s", share)
 		}
 	}
-	// tradeoff: 2 workloads × (collocated + 3 deciders × 2 networks);
-	// sweep: 4 networks × (4 transfer-cost + 2 thresholds).
-	if rows != 14+24 {
+	// tradeoff: 2 workloads × (collocated + 4 deciders × 2 networks);
+	// sweep: 4 networks × (5 transfer-cost + 2 thresholds).
+	if rows != 18+28 {
 		t.Errorf("%d rows:\n%s", rows, md)
 	}
 }
@@ -87,8 +87,9 @@ func TestPDUsage(t *testing.T) {
 }
 
 // The transfer-cost decider's choices in the simulated 2P2D fleet follow
-// the trade-off: long prompts over a fast network disaggregate, long ones
-// over a slow network and short ones over either mostly do not.
+// the trade-off: long prompts over a fast network disaggregate (most of
+// them, enough to take P/D's ITL gain), long ones over a slow network and
+// short ones over either mostly do not.
 func TestPDDecisionPattern(t *testing.T) {
 	o := DefaultPDOptions()
 	o.Requests = 80
@@ -105,7 +106,7 @@ func TestPDDecisionPattern(t *testing.T) {
 		net      pdNetwork
 		min, max float64 // bounds of the share disaggregated
 	}{
-		{"long, fast", long, o.uniform("fast", o.FastBW), 0.4, 1},
+		{"long, fast", long, o.uniform("fast", o.FastBW), 0.75, 1},
 		{"long, slow", long, o.uniform("slow", o.SlowBW), 0, 0.1},
 		{"short, fast", short, o.uniform("fast", o.FastBW), 0, 0.1},
 		{"short, slow", short, o.uniform("slow", o.SlowBW), 0, 0.05},
@@ -149,8 +150,8 @@ func TestPDCapacity(t *testing.T) {
 			t.Errorf("unexpected table line %q", line)
 		}
 	}
-	// 1 collocated + 3 xPyD deciders × 2 networks; each at 2 rates.
-	if summary != 7 || runs != 14 || !strings.Contains(string(md), "SLO TTFT p90 <= 1s and TPOT p90 <= 25ms") {
+	// 1 collocated + 4 xPyD deciders × 2 networks; each at 2 rates.
+	if summary != 9 || runs != 18 || !strings.Contains(string(md), "SLO TTFT p90 <= 1s and TPOT p90 <= 25ms") {
 		t.Errorf("%d capacity rows, %d runs:\n%s", summary, runs, md)
 	}
 
@@ -162,7 +163,7 @@ func TestPDCapacity(t *testing.T) {
 		t.Fatal(err)
 	}
 	groups := byFleet(rows)
-	if len(groups) != 7 {
+	if len(groups) != 9 {
 		t.Fatalf("%d fleet × network groups", len(groups))
 	}
 	for _, g := range groups {

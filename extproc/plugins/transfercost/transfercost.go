@@ -50,12 +50,28 @@
 // rate of those it disaggregates, per prefill server, for a remote one.
 //
 // With the default weights the rule keeps a request's TTFT where P/D would
-// raise it by more than the ITL spike it spares the decode batch: long
-// prompts over a fast path disaggregate, short prompts (whose spike is a
-// few milliseconds) and transfers over slow paths do not, and a queued
-// prefill pool sends prefills back to the decode servers. Two other
-// settings price a decision by what it costs everyone, without a tuned
-// constant: {interferenceWeight: 0, queueWeight: 1} is the TTFT of the
+// raise it by more than twice the ITL spike it spares the decode batch:
+// long prompts over a fast path disaggregate, short prompts (whose spike
+// is a few milliseconds) and transfers over slow paths do not, and a
+// queued prefill pool sends prefills back to the decode servers.
+//
+// interferenceWeight is the exchange rate between a second of the
+// request's own TTFT and a second of the spike. 1 counts the spike once,
+// as if one sequence felt it; decodeStallWeight 1 counts it for each of
+// the n sequences decoding there (the sum of their latency). Any weight
+// between the two is a choice of how many of them the operator's
+// latency objective counts, not a derived constant. The default 2 is an
+// empirical one, measured on issue 16's benchmark (benchmarks/RESULTS.md):
+// at 1 the decider keeps a quarter of the long prompts home on a fast
+// network, and their stalls, on decode batches twice a collocated
+// server's, leave the fleet at the collocated TPOT; at 2 it takes most of
+// P/D's ITL gain there, still keeps long prompts over slow paths and short
+// prompts local, and loses fewer cells to prefix-based-pd-decider's
+// thresholds on the mixed sweep; at 3 it starts to send long prompts over
+// slow paths.
+//
+// Two other settings price a decision by what it costs everyone, without
+// a tuned constant: {interferenceWeight: 0, queueWeight: 1} is the TTFT of the
 // request and of those that queue behind its prefill;
 // {interferenceWeight: 0, decodeStallWeight: 1, queueWeight: 1} adds the
 // stall of every decoding sequence, the sum of all requests' latency. The
@@ -116,7 +132,7 @@
 //	prefillFilter: string    the filter plugin that keeps prefill servers
 //	                         (default "prefill-filter")
 //	interferenceWeight: float  weight of the ITL spike a local prefill
-//	                         causes the sequences decoding there (default 1;
+//	                         causes the sequences decoding there (default 2;
 //	                         0: the request's TTFT alone)
 //	decodeStallWeight: float  weight of the sum of those sequences' stall
 //	                         (default 0; 1, with interferenceWeight 0 and
@@ -167,7 +183,7 @@ const (
 	DefaultMaxNumBatchedTokens    = 8192
 	DefaultDecodeStep             = 10 * time.Millisecond
 	DefaultPrefillFilter          = "prefill-filter"
-	DefaultInterferenceWeight     = 1
+	DefaultInterferenceWeight     = 2
 )
 
 // Params are the plugin's parameters.

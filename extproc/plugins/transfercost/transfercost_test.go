@@ -208,10 +208,12 @@ func load(t *testing.T, e *endpoints.Endpoint, decodes int, backlog int64) {
 // The decision pattern: P/D for long prompts over a fast path while the
 // decode server is decoding (the local prefill would stall its batch for
 // longer than the remote leg costs); not for short prompts, whose stall is
-// a few milliseconds, nor over a slow path, nor onto a queued prefill
-// server; a decode server with a long prefill queue sends even short ones
-// away. The weights move the line: TTFT alone keeps the long prompt local,
-// the sum of every decoding sequence's stall sends a 1k-token one away (not
+// a few milliseconds, nor over a slow path, nor onto a prefill server with
+// two long prefills queued; a decode server with a long prefill queue
+// sends even short ones away. The weights move the line: the default
+// weight 2 sends a long prompt behind one queued prefill, the spike
+// counted once keeps it local, TTFT alone keeps it local with no prefill
+// queued, the sum of every decoding sequence's stall sends a 1k-token one away (not
 // a 256-token one: it fits in the compute a decode step leaves idle).
 func TestDecisionPattern(t *testing.T) {
 	const (
@@ -234,6 +236,10 @@ func TestDecisionPattern(t *testing.T) {
 		{name: "short prompt, slow path", prompt: 256, bw: slow, decodes: 32},
 		{name: "long prompt, fast path, idle decode server", prompt: 8000, bw: fast},
 		{name: "long prompt, fast path, queued prefill server", prompt: 8000, bw: fast, decodes: 32, prefillBacklog: 16000},
+		// One long prompt queued on the prefill server: P/D raises the TTFT
+		// by more than the spike, less than twice it.
+		{name: "long prompt, fast path, one prefill queued", prompt: 8000, bw: fast, decodes: 32, prefillBacklog: 8000, wantDisaggregate: true},
+		{name: "spike counted once: long prompt, fast path, one prefill queued", params: "interferenceWeight: 1", prompt: 8000, bw: fast, decodes: 32, prefillBacklog: 8000},
 		{name: "short prompt, slow path, queued decode server", prompt: 256, bw: slow, decodes: 32, decodeBacklog: 60000, wantDisaggregate: true},
 		{name: "TTFT alone: long prompt, fast path", params: "interferenceWeight: 0", prompt: 8000, bw: fast, decodes: 32},
 		{name: "sum of the stall: short prompt rides in the decode step", params: "decodeStallWeight: 1", prompt: 256, bw: fast, decodes: 32},
