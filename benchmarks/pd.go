@@ -607,7 +607,7 @@ func capacityOf(runs []pdRow, s pdSLO) (pdRow, bool) {
 func byFleet(rows []pdRow) [][]pdRow {
 	var out [][]pdRow
 	for i, r := range rows {
-		if p := rows[max(i-1, 0)]; i == 0 || r.Fleet != p.Fleet || r.Decider != p.Decider || r.Network != p.Network {
+		if i == 0 || r.Fleet != rows[i-1].Fleet || r.Decider != rows[i-1].Decider || r.Network != rows[i-1].Network {
 			out = append(out, nil)
 		}
 		out[len(out)-1] = append(out[len(out)-1], r)
