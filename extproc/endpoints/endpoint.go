@@ -65,15 +65,33 @@ type Metrics struct {
 // Endpoint is one routable model-server rank. Its identity is immutable;
 // metrics and the picker's own in-flight counters change concurrently and are
 // read without locks.
+//
+// A decision reads every candidate, and at 256 candidates it is the number
+// of distinct cache lines it touches that sets its cost when another process
+// emptied the caches (benchmarks/RESULTS.md, BenchmarkColdPick). So what a
+// decision reads of a candidate (the live load, the step clock, whether the
+// snapshot lists adapters) comes first, in the first two cache lines, and
+// the struct is padded to 256 bytes, a size class whose objects start on a
+// cache line; the identity, read for the chosen endpoint only, follows.
+// TestEndpointLayout pins this.
 type Endpoint struct {
-	spec    Spec
-	metrics atomic.Pointer[Metrics]
+	load  liveLoad
+	steps stepClock
+	// adapters is whether the metrics snapshot lists any LoRA adapter, so
+	// that a request's adapter check skips the snapshots (and their adapter
+	// maps) of servers that list none.
+	adapters atomic.Bool
+	metrics  atomic.Pointer[Metrics]
 
 	inflightRequests atomic.Int64
 	inflightTokens   atomic.Int64
-	load             liveLoad
-	steps            stepClock
+
+	spec Spec
+	_    [endpointPad]byte
 }
+
+// endpointPad pads Endpoint to 256 bytes on 64-bit platforms.
+const endpointPad = 40
 
 // NewEndpoint returns an endpoint with an empty metrics snapshot.
 func NewEndpoint(spec Spec) *Endpoint {
@@ -81,6 +99,10 @@ func NewEndpoint(spec Spec) *Endpoint {
 	e.metrics.Store(&Metrics{})
 	return e
 }
+
+// ListsAdapters reports whether the latest snapshot lists a LoRA adapter,
+// active or waiting, without reading the snapshot.
+func (e *Endpoint) ListsAdapters() bool { return e.adapters.Load() }
 
 // Spec returns the endpoint's identity. Callers must not modify Labels.
 func (e *Endpoint) Spec() Spec { return e.spec }
@@ -101,6 +123,7 @@ func (e *Endpoint) Metrics() *Metrics { return e.metrics.Load() }
 // Only the endpoint's scraper calls it.
 func (e *Endpoint) SetMetrics(m *Metrics) {
 	e.load.reconcile(m)
+	e.adapters.Store(len(m.ActiveLoRAs)+len(m.WaitingLoRAs) > 0)
 	e.metrics.Store(m)
 }
 

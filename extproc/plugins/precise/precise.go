@@ -488,8 +488,13 @@ func (s *Scorer) EndpointsRemoved(addresses []string) {
 // adapterOf reports whether target is a LoRA adapter rather than the base
 // model: an adapter is what some server lists in vllm:lora_requests_info.
 // vLLM keys adapter blocks by the adapter's name, so the hashes differ.
+// Servers that list no adapter are passed over without reading their
+// snapshots: this is the first look at every candidate in a decision.
 func adapterOf(target string, eps []*endpoints.Endpoint) string {
 	for _, e := range eps {
+		if !e.ListsAdapters() {
+			continue
+		}
 		m := e.Metrics()
 		if _, ok := m.ActiveLoRAs[target]; ok {
 			return target
