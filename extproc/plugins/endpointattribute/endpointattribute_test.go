@@ -9,6 +9,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/plugins/dcgm"
 	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/extproc/scheduling/schedtest"
 )
 
 // fleet is four endpoints and a dcgm-extractor that read their exporters'
@@ -46,14 +47,6 @@ func fleet(t *testing.T) ([]*endpoints.Endpoint, func(string) (scheduling.Plugin
 	return eps, lookup
 }
 
-func names(eps []*endpoints.Endpoint) string {
-	var s []string
-	for _, e := range eps {
-		s = append(s, e.Name())
-	}
-	return strings.Join(s, ",")
-}
-
 func TestFilter(t *testing.T) {
 	eps, lookup := fleet(t)
 	for _, tc := range []struct {
@@ -78,7 +71,7 @@ func TestFilter(t *testing.T) {
 				t.Fatal(err)
 			}
 			in := append([]*endpoints.Endpoint(nil), eps...)
-			if got := names(f.Filter(context.Background(), scheduling.NewCycleState(), &scheduling.Request{}, in)); got != tc.want {
+			if got := strings.Join(schedtest.Names(f.Filter(context.Background(), scheduling.NewCycleState(), &scheduling.Request{}, in)), ","); got != tc.want {
 				t.Fatalf("kept %q, want %q", got, tc.want)
 			}
 		})

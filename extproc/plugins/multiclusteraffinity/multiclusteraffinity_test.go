@@ -10,14 +10,6 @@ import (
 	"github.com/kvgate/kvgate/extproc/scheduling/schedtest"
 )
 
-func names(eps []*endpoints.Endpoint) []string {
-	out := []string{}
-	for _, e := range eps {
-		out = append(out, e.Name())
-	}
-	return out
-}
-
 // route filters a request carrying headers, sends it to the cluster named
 // to, and returns the kept names and the response's headers.
 func route(t *testing.T, f *Filter, headers map[string]string, eps []*endpoints.Endpoint, to string) ([]string, map[string]string) {
@@ -25,7 +17,7 @@ func route(t *testing.T, f *Filter, headers map[string]string, eps []*endpoints.
 	ctx := context.Background()
 	cs := scheduling.NewCycleState()
 	req := &scheduling.Request{Headers: headers}
-	kept := names(f.Filter(ctx, cs, req, slices.Clone(eps)))
+	kept := schedtest.Names(f.Filter(ctx, cs, req, slices.Clone(eps)))
 	for _, e := range eps {
 		if e.Name() == to {
 			f.PreRequest(ctx, cs, req, &scheduling.Result{PrimaryProfile: "d", Profiles: map[string]*scheduling.ProfileResult{"d": {Targets: []*endpoints.Endpoint{e}}}})
@@ -59,7 +51,7 @@ func TestFilter(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := names(p.(*Filter).Filter(context.Background(), scheduling.NewCycleState(), &scheduling.Request{Headers: tc.headers}, slices.Clone(tc.eps)))
+			got := schedtest.Names(p.(*Filter).Filter(context.Background(), scheduling.NewCycleState(), &scheduling.Request{Headers: tc.headers}, slices.Clone(tc.eps)))
 			if !slices.Equal(got, tc.want) {
 				t.Fatalf("kept %v, want %v", got, tc.want)
 			}

@@ -8,6 +8,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/plugins/disagg"
 	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/extproc/scheduling/schedtest"
 )
 
 func ep(name string, labels map[string]string) *endpoints.Endpoint {
@@ -60,14 +61,6 @@ func withPeer(peer *endpoints.Endpoint) *scheduling.CycleState {
 	return cs
 }
 
-func names(eps []*endpoints.Endpoint) string {
-	var s []string
-	for _, e := range eps {
-		s = append(s, e.Name())
-	}
-	return strings.Join(s, ",")
-}
-
 func TestFilter(t *testing.T) {
 	decode := ep("decode", loc("h1", "r1", "z1", "eu"))
 	for _, tc := range []struct {
@@ -90,7 +83,7 @@ func TestFilter(t *testing.T) {
 			cands = candidates()
 		}
 		f := build(t, FilterType, tc.params).(*Filter)
-		if got := names(f.Filter(context.Background(), withPeer(tc.peer), &scheduling.Request{}, cands)); got != tc.want {
+		if got := strings.Join(schedtest.Names(f.Filter(context.Background(), withPeer(tc.peer), &scheduling.Request{}, cands)), ","); got != tc.want {
 			t.Errorf("%s peer %v: kept %s, want %s", tc.params, tc.peer, got, tc.want)
 		}
 	}
