@@ -135,7 +135,7 @@ func (s *Scorer) fastest(est []latency.Estimate, scores []float64) {
 // best takes e into the lowest TTFT and TPOT so far (0: none; a TPOT of 0
 // is unknown).
 func best(bestTTFT, bestTPOT float64, e *latency.Estimate) (float64, float64) {
-	if t := e.TTFT.Seconds(); bestTTFT == 0 || t < bestTTFT {
+	if t := (e.TTFT + e.Imposed).Seconds(); bestTTFT == 0 || t < bestTTFT {
 		bestTTFT = t
 	}
 	if t := e.TPOT.Seconds(); t > 0 && (bestTPOT == 0 || t < bestTPOT) {
@@ -156,7 +156,7 @@ func (s *Scorer) weights(bestTPOT float64) (wTTFT, wTPOT float64, ok bool) {
 
 // relative is a candidate's score: its latencies relative to the best.
 func relative(e *latency.Estimate, bestTTFT, bestTPOT, wTTFT, wTPOT float64) float64 {
-	sc := wTTFT * bestTTFT / e.TTFT.Seconds()
+	sc := wTTFT * bestTTFT / (e.TTFT + e.Imposed).Seconds()
 	if wTPOT > 0 && e.TPOT > 0 {
 		sc += wTPOT * bestTPOT / e.TPOT.Seconds()
 	}
