@@ -336,3 +336,80 @@ func TestProjectionCacheMatches(t *testing.T) {
 		}
 	}
 }
+
+// TestTwinImposedDelay: a request whose first chunk lands in the step
+// that finishes queued prompts lengthens that step, and every one of those
+// prompts gets its first token later by as much; the projection says how
+// much (the cached trajectory and the plain schedule alike), and nothing
+// where the request cannot join such a step.
+func TestTwinImposedDelay(t *testing.T) {
+	type queued struct{ cached, uncached int }
+	tests := []struct {
+		name  string
+		queue []queued
+		// prompt is the request's uncached tokens; finishing the queued
+		// prompts its first chunk shares a step with (0: imposes nothing).
+		prompt, finishing int
+	}{
+		{"idle server", nil, 4000, 0},
+		{"a short prompt queued", []queued{{0, 24}}, 4000, 1},
+		{"two short prompts queued", []queued{{0, 24}, {2048, 100}}, 4000, 2},
+		{"a long prompt's last chunk", []queued{{0, 10_000}}, 4000, 1},
+		// The step that finishes an 8,192-token prompt has no room: the
+		// request starts in the next step, which finishes nothing queued.
+		{"no room in the finishing step", []queued{{0, 8192}}, 4000, 0},
+		{"a one-token request", []queued{{0, 24}}, 1, 1},
+	}
+	now := time.Unix(1_700_000_000, 0)
+	const addr = "10.0.0.1:8000"
+	theta := (*[maxFeatures]float64)(twinPrior)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got [2]float64
+			for i, noCache := range []bool{false, true} {
+				m := New(Config{})
+				for _, q := range tt.queue {
+					m.Routed(addr, now, q.cached, q.uncached)
+				}
+				if e := (*m.endpoints.Load())[addr]; e != nil {
+					e.tw.noCache = noCache
+				}
+				s := m.Sample(addr, Features{Prefill: float64(tt.prompt)}, now, Engine{})
+				if !s.twin.ok {
+					t.Fatal("no projection")
+				}
+				got[i] = s.twin.imposed
+			}
+			if got[0] != got[1] {
+				t.Fatalf("imposed %v with the trajectory cache, %v without", got[0], got[1])
+			}
+			if tt.finishing == 0 {
+				if got[0] != 0 {
+					t.Fatalf("imposed %v, want 0", got[0])
+				}
+				return
+			}
+			// The step the request joins, alone and with its chunk; the
+			// queue is tiny, so its last step is the first or the second.
+			var alone stepShape
+			rest := 0
+			for _, q := range tt.queue {
+				n := q.uncached
+				if q.uncached > DefaultTokenBudget {
+					n = q.uncached - DefaultTokenBudget
+					alone.add(int64(n), int64(q.cached+DefaultTokenBudget), true)
+				} else {
+					alone.add(int64(n), int64(q.cached), true)
+				}
+				rest += n
+			}
+			with := alone
+			with.add(int64(min(tt.prompt, DefaultTokenBudget-rest)), 0, tt.prompt <= DefaultTokenBudget-rest)
+			xa, xw := alone.x(theta), with.x(theta)
+			want := float64(tt.finishing) * (dot(theta, &xw) - dot(theta, &xa))
+			if want <= 0 || math.Abs(got[0]-want) > 1e-12 {
+				t.Fatalf("imposed %v s, want %v s (%d prompts finishing)", got[0], want, tt.finishing)
+			}
+		})
+	}
+}
