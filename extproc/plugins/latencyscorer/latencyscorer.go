@@ -3,7 +3,11 @@
 //
 // Without an SLO on the request, lower predicted latency scores higher: each
 // of TTFT and TPOT scores best/predicted (1 for the fastest candidate), and
-// the two mix by ttftWeight and tpotWeight. The ratio, unlike a min-max
+// the two mix by ttftWeight and tpotWeight. A candidate's TTFT counts with
+// what the request would add to the TTFTs of requests already queued there
+// (latency.Estimate.Imposed: its first chunk lengthens the step that
+// finishes their prompts), so a burst spreads where joining would slow
+// the requests before it more than it speeds this one. The ratio, unlike a min-max
 // stretch, keeps near-equal candidates near-equal, so a tie stays a tie for
 // the picker to break.
 //
