@@ -413,3 +413,48 @@ func TestTwinImposedDelay(t *testing.T) {
 		})
 	}
 }
+
+// TestImposedRanksBurstMatesApart: once the twin predicts (its step cost
+// learned), a burst-mate predicted on an idle server and on one that just
+// took a short prompt gets about the same TTFT on both — it shares the
+// short prompt's step — but on the second it would delay that prompt's
+// first token by its whole chunk: ranked by TTFT + Imposed the idle
+// server wins, and the short prompt's prediction stays true.
+func TestImposedRanksBurstMatesApart(t *testing.T) {
+	m := New(Config{})
+	start := time.Unix(1_700_000_000, 0)
+	theta := (*[maxFeatures]float64)(twinPrior)
+	// Warm both endpoints' twins on lone requests priced by the prior.
+	for _, addr := range []string{"a", "b"} {
+		now := start
+		for range 2 * DefaultMinSamples {
+			f := Features{Prefill: 500}
+			s := m.Sample(addr, f, now, Engine{})
+			tk := m.Routed(addr, now, 0, 500)
+			d := time.Duration(twinTTFT(theta, &s.twin) * 1e9)
+			end := now.Add(d)
+			m.FirstTokenAt(&tk, end, Engine{StepEnd: end}, &s)
+			m.ObserveFirstToken(addr, s, end, d, d)
+			now = end.Add(time.Second)
+		}
+	}
+	now := start.Add(time.Hour)
+	m.Routed("a", now, 0, 24)
+	mate := Features{Prefill: 4000}
+	fa, fb := mate, mate
+	ea, eb := m.PredictLive("a", &fa, now, Engine{}), m.PredictLive("b", &fb, now, Engine{})
+	if eb.Imposed != 0 || ea.Imposed <= 0 {
+		t.Fatalf("imposed: on the server holding a short prompt %v, on the idle one %v", ea.Imposed, eb.Imposed)
+	}
+	if r := ea.TTFT.Seconds() / eb.TTFT.Seconds(); r < 0.95 || r > 1.05 {
+		t.Fatalf("TTFT %v beside the short prompt, %v alone: want about the same", ea.TTFT, eb.TTFT)
+	}
+	if ea.TTFT+ea.Imposed <= eb.TTFT+eb.Imposed {
+		t.Fatalf("TTFT + imposed %v beside the short prompt, %v alone: want the idle server ahead", ea.TTFT+ea.Imposed, eb.TTFT+eb.Imposed)
+	}
+	// The short prompt's step with the 4,000-token chunk is most of the
+	// mate's TTFT: the delay it imposes is of that order.
+	if ea.Imposed < ea.TTFT/2 {
+		t.Fatalf("imposed %v, under half the mate's TTFT %v", ea.Imposed, ea.TTFT)
+	}
+}
