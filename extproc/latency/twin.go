@@ -109,6 +109,12 @@ type twin struct {
 	// start is the unix ns at which the step in progress (by the twin's
 	// clock) began; zero when the queue is empty.
 	start int64
+	// idleEnd is the last real step end an advance saw while the queue
+	// was empty, while the server decoded (zero: it did not): the step in
+	// progress when the next request arrives began there, not at its
+	// arrival, and the step clock has moved on by the time the twin
+	// next advances.
+	idleEnd int64
 	// version counts the queue's changes, traj is the queue's schedule
 	// as of a version (twincache.go); noCache turns it off (tests).
 	version uint64
@@ -263,19 +269,31 @@ func nextArrival(q []twinEntry, t int64) int64 {
 // applied. A real step end seen after the twin's step began (the step
 // clock's) locks the phase: the twin's step in progress ends there.
 func (w *twin) advance(to int64, eng Engine, budget int64, theta *[maxFeatures]float64) {
+	real := eng.stepEnd()
 	if len(w.q) == 0 {
-		w.start = 0
+		w.start, w.idleEnd = 0, 0
+		if eng.Decodes > 0 {
+			w.idleEnd = real
+		}
 		return
 	}
-	real := eng.stepEnd()
 	if w.start == 0 {
 		// The queue was empty: the head's step began when it arrived,
 		// unless the server was decoding (then the step in progress began
-		// at the last step end, and the head joins the next one).
+		// at the last step end before the arrival, and the head joins the
+		// next one). That end is the one seen at the decision (the step
+		// clock may have passed the arrival since): starting the head's
+		// step at its arrival instead put its first chunk into a decode
+		// step that had begun without it, so the twin believed a whole
+		// step of its prompt computed that the server had not begun.
 		h := w.q[0].routed
 		w.start = h
-		if eng.Decodes > 0 && real > 0 && real <= h && h-real < maxTwinLag {
-			w.start = real
+		prev := w.idleEnd
+		if eng.Decodes > 0 && real <= h {
+			prev = max(prev, real)
+		}
+		if prev > 0 && prev <= h && h-prev < maxTwinLag {
+			w.start = prev
 		}
 	}
 	if real > w.start && real <= to {
@@ -379,7 +397,8 @@ func (w *twin) firstToken(seq uint64, at int64, s *twinSample, eng Engine, budge
 	w.q = slices.Delete(w.q, i, i+1)
 	w.version++
 	if len(w.q) == 0 {
-		w.start = 0
+		// A step ended at the first token, and its request decodes now.
+		w.start, w.idleEnd = 0, at
 	}
 }
 
