@@ -75,6 +75,26 @@
 // thirty times more, held work the twin did not know was there, and
 // fitting them raised every step's cost (benchmarks/RESULTS.md).
 //
+// # The twin's clock
+//
+// Between the real step ends it sees, the twin runs the schedule on its
+// own clock with the fitted cost, so two rules keep its phase. A prompt
+// routed while the server decodes waits for the decode step in progress:
+// its first chunk goes into the step after, which begins at the end of
+// that one — and since the twin next advances only at a later decision or
+// first token, when the step clock has passed the arrival, the step end
+// to start from is the one the decision saw (twin.idleEnd). And a real
+// step end a little later than one the twin estimated is that step's
+// end, not the end of the step after it (advance's rephase). Without
+// them the twin believed a prompt's first chunk computed in the decode
+// step it arrived during — found by dumping, on one simulated server, the
+// engine's real step composition beside the twin's at every step: 488 of
+// 642 prefill steps held a prompt whose progress the twin had wrong, by
+// 3,100 tokens on average, nearly always ahead (18 after). That was the
+// work the twin did not know was there in the steps that took 2–30×
+// their projection (TestTwinPhaseAtArrivalMidStep; Poisson trace ×3 TTFT
+// MAPE 15.9 % → 4.3 %, benchmarks/RESULTS.md).
+//
 // The quantile comes from the residuals: each endpoint fits a log-normal to
 // log(actual/predicted) (running mean and variance) and the quantile
 // prediction is the mean prediction scaled by its q-th quantile.
