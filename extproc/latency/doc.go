@@ -73,7 +73,9 @@
 // the step clock's last two step ends at a first token) beside the TTFTs.
 // Most such steps took what their believed shape costs; the rest, two to
 // thirty times more, held work the twin did not know was there, and
-// fitting them raised every step's cost (benchmarks/RESULTS.md).
+// fitting them raised every step's cost (benchmarks/RESULTS.md). That
+// work was the twin's phase, since fixed (below); the samples were tried
+// before the fix.
 //
 // # The twin's clock
 //
