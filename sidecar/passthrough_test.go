@@ -105,9 +105,9 @@ func TestUpstreamCutShort(t *testing.T) {
 }
 
 // idleClosingServer answers the first request of each keep-alive
-// connection and closes the connection when a second one arrives on it,
-// unanswered: a model server dropping an idle connection just as the
-// client reuses it.
+// connection (its body quoted in "received") and closes the connection
+// when a second one arrives on it, unanswered: a model server dropping an
+// idle connection just as the client reuses it.
 func idleClosingServer(t *testing.T) (port int, conns *atomic.Int32) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -146,8 +146,9 @@ func idleClosingServer(t *testing.T) (port int, conns *atomic.Int32) {
 				if err != nil {
 					return
 				}
-				_, _ = io.Copy(io.Discard, req.Body)
-				const answer = `{"id":"d","usage":{"prompt_tokens":4,"completion_tokens":1,"prompt_tokens_details":null}}`
+				got, _ := io.ReadAll(req.Body)
+				// The answer shows what arrived, so that a replayed body is checked.
+				answer := fmt.Sprintf(`{"id":"d","received":%q,"usage":{"prompt_tokens":4,"completion_tokens":1,"prompt_tokens_details":null}}`, got)
 				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
 				_, _ = br.Peek(1) // the next request: dropped
 			})
@@ -171,5 +172,59 @@ func TestDecodeLegRetriesStaleConnection(t *testing.T) {
 	}
 	if n := conns.Load(); n < 3 {
 		t.Fatalf("%d connections to the model server, want one per request", n)
+	}
+}
+
+// TestRelayRetriesStaleConnection: a relayed request — body streamed from
+// the client, not buffered — that fails on a reused connection before any
+// answer is sent again on a new one with the same body; a body larger
+// than what the sidecar keeps for a replay is not, and the client gets
+// the vLLM-shaped 503.
+func TestRelayRetriesStaleConnection(t *testing.T) {
+	port, conns := idleClosingServer(t)
+	o := testOptions(port, "")
+	o.MaxRequestBodyBytes = 4 << 10
+	_, url := startSidecar(t, o)
+	send := func(method, path, body string) (int, string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		var rd io.Reader
+		if body != "" {
+			// No length: the relay cannot know the body in advance.
+			rd = io.MultiReader(strings.NewReader(body[:len(body)/2]), strings.NewReader(body[len(body)/2:]))
+		}
+		req, _ := http.NewRequestWithContext(ctx, method, url+path, rd)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		defer resp.Body.Close()
+		raw, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatalf("%s %s: reading the answer: %v", method, path, err)
+		}
+		return resp.StatusCode, string(raw)
+	}
+	for i := range 4 {
+		body := fmt.Sprintf(`{"model":"m","prompt":"request %d %s","max_tokens":1}`, i, strings.Repeat("x", 100*i))
+		st, raw := send(http.MethodPost, "/v1/completions", body)
+		if want := strconv.Quote(body); st != http.StatusOK || !strings.Contains(raw, `"received":`+want) {
+			t.Fatalf("request %d: %d %s, want 200 echoing %s", i, st, raw, want)
+		}
+	}
+	if st, raw := send(http.MethodGet, "/v1/models", ""); st != http.StatusOK {
+		t.Fatalf("GET after a stale connection: %d %s", st, raw)
+	}
+	if n := conns.Load(); n < 5 {
+		t.Fatalf("%d connections to the model server for 5 requests, each on a stale one after the first", n)
+	}
+	before := conns.Load()
+	st, raw := send(http.MethodPost, "/v1/completions", `{"prompt":"`+strings.Repeat("y", 8<<10)+`"}`)
+	if st != http.StatusServiceUnavailable || !strings.Contains(raw, `"object":"error"`) {
+		t.Fatalf("a body too large to replay: %d %s, want the decoder-down 503", st, raw)
+	}
+	if n := conns.Load() - before; n != 0 {
+		t.Fatalf("%d new connections for a body that cannot be replayed, want none", n)
 	}
 }
