@@ -219,11 +219,7 @@ func (k *kvConnector) close() {
 
 func (k *kvConnector) registerMetrics(reg prometheus.Registerer) error {
 	st := &k.stats
-	labels := prometheus.Labels{"connector": k.name}
-	for _, m := range []struct {
-		name, help string
-		v          *atomic.Uint64
-	}{
+	return registerAtomicCounters(reg, prometheus.Labels{"connector": k.name}, []atomicCounter{
 		{"kvgate_sim_kv_connector_loads_total", "requests that loaded KV blocks through the connector, every byte checked", &st.Loads},
 		{"kvgate_sim_kv_connector_loaded_blocks_total", "KV blocks loaded through the connector", &st.LoadedBlocks},
 		{"kvgate_sim_kv_connector_loaded_bytes_total", "KV bytes loaded through the connector and checked", &st.LoadedBytes},
@@ -231,7 +227,18 @@ func (k *kvConnector) registerMetrics(reg prometheus.Registerer) error {
 		{"kvgate_sim_kv_connector_verify_failures_total", "loaded KV blocks whose bytes were wrong", &st.VerifyFailures},
 		{"kvgate_sim_kv_connector_stored_blocks_total", "KV blocks written to the shared storage or the p2p tier", &st.Stored},
 		{"kvgate_sim_cache_threshold_misses_total", "requests answered finish_reason cache_threshold", &st.ThresholdMisses},
-	} {
+	})
+}
+
+// atomicCounter is a Prometheus counter read from an atomic at scrape
+// time.
+type atomicCounter struct {
+	name, help string
+	v          *atomic.Uint64
+}
+
+func registerAtomicCounters(reg prometheus.Registerer, labels prometheus.Labels, cs []atomicCounter) error {
+	for _, m := range cs {
 		v := m.v
 		c := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: m.name, Help: m.help, ConstLabels: labels},
 			func() float64 { return float64(v.Load()) })
