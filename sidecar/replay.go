@@ -41,15 +41,22 @@ func (t *staleRetry) RoundTrip(req *http.Request) (*http.Response, error) {
 		first = shallowCopy(req)
 		first.Body = rec
 	}
-	var reused, informed bool
+	var reused, informed, answered bool
 	trace := &httptrace.ClientTrace{
-		GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused },
+		GotConn: func(i httptrace.GotConnInfo) {
+			reused = i.Reused
+			if !reused {
+				rec.noReplay() // a new connection's failure is not retried
+			}
+		},
 		// A 1xx answer may already have been relayed to the client.
 		Got1xxResponse: func(int, textproto.MIMEHeader) error { informed = true; return nil },
+		// The upstream has seen the request: replaying it could run it twice.
+		GotFirstResponseByte: func() { answered = true; rec.noReplay() },
 	}
 	first = first.WithContext(httptrace.WithClientTrace(first.Context(), trace))
 	resp, err := t.pooled.RoundTrip(first)
-	if err == nil || !reused || informed || req.Context().Err() != nil {
+	if err == nil || !reused || informed || answered || req.Context().Err() != nil {
 		rec.release()
 		return resp, err
 	}
@@ -83,14 +90,18 @@ func shallowCopy(r *http.Request) *http.Request {
 // recordedBody is a relayed client body that keeps what the first
 // attempt read, up to max bytes, so that the attempt can be replayed.
 // Closing it does not close the client's body until release or replay
-// decides whether it is still needed; the transport may read and close it
-// from its own goroutine, hence the lock.
+// decides whether it is still needed. The transport reads it from its
+// write goroutine and may close it from another; the lock is never held
+// across the client's Read, which can block for as long as the client
+// takes to send.
 type recordedBody struct {
+	src io.ReadCloser
+	max int64
+
 	mu       sync.Mutex
-	src      io.ReadCloser
-	max      int64
 	kept     []byte
-	over     bool // read more than max: not replayable
+	over     bool // more than max read, or no replay possible: nothing kept
+	reading  bool // a Read of src is under way
 	closed   bool // the transport closed it
 	released bool // no replay: Close goes through
 	frozen   bool // a replay took over src
@@ -100,14 +111,19 @@ var errReplaced = errors.New("request body taken over by a retry")
 
 func (b *recordedBody) Read(p []byte) (int, error) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.frozen {
+		b.mu.Unlock()
 		return 0, errReplaced
 	}
+	b.reading = true
+	b.mu.Unlock()
 	n, err := b.src.Read(p)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.reading = false
 	if !b.over {
 		if int64(len(b.kept)+n) > b.max {
-			b.over, b.kept = true, nil
+			b.stopKeeping()
 		} else {
 			b.kept = append(b.kept, p[:n]...)
 		}
@@ -115,11 +131,27 @@ func (b *recordedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (b *recordedBody) Close() error {
+// stopKeeping drops the kept bytes for good; b.mu is held.
+func (b *recordedBody) stopKeeping() { b.over, b.kept = true, nil }
+
+// noReplay is called once a failure could no longer be replayed (a new
+// connection, or an answer under way): what is read next is not kept.
+// Nil-safe.
+func (b *recordedBody) noReplay() {
+	if b == nil {
+		return
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.stopKeeping()
+}
+
+func (b *recordedBody) Close() error {
+	b.mu.Lock()
 	b.closed = true
-	if b.released {
+	through := b.released
+	b.mu.Unlock()
+	if through {
 		return b.src.Close()
 	}
 	return nil
@@ -132,26 +164,29 @@ func (b *recordedBody) release() {
 		return
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.released, b.kept = true, nil
-	if b.closed {
+	b.released = true
+	b.stopKeeping()
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
 		_ = b.src.Close()
 	}
 }
 
 // replay is the body for the second attempt: what the first read, then
-// the rest of the client's body; false when too much was read to keep.
+// the rest of the client's body; false when that cannot be had (too much
+// read to keep, or the first attempt still reading).
 func (b *recordedBody) replay() (io.ReadCloser, bool) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.frozen = true
-	if b.over {
-		b.released = true
-		_ = b.src.Close()
+	if b.over || b.reading {
+		b.mu.Unlock()
+		b.release()
 		return nil, false
 	}
+	b.frozen = true
 	kept := b.kept
 	b.kept = nil
+	b.mu.Unlock()
 	return struct {
 		io.Reader
 		io.Closer
