@@ -101,5 +101,8 @@
 // answered at once, generating nothing, with finish_reason
 // "cache_threshold" when less of its prompt than that is cached, by the
 // prefix cache or the connector. Other connectors and fields are refused
-// by name; neither connector combines with --agent.
+// by name; neither connector combines with --agent. Blocks are
+// --kv-bytes-per-token × block size each (the model's real size by
+// default: megabytes per block), and the shared folder is never pruned,
+// as vLLM's debug connector leaves it.
 package vllmserver
