@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/sim/vllmserver"
 )
 
 // TestPassthroughStreamsWholeBody is the regression for a local
@@ -226,5 +227,75 @@ func TestRelayRetriesStaleConnection(t *testing.T) {
 	}
 	if n := conns.Load() - before; n != 0 {
 		t.Fatalf("%d new connections for a body that cannot be replayed, want none", n)
+	}
+}
+
+// lateFINListener hands out connections whose Close takes effect only
+// once the peer's next bytes arrive: the server has closed an idle
+// connection, but its FIN is still in flight when the client reuses it.
+type lateFINListener struct{ net.Listener }
+
+func (l lateFINListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &lateFINConn{Conn: c}, nil
+}
+
+type lateFINConn struct {
+	net.Conn
+	once sync.Once
+}
+
+func (c *lateFINConn) Close() error {
+	c.once.Do(func() {
+		go func() {
+			_ = c.Conn.SetReadDeadline(time.Now().Add(testTimeout))
+			var b [1]byte
+			_, _ = c.Conn.Read(b[:])
+			_ = c.Conn.Close()
+		}()
+	})
+	return nil
+}
+
+// TestRelayRetriesIdleTimeout: a real `kvgate sim` behind a net/http
+// server that closes keep-alive connections idle past its IdleTimeout.
+// The next relayed request the sidecar sends on such a connection fails
+// before any answer and is sent again on a new one: the client gets the
+// sim's answer, streamed.
+func TestRelayRetriesIdleTimeout(t *testing.T) {
+	sim := startSim(t, vllmserver.RoleBoth)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{}, 16)
+	srv := &http.Server{Handler: sim.Handler(), IdleTimeout: 20 * time.Millisecond, ReadHeaderTimeout: testTimeout,
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			if st == http.StateClosed {
+				closed <- struct{}{}
+			}
+		}}
+	go func() { _ = srv.Serve(lateFINListener{ln}) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	_, url := startSidecar(t, testOptions(ln.Addr().(*net.TCPAddr).Port, ""))
+	body := map[string]any{"model": "Qwen/Qwen3-0.6B", "prompt": "keep-alive connections go idle", "max_tokens": 3,
+		"stream": true, "stream_options": map[string]any{"include_usage": true}}
+	for i := range 3 {
+		st, _, raw := post(t, url+"/v1/completions", nil, body)
+		if st != http.StatusOK {
+			t.Fatalf("request %d: %d %s", i, st, raw)
+		}
+		if _, u := streamUsage(t, raw); u.CompletionTokens != 3 {
+			t.Fatalf("request %d: usage %+v", i, u)
+		}
+		// The server closes the idle connection the request came on.
+		select {
+		case <-closed:
+		case <-time.After(testTimeout):
+			t.Fatal("the server did not close the idle connection")
+		}
 	}
 }
