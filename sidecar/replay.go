@@ -71,7 +71,7 @@ func (t *staleRetry) RoundTrip(req *http.Request) (*http.Response, error) {
 	case rec != nil:
 		body, ok := rec.replay()
 		if !ok {
-			t.log.Info("request failed on a reused connection; its body is too large to replay", "err", err, "path", req.URL.Path, "limit", t.max)
+			t.log.Info("request failed on a reused connection; its body cannot be replayed (more than the limit read, or still being read)", "err", err, "path", req.URL.Path, "limit", t.max)
 			return nil, err
 		}
 		again.Body = body
