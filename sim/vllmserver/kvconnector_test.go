@@ -168,3 +168,32 @@ func (t *p2pTier) size() int {
 	defer t.mu.Unlock()
 	return len(t.entries)
 }
+
+// FuzzKVTransferConfig: any --kv-transfer-config is accepted as one of the
+// modelled connectors, with its settings in range, or refused; never a
+// panic.
+func FuzzKVTransferConfig(f *testing.F) {
+	f.Add(`{"kv_connector":"SharedStorageConnector","kv_connector_extra_config":{"shared_storage_path":"/x"}}`)
+	f.Add(`{"kv_connector":"OffloadingConnector","kv_role":"kv_both","kv_connector_extra_config":{"spec_name":"TieringOffloadingSpec","cpu_bytes_to_use":1,"secondary_tiers":[{"type":"p2p","host":"h","port":7777}]}}`)
+	f.Add(`{"kv_connector":"NixlConnector","kv_connector_extra_config":null}`)
+	f.Add(`{"kv_connector":"NixlConnector"} {}`)
+	f.Fuzz(func(t *testing.T, raw string) {
+		c, err := parseKVTransferConfig(raw)
+		if err != nil || c == nil {
+			return
+		}
+		switch c.Connector {
+		case ConnectorNixl:
+		case ConnectorSharedStorage:
+			if c.storagePath == "" {
+				t.Fatalf("%s: no path", raw)
+			}
+		case ConnectorOffloading:
+			if c.tierBytes <= 0 || c.p2pAddr == "" {
+				t.Fatalf("%s: tier %d bytes at %q", raw, c.tierBytes, c.p2pAddr)
+			}
+		default:
+			t.Fatalf("%s: accepted connector %q", raw, c.Connector)
+		}
+	})
+}
