@@ -107,9 +107,10 @@ func TestUpstreamCutShort(t *testing.T) {
 
 // idleClosingServer answers the first request of each keep-alive
 // connection (its body quoted in "received") and closes the connection
-// when a second one arrives on it, unanswered: a model server dropping an
-// idle connection just as the client reuses it.
-func idleClosingServer(t *testing.T) (port int, conns *atomic.Int32) {
+// when a second one arrives on it, after writing onReuse: with nothing, a
+// model server dropping an idle connection just as the client reuses it;
+// with the start of an answer, one that took the request and failed.
+func idleClosingServer(t *testing.T, onReuse string) (port int, conns *atomic.Int32) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -151,7 +152,9 @@ func idleClosingServer(t *testing.T) (port int, conns *atomic.Int32) {
 				// The answer shows what arrived, so that a replayed body is checked.
 				answer := fmt.Sprintf(`{"id":"d","received":%q,"usage":{"prompt_tokens":4,"completion_tokens":1,"prompt_tokens_details":null}}`, got)
 				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer)
-				_, _ = br.Peek(1) // the next request: dropped
+				if _, err := br.Peek(1); err == nil && onReuse != "" { // the next request
+					_, _ = io.WriteString(c, onReuse)
+				}
 			})
 		}
 	})
@@ -162,7 +165,7 @@ func idleClosingServer(t *testing.T) (port int, conns *atomic.Int32) {
 // connection before any answer goes once more on a new connection.
 func TestDecodeLegRetriesStaleConnection(t *testing.T) {
 	pre := newRecorder(t, func(w http.ResponseWriter, _ int, _ leg) { writeJSONReply(w, http.StatusOK, prefillAnswer) })
-	port, conns := idleClosingServer(t)
+	port, conns := idleClosingServer(t, "")
 	_, url := startSidecar(t, testOptions(port, poolFile(t, pre.addr())))
 	for i := range 3 {
 		st, _, raw := post(t, url+"/v1/completions", map[string]string{"x-prefiller-host-port": pre.addr()},
@@ -182,7 +185,7 @@ func TestDecodeLegRetriesStaleConnection(t *testing.T) {
 // than what the sidecar keeps for a replay is not, and the client gets
 // the vLLM-shaped 503.
 func TestRelayRetriesStaleConnection(t *testing.T) {
-	port, conns := idleClosingServer(t)
+	port, conns := idleClosingServer(t, "")
 	o := testOptions(port, "")
 	o.MaxRequestBodyBytes = 4 << 10
 	_, url := startSidecar(t, o)
@@ -297,5 +300,24 @@ func TestRelayRetriesIdleTimeout(t *testing.T) {
 		case <-time.After(testTimeout):
 			t.Fatal("the server did not close the idle connection")
 		}
+	}
+}
+
+// TestNoReplayOnceAnswered: a request whose upstream began an answer
+// before the reused connection broke is not sent again (the upstream may
+// have run it): the client gets the failure.
+func TestNoReplayOnceAnswered(t *testing.T) {
+	port, conns := idleClosingServer(t, "HTTP/1.1 200 OK\r\nContent-")
+	_, url := startSidecar(t, testOptions(port, ""))
+	body := map[string]any{"model": "m", "prompt": "hi", "max_tokens": 1}
+	if st, _, raw := post(t, url+"/v1/completions", nil, body); st != http.StatusOK {
+		t.Fatalf("first request: %d %s", st, raw)
+	}
+	st, _, raw := post(t, url+"/v1/completions", nil, body)
+	if st != http.StatusServiceUnavailable || !strings.Contains(string(raw), `"object":"error"`) {
+		t.Fatalf("answer broken off on a reused connection: %d %s, want the decoder-down 503", st, raw)
+	}
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("%d connections: the request was replayed", n)
 	}
 }
