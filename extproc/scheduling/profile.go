@@ -66,6 +66,15 @@ func Resized[T any](s []T, n int) []T {
 	return s
 }
 
+// Grown is Resized without zeroing: for scratch whose every element the
+// caller overwrites, where clearing would only add a pass over it.
+func Grown[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
 // Run executes the profile over candidates, which it does not modify.
 func (p *Profile) Run(ctx context.Context, cs *CycleState, req *Request, candidates []*endpoints.Endpoint, observe Observer) (*ProfileResult, error) {
 	if len(candidates) == 0 {

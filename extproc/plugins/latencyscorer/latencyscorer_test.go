@@ -2,6 +2,7 @@ package latencyscorer
 
 import (
 	"context"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -292,6 +293,29 @@ func TestWithProducer(t *testing.T) {
 		}
 		if req.TTFTSLO == 0 && got[1] != 1 {
 			t.Errorf("the fastest endpoint scored %v, want 1", got[1])
+		}
+	}
+}
+
+// TestFastestTTFTMatchesRelative: the TTFT-only pass (tpotWeight 0) scores
+// bit for bit as the general one, whatever the TTFT weight and TPOTs.
+func TestFastestTTFTMatchesRelative(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	for _, w := range []float64{1, 0.8, 0.37, 3} {
+		est := make([]latency.Estimate, 257)
+		for k := range est {
+			est[k] = latency.Estimate{TTFT: time.Duration(1 + rng.Int64N(int64(20*time.Second))), TPOT: time.Duration(rng.Int64N(int64(50 * time.Millisecond)))}
+		}
+		got := make([]float64, len(est))
+		fastestTTFT(est, got, w)
+		var bestTTFT, bestTPOT float64
+		for k := range est {
+			bestTTFT, bestTPOT = best(bestTTFT, bestTPOT, &est[k])
+		}
+		for k := range est {
+			if want := relative(&est[k], bestTTFT, bestTPOT, w, 0); got[k] != want {
+				t.Fatalf("weight %v, candidate %d: %v, want %v", w, k, got[k], want)
+			}
 		}
 	}
 }

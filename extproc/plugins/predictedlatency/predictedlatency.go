@@ -90,6 +90,9 @@ type Producer struct {
 	// *state once its request has ended.
 	arrays sync.Pool
 	states sync.Pool
+	// noTPOT is prefillOnly when a role label is configured, else nil (no
+	// call per candidate).
+	noTPOT func(*endpoints.Endpoint) bool
 }
 
 // state is one request's prediction for later stages, owned by the request.
@@ -173,6 +176,9 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 	} else {
 		pr.rec = latency.RecorderFrom(nil)
 	}
+	if p.EndpointRoleLabel != "" {
+		pr.noTPOT = pr.prefillOnly
+	}
 	pr.key = scheduling.NewKey[*state](pr.TypedName().String())
 	pr.states.New = func() any { return &state{owner: pr} }
 	pr.meanPrefill.Store(math.Float64bits(1000))
@@ -197,7 +203,7 @@ func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, req *sc
 	if pooled, ok := p.arrays.Get().(*latency.Predictions); ok {
 		st.preds, st.box = *pooled, pooled
 	}
-	st.preds.Reset(eps)
+	st.preds.Resize(eps) // every element is written below
 	st.preds.BufferFactor = p.params.SLOBufferFactor
 	match, _ := scheduling.Read(cs, prefixmatch.MatchKey)
 	aligned := match != nil && sameCandidates(match.Candidates(), eps)
@@ -237,12 +243,10 @@ func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, req *sc
 		if eng.External == 0 {
 			eng = engineOf(e, l)
 		}
-		*est = fits.PredictLive(i, e, f, now, eng)
-		if p.prefillOnly(e) {
-			est.TPOT, est.TPOTQuantile = 0, 0
-		}
+		*est = fits.PredictTTFT(i, e, f, now, eng)
 		st.preds.Held[i] = float64(held) / float64(prompt)
 	}
+	st.preds.DeferTPOT(fits, p.noTPOT)
 	st.decided = now
 	scheduling.Write(cs, p.key, st)
 	scheduling.Write(cs, latency.PredictionsKey, &st.preds)
@@ -299,7 +303,7 @@ func (p *Producer) PreRequest(_ context.Context, cs *scheduling.CycleState, req 
 	if chosen < 0 {
 		return
 	}
-	st.target, st.est = target, st.preds.Estimates[chosen]
+	st.target, st.est = target, st.preds.Estimate(chosen)
 	f := st.preds.Features[chosen]
 	st.remote = res.Prefill != nil
 	p.putArrays(st)
