@@ -217,6 +217,9 @@ func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, req *sc
 	prompt = max(1, prompt)
 	now := p.now()
 	fits := p.model.Candidates(eps)
+	// Most candidates hold none of the prompt: their request terms are
+	// computed once.
+	none := shapeOf(prompt, 0)
 	for i, e := range eps {
 		held := 0
 		switch {
@@ -225,6 +228,10 @@ func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, req *sc
 		case match != nil:
 			held = match.HeldTokensOf(e)
 		}
+		sh, share := none, 0.0
+		if held != 0 {
+			sh, share = shapeOf(prompt, held), float64(held)/float64(prompt)
+		}
 		var l endpoints.Load
 		if loadsAligned {
 			l = loads.Loads[i]
@@ -232,19 +239,18 @@ func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, req *sc
 			l = e.Load()
 		}
 		f := &st.preds.Features[i]
-		features(f, prompt, held, &l, meanPrefill)
+		sh.features(f, &l, meanPrefill)
 		if f.Backlog == 0 && l.DecodeRequests > 0 {
 			f.StepRemaining = e.StepRemaining(now).Seconds()
 		}
-		est := &st.preds.Estimates[i]
 		// What the engine twin reads beside its queue; it does not answer
 		// beside traffic the picker did not route.
 		eng := latency.Engine{External: float64(l.ExternalWaiting + l.ExternalRunning)}
 		if eng.External == 0 {
 			eng = engineOf(e, l)
 		}
-		*est = fits.PredictTTFT(i, e, f, now, eng)
-		st.preds.Held[i] = float64(held) / float64(prompt)
+		st.preds.Estimates[i] = fits.PredictTTFT(i, e, f, now, eng)
+		st.preds.Held[i] = share
 	}
 	st.preds.DeferTPOT(fits, p.noTPOT)
 	st.decided = now
@@ -252,16 +258,31 @@ func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, req *sc
 	scheduling.Write(cs, latency.PredictionsKey, &st.preds)
 }
 
-// features sets f to describe a request with prompt tokens, held of them
-// cached, on an endpoint with load l. Requests the picker did not route
-// count by the mean size of those it did.
-func features(f *latency.Features, prompt, held int, l *endpoints.Load, meanPrefill float64) {
+// shape is a request's terms of the features on an endpoint holding some
+// of its prompt: its uncached and cached tokens there and their attention
+// pairs.
+type shape struct {
+	prefill, cached float64
+	pairs           int64
+}
+
+// shapeOf is the shape of a request with prompt tokens, held of them
+// cached.
+func shapeOf(prompt, held int) shape {
 	uncached := prefixmatch.Uncached(prompt, held)
+	return shape{prefill: float64(uncached), cached: float64(prompt - uncached),
+		pairs: endpoints.AttentionPairs(int64(prompt-uncached), int64(uncached))}
+}
+
+// features sets f to describe the request on an endpoint with load l.
+// Requests the picker did not route count by the mean size of those it
+// did.
+func (s shape) features(f *latency.Features, l *endpoints.Load, meanPrefill float64) {
 	*f = latency.Features{
-		Prefill:      float64(uncached),
-		Cached:       float64(prompt - uncached),
+		Prefill:      s.prefill,
+		Cached:       s.cached,
 		Backlog:      float64(l.PrefillTokens) + float64(l.ExternalWaiting)*meanPrefill,
-		Attention:    float64(endpoints.AttentionPairs(int64(prompt-uncached), int64(uncached)) + l.PrefillAttention),
+		Attention:    float64(s.pairs + l.PrefillAttention),
 		Decodes:      float64(l.DecodeRequests + l.ExternalRunning),
 		DecodeTokens: float64(l.DecodeTokens) + float64(l.ExternalRunning)*meanPrefill,
 	}
@@ -349,7 +370,7 @@ func (p *Producer) FirstToken(_ context.Context, cs *scheduling.CycleState, req 
 		p.rec.ObservedTTFT(req.ID, req.TargetModel, est.TTFT, res.TTFT)
 	}
 	l := res.Endpoint.Load()
-	features(&st.tpotFor, max(1, req.PromptTokens), 0, &l, math.Float64frombits(p.meanPrefill.Load()))
+	shapeOf(max(1, req.PromptTokens), 0).features(&st.tpotFor, &l, math.Float64frombits(p.meanPrefill.Load()))
 }
 
 // ResponseComplete implements scheduling.ResponseComplete: TPOT is learned
