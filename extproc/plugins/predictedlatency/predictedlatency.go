@@ -220,6 +220,8 @@ func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, req *sc
 	// Most candidates hold none of the prompt: their request terms are
 	// computed once.
 	none := shapeOf(prompt, 0)
+	feats, ests, shares := st.preds.Features[:len(eps)], st.preds.Estimates[:len(eps)], st.preds.Held[:len(eps)]
+	var own endpoints.Load // a candidate's load, read here without a snapshot
 	for i, e := range eps {
 		held := 0
 		switch {
@@ -232,14 +234,14 @@ func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, req *sc
 		if held != 0 {
 			sh, share = shapeOf(prompt, held), float64(held)/float64(prompt)
 		}
-		var l endpoints.Load
+		l := &own
 		if loadsAligned {
-			l = loads.Loads[i]
+			l = &loads.Loads[i]
 		} else {
-			l = e.Load()
+			own = e.Load()
 		}
-		f := &st.preds.Features[i]
-		sh.features(f, &l, meanPrefill)
+		f := &feats[i]
+		sh.features(f, l, meanPrefill)
 		if f.Backlog == 0 && l.DecodeRequests > 0 {
 			f.StepRemaining = e.StepRemaining(now).Seconds()
 		}
@@ -249,8 +251,8 @@ func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, req *sc
 		if eng.External == 0 {
 			eng = engineOf(e, l)
 		}
-		st.preds.Estimates[i] = fits.PredictTTFT(i, e, f, now, eng)
-		st.preds.Held[i] = share
+		ests[i] = fits.PredictTTFT(i, e, f, now, eng)
+		shares[i] = share
 	}
 	st.preds.DeferTPOT(fits, p.noTPOT)
 	st.decided = now
@@ -290,7 +292,7 @@ func (s shape) features(f *latency.Features, l *endpoints.Load, meanPrefill floa
 
 // engineOf is what the latency model's engine twin reads of e beside its
 // queue.
-func engineOf(e *endpoints.Endpoint, l endpoints.Load) latency.Engine {
+func engineOf(e *endpoints.Endpoint, l *endpoints.Load) latency.Engine {
 	return latency.Engine{Decodes: float64(l.DecodeRequests), DecodeTokens: float64(l.DecodeTokens),
 		StepEnd: e.LastStep(), External: float64(l.ExternalWaiting + l.ExternalRunning)}
 }
@@ -336,7 +338,8 @@ func (p *Producer) PreRequest(_ context.Context, cs *scheduling.CycleState, req 
 		// chosen candidate's is needed, so Produce does not keep one per
 		// candidate. The endpoint's state since the decision differs by
 		// this request's charge, which the twin does not read.
-		st.feat = p.model.Sample(target.Address(), f, st.decided, engineOf(target, target.Load()))
+		l := target.Load()
+		st.feat = p.model.Sample(target.Address(), f, st.decided, engineOf(target, &l))
 		st.ticket = p.model.Routed(target.Address(), st.routed, int(f.Cached), int(f.Prefill))
 	}
 	const alpha = 0.05
@@ -351,7 +354,8 @@ func (p *Producer) FirstToken(_ context.Context, cs *scheduling.CycleState, req 
 	now := p.now()
 	if st, ok := scheduling.Read(cs, p.key); ok && st.target != nil {
 		if res.Endpoint == st.target {
-			p.model.FirstTokenAt(&st.ticket, now, engineOf(st.target, st.target.Load()), &st.feat)
+			l := st.target.Load()
+			p.model.FirstTokenAt(&st.ticket, now, engineOf(st.target, &l), &st.feat)
 		} else {
 			p.model.Ended(&st.ticket) // a fallback served it: no step of the target ended
 		}
