@@ -319,3 +319,44 @@ func TestFastestTTFTMatchesRelative(t *testing.T) {
 		}
 	}
 }
+
+// TestDeferredTPOTScored: the producer leaves TPOT to be computed where it
+// is read; a scorer weighing TPOT, or ranking by a TPOT SLO, scores as it
+// would over estimates computed in full, and TPOT does change its scores.
+func TestDeferredTPOTScored(t *testing.T) {
+	eps := fleet("slow-decode", "fast-decode")
+	prod, err := schedtest.Build[*predictedlatency.Producer](predictedlatency.New, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 * latency.DefaultMinSamples {
+		prod.Model().ObserveTPOT(eps[0].Address(), latency.Features{Decodes: 1}, ms(40))
+		prod.Model().ObserveTPOT(eps[1].Address(), latency.Features{Decodes: 1}, ms(10))
+	}
+	for _, tc := range []struct {
+		params string
+		req    scheduling.Request
+	}{
+		{`{"ttftWeight": 0.5, "tpotWeight": 0.5}`, scheduling.Request{PromptTokens: 1000}},
+		{`{"ttftWeight": 0.5, "tpotWeight": 0.5}`, scheduling.Request{PromptTokens: 1000, TPOTSLO: ms(30)}},
+		{`{"tpotWeight": 0}`, scheduling.Request{PromptTokens: 1000, TTFTSLO: time.Second, TPOTSLO: ms(30)}},
+	} {
+		s := build(t, tc.params)
+		scoreOnce := func(full bool) []float64 {
+			cs := scheduling.NewCycleState()
+			prod.Produce(context.Background(), cs, &tc.req, eps)
+			if full {
+				preds, _ := scheduling.Read(cs, latency.PredictionsKey)
+				preds.FillTPOT()
+			}
+			return score(s, cs, &tc.req, eps)
+		}
+		deferred, full := scoreOnce(false), scoreOnce(true)
+		if deferred[0] != full[0] || deferred[1] != full[1] {
+			t.Errorf("%s %+v: deferred TPOT scores %v, computed in full %v", tc.params, tc.req, deferred, full)
+		}
+		if deferred[1] <= deferred[0] {
+			t.Errorf("%s %+v: scores %v, want the fast decoder first", tc.params, tc.req, deferred)
+		}
+	}
+}
