@@ -34,8 +34,8 @@ type Predictions struct {
 	// SLO (sloBufferFactor): above 1 is more cautious.
 	BufferFactor float64
 
-	// tpot is how the TPOT fields not yet computed are (deferred while
-	// tpotPending).
+	// While tpotPending, tpot computes the TPOT fields not yet computed;
+	// noTPOT marks candidates that predict none (nil: every one predicts).
 	tpot        Candidates
 	tpotPending bool
 	noTPOT      func(*endpoints.Endpoint) bool
@@ -63,7 +63,10 @@ func (p *Predictions) Resize(candidates []*endpoints.Endpoint) {
 // DeferTPOT records that the TPOT fields of Estimates are not computed yet:
 // they are fits' predictions from Features (the access made for
 // Candidates), zero on the candidates for which noTPOT (may be nil) is
-// true.
+// true. They come from the fits as published when read, a few
+// microseconds after the TTFTs: a response hook running concurrently may
+// have published a newer fit in between (in a sequential run, as the
+// cluster benchmark's, the same fit).
 func (p *Predictions) DeferTPOT(fits Candidates, noTPOT func(*endpoints.Endpoint) bool) {
 	p.tpot, p.tpotPending, p.noTPOT = fits, true, noTPOT
 }
