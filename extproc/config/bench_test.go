@@ -42,8 +42,8 @@ import (
 // development machine those picks (1–4 % at load 3–5) are the CPU-time
 // tail. So decision-unswitched-cpu-p50/p99-µs are the decision's CPU
 // quantiles over the picks during which the thread was not switched out
-// (getrusage; the reading is outside the spans), and switched-% the share
-// left out.
+// (getrusage, read outside the spans but inside ns/op), and switched-% the
+// share left out.
 func BenchmarkPick(b *testing.B) {
 	for _, profile := range []string{"default", PolicyPrecise} {
 		for _, n := range []int{8, 64, 256, 1024} {
