@@ -145,12 +145,13 @@ func (s *Scorer) fastest(est []latency.Estimate, scores []float64) {
 
 // fastestTTFT is fastest by TTFT alone (tpotWeight 0, ttftWeight w), the
 // same scores (relative's operations, in its order) with one conversion of
-// each TTFT: the first pass leaves the seconds in scores.
+// each TTFT (with the delay it imposes): the first pass leaves the seconds
+// in scores.
 func fastestTTFT(est []latency.Estimate, scores []float64, w float64) {
 	scores = scores[:len(est)]
 	var bestTTFT float64
 	for k := range est {
-		t := est[k].TTFT.Seconds()
+		t := (est[k].TTFT + est[k].Imposed).Seconds()
 		if bestTTFT == 0 || t < bestTTFT {
 			bestTTFT = t
 		}

@@ -310,6 +310,9 @@ func TestFastestTTFTMatchesRelative(t *testing.T) {
 		est := make([]latency.Estimate, 257)
 		for k := range est {
 			est[k] = latency.Estimate{TTFT: time.Duration(1 + rng.Int64N(int64(20*time.Second))), TPOT: time.Duration(rng.Int64N(int64(50 * time.Millisecond)))}
+			if k%3 == 0 { // a burst-mate's imposed delay counts in both
+				est[k].Imposed = time.Duration(rng.Int64N(int64(time.Second)))
+			}
 		}
 		got := make([]float64, len(est))
 		fastestTTFT(est, got, w)
