@@ -91,7 +91,7 @@ type Endpoint struct {
 }
 
 // endpointPad pads Endpoint to 256 bytes on 64-bit platforms.
-const endpointPad = 40
+const endpointPad = 32
 
 // NewEndpoint returns an endpoint with an empty metrics snapshot.
 func NewEndpoint(spec Spec) *Endpoint {
@@ -143,3 +143,12 @@ func (e *Endpoint) InflightRequests() int64 { return e.inflightRequests.Load() }
 
 // InflightTokens is the prompt+expected output tokens of those requests.
 func (e *Endpoint) InflightTokens() int64 { return e.inflightTokens.Load() }
+
+// InflightByClass splits InflightRequests by traffic class. Both counts
+// move together at every charge, move and release; a read racing one may
+// see the sheddable count changed and the total not yet, so protected is
+// clamped at 0.
+func (e *Endpoint) InflightByClass() (protected, sheddable int64) {
+	sheddable = e.load.sheddableRequests.Load()
+	return max(0, e.inflightRequests.Load()-sheddable), sheddable
+}
