@@ -5,10 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/extproc/config"
 	"github.com/kvgate/kvgate/extproc/endpoints"
-	"github.com/kvgate/kvgate/extproc/plugins/all"
-	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/scheduling/schedtest"
 	"github.com/kvgate/kvgate/extproc/server"
 )
@@ -18,7 +15,9 @@ import (
 // and is released there: the next batch request goes to the primary, which
 // runs none.
 func TestFallbackMovesClassCount(t *testing.T) {
-	c, err := config.Parse([]byte(`
+	a, b := schedtest.Endpoint("a", endpoints.Metrics{}), schedtest.Endpoint("b", endpoints.Metrics{})
+	eps := pool{a, b}
+	d := configuredDirector(t, `
 apiVersion: inference.networking.x-k8s.io/v1alpha1
 kind: EndpointPickerConfig
 plugins:
@@ -30,18 +29,8 @@ schedulingProfiles:
   plugins:
   - pluginRef: class-load-scorer
   - pluginRef: max-score-picker
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	built, err := config.Build(c, all.Registry(), &scheduling.Handle{Now: time.Now, Services: map[string]any{}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, b := schedtest.Endpoint("a", endpoints.Metrics{}), schedtest.Endpoint("b", endpoints.Metrics{})
-	eps := pool{a, b}
-	d := New(Options{Pool: eps, Scheduler: built.Scheduler, Now: time.Now, Objectives: objectives{"batch": -1},
-		Hooks: Hooks{PreRequest: built.PreRequest, FirstToken: built.FirstToken, ResponseComplete: built.ResponseComplete}})
+`, eps, time.Now)
+	d.opts.Objectives = objectives{"batch": -1}
 	ctx := context.Background()
 	batch := func() (*endpoints.Endpoint, server.Exchange) {
 		t.Helper()
