@@ -3,7 +3,11 @@
 //
 // Without an SLO on the request, lower predicted latency scores higher: each
 // of TTFT and TPOT scores best/predicted (1 for the fastest candidate), and
-// the two mix by ttftWeight and tpotWeight. The ratio, unlike a min-max
+// the two mix by ttftWeight and tpotWeight. A candidate's TTFT counts with
+// what the request would add to the TTFTs of requests already queued there
+// (latency.Estimate.Imposed: its first chunk lengthens the step that
+// finishes their prompts), so a burst spreads where joining would slow
+// the requests before it more than it speeds this one. The ratio, unlike a min-max
 // stretch, keeps near-equal candidates near-equal, so a tie stays a tie for
 // the picker to break.
 //
@@ -135,7 +139,7 @@ func (s *Scorer) fastest(est []latency.Estimate, scores []float64) {
 // best takes e into the lowest TTFT and TPOT so far (0: none; a TPOT of 0
 // is unknown).
 func best(bestTTFT, bestTPOT float64, e *latency.Estimate) (float64, float64) {
-	if t := e.TTFT.Seconds(); bestTTFT == 0 || t < bestTTFT {
+	if t := (e.TTFT + e.Imposed).Seconds(); bestTTFT == 0 || t < bestTTFT {
 		bestTTFT = t
 	}
 	if t := e.TPOT.Seconds(); t > 0 && (bestTPOT == 0 || t < bestTPOT) {
@@ -156,7 +160,7 @@ func (s *Scorer) weights(bestTPOT float64) (wTTFT, wTPOT float64, ok bool) {
 
 // relative is a candidate's score: its latencies relative to the best.
 func relative(e *latency.Estimate, bestTTFT, bestTPOT, wTTFT, wTPOT float64) float64 {
-	sc := wTTFT * bestTTFT / e.TTFT.Seconds()
+	sc := wTTFT * bestTTFT / (e.TTFT + e.Imposed).Seconds()
 	if wTPOT > 0 && e.TPOT > 0 {
 		sc += wTPOT * bestTPOT / e.TPOT.Seconds()
 	}

@@ -59,6 +59,7 @@ func TestScoreWithoutSLO(t *testing.T) {
 		{TTFT: ms(100), TPOT: ms(40)},
 	}
 	noTPOT := []latency.Estimate{{TTFT: ms(100)}, {TTFT: ms(200)}, {TTFT: ms(400)}, {TTFT: ms(50)}}
+	imposed := []latency.Estimate{{TTFT: ms(100), Imposed: ms(100)}, {TTFT: ms(200)}, {TTFT: ms(400)}, {TTFT: ms(100)}}
 	tests := []struct {
 		name   string
 		params string
@@ -82,6 +83,10 @@ func TestScoreWithoutSLO(t *testing.T) {
 		// scores below 1.
 		{"no candidate predicts TPOT", "", noTPOT, []*endpoints.Endpoint{a, b, c}, []float64{1, 0.5, 0.25}},
 		{"tpot-only weights and no TPOT", `{"ttftWeight": 0, "tpotWeight": 1}`, noTPOT, eps, []float64{0, 0, 0, 0}},
+		// What a request adds to the TTFTs of requests queued there
+		// counts as if it were its own: a is as fast as d for it but
+		// delays a queued prompt by 100 ms.
+		{"imposed delay counts", `{"ttftWeight": 1, "tpotWeight": 0}`, imposed, eps, []float64{0.5, 0.5, 0.25, 1}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
