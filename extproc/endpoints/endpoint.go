@@ -3,6 +3,7 @@ package endpoints
 import (
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Label keys with a meaning to the picker.
@@ -75,6 +76,18 @@ type Metrics struct {
 // cache line; the identity, read for the chosen endpoint only, follows.
 // TestEndpointLayout pins this.
 type Endpoint struct {
+	endpointFields
+	_ [endpointSize - unsafe.Sizeof(endpointFields{})]byte
+}
+
+// endpointSize is Endpoint's padded size. The padding is derived from the
+// fields' size, so a new field shrinks it, and fields that outgrow
+// endpointSize stop the build (a negative array length) instead of
+// silently moving endpoints off their cache lines.
+const endpointSize = 256
+
+// endpointFields are Endpoint's fields, hot ones first.
+type endpointFields struct {
 	load  liveLoad
 	steps stepClock
 	// adapters is whether the metrics snapshot lists any LoRA adapter, so
@@ -87,15 +100,11 @@ type Endpoint struct {
 	inflightTokens   atomic.Int64
 
 	spec Spec
-	_    [endpointPad]byte
 }
-
-// endpointPad pads Endpoint to 256 bytes on 64-bit platforms.
-const endpointPad = 40
 
 // NewEndpoint returns an endpoint with an empty metrics snapshot.
 func NewEndpoint(spec Spec) *Endpoint {
-	e := &Endpoint{spec: spec}
+	e := &Endpoint{endpointFields: endpointFields{spec: spec}}
 	e.metrics.Store(&Metrics{})
 	return e
 }
@@ -143,3 +152,12 @@ func (e *Endpoint) InflightRequests() int64 { return e.inflightRequests.Load() }
 
 // InflightTokens is the prompt+expected output tokens of those requests.
 func (e *Endpoint) InflightTokens() int64 { return e.inflightTokens.Load() }
+
+// InflightByClass splits InflightRequests by traffic class. Both counts
+// move together at every charge, move and release; a read racing one may
+// see the sheddable count changed and the total not yet, so protected is
+// clamped at 0.
+func (e *Endpoint) InflightByClass() (protected, sheddable int64) {
+	sheddable = e.load.sheddableRequests.Load()
+	return max(0, e.inflightRequests.Load()-sheddable), sheddable
+}

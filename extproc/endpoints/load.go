@@ -12,7 +12,10 @@ import "sync/atomic"
 //     token, and the uncached prompt tokens the server must compute for them
 //     (the part its prefix cache does not hold);
 //   - decode load: sequences past their first token, with their context
-//     tokens, until the response ends for any reason.
+//     tokens, until the response ends for any reason;
+//   - the traffic class of every request in flight (sheddable: priority
+//     < 0, llm-d's meaning), so that placement and admission by class read
+//     the same lifecycle (fallbacks included) as every other count here.
 //
 // Scrapes and the account overlap: a scrape counts the requests the server
 // had admitted when it was taken, many of which the picker routed. At each
@@ -57,6 +60,9 @@ type liveLoad struct {
 	decodeTokens     atomic.Int64
 	externalWaiting  atomic.Int64
 	externalRunning  atomic.Int64
+	// sheddableRequests is the part of the endpoint's in-flight requests
+	// charged as sheddable; the rest are protected.
+	sheddableRequests atomic.Int64
 }
 
 // Load returns the endpoint's live load.
@@ -101,6 +107,7 @@ type Charge struct {
 	// the decode phase holds; tokens what the in-flight token count holds.
 	prefillTokens, attention, contextTokens, tokens int64
 	phase                                           chargePhase
+	sheddable                                       bool
 }
 
 type chargePhase uint8
@@ -126,13 +133,19 @@ func AttentionPairs(cached, uncached int64) int64 {
 	return uncached*cached + uncached*(uncached+1)/2
 }
 
-// Charge records a request routed to e: the prompt tokens the server must
-// compute before its first token (uncached, after cached ones in its prefix
-// cache), the context it will hold while decoding, and the token estimate
-// the in-flight counters carry.
+// Charge records a protected request routed to e: the prompt tokens the
+// server must compute before its first token (uncached, after cached ones in
+// its prefix cache), the context it will hold while decoding, and the token
+// estimate the in-flight counters carry.
 func (e *Endpoint) Charge(cached, uncached, context, tokens int64) Charge {
+	return e.ChargeClass(false, cached, uncached, context, tokens)
+}
+
+// ChargeClass is Charge for a request of either traffic class: a sheddable
+// one is also counted in InflightByClass's sheddable part.
+func (e *Endpoint) ChargeClass(sheddable bool, cached, uncached, context, tokens int64) Charge {
 	uncached = boundTokens(uncached)
-	c := Charge{ep: e, prefillTokens: uncached, attention: AttentionPairs(cached, uncached), contextTokens: boundTokens(context), tokens: tokens, phase: phasePrefill}
+	c := Charge{ep: e, prefillTokens: uncached, attention: AttentionPairs(cached, uncached), contextTokens: boundTokens(context), tokens: tokens, phase: phasePrefill, sheddable: sheddable}
 	c.apply(1)
 	return c
 }
@@ -187,6 +200,9 @@ func (c *Charge) apply(sign int64) {
 	}
 	c.ep.inflightRequests.Add(sign)
 	c.ep.inflightTokens.Add(sign * c.tokens)
+	if c.sheddable {
+		l.sheddableRequests.Add(sign)
+	}
 }
 
 // Loads is one request's snapshot of every candidate's live load, taken

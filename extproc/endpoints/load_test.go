@@ -44,6 +44,32 @@ func TestChargeLifecycle(t *testing.T) {
 	check(t, "zero charge", want{ep: a})
 }
 
+// The class split follows the charge through every phase and a fallback,
+// and the two parts always sum to the in-flight count.
+func TestChargeClass(t *testing.T) {
+	a, b := NewEndpoint(Spec{Name: "a", Address: "10.0.0.1:8000"}), NewEndpoint(Spec{Name: "b", Address: "10.0.0.2:8000"})
+	check := func(step string, e *Endpoint, protected, sheddable int64) {
+		t.Helper()
+		p, n := e.InflightByClass()
+		if p != protected || n != sheddable || p+n != e.InflightRequests() {
+			t.Fatalf("%s: %s holds %d protected, %d sheddable (in flight %d); want %d, %d", step, e.Name(), p, n, e.InflightRequests(), protected, sheddable)
+		}
+	}
+	online := a.Charge(0, 10, 20, 20)
+	batch := a.ChargeClass(true, 0, 10, 20, 20)
+	check("charged", a, 1, 1)
+	batch.FirstToken()
+	check("first token", a, 1, 1)
+	batch.Move(b)
+	check("moved (a)", a, 1, 0)
+	check("moved (b)", b, 0, 1)
+	batch.Release()
+	batch.Release()
+	online.Release()
+	check("released (a)", a, 0, 0)
+	check("released (b)", b, 0, 0)
+}
+
 // A scrape counts the requests the server admitted; the picker's own are
 // not counted again, only traffic from elsewhere is.
 func TestReconcileCountsOnlyForeignTraffic(t *testing.T) {

@@ -610,19 +610,10 @@ func (m *Model) PredictLive(addr string, f *Features, now time.Time, eng Engine)
 	return m.predictLive((*m.endpoints.Load())[addr], f, now, eng)
 }
 
-// predictLive is PredictLive on the endpoint whose fit is e (nil: none).
-func (m *Model) predictLive(e *fit, f *Features, now time.Time, eng Engine) Estimate {
-	// Once per candidate per decision: the fits are loaded once, and
-	// nothing is computed that the answer does not use.
-	pool := m.pool.published.Load()
-	own := pool
-	if e != nil {
-		own = e.published.Load()
-	}
+// predictTTFT is PredictLive's TTFT on the endpoint whose fit is e (nil:
+// none), from its published fit own and the pool's (predictLive).
+func (m *Model) predictTTFT(e *fit, own, pool *coeffs, f *Features, now time.Time, eng Engine) Estimate {
 	var est Estimate
-	if from := m.enough(own, pool, own.tpotSamples); from.tpotSamples >= m.cfg.MinSamples {
-		est.TPOT, est.TPOTQuantile = from.tpotOf(f)
-	}
 	if eng.External == 0 {
 		c := m.enough(own, pool, own.twinSamples)
 		var s twinSample

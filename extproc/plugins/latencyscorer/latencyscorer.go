@@ -97,6 +97,9 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 		s.composite(cs, eps, scores)
 		return
 	}
+	if s.params.TPOTWeight > 0 {
+		preds.FillTPOT()
+	}
 	slo := latency.SLOOf(req)
 	if slo.Set() {
 		s.headroom(preds, slo, eps, scores)
@@ -123,6 +126,10 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 
 // fastest scores candidates whose estimates are est, in order.
 func (s *Scorer) fastest(est []latency.Estimate, scores []float64) {
+	if s.params.TPOTWeight == 0 {
+		fastestTTFT(est, scores, s.params.TTFTWeight)
+		return
+	}
 	var bestTTFT, bestTPOT float64
 	for k := range est {
 		bestTTFT, bestTPOT = best(bestTTFT, bestTPOT, &est[k])
@@ -133,6 +140,25 @@ func (s *Scorer) fastest(est []latency.Estimate, scores []float64) {
 	}
 	for k := range est {
 		scores[k] = relative(&est[k], bestTTFT, bestTPOT, wTTFT, wTPOT)
+	}
+}
+
+// fastestTTFT is fastest by TTFT alone (tpotWeight 0, ttftWeight w), the
+// same scores (relative's operations, in its order) with one conversion of
+// each TTFT (with the delay it imposes): the first pass leaves the seconds
+// in scores.
+func fastestTTFT(est []latency.Estimate, scores []float64, w float64) {
+	scores = scores[:len(est)]
+	var bestTTFT float64
+	for k := range est {
+		t := (est[k].TTFT + est[k].Imposed).Seconds()
+		if bestTTFT == 0 || t < bestTTFT {
+			bestTTFT = t
+		}
+		scores[k] = t
+	}
+	for k, t := range scores {
+		scores[k] = w * bestTTFT / t / w
 	}
 }
 
