@@ -22,6 +22,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/server"
 	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/internal/bytebudget"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // client has a hang guard: a request that the gateway leaves hanging fails
@@ -155,7 +156,7 @@ func TestFailOpenSpreads(t *testing.T) {
 		ups[i] = newUpstream(t, nil)
 		fallbacks = append(fallbacks, ups[i].addr())
 	}
-	url := startGateway(t, gateway.Config{ExtProc: closedAddr(t), FailureModeAllow: true, Fallback: fallbacks})
+	url := startGateway(t, gateway.Config{ExtProc: testutil.RefusedAddr(t), FailureModeAllow: true, Fallback: fallbacks})
 	for range 30 {
 		if resp, _ := post(t, client, url+"/v1/completions", `{"model":"m","prompt":"hi"}`, nil); resp.StatusCode != http.StatusOK {
 			t.Fatalf("status %d", resp.StatusCode)
