@@ -3,7 +3,9 @@ package director
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvgate/kvgate/extproc/config"
 	"github.com/kvgate/kvgate/extproc/endpoints"
@@ -91,6 +93,76 @@ func TestDisaggregationDecision(t *testing.T) {
 	}
 	if _, ok := dec.Headers[eppwire.HeaderPrefiller]; ok || dec.Endpoints[0] != dd.Address() {
 		t.Fatalf("held prompt: endpoints %v headers %v, want decode only", dec.Endpoints, dec.Headers)
+	}
+	ex.ResponseDone(ctx, server.ResponseSummary{Status: 200, Complete: true})
+}
+
+const transferCostConfig = `
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: prefill-filter
+- type: decode-filter
+- type: queue-scorer
+- type: transfer-cost-pd-decider
+  parameters: {prefillTokensPerSecond: 1000, decodeStep: 10ms}
+- type: disagg-profile-handler
+  parameters: {deciders: {prefill: transfer-cost-pd-decider}}
+schedulingProfiles:
+- name: decode
+  plugins: [{pluginRef: decode-filter}, {pluginRef: queue-scorer}]
+- name: prefill
+  plugins: [{pluginRef: prefill-filter}, {pluginRef: transfer-cost-pd-decider}]
+`
+
+// A P/D request's remote charge carries the prefill's finish that the
+// transfer-cost decider predicted: the prefill server's backlog counts it
+// until then and not after (its KV on the wire), and the first token
+// releases it from both at once.
+func TestRemoteChargeCarriesPredictedFinish(t *testing.T) {
+	c, err := config.Parse([]byte(transferCostConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	built, err := config.Build(c, all.Registry(), &scheduling.Handle{Services: map[string]any{}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := schedtest.Endpoint("p", endpoints.Metrics{}, endpoints.RoleLabel, "prefill")
+	dd := schedtest.Endpoint("d", endpoints.Metrics{}, endpoints.RoleLabel, "decode")
+	// A decoding batch on d, which a local prefill would stall.
+	for range 32 {
+		c := dd.Charge(0, 512, 768, 768)
+		c.FirstToken()
+		t.Cleanup(c.Release)
+	}
+	d := New(Options{Pool: pool{p, dd}, Scheduler: built.Scheduler,
+		Hooks: Hooks{PreRequest: built.PreRequest, FirstToken: built.FirstToken, ResponseComplete: built.ResponseComplete}})
+	ctx := context.Background()
+	decided := time.Now()
+	dec, ex, err := d.HandleRequest(ctx, completion(strings.Repeat("a long prompt nobody holds yet ", 400), true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dec.Headers[eppwire.HeaderPrefiller] != p.Address() {
+		t.Fatalf("not disaggregated: endpoints %v headers %v", dec.Endpoints, dec.Headers)
+	}
+	charged := p.Load().PrefillTokens
+	// At 1000 tokens/s the prompt's prefill takes seconds: not computed
+	// at the decision, computed a minute later.
+	if tokens, _ := p.PrefillBacklog(decided); charged <= 0 || tokens != charged {
+		t.Fatalf("at the decision: backlog %d of %d charged, want all", tokens, charged)
+	}
+	if tokens, attention := p.PrefillBacklog(decided.Add(time.Minute)); tokens != 0 || attention != 0 {
+		t.Fatalf("past the predicted finish: backlog %d tokens, %d pairs, want none", tokens, attention)
+	}
+	ex.ResponseStarted(ctx, server.ResponseHead{Status: 200})
+	ex.ResponseChunk(ctx, []byte("data: {}\n\n"))
+	if l := p.Load(); l != (endpoints.Load{}) {
+		t.Fatalf("after the first token: prefill server %+v", l)
+	}
+	if tokens, _ := p.PrefillBacklog(decided); tokens != 0 {
+		t.Fatalf("after the first token: backlog %d", tokens)
 	}
 	ex.ResponseDone(ctx, server.ResponseSummary{Status: 200, Complete: true})
 }

@@ -87,11 +87,14 @@ type Endpoint struct {
 	inflightTokens   atomic.Int64
 
 	spec Spec
-	_    [endpointPad]byte
+	// computed is read by the deciders that price a prefill server's
+	// backlog (PrefillBacklog), not by every decision.
+	computed atomic.Pointer[computedSet]
+	_        [endpointPad]byte
 }
 
 // endpointPad pads Endpoint to 256 bytes on 64-bit platforms.
-const endpointPad = 40
+const endpointPad = 32
 
 // NewEndpoint returns an endpoint with an empty metrics snapshot.
 func NewEndpoint(spec Spec) *Endpoint {
