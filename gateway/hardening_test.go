@@ -334,7 +334,8 @@ func TestPickerStreamOpenTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := grpc.NewServer(grpc.MaxConcurrentStreams(1))
-	extprocv3.RegisterExternalProcessorServer(s, &testPicker{stall: true, seen: make(chan pickerSaw, 64)})
+	picker := &testPicker{stall: true, seen: make(chan pickerSaw, 64), opened: make(chan struct{}, 1)}
+	extprocv3.RegisterExternalProcessorServer(s, picker)
 	go func() { _ = s.Serve(ln) }()
 	t.Cleanup(s.Stop)
 
@@ -351,7 +352,7 @@ func TestPickerStreamOpenTimeout(t *testing.T) {
 		}
 	}()
 	<-body.sent
-	time.Sleep(100 * time.Millisecond) // the held stream is open
+	<-picker.opened // the held stream is open
 	resp, _ := post(t, client, url+"/v1/completions", `{"model":"m","prompt":"hi"}`, nil)
 	if resp.StatusCode != http.StatusGatewayTimeout {
 		t.Fatalf("status %d, want 504", resp.StatusCode)
