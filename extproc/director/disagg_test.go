@@ -36,12 +36,11 @@ schedulingProfiles:
   plugins: [{pluginRef: decode-filter}, {pluginRef: prefix-cache-scorer}]
 `
 
-// A P/D decision sends the request to the decode server and names the
-// prefill server for its sidecar; once the decode server holds the
-// prompt, the decider keeps the next one local. Prefer: if-available is
-// refused with 412 while no decode server holds any of the prompt.
-func TestDisaggregationDecision(t *testing.T) {
-	c, err := config.Parse([]byte(pdConfig))
+// pdDirector is a director built from yaml over a prefill server p and a
+// decode server dd.
+func pdDirector(t *testing.T, yaml string) (d *Director, p, dd *endpoints.Endpoint) {
+	t.Helper()
+	c, err := config.Parse([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,10 +48,19 @@ func TestDisaggregationDecision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := schedtest.Endpoint("p", endpoints.Metrics{}, endpoints.RoleLabel, "prefill")
-	dd := schedtest.Endpoint("d", endpoints.Metrics{}, endpoints.RoleLabel, "decode")
-	d := New(Options{Pool: pool{p, dd}, Scheduler: built.Scheduler,
+	p = schedtest.Endpoint("p", endpoints.Metrics{}, endpoints.RoleLabel, "prefill")
+	dd = schedtest.Endpoint("d", endpoints.Metrics{}, endpoints.RoleLabel, "decode")
+	d = New(Options{Pool: pool{p, dd}, Scheduler: built.Scheduler,
 		Hooks: Hooks{PreRequest: built.PreRequest, FirstToken: built.FirstToken, ResponseComplete: built.ResponseComplete}})
+	return d, p, dd
+}
+
+// A P/D decision sends the request to the decode server and names the
+// prefill server for its sidecar; once the decode server holds the
+// prompt, the decider keeps the next one local. Prefer: if-available is
+// refused with 412 while no decode server holds any of the prompt.
+func TestDisaggregationDecision(t *testing.T) {
+	d, p, dd := pdDirector(t, pdConfig)
 	ctx := context.Background()
 	prompt := "a long prompt that the decode server has never seen before, many tokens of it, enough for several blocks"
 
@@ -120,24 +128,13 @@ schedulingProfiles:
 // until then and not after (its KV on the wire), and the first token
 // releases it from both at once.
 func TestRemoteChargeCarriesPredictedFinish(t *testing.T) {
-	c, err := config.Parse([]byte(transferCostConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	built, err := config.Build(c, all.Registry(), &scheduling.Handle{Services: map[string]any{}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := schedtest.Endpoint("p", endpoints.Metrics{}, endpoints.RoleLabel, "prefill")
-	dd := schedtest.Endpoint("d", endpoints.Metrics{}, endpoints.RoleLabel, "decode")
+	d, p, dd := pdDirector(t, transferCostConfig)
 	// A decoding batch on d, which a local prefill would stall.
 	for range 32 {
 		c := dd.Charge(0, 512, 768, 768)
 		c.FirstToken()
 		t.Cleanup(c.Release)
 	}
-	d := New(Options{Pool: pool{p, dd}, Scheduler: built.Scheduler,
-		Hooks: Hooks{PreRequest: built.PreRequest, FirstToken: built.FirstToken, ResponseComplete: built.ResponseComplete}})
 	ctx := context.Background()
 	decided := time.Now()
 	dec, ex, err := d.HandleRequest(ctx, completion(strings.Repeat("a long prompt nobody holds yet ", 400), true))
