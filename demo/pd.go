@@ -88,6 +88,32 @@ type PDConfig struct {
 	KVBytesPerToken int
 	// KVRegionDir holds the simulators' shared regions (default /dev/shm).
 	KVRegionDir string
+	// KVConnector is the sidecars' --kv-connector: "" or nixlv2 (NIXL
+	// READs through the agents), offloading or shared-storage (the sims'
+	// OffloadingConnector p2p tiers or SharedStorageConnector folder,
+	// LogDir/shared-kv; no agents). offloading takes one prefill server:
+	// the sidecars name every prefiller's tier by one port, and on one
+	// machine the prefillers share a host.
+	KVConnector string
+}
+
+// agents reports whether the fleet moves KV through node agents.
+func (c PDConfig) agents() bool {
+	return c.KVConnector == "" || c.KVConnector == sidecar.ConnectorNIXLV2
+}
+
+// kvTransferConfig is a simulator's --kv-transfer-config for the
+// connector, with its p2p tier (offloading) on p2pPort.
+func (c PDConfig) kvTransferConfig(p2pPort int) string {
+	switch c.KVConnector {
+	case sidecar.ConnectorOffloading:
+		return fmt.Sprintf(`{"kv_connector":%q,"kv_role":"kv_both","kv_connector_extra_config":{"spec_name":"TieringOffloadingSpec",`+
+			`"cpu_bytes_to_use":%d,"secondary_tiers":[{"type":"p2p","host":"127.0.0.1","port":%d}]}}`, vllmserver.ConnectorOffloading, 64<<20, p2pPort)
+	case sidecar.ConnectorSharedStorage:
+		return fmt.Sprintf(`{"kv_connector":%q,"kv_role":"kv_both","kv_connector_extra_config":{"shared_storage_path":%q}}`,
+			vllmserver.ConnectorSharedStorage, filepath.Join(c.LogDir, "shared-kv"))
+	}
+	return ""
 }
 
 // Sidecar is one running routing sidecar.
@@ -173,6 +199,15 @@ func StartPDStack(ctx context.Context, c PDConfig) (_ *PDStack, err error) {
 	if c.AgentBin == "" {
 		c.AgentBin = filepath.Join(filepath.Dir(c.Bin), "kvgate-agent")
 	}
+	switch c.KVConnector {
+	case "", sidecar.ConnectorNIXLV2, sidecar.ConnectorSharedStorage:
+	case sidecar.ConnectorOffloading:
+		if c.Shape.Prefill != 1 {
+			return nil, fmt.Errorf("KV connector offloading: %d prefill servers, want 1 (the sidecars name every prefiller's p2p tier by one port)", c.Shape.Prefill)
+		}
+	default:
+		return nil, fmt.Errorf("KV connector %q: want nixlv2, offloading or shared-storage", c.KVConnector)
+	}
 	cfg, err := pdConfig(c.Decider, c.NonCachedTokens, c.KVBytesPerToken, c.TimeScale, c.Shape.Encode > 0)
 	if err != nil {
 		return nil, err
@@ -188,7 +223,7 @@ func StartPDStack(ctx context.Context, c PDConfig) (_ *PDStack, err error) {
 		}
 	}()
 	np, nd, ne := c.Shape.Prefill, c.Shape.Decode, c.Shape.Encode
-	ports, err := freePorts(5 + 2*np + 4*nd + ne)
+	ports, err := freePorts(5 + 3*np + 5*nd + ne) // a p2p tier's port per P/D server
 	if err != nil {
 		return nil, err
 	}
@@ -205,6 +240,9 @@ func StartPDStack(ctx context.Context, c PDConfig) (_ *PDStack, err error) {
 		return []string{"--listen", addr, "--cpu-bytes", strconv.Itoa(64 << 20)}
 	}
 	for i := range np + nd {
+		if !c.agents() {
+			break
+		}
 		name := fmt.Sprintf("agent-p%d", i)
 		if i >= np {
 			name = fmt.Sprintf("agent-d%d", i-np)
@@ -224,12 +262,25 @@ func StartPDStack(ctx context.Context, c PDConfig) (_ *PDStack, err error) {
 		}
 	}
 	c.Progress(fmt.Sprintf("%d node agents ready", len(s.Agents)))
+	p2pPort := 0 // the prefill server's p2p tier (offloading)
 	simOpts := func(i int, role vllmserver.Role) vllmserver.Options {
 		o := vllmserver.DefaultOptions()
 		o.Host, o.Port = "127.0.0.1", port()
 		o.Model, o.TokenizerDir, o.Preset, o.BlockSize, o.HashSeed = Model, c.TokenizerDir, pdPreset, kvhash.DefaultBlockSize, c.HashSeed
 		o.NumGPUBlocks, o.TimeScale, o.Seed, o.Role = c.NumGPUBlocks, c.TimeScale, uint64(i+1), role
-		o.Agent, o.KVBytesPerToken, o.KVRegionDir = s.Agents[i].Addr, c.KVBytesPerToken, c.KVRegionDir
+		o.KVBytesPerToken = c.KVBytesPerToken
+		if c.agents() {
+			o.Agent, o.KVRegionDir = s.Agents[i].Addr, c.KVRegionDir
+			return o
+		}
+		if role == vllmserver.RoleEncode {
+			return o // no KV connector
+		}
+		tier := port()
+		o.KVTransferConfig = c.kvTransferConfig(tier)
+		if role == vllmserver.RolePrefill && c.KVConnector == sidecar.ConnectorOffloading {
+			p2pPort = tier
+		}
 		return o
 	}
 	for i := range np + nd {
@@ -293,6 +344,12 @@ func StartPDStack(ctx context.Context, c PDConfig) (_ *PDStack, err error) {
 		o.SecureServing, o.EndpointsFile = false, epFile
 		if ne > 0 {
 			o.ECConnector = sidecar.ECConnectorNIXL
+		}
+		if c.KVConnector != "" {
+			o.KVConnector = c.KVConnector
+		}
+		if p2pPort > 0 {
+			o.P2PConnectorPort = p2pPort
 		}
 		if sc.Proc, err = start(sc.Name, c.Bin, append([]string{"sidecar"}, o.Args()...), nil); err != nil {
 			return nil, err

@@ -16,14 +16,25 @@ import (
 
 	"github.com/kvgate/kvgate/internal/kvhash"
 	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/sidecar"
 )
 
 // startPDStack starts a P/D fleet the test's cleanup stops.
 func startPDStack(t *testing.T, shape PDShape) *PDStack {
 	t.Helper()
+	return startPDStackWith(t, shape, nil)
+}
+
+// startPDStackWith is startPDStack with the configuration changed by set
+// first (nil: none).
+func startPDStackWith(t *testing.T, shape PDShape, set func(*PDConfig)) *PDStack {
+	t.Helper()
 	c := PDConfig{Shape: shape, Decider: DeciderAlways, KVBytesPerToken: 1024, KVRegionDir: t.TempDir()}
 	c.Bin, c.Wasm, c.TokenizerDir, c.HashSeed = testBin, testWasm, testTokDir, "42"
 	c.LogDir, c.TimeScale, c.NumGPUBlocks, c.Ready = t.TempDir(), 1, 2048, 30*time.Second
+	if set != nil {
+		set(&c)
+	}
 	s, err := StartPDStack(t.Context(), c)
 	if err != nil {
 		t.Fatal(err)
@@ -97,14 +108,62 @@ func TestE2EPDThroughTheGateway(t *testing.T) {
 	}
 }
 
+// TestE2EPDConnectorsThroughTheGateway: the offloading and shared-storage
+// connectors end to end, as TestE2EPDThroughTheGateway runs nixlv2: a
+// streamed request through kvgate gateway → picker → kvgate sidecar
+// --kv-connector → prefill sim, whose KV the decode sim loads — from the
+// prefill sim's p2p tier while both legs run at once (offloading), or from
+// the folder the prefill sim wrote after the decoder turned the request
+// away under its cache_hit_threshold (shared-storage) — every byte
+// checked, and whose answer streams back showing the loaded tokens as
+// cached.
+func TestE2EPDConnectorsThroughTheGateway(t *testing.T) {
+	needE2E(t)
+	for _, conn := range []string{sidecar.ConnectorOffloading, sidecar.ConnectorSharedStorage} {
+		t.Run(conn, func(t *testing.T) {
+			s := startPDStackWith(t, PDShape{Prefill: 1, Decode: 1}, func(c *PDConfig) { c.KVConnector = conn })
+			prompt := strings.Repeat("The "+conn+" connector carries this prompt's KV to the decoder. ", 12)
+			extra := map[string]any{}
+			if conn == sidecar.ConnectorSharedStorage {
+				extra["cache_hit_threshold"] = 0.5
+			}
+			text, u := streamThrough(t, s.GatewayURL, prompt, extra)
+			dec := s.Decode[0].Addr
+			loaded := simCounter(t, dec, "kvgate_sim_kv_connector_loaded_bytes_total")
+			bad := simCounter(t, dec, "kvgate_sim_kv_connector_verify_failures_total")
+			want := (u.PromptTokens - 1) / kvhash.DefaultBlockSize * kvhash.DefaultBlockSize
+			if text == "" || u.CompletionTokens != 8 || want == 0 || u.CachedTokens != want || loaded != float64(want*1024) || bad != 0 {
+				t.Fatalf("text %q, usage %+v; decoder loaded %v bytes (want %d), %v bad blocks", text, u, loaded, want*1024, bad)
+			}
+			if conn == sidecar.ConnectorSharedStorage {
+				if n := simCounter(t, dec, "kvgate_sim_cache_threshold_misses_total"); n != 1 {
+					t.Fatalf("decoder threshold misses %v, want the one before the prefill", n)
+				}
+			}
+			if got := simCounter(t, s.Prefill[0].Addr, "kvgate_sim_kv_connector_stored_blocks_total"); got < float64(want/kvhash.DefaultBlockSize) {
+				t.Fatalf("prefill sim stored %v blocks, want at least %d", got, want/kvhash.DefaultBlockSize)
+			}
+		})
+	}
+}
+
 type streamedUsage struct {
 	PromptTokens, CompletionTokens, CachedTokens int
 }
 
-func streamThrough(t *testing.T, gateway, prompt string) (string, streamedUsage) {
+// streamThrough streams a completion of prompt, 8 tokens, through the
+// gateway, with the fields of extra added to the body; it returns the text
+// and the usage chunk.
+func streamThrough(t *testing.T, gateway, prompt string, extra ...map[string]any) (string, streamedUsage) {
 	t.Helper()
-	body, _ := json.Marshal(map[string]any{"model": Model, "prompt": prompt, "max_tokens": 8, "stream": true,
-		"stream_options": map[string]any{"include_usage": true}})
+	fields := map[string]any{"model": Model, "prompt": prompt, "max_tokens": 8, "stream": true,
+		"stream_options": map[string]any{"include_usage": true}}
+	for _, e := range extra {
+		for k, v := range e {
+			fields[k] = v
+		}
+	}
+	body, _ := json.Marshal(fields)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, gateway+"/v1/completions", bytes.NewReader(body))

@@ -68,8 +68,11 @@
 // "code"}: 400 BadRequestError for a body that is not a JSON object, 403
 // Forbidden, 413, 502 BadGateway when a prefiller cannot be reached, 503
 // ServiceUnavailable "The decode node is not ready..." when the local model
-// server cannot. A decode leg that fails on a reused keep-alive connection
-// before any answer is sent once more on a new one. An answer never looks
+// server cannot. Any request to an upstream — a leg, or a relayed request
+// whose body streams from the client — that fails on a reused keep-alive
+// connection before any answer is sent once more, on a new connection:
+// a relayed body is kept as it is read, up to --max-request-body-bytes,
+// and one larger than that is not replayed. An answer never looks
 // complete when it is not: once the model server's header went to the
 // client, an answer that breaks off aborts the client's connection (no
 // terminating chunk, a short Content-Length body, or an HTTP/2 reset); a

@@ -155,12 +155,21 @@ func qwen3(t *testing.T) *tokenizer.Tokenizer {
 // startSim runs an in-process `kvgate sim` of role on a free loopback port.
 func startSim(t *testing.T, role vllmserver.Role) *vllmserver.Server {
 	t.Helper()
+	return startSimWith(t, role, nil)
+}
+
+// startSimWith is startSim with options changed by set first (nil: none).
+func startSimWith(t *testing.T, role vllmserver.Role, set func(*vllmserver.Options)) *vllmserver.Server {
+	t.Helper()
 	o := vllmserver.DefaultOptions()
 	o.Host, o.Port = "127.0.0.1", 0
 	o.Tokenizer = qwen3(t)
 	o.TimeScale = 50
 	o.Role = role
 	o.Logger = discard
+	if set != nil {
+		set(&o)
+	}
 	s, err := vllmserver.New(o)
 	if err != nil {
 		t.Fatalf("sim: %v", err)

@@ -86,7 +86,7 @@ type Options struct {
 	MetricsPort     int
 	DecodeChunkSize int
 	// MaxRequestBodyBytes bounds a request body the sidecar reads to
-	// rewrite (kvgate's).
+	// rewrite, and what it keeps of a relayed one for a replay (kvgate's).
 	MaxRequestBodyBytes int64
 	LogLevel            slog.Level
 
@@ -166,7 +166,7 @@ func (o *Options) flagSet(out io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.MaxIdleConnsPerHost, "max-idle-conns-per-host", o.MaxIdleConnsPerHost, "idle keep-alive connections kept per upstream")
 	fs.IntVar(&o.MetricsPort, "metrics-port", o.MetricsPort, "port of the sidecar's own /metrics (0: off)")
 	fs.IntVar(&o.DecodeChunkSize, "decode-chunk-size", o.DecodeChunkSize, "chunked decode token budget (kvgate: 0 only)")
-	fs.Int64Var(&o.MaxRequestBodyBytes, "max-request-body-bytes", o.MaxRequestBodyBytes, "largest request body the sidecar reads")
+	fs.Int64Var(&o.MaxRequestBodyBytes, "max-request-body-bytes", o.MaxRequestBodyBytes, "largest request body the sidecar reads, and the most of a relayed body kept to replay it after a stale connection")
 	fs.Var(levelFlag{&o.LogLevel}, "log-level", "log level: debug, info, warn, error")
 	fs.Var(levelFlag{&o.LogLevel}, "zap-log-level", "llm-d's log level flag: debug, info, error or a verbosity number")
 	return fs

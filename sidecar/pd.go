@@ -10,7 +10,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"os"
 	"strconv"
 	"time"
@@ -480,26 +479,14 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, b body, id strin
 // errBadLeg marks a decode leg that could not be built.
 var errBadLeg = errors.New("building the decode leg")
 
-// sendDecode posts the buffered decode leg b to the local model server.
-// A leg that failed on a reused keep-alive connection before any answer
-// (the model server closed it as idle just as it was taken) is sent once
-// more on a fresh one: nothing reached the client yet, and a server that
-// closes an idle connection has not run the request on it.
+// sendDecode posts the buffered decode leg b to the local model server;
+// a stale keep-alive connection is retried by the transport (staleRetry).
 func (s *Server) sendDecode(r *http.Request, id string, b body) (*http.Response, error) {
-	raw := b.marshal()
-	for attempt := 0; ; attempt++ {
-		var reused bool
-		trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }}
-		req, err := newLeg(httptrace.WithClientTrace(r.Context(), trace), r, s.decoder.String()+r.URL.RequestURI(), id, raw)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", errBadLeg, err)
-		}
-		resp, err := s.decodeC.Do(req)
-		if err == nil || !reused || attempt > 0 || r.Context().Err() != nil {
-			return resp, err
-		}
-		s.log.Info("decode leg failed on a reused connection; retrying on a new one", "err", err, "request_id", id)
+	req, err := newLeg(r.Context(), r, s.decoder.String()+r.URL.RequestURI(), id, b.marshal())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errBadLeg, err)
 	}
+	return s.decodeC.Do(req)
 }
 
 // handedOff counts a request whose prefill leg succeeded on prefiller.

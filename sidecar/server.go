@@ -162,6 +162,8 @@ func poolSource(o Options, log *slog.Logger) (endpoints.Source, error) {
 	return d, nil
 }
 
+// transport dials one stage's upstreams, replaying a request that a
+// stale keep-alive connection failed (staleRetry).
 func (s *Server) transport(stage string) http.RoundTripper {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = 0
@@ -170,7 +172,9 @@ func (s *Server) transport(stage string) http.RoundTripper {
 	if s.o.tls(stage) {
 		t.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: s.o.skipVerify(stage)} //nolint:gosec // the operator's choice, per stage
 	}
-	return t
+	fresh := t.Clone()
+	fresh.DisableKeepAlives = true
+	return &staleRetry{pooled: t, fresh: fresh, max: s.o.MaxRequestBodyBytes, log: s.log.With("stage", stage)}
 }
 
 func (s *Server) closeListeners() {

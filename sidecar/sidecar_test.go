@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvgate/kvgate/internal/eppwire"
 	"github.com/kvgate/kvgate/internal/testutil"
 	"github.com/kvgate/kvgate/sim/vllmserver"
@@ -132,8 +134,8 @@ func TestPDWithSims(t *testing.T) {
 	}
 }
 
-// counter sums a metric family of the sidecar's registry.
-func counter(t *testing.T, s *Server, name string) float64 {
+// counter sums a metric family of a sidecar's or a sim's registry.
+func counter(t *testing.T, s interface{ Registry() *prometheus.Registry }, name string) float64 {
 	t.Helper()
 	mfs, err := s.Registry().Gather()
 	if err != nil {

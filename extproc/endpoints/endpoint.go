@@ -3,6 +3,7 @@ package endpoints
 import (
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Label keys with a meaning to the picker.
@@ -75,6 +76,18 @@ type Metrics struct {
 // cache line; the identity, read for the chosen endpoint only, follows.
 // TestEndpointLayout pins this.
 type Endpoint struct {
+	endpointFields
+	_ [endpointSize - unsafe.Sizeof(endpointFields{})]byte
+}
+
+// endpointSize is Endpoint's padded size. The padding is derived from the
+// fields' size, so a new field shrinks it, and fields that outgrow
+// endpointSize stop the build (a negative array length) instead of
+// silently moving endpoints off their cache lines.
+const endpointSize = 256
+
+// endpointFields are Endpoint's fields, hot ones first.
+type endpointFields struct {
 	load  liveLoad
 	steps stepClock
 	// adapters is whether the metrics snapshot lists any LoRA adapter, so
@@ -90,15 +103,11 @@ type Endpoint struct {
 	// computed is read by the deciders that price a prefill server's
 	// backlog (PrefillBacklog), not by every decision.
 	computed atomic.Pointer[computedSet]
-	_        [endpointPad]byte
 }
-
-// endpointPad pads Endpoint to 256 bytes on 64-bit platforms.
-const endpointPad = 32
 
 // NewEndpoint returns an endpoint with an empty metrics snapshot.
 func NewEndpoint(spec Spec) *Endpoint {
-	e := &Endpoint{spec: spec}
+	e := &Endpoint{endpointFields: endpointFields{spec: spec}}
 	e.metrics.Store(&Metrics{})
 	return e
 }

@@ -6,15 +6,20 @@ import (
 )
 
 // TestEndpointLayout pins what Endpoint's doc promises: 256 bytes, so that
-// endpoints start on a cache line, with what a decision reads of every
-// candidate in the first two lines.
+// endpoints start on a cache line (checked on allocated ones too), with
+// what a decision reads of every candidate in the first two lines.
 func TestEndpointLayout(t *testing.T) {
 	if unsafe.Sizeof(uintptr(0)) != 8 {
 		t.Skip("layout is tuned for 64-bit platforms")
 	}
 	var e Endpoint
 	if got := unsafe.Sizeof(e); got != 256 {
-		t.Errorf("Endpoint is %d bytes, want 256 (adjust endpointPad)", got)
+		t.Errorf("Endpoint is %d bytes, want 256 (endpointSize)", got)
+	}
+	for i := range 64 {
+		if a := uintptr(unsafe.Pointer(NewEndpoint(Spec{Name: "a"}))); a%64 != 0 {
+			t.Fatalf("endpoint %d at %#x, not on a cache line", i, a)
+		}
 	}
 	hot := map[string]uintptr{
 		"load":             unsafe.Offsetof(e.load) + unsafe.Sizeof(e.load),

@@ -67,8 +67,57 @@ func (m *Model) Candidates(eps []*endpoints.Endpoint) Candidates {
 // PredictLive is Model.PredictLive for eps[i], e, of the list the access
 // was made for.
 func (c Candidates) PredictLive(i int, e *endpoints.Endpoint, f *Features, now time.Time, eng Engine) Estimate {
+	return c.m.predictLive(c.fitOf(i, e), f, now, eng)
+}
+
+// PredictTTFT is PredictLive without TPOT (its TPOT fields zero): most
+// decisions read no candidate's TPOT, which Predictions computes only when
+// asked (Predictions.FillTPOT).
+func (c Candidates) PredictTTFT(i int, e *endpoints.Endpoint, f *Features, now time.Time, eng Engine) Estimate {
+	ft := c.fitOf(i, e)
+	own, pool := c.m.coeffsOf(ft)
+	return c.m.predictTTFT(ft, own, pool, f, now, eng)
+}
+
+// PredictTPOT is PredictLive's TPOT alone, mean and quantile.
+func (c Candidates) PredictTPOT(i int, e *endpoints.Endpoint, f *Features) (mean, quantile time.Duration) {
+	own, pool := c.m.coeffsOf(c.fitOf(i, e))
+	return c.m.predictTPOT(own, pool, f)
+}
+
+// fitOf is eps[i]'s fit, e; nil when none is tracked.
+func (c Candidates) fitOf(i int, e *endpoints.Endpoint) *fit {
 	if c.idx != nil {
-		return c.m.predictLive(c.idx.fits[i], f, now, eng)
+		return c.idx.fits[i]
 	}
-	return c.m.PredictLive(e.Address(), f, now, eng)
+	return (*c.m.endpoints.Load())[e.Address()]
+}
+
+// predictLive is PredictLive on the endpoint whose fit is e (nil: none).
+// Once per candidate per decision: the fits are loaded once, and nothing
+// is computed that the answer does not use.
+func (m *Model) predictLive(e *fit, f *Features, now time.Time, eng Engine) Estimate {
+	own, pool := m.coeffsOf(e)
+	est := m.predictTTFT(e, own, pool, f, now, eng)
+	est.TPOT, est.TPOTQuantile = m.predictTPOT(own, pool, f)
+	return est
+}
+
+// coeffsOf is the published fit of the endpoint whose fit is e (the
+// pool's when nil) and the pool's.
+func (m *Model) coeffsOf(e *fit) (own, pool *coeffs) {
+	pool = m.pool.published.Load()
+	if e == nil {
+		return pool, pool
+	}
+	return e.published.Load(), pool
+}
+
+// predictTPOT is the TPOT predicted from the endpoint's published fit own
+// and the pool's: 0 ("unknown") until MinSamples streams ended.
+func (m *Model) predictTPOT(own, pool *coeffs, f *Features) (mean, quantile time.Duration) {
+	if from := m.enough(own, pool, own.tpotSamples); from.tpotSamples >= m.cfg.MinSamples {
+		return from.tpotOf(f)
+	}
+	return 0, 0
 }

@@ -83,3 +83,55 @@ func TestCandidatesIndexBacksOff(t *testing.T) {
 		}
 	}
 }
+
+// TestDeferredTPOT: TPOT computed on demand (one candidate's, or every
+// candidate's) is PredictLive's, zero where noTPOT says so, and the TTFT
+// computed without it is PredictLive's too.
+func TestDeferredTPOT(t *testing.T) {
+	m := New(Config{MinSamples: 2})
+	eps := make([]*endpoints.Endpoint, 6)
+	for i := range eps {
+		eps[i] = endpoints.NewEndpoint(endpoints.Spec{Name: fmt.Sprint("e", i), Address: fmt.Sprintf("10.0.0.%d:8000", i)})
+	}
+	for i, e := range eps[:4] { // two endpoints keep the pool's fit
+		for k := range 4 {
+			m.ObserveTPOT(e.Address(), Features{Decodes: float64(k + 1), DecodeTokens: 1000}, time.Duration(8+i+k)*time.Millisecond)
+			m.ObserveTTFT(e.Address(), Features{Prefill: float64(100 * (k + 1))}, time.Duration(20+i+k)*time.Millisecond)
+		}
+	}
+	now := time.Unix(1_700_000_000, 0)
+	noTPOT := func(e *endpoints.Endpoint) bool { return e == eps[1] }
+	for _, skip := range []func(*endpoints.Endpoint) bool{nil, noTPOT} {
+		for _, all := range []bool{false, true} {
+			var p Predictions
+			p.Reset(eps)
+			c := m.Candidates(eps)
+			want := make([]Estimate, len(eps))
+			for i, e := range eps {
+				p.Features[i] = Features{Prefill: float64(50 * (i + 1)), Decodes: float64(i), DecodeTokens: float64(300 * i)}
+				eng := Engine{External: float64(i % 2)}
+				p.Estimates[i] = c.PredictTTFT(i, e, &p.Features[i], now, eng)
+				f := p.Features[i]
+				want[i] = m.PredictLive(e.Address(), &f, now, eng)
+				if skip != nil && skip(e) {
+					want[i].TPOT, want[i].TPOTQuantile = 0, 0
+				}
+				if p.Estimates[i].TTFT != want[i].TTFT || p.Estimates[i].TTFTQuantile != want[i].TTFTQuantile || p.Estimates[i].TPOT != 0 {
+					t.Fatalf("%s: PredictTTFT %+v, PredictLive %+v", e.Name(), p.Estimates[i], want[i])
+				}
+			}
+			p.DeferTPOT(c, skip)
+			if all {
+				p.FillTPOT()
+			}
+			for i := range eps {
+				if got := p.Estimate(i); got != want[i] || (all && p.Estimates[i] != want[i]) {
+					t.Fatalf("skip %v, all %v, %s: deferred %+v, PredictLive %+v", skip != nil, all, eps[i].Name(), got, want[i])
+				}
+				if want[i].TPOT == 0 && (skip == nil || !skip(eps[i])) {
+					t.Fatalf("%s: TPOT not learned: %+v", eps[i].Name(), want[i])
+				}
+			}
+		}
+	}
+}

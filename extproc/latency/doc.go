@@ -44,6 +44,37 @@
 // without recording the projection; Model.Sample recomputes the chosen
 // one's, which the model learns from at the first token.
 //
+// # The delay a request imposes
+//
+// A request's first token ends the step that computes its last chunk, and
+// that step's leftover budget goes, FCFS, to requests routed there after
+// it: a burst-mate routed a moment later can fill the step and make it
+// several times longer than projected, which no prediction made at the
+// earlier decision can know. The later decision does know: its projection
+// sees which queued prompts finish in the step its first chunk joins, and
+// Estimate.Imposed is the time its chunk adds to each of their first
+// tokens (summed). The latency scorer ranks by TTFT + Imposed, so a burst
+// spreads over servers where joining costs the queued prompts more than
+// it saves the newcomer, and the predictions already made stay true
+// (bursty trace ×2, 1,500 requests: TTFT MAPE 26.8 % → 16.0 %).
+//
+// Tried and dropped: learning, per endpoint, how likely a later request
+// is to join (by the delay to the projected last step and the room it
+// leaves; four outcome levels, each priced by the twin) and predicting the
+// 1/y-weighted median of the outcomes (MAPE's optimum) or their mean.
+// The median changed MAPE by −1.0 to +0.8 points, the mean made it worse
+// (bursty ×2 38.2 %): the join is close to a coin toss at the decision
+// (0.5–0.77 in every cell, by burst position too), and against an outcome
+// two or more times longer the MAPE-optimal answer is the short one
+// unless the join is near-certain. Even the in-sample best multiplier per
+// cell only reaches 20.7 % on bursty ×2, while pricing the actual joiners
+// gives 3.2 %: what is missing is knowing who joins, not the price.
+// Also dropped: learning the step cost from step lengths (the gap between
+// the step clock's last two step ends at a first token) beside the TTFTs.
+// Most such steps took what their believed shape costs; the rest, two to
+// thirty times more, held work the twin did not know was there, and
+// fitting them raised every step's cost (benchmarks/RESULTS.md).
+//
 // The quantile comes from the residuals: each endpoint fits a log-normal to
 // log(actual/predicted) (running mean and variance) and the quantile
 // prediction is the mean prediction scaled by its q-th quantile.

@@ -116,6 +116,12 @@ var (
 type Estimate struct {
 	TTFT, TTFTQuantile time.Duration
 	TPOT, TPOTQuantile time.Duration
+	// Imposed is what routing the request there adds to the TTFTs of
+	// requests already routed there: the step that computes its first
+	// chunk also finishes their prompts, and the chunk makes it longer
+	// (twin.go). Not part of the request's own TTFT; a scorer ranks by the
+	// sum. Zero where the feature model predicts.
+	Imposed time.Duration
 }
 
 // coeffs is an immutable published fit.

@@ -129,6 +129,9 @@ type twinSample struct {
 	// hindsight is x with the requests routed later that shared that
 	// step (FirstTokenAt): what the step cost is learned from.
 	hindsight [maxFeatures]float64
+	// imposed is the seconds the request's first chunk adds to the first
+	// tokens of the queue's prompts that finish in the same step.
+	imposed float64
 }
 
 // stepShape is what one step computes.
@@ -229,6 +232,20 @@ func (s *stepShape) add(n, past int64, finishing bool) {
 		s.seqs++
 		s.finishing++
 	}
+}
+
+// imposedBy is what a request's first chunk costs the prompts that
+// finish in the step it joins: alone is the step without the chunk, with
+// the step with it; each of alone's finishing prompts gets its first token
+// later by the difference. This is the one delay a decision can cause
+// that the requests it delays could not have been told about at their own
+// decision (a burst-mate routed a moment later filling the step that
+// holds a short prompt's last chunk), so a scorer that counts it routes
+// burst-mates apart when it costs them little, and the earlier requests'
+// predictions hold.
+func imposedBy(theta *[maxFeatures]float64, alone, with *stepShape) float64 {
+	xa, xw := alone.x(theta), with.x(theta)
+	return float64(alone.finishing) * (dot(theta, &xw) - dot(theta, &xa))
 }
 
 // nextArrival is the routing time of the first entry not yet admitted at
@@ -406,6 +423,13 @@ func (w *twin) project(now int64, cached, uncached int64, eng Engine, budget int
 			head++
 		}
 		q := q[head:]
+		var alone stepShape
+		admitting := last.done == 0
+		if admitting {
+			// The step as the queue alone runs it: what the request's
+			// first chunk, if this step takes it, lengthens.
+			alone, _ = schedule(q[:len(q)-1], t, eng, budget, false, 0)
+		}
 		s, _ := schedule(q, t, eng, budget, true, len(q))
 		if s.empty() {
 			next := nextArrival(q, t)
@@ -414,6 +438,9 @@ func (w *twin) project(now int64, cached, uncached int64, eng Engine, budget int
 			}
 			t = next
 			continue
+		}
+		if admitting && last.done > 0 && alone.finishing > 0 {
+			out.imposed = imposedBy(theta, &alone, &s)
 		}
 		x := s.x(theta)
 		for k := range out.x {
@@ -535,19 +562,10 @@ func (m *Model) PredictLive(addr string, f *Features, now time.Time, eng Engine)
 	return m.predictLive((*m.endpoints.Load())[addr], f, now, eng)
 }
 
-// predictLive is PredictLive on the endpoint whose fit is e (nil: none).
-func (m *Model) predictLive(e *fit, f *Features, now time.Time, eng Engine) Estimate {
-	// Once per candidate per decision: the fits are loaded once, and
-	// nothing is computed that the answer does not use.
-	pool := m.pool.published.Load()
-	own := pool
-	if e != nil {
-		own = e.published.Load()
-	}
+// predictTTFT is PredictLive's TTFT on the endpoint whose fit is e (nil:
+// none), from its published fit own and the pool's (predictLive).
+func (m *Model) predictTTFT(e *fit, own, pool *coeffs, f *Features, now time.Time, eng Engine) Estimate {
 	var est Estimate
-	if from := m.enough(own, pool, own.tpotSamples); from.tpotSamples >= m.cfg.MinSamples {
-		est.TPOT, est.TPOTQuantile = from.tpotOf(f)
-	}
 	if eng.External == 0 {
 		c := m.enough(own, pool, own.twinSamples)
 		var s twinSample
@@ -555,6 +573,9 @@ func (m *Model) predictLive(e *fit, f *Features, now time.Time, eng Engine) Esti
 		if s.ok && c.twinSamples >= m.cfg.MinSamples {
 			ttft := twinTTFT(&c.twin, &s)
 			est.TTFT, est.TTFTQuantile = seconds(ttft), seconds(ttft*c.mTwin)
+			if s.imposed > 0 {
+				est.Imposed = seconds(s.imposed)
+			}
 			return est
 		}
 	}

@@ -336,3 +336,125 @@ func TestProjectionCacheMatches(t *testing.T) {
 		}
 	}
 }
+
+// TestTwinImposedDelay: a request whose first chunk lands in the step
+// that finishes queued prompts lengthens that step, and every one of those
+// prompts gets its first token later by as much; the projection says how
+// much (the cached trajectory and the plain schedule alike), and nothing
+// where the request cannot join such a step.
+func TestTwinImposedDelay(t *testing.T) {
+	type queued struct{ cached, uncached int }
+	tests := []struct {
+		name  string
+		queue []queued
+		// prompt is the request's uncached tokens; finishing the queued
+		// prompts its first chunk shares a step with (0: imposes nothing).
+		prompt, finishing int
+	}{
+		{"idle server", nil, 4000, 0},
+		{"a short prompt queued", []queued{{0, 24}}, 4000, 1},
+		{"two short prompts queued", []queued{{0, 24}, {2048, 100}}, 4000, 2},
+		{"a long prompt's last chunk", []queued{{0, 10_000}}, 4000, 1},
+		// The step that finishes an 8,192-token prompt has no room: the
+		// request starts in the next step, which finishes nothing queued.
+		{"no room in the finishing step", []queued{{0, 8192}}, 4000, 0},
+		{"a one-token request", []queued{{0, 24}}, 1, 1},
+	}
+	now := time.Unix(1_700_000_000, 0)
+	const addr = "10.0.0.1:8000"
+	theta := (*[maxFeatures]float64)(twinPrior)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got [2]float64
+			for i, noCache := range []bool{false, true} {
+				m := New(Config{})
+				for _, q := range tt.queue {
+					m.Routed(addr, now, q.cached, q.uncached)
+				}
+				if e := (*m.endpoints.Load())[addr]; e != nil {
+					e.tw.noCache = noCache
+				}
+				s := m.Sample(addr, Features{Prefill: float64(tt.prompt)}, now, Engine{})
+				if !s.twin.ok {
+					t.Fatal("no projection")
+				}
+				got[i] = s.twin.imposed
+			}
+			if got[0] != got[1] {
+				t.Fatalf("imposed %v with the trajectory cache, %v without", got[0], got[1])
+			}
+			if tt.finishing == 0 {
+				if got[0] != 0 {
+					t.Fatalf("imposed %v, want 0", got[0])
+				}
+				return
+			}
+			// The step the request joins, alone and with its chunk; the
+			// queue is tiny, so its last step is the first or the second.
+			var alone stepShape
+			rest := 0
+			for _, q := range tt.queue {
+				n := q.uncached
+				if q.uncached > DefaultTokenBudget {
+					n = q.uncached - DefaultTokenBudget
+					alone.add(int64(n), int64(q.cached+DefaultTokenBudget), true)
+				} else {
+					alone.add(int64(n), int64(q.cached), true)
+				}
+				rest += n
+			}
+			with := alone
+			with.add(int64(min(tt.prompt, DefaultTokenBudget-rest)), 0, tt.prompt <= DefaultTokenBudget-rest)
+			xa, xw := alone.x(theta), with.x(theta)
+			want := float64(tt.finishing) * (dot(theta, &xw) - dot(theta, &xa))
+			if want <= 0 || math.Abs(got[0]-want) > 1e-12 {
+				t.Fatalf("imposed %v s, want %v s (%d prompts finishing)", got[0], want, tt.finishing)
+			}
+		})
+	}
+}
+
+// TestImposedRanksBurstMatesApart: once the twin predicts (its step cost
+// learned), a burst-mate predicted on an idle server and on one that just
+// took a short prompt gets about the same TTFT on both — it shares the
+// short prompt's step — but on the second it would delay that prompt's
+// first token by its whole chunk: ranked by TTFT + Imposed the idle
+// server wins, and the short prompt's prediction stays true.
+func TestImposedRanksBurstMatesApart(t *testing.T) {
+	m := New(Config{})
+	start := time.Unix(1_700_000_000, 0)
+	theta := (*[maxFeatures]float64)(twinPrior)
+	// Warm both endpoints' twins on lone requests priced by the prior.
+	for _, addr := range []string{"a", "b"} {
+		now := start
+		for range 2 * DefaultMinSamples {
+			f := Features{Prefill: 500}
+			s := m.Sample(addr, f, now, Engine{})
+			tk := m.Routed(addr, now, 0, 500)
+			d := time.Duration(twinTTFT(theta, &s.twin) * 1e9)
+			end := now.Add(d)
+			m.FirstTokenAt(&tk, end, Engine{StepEnd: end}, &s)
+			m.ObserveFirstToken(addr, s, end, d, d)
+			now = end.Add(time.Second)
+		}
+	}
+	now := start.Add(time.Hour)
+	m.Routed("a", now, 0, 24)
+	mate := Features{Prefill: 4000}
+	fa, fb := mate, mate
+	ea, eb := m.PredictLive("a", &fa, now, Engine{}), m.PredictLive("b", &fb, now, Engine{})
+	if eb.Imposed != 0 || ea.Imposed <= 0 {
+		t.Fatalf("imposed: on the server holding a short prompt %v, on the idle one %v", ea.Imposed, eb.Imposed)
+	}
+	if r := ea.TTFT.Seconds() / eb.TTFT.Seconds(); r < 0.95 || r > 1.05 {
+		t.Fatalf("TTFT %v beside the short prompt, %v alone: want about the same", ea.TTFT, eb.TTFT)
+	}
+	if ea.TTFT+ea.Imposed <= eb.TTFT+eb.Imposed {
+		t.Fatalf("TTFT + imposed %v beside the short prompt, %v alone: want the idle server ahead", ea.TTFT+ea.Imposed, eb.TTFT+eb.Imposed)
+	}
+	// The short prompt's step with the 4,000-token chunk is most of the
+	// mate's TTFT: the delay it imposes is of that order.
+	if ea.Imposed < ea.TTFT/2 {
+		t.Fatalf("imposed %v, under half the mate's TTFT %v", ea.Imposed, ea.TTFT)
+	}
+}

@@ -152,6 +152,11 @@ func (tr *trajectory) project(start, now int64, cached, uncached int64, budget i
 		st := &steps[j]
 		s, out.x = st.s, st.sum
 		n = min(uncached, st.left.room)
+		if st.s.finishing > 0 {
+			w := st.s
+			w.add(n, cached, n >= uncached)
+			out.imposed = imposedBy(theta, &st.s, &w)
+		}
 	} else {
 		// Admitted after every prompt ahead is computed: the steps until
 		// the decision decode alone (the twin's step in progress is

@@ -47,7 +47,6 @@ type Profile struct {
 // scratch holds the per-cycle buffers a profile run needs.
 type scratch struct {
 	candidates []*endpoints.Endpoint
-	total      []float64
 	one        []float64
 	scored     []ScoredEndpoint
 }
@@ -64,6 +63,15 @@ func Resized[T any](s []T, n int) []T {
 	s = s[:n]
 	clear(s)
 	return s
+}
+
+// Grown is Resized without zeroing: for scratch whose every element the
+// caller overwrites, where clearing would only add a pass over it.
+func Grown[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
 }
 
 // Run executes the profile over candidates, which it does not modify.
@@ -85,20 +93,20 @@ func (p *Profile) Run(ctx context.Context, cs *CycleState, req *Request, candida
 		}
 	}
 
-	sc.total = Resized(sc.total, len(eps))
+	// The weighted scores add up in the scored list itself.
+	sc.scored = sc.scored[:0]
+	for _, e := range eps {
+		sc.scored = append(sc.scored, ScoredEndpoint{Endpoint: e})
+	}
 	for _, ws := range p.Scorers {
 		sc.one = Resized(sc.one, len(eps))
 		start := now(observe)
 		ws.Score(ctx, cs, req, eps, sc.one)
 		record(observe, PointScorer, ws.Scorer, start)
+		scored := sc.scored[:len(sc.one)]
 		for i, s := range sc.one {
-			sc.total[i] += ws.Weight * clamp01(s)
+			scored[i].Score += ws.Weight * clamp01(s)
 		}
-	}
-
-	sc.scored = sc.scored[:0]
-	for i, e := range eps {
-		sc.scored = append(sc.scored, ScoredEndpoint{Endpoint: e, Score: sc.total[i]})
 	}
 	start := now(observe)
 	res := p.Picker.Pick(ctx, cs, req, sc.scored)

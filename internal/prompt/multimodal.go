@@ -2,9 +2,12 @@ package prompt
 
 import (
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/url"
 	"strings"
 
 	"github.com/kvgate/kvgate/internal/kvhash"
@@ -32,10 +35,8 @@ const (
 type MMPart struct {
 	// Kind is the part type: image_url, audio_url, video_url or input_audio.
 	Kind string
-	// Identifier stands for vLLM's mm_hash: SHA-256 of the model and the
-	// part's media reference (its URL, or the inline data), in hex. Two
-	// requests naming the same media get the same identifier, so their
-	// placeholder blocks share KV and the encoder's output is reused.
+	// Identifier is the item's mm_hash, the extra key of its blocks and
+	// the key of its encoder output (see mmIdentifier).
 	Identifier string
 }
 
@@ -44,10 +45,11 @@ func MMParts(req *openai.Request) []MMPart {
 	if req.API != openai.ChatCompletions {
 		return nil
 	}
+	kwargs := req.RawField("mm_processor_kwargs")
 	var out []MMPart
 	for _, m := range req.Messages {
 		for _, p := range contentParts(m.Content) {
-			if part, ok := mmPart(req.Model, p); ok {
+			if part, ok := mmPart(req.Model, kwargs, p); ok {
 				out = append(out, part)
 			}
 		}
@@ -63,30 +65,137 @@ func contentParts(raw json.RawMessage) []map[string]json.RawMessage {
 	return parts
 }
 
-func mmPart(model string, p map[string]json.RawMessage) (MMPart, bool) {
+// modalities are vLLM's modality of each part type: input_audio and
+// audio_url items of the same content are the same item.
+var modalities = map[string]string{"image_url": "image", "audio_url": "audio", "input_audio": "audio", "video_url": "video"}
+
+func mmPart(model string, kwargs json.RawMessage, p map[string]json.RawMessage) (MMPart, bool) {
 	var typ string
 	_ = json.Unmarshal(p["type"], &typ)
-	switch typ {
-	case "image_url", "audio_url", "video_url":
+	modality, ok := modalities[typ]
+	if !ok {
+		return MMPart{}, false
+	}
+	var uuid string
+	_ = json.Unmarshal(p["uuid"], &uuid)
+	var src mmSource
+	if typ == "input_audio" {
+		var a struct {
+			Data string `json:"data"`
+		}
+		_ = json.Unmarshal(p[typ], &a)
+		src = mmSource{content: base64Content(a.Data), raw: a.Data}
+	} else {
 		var u struct {
 			URL string `json:"url"`
 		}
-		_ = json.Unmarshal(p[typ], &u)
-		return MMPart{Kind: typ, Identifier: mmHash(model, typ, u.URL)}, true
-	case "input_audio":
-		var a struct {
-			Data   string `json:"data"`
-			Format string `json:"format"`
+		// A bare string (vLLM's simple form, {"image_url": "https://..."}) too.
+		if json.Unmarshal(p[typ], &u) != nil {
+			_ = json.Unmarshal(p[typ], &u.URL)
 		}
-		_ = json.Unmarshal(p[typ], &a)
-		return MMPart{Kind: typ, Identifier: mmHash(model, typ, a.Format+":"+a.Data)}, true
+		src = urlSource(u.URL)
 	}
-	return MMPart{}, false
+	return MMPart{Kind: typ, Identifier: mmIdentifier(model, modality, uuid, kwargs, src)}, true
 }
 
-func mmHash(model, kind, ref string) string {
-	sum := sha256.Sum256([]byte(model + "\x00" + kind + "\x00" + ref))
-	return hex.EncodeToString(sum[:])
+// mmSource is what an item's identifier is taken from when it has no
+// uuid: its decoded content, or (content nil) the reference as written.
+type mmSource struct {
+	content io.Reader
+	raw     string
+}
+
+// mmIdentifier is an item's mm_hash, as vLLM keys its blocks and its
+// encoder output:
+//   - a content part's "uuid" (vLLM ≥ 0.11: the user vouches that it names
+//     the media) is the identifier verbatim, as vLLM takes it when the
+//     request has no mm_processor_kwargs; with them, a hash of the uuid and
+//     the kwargs, since they change what the processor makes of the media;
+//   - an inline item (a data: URL, input_audio's base64 data) is hashed by
+//     its decoded bytes, so that the same media sent twice, however its
+//     data URL is spelled, is one item;
+//   - a remote URL is hashed as written: the router must not fetch it
+//     (SSRF, and latency on the routing path), so two URLs of one image
+//     are two items (a cache miss, never a wrong hit) and a URL whose
+//     content changes keeps its identifier (the server would then reuse
+//     the old encoder output for it, as any URL-keyed cache would).
+//
+// Content and URL hashes are SHA-256 over the model, the modality and the
+// source, hex: they match between kvgate's picker and its simulator, not
+// vLLM's own pixel-level hashes, which need the decoded media.
+func mmIdentifier(model, modality, uuid string, kwargs json.RawMessage, src mmSource) string {
+	hasKwargs := len(kwargs) > 0 && string(kwargs) != "null" && string(kwargs) != "{}"
+	if uuid != "" && !hasKwargs {
+		return uuid
+	}
+	h := sha256.New()
+	io.WriteString(h, model+"\x00"+modality+"\x00")
+	switch {
+	case uuid != "":
+		io.WriteString(h, "uuid\x00"+uuid+"\x00")
+		h.Write(kwargs)
+	case src.content != nil:
+		io.WriteString(h, "content\x00")
+		if _, err := io.Copy(h, src.content); err != nil {
+			// Not valid base64: the server refuses the item; the router
+			// still gives it a stable identifier, from what was written.
+			h.Reset()
+			io.WriteString(h, model+"\x00"+modality+"\x00ref\x00"+src.raw)
+		}
+		if hasKwargs {
+			h.Write(kwargs)
+		}
+	default:
+		io.WriteString(h, "ref\x00"+src.raw)
+		if hasKwargs {
+			h.Write(kwargs)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// urlSource reads a media URL: a data: URL's decoded payload (RFC 2397:
+// base64 when its parameters end in ;base64, percent-encoded otherwise),
+// or any other URL as written.
+func urlSource(u string) mmSource {
+	rest, ok := cutPrefixFold(u, "data:")
+	if !ok {
+		return mmSource{raw: u}
+	}
+	meta, data, ok := strings.Cut(rest, ",")
+	if !ok {
+		return mmSource{raw: u}
+	}
+	if m := strings.ToLower(meta); strings.HasSuffix(m, ";base64") {
+		return mmSource{content: base64Content(data), raw: u}
+	}
+	dec, err := url.PathUnescape(data)
+	if err != nil {
+		return mmSource{raw: u}
+	}
+	return mmSource{content: strings.NewReader(dec), raw: u}
+}
+
+func cutPrefixFold(s, prefix string) (string, bool) {
+	if len(s) < len(prefix) || !strings.EqualFold(s[:len(prefix)], prefix) {
+		return s, false
+	}
+	return s[len(prefix):], true
+}
+
+// base64Content decodes standard base64, padded or not, streaming: an
+// image of megabytes is hashed without a decoded copy. Whitespace (line
+// breaks in long payloads) is skipped, as Python's decoder does.
+func base64Content(data string) io.Reader {
+	clean := data
+	if strings.ContainsAny(data, "\n\r\t ") {
+		clean = strings.NewReplacer("\n", "", "\r", "", " ", "", "\t", "").Replace(data)
+	}
+	enc := base64.StdEncoding
+	if len(clean)%4 != 0 {
+		enc = base64.RawStdEncoding
+	}
+	return base64.NewDecoder(enc, strings.NewReader(clean))
 }
 
 // TokensMM is Tokens for prompts that may hold multimodal parts: each part

@@ -18,3 +18,16 @@ func ThreadCPU() (time.Duration, bool) {
 	}
 	return time.Duration(ts.Nano()), true
 }
+
+// ThreadSwitches is how many times the calling thread has left the CPU
+// (voluntary and involuntary context switches, getrusage RUSAGE_THREAD):
+// an operation between two equal readings ran without another process
+// taking its core, and so without finding caches that process emptied.
+func ThreadSwitches() (int64, bool) {
+	const rusageThread = 1
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(rusageThread, &ru); err != nil {
+		return 0, false
+	}
+	return ru.Nvcsw + ru.Nivcsw, true
+}

@@ -17,6 +17,16 @@ type KVTransferParams struct {
 	// vLLM's OffloadingConnector p2p tier): the peer whose CPU tier holds
 	// the prompt's leading blocks.
 	RemoteKVSource *RemoteKVSource `json:"remote_kv_source,omitempty"`
+	// RemoteDecoder and RemotePrefiller are OffloadingConnector P/D (the
+	// sidecar's offloading connector): the prefill leg keeps its KV in its
+	// p2p tier under kv_request_id, the decode leg pulls it from there.
+	RemoteDecoder   *RemoteDecoder  `json:"remote_decoder,omitempty"`
+	RemotePrefiller *RemoteKVSource `json:"remote_prefiller,omitempty"`
+}
+
+// RemoteDecoder is kv_transfer_params.remote_decoder.
+type RemoteDecoder struct {
+	KVRequestID string `json:"kv_request_id"`
 }
 
 // RemoteKVSource is kv_transfer_params.remote_kv_source.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/kvhash"
 )
 
 // FinishAbort marks a stream whose request was aborted.
@@ -101,6 +103,21 @@ func (r *Runner) Release(id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.eng.Release(id)
+}
+
+// CachedTokens is how many leading tokens of a request's prompt the prefix
+// cache holds now, in full blocks and short of the last token (which is
+// always computed): vLLM's local hit, before any connector's.
+func (r *Runner) CachedTokens(prompt []int, extra kvhash.Extra) int {
+	bs := r.eng.cfg.BlockSize
+	n := (len(prompt) - 1) / bs
+	if n <= 0 {
+		return 0
+	}
+	hashes := r.eng.hasher.BlockHashes(prompt[:n*bs], extra)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.eng.pool.longestHit(nil, hashes)) * bs
 }
 
 // Metrics snapshots the engine.

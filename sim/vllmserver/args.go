@@ -65,5 +65,6 @@ func (o Options) Args() []string {
 	str("kv-load-failure-policy", o.KVLoadFailurePolicy, d.KVLoadFailurePolicy)
 	dur("kv-transfer-timeout", o.KVTransferTimeout, d.KVTransferTimeout)
 	str("kv-offload-events-endpoint", o.KVOffloadEventsEndpoint, d.KVOffloadEventsEndpoint)
+	str("kv-transfer-config", o.KVTransferConfig, d.KVTransferConfig)
 	return args
 }

@@ -21,6 +21,7 @@ func TestArgsRoundTrip(t *testing.T) {
 	full.KVEventsReplayEndpoint, full.KVEventsTopic, full.KVEventsEncoding = "tcp://*:5558", "kv@x@m", kvwire.EncodingMap
 	full.Agent, full.KVBytesPerToken, full.KVRegionBytes, full.KVRegionDir = "127.0.0.1:7600", 4096, 1<<20, "/tmp"
 	full.KVLoadFailurePolicy, full.KVTransferTimeout, full.KVOffloadEventsEndpoint = PolicyRecompute, time.Second, "tcp://127.0.0.1:5560"
+	full.KVTransferConfig = `{"kv_connector":"NixlConnector","kv_role":"kv_both"}`
 	cliflagtest.AllSet(t, full, "Tokenizer", "Logger")
 	// The logger is built from --log-level, not carried.
 	parse := func(args []string) (Options, error) {

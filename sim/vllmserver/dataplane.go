@@ -575,10 +575,7 @@ func (d *dataPlane) registerMetrics() error {
 		return err
 	}
 	st := &d.stats
-	for _, m := range []struct {
-		name, help string
-		v          *atomic.Uint64
-	}{
+	if err := registerAtomicCounters(d.s.reg, nil, []atomicCounter{
 		{"kvgate_sim_kv_pulls_total", "KV pulls from a prefiller's agent that arrived and verified", &st.Pulls},
 		{"kvgate_sim_kv_pulled_bytes_total", "KV bytes that arrived by NIXL READ and verified", &st.PulledBytes},
 		{"kvgate_sim_kv_pull_failures_total", "KV pulls the agent failed", &st.PullFailures},
@@ -592,12 +589,8 @@ func (d *dataPlane) registerMetrics() error {
 		{"kvgate_sim_kv_dropped_events_total", "engine events the data plane dropped (queue full)", &st.Dropped},
 		{"kvgate_sim_kv_released_total", "held prefill requests the agent released", &st.Released},
 		{"kvgate_sim_kv_recomputed_total", "failed KV loads recomputed (kv_load_failure_policy=recompute)", &st.Recomputed},
-	} {
-		v := m.v
-		c := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: m.name, Help: m.help}, func() float64 { return float64(v.Load()) })
-		if err := d.s.reg.Register(c); err != nil {
-			return err
-		}
+	}); err != nil {
+		return err
 	}
 	return d.s.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvgate_sim_kv_pending_work",
 		Help: "stores and offloads queued for the agent, not yet done"}, func() float64 { return float64(st.Pending.Load()) }))

@@ -80,4 +80,29 @@
 // vllm:nixl_post_time_seconds, vllm:nixl_bytes_transferred,
 // vllm:nixl_num_descriptors, vllm:nixl_num_failed_transfers_total,
 // vllm:nixl_num_kv_expired_reqs_total) and kvgate_sim_kv_* counters.
+//
+// # Other KV connectors (--kv-transfer-config)
+//
+// vLLM's --kv-transfer-config JSON selects the P/D connector the
+// sidecar's --kv-connector pairs with. NixlConnector is the behaviour
+// above. SharedStorageConnector (shared_storage_path, vLLM's default
+// /tmp) writes every finished prompt's full blocks to the folder, one file
+// per block hash written whole before it appears, and loads the leading
+// blocks present there before a request runs, checking every byte.
+// OffloadingConnector (TieringOffloadingSpec with one p2p secondary tier
+// at host:port, bounded by cpu_bytes_to_use) keeps a prefill leg's blocks
+// under its kv_transfer_params.remote_decoder.kv_request_id; a decode leg
+// naming remote_prefiller {kv_request_id, remote_host, remote_port} fetches
+// them from that tier over HTTP (GET /kvgate/p2p/{kv_request_id}, standing
+// in for the tier's NIXL transfer), waiting up to --kv-transfer-timeout
+// for a prefill sent at the same time to land, and checks them. Loaded
+// blocks count as a remote prefill (cached_tokens); a failed load follows
+// --kv-load-failure-policy. A request's cache_hit_threshold in [0, 1] is
+// answered at once, generating nothing, with finish_reason
+// "cache_threshold" when less of its prompt than that is cached, by the
+// prefix cache or the connector. Other connectors and fields are refused
+// by name; neither connector combines with --agent. Blocks are
+// --kv-bytes-per-token × block size each (the model's real size by
+// default: megabytes per block), and the shared folder is never pruned,
+// as vLLM's debug connector leaves it.
 package vllmserver

@@ -92,3 +92,48 @@ func TestEncodeRole(t *testing.T) {
 		t.Fatalf("prefill server ran %d encoder passes, used %d remote outputs; want 1 and 1", runs, pre.encoded.Load())
 	}
 }
+
+// TestEncoderKeyedByMMHash: the encode server keys its outputs by the
+// item's mm_hash as vLLM takes it — a content part's uuid verbatim, or an
+// inline image's decoded bytes — so one image under two URLs with one
+// uuid, or under two spellings of its data URL, is encoded once, and its
+// placeholder blocks are a prefix-cache hit.
+func TestEncoderKeyedByMMHash(t *testing.T) {
+	o := testOptions(t)
+	o.Role, o.MMTokensPerItem = RoleEncode, 32
+	enc := startServer(t, o)
+	withUUID := func(body map[string]any, id string) map[string]any {
+		parts := body["messages"].([]any)[0].(map[string]any)["content"].([]any)
+		parts[0].(map[string]any)["uuid"] = id
+		return body
+	}
+	a := mmPost(t, enc, withUUID(mmChat(o.Model, "", "https://cdn-1.example/cat.png"), "cat-v1"))
+	if _, ok := a.EC["cat-v1"]; !ok || len(a.EC) != 1 {
+		t.Fatalf("ec_transfer_params %v, want the output keyed by the uuid", a.EC)
+	}
+	mmPost(t, enc, withUUID(mmChat(o.Model, "", "https://cdn-2.example/cat.png"), "cat-v1"))
+	if h, m := enc.encCache.counts(); h != 1 || m != 1 {
+		t.Fatalf("one uuid under two URLs: %d hits, %d runs; want one run, then a hit", h, m)
+	}
+	const pixels = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
+	b := mmPost(t, enc, mmChat(o.Model, "", "data:image/png;base64,"+pixels))
+	c := mmPost(t, enc, mmChat(o.Model, "", "data:image/x-png;base64,"+pixels[:20]+"\n"+pixels[20:]))
+	if h, m := enc.encCache.counts(); h != 2 || m != 2 || len(b.EC) != 1 || len(c.EC) != 1 {
+		t.Fatalf("one data URL spelled twice: %d hits, %d runs (%v, %v); want a second run, then a hit", h, m, b.EC, c.EC)
+	}
+	for k := range b.EC {
+		if _, ok := c.EC[k]; !ok {
+			t.Fatalf("two spellings of one image: keys %v and %v", b.EC, c.EC)
+		}
+	}
+
+	po := testOptions(t)
+	po.MMTokensPerItem = 64
+	s := startServer(t, po)
+	mmPost(t, s, withUUID(mmChat(po.Model, "describe it", "https://cdn-1.example/cat.png"), "cat-v1"))
+	hit := mmPost(t, s, withUUID(mmChat(po.Model, "describe it", "https://cdn-2.example/cat.png"), "cat-v1"))
+	miss := mmPost(t, s, withUUID(mmChat(po.Model, "describe it", "https://cdn-1.example/cat.png"), "cat-v2"))
+	if hit.Usage.Details.Cached < 64 || miss.Usage.Details.Cached >= 32 {
+		t.Fatalf("same uuid cached %d tokens, another uuid %d", hit.Usage.Details.Cached, miss.Usage.Details.Cached)
+	}
+}

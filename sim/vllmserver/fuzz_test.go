@@ -23,6 +23,10 @@ func FuzzGenerate(f *testing.F) {
 		`{"model":"Qwen/Qwen3-0.6B","prompt":"x","kv_transfer_params":{"do_remote_prefill":true,"remote_block_ids":[1,2],"remote_host":"","remote_port":1}}`,
 		`{"model":"Qwen/Qwen3-0.6B","prompt":"x","max_tokens":100000}`,
 		`{"model":"Qwen/Qwen3-0.6B","prompt":"x","cache_salt":"s","max_tokens":0}`,
+		`{"model":"Qwen/Qwen3-0.6B","prompt":"x y z","cache_hit_threshold":0.9,"stream":true}`,
+		`{"model":"Qwen/Qwen3-0.6B","prompt":"x","cache_hit_threshold":-1}`,
+		`{"model":"Qwen/Qwen3-0.6B","prompt":"x","kv_transfer_params":{"remote_prefiller":{"kv_request_id":"a","remote_host":"127.0.0.1","remote_port":1}}}`,
+		`{"model":"Qwen/Qwen3-0.6B","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="},"uuid":"u"}]}]}`,
 		`{"model":"other","prompt":"x"}`,
 		`{"model":1}`, `[]`, `null`, `{"model":"Qwen/Qwen3-0.6B","prompt":""}`, `{`, "",
 	} {

@@ -43,6 +43,10 @@ type job struct {
 	parts        []prompt.MMPart
 	ecIn         map[string]json.RawMessage // ec_transfer_params: encoder outputs computed elsewhere
 	ecOut        map[string]ecParams        // an encode server's answer
+	// threshold is the request's cache_hit_threshold: the least fraction
+	// of the prompt that must be cached (locally or by the KV connector)
+	// for the request to run; nil for none.
+	threshold *float64
 }
 
 // engineMaxTokens is what the engine generates: in echo mode no more than
@@ -106,8 +110,9 @@ func (s *Server) prepare(kind apiKind, body []byte) (*job, *apiError) {
 	// The shared parser keeps only routing fields; the P/D fields are
 	// decoded here.
 	var ext struct {
-		KV *vllm.KVTransferParams     `json:"kv_transfer_params"`
-		EC map[string]json.RawMessage `json:"ec_transfer_params"`
+		KV        *vllm.KVTransferParams     `json:"kv_transfer_params"`
+		EC        map[string]json.RawMessage `json:"ec_transfer_params"`
+		Threshold *float64                   `json:"cache_hit_threshold"`
 	}
 	if err := json.Unmarshal(body, &ext); err != nil {
 		return nil, badRequest("kv_transfer_params: %v", err)
@@ -116,8 +121,12 @@ func (s *Server) prepare(kind apiKind, body []byte) (*job, *apiError) {
 	if !ok {
 		return nil, newAPIError(http.StatusNotFound, "The model `%s` does not exist.", req.Model)
 	}
+	if t := ext.Threshold; t != nil && !(*t >= 0 && *t <= 1) {
+		return nil, badRequest("cache_hit_threshold %v must be within [0, 1]", *t)
+	}
 	j := &job{kind: kind, model: req.Model, created: time.Now().Unix(), stream: req.Stream,
-		includeUsage: req.Stream && req.IncludeUsage, lora: lora, cacheSalt: req.CacheSalt, kv: ext.KV, ecIn: ext.EC}
+		includeUsage: req.Stream && req.IncludeUsage, lora: lora, cacheSalt: req.CacheSalt, kv: ext.KV, ecIn: ext.EC,
+		threshold: ext.Threshold}
 	if j.priority, err = requestPriority(req.RawField("priority")); err != nil {
 		return nil, badRequest("%v", err)
 	}
@@ -186,6 +195,18 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, j *job) {
 			return
 		}
 	}
+	if s.kvc != nil {
+		if aerr := s.kvc.load(ctx, j); aerr != nil {
+			writeError(w, aerr)
+			return
+		}
+	}
+	if j.threshold != nil && *j.threshold > 0 {
+		if cached, ok := s.meetsThreshold(j); !ok {
+			s.thresholdMiss(w, j, cached)
+			return
+		}
+	}
 	st, err := s.runner.Submit(engine.Request{
 		ID: j.id, Prompt: j.prompt, MaxTokens: j.engineMaxTokens(), LoRA: j.lora, CacheSalt: j.cacheSalt,
 		PrefillOnly: j.prefillOnly, RemotePrefill: j.remote, MM: j.mm, Priority: j.priority,
@@ -236,6 +257,9 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, j *job) {
 				writeError(w, newAPIError(http.StatusInternalServerError, "request %s was aborted", j.id))
 			}
 			return
+		}
+		if s.kvc != nil {
+			s.kvc.store(j)
 		}
 		reason := j.finishReason(fin)
 		rec.finish(now, reason, fin)
@@ -330,4 +354,39 @@ func (o *jsonWriter) finish(fin *engine.Finished, reason string, kv *vllm.KVTran
 	resp.Choices = []choice{c}
 	writeJSON(o.w, http.StatusOK, resp)
 	return nil
+}
+
+// FinishCacheThreshold is the finish_reason of a request that
+// cache_hit_threshold turned away: too little of its prompt was cached.
+const FinishCacheThreshold = "cache_threshold"
+
+// meetsThreshold reports whether enough of j's prompt is cached — by the
+// prefix cache or by what the KV connector loaded — for its
+// cache_hit_threshold, and how many tokens are.
+func (s *Server) meetsThreshold(j *job) (int, bool) {
+	cached := s.runner.CachedTokens(j.prompt, kvhash.Extra{LoRA: j.lora, CacheSalt: j.cacheSalt, MM: j.mm})
+	if j.remote != nil {
+		cached = max(cached, min(j.remote.Tokens, len(j.prompt)-1))
+	}
+	return cached, float64(cached) >= *j.threshold*float64(len(j.prompt))
+}
+
+// thresholdMiss answers a request below its cache_hit_threshold at once,
+// generating nothing: finish_reason "cache_threshold", for the sidecar's
+// shared-storage connector to prefill elsewhere and ask again.
+func (s *Server) thresholdMiss(w http.ResponseWriter, j *job, cached int) {
+	if s.kvc != nil {
+		s.kvc.stats.ThresholdMisses.Add(1)
+	}
+	fin := &engine.Finished{ID: j.id, Reason: FinishCacheThreshold,
+		Usage: engine.Usage{PromptTokens: len(j.prompt), CachedTokens: cached}}
+	var out outputWriter = &jsonWriter{s: s, w: w, j: j}
+	if j.stream {
+		sw := newSSEWriter(s, w, j)
+		if sw.start() != nil {
+			return
+		}
+		out = sw
+	}
+	_ = out.finish(fin, FinishCacheThreshold, nil)
 }

@@ -125,6 +125,11 @@ type Options struct {
 	KVLoadFailurePolicy string
 	// KVTransferTimeout bounds one pull.
 	KVTransferTimeout time.Duration
+	// KVTransferConfig is vLLM's --kv-transfer-config JSON: kv_connector
+	// NixlConnector (the default), SharedStorageConnector
+	// (shared_storage_path) or OffloadingConnector (TieringOffloadingSpec
+	// with one p2p secondary tier); see kvconnector.go.
+	KVTransferConfig string
 	// KVOffloadEventsEndpoint is where the agent publishes this server's
 	// CPU-tier KV events (medium "CPU"); empty for none.
 	KVOffloadEventsEndpoint string
@@ -238,6 +243,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.StringVar(&o.KVRegionDir, "kv-region-dir", o.KVRegionDir, "folder of the shared KV region file (default /dev/shm)")
 	fs.StringVar(&o.KVLoadFailurePolicy, "kv-load-failure-policy", o.KVLoadFailurePolicy, "on a failed KV pull: fail the request or recompute the prompt (vLLM kv_load_failure_policy)")
 	fs.DurationVar(&o.KVTransferTimeout, "kv-transfer-timeout", o.KVTransferTimeout, "bound on one KV pull with --agent")
+	fs.StringVar(&o.KVTransferConfig, "kv-transfer-config", o.KVTransferConfig, `vLLM's KV connector JSON: {"kv_connector": "NixlConnector" | "SharedStorageConnector" | "OffloadingConnector", "kv_role", "kv_connector_extra_config"}`)
 	fs.StringVar(&o.KVOffloadEventsEndpoint, "kv-offload-events-endpoint", o.KVOffloadEventsEndpoint, "ZMQ endpoint where the agent publishes this server's CPU-tier KV events")
 
 	args = expandLists(args)
@@ -290,6 +296,13 @@ func (o *Options) validate() error {
 		return fmt.Errorf("--kv-load-failure-policy %q: want fail or recompute", o.KVLoadFailurePolicy)
 	case o.KVBytesPerToken < 0 || o.KVRegionBytes <= 0 || o.KVTransferTimeout <= 0:
 		return errors.New("--kv-bytes-per-token must not be negative, --kv-region-bytes and --kv-transfer-timeout must be positive")
+	}
+	kvc, err := parseKVTransferConfig(o.KVTransferConfig)
+	if err != nil {
+		return err
+	}
+	if kvc != nil && kvc.Connector != ConnectorNixl && o.Agent != "" {
+		return fmt.Errorf("--kv-transfer-config kv_connector %s: not with --agent, whose data plane is the NixlConnector's", kvc.Connector)
 	}
 	seen := make(map[string]bool)
 	for _, n := range o.servedNames() {

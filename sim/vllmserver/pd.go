@@ -29,6 +29,9 @@ func (s *Server) applyTransfer(j *job) *apiError {
 	case kv.DoRemotePrefill && s.opts.Role == RolePrefill:
 		return badRequest("kv_transfer_params: this server's role is prefill; it does not serve decode legs (do_remote_prefill)")
 	}
+	if (kv.RemoteDecoder != nil || kv.RemotePrefiller != nil) && (s.kvc == nil || s.kvc.tier == nil) {
+		return badRequest("kv_transfer_params: remote_decoder and remote_prefiller need --kv-transfer-config kv_connector %s", ConnectorOffloading)
+	}
 	j.prefillOnly = kv.DoRemoteDecode
 	if kv.DoRemotePrefill {
 		// The prefiller holds the KV of the blocks it names; the engine

@@ -53,8 +53,9 @@ type Server struct {
 	client  *http.Client // release notifications to prefillers
 	host    string       // advertised host of remote_host and the topic
 	port    int
-	engID   string     // remote_engine_id
-	dp      *dataPlane // nil without --agent
+	engID   string       // remote_engine_id
+	dp      *dataPlane   // nil without --agent
+	kvc     *kvConnector // SharedStorageConnector or OffloadingConnector; nil otherwise
 
 	// E/P/D: the encoder outputs this server holds, how many items used an
 	// encode server's output, the model's hidden size (an output's size)
@@ -123,6 +124,9 @@ func New(o Options) (*Server, error) {
 		if s.pub != nil {
 			_ = s.pub.Close()
 		}
+		if s.kvc != nil {
+			s.kvc.close()
+		}
 		return nil, err
 	}
 
@@ -141,15 +145,20 @@ func New(o Options) (*Server, error) {
 		}
 		sink = newEventSink(s.pub, s.models.loraIDs, s.log)
 	}
+	kvb := o.KVBytesPerToken
+	if kvb == 0 {
+		kvb = preset.Timing.Model.KVBytesPerToken()
+	}
 	if o.Agent != "" {
-		kvb := o.KVBytesPerToken
-		if kvb == 0 {
-			kvb = preset.Timing.Model.KVBytesPerToken()
-		}
 		if s.dp, err = newDataPlane(s, kvb); err != nil {
 			return fail(err)
 		}
 		sink = &tee{next: sink, d: s.dp}
+	}
+	if c, _ := parseKVTransferConfig(o.KVTransferConfig); c != nil && c.Connector != ConnectorNixl {
+		if s.kvc, err = newKVConnector(s, c, kvb); err != nil {
+			return fail(err)
+		}
 	}
 	cfg := engine.Config{
 		Timing: preset.Timing, Events: sink, BlockSize: o.BlockSize, NumGPUBlocks: o.NumGPUBlocks,
@@ -177,6 +186,11 @@ func New(o Options) (*Server, error) {
 	}
 	if err := s.registerEncoderMetrics(); err != nil {
 		return fail(err)
+	}
+	if s.kvc != nil {
+		if err := s.kvc.registerMetrics(s.reg); err != nil {
+			return fail(err)
+		}
 	}
 	if s.dp != nil {
 		if err := s.dp.start(s.ctx, s.engCfg.NumGPUBlocks); err != nil {
@@ -277,8 +291,11 @@ func (s *Server) method(m string, h http.HandlerFunc) http.HandlerFunc {
 func (s *Server) Run(ctx context.Context) error {
 	engineDone := make(chan error, 1)
 	go func() { engineDone <- s.runner.Run(s.ctx) }()
-	serveDone := make(chan error, 1)
+	serveDone := make(chan error, 2)
 	go func() { serveDone <- s.http.Serve(s.ln) }()
+	if s.kvc != nil && s.kvc.srv != nil {
+		go func() { serveDone <- s.kvc.run() }()
+	}
 
 	var err error
 	select {
@@ -314,6 +331,9 @@ func (s *Server) Close() error {
 		}
 		if s.dp != nil {
 			s.dp.close()
+		}
+		if s.kvc != nil {
+			s.kvc.close()
 		}
 		s.closeErr = err
 	})

@@ -3,7 +3,11 @@
 //
 // Without an SLO on the request, lower predicted latency scores higher: each
 // of TTFT and TPOT scores best/predicted (1 for the fastest candidate), and
-// the two mix by ttftWeight and tpotWeight. The ratio, unlike a min-max
+// the two mix by ttftWeight and tpotWeight. A candidate's TTFT counts with
+// what the request would add to the TTFTs of requests already queued there
+// (latency.Estimate.Imposed: its first chunk lengthens the step that
+// finishes their prompts), so a burst spreads where joining would slow
+// the requests before it more than it speeds this one. The ratio, unlike a min-max
 // stretch, keeps near-equal candidates near-equal, so a tie stays a tie for
 // the picker to break.
 //
@@ -93,6 +97,9 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 		s.composite(cs, eps, scores)
 		return
 	}
+	if s.params.TPOTWeight > 0 {
+		preds.FillTPOT()
+	}
 	slo := latency.SLOOf(req)
 	if slo.Set() {
 		s.headroom(preds, slo, eps, scores)
@@ -119,6 +126,10 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 
 // fastest scores candidates whose estimates are est, in order.
 func (s *Scorer) fastest(est []latency.Estimate, scores []float64) {
+	if s.params.TPOTWeight == 0 {
+		fastestTTFT(est, scores, s.params.TTFTWeight)
+		return
+	}
 	var bestTTFT, bestTPOT float64
 	for k := range est {
 		bestTTFT, bestTPOT = best(bestTTFT, bestTPOT, &est[k])
@@ -132,10 +143,29 @@ func (s *Scorer) fastest(est []latency.Estimate, scores []float64) {
 	}
 }
 
+// fastestTTFT is fastest by TTFT alone (tpotWeight 0, ttftWeight w), the
+// same scores (relative's operations, in its order) with one conversion of
+// each TTFT (with the delay it imposes): the first pass leaves the seconds
+// in scores.
+func fastestTTFT(est []latency.Estimate, scores []float64, w float64) {
+	scores = scores[:len(est)]
+	var bestTTFT float64
+	for k := range est {
+		t := (est[k].TTFT + est[k].Imposed).Seconds()
+		if bestTTFT == 0 || t < bestTTFT {
+			bestTTFT = t
+		}
+		scores[k] = t
+	}
+	for k, t := range scores {
+		scores[k] = w * bestTTFT / t / w
+	}
+}
+
 // best takes e into the lowest TTFT and TPOT so far (0: none; a TPOT of 0
 // is unknown).
 func best(bestTTFT, bestTPOT float64, e *latency.Estimate) (float64, float64) {
-	if t := e.TTFT.Seconds(); bestTTFT == 0 || t < bestTTFT {
+	if t := (e.TTFT + e.Imposed).Seconds(); bestTTFT == 0 || t < bestTTFT {
 		bestTTFT = t
 	}
 	if t := e.TPOT.Seconds(); t > 0 && (bestTPOT == 0 || t < bestTPOT) {
@@ -156,7 +186,7 @@ func (s *Scorer) weights(bestTPOT float64) (wTTFT, wTPOT float64, ok bool) {
 
 // relative is a candidate's score: its latencies relative to the best.
 func relative(e *latency.Estimate, bestTTFT, bestTPOT, wTTFT, wTPOT float64) float64 {
-	sc := wTTFT * bestTTFT / e.TTFT.Seconds()
+	sc := wTTFT * bestTTFT / (e.TTFT + e.Imposed).Seconds()
 	if wTPOT > 0 && e.TPOT > 0 {
 		sc += wTPOT * bestTPOT / e.TPOT.Seconds()
 	}

@@ -2,6 +2,7 @@ package latencyscorer
 
 import (
 	"context"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -59,6 +60,7 @@ func TestScoreWithoutSLO(t *testing.T) {
 		{TTFT: ms(100), TPOT: ms(40)},
 	}
 	noTPOT := []latency.Estimate{{TTFT: ms(100)}, {TTFT: ms(200)}, {TTFT: ms(400)}, {TTFT: ms(50)}}
+	imposed := []latency.Estimate{{TTFT: ms(100), Imposed: ms(100)}, {TTFT: ms(200)}, {TTFT: ms(400)}, {TTFT: ms(100)}}
 	tests := []struct {
 		name   string
 		params string
@@ -82,6 +84,10 @@ func TestScoreWithoutSLO(t *testing.T) {
 		// scores below 1.
 		{"no candidate predicts TPOT", "", noTPOT, []*endpoints.Endpoint{a, b, c}, []float64{1, 0.5, 0.25}},
 		{"tpot-only weights and no TPOT", `{"ttftWeight": 0, "tpotWeight": 1}`, noTPOT, eps, []float64{0, 0, 0, 0}},
+		// What a request adds to the TTFTs of requests queued there
+		// counts as if it were its own: a is as fast as d for it but
+		// delays a queued prompt by 100 ms.
+		{"imposed delay counts", `{"ttftWeight": 1, "tpotWeight": 0}`, imposed, eps, []float64{0.5, 0.5, 0.25, 1}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -292,6 +298,73 @@ func TestWithProducer(t *testing.T) {
 		}
 		if req.TTFTSLO == 0 && got[1] != 1 {
 			t.Errorf("the fastest endpoint scored %v, want 1", got[1])
+		}
+	}
+}
+
+// TestFastestTTFTMatchesRelative: the TTFT-only pass (tpotWeight 0) scores
+// bit for bit as the general one, whatever the TTFT weight and TPOTs.
+func TestFastestTTFTMatchesRelative(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	for _, w := range []float64{1, 0.8, 0.37, 3} {
+		est := make([]latency.Estimate, 257)
+		for k := range est {
+			est[k] = latency.Estimate{TTFT: time.Duration(1 + rng.Int64N(int64(20*time.Second))), TPOT: time.Duration(rng.Int64N(int64(50 * time.Millisecond)))}
+			if k%3 == 0 { // a burst-mate's imposed delay counts in both
+				est[k].Imposed = time.Duration(rng.Int64N(int64(time.Second)))
+			}
+		}
+		got := make([]float64, len(est))
+		fastestTTFT(est, got, w)
+		var bestTTFT, bestTPOT float64
+		for k := range est {
+			bestTTFT, bestTPOT = best(bestTTFT, bestTPOT, &est[k])
+		}
+		for k := range est {
+			if want := relative(&est[k], bestTTFT, bestTPOT, w, 0); got[k] != want {
+				t.Fatalf("weight %v, candidate %d: %v, want %v", w, k, got[k], want)
+			}
+		}
+	}
+}
+
+// TestDeferredTPOTScored: the producer leaves TPOT to be computed where it
+// is read; a scorer weighing TPOT, or ranking by a TPOT SLO, scores as it
+// would over estimates computed in full, and TPOT does change its scores.
+func TestDeferredTPOTScored(t *testing.T) {
+	eps := fleet("slow-decode", "fast-decode")
+	prod, err := schedtest.Build[*predictedlatency.Producer](predictedlatency.New, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 * latency.DefaultMinSamples {
+		prod.Model().ObserveTPOT(eps[0].Address(), latency.Features{Decodes: 1}, ms(40))
+		prod.Model().ObserveTPOT(eps[1].Address(), latency.Features{Decodes: 1}, ms(10))
+	}
+	for _, tc := range []struct {
+		params string
+		req    scheduling.Request
+	}{
+		{`{"ttftWeight": 0.5, "tpotWeight": 0.5}`, scheduling.Request{PromptTokens: 1000}},
+		{`{"ttftWeight": 0.5, "tpotWeight": 0.5}`, scheduling.Request{PromptTokens: 1000, TPOTSLO: ms(30)}},
+		{`{"tpotWeight": 0}`, scheduling.Request{PromptTokens: 1000, TTFTSLO: time.Second, TPOTSLO: ms(30)}},
+	} {
+		s := build(t, tc.params)
+		scoreOnce := func(full bool) []float64 {
+			cs := scheduling.NewCycleState()
+			prod.Produce(context.Background(), cs, &tc.req, eps)
+			if full {
+				preds, _ := scheduling.Read(cs, latency.PredictionsKey)
+				preds.FillTPOT()
+			}
+			return score(s, cs, &tc.req, eps)
+		}
+		deferred, full := scoreOnce(false), scoreOnce(true)
+		if deferred[0] != full[0] || deferred[1] != full[1] {
+			t.Errorf("%s %+v: deferred TPOT scores %v, computed in full %v", tc.params, tc.req, deferred, full)
+		}
+		if deferred[1] <= deferred[0] {
+			t.Errorf("%s %+v: scores %v, want the fast decoder first", tc.params, tc.req, deferred)
 		}
 	}
 }

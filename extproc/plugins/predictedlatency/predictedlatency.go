@@ -90,6 +90,9 @@ type Producer struct {
 	// *state once its request has ended.
 	arrays sync.Pool
 	states sync.Pool
+	// noTPOT is prefillOnly when a role label is configured, else nil (no
+	// call per candidate).
+	noTPOT func(*endpoints.Endpoint) bool
 }
 
 // state is one request's prediction for later stages, owned by the request.
@@ -173,6 +176,9 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 	} else {
 		pr.rec = latency.RecorderFrom(nil)
 	}
+	if p.EndpointRoleLabel != "" {
+		pr.noTPOT = pr.prefillOnly
+	}
 	pr.key = scheduling.NewKey[*state](pr.TypedName().String())
 	pr.states.New = func() any { return &state{owner: pr} }
 	pr.meanPrefill.Store(math.Float64bits(1000))
@@ -197,7 +203,7 @@ func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, req *sc
 	if pooled, ok := p.arrays.Get().(*latency.Predictions); ok {
 		st.preds, st.box = *pooled, pooled
 	}
-	st.preds.Reset(eps)
+	st.preds.Resize(eps) // every element is written below
 	st.preds.BufferFactor = p.params.SLOBufferFactor
 	match, _ := scheduling.Read(cs, prefixmatch.MatchKey)
 	aligned := match != nil && sameCandidates(match.Candidates(), eps)
@@ -211,6 +217,11 @@ func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, req *sc
 	prompt = max(1, prompt)
 	now := p.now()
 	fits := p.model.Candidates(eps)
+	// Most candidates hold none of the prompt: their request terms are
+	// computed once.
+	none := shapeOf(prompt, 0)
+	feats, ests, shares := st.preds.Features[:len(eps)], st.preds.Estimates[:len(eps)], st.preds.Held[:len(eps)]
+	var own endpoints.Load // a candidate's load, read here without a snapshot
 	for i, e := range eps {
 		held := 0
 		switch {
@@ -219,45 +230,61 @@ func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, req *sc
 		case match != nil:
 			held = match.HeldTokensOf(e)
 		}
-		var l endpoints.Load
-		if loadsAligned {
-			l = loads.Loads[i]
-		} else {
-			l = e.Load()
+		sh, share := none, 0.0
+		if held != 0 {
+			sh, share = shapeOf(prompt, held), float64(held)/float64(prompt)
 		}
-		f := &st.preds.Features[i]
-		features(f, prompt, held, &l, meanPrefill)
+		l := &own
+		if loadsAligned {
+			l = &loads.Loads[i]
+		} else {
+			own = e.Load()
+		}
+		f := &feats[i]
+		sh.features(f, l, meanPrefill)
 		if f.Backlog == 0 && l.DecodeRequests > 0 {
 			f.StepRemaining = e.StepRemaining(now).Seconds()
 		}
-		est := &st.preds.Estimates[i]
 		// What the engine twin reads beside its queue; it does not answer
 		// beside traffic the picker did not route.
 		eng := latency.Engine{External: float64(l.ExternalWaiting + l.ExternalRunning)}
 		if eng.External == 0 {
 			eng = engineOf(e, l)
 		}
-		*est = fits.PredictLive(i, e, f, now, eng)
-		if p.prefillOnly(e) {
-			est.TPOT, est.TPOTQuantile = 0, 0
-		}
-		st.preds.Held[i] = float64(held) / float64(prompt)
+		ests[i] = fits.PredictTTFT(i, e, f, now, eng)
+		shares[i] = share
 	}
+	st.preds.DeferTPOT(fits, p.noTPOT)
 	st.decided = now
 	scheduling.Write(cs, p.key, st)
 	scheduling.Write(cs, latency.PredictionsKey, &st.preds)
 }
 
-// features sets f to describe a request with prompt tokens, held of them
-// cached, on an endpoint with load l. Requests the picker did not route
-// count by the mean size of those it did.
-func features(f *latency.Features, prompt, held int, l *endpoints.Load, meanPrefill float64) {
+// shape is a request's terms of the features on an endpoint holding some
+// of its prompt: its uncached and cached tokens there and their attention
+// pairs.
+type shape struct {
+	prefill, cached float64
+	pairs           int64
+}
+
+// shapeOf is the shape of a request with prompt tokens, held of them
+// cached.
+func shapeOf(prompt, held int) shape {
 	uncached := prefixmatch.Uncached(prompt, held)
+	return shape{prefill: float64(uncached), cached: float64(prompt - uncached),
+		pairs: endpoints.AttentionPairs(int64(prompt-uncached), int64(uncached))}
+}
+
+// features sets f to describe the request on an endpoint with load l.
+// Requests the picker did not route count by the mean size of those it
+// did.
+func (s shape) features(f *latency.Features, l *endpoints.Load, meanPrefill float64) {
 	*f = latency.Features{
-		Prefill:      float64(uncached),
-		Cached:       float64(prompt - uncached),
+		Prefill:      s.prefill,
+		Cached:       s.cached,
 		Backlog:      float64(l.PrefillTokens) + float64(l.ExternalWaiting)*meanPrefill,
-		Attention:    float64(endpoints.AttentionPairs(int64(prompt-uncached), int64(uncached)) + l.PrefillAttention),
+		Attention:    float64(s.pairs + l.PrefillAttention),
 		Decodes:      float64(l.DecodeRequests + l.ExternalRunning),
 		DecodeTokens: float64(l.DecodeTokens) + float64(l.ExternalRunning)*meanPrefill,
 	}
@@ -265,7 +292,7 @@ func features(f *latency.Features, prompt, held int, l *endpoints.Load, meanPref
 
 // engineOf is what the latency model's engine twin reads of e beside its
 // queue.
-func engineOf(e *endpoints.Endpoint, l endpoints.Load) latency.Engine {
+func engineOf(e *endpoints.Endpoint, l *endpoints.Load) latency.Engine {
 	return latency.Engine{Decodes: float64(l.DecodeRequests), DecodeTokens: float64(l.DecodeTokens),
 		StepEnd: e.LastStep(), External: float64(l.ExternalWaiting + l.ExternalRunning)}
 }
@@ -299,7 +326,7 @@ func (p *Producer) PreRequest(_ context.Context, cs *scheduling.CycleState, req 
 	if chosen < 0 {
 		return
 	}
-	st.target, st.est = target, st.preds.Estimates[chosen]
+	st.target, st.est = target, st.preds.Estimate(chosen)
 	f := st.preds.Features[chosen]
 	st.remote = res.Prefill != nil
 	p.putArrays(st)
@@ -311,7 +338,8 @@ func (p *Producer) PreRequest(_ context.Context, cs *scheduling.CycleState, req 
 		// chosen candidate's is needed, so Produce does not keep one per
 		// candidate. The endpoint's state since the decision differs by
 		// this request's charge, which the twin does not read.
-		st.feat = p.model.Sample(target.Address(), f, st.decided, engineOf(target, target.Load()))
+		l := target.Load()
+		st.feat = p.model.Sample(target.Address(), f, st.decided, engineOf(target, &l))
 		st.ticket = p.model.Routed(target.Address(), st.routed, int(f.Cached), int(f.Prefill))
 	}
 	const alpha = 0.05
@@ -326,7 +354,8 @@ func (p *Producer) FirstToken(_ context.Context, cs *scheduling.CycleState, req 
 	now := p.now()
 	if st, ok := scheduling.Read(cs, p.key); ok && st.target != nil {
 		if res.Endpoint == st.target {
-			p.model.FirstTokenAt(&st.ticket, now, engineOf(st.target, st.target.Load()), &st.feat)
+			l := st.target.Load()
+			p.model.FirstTokenAt(&st.ticket, now, engineOf(st.target, &l), &st.feat)
 		} else {
 			p.model.Ended(&st.ticket) // a fallback served it: no step of the target ended
 		}
@@ -345,7 +374,7 @@ func (p *Producer) FirstToken(_ context.Context, cs *scheduling.CycleState, req 
 		p.rec.ObservedTTFT(req.ID, req.TargetModel, est.TTFT, res.TTFT)
 	}
 	l := res.Endpoint.Load()
-	features(&st.tpotFor, max(1, req.PromptTokens), 0, &l, math.Float64frombits(p.meanPrefill.Load()))
+	shapeOf(max(1, req.PromptTokens), 0).features(&st.tpotFor, &l, math.Float64frombits(p.meanPrefill.Load()))
 }
 
 // ResponseComplete implements scheduling.ResponseComplete: TPOT is learned

@@ -83,6 +83,7 @@ func (f *fixture) produce(req *scheduling.Request, eps []*endpoints.Endpoint) (*
 	cs := scheduling.NewCycleState()
 	f.p.Produce(ctx, cs, req, eps)
 	preds, _ := scheduling.Read(cs, latency.PredictionsKey)
+	preds.FillTPOT() // as a reader of TPOT does
 	return cs, preds
 }
 

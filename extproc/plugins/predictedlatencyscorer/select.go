@@ -50,6 +50,7 @@ func (s *Scorer) candidates(cs *scheduling.CycleState, req *scheduling.Request, 
 	ttftSLO, tpotSLO := ms(req.TTFTSLO), ms(req.TPOTSLO)
 	factor := s.params.SLOBufferFactor
 	seen := make([]bool, len(eps))
+	preds.FillTPOT()
 	preds.Align(eps, func(i, k int) {
 		seen[i] = true
 		est := preds.Estimates[k]

@@ -396,7 +396,7 @@ func (d *Decider) Produce(_ context.Context, cs *scheduling.CycleState, req *sch
 		st.step[i] = time.Duration(d.p.DecodeStep).Seconds()
 		wait := -1.0
 		if k := predicted(preds, e, i); k >= 0 {
-			if tpot := preds.Estimates[k].TPOT.Seconds(); tpot > 0 {
+			if tpot := preds.Estimate(k).TPOT.Seconds(); tpot > 0 {
 				st.step[i] = tpot
 			}
 			if f := preds.Features[k]; f.StepRemaining > 0 {

@@ -1,0 +1,194 @@
+package sidecar
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
+	"sync"
+)
+
+// staleRetry sends a request once more, on a connection dialled for it,
+// when it failed on a reused keep-alive connection before any answer
+// came back. An upstream that closes an idle connection just as the
+// sidecar takes it from the pool (vLLM's uvicorn drops them after 5 s)
+// has not run the request on it, and the client has seen nothing yet,
+// so the replay is safe; net/http itself replays only idempotent requests
+// or those with nothing written, which leaves every POST of a relayed
+// inference request failing the client with a 503.
+//
+// A request body is replayed from GetBody when the request has one (the
+// sidecar's buffered legs); a relayed client body is recorded as the
+// first attempt reads it, up to max bytes: past that it cannot be
+// replayed and the failure stands. Only one replay is made, on a fresh
+// connection (fresh), so a pool full of stale connections costs one
+// retry, not one per connection.
+type staleRetry struct {
+	pooled http.RoundTripper
+	fresh  http.RoundTripper // keep-alives off: always a new connection
+	max    int64
+	log    *slog.Logger
+}
+
+func (t *staleRetry) RoundTrip(req *http.Request) (*http.Response, error) {
+	first := req
+	var rec *recordedBody
+	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
+		rec = &recordedBody{src: req.Body, max: t.max}
+		first = shallowCopy(req)
+		first.Body = rec
+	}
+	var reused, informed, answered bool
+	trace := &httptrace.ClientTrace{
+		GotConn: func(i httptrace.GotConnInfo) {
+			reused = i.Reused
+			if !reused {
+				rec.noReplay() // a new connection's failure is not retried
+			}
+		},
+		// A 1xx answer may already have been relayed to the client.
+		Got1xxResponse: func(int, textproto.MIMEHeader) error { informed = true; return nil },
+		// The upstream has seen the request: replaying it could run it twice.
+		GotFirstResponseByte: func() { answered = true; rec.noReplay() },
+	}
+	first = first.WithContext(httptrace.WithClientTrace(first.Context(), trace))
+	resp, err := t.pooled.RoundTrip(first)
+	if err == nil || !reused || informed || answered || req.Context().Err() != nil {
+		rec.release()
+		return resp, err
+	}
+	again := shallowCopy(req)
+	switch {
+	case req.GetBody != nil:
+		body, gerr := req.GetBody()
+		if gerr != nil {
+			return nil, err
+		}
+		again.Body = body
+	case rec != nil:
+		body, ok := rec.replay()
+		if !ok {
+			t.log.Info("request failed on a reused connection; its body cannot be replayed (more than the limit read, or still being read)", "err", err, "path", req.URL.Path, "limit", t.max)
+			return nil, err
+		}
+		again.Body = body
+	}
+	t.log.Info("request failed on a reused connection before any answer; sending it again on a new one", "err", err, "path", req.URL.Path)
+	return t.fresh.RoundTrip(again)
+}
+
+// shallowCopy is r with its own struct, so that its body can change
+// without touching the caller's request (a RoundTripper must not).
+func shallowCopy(r *http.Request) *http.Request {
+	c := *r
+	return &c
+}
+
+// recordedBody is a relayed client body that keeps what the first
+// attempt read, up to max bytes, so that the attempt can be replayed.
+// Closing it does not close the client's body until release or replay
+// decides whether it is still needed. The transport reads it from its
+// write goroutine and may close it from another; the lock is never held
+// across the client's Read, which can block for as long as the client
+// takes to send.
+type recordedBody struct {
+	src io.ReadCloser
+	max int64
+
+	mu       sync.Mutex
+	kept     []byte
+	over     bool // more than max read, or no replay possible: nothing kept
+	reading  bool // a Read of src is under way
+	closed   bool // the transport closed it
+	released bool // no replay: Close goes through
+	frozen   bool // a replay took over src
+}
+
+var errReplaced = errors.New("request body taken over by a retry")
+
+func (b *recordedBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	if b.frozen {
+		b.mu.Unlock()
+		return 0, errReplaced
+	}
+	b.reading = true
+	b.mu.Unlock()
+	n, err := b.src.Read(p)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.reading = false
+	if !b.over {
+		if int64(len(b.kept)+n) > b.max {
+			b.stopKeeping()
+		} else {
+			b.kept = append(b.kept, p[:n]...)
+		}
+	}
+	return n, err
+}
+
+// stopKeeping drops the kept bytes for good; b.mu is held.
+func (b *recordedBody) stopKeeping() { b.over, b.kept = true, nil }
+
+// noReplay is called once a failure could no longer be replayed (a new
+// connection, or an answer under way): what is read next is not kept.
+// Nil-safe.
+func (b *recordedBody) noReplay() {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.stopKeeping()
+}
+
+func (b *recordedBody) Close() error {
+	b.mu.Lock()
+	b.closed = true
+	through := b.released
+	b.mu.Unlock()
+	if through {
+		return b.src.Close()
+	}
+	return nil
+}
+
+// release gives up the replay: the kept bytes are dropped, and a Close
+// the transport made or will make reaches the client's body. Nil-safe.
+func (b *recordedBody) release() {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	b.released = true
+	b.stopKeeping()
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
+		_ = b.src.Close()
+	}
+}
+
+// replay is the body for the second attempt: what the first read, then
+// the rest of the client's body; false when that cannot be had (too much
+// read to keep, or the first attempt still reading).
+func (b *recordedBody) replay() (io.ReadCloser, bool) {
+	b.mu.Lock()
+	if b.over || b.reading {
+		b.mu.Unlock()
+		b.release()
+		return nil, false
+	}
+	b.frozen = true
+	kept := b.kept
+	b.kept = nil
+	b.mu.Unlock()
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(kept), b.src), b.src}, true
+}

@@ -1,0 +1,199 @@
+package vllmserver
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const connectorKVBytes = 256 // per token: 4 KiB blocks
+
+func sharedStorageServer(t *testing.T, dir string, role Role, policy string) *Server {
+	t.Helper()
+	o := testOptions(t)
+	o.Role, o.KVBytesPerToken, o.KVLoadFailurePolicy = role, connectorKVBytes, policy
+	o.KVTransferConfig = fmt.Sprintf(`{"kv_connector":"SharedStorageConnector","kv_role":"kv_both","kv_connector_extra_config":{"shared_storage_path":%q}}`, dir)
+	return startServer(t, o)
+}
+
+// TestSharedStorageConnector: a prefill writes its prompt's blocks to the
+// shared folder; a decoder asked with cache_hit_threshold first turns the
+// request away (nothing stored yet), then loads every block the prefill
+// wrote, byte-checked, counting them as cached; a corrupted file fails the
+// load (fail) or is recomputed (recompute).
+func TestSharedStorageConnector(t *testing.T) {
+	dir := t.TempDir()
+	pre := sharedStorageServer(t, dir, RolePrefill, PolicyFail)
+	dec := sharedStorageServer(t, dir, RoleDecode, PolicyFail)
+	prompt := strings.Repeat("Shared storage carries the prompt's KV between servers. ", 10)
+	body := map[string]any{"model": "Qwen/Qwen3-0.6B", "prompt": prompt, "max_tokens": 4, "cache_hit_threshold": 0.5}
+
+	r := complete(t, dec, "/v1/completions", body)
+	if r.Choices[0].FinishReason == nil || *r.Choices[0].FinishReason != FinishCacheThreshold || r.Choices[0].Text != "" {
+		t.Fatalf("cold decoder: %+v, want finish_reason cache_threshold and no text", r.Choices[0])
+	}
+	if got := counterValue(t, dec, "kvgate_sim_cache_threshold_misses_total"); got != 1 {
+		t.Fatalf("threshold misses %v", got)
+	}
+
+	p := complete(t, pre, "/v1/completions", map[string]any{"model": "Qwen/Qwen3-0.6B", "prompt": prompt, "max_tokens": 1, "cache_hit_threshold": 0})
+	blocks := p.Usage.PromptTokens / 16
+	files, _ := filepath.Glob(filepath.Join(dir, "*.kv"))
+	if blocks == 0 || len(files) != blocks || counterValue(t, pre, "kvgate_sim_kv_connector_stored_blocks_total") != float64(blocks) {
+		t.Fatalf("%d prompt blocks, %d files in the shared folder", blocks, len(files))
+	}
+
+	r = complete(t, dec, "/v1/completions", body)
+	want := (p.Usage.PromptTokens - 1) / 16
+	if r.Usage.CompletionTokens != 4 || r.Usage.PromptTokensDetails.CachedTokens != want*16 {
+		t.Fatalf("warm decoder: usage %+v, want 4 tokens and %d cached (the loaded blocks)", r.Usage, want*16)
+	}
+	if got := counterValue(t, dec, "kvgate_sim_kv_connector_loaded_bytes_total"); got != float64(want*16*connectorKVBytes) {
+		t.Fatalf("loaded %v bytes, want %d", got, want*16*connectorKVBytes)
+	}
+
+	// A block whose bytes changed on the storage is caught.
+	if err := os.WriteFile(files[0], make([]byte, 16*connectorKVBytes), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	other := sharedStorageServer(t, dir, RoleDecode, PolicyFail)
+	if st, raw := post(t, other.URL()+"/v1/completions", body); st != http.StatusServiceUnavailable || !strings.Contains(string(raw), "wrong byte") {
+		t.Fatalf("corrupt block under fail: %d %s", st, raw)
+	}
+	lenient := sharedStorageServer(t, dir, RoleDecode, PolicyRecompute)
+	delete(body, "cache_hit_threshold")
+	if r := complete(t, lenient, "/v1/completions", body); r.Usage.CompletionTokens != 4 || r.Usage.PromptTokensDetails.CachedTokens != 0 {
+		t.Fatalf("corrupt block under recompute: %+v", r.Usage)
+	}
+	if counterValue(t, other, "kvgate_sim_kv_connector_verify_failures_total") != 1 || counterValue(t, lenient, "kvgate_sim_kv_connector_verify_failures_total") != 1 {
+		t.Fatal("verify failures not counted")
+	}
+}
+
+func offloadingServer(t *testing.T, role Role) *Server {
+	t.Helper()
+	o := testOptions(t)
+	o.Role, o.KVBytesPerToken, o.KVTransferTimeout = role, connectorKVBytes, 2*time.Second
+	o.KVTransferConfig = `{"kv_connector":"OffloadingConnector","kv_role":"kv_both","kv_connector_extra_config":{"spec_name":"TieringOffloadingSpec","cpu_bytes_to_use":1048576,"secondary_tiers":[{"type":"p2p","host":"127.0.0.1","port":0}]}}`
+	return startServer(t, o)
+}
+
+// TestOffloadingConnector: the decode leg may arrive before the prefill
+// leg has run (the sidecar sends both at once); it waits for the blocks to
+// land in the prefiller's p2p tier and loads them, byte-checked.
+func TestOffloadingConnector(t *testing.T) {
+	pre := offloadingServer(t, RolePrefill)
+	dec := offloadingServer(t, RoleDecode)
+	_, port := splitAddr(t, pre.P2PAddr().String())
+	prompt := strings.Repeat("Offloaded KV lands in the prefiller's p2p tier. ", 10)
+	decoded := make(chan completionResponse, 1)
+	go func() {
+		decoded <- complete(t, dec, "/v1/completions", map[string]any{"model": "Qwen/Qwen3-0.6B", "prompt": prompt, "max_tokens": 3,
+			"kv_transfer_params": map[string]any{"remote_prefiller": map[string]any{"kv_request_id": "req-1", "remote_host": "127.0.0.1", "remote_port": port}}})
+	}()
+	p := complete(t, pre, "/v1/completions", map[string]any{"model": "Qwen/Qwen3-0.6B", "prompt": prompt, "max_tokens": 1,
+		"kv_transfer_params": map[string]any{"remote_decoder": map[string]any{"kv_request_id": "req-1"}}})
+	r := <-decoded
+	want := (p.Usage.PromptTokens - 1) / 16 * 16
+	if r.Usage.CompletionTokens != 3 || r.Usage.PromptTokensDetails.CachedTokens != want {
+		t.Fatalf("decoder usage %+v, want 3 tokens and %d cached", r.Usage, want)
+	}
+	if got := counterValue(t, dec, "kvgate_sim_kv_connector_loaded_bytes_total"); got != float64(want*connectorKVBytes) {
+		t.Fatalf("loaded %v bytes, want %d", got, want*connectorKVBytes)
+	}
+	// An id no prefill fills is a failed load (503 under fail), after the wait.
+	st, raw := post(t, dec.URL()+"/v1/completions", map[string]any{"model": "Qwen/Qwen3-0.6B", "prompt": prompt, "max_tokens": 1,
+		"kv_transfer_params": map[string]any{"remote_prefiller": map[string]any{"kv_request_id": "never", "remote_host": "127.0.0.1", "remote_port": port}}})
+	if st != http.StatusServiceUnavailable {
+		t.Fatalf("pull of a missing prefill: %d %s", st, raw)
+	}
+	// A waiter's entry goes with it: the tier keeps only the one prefill.
+	waitFor(t, "the p2p tier to drop the unfilled entry", func() bool { return pre.kvc.tier.size() == 1 })
+}
+
+func splitAddr(t *testing.T, addr string) (string, int) {
+	t.Helper()
+	i := strings.LastIndexByte(addr, ':')
+	var port int
+	if _, err := fmt.Sscan(addr[i+1:], &port); err != nil {
+		t.Fatal(err)
+	}
+	return addr[:i], port
+}
+
+// TestKVTransferConfigRefused: what the simulator does not model is
+// refused by name, never ignored.
+func TestKVTransferConfigRefused(t *testing.T) {
+	for _, tc := range []struct{ cfg, want string }{
+		{`{"kv_connector":"LMCacheConnectorV1"}`, "LMCacheConnectorV1"},
+		{`{"kv_connector":"SharedStorageConnector","kv_buffer_size":1e9}`, "kv_buffer_size"},
+		{`{"kv_connector":"SharedStorageConnector","kv_connector_extra_config":{"path":"/x"}}`, `"path"`},
+		{`{"kv_connector":"OffloadingConnector","kv_connector_extra_config":{"spec_name":"CPUOffloadingSpec"}}`, "CPUOffloadingSpec"},
+		{`{"kv_connector":"OffloadingConnector","kv_connector_extra_config":{"spec_name":"TieringOffloadingSpec","secondary_tiers":[{"type":"storage"}]}}`, "secondary_tiers"},
+		{`{"kv_connector":"NixlConnector","kv_role":"kv_sender"}`, "kv_sender"},
+		{`{"kv_connector":"NixlConnector","kv_connector_extra_config":{"backends":["UCX"]}}`, "extra_config"},
+		{`not json`, "--kv-transfer-config"},
+	} {
+		o := testOptions(t)
+		o.KVTransferConfig = tc.cfg
+		if err := o.validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error naming %s", tc.cfg, err, tc.want)
+		}
+	}
+	o := testOptions(t)
+	o.KVTransferConfig, o.Agent = `{"kv_connector":"SharedStorageConnector"}`, "127.0.0.1:1"
+	if err := o.validate(); err == nil || !strings.Contains(err.Error(), "--agent") {
+		t.Errorf("with --agent: %v", err)
+	}
+	// Without the OffloadingConnector a remote_prefiller is refused.
+	s := startServer(t, testOptions(t))
+	st, raw := post(t, s.URL()+"/v1/completions", map[string]any{"model": "Qwen/Qwen3-0.6B", "prompt": "hi",
+		"kv_transfer_params": json.RawMessage(`{"remote_prefiller":{"kv_request_id":"x","remote_host":"127.0.0.1","remote_port":1}}`)})
+	if st != http.StatusBadRequest || !strings.Contains(string(raw), ConnectorOffloading) {
+		t.Fatalf("remote_prefiller without the connector: %d %s", st, raw)
+	}
+	if st, raw := post(t, s.URL()+"/v1/completions", map[string]any{"model": "Qwen/Qwen3-0.6B", "prompt": "hi", "cache_hit_threshold": 2}); st != http.StatusBadRequest {
+		t.Fatalf("cache_hit_threshold 2: %d %s", st, raw)
+	}
+}
+
+// size is how many entries the tier keeps, filled or waited for.
+func (t *p2pTier) size() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.entries)
+}
+
+// FuzzKVTransferConfig: any --kv-transfer-config is accepted as one of the
+// modelled connectors, with its settings in range, or refused; never a
+// panic.
+func FuzzKVTransferConfig(f *testing.F) {
+	f.Add(`{"kv_connector":"SharedStorageConnector","kv_connector_extra_config":{"shared_storage_path":"/x"}}`)
+	f.Add(`{"kv_connector":"OffloadingConnector","kv_role":"kv_both","kv_connector_extra_config":{"spec_name":"TieringOffloadingSpec","cpu_bytes_to_use":1,"secondary_tiers":[{"type":"p2p","host":"h","port":7777}]}}`)
+	f.Add(`{"kv_connector":"NixlConnector","kv_connector_extra_config":null}`)
+	f.Add(`{"kv_connector":"NixlConnector"} {}`)
+	f.Fuzz(func(t *testing.T, raw string) {
+		c, err := parseKVTransferConfig(raw)
+		if err != nil || c == nil {
+			return
+		}
+		switch c.Connector {
+		case ConnectorNixl:
+		case ConnectorSharedStorage:
+			if c.storagePath == "" {
+				t.Fatalf("%s: no path", raw)
+			}
+		case ConnectorOffloading:
+			if c.tierBytes <= 0 || c.p2pAddr == "" {
+				t.Fatalf("%s: tier %d bytes at %q", raw, c.tierBytes, c.p2pAddr)
+			}
+		default:
+			t.Fatalf("%s: accepted connector %q", raw, c.Connector)
+		}
+	})
+}
