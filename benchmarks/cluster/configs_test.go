@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/kvgate/kvgate/benchmarks/workload"
@@ -12,8 +13,9 @@ import (
 
 // TestFlowControlConfigs runs every EndpointPickerConfig that
 // benchmarks/RESULTS.md measures the mixed workload with: each must load,
-// put flow control in the path and serve online traffic beside a batch
-// burst.
+// put flow control in the path (except the no-flow-control references of a
+// placement, *-nofc.yaml, which must not) and serve online traffic beside a
+// batch burst.
 func TestFlowControlConfigs(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join(testutil.RepoRoot(t), "benchmarks", "flowcontrol", "*.yaml"))
 	if err != nil || len(files) == 0 {
@@ -33,8 +35,8 @@ func TestFlowControlConfigs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if s.flow == nil {
-				t.Fatal("flow control is not in the path")
+			if ref := strings.HasSuffix(f, "-nofc.yaml"); (s.flow == nil) != ref {
+				t.Fatalf("flow control in the path: %v; a -nofc.yaml reference: %v", s.flow != nil, ref)
 			}
 			res, err := s.run(context.Background())
 			if err != nil {

@@ -277,6 +277,9 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 		return nil, nil, &inferr.Error{Code: inferr.PreconditionFailed, Msg: "no decode worker has the requested KV cache"}
 	}
 	ex := &exchange{d: d, sched: sr, cs: cs, received: req.ReceivedAt}
+	// The class rides on the charge, so that a fallback moves it and the
+	// response's end releases it with the rest of the live load.
+	shed := sr.Priority < 0
 	if p := res.Prefill; p != nil {
 		// P/D: the prefill server computes the prompt (less what it
 		// holds) until the decode server's first token; the decode server
@@ -289,10 +292,10 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 		if f, ok := scheduling.Read(cs, scheduling.PrefillFinishKey); ok && f != nil {
 			computed, _ = f.PrefillFinish(p)
 		}
-		ex.remote = p.ChargeComputedBy(int64(pp-pu), int64(pu), int64(pp), int64(pp), computed)
+		ex.remote = p.ChargeComputedBy(shed, int64(pp-pu), int64(pu), int64(pp), int64(pp), computed)
 		uncached = 0
 	}
-	ex.charge = targets[0].Charge(int64(prompt-uncached), int64(uncached), int64(prompt+sr.MaxTokens), sr.TokenEstimate())
+	ex.charge = targets[0].ChargeClass(shed, int64(prompt-uncached), int64(uncached), int64(prompt+sr.MaxTokens), sr.TokenEstimate())
 	for _, h := range d.opts.Hooks.PreRequest {
 		hs := time.Now()
 		h.PreRequest(ctx, cs, sr, res)
@@ -611,8 +614,9 @@ func (x *exchange) ResponseChunk(ctx context.Context, chunk []byte) {
 			h.FirstToken(ctx, x.cs, x.sched, res)
 			x.d.metrics.PluginDuration(scheduling.PointFirstToken, h.TypedName(), time.Since(hs))
 		}
-		// After the hooks: plugins that count load (class-load-scorer)
-		// have released theirs, so the dispatch pass this wakes sees it.
+		// After the hooks, and after the prefill server's charge was
+		// released above: the dispatch pass this wakes sees the load as
+		// it is now.
 		if adm := x.d.opts.Admission; adm != nil {
 			adm.Notify()
 		}

@@ -22,7 +22,7 @@ import (
 // KV index: the approximate prefix scorer as the prefix producer.
 func liveDirector(t *testing.T, eps pool, now func() time.Time) *Director {
 	t.Helper()
-	c, err := config.Parse([]byte(`
+	return configuredDirector(t, `
 apiVersion: inference.networking.x-k8s.io/v1alpha1
 kind: EndpointPickerConfig
 plugins:
@@ -37,7 +37,14 @@ schedulingProfiles:
   plugins:
   - pluginRef: latency-scorer
   - pluginRef: max-score-picker
-`))
+`, eps, now)
+}
+
+// configuredDirector routes eps with the EndpointPickerConfig yaml, its
+// request, first-token and response hooks in place.
+func configuredDirector(t *testing.T, yaml string, eps pool, now func() time.Time) *Director {
+	t.Helper()
+	c, err := config.Parse([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -155,3 +155,12 @@ func (e *Endpoint) InflightRequests() int64 { return e.inflightRequests.Load() }
 
 // InflightTokens is the prompt+expected output tokens of those requests.
 func (e *Endpoint) InflightTokens() int64 { return e.inflightTokens.Load() }
+
+// InflightByClass splits InflightRequests by traffic class. Both counts
+// move together at every charge, move and release; a read racing one may
+// see the sheddable count changed and the total not yet, so protected is
+// clamped at 0.
+func (e *Endpoint) InflightByClass() (protected, sheddable int64) {
+	sheddable = e.load.sheddableRequests.Load()
+	return max(0, e.inflightRequests.Load()-sheddable), sheddable
+}

@@ -16,7 +16,10 @@ import (
 //     token, and the uncached prompt tokens the server must compute for them
 //     (the part its prefix cache does not hold);
 //   - decode load: sequences past their first token, with their context
-//     tokens, until the response ends for any reason.
+//     tokens, until the response ends for any reason;
+//   - the traffic class of every request in flight (sheddable: priority
+//     < 0, llm-d's meaning), so that placement and admission by class read
+//     the same lifecycle (fallbacks included) as every other count here.
 //
 // A P/D request's prefill is charged to its prefill server until the decode
 // server's first token, also while its KV is on the wire and the server is
@@ -66,6 +69,9 @@ type liveLoad struct {
 	decodeTokens     atomic.Int64
 	externalWaiting  atomic.Int64
 	externalRunning  atomic.Int64
+	// sheddableRequests is the part of the endpoint's in-flight requests
+	// charged as sheddable; the rest are protected.
+	sheddableRequests atomic.Int64
 }
 
 // computedSet is an endpoint's charges with a predicted finish
@@ -130,6 +136,7 @@ type Charge struct {
 	// the decode phase holds; tokens what the in-flight token count holds.
 	prefillTokens, attention, contextTokens, tokens int64
 	phase                                           chargePhase
+	sheddable                                       bool
 	// computed is the prefill's predicted finish (nil: none predicted).
 	computed *computedBy
 }
@@ -157,21 +164,27 @@ func AttentionPairs(cached, uncached int64) int64 {
 	return uncached*cached + uncached*(uncached+1)/2
 }
 
-// Charge records a request routed to e: the prompt tokens the server must
-// compute before its first token (uncached, after cached ones in its prefix
-// cache), the context it will hold while decoding, and the token estimate
-// the in-flight counters carry.
+// Charge records a protected request routed to e: the prompt tokens the
+// server must compute before its first token (uncached, after cached ones in
+// its prefix cache), the context it will hold while decoding, and the token
+// estimate the in-flight counters carry.
 func (e *Endpoint) Charge(cached, uncached, context, tokens int64) Charge {
-	return e.ChargeComputedBy(cached, uncached, context, tokens, time.Time{})
+	return e.ChargeClass(false, cached, uncached, context, tokens)
 }
 
-// ChargeComputedBy is Charge for a prefill the server is predicted to have
-// computed by at (zero: not predicted), though the charge holds longer: a
-// P/D request's remote prefill, held until the decode server's first
-// token. From at on, PrefillBacklog leaves it out.
-func (e *Endpoint) ChargeComputedBy(cached, uncached, context, tokens int64, at time.Time) Charge {
+// ChargeClass is Charge for a request of either traffic class: a sheddable
+// one is also counted in InflightByClass's sheddable part.
+func (e *Endpoint) ChargeClass(sheddable bool, cached, uncached, context, tokens int64) Charge {
+	return e.ChargeComputedBy(sheddable, cached, uncached, context, tokens, time.Time{})
+}
+
+// ChargeComputedBy is ChargeClass for a prefill the server is predicted to
+// have computed by at (zero: not predicted), though the charge holds
+// longer: a P/D request's remote prefill, held until the decode server's
+// first token. From at on, PrefillBacklog leaves it out.
+func (e *Endpoint) ChargeComputedBy(sheddable bool, cached, uncached, context, tokens int64, at time.Time) Charge {
 	uncached = boundTokens(uncached)
-	c := Charge{ep: e, prefillTokens: uncached, attention: AttentionPairs(cached, uncached), contextTokens: boundTokens(context), tokens: tokens, phase: phasePrefill}
+	c := Charge{ep: e, prefillTokens: uncached, attention: AttentionPairs(cached, uncached), contextTokens: boundTokens(context), tokens: tokens, phase: phasePrefill, sheddable: sheddable}
 	if !at.IsZero() {
 		c.computed = &computedBy{at: at, tokens: c.prefillTokens, attention: c.attention}
 	}
@@ -269,6 +282,9 @@ func (c *Charge) apply(sign int64) {
 	}
 	c.ep.inflightRequests.Add(sign)
 	c.ep.inflightTokens.Add(sign * c.tokens)
+	if c.sheddable {
+		l.sheddableRequests.Add(sign)
+	}
 }
 
 // Loads is one request's snapshot of every candidate's live load, taken

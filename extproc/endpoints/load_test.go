@@ -48,6 +48,32 @@ func TestChargeLifecycle(t *testing.T) {
 	check(t, "zero charge", want{ep: a})
 }
 
+// The class split follows the charge through every phase and a fallback,
+// and the two parts always sum to the in-flight count.
+func TestChargeClass(t *testing.T) {
+	a, b := NewEndpoint(Spec{Name: "a", Address: "10.0.0.1:8000"}), NewEndpoint(Spec{Name: "b", Address: "10.0.0.2:8000"})
+	check := func(step string, e *Endpoint, protected, sheddable int64) {
+		t.Helper()
+		p, n := e.InflightByClass()
+		if p != protected || n != sheddable || p+n != e.InflightRequests() {
+			t.Fatalf("%s: %s holds %d protected, %d sheddable (in flight %d); want %d, %d", step, e.Name(), p, n, e.InflightRequests(), protected, sheddable)
+		}
+	}
+	online := a.Charge(0, 10, 20, 20)
+	batch := a.ChargeClass(true, 0, 10, 20, 20)
+	check("charged", a, 1, 1)
+	batch.FirstToken()
+	check("first token", a, 1, 1)
+	batch.Move(b)
+	check("moved (a)", a, 1, 0)
+	check("moved (b)", b, 0, 1)
+	batch.Release()
+	batch.Release()
+	online.Release()
+	check("released (a)", a, 0, 0)
+	check("released (b)", b, 0, 0)
+}
+
 // A scrape counts the requests the server admitted; the picker's own are
 // not counted again, only traffic from elsewhere is.
 func TestReconcileCountsOnlyForeignTraffic(t *testing.T) {
@@ -112,7 +138,7 @@ func TestPrefillBacklogLeavesComputedCharges(t *testing.T) {
 	t0 := time.Unix(1e9, 0)
 	other := a.Charge(0, 1000, 1000, 1000)
 	defer other.Release()
-	remote := a.ChargeComputedBy(100, 300, 400, 400, t0.Add(time.Second))
+	remote := a.ChargeComputedBy(false, 100, 300, 400, 400, t0.Add(time.Second))
 	backlog := func(e *Endpoint, at time.Time) [2]int64 {
 		tok, att := e.PrefillBacklog(at)
 		return [2]int64{tok, att}
@@ -172,7 +198,7 @@ func TestPrefillBacklogConsistentWithRelease(t *testing.T) {
 				return
 			default:
 			}
-			c := e.ChargeComputedBy(0, 8000, 8000, 8000, t0)
+			c := e.ChargeComputedBy(false, 0, 8000, 8000, 8000, t0)
 			c.Release()
 		}
 	})

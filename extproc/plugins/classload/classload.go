@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"sync"
-	"sync/atomic"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/scheduling"
@@ -29,30 +28,17 @@ type Params struct {
 	OtherClassWeight *float64 `json:"otherClassWeight"`
 }
 
-// Scorer implements class-load-scorer.
+// Scorer implements class-load-scorer. The counts are the datastore's
+// (endpoints.Endpoint.InflightByClass: charged at the decision, moved with
+// a fallback, released at the response's end); the scorer only remembers
+// which endpoints it placed requests on, for Totals.
 type Scorer struct {
 	scheduling.Named
 	scoreSheddable, scoreProtected bool
 	same, other                    float64
-	// charged is the account PreRequest counted a request in, for
-	// ResponseComplete to release; one key per instance, as every
-	// instance keeps its own accounts.
-	charged scheduling.Key[*account]
 
-	mu        sync.RWMutex
-	byAddress map[string]*account
-}
-
-// account is one endpoint's in-flight requests by class.
-type account struct {
-	protected, sheddable atomic.Int64
-}
-
-func (a *account) of(sheddable bool) *atomic.Int64 {
-	if sheddable {
-		return &a.sheddable
-	}
-	return &a.protected
+	mu     sync.RWMutex
+	placed map[string]*endpoints.Endpoint
 }
 
 // New is the plugin factory.
@@ -61,7 +47,7 @@ func New(name string, raw json.RawMessage, _ *scheduling.Handle) (scheduling.Plu
 	if err := scheduling.DecodeParams(raw, &p); err != nil {
 		return nil, err
 	}
-	s := &Scorer{Named: scheduling.NewNamed(Type, name), same: 1, byAddress: map[string]*account{}}
+	s := &Scorer{Named: scheduling.NewNamed(Type, name), same: 1, placed: map[string]*endpoints.Endpoint{}}
 	switch p.Apply {
 	case ApplyBoth:
 		s.scoreSheddable, s.scoreProtected = true, true
@@ -88,33 +74,23 @@ func New(name string, raw json.RawMessage, _ *scheduling.Handle) (scheduling.Plu
 	if s.same == 0 && s.other == 0 {
 		return nil, fmt.Errorf("parameters.sameClassWeight and otherClassWeight are both 0: the scorer would rank nothing")
 	}
-	s.charged = scheduling.NewKey[*account](s.TypedName().String())
 	return s, nil
 }
 
 func sheddable(req *scheduling.Request) bool { return req.Priority < 0 }
 
-// InFlight is what the plugin counts on the endpoint at address now.
-func (s *Scorer) InFlight(address string) (protected, sheddable int64) {
-	s.mu.RLock()
-	a := s.byAddress[address]
-	s.mu.RUnlock()
-	if a == nil {
-		return 0, 0
-	}
-	return a.protected.Load(), a.sheddable.Load()
-}
-
-// Totals is what the plugin counts over every endpoint it has placed
-// requests on (presence-holdback-policy reads it), and how many those are.
+// Totals is the requests in flight by class over every endpoint the plugin
+// has placed requests on (presence-holdback-policy reads it), and how many
+// those are.
 func (s *Scorer) Totals() (protected, sheddable int64, endpoints int) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	for _, a := range s.byAddress {
-		protected += a.protected.Load()
-		sheddable += a.sheddable.Load()
+	for _, e := range s.placed {
+		p, n := e.InflightByClass()
+		protected += p
+		sheddable += n
 	}
-	return protected, sheddable, len(s.byAddress)
+	return protected, sheddable, len(s.placed)
 }
 
 // Score implements scheduling.Scorer.
@@ -124,7 +100,7 @@ func (s *Scorer) Score(_ context.Context, _ *scheduling.CycleState, req *schedul
 		return
 	}
 	scheduling.InverseMinMax(eps, scores, func(e *endpoints.Endpoint) float64 {
-		p, n := s.InFlight(e.Address())
+		p, n := e.InflightByClass()
 		own, other := p, n
 		if shed {
 			own, other = n, p
@@ -133,35 +109,21 @@ func (s *Scorer) Score(_ context.Context, _ *scheduling.CycleState, req *schedul
 	})
 }
 
-// PreRequest implements scheduling.PreRequest: the request is in flight on
-// its primary target.
-func (s *Scorer) PreRequest(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, res *scheduling.Result) {
+// PreRequest implements scheduling.PreRequest: Totals counts the primary
+// target from now on (the director has charged the request to it).
+func (s *Scorer) PreRequest(_ context.Context, _ *scheduling.CycleState, _ *scheduling.Request, res *scheduling.Result) {
 	p := res.Primary()
 	if p == nil || len(p.Targets) == 0 {
 		return
 	}
-	addr := p.Targets[0].Address()
+	e := p.Targets[0]
 	s.mu.RLock()
-	a := s.byAddress[addr]
+	known := s.placed[e.Address()] == e
 	s.mu.RUnlock()
-	if a == nil {
+	if !known {
 		s.mu.Lock()
-		if a = s.byAddress[addr]; a == nil {
-			a = &account{}
-			s.byAddress[addr] = a
-		}
+		s.placed[e.Address()] = e
 		s.mu.Unlock()
-	}
-	a.of(sheddable(req)).Add(1)
-	scheduling.Write(cs, s.charged, a)
-}
-
-// ResponseComplete implements scheduling.ResponseComplete: the request
-// PreRequest counted is no longer in flight.
-func (s *Scorer) ResponseComplete(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, _ *scheduling.Response) {
-	if a, ok := scheduling.Read(cs, s.charged); ok && a != nil {
-		a.of(sheddable(req)).Add(-1)
-		scheduling.Write(cs, s.charged, nil)
 	}
 }
 
@@ -170,13 +132,12 @@ func (s *Scorer) EndpointsRemoved(addresses []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, a := range addresses {
-		delete(s.byAddress, a)
+		delete(s.placed, a)
 	}
 }
 
 var (
 	_ scheduling.Scorer           = (*Scorer)(nil)
 	_ scheduling.PreRequest       = (*Scorer)(nil)
-	_ scheduling.ResponseComplete = (*Scorer)(nil)
 	_ scheduling.EndpointsRemoved = (*Scorer)(nil)
 )

@@ -16,18 +16,17 @@ var (
 	standard = &scheduling.Request{Priority: 0}
 )
 
-// route runs the request's life on e through the plugin's hooks: counted at
-// PreRequest; the returned func is its end (ResponseComplete).
+// route runs the request's life on e as the director does: charged to e's
+// live load by class, then the plugin's PreRequest; the returned func is its
+// end (the charge's release).
 func route(t *testing.T, s *Scorer, req *scheduling.Request, e *endpoints.Endpoint) func() {
 	t.Helper()
-	cs := scheduling.NewCycleState()
+	c := e.ChargeClass(req.Priority < 0, 0, 100, 200, 200)
 	res := &scheduling.Result{PrimaryProfile: "default", Profiles: map[string]*scheduling.ProfileResult{
 		"default": {Targets: []*endpoints.Endpoint{e}},
 	}}
-	s.PreRequest(context.Background(), cs, req, res)
-	return func() {
-		s.ResponseComplete(context.Background(), cs, req, &scheduling.Response{Endpoint: e, Complete: true})
-	}
+	s.PreRequest(context.Background(), scheduling.NewCycleState(), req, res)
+	return c.Release
 }
 
 func build(t *testing.T, params string) *Scorer {
@@ -88,8 +87,11 @@ func TestAccount(t *testing.T) {
 		ends = append(ends, route(t, s, batch, a))
 	}
 	endOnline := route(t, s, online, a)
-	if p, n := s.InFlight(a.Address()); p != 1 || n != 3 {
+	if p, n := a.InflightByClass(); p != 1 || n != 3 {
 		t.Fatalf("a holds %d protected, %d sheddable; want 1, 3", p, n)
+	}
+	if p, n, eps := s.Totals(); p != 1 || n != 3 || eps != 1 {
+		t.Fatalf("totals %d, %d over %d endpoints; want 1, 3 over 1", p, n, eps)
 	}
 	// The busier endpoint scores lower until its requests finish.
 	schedtest.ExpectScores(t, schedtest.Score(s, batch, a, b), []float64{0, 1})
@@ -97,25 +99,41 @@ func TestAccount(t *testing.T) {
 		end()
 	}
 	endOnline()
-	if p, n := s.InFlight(a.Address()); p != 0 || n != 0 {
+	if p, n := a.InflightByClass(); p != 0 || n != 0 {
 		t.Fatalf("after the responses a holds %d, %d", p, n)
 	}
 	schedtest.ExpectScores(t, schedtest.Score(s, batch, a, b), []float64{1, 1})
 
-	// A response the plugin did not count (no PreRequest in its cycle)
-	// releases nothing, and one is released only once.
-	end := route(t, s, batch, b)
-	s.ResponseComplete(context.Background(), scheduling.NewCycleState(), batch, &scheduling.Response{})
-	end()
-	end()
-	if _, n := s.InFlight(b.Address()); n != 0 {
-		t.Fatalf("b holds %d sheddable, want 0", n)
-	}
-
-	// A decision without a target counts nothing.
+	// A decision without a target adds no endpoint to the totals.
 	s.PreRequest(context.Background(), scheduling.NewCycleState(), batch, &scheduling.Result{})
-	if got := len(s.byAddress); got != 2 {
-		t.Fatalf("%d accounts, want 2", got)
+	if _, _, eps := s.Totals(); eps != 1 {
+		t.Fatalf("totals over %d endpoints, want 1", eps)
+	}
+}
+
+// TestFallbackMovesClass: when Envoy served a fallback, the director moves
+// the request's charge, and the class count moves with it; the response's
+// end then releases it on the fallback. (The scorer's own account, before
+// the counts moved into the live load, kept it on the primary.)
+func TestFallbackMovesClass(t *testing.T) {
+	s := build(t, `{"apply": "sheddable"}`)
+	primary, fallback := schedtest.Endpoint("a", endpoints.Metrics{}), schedtest.Endpoint("b", endpoints.Metrics{})
+	c := primary.ChargeClass(true, 0, 100, 200, 200)
+	s.PreRequest(context.Background(), scheduling.NewCycleState(), batch, &scheduling.Result{PrimaryProfile: "p",
+		Profiles: map[string]*scheduling.ProfileResult{"p": {Targets: []*endpoints.Endpoint{primary, fallback}}}})
+	c.Move(fallback)
+	if _, n := primary.InflightByClass(); n != 0 {
+		t.Fatalf("primary still holds %d sheddable after the fallback served", n)
+	}
+	if _, n := fallback.InflightByClass(); n != 1 {
+		t.Fatalf("fallback holds %d sheddable, want 1", n)
+	}
+	// The next batch request goes to the primary, which runs none now.
+	schedtest.ExpectScores(t, schedtest.Score(s, batch, primary, fallback), []float64{1, 0})
+	c.FirstToken()
+	c.Release()
+	if _, n := fallback.InflightByClass(); n != 0 {
+		t.Fatalf("fallback holds %d sheddable after the response", n)
 	}
 }
 
@@ -124,40 +142,33 @@ func TestEndpointsRemoved(t *testing.T) {
 	a := schedtest.Endpoint("a", endpoints.Metrics{})
 	end := route(t, s, batch, a)
 	s.EndpointsRemoved([]string{a.Address()})
-	if len(s.byAddress) != 0 {
-		t.Fatal("account of a removed endpoint kept")
+	if _, n, eps := s.Totals(); n != 0 || eps != 0 {
+		t.Fatalf("a removed endpoint kept in the totals: %d sheddable over %d", n, eps)
 	}
-	// An endpoint back at the same address starts from nothing, and the
-	// request still in flight from before releases its old account only.
-	again := route(t, s, online, a)
+	// An endpoint back at the same address (a new Endpoint) is counted
+	// from its own live load.
+	back := schedtest.Endpoint("a", endpoints.Metrics{})
+	again := route(t, s, online, back)
 	end()
-	if p, n := s.InFlight(a.Address()); p != 1 || n != 0 {
-		t.Fatalf("a holds %d, %d; want 1, 0", p, n)
+	if p, n, eps := s.Totals(); p != 1 || n != 0 || eps != 1 {
+		t.Fatalf("totals %d, %d over %d; want 1, 0 over 1", p, n, eps)
 	}
 	again()
 }
 
-// Two instances (one per direction, each with its own profile weight) keep
-// their own accounts: one's ResponseComplete must not release the other's.
+// Two instances (one per direction, each with its own profile weight) read
+// the one account: the datastore's.
 func TestTwoInstances(t *testing.T) {
 	s1, s2 := build(t, `{"apply": "sheddable"}`), build(t, `{"apply": "protected"}`)
-	a := schedtest.Endpoint("a", endpoints.Metrics{})
-	cs := scheduling.NewCycleState()
-	res := &scheduling.Result{PrimaryProfile: "p", Profiles: map[string]*scheduling.ProfileResult{"p": {Targets: []*endpoints.Endpoint{a}}}}
-	for _, s := range []*Scorer{s1, s2} {
-		s.PreRequest(context.Background(), cs, batch, res)
-	}
-	s1.ResponseComplete(context.Background(), cs, batch, &scheduling.Response{})
-	if _, n := s1.InFlight(a.Address()); n != 0 {
-		t.Fatalf("first instance holds %d", n)
-	}
-	if _, n := s2.InFlight(a.Address()); n != 1 {
-		t.Fatalf("second instance holds %d, want 1 until its own hook runs", n)
-	}
-	s2.ResponseComplete(context.Background(), cs, batch, &scheduling.Response{})
-	if _, n := s2.InFlight(a.Address()); n != 0 {
-		t.Fatalf("second instance holds %d", n)
-	}
+	a, b := schedtest.Endpoint("a", endpoints.Metrics{}), schedtest.Endpoint("b", endpoints.Metrics{})
+	end := route(t, s1, batch, a)
+	endOnline := route(t, s2, online, b)
+	schedtest.ExpectScores(t, schedtest.Score(s1, batch, a, b), []float64{0, 1})
+	schedtest.ExpectScores(t, schedtest.Score(s2, online, a, b), []float64{1, 0})
+	end()
+	endOnline()
+	schedtest.ExpectScores(t, schedtest.Score(s1, batch, a, b), []float64{1, 1})
+	schedtest.ExpectScores(t, schedtest.Score(s2, online, a, b), []float64{1, 1})
 }
 
 func TestParams(t *testing.T) {
@@ -200,8 +211,10 @@ func TestConcurrent(t *testing.T) {
 	for range 4 {
 		<-done
 	}
-	if p, n := s.InFlight(eps[0].Address()); p != 0 || n != 0 {
-		t.Fatalf("a holds %d, %d after every request ended", p, n)
+	for _, e := range eps {
+		if p, n := e.InflightByClass(); p != 0 || n != 0 {
+			t.Fatalf("%s holds %d, %d after every request ended", e.Name(), p, n)
+		}
 	}
 }
 
@@ -238,7 +251,7 @@ func TestPlacement(t *testing.T) {
 				route(t, s, batch, eps[best])
 			}
 			for i, e := range eps {
-				if _, n := s.InFlight(e.Address()); n != tc.want[i] {
+				if _, n := e.InflightByClass(); n != tc.want[i] {
 					t.Fatalf("%s holds %d batch requests, want %v", e.Name(), n, tc.want)
 				}
 			}

@@ -4,11 +4,13 @@
 // placement can tell sheddable work from protected work.
 //
 // A request is sheddable when its priority is negative (llm-d's meaning),
-// protected otherwise. The plugin counts, per endpoint, the requests of
-// each class routed there (its PreRequest, on the primary target) whose
-// responses have not finished (its ResponseComplete): the picker's own
-// account, current at every decision, where a scrape is tens of
-// milliseconds old and knows no classes.
+// protected otherwise. The counts are the datastore's live load split by
+// class (endpoints.Endpoint.InflightByClass): every request the picker
+// routed there whose response has not finished, charged at the decision,
+// moved to the fallback when the proxy served one, released with the rest
+// of the request's load; current at every decision, where a scrape is tens
+// of milliseconds old and knows no classes. With P/D a request also counts
+// on its prefill server until its first token, as the live load does.
 //
 // A request is scored by
 //
@@ -43,9 +45,9 @@
 //	otherClassWeight: float   weight of the other class (0)
 //
 // presence-holdback-policy (extproc/plugins/flowpolicy) reads an instance's
-// totals to hold batch admission back while online requests run.
+// totals (the counts summed over the endpoints it has placed requests on)
+// to hold batch admission back while online requests run.
 //
-// Both weights are in [0, 1] and not both 0. Every endpoint's account is
-// dropped when it leaves the pool; a request still in flight there
-// releases the account it was counted in.
+// Both weights are in [0, 1] and not both 0. An endpoint leaves the totals
+// when it leaves the pool.
 package classload

@@ -31,12 +31,13 @@ type ClassCounter interface {
 // so the batch ceiling shrinks while online requests run and grows back as
 // they leave: batch fills the fleet while online is light and gives way,
 // beyond what online's own load already takes from a saturation budget,
-// while online is heavy. The in-flight counts are a class-load-scorer's
-// (the plugin classLoadPluginRef names), counted from dispatch to the end
-// of the response; the mean is over the endpoints it has placed requests
-// on. The ceiling is read at every dispatch pass; the picker wakes the
-// pass only after a response's hooks have run, so the scorer has released
-// that response by then.
+// while online is heavy. The in-flight counts are the datastore's live
+// load split by class (charged at dispatch, moved with a fallback,
+// released at the end of the response), summed by a class-load-scorer
+// (the plugin classLoadPluginRef names) over the endpoints it has placed
+// requests on, which the mean is over. The ceiling is read at every
+// dispatch pass; the picker wakes the pass only after a response's charge
+// is released, so the pass sees that response gone.
 //
 // Measured on the mixed bench (benchmarks/RESULTS.md, "A batch budget that
 // follows online presence"), it did not beat a static token budget: batch

@@ -28,15 +28,13 @@ func presenceWith(t *testing.T, params string) (*Presence, *classload.Scorer) {
 	return p, cl.(*classload.Scorer)
 }
 
-// place runs a request's placement on e through the scorer's hooks and
-// returns its end.
+// place runs a request's placement on e as the director does (charged to
+// e's live load by class, then the scorer's PreRequest) and returns its end.
 func place(s *classload.Scorer, priority int, e *endpoints.Endpoint) func() {
-	cs, req := scheduling.NewCycleState(), &scheduling.Request{Priority: priority}
-	s.PreRequest(context.Background(), cs, req, &scheduling.Result{PrimaryProfile: "p",
+	c := e.ChargeClass(priority < 0, 0, 100, 200, 200)
+	s.PreRequest(context.Background(), scheduling.NewCycleState(), &scheduling.Request{Priority: priority}, &scheduling.Result{PrimaryProfile: "p",
 		Profiles: map[string]*scheduling.ProfileResult{"p": {Targets: []*endpoints.Endpoint{e}}}})
-	return func() {
-		s.ResponseComplete(context.Background(), cs, req, &scheduling.Response{Endpoint: e, Complete: true})
-	}
+	return c.Release
 }
 
 func TestPresenceCeilings(t *testing.T) {

@@ -497,7 +497,7 @@ func TestRemotePrefillComputedOnTheWire(t *testing.T) {
 	if !ok || !at.After(now) {
 		t.Fatalf("predicted finish on p %v (%v), want after %v", at, ok, now)
 	}
-	charge := p.ChargeComputedBy(0, 8000, 8000, 8000, at)
+	charge := p.ChargeComputedBy(false, 0, 8000, 8000, 8000, at)
 	defer charge.Release()
 	queued := 8000 / rate
 	if got := (remote() - base).Seconds(); got < queued-1e-3 || got > queued+1e-3 {
