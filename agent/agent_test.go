@@ -334,9 +334,7 @@ func TestPullErrors(t *testing.T) {
 	pd := func(engine string, ids ...uint32) *agentv1.PullBlocksRequest_Prefill {
 		return &agentv1.PullBlocksRequest_Prefill{Prefill: &agentv1.PrefillSource{RemoteEngineId: engine, RemoteRequestId: "x", RemoteBlockIds: ids}}
 	}
-	dead, _ := net.Listen("tcp", "127.0.0.1:0")
-	deadAddr := dead.Addr().String()
-	dead.Close()
+	deadAddr := testutil.RefusedAddr(t)
 	for _, tc := range []struct {
 		name string
 		req  *agentv1.PullBlocksRequest

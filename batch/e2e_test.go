@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -141,28 +142,29 @@ spec:
 }
 
 // batchProc is a `kvgate batch` child that the test may kill and restart.
+// Each start binds port 0 and the test reads the address from its log,
+// so no port is chosen, freed and raced for; the SDK talks to a front
+// the test holds for the whole run, which forwards to the current child,
+// as a Service address outlives the pod behind it.
 type batchProc struct {
-	t    *testing.T
-	e    e2eEnv
-	args []string
-	url  string
-	log  *os.File
-	cmd  *exec.Cmd
+	t     *testing.T
+	e     e2eEnv
+	args  []string
+	url   string
+	log   *os.File
+	cmd   *exec.Cmd
+	front *forwarder
 }
 
 func startBatch(t *testing.T, e e2eEnv, o Options) *batchProc {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	o.Listen = ln.Addr().String()
-	ln.Close()
+	o.Listen = "127.0.0.1:0"
 	log, err := os.Create(filepath.Join(t.TempDir(), "batch.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &batchProc{t: t, e: e, args: append([]string{"batch"}, o.Args()...), url: "http://" + o.Listen + "/v1", log: log}
+	front := newForwarder(t)
+	p := &batchProc{t: t, e: e, args: append([]string{"batch"}, o.Args()...), url: "http://" + front.addr() + "/v1", log: log, front: front}
 	p.start()
 	t.Cleanup(func() {
 		p.stop(syscall.SIGTERM)
@@ -180,19 +182,35 @@ func tail(s string, n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
+// batchListening is `kvgate batch`'s line naming the address it bound.
+var batchListening = regexp.MustCompile(`msg="batch listening" addr=(\S+)`)
+
 func (p *batchProc) start() {
 	p.t.Helper()
+	from, err := p.log.Seek(0, io.SeekEnd)
+	if err != nil {
+		p.t.Fatal(err)
+	}
 	p.cmd = exec.Command(p.e.bin, p.args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatal(err)
 	}
+	var addr string
+	testutil.WaitFor(p.t, "kvgate batch's listening line", func() bool {
+		out, _ := os.ReadFile(p.log.Name())
+		if m := batchListening.FindSubmatch(out[min(int(from), len(out)):]); m != nil {
+			addr = string(m[1])
+		}
+		return addr != ""
+	})
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		resp, err := http.Get(strings.TrimSuffix(p.url, "/v1") + "/health")
+		resp, err := http.Get("http://" + addr + "/health")
 		if err == nil {
 			resp.Body.Close()
+			p.front.to(addr)
 			return
 		}
 		if time.Now().After(deadline) {
@@ -200,6 +218,70 @@ func (p *batchProc) start() {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// forwarder is a loopback TCP front that hands each connection to the
+// current backend; with none (or one that refuses), it closes the
+// connection, which a client sees as the server being down.
+type forwarder struct {
+	ln      net.Listener
+	mu      sync.Mutex
+	backend string
+}
+
+func newForwarder(t *testing.T) *forwarder {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &forwarder{ln: ln}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() { f.serve(c) })
+		}
+	})
+	return f
+}
+
+func (f *forwarder) addr() string { return f.ln.Addr().String() }
+
+func (f *forwarder) to(backend string) {
+	f.mu.Lock()
+	f.backend = backend
+	f.mu.Unlock()
+}
+
+func (f *forwarder) serve(c net.Conn) {
+	defer c.Close()
+	f.mu.Lock()
+	backend := f.backend
+	f.mu.Unlock()
+	if backend == "" {
+		return
+	}
+	b, err := net.Dial("tcp", backend)
+	if err != nil {
+		return
+	}
+	defer b.Close()
+	done := make(chan struct{}, 2)
+	pipe := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		// Either side ending ends both: a killed child drops its client.
+		_ = dst.Close()
+		_ = src.Close()
+		done <- struct{}{}
+	}
+	go pipe(b, c)
+	go pipe(c, b)
+	<-done
+	<-done
 }
 
 func (p *batchProc) stop(sig syscall.Signal) {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvgate/kvgate/gateway"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // Body-based routing sets X-Gateway-Model-Name from the body's model (over
@@ -130,23 +132,34 @@ func FuzzBodyModel(f *testing.F) {
 func TestBodyBasedRoutingMetricsEndpoint(t *testing.T) {
 	up := newUpstream(t, nil)
 	o := gateway.DefaultOptions()
-	o.Listen, o.MetricsAddr, o.ExtProc, o.WasmPath = closedAddr(t), closedAddr(t), "", ""
+	// Port 0 for both; Run's log lines give the addresses bound.
+	o.Listen, o.MetricsAddr, o.ExtProc, o.WasmPath = "127.0.0.1:0", "127.0.0.1:0", "", ""
 	o.Fallback, o.BodyBasedRouting = up.addr(), true
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- gateway.Run(ctx, o, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	var logs testutil.SyncBuffer
+	go func() { done <- gateway.Run(ctx, o, slog.New(slog.NewTextHandler(&logs, nil))) }()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Run: %v", err)
 		}
 	}()
+	bound := func(msg string) string {
+		m := regexp.MustCompile(`msg="` + msg + `" addr=(\S+)`).FindStringSubmatch(logs.String())
+		if m == nil {
+			return ""
+		}
+		return m[1]
+	}
+	testutil.WaitFor(t, "the gateway's listening lines", func() bool { return bound("gateway listening") != "" && bound("gateway metrics") != "" })
+	addr, metricsAddr := bound("gateway listening"), bound("gateway metrics")
 	var page string
 	for end := time.Now().Add(10 * time.Second); ; {
-		resp, err := http.Post("http://"+o.Listen+"/v1/completions", "application/json", strings.NewReader(`{"model":"m","prompt":"x"}`))
+		resp, err := http.Post("http://"+addr+"/v1/completions", "application/json", strings.NewReader(`{"model":"m","prompt":"x"}`))
 		if err == nil {
 			resp.Body.Close()
-			if m, err := http.Get("http://" + o.MetricsAddr + "/metrics"); err == nil {
+			if m, err := http.Get("http://" + metricsAddr + "/metrics"); err == nil {
 				b, _ := io.ReadAll(m.Body)
 				m.Body.Close()
 				page = string(b)

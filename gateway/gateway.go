@@ -30,6 +30,7 @@ import (
 
 	"github.com/kvgate/kvgate/gateway/wasmhost"
 	"github.com/kvgate/kvgate/internal/bytebudget"
+	"github.com/kvgate/kvgate/internal/defaults"
 	"github.com/kvgate/kvgate/internal/eppwire"
 	"github.com/kvgate/kvgate/internal/hints"
 )
@@ -178,9 +179,9 @@ func New(ctx context.Context, cfg Config) (*Gateway, error) {
 	if cfg.BodyBudget == nil {
 		cfg.BodyBudget = bytebudget.New(DefaultBodyBudgetBytes)
 	}
-	cfg.BodyIdleTimeout = orDefault(cfg.BodyIdleTimeout, DefaultBodyIdleTimeout)
-	cfg.UpstreamIdleTimeout = orDefault(cfg.UpstreamIdleTimeout, DefaultUpstreamIdleTimeout)
-	cfg.PickerReconnectMax = orDefault(cfg.PickerReconnectMax, DefaultPickerReconnectMax)
+	cfg.BodyIdleTimeout = defaults.Duration(cfg.BodyIdleTimeout, DefaultBodyIdleTimeout)
+	cfg.UpstreamIdleTimeout = defaults.Duration(cfg.UpstreamIdleTimeout, DefaultUpstreamIdleTimeout)
+	cfg.PickerReconnectMax = defaults.Duration(cfg.PickerReconnectMax, DefaultPickerReconnectMax)
 	if cfg.MaxRequestHeaders <= 0 {
 		cfg.MaxRequestHeaders = DefaultMaxRequestHeaders
 	}
@@ -242,17 +243,6 @@ func (g *Gateway) Close() {
 		_ = g.conn.Close()
 	}
 	g.transport.CloseIdleConnections()
-}
-
-// orDefault is d, def for zero, and none (0) for a negative d.
-func orDefault(d, def time.Duration) time.Duration {
-	switch {
-	case d < 0:
-		return 0
-	case d == 0:
-		return def
-	}
-	return d
 }
 
 // pickerConnectParams bound gRPC's reconnect back-off: its default grows

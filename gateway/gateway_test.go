@@ -64,18 +64,6 @@ func (u *upstream) next(t testing.TB) upstreamSaw {
 	}
 }
 
-// closedAddr is an address nothing listens on.
-func closedAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
-}
-
 // startGateway runs a gateway on loopback and returns its base URL.
 func startGateway(t testing.TB, cfg gateway.Config) string {
 	t.Helper()
@@ -261,7 +249,7 @@ func TestAccessLog(t *testing.T) {
 
 func TestFallbackOnConnectFailure(t *testing.T) {
 	good := newUpstream(t, nil)
-	picker := &testPicker{endpoints: closedAddr(t) + "," + good.addr()}
+	picker := &testPicker{endpoints: testutil.RefusedAddr(t) + "," + good.addr()}
 	url := startGateway(t, gateway.Config{ExtProc: startPicker(t, picker)})
 	resp, _ := post(t, http.DefaultClient, url+"/v1/completions", `{"model":"m","prompt":"hi"}`, nil)
 	if resp.StatusCode != http.StatusOK {
@@ -274,7 +262,7 @@ func TestFallbackOnConnectFailure(t *testing.T) {
 }
 
 func TestAllEndpointsDown(t *testing.T) {
-	picker := &testPicker{endpoints: closedAddr(t)}
+	picker := &testPicker{endpoints: testutil.RefusedAddr(t)}
 	url := startGateway(t, gateway.Config{ExtProc: startPicker(t, picker)})
 	resp, _ := post(t, http.DefaultClient, url+"/v1/completions", `{"model":"m","prompt":"hi"}`, nil)
 	if resp.StatusCode != http.StatusServiceUnavailable {
@@ -348,7 +336,7 @@ func TestPickerDown(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			url := startGateway(t, gateway.Config{
-				ExtProc: closedAddr(t), FailureModeAllow: tc.allow, Fallback: []string{fallback.addr()},
+				ExtProc: testutil.RefusedAddr(t), FailureModeAllow: tc.allow, Fallback: []string{fallback.addr()},
 			})
 			resp, _ := post(t, http.DefaultClient, url+"/v1/completions", `{"model":"m","prompt":"hi"}`, nil)
 			if resp.StatusCode != tc.wantStatus {

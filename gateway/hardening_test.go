@@ -22,6 +22,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/server"
 	"github.com/kvgate/kvgate/gateway"
 	"github.com/kvgate/kvgate/internal/bytebudget"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // client has a hang guard: a request that the gateway leaves hanging fails
@@ -155,7 +156,7 @@ func TestFailOpenSpreads(t *testing.T) {
 		ups[i] = newUpstream(t, nil)
 		fallbacks = append(fallbacks, ups[i].addr())
 	}
-	url := startGateway(t, gateway.Config{ExtProc: closedAddr(t), FailureModeAllow: true, Fallback: fallbacks})
+	url := startGateway(t, gateway.Config{ExtProc: testutil.RefusedAddr(t), FailureModeAllow: true, Fallback: fallbacks})
 	for range 30 {
 		if resp, _ := post(t, client, url+"/v1/completions", `{"model":"m","prompt":"hi"}`, nil); resp.StatusCode != http.StatusOK {
 			t.Fatalf("status %d", resp.StatusCode)
@@ -168,65 +169,52 @@ func TestFailOpenSpreads(t *testing.T) {
 	}
 }
 
-// attemptCounter accepts connections and closes them at once: a picker
-// port that refuses to speak, recording when each reconnect attempt came.
-type attemptCounter struct {
-	ln net.Listener
-	mu sync.Mutex
-	at []time.Time
-}
-
-func (a *attemptCounter) run() {
-	for {
-		c, err := a.ln.Accept()
-		if err != nil {
-			return
-		}
-		a.mu.Lock()
-		a.at = append(a.at, time.Now())
-		a.mu.Unlock()
-		_ = c.Close()
-	}
-}
-
 // TestPickerReconnect (Medium): during a picker outage the gateway keeps
 // retrying at the bounded back-off (gRPC's default grows past 4 s within
 // 10 s and to 120 s later), and once the picker is back it routes again.
+//
+// The bound is checked against a clock that runs as slow as the machine:
+// a second gateway whose back-off keeps growing (the same base and
+// multiplier, a 30 s bound it does not reach here) tries its own dead
+// picker port beside the first. Its gaps grow 1.6-fold per attempt; the
+// bounded one's stop at PickerReconnectMax, so within one of the growing
+// gateway's late gaps the bounded gateway makes many attempts where an
+// unbounded one would make about one. A loaded machine stretches both.
 func TestPickerReconnect(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	down := &attemptCounter{ln: ln}
-	go down.run()
+	const bound = 100 * time.Millisecond
+	bounded, growing := newPickerPort(t), newPickerPort(t)
 	up := newUpstream(t, nil)
-	url := startGateway(t, gateway.Config{ExtProc: addr, ExtProcTimeout: 200 * time.Millisecond})
+	url := startGateway(t, gateway.Config{ExtProc: bounded.ln.Addr().String(), ExtProcTimeout: 200 * time.Millisecond, PickerReconnectMax: bound})
+	ref := startGateway(t, gateway.Config{ExtProc: growing.ln.Addr().String(), ExtProcTimeout: 200 * time.Millisecond,
+		PickerReconnectMax: 30 * time.Second})
 
-	outage := time.Now().Add(6 * time.Second)
-	for time.Now().Before(outage) {
-		resp, _ := post(t, client, url+"/v1/completions", `{"model":"m","prompt":"hi"}`, nil)
-		if resp.StatusCode == http.StatusOK {
-			t.Fatal("routed with the picker down")
+	// Requests keep both gateways' channels out of idle; they must fail.
+	awaitDown := func(what string, cond func() bool) {
+		t.Helper()
+		for guard := time.Now().Add(30 * time.Second); !cond(); time.Sleep(50 * time.Millisecond) {
+			for _, u := range []string{url, ref} {
+				if resp, _ := post(t, client, u+"/v1/completions", `{"model":"m","prompt":"hi"}`, nil); resp.StatusCode == http.StatusOK {
+					t.Fatal("routed with the picker down")
+				}
+			}
+			if time.Now().After(guard) {
+				t.Fatalf("timed out waiting for %s (%d and %d attempts)", what, bounded.count(), growing.count())
+			}
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
-	_ = ln.Close()
-	down.mu.Lock()
-	var widest time.Duration
-	for i := 1; i < len(down.at); i++ {
-		widest = max(widest, down.at[i].Sub(down.at[i-1]))
-	}
-	attempts := len(down.at)
-	down.mu.Unlock()
-	// 1 s bound plus 20% jitter plus a scheduling margin.
-	if attempts < 4 || widest > 2*gateway.DefaultPickerReconnectMax {
-		t.Fatalf("%d reconnect attempts in the outage, widest gap %v: back-off not bounded by %v",
-			attempts, widest, gateway.DefaultPickerReconnectMax)
+	// The growing gateway's gap after its 8th attempt (retry 7: 0.1 s ×
+	// 1.6^7 ≈ 2.7 s, ±20% jitter) spans 18 or more of the bounded
+	// gateway's gaps (≤ 0.12 s each); an unbounded one would make 0–2.
+	const nth = 8
+	awaitDown("the growing gateway's 8th attempt", func() bool { return growing.count() >= nth })
+	from := bounded.count()
+	awaitDown("the growing gateway's 9th attempt", func() bool { return growing.count() >= nth+1 })
+	if in := bounded.count() - from; in < 4 {
+		t.Fatalf("%d reconnect attempts while a growing back-off waited once (after its attempt %d): back-off not bounded by %v",
+			in, nth, bound)
 	}
 
-	picker := &testPicker{endpoints: up.addr()}
-	startPickerAt(t, picker, addr)
+	bounded.serve(t, &testPicker{endpoints: up.addr()})
 	// Several back-off periods; the bound is a hang guard, long enough for
 	// a loaded machine's reconnect and the first picker reply.
 	for back := time.Now().Add(20 * time.Second); ; {
@@ -241,26 +229,101 @@ func TestPickerReconnect(t *testing.T) {
 	}
 }
 
-// startPickerAt serves p on addr (which must be free).
-func startPickerAt(t *testing.T, p *testPicker, addr string) {
-	t.Helper()
-	var ln net.Listener
-	var err error
-	// The address was just released; the bound is a hang guard.
-	for free := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if ln, err = net.Listen("tcp", addr); err == nil || time.Now().After(free) {
-			break
-		}
-	}
+// pickerPort is a picker's listener the test holds from the outage to the
+// recovery, so no other process can take the port in between. While down
+// it accepts each connection and closes it at once (a picker port that
+// refuses to speak), counting the attempt; once up it hands connections to
+// the gRPC server serving on it.
+type pickerPort struct {
+	ln       net.Listener
+	mu       sync.Mutex
+	attempts int
+	up       chan net.Conn
+	closed   chan struct{}
+}
+
+func newPickerPort(t *testing.T) *pickerPort {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.seen = make(chan pickerSaw, 64)
+	p := &pickerPort{ln: ln, closed: make(chan struct{})}
+	t.Cleanup(func() { ln.Close(); <-p.closed })
+	go p.run()
+	return p
+}
+
+func (p *pickerPort) run() {
+	defer close(p.closed)
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		up := p.up
+		if up == nil {
+			p.attempts++
+		}
+		p.mu.Unlock()
+		if up == nil {
+			_ = c.Close()
+			continue
+		}
+		select {
+		case up <- c:
+		case <-time.After(10 * time.Second): // the server stopped
+			_ = c.Close()
+		}
+	}
+}
+
+func (p *pickerPort) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.attempts
+}
+
+// serve brings picker up on the port.
+func (p *pickerPort) serve(t *testing.T, picker *testPicker) {
+	picker.seen = make(chan pickerSaw, 64)
+	up := make(chan net.Conn)
+	p.mu.Lock()
+	p.up = up
+	p.mu.Unlock()
 	s := grpc.NewServer()
-	extprocv3.RegisterExternalProcessorServer(s, p)
-	go func() { _ = s.Serve(ln) }()
+	extprocv3.RegisterExternalProcessorServer(s, picker)
+	go func() {
+		_ = s.Serve(&handoff{conns: up, closed: p.closed, done: make(chan struct{}), addr: p.ln.Addr()})
+	}()
 	t.Cleanup(s.Stop)
 }
+
+// handoff is the net.Listener of the connections a pickerPort accepted.
+type handoff struct {
+	conns  chan net.Conn
+	closed chan struct{} // the pickerPort's listener closed
+	done   chan struct{}
+	once   sync.Once
+	addr   net.Addr
+}
+
+func (h *handoff) Accept() (net.Conn, error) {
+	select {
+	case c := <-h.conns:
+		return c, nil
+	case <-h.closed:
+	case <-h.done:
+	}
+	return nil, net.ErrClosed
+}
+
+func (h *handoff) Close() error {
+	h.once.Do(func() { close(h.done) })
+	return nil
+}
+
+func (h *handoff) Addr() net.Addr { return h.addr }
 
 // TestPickerStreamOpenTimeout (left open): a picker at its stream limit
 // makes opening a stream wait for quota; the open is bounded by the
@@ -271,7 +334,8 @@ func TestPickerStreamOpenTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := grpc.NewServer(grpc.MaxConcurrentStreams(1))
-	extprocv3.RegisterExternalProcessorServer(s, &testPicker{stall: true, seen: make(chan pickerSaw, 64)})
+	picker := &testPicker{stall: true, seen: make(chan pickerSaw, 64), opened: make(chan struct{}, 1)}
+	extprocv3.RegisterExternalProcessorServer(s, picker)
 	go func() { _ = s.Serve(ln) }()
 	t.Cleanup(s.Stop)
 
@@ -288,7 +352,7 @@ func TestPickerStreamOpenTimeout(t *testing.T) {
 		}
 	}()
 	<-body.sent
-	time.Sleep(100 * time.Millisecond) // the held stream is open
+	<-picker.opened // the held stream is open
 	resp, _ := post(t, client, url+"/v1/completions", `{"model":"m","prompt":"hi"}`, nil)
 	if resp.StatusCode != http.StatusGatewayTimeout {
 		t.Fatalf("status %d, want 504", resp.StatusCode)

@@ -42,6 +42,9 @@ type testPicker struct {
 	// seen gets each request when its stream ends; buffered so that the
 	// picker never waits for a test that does not look.
 	seen chan pickerSaw
+	// opened, when set, gets a value as each stream starts (never
+	// blocking the picker).
+	opened chan struct{}
 }
 
 // pickerSaw is one request as the picker saw it.
@@ -96,6 +99,10 @@ func headerMap(m *corev3.HeaderMap) map[string]string {
 }
 
 func (p *testPicker) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
+	select {
+	case p.opened <- struct{}{}:
+	default:
+	}
 	var saw pickerSaw
 	defer func() {
 		select {

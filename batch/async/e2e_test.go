@@ -7,11 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +22,7 @@ import (
 
 	"github.com/kvgate/kvgate/demo"
 	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/internal/testutil/proctest"
 	"github.com/kvgate/kvgate/internal/testutil/redistest"
 )
 
@@ -88,15 +89,10 @@ flowControl:
     pluginRef: concurrency-detector
 `
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+// asyncListening is `kvgate async`'s line naming the metrics address it
+// bound: the test gives it port 0, so no other process can take the port
+// between the test choosing it and the child binding it.
+var asyncListening = regexp.MustCompile(`msg=listening server=metrics addr=(\S+)`)
 
 // startFleet starts sims, the picker and the gateway for the test.
 func startFleet(t *testing.T, c demo.StackConfig) *demo.Stack {
@@ -131,25 +127,14 @@ func TestE2EAsyncThroughTheFleet(t *testing.T) {
 	bin, _ := kvgateBin(t)
 	stack := startFleet(t, demo.StackConfig{Replicas: 2, PickerConfig: e2ePicker, TimeScale: 0.02})
 
-	metricsAddr := freeAddr(t)
 	cfg := fmt.Sprintf(`{"url":"redis://%s/0","poll_interval_ms":50,"batch_size":10,"queues":[{"queue_name":"request-sortedset",
 		"igw_base_url":%q,"inference_objective":"batch","gate_type":"composite","gate_params":{"gates":[
 		{"gate_type":"local-max-concurrency","gate_params":{"limit":"4"}},
 		{"gate_type":"picker-saturation","gate_params":{"url":%q,"pool":"kvgate","threshold":"0.5"}}]}}]}`,
 		rs.Addr, stack.GatewayURL, stack.EPPMetricsURL)
-	var logs testutil.SyncBuffer
-	proc := exec.Command(bin, "async", "--transport-config", cfg, "--metrics-addr", metricsAddr, "--health-port", "0", "--concurrency", "8")
-	proc.Stdout, proc.Stderr = &logs, &logs
-	if err := proc.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = proc.Process.Signal(os.Interrupt)
-		_ = proc.Wait()
-		if t.Failed() {
-			t.Logf("kvgate async log:\n%s", logs.String())
-		}
-	})
+	proc, metricsAddr := proctest.Start(t, asyncListening, nil, bin, "async", "--transport-config", cfg, "--metrics-addr", "127.0.0.1:0",
+		"--health-port", "0", "--concurrency", "8")
+	logs := proc.Log
 	asyncMetrics := "http://" + metricsAddr + "/metrics"
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr})
 	defer rdb.Close()

@@ -83,20 +83,26 @@ func Main(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	servers := []*http.Server{{Addr: *metricsAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}}
+	type named struct {
+		name string
+		*http.Server
+	}
+	servers := []named{{"metrics", &http.Server{Addr: *metricsAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}}}
 	if *healthPort != 0 {
 		h := http.NewServeMux()
 		ok := func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") }
 		h.HandleFunc("/healthz", ok)
 		h.HandleFunc("/readyz", ok)
-		servers = append(servers, &http.Server{Addr: ":" + strconv.Itoa(*healthPort), Handler: h, ReadHeaderTimeout: 10 * time.Second})
+		servers = append(servers, named{"health", &http.Server{Addr: ":" + strconv.Itoa(*healthPort), Handler: h, ReadHeaderTimeout: 10 * time.Second}})
 	}
 	for _, s := range servers {
 		ln, err := net.Listen("tcp", s.Addr)
 		if err != nil {
 			return err
 		}
-		log.Info("listening", "addr", ln.Addr().String())
+		// The bound address, not the flag's: with port 0 this line is how a
+		// supervisor (or a test) learns which port the kernel gave.
+		log.Info("listening", "server", s.name, "addr", ln.Addr().String())
 		go func() { _ = s.Serve(ln) }()
 		defer s.Close()
 	}

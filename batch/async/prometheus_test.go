@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/internal/testutil/proctest"
 )
 
 // prometheusServer runs Debian's prometheus scraping target every second
@@ -33,15 +33,10 @@ func prometheusServer(t *testing.T, target string) string {
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
-	var log testutil.SyncBuffer
-	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr, "--log.level=warn")
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	// Port 0: Prometheus logs the address it bound ("Listening on",
+	// at level info), so no port is chosen and freed for it to race for.
+	p, addr := proctest.Start(t, proctest.ListeningOn, nil, bin, "--config.file="+filepath.Join(dir, "prometheus.yml"),
+		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address=127.0.0.1:0", "--log.level=info")
 	url := "http://" + addr
 	for end := time.Now().Add(30 * time.Second); ; {
 		if resp, err := http.Get(url + "/-/ready"); err == nil {
@@ -51,7 +46,7 @@ func prometheusServer(t *testing.T, target string) string {
 			}
 		}
 		if time.Now().After(end) {
-			t.Fatalf("prometheus not ready:\n%s", log.String())
+			t.Fatalf("prometheus not ready:\n%s", p.Log.String())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -329,16 +329,6 @@ func (f *gatewayClient) load(ctx context.Context, workers, requests int, minDur,
 	return res
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // modelessRequests sends n chat requests without a model and n whose model
 // is not a string (the gateway's body-based routing counts both; the
 // picker answers them), and returns their statuses.

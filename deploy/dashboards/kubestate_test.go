@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/kvgate/kvgate/extproc/endpoints/k8s/k8stest"
 	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/internal/testutil/proctest"
 )
 
 // kubeStateMetricsBinary is where scripts/envtest.sh builds
@@ -104,29 +104,35 @@ func startKubeStateMetrics(t *testing.T, bin string, deployments []string) scrap
 	if err := env.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	port, telemetry := freePort(t), freePort(t)
-	log := &testutil.SyncBuffer{}
-	cmd := exec.Command(bin, "--kubeconfig="+kubeconfig, "--host=127.0.0.1", fmt.Sprintf("--port=%d", port),
-		"--telemetry-host=127.0.0.1", fmt.Sprintf("--telemetry-port=%d", telemetry),
-		"--resources=deployments,pods", "--namespaces="+testNamespace)
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("kube-state-metrics: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+	// Port 0 for both servers: each logs the address it bound ("Listening
+	// on", in no set order), and the one serving the Deployments' series is
+	// the metrics server.
+	proc, _ := proctest.Start(t, proctest.ListeningOn, nil, bin, "--kubeconfig="+kubeconfig, "--host=127.0.0.1", "--port=0",
+		"--telemetry-host=127.0.0.1", "--telemetry-port=0", "--resources=deployments,pods", "--namespaces="+testNamespace)
+	var bound []string
+	testutil.WaitFor(t, "kube-state-metrics' two listening lines", func() bool {
+		bound = bound[:0]
+		for _, m := range proctest.ListeningOn.FindAllStringSubmatch(proc.Log.String(), -1) {
+			bound = append(bound, m[1])
+		}
+		return len(bound) == 2
 	})
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	// Ready once its informers have synced every Deployment.
 	want := fmt.Sprintf(`kube_deployment_status_replicas_ready{namespace=%q,deployment=%q}`, testNamespace, deployments[len(deployments)-1])
-	for {
-		body, err := get(ctx, "http://"+addr+"/metrics")
-		if err == nil && strings.Contains(body, want) {
+	var addr string
+	for addr == "" {
+		var err error
+		for _, a := range bound {
+			var body string
+			if body, err = get(ctx, "http://"+a+"/metrics"); err == nil && strings.Contains(body, want) {
+				addr = a
+			}
+		}
+		if addr != "" {
 			break
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("kube-state-metrics not serving %s: %v\n%s", want, err, log.String())
+			t.Fatalf("kube-state-metrics not serving %s on %v: %v\n%s", want, bound, err, proc.Log.String())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/internal/testutil"
+	"github.com/kvgate/kvgate/internal/testutil/proctest"
 )
 
 // RequirePrometheusEnv makes a missing prometheus binary fail the test
@@ -49,7 +50,6 @@ type scrapeTarget struct {
 // prometheus is a running Prometheus server.
 type prometheus struct {
 	url string
-	cmd *exec.Cmd
 	log *testutil.SyncBuffer
 }
 
@@ -88,18 +88,11 @@ func startPrometheus(t *testing.T, bin string, targets []scrapeTarget, ruleFiles
 	if err := os.WriteFile(cfgPath, []byte(cfg.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	p := &prometheus{url: "http://" + addr, log: &testutil.SyncBuffer{}}
-	p.cmd = exec.Command(bin, "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr, "--log.level=warn")
-	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start prometheus: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		_ = p.cmd.Wait()
-	})
+	// Port 0: Prometheus logs the address it bound, so no port is chosen
+	// and freed for another process to take first.
+	proc, addr := proctest.Start(t, proctest.ListeningOn, nil, bin, "--config.file="+cfgPath,
+		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address=127.0.0.1:0", "--log.level=info")
+	p := &prometheus{url: "http://" + addr, log: proc.Log}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := http.Get(p.url + "/-/ready")

@@ -284,8 +284,15 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 		// P/D: the prefill server computes the prompt (less what it
 		// holds) until the decode server's first token; the decode server
 		// only waits for the KV to arrive.
+		// Past its predicted finish there (when a plugin predicts one) the
+		// KV is on the wire and the server is free of it: the charge
+		// carries that, so a decision reads both from one account.
 		pp, pu := uncachedTokens(cs, sr, p)
-		ex.remote = p.ChargeClass(shed, int64(pp-pu), int64(pu), int64(pp), int64(pp))
+		var computed time.Time
+		if f, ok := scheduling.Read(cs, scheduling.PrefillFinishKey); ok && f != nil {
+			computed, _ = f.PrefillFinish(p)
+		}
+		ex.remote = p.ChargeComputedBy(shed, int64(pp-pu), int64(pu), int64(pp), int64(pp), computed)
 		uncached = 0
 	}
 	ex.charge = targets[0].ChargeClass(shed, int64(prompt-uncached), int64(uncached), int64(prompt+sr.MaxTokens), sr.TokenEstimate())

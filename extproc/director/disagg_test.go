@@ -3,7 +3,9 @@ package director
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvgate/kvgate/extproc/config"
 	"github.com/kvgate/kvgate/extproc/endpoints"
@@ -34,12 +36,11 @@ schedulingProfiles:
   plugins: [{pluginRef: decode-filter}, {pluginRef: prefix-cache-scorer}]
 `
 
-// A P/D decision sends the request to the decode server and names the
-// prefill server for its sidecar; once the decode server holds the
-// prompt, the decider keeps the next one local. Prefer: if-available is
-// refused with 412 while no decode server holds any of the prompt.
-func TestDisaggregationDecision(t *testing.T) {
-	c, err := config.Parse([]byte(pdConfig))
+// pdDirector is a director built from yaml over a prefill server p and a
+// decode server dd.
+func pdDirector(t *testing.T, yaml string) (d *Director, p, dd *endpoints.Endpoint) {
+	t.Helper()
+	c, err := config.Parse([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,10 +48,19 @@ func TestDisaggregationDecision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := schedtest.Endpoint("p", endpoints.Metrics{}, endpoints.RoleLabel, "prefill")
-	dd := schedtest.Endpoint("d", endpoints.Metrics{}, endpoints.RoleLabel, "decode")
-	d := New(Options{Pool: pool{p, dd}, Scheduler: built.Scheduler,
+	p = schedtest.Endpoint("p", endpoints.Metrics{}, endpoints.RoleLabel, "prefill")
+	dd = schedtest.Endpoint("d", endpoints.Metrics{}, endpoints.RoleLabel, "decode")
+	d = New(Options{Pool: pool{p, dd}, Scheduler: built.Scheduler,
 		Hooks: Hooks{PreRequest: built.PreRequest, FirstToken: built.FirstToken, ResponseComplete: built.ResponseComplete}})
+	return d, p, dd
+}
+
+// A P/D decision sends the request to the decode server and names the
+// prefill server for its sidecar; once the decode server holds the
+// prompt, the decider keeps the next one local. Prefer: if-available is
+// refused with 412 while no decode server holds any of the prompt.
+func TestDisaggregationDecision(t *testing.T) {
+	d, p, dd := pdDirector(t, pdConfig)
 	ctx := context.Background()
 	prompt := "a long prompt that the decode server has never seen before, many tokens of it, enough for several blocks"
 
@@ -91,6 +101,65 @@ func TestDisaggregationDecision(t *testing.T) {
 	}
 	if _, ok := dec.Headers[eppwire.HeaderPrefiller]; ok || dec.Endpoints[0] != dd.Address() {
 		t.Fatalf("held prompt: endpoints %v headers %v, want decode only", dec.Endpoints, dec.Headers)
+	}
+	ex.ResponseDone(ctx, server.ResponseSummary{Status: 200, Complete: true})
+}
+
+const transferCostConfig = `
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: prefill-filter
+- type: decode-filter
+- type: queue-scorer
+- type: transfer-cost-pd-decider
+  parameters: {prefillTokensPerSecond: 1000, decodeStep: 10ms}
+- type: disagg-profile-handler
+  parameters: {deciders: {prefill: transfer-cost-pd-decider}}
+schedulingProfiles:
+- name: decode
+  plugins: [{pluginRef: decode-filter}, {pluginRef: queue-scorer}]
+- name: prefill
+  plugins: [{pluginRef: prefill-filter}, {pluginRef: transfer-cost-pd-decider}]
+`
+
+// A P/D request's remote charge carries the prefill's finish that the
+// transfer-cost decider predicted: the prefill server's backlog counts it
+// until then and not after (its KV on the wire), and the first token
+// releases it from both at once.
+func TestRemoteChargeCarriesPredictedFinish(t *testing.T) {
+	d, p, dd := pdDirector(t, transferCostConfig)
+	// A decoding batch on d, which a local prefill would stall.
+	for range 32 {
+		c := dd.Charge(0, 512, 768, 768)
+		c.FirstToken()
+		t.Cleanup(c.Release)
+	}
+	ctx := context.Background()
+	decided := time.Now()
+	dec, ex, err := d.HandleRequest(ctx, completion(strings.Repeat("a long prompt nobody holds yet ", 400), true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dec.Headers[eppwire.HeaderPrefiller] != p.Address() {
+		t.Fatalf("not disaggregated: endpoints %v headers %v", dec.Endpoints, dec.Headers)
+	}
+	charged := p.Load().PrefillTokens
+	// At 1000 tokens/s the prompt's prefill takes seconds: not computed
+	// at the decision, computed a minute later.
+	if tokens, _ := p.PrefillBacklog(decided); charged <= 0 || tokens != charged {
+		t.Fatalf("at the decision: backlog %d of %d charged, want all", tokens, charged)
+	}
+	if tokens, attention := p.PrefillBacklog(decided.Add(time.Minute)); tokens != 0 || attention != 0 {
+		t.Fatalf("past the predicted finish: backlog %d tokens, %d pairs, want none", tokens, attention)
+	}
+	ex.ResponseStarted(ctx, server.ResponseHead{Status: 200})
+	ex.ResponseChunk(ctx, []byte("data: {}\n\n"))
+	if l := p.Load(); l != (endpoints.Load{}) {
+		t.Fatalf("after the first token: prefill server %+v", l)
+	}
+	if tokens, _ := p.PrefillBacklog(decided); tokens != 0 {
+		t.Fatalf("after the first token: backlog %d", tokens)
 	}
 	ex.ResponseDone(ctx, server.ResponseSummary{Status: 200, Complete: true})
 }

@@ -100,6 +100,9 @@ type endpointFields struct {
 	inflightTokens   atomic.Int64
 
 	spec Spec
+	// computed is read by the deciders that price a prefill server's
+	// backlog (PrefillBacklog), not by every decision.
+	computed atomic.Pointer[computedSet]
 }
 
 // NewEndpoint returns an endpoint with an empty metrics snapshot.

@@ -1,6 +1,10 @@
 package endpoints
 
-import "sync/atomic"
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
 
 // The live load model. Scraped metrics are tens of milliseconds old and
 // blind to a prefill in progress, so every decision made between two scrapes
@@ -16,6 +20,11 @@ import "sync/atomic"
 //   - the traffic class of every request in flight (sheddable: priority
 //     < 0, llm-d's meaning), so that placement and admission by class read
 //     the same lifecycle (fallbacks included) as every other count here.
+//
+// A P/D request's prefill is charged to its prefill server until the decode
+// server's first token, also while its KV is on the wire and the server is
+// free of it; the charge can carry the predicted end of its compute
+// (ChargeComputedBy), and PrefillBacklog leaves it out from then on.
 //
 // Scrapes and the account overlap: a scrape counts the requests the server
 // had admitted when it was taken, many of which the picker routed. At each
@@ -65,6 +74,26 @@ type liveLoad struct {
 	sheddableRequests atomic.Int64
 }
 
+// computedSet is an endpoint's charges with a predicted finish
+// (ChargeComputedBy) while they are in the prefill phase. Its lock orders
+// their changes to the prefill counters with PrefillBacklog's reads, so
+// that a reader sees such a charge in the counters and in the set both or
+// in neither. One entry per routed request: the picker's bound on requests
+// in flight bounds it.
+type computedSet struct {
+	mu  sync.Mutex
+	set map[*computedBy]struct{}
+}
+
+// computedBy is a charged prefill that a prediction says its server has
+// computed by at: a P/D request's, which the picker charges to its prefill
+// server until the decode server's first token, while from at on its KV is
+// on the wire and the server is free of it.
+type computedBy struct {
+	at                time.Time
+	tokens, attention int64
+}
+
 // Load returns the endpoint's live load.
 func (e *Endpoint) Load() Load {
 	l := &e.load
@@ -108,6 +137,8 @@ type Charge struct {
 	prefillTokens, attention, contextTokens, tokens int64
 	phase                                           chargePhase
 	sheddable                                       bool
+	// computed is the prefill's predicted finish (nil: none predicted).
+	computed *computedBy
 }
 
 type chargePhase uint8
@@ -144,10 +175,51 @@ func (e *Endpoint) Charge(cached, uncached, context, tokens int64) Charge {
 // ChargeClass is Charge for a request of either traffic class: a sheddable
 // one is also counted in InflightByClass's sheddable part.
 func (e *Endpoint) ChargeClass(sheddable bool, cached, uncached, context, tokens int64) Charge {
+	return e.ChargeComputedBy(sheddable, cached, uncached, context, tokens, time.Time{})
+}
+
+// ChargeComputedBy is ChargeClass for a prefill the server is predicted to
+// have computed by at (zero: not predicted), though the charge holds
+// longer: a P/D request's remote prefill, held until the decode server's
+// first token. From at on, PrefillBacklog leaves it out.
+func (e *Endpoint) ChargeComputedBy(sheddable bool, cached, uncached, context, tokens int64, at time.Time) Charge {
 	uncached = boundTokens(uncached)
 	c := Charge{ep: e, prefillTokens: uncached, attention: AttentionPairs(cached, uncached), contextTokens: boundTokens(context), tokens: tokens, phase: phasePrefill, sheddable: sheddable}
+	if !at.IsZero() {
+		c.computed = &computedBy{at: at, tokens: c.prefillTokens, attention: c.attention}
+	}
 	c.apply(1)
 	return c
+}
+
+// computedSet is e's, made at its first charge with a predicted finish.
+func (e *Endpoint) computedSet() *computedSet {
+	if cs := e.computed.Load(); cs != nil {
+		return cs
+	}
+	e.computed.CompareAndSwap(nil, &computedSet{set: map[*computedBy]struct{}{}})
+	return e.computed.Load()
+}
+
+// PrefillBacklog is the prefill tokens and attention pairs charged to e
+// (Load's PrefillTokens and PrefillAttention) less those of the charges
+// predicted computed by now.
+func (e *Endpoint) PrefillBacklog(now time.Time) (tokens, attention int64) {
+	l := &e.load
+	cs := e.computed.Load()
+	if cs == nil {
+		return l.prefillTokens.Load(), l.prefillAttention.Load()
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	tokens, attention = l.prefillTokens.Load(), l.prefillAttention.Load()
+	for x := range cs.set {
+		if !now.Before(x.at) {
+			tokens -= x.tokens
+			attention -= x.attention
+		}
+	}
+	return max(0, tokens), max(0, attention)
 }
 
 // Endpoint is the endpoint charged; nil for the zero Charge.
@@ -189,6 +261,16 @@ func (c *Charge) apply(sign int64) {
 	l := &c.ep.load
 	switch c.phase {
 	case phasePrefill:
+		if x := c.computed; x != nil {
+			cs := c.ep.computedSet()
+			cs.mu.Lock()
+			defer cs.mu.Unlock()
+			if sign > 0 {
+				cs.set[x] = struct{}{}
+			} else {
+				delete(cs.set, x)
+			}
+		}
 		l.prefillRequests.Add(sign)
 		l.prefillTokens.Add(sign * c.prefillTokens)
 		l.prefillAttention.Add(sign * c.attention)

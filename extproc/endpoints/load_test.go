@@ -1,6 +1,10 @@
 package endpoints
 
-import "testing"
+import (
+	"sync"
+	"testing"
+	"time"
+)
 
 func TestChargeLifecycle(t *testing.T) {
 	a, b := NewEndpoint(Spec{Name: "a", Address: "10.0.0.1:8000"}), NewEndpoint(Spec{Name: "b", Address: "10.0.0.2:8000"})
@@ -124,4 +128,87 @@ func TestChargeBoundsTokens(t *testing.T) {
 	if AttentionPairs(-5, -5) != 0 {
 		t.Fatal("negative counts charged")
 	}
+}
+
+// A charge with a predicted finish is in the backlog until then and not
+// after; moved, it leaves its old endpoint's backlog; past its first token
+// or released, it is in neither Load nor the backlog.
+func TestPrefillBacklogLeavesComputedCharges(t *testing.T) {
+	a, b := NewEndpoint(Spec{Name: "a", Address: "10.0.0.1:8000"}), NewEndpoint(Spec{Name: "b", Address: "10.0.0.2:8000"})
+	t0 := time.Unix(1e9, 0)
+	other := a.Charge(0, 1000, 1000, 1000)
+	defer other.Release()
+	remote := a.ChargeComputedBy(false, 100, 300, 400, 400, t0.Add(time.Second))
+	backlog := func(e *Endpoint, at time.Time) [2]int64 {
+		tok, att := e.PrefillBacklog(at)
+		return [2]int64{tok, att}
+	}
+	whole := [2]int64{1300, AttentionPairs(0, 1000) + AttentionPairs(100, 300)}
+	rest := [2]int64{1000, AttentionPairs(0, 1000)}
+	for _, c := range []struct {
+		step string
+		e    *Endpoint
+		at   time.Time
+		want [2]int64
+	}{
+		{"before its finish", a, t0, whole},
+		{"at its finish", a, t0.Add(time.Second), rest},
+		{"after", a, t0.Add(time.Hour), rest},
+	} {
+		if got := backlog(c.e, c.at); got != c.want {
+			t.Errorf("%s: backlog %v, want %v", c.step, got, c.want)
+		}
+	}
+	if l := a.Load(); l.PrefillTokens != whole[0] {
+		t.Errorf("Load's prefill tokens %d, want the whole %d", l.PrefillTokens, whole[0])
+	}
+	remote.Move(b)
+	if got := backlog(a, t0); got != rest {
+		t.Errorf("moved: old endpoint's backlog %v, want %v", got, rest)
+	}
+	if got := backlog(b, t0.Add(time.Hour)); got != [2]int64{} {
+		t.Errorf("moved: new endpoint's backlog past the finish %v, want none", got)
+	}
+	remote.FirstToken()
+	if got := backlog(b, t0); got != [2]int64{} {
+		t.Errorf("past its first token: backlog %v, want none", got)
+	}
+	remote.Release()
+	if got := backlog(a, t0.Add(time.Hour)); got != rest {
+		t.Errorf("released: backlog %v, want %v", got, rest)
+	}
+}
+
+// A charge past its predicted finish released while decisions read the
+// backlog is subtracted from both the counters and the computed set or
+// from neither: the backlog never drops below the work that is not
+// computed (a reader of two separately released accounts could subtract
+// a finished prefill twice).
+func TestPrefillBacklogConsistentWithRelease(t *testing.T) {
+	e := NewEndpoint(Spec{Name: "p", Address: "10.0.0.1:8000"})
+	t0 := time.Unix(1e9, 0)
+	queued := e.Charge(0, 4000, 4000, 4000)
+	defer queued.Release()
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			c := e.ChargeComputedBy(false, 0, 8000, 8000, 8000, t0)
+			c.Release()
+		}
+	})
+	for range 20000 {
+		if tokens, _ := e.PrefillBacklog(t0); tokens != 4000 {
+			close(stop)
+			wg.Wait()
+			t.Fatalf("backlog %d tokens, want the 4000 not computed", tokens)
+		}
+	}
+	close(stop)
+	wg.Wait()
 }

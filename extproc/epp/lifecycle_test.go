@@ -2,6 +2,7 @@ package epp
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -10,21 +11,27 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvgate/kvgate/internal/testutil"
 )
 
-// requireFree fails t unless addr can be bound, i.e. no listener of the
-// picker holds it any more.
-func requireFree(t *testing.T, addr, what string) {
+// requireClosed fails t unless the picker closed ln. It asks the listener
+// rather than binding its address again: a freed port may already be
+// another process's.
+func requireClosed(t *testing.T, ln net.Listener, what string) {
 	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatalf("%s still bound: %v", what, err)
+	tl, ok := ln.(*net.TCPListener)
+	if !ok {
+		t.Fatalf("%s: %T, not a TCP listener", what, ln)
 	}
-	ln.Close()
+	// An open listener times out at once instead of blocking.
+	_ = tl.SetDeadline(time.Now())
+	if _, err := tl.Accept(); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("%s %s still open: Accept = %v", what, ln.Addr(), err)
+	}
 }
 
 func staticOptions(t *testing.T) Options {
@@ -65,17 +72,10 @@ func TestRunUnwindsWhenAPortIsTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer taken.Close()
-	// Reserve a health port, free it, and have the picker bind it before
-	// failing on the metrics port: the unwind must close it again.
-	probe, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	healthAddr := probe.Addr().String()
-	probe.Close()
-
+	// The picker binds a health port before failing on the metrics port:
+	// the unwind must close it again.
 	o := staticOptions(t)
-	o.HealthAddr, o.MetricsAddr = healthAddr, taken.Addr().String()
+	o.HealthAddr, o.MetricsAddr = "127.0.0.1:0", taken.Addr().String()
 	before := runtime.NumGoroutine()
 	p, err := New(o, quiet)
 	if err != nil {
@@ -86,7 +86,7 @@ func TestRunUnwindsWhenAPortIsTaken(t *testing.T) {
 		t.Fatalf("Run = %v, want a listen error for %s", err, taken.Addr())
 	}
 	testutil.NoGoroutineLeak(t, before, "the failed Run")
-	requireFree(t, healthAddr, "health listener")
+	requireClosed(t, p.listeners.health, "health listener")
 	select {
 	case <-p.Listening():
 		t.Fatal("Listening closed although Run failed to bind")
@@ -138,7 +138,6 @@ func TestRunStopsEverything(t *testing.T) {
 	case err := <-done:
 		t.Fatalf("Run: %v", err)
 	}
-	grpcAddr, _, _ := p.Addrs()
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
@@ -147,5 +146,5 @@ func TestRunStopsEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.NoGoroutineLeak(t, before, "Run returned")
-	requireFree(t, grpcAddr, "ext_proc listener")
+	requireClosed(t, p.listeners.grpc, "ext_proc listener")
 }

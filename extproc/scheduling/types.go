@@ -79,6 +79,19 @@ type Result struct {
 	DestinationPort int
 }
 
+// PrefillFinish predicts when a candidate would have computed the
+// request's prefill (its queued backlog, then the request's uncached
+// prompt); ok is false for one it has no prediction for. A plugin that
+// predicts it (transfer-cost-pd-decider) writes it under PrefillFinishKey;
+// the director puts the prefill server's on a P/D request's remote charge
+// (endpoints.Endpoint.ChargeComputedBy), the one account of that prefill.
+type PrefillFinish interface {
+	PrefillFinish(e *endpoints.Endpoint) (at time.Time, ok bool)
+}
+
+// PrefillFinishKey is where a request's PrefillFinish is written.
+var PrefillFinishKey = NewKey[PrefillFinish]("prefill-finish")
+
 // Primary returns the primary profile's result; nil if it picked nothing.
 func (r *Result) Primary() *ProfileResult {
 	if r == nil {

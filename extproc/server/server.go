@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kvgate/kvgate/internal/bytebudget"
+	"github.com/kvgate/kvgate/internal/defaults"
 	"github.com/kvgate/kvgate/internal/openai"
 )
 
@@ -241,8 +242,8 @@ func New(director Director, opts Options) *Server {
 		chunk:    opts.BodyChunkBytes,
 		headers:  headerLimits{count: opts.MaxHeaders, bytes: opts.MaxHeaderBytes},
 		budget:   opts.BodyBudget,
-		reqIdle:  positiveOr(opts.RequestIdleTimeout, DefaultRequestIdleTimeout),
-		respIdle: positiveOr(opts.ResponseIdleTimeout, DefaultResponseIdleTimeout),
+		reqIdle:  defaults.Duration(opts.RequestIdleTimeout, DefaultRequestIdleTimeout),
+		respIdle: defaults.Duration(opts.ResponseIdleTimeout, DefaultResponseIdleTimeout),
 		parser:   opts.Parser,
 		log:      opts.Logger,
 	}
@@ -265,17 +266,6 @@ func New(director Director, opts Options) *Server {
 		s.log = slog.Default()
 	}
 	return s
-}
-
-// positiveOr is d, def for zero, and no timeout (0) for a negative d.
-func positiveOr(d, def time.Duration) time.Duration {
-	switch {
-	case d < 0:
-		return 0
-	case d == 0:
-		return def
-	}
-	return d
 }
 
 // BodyBudget is the budget request bodies are buffered against.

@@ -206,9 +206,7 @@ func TestDeadAgentsDoNotBlock(t *testing.T) {
 		}
 		mu.Unlock()
 	}()
-	closed, _ := net.Listen("tcp", "127.0.0.1:0")
-	closedAddr := closed.Addr().String()
-	closed.Close()
+	closedAddr := testutil.RefusedAddr(t)
 	live := startAgent(t, agenttel.Config{Node: "live", Addresses: addrs("10.0.0.1"),
 		GPUs: &gpus{gs: []agenttel.GPU{{Endpoints: []string{"10.0.0.1:8000"}}}}})
 	s := run(t, telemetry.Config{Agents: []string{hang.Addr().String(), closedAddr, live.addr}, Interval: 100 * time.Millisecond})

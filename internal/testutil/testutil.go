@@ -5,7 +5,8 @@
 // stream, the data payloads of a body, when a stream's first event came)
 // and a model-server stand-in and load that check streamed answers arrive
 // whole; WaitFor, the bounded poll; the --memory-limit check of the
-// commands; and the agent-style chat body the filter's benchmarks share.
+// commands; the agent-style chat body the filter's benchmarks share; and
+// RefusedAddr, a loopback port that refuses connections and stays held.
 package testutil
 
 import (

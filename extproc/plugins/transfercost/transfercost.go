@@ -37,10 +37,10 @@
 // The live load charges a remote prefill to its prefill server until the
 // decode server's first token, that is also while its KV is on the wire
 // (a long time on a slow path), when the server is free of it. The
-// decider keeps the remote prefills it saw routed (PreRequest) with their
-// predicted finish there, leaves those past it out of the server's
-// backlog, and drops them at their first token or the response's end (the
-// hooks run right after the picker releases the charge).
+// decider predicts each candidate's finish (scheduling.PrefillFinish);
+// the director puts the prefill server's on the request's remote charge,
+// and the decider reads the backlog less the charges past their finish
+// (endpoints.Endpoint.PrefillBacklog): one account, released at once.
 //
 // A prefill of compute c also delays the requests that reach its server
 // while it runs: arriving at rate λ, they wait λ·c²/2 seconds in all.
@@ -213,76 +213,6 @@ type Decider struct {
 	// decided and those disaggregated, for the queueing term.
 	now               func() time.Time
 	arrivals, remotes rateMeter
-	sent              ledger
-}
-
-// sent is a remote prefill the decider saw routed: the picker's live load
-// charges its uncached tokens to the prefill server until the decode
-// server's first token, but the prefill server is done with them at done,
-// its predicted TTFT there; from then to that first token the KV is on
-// the wire and the tokens are no backlog the next prefill waits for.
-type sent struct {
-	server            *endpoints.Endpoint
-	done              time.Time
-	tokens, attention int64
-}
-
-// maxSent bounds the ledger: entries leave at their request's first token
-// or end, so only a picker whose hooks never run would reach it.
-const maxSent = 1 << 14
-
-// ledger is the remote prefills in flight, by prefill server.
-type ledger struct {
-	mu sync.Mutex
-	by map[*endpoints.Endpoint]map[*sent]struct{}
-	n  int
-}
-
-func (l *ledger) add(x *sent) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.n >= maxSent {
-		return false
-	}
-	if l.by == nil {
-		l.by = map[*endpoints.Endpoint]map[*sent]struct{}{}
-	}
-	m := l.by[x.server]
-	if m == nil {
-		m = map[*sent]struct{}{}
-		l.by[x.server] = m
-	}
-	m[x] = struct{}{}
-	l.n++
-	return true
-}
-
-func (l *ledger) remove(x *sent) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if m := l.by[x.server]; m != nil {
-		if _, ok := m[x]; ok {
-			delete(m, x)
-			l.n--
-			if len(m) == 0 {
-				delete(l.by, x.server)
-			}
-		}
-	}
-}
-
-// finished is the tokens and attention pairs of e's remote prefills that
-// are predicted computed by now but still charged to it.
-func (l *ledger) finished(e *endpoints.Endpoint, now time.Time) (tokens, attention int64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for x := range l.by[e] {
-		if !now.Before(x.done) {
-			tokens += x.tokens
-			attention += x.attention
-		}
-	}
-	return tokens, attention
 }
 
 // rateSamples is how many recent events a rateMeter holds.
@@ -344,8 +274,16 @@ type state struct {
 	kept []*endpoints.Endpoint
 	// at is when the request was decided.
 	at time.Time
-	// sent is its remote prefill in the ledger, until its first token.
-	sent *sent
+}
+
+// PrefillFinish implements scheduling.PrefillFinish: a candidate's
+// predicted TTFT from the decision.
+func (st *state) PrefillFinish(e *endpoints.Endpoint) (time.Time, bool) {
+	i := st.index(e)
+	if i < 0 {
+		return time.Time{}, false
+	}
+	return st.at.Add(seconds(st.ttft[i])), true
 }
 
 // New is the plugin factory.
@@ -453,9 +391,7 @@ func (d *Decider) Produce(_ context.Context, cs *scheduling.CycleState, req *sch
 		l := e.Load()
 		// The remote prefills computed there whose KV is still on the
 		// wire are charged until the decode server's first token.
-		if t, a := d.sent.finished(e, st.at); t > 0 {
-			l.PrefillTokens, l.PrefillAttention = max(0, l.PrefillTokens-t), max(0, l.PrefillAttention-a)
-		}
+		l.PrefillTokens, l.PrefillAttention = e.PrefillBacklog(st.at)
 		st.decodes[i] = float64(l.DecodeRequests + l.ExternalRunning)
 		st.step[i] = time.Duration(d.p.DecodeStep).Seconds()
 		wait := -1.0
@@ -490,6 +426,7 @@ func (d *Decider) Produce(_ context.Context, cs *scheduling.CycleState, req *sch
 		st.ttft[i] = wait + max(work, steps*st.step[i])
 	}
 	scheduling.Write(cs, d.key, st)
+	scheduling.Write(cs, scheduling.PrefillFinishKey, scheduling.PrefillFinish(st))
 }
 
 // predicted is e's index in preds (usually i: every producer of a request
@@ -630,45 +567,6 @@ func (d *Decider) Disaggregate(ctx context.Context, cs *scheduling.CycleState, r
 	return remote
 }
 
-// PreRequest implements scheduling.PreRequest: a remote prefill enters the
-// ledger with the tokens the picker charges its prefill server and the
-// time that server is predicted to finish them.
-func (d *Decider) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, res *scheduling.Result) {
-	st, ok := scheduling.Read(cs, d.key)
-	if !ok || res == nil || res.Prefill == nil || st.sent != nil {
-		return
-	}
-	i := st.index(res.Prefill)
-	if i < 0 {
-		return
-	}
-	uncached := prefixmatch.Uncached(st.prompt, st.held[i])
-	x := &sent{server: res.Prefill, done: st.at.Add(seconds(st.ttft[i])), tokens: int64(uncached),
-		attention: endpoints.AttentionPairs(int64(st.prompt-uncached), int64(uncached))}
-	if d.sent.add(x) {
-		st.sent = x
-	}
-}
-
-// FirstToken implements scheduling.FirstToken: the picker has released the
-// prefill server's charge.
-func (d *Decider) FirstToken(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, _ *scheduling.Response) {
-	d.settle(cs)
-}
-
-// ResponseComplete implements scheduling.ResponseComplete: a request that
-// ended before its first token leaves the ledger too.
-func (d *Decider) ResponseComplete(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, _ *scheduling.Response) {
-	d.settle(cs)
-}
-
-func (d *Decider) settle(cs *scheduling.CycleState) {
-	if st, ok := scheduling.Read(cs, d.key); ok && st.sent != nil {
-		d.sent.remove(st.sent)
-		st.sent = nil
-	}
-}
-
 // Score implements scheduling.Scorer. In the decode profile (before the
 // decision) it rates each decode server by the cost of the request's best
 // choice there, prefilled locally or remotely; in the prefill profile
@@ -740,7 +638,5 @@ var (
 	_ scheduling.DataDependencies = (*Decider)(nil)
 	_ scheduling.Resolver         = (*Decider)(nil)
 	_ scheduling.Scorer           = (*Decider)(nil)
-	_ scheduling.PreRequest       = (*Decider)(nil)
-	_ scheduling.FirstToken       = (*Decider)(nil)
-	_ scheduling.ResponseComplete = (*Decider)(nil)
+	_ scheduling.PrefillFinish    = (*state)(nil)
 )

@@ -433,86 +433,90 @@ func TestStallBeyondDecodeSteps(t *testing.T) {
 
 // The picker charges a remote prefill to its prefill server until the
 // decode server's first token, but the server is free once it has computed
-// it (the KV is then on the wire). The decider keeps the remote prefills
-// it saw routed: past their predicted finish their tokens no longer delay
-// the next prefill there. The director releases the charge and then runs
-// the first-token (or, for a request that ended without one, the
-// response-complete) hooks, which take the prefill out of the ledger; then
-// the rest of the server's backlog counts whole again.
-func TestLedgerOfRemotePrefills(t *testing.T) {
+// it (the KV is then on the wire). The decider predicts the finish, the
+// director puts it on the remote charge: past it, the prefill's tokens no
+// longer delay the next prefill there. Once the director releases the
+// charge (at the first token, or at the response's end without one) the
+// rest of the server's backlog counts whole again, at once: a decision
+// made right after the release, before any hook has run, sees it whole
+// (the decider's own ledger of remote prefills, settled by its hooks after
+// the release, subtracted a finished prefill twice in that window). The
+// director releases it the same way at the first token and at a
+// response's end without one.
+func TestRemotePrefillComputedOnTheWire(t *testing.T) {
 	const rate = 33000.0
-	for _, end := range []string{"first token", "response complete"} {
-		t.Run(end, func(t *testing.T) {
-			now := time.Unix(1e9, 0)
-			cfg, err := config.Parse([]byte(fleetConfig(false, fmt.Sprintf("prefillTokensPerSecond: %v, decodeStep: 10ms", rate))))
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := config.Build(cfg, all.Registry(), &scheduling.Handle{Now: func() time.Time { return now },
-				Services: map[string]any{transfercost.ServiceNetworkView: path{bw: 50e9, known: true}}}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			d := schedtest.Endpoint("d", endpoints.Metrics{}, endpoints.RoleLabel, "decode")
-			p := schedtest.Endpoint("p", endpoints.Metrics{}, endpoints.RoleLabel, "prefill")
-			load(t, d, 32, 0)
-			// Other work queued on p, not the decider's.
-			load(t, p, 0, 4000)
-			eps := []*endpoints.Endpoint{d, p}
-			remote := func() time.Duration {
-				t.Helper()
-				req := &scheduling.Request{ID: "next", PromptTokens: 4000}
-				cs := scheduling.NewCycleState()
-				if _, err := b.Scheduler.Schedule(context.Background(), cs, req, eps); err != nil {
-					t.Fatal(err)
-				}
-				c, ok := decider(b).Compare(context.Background(), cs, req, d)
-				if !ok {
-					t.Fatal("no comparison")
-				}
-				return c.Remote
-			}
-			base := remote()
+	now := time.Unix(1e9, 0)
+	cfg, err := config.Parse([]byte(fleetConfig(false, fmt.Sprintf("prefillTokensPerSecond: %v, decodeStep: 10ms", rate))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := config.Build(cfg, all.Registry(), &scheduling.Handle{Now: func() time.Time { return now },
+		Services: map[string]any{transfercost.ServiceNetworkView: path{bw: 50e9, known: true}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := schedtest.Endpoint("d", endpoints.Metrics{}, endpoints.RoleLabel, "decode")
+	p := schedtest.Endpoint("p", endpoints.Metrics{}, endpoints.RoleLabel, "prefill")
+	load(t, d, 32, 0)
+	// Other work queued on p, not the decider's.
+	load(t, p, 0, 4000)
+	eps := []*endpoints.Endpoint{d, p}
+	remote := func() time.Duration {
+		t.Helper()
+		req := &scheduling.Request{ID: "next", PromptTokens: 4000}
+		cs := scheduling.NewCycleState()
+		if _, err := b.Scheduler.Schedule(context.Background(), cs, req, eps); err != nil {
+			t.Fatal(err)
+		}
+		c, ok := decider(b).Compare(context.Background(), cs, req, d)
+		if !ok {
+			t.Fatal("no comparison")
+		}
+		return c.Remote
+	}
+	base := remote()
 
-			// The first request is prefilled on p, and charged there as
-			// the director charges it.
-			req := &scheduling.Request{ID: "first", PromptTokens: 8000}
-			cs := scheduling.NewCycleState()
-			res, err := b.Scheduler.Schedule(context.Background(), cs, req, eps)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if res.Prefill != p {
-				t.Fatalf("first request prefilled on %v, want p", res.Prefill)
-			}
-			charge := p.Charge(0, 8000, 8000, 8000)
-			defer charge.Release()
-			for _, h := range b.PreRequest {
-				h.PreRequest(context.Background(), cs, req, res)
-			}
-			queued := 8000 / rate
-			if got := (remote() - base).Seconds(); got < queued-1e-3 || got > queued+1e-3 {
-				t.Errorf("while it computes: remote TTFT %.4fs above the base, want its %.4fs", got, queued)
-			}
-			now = now.Add(time.Second)
-			if got := remote(); got != base {
-				t.Errorf("computed, KV on the wire: remote TTFT %v, want the base %v", got, base)
-			}
-			// The director's order: the charge, then the hooks.
-			charge.Release()
-			switch end {
-			case "first token":
-				for _, h := range b.FirstToken {
-					h.FirstToken(context.Background(), cs, req, &scheduling.Response{Endpoint: d})
-				}
-			default:
-				for _, h := range b.ResponseComplete {
-					h.ResponseComplete(context.Background(), cs, req, &scheduling.Response{Endpoint: d})
-				}
-			}
-			if got := remote(); got != base {
-				t.Errorf("settled: remote TTFT %v, want the base %v", got, base)
-			}
-		})
+	// The first request is prefilled on p, and charged there as
+	// the director charges it.
+	req := &scheduling.Request{ID: "first", PromptTokens: 8000}
+	cs := scheduling.NewCycleState()
+	res, err := b.Scheduler.Schedule(context.Background(), cs, req, eps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Prefill != p {
+		t.Fatalf("first request prefilled on %v, want p", res.Prefill)
+	}
+	// Charged as the director charges a remote prefill: with the
+	// finish the decision predicted there.
+	finish, ok := scheduling.Read(cs, scheduling.PrefillFinishKey)
+	if !ok {
+		t.Fatal("no predicted prefill finish")
+	}
+	at, ok := finish.PrefillFinish(p)
+	if !ok || !at.After(now) {
+		t.Fatalf("predicted finish on p %v (%v), want after %v", at, ok, now)
+	}
+	charge := p.ChargeComputedBy(false, 0, 8000, 8000, 8000, at)
+	defer charge.Release()
+	queued := 8000 / rate
+	if got := (remote() - base).Seconds(); got < queued-1e-3 || got > queued+1e-3 {
+		t.Errorf("while it computes: remote TTFT %.4fs above the base, want its %.4fs", got, queued)
+	}
+	now = now.Add(time.Second)
+	if got := remote(); got != base {
+		t.Errorf("computed, KV on the wire: remote TTFT %v, want the base %v", got, base)
+	}
+	// The director's order: the charge, then the hooks; a
+	// decision between the two sees the backlog whole.
+	charge.Release()
+	if got := remote(); got != base {
+		t.Errorf("released, before the hooks: remote TTFT %v, want the base %v", got, base)
+	}
+	for _, h := range b.FirstToken {
+		h.FirstToken(context.Background(), cs, req, &scheduling.Response{Endpoint: d})
+	}
+	if got := remote(); got != base {
+		t.Errorf("settled: remote TTFT %v, want the base %v", got, base)
 	}
 }

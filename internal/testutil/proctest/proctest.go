@@ -18,6 +18,11 @@ import (
 	"github.com/kvgate/kvgate/internal/testutil"
 )
 
+// ListeningOn matches the line of the Prometheus exporter toolkit's web
+// server (Prometheus, kube-state-metrics) naming the address it bound, so
+// such a server can be given port 0 and report the port the kernel chose.
+var ListeningOn = regexp.MustCompile(`"?Listening on"? address="?([^"\s]+)`)
+
 // Proc is a running command.
 type Proc struct {
 	Cmd *exec.Cmd
