@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -186,14 +187,17 @@ func TestDecodeOnlyAndPassthrough(t *testing.T) {
 // TestDecoderDown: a model server that cannot be reached gives llm-d's
 // vLLM-shaped 503.
 func TestDecoderDown(t *testing.T) {
-	// The port stays bound until the sidecar has its own, so that the
-	// sidecar cannot be given it.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// A port bound to a socket that never listens: refused for the whole
+	// test, and no other process (nor the sidecar) can be given it.
+	_, port, err := net.SplitHostPort(testutil.RefusedAddr(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, url := startSidecar(t, testOptions(ln.Addr().(*net.TCPAddr).Port, ""))
-	ln.Close()
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, url := startSidecar(t, testOptions(p, ""))
 	st, _, raw := post(t, url+"/v1/completions", nil, map[string]any{"model": "m", "prompt": "x"})
 	var e apiError
 	if st != http.StatusServiceUnavailable || json.Unmarshal(raw, &e) != nil || e.Object != "error" ||
