@@ -29,10 +29,6 @@ const stepEMA = 0.125
 type stepClock struct {
 	last atomic.Int64 // unix nanoseconds of the last step end seen
 	gap  atomic.Int64 // average step length, nanoseconds
-	// measured is the length of the step that ended at measuredEnd, one
-	// stream's gap between its chunks there (nanoseconds): the latency
-	// model learns a decode step's cost from it.
-	measured, measuredEnd atomic.Int64
 }
 
 // ObserveStep records a chunk of a streamed response served by e at now;
@@ -46,10 +42,6 @@ func (e *Endpoint) ObserveStep(now time.Time, itl time.Duration) {
 	}
 	if itl <= 0 || itl > maxStepGap {
 		return
-	}
-	if t >= c.last.Load() {
-		c.measured.Store(int64(itl))
-		c.measuredEnd.Store(t)
 	}
 	old := c.gap.Load()
 	if old == 0 {
@@ -78,15 +70,4 @@ func (e *Endpoint) LastStep() time.Time {
 		return time.Unix(0, t)
 	}
 	return time.Time{}
-}
-
-// LastStepLength is the length of the step that ended at LastStep, as a
-// stream's gap between its chunks there measured it; zero when no stream
-// that was in that step has reported its end yet.
-func (e *Endpoint) LastStepLength() time.Duration {
-	c := &e.steps
-	if end := c.measuredEnd.Load(); end == 0 || end != c.last.Load() {
-		return 0
-	}
-	return time.Duration(c.measured.Load())
 }

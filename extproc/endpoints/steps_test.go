@@ -57,33 +57,3 @@ func TestStepClockAverages(t *testing.T) {
 		t.Fatalf("after 20 steps of 10 ms and one of 400 ms, the step estimate is %v; want between 10 and 100 ms", got)
 	}
 }
-
-// TestLastStepLength: the length of the last step is one stream's gap
-// between its chunks at that step end, and unknown while the last end
-// seen was reported only by a stream's first chunk or a late report.
-func TestLastStepLength(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	ms := time.Millisecond
-	tests := []struct {
-		name   string
-		chunks []chunk
-		want   time.Duration
-	}{
-		{"no chunks seen", nil, 0},
-		{"a decode step of 8 ms", []chunk{{0, 0}, {8 * ms, 8 * ms}}, 8 * ms},
-		{"the last end seen only by a first chunk", []chunk{{0, 0}, {8 * ms, 8 * ms}, {30 * ms, 0}}, 0},
-		{"the same end reported by a first chunk, then a stream in it", []chunk{{0, 0}, {30 * ms, 0}, {30 * ms, 22 * ms}}, 22 * ms},
-		{"a late report does not take the last end's place", []chunk{{0, 0}, {20 * ms, 20 * ms}, {15 * ms, 5 * ms}}, 20 * ms},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			e := NewEndpoint(Spec{Address: "10.0.0.1:8000"})
-			for _, c := range tt.chunks {
-				e.ObserveStep(t0.Add(c.at), c.itl)
-			}
-			if got := e.LastStepLength(); got != tt.want {
-				t.Fatalf("LastStepLength = %v, want %v", got, tt.want)
-			}
-		})
-	}
-}

@@ -76,9 +76,6 @@ type Engine struct {
 	Decodes, DecodeTokens float64
 	// StepEnd is the last step end the step clock saw (zero: none).
 	StepEnd time.Time
-	// StepLength is how long the step that ended at StepEnd ran, as a
-	// stream in it measured (its gap between chunks); zero: unknown.
-	StepLength time.Duration
 	// External is the server's requests the picker did not route (a
 	// scrape's excess): while there are any the twin's queue is
 	// incomplete and the feature model predicts.
@@ -121,13 +118,6 @@ type twin struct {
 	// arrival, and the step clock has moved on by the time the twin
 	// next advances.
 	idleEnd int64
-	// emptySince is when the queue last emptied (a first token's step
-	// end; -1: a request dropped without one, so the next real step end
-	// seen); decode holds the last step measured to have begun after it
-	// while the server decoded: a step of decodes alone, whose length
-	// pins the decode step's cost (decodeStep).
-	emptySince int64
-	decode     decodeStep
 	// version counts the queue's changes, traj is the queue's schedule
 	// as of a version (twincache.go); noCache turns it off (tests).
 	version uint64
@@ -151,44 +141,6 @@ type twinSample struct {
 	// imposed is the seconds the request's first chunk adds to the first
 	// tokens of the queue's prompts that finish in the same step.
 	imposed float64
-}
-
-// decodeStep is a step the server ran with only decodes in it, by the
-// step clock's measure, for learning; end is its end (unix ns).
-type decodeStep struct {
-	end     int64
-	s       stepShape
-	seconds float64
-}
-
-// noteDecodeStep keeps the step that ended at eng's step end as a
-// decode-only step when it began after the queue emptied and the server
-// ran nothing the picker did not route. The TTFTs alone fit a decode
-// step's cost only through the few of them a short prompt waits out, so
-// a server whose decode steps cost more than its prefill steps suggest
-// (the H200 preset: 1.48× the fitted cost) was predicted short.
-func (w *twin) noteDecodeStep(eng Engine) {
-	real, n := eng.stepEnd(), int64(eng.StepLength)
-	if eng.Decodes == 0 || eng.External > 0 || n <= 0 || real <= w.decode.end {
-		return
-	}
-	if w.emptySince < 0 {
-		w.emptySince = real
-		return
-	}
-	if real-n < w.emptySince {
-		return
-	}
-	w.decode = decodeStep{end: real, seconds: float64(n) / 1e9,
-		s: stepShape{tokens: eng.Decodes, seqs: eng.Decodes, ctx: eng.DecodeTokens, attn: eng.DecodeTokens + eng.Decodes}}
-}
-
-// takeDecodeStep hands the decode-only step kept since the last call to
-// a sample, once (zero seconds: none).
-func (w *twin) takeDecodeStep() decodeStep {
-	d := w.decode
-	w.decode.seconds = 0
-	return d
 }
 
 // stepShape is what one step computes.
@@ -334,7 +286,6 @@ func (w *twin) advance(to int64, eng Engine, budget int64, theta *[maxFeatures]f
 		if eng.Decodes > 0 {
 			w.idleEnd = real
 		}
-		w.noteDecodeStep(eng)
 		return
 	}
 	if w.start == 0 {
@@ -476,7 +427,7 @@ func (w *twin) firstToken(seq uint64, at int64, s *twinSample, eng Engine, budge
 	w.version++
 	if len(w.q) == 0 {
 		// A step ended at the first token, and its request decodes now.
-		w.start, w.idleEnd, w.emptySince = 0, at, at
+		w.start, w.idleEnd = 0, at
 	}
 }
 
@@ -487,7 +438,7 @@ func (w *twin) remove(seq uint64) {
 		w.version++
 	}
 	if len(w.q) == 0 {
-		w.start, w.emptySince = 0, -1
+		w.start = 0
 	}
 }
 
@@ -607,7 +558,6 @@ func (m *Model) FirstTokenAt(t *Ticket, at time.Time, eng Engine, s *Sample) {
 	var ts *twinSample
 	if s != nil {
 		ts = &s.twin
-		s.decode = e.tw.takeDecodeStep()
 	}
 	e.tw.firstToken(t.seq, at.UnixNano(), ts, eng, m.cfg.TokenBudget, &m.twinCoeffs(e).twin)
 }
@@ -697,9 +647,6 @@ func (m *Model) enough(own, pool *coeffs, samples int) *coeffs {
 type Sample struct {
 	Features
 	twin twinSample
-	// decode is a decode-only step the endpoint ran since the last first
-	// token there (FirstTokenAt), zero seconds when none.
-	decode decodeStep
 }
 
 // Sample is the projection PredictLive made for the request with
@@ -785,10 +732,6 @@ func (f *fit) observeFirst(feat Sample, actual, y, served float64) {
 		t.q.observe(math.Log(served / p))
 	}
 	t.reg.updateRel(&s.hindsight, y, served)
-	if d := &feat.decode; d.seconds > 0 {
-		x := d.s.x(&f.published.Load().twin)
-		t.reg.updateRel(&x, d.seconds, max(d.seconds, served))
-	}
 	t.samples++
 	f.publishKindsLocked(1<<ttft | 1<<twinCost)
 }

@@ -294,7 +294,7 @@ func (s shape) features(f *latency.Features, l *endpoints.Load, meanPrefill floa
 // queue.
 func engineOf(e *endpoints.Endpoint, l *endpoints.Load) latency.Engine {
 	return latency.Engine{Decodes: float64(l.DecodeRequests), DecodeTokens: float64(l.DecodeTokens),
-		StepEnd: e.LastStep(), StepLength: e.LastStepLength(), External: float64(l.ExternalWaiting + l.ExternalRunning)}
+		StepEnd: e.LastStep(), External: float64(l.ExternalWaiting + l.ExternalRunning)}
 }
 
 func (p *Producer) prefillOnly(e *endpoints.Endpoint) bool {
