@@ -610,25 +610,27 @@ func (m *Model) PredictLive(addr string, f *Features, now time.Time, eng Engine)
 	return m.predictLive((*m.endpoints.Load())[addr], f, now, eng)
 }
 
-// predictTTFT is PredictLive's TTFT on the endpoint whose fit is e (nil:
-// none), from its published fit own and the pool's (predictLive).
-func (m *Model) predictTTFT(e *fit, own, pool *coeffs, f *Features, now time.Time, eng Engine) Estimate {
-	var est Estimate
+// predictTTFT sets *est to PredictLive's TTFT on the endpoint whose fit
+// is e (nil: none), from its published fit own and the pool's
+// (predictLive), at now (Unix nanoseconds); est's other fields are
+// zeroed. Results go through pointers and the arguments fit in registers:
+// it runs once per candidate per decision.
+func (m *Model) predictTTFT(e *fit, own, pool *coeffs, f *Features, now int64, eng *Engine, est *Estimate) {
+	*est = Estimate{}
 	if eng.External == 0 {
 		c := m.enough(own, pool, own.twinSamples)
 		var s twinSample
-		m.projectInto(&s, e, c, f, now.UnixNano(), eng)
+		m.projectInto(&s, e, c, f, now, *eng)
 		if s.ok && c.twinSamples >= m.cfg.MinSamples {
 			ttft := twinTTFT(&c.twin, &s)
 			est.TTFT, est.TTFTQuantile = seconds(ttft), seconds(ttft*c.mTwin)
 			if s.imposed > 0 {
 				est.Imposed = seconds(s.imposed)
 			}
-			return est
+			return
 		}
 	}
 	est.TTFT, est.TTFTQuantile = m.enough(own, pool, own.ttftSamples).ttftOf(f)
-	return est
 }
 
 // enough is own when it has learned from MinSamples (its count of the
