@@ -442,11 +442,12 @@ func (w *twin) remove(seq uint64) {
 	}
 }
 
-// project predicts the first token of a request with cached and uncached
-// prompt tokens routed at now: the summed step shapes from the twin's step
-// in progress to its first token, and when that step began. The twin must
-// have advanced to now.
-func (w *twin) project(now int64, cached, uncached int64, eng Engine, budget int64, theta *[maxFeatures]float64) twinSample {
+// project sets *out to the prediction of the first token of a request
+// with cached and uncached prompt tokens routed at now: the summed step
+// shapes from the twin's step in progress to its first token, and when
+// that step began (in place: the sample is some 200 bytes, and the twin
+// projects once per candidate). The twin must have advanced to now.
+func (w *twin) project(out *twinSample, now int64, cached, uncached int64, eng Engine, budget int64, theta *[maxFeatures]float64) {
 	w.scratch = append(w.scratch[:0], w.q...)
 	w.scratch = append(w.scratch, twinEntry{routed: now, cached: cached, uncached: max(1, uncached)})
 	q := w.scratch
@@ -460,7 +461,7 @@ func (w *twin) project(now int64, cached, uncached int64, eng Engine, budget int
 			t = real
 		}
 	}
-	out := twinSample{ok: true, at: now, start: t}
+	*out = twinSample{ok: true, at: now, start: t}
 	// Prompts finish in FCFS order: the finished prefix of q decodes, and
 	// is carried in eng rather than walked at every step.
 	head := 0
@@ -502,10 +503,10 @@ func (w *twin) project(now int64, cached, uncached int64, eng Engine, budget int
 		if last.done >= last.uncached {
 			out.last = s
 			out.hindsight = out.x
-			return out
+			return
 		}
 	}
-	return twinSample{} // beyond the bound: the feature model predicts
+	*out = twinSample{} // beyond the bound: the feature model predicts
 }
 
 // twinTTFT is a twin sample's TTFT under theta: the rest of the step in
@@ -682,7 +683,7 @@ func (m *Model) projectInto(s *twinSample, e *fit, c *coeffs, f *Features, n int
 		var idle twin
 		var buf [1]twinEntry
 		idle.scratch = buf[:0]
-		*s = idle.project(n, int64(f.Cached), int64(f.Prefill), eng, m.cfg.TokenBudget, &c.twin)
+		idle.project(s, n, int64(f.Cached), int64(f.Prefill), eng, m.cfg.TokenBudget, &c.twin)
 		return
 	}
 	e.twinMu.Lock()
@@ -695,7 +696,7 @@ func (m *Model) projectInto(s *twinSample, e *fit, c *coeffs, f *Features, n int
 		*s = tr.project(e.tw.start, n, int64(f.Cached), int64(f.Prefill), m.cfg.TokenBudget, &c.twin)
 		return
 	}
-	*s = e.tw.project(n, int64(f.Cached), int64(f.Prefill), eng, m.cfg.TokenBudget, &c.twin)
+	e.tw.project(s, n, int64(f.Cached), int64(f.Prefill), eng, m.cfg.TokenBudget, &c.twin)
 }
 
 // ObserveFirstToken learns from a request whose first token came at `at`:
