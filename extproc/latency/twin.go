@@ -176,15 +176,15 @@ func nanos(d float64) int64 {
 	return max(int64(time.Microsecond), int64(d*1e9))
 }
 
-// schedule is the step starting at t over queue q: decodes first, then
+// schedule is the step starting at t over queue q, with decodes sequences
+// of ctx context tokens decoding besides (the engine's): decodes first, then
 // FCFS chunks of the entries routed by t within the budget. With apply it
 // advances the entries' progress, those from index capFrom on to at most
 // one token short of their prompt: a step that really ended without their
 // first token did not finish them. Entries whose prompt is computed (in a
 // projection) decode like the others. The slot is what the step leaves for
 // an entry appended after q.
-func schedule(q []twinEntry, t int64, eng Engine, budget int64, apply bool, capFrom int) (stepShape, slot) {
-	decodes, ctx := eng.Decodes, eng.DecodeTokens
+func schedule(q []twinEntry, t int64, decodes, ctx float64, budget int64, apply bool, capFrom int) (stepShape, slot) {
 	for i := range q {
 		if q[i].done >= q[i].uncached {
 			decodes++
@@ -323,7 +323,7 @@ func (w *twin) rephased(t int64, eng Engine, budget int64, theta *[maxFeatures]f
 	if !w.guessed || t <= w.start {
 		return false
 	}
-	s, _ := schedule(w.q, w.start, eng, budget, false, 0)
+	s, _ := schedule(w.q, w.start, eng.Decodes, eng.DecodeTokens, budget, false, 0)
 	if s.empty() || t-w.start >= w.start+stepNanos(theta, s)-t {
 		return false
 	}
@@ -343,7 +343,7 @@ func (w *twin) run(to int64, eng Engine, budget int64, theta *[maxFeatures]float
 		}
 	}
 	for range maxTwinSteps {
-		s, _ := schedule(w.q, w.start, eng, budget, false, 0)
+		s, _ := schedule(w.q, w.start, eng.Decodes, eng.DecodeTokens, budget, false, 0)
 		if s.empty() {
 			next := nextArrival(w.q, w.start)
 			if next == 0 || next > to {
@@ -356,7 +356,7 @@ func (w *twin) run(to int64, eng Engine, budget int64, theta *[maxFeatures]float
 		if end > to || s.finishing > 0 {
 			return
 		}
-		schedule(w.q, w.start, eng, budget, true, 0)
+		schedule(w.q, w.start, eng.Decodes, eng.DecodeTokens, budget, true, 0)
 		w.start, w.guessed = end, true
 	}
 }
@@ -367,7 +367,7 @@ func (w *twin) lock(t int64, eng Engine, budget int64, capFrom int) {
 	if t <= w.start {
 		return
 	}
-	schedule(w.q, w.start, eng, budget, true, capFrom)
+	schedule(w.q, w.start, eng.Decodes, eng.DecodeTokens, budget, true, capFrom)
 	w.start, w.guessed = t, false
 }
 
@@ -477,9 +477,9 @@ func (w *twin) project(out *twinSample, now int64, cached, uncached int64, eng E
 		if admitting {
 			// The step as the queue alone runs it: what the request's
 			// first chunk, if this step takes it, lengthens.
-			alone, _ = schedule(q[:len(q)-1], t, eng, budget, false, 0)
+			alone, _ = schedule(q[:len(q)-1], t, eng.Decodes, eng.DecodeTokens, budget, false, 0)
 		}
-		s, _ := schedule(q, t, eng, budget, true, len(q))
+		s, _ := schedule(q, t, eng.Decodes, eng.DecodeTokens, budget, true, len(q))
 		if s.empty() {
 			next := nextArrival(q, t)
 			if next == 0 {
