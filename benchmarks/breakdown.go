@@ -58,6 +58,11 @@ type PresetSummary struct {
 	ActualTTFTMean    float64 `json:"actual_ttft_mean_s,omitempty"`
 	PredictedTPOTMean float64 `json:"predicted_tpot_mean_s,omitempty"`
 	ActualTPOTMean    float64 `json:"actual_tpot_mean_s,omitempty"`
+	// The TTFT MAPE over the same requests, and over those not joined
+	// (PredictionSummary): which preset's speed is mislearned shows in
+	// the second, a burst's joins in the gap between the two.
+	TTFTMAPE          float64 `json:"ttft_mape,omitempty"`
+	TTFTMAPENotJoined float64 `json:"ttft_mape_not_joined,omitempty"`
 	// The latency model's learned TTFT of a cluster.ReferencePrompt-token
 	// prompt on an idle replica of the preset, and the engine's (zero
 	// without a model).
@@ -142,10 +147,10 @@ func summarizeByPreset(res *cluster.Result) ([]PresetSummary, *PredictionSummary
 		ttft, tpot []float64
 		predTTFT   meanPair
 		predTPOT   meanPair
+		notJoined  meanPair
 	}
 	by := map[string]*acc{}
 	var all acc
-	var notJoined meanPair
 	var points []predictedTTFT
 	completed := 0
 	for i := range res.Requests {
@@ -169,9 +174,9 @@ func summarizeByPreset(res *cluster.Result) ([]PresetSummary, *PredictionSummary
 		for _, x := range []*acc{a, &all} {
 			x.predTTFT.add(r.PredictedTTFT.Seconds(), served.Seconds())
 			x.predTPOT.add(r.PredictedTPOT.Seconds(), r.TPOT.Seconds())
-		}
-		if !r.Joined {
-			notJoined.add(r.PredictedTTFT.Seconds(), served.Seconds())
+			if !r.Joined {
+				x.notJoined.add(r.PredictedTTFT.Seconds(), served.Seconds())
+			}
 		}
 		if r.PredictedTTFT > 0 && served > 0 {
 			points = append(points, predictedTTFT{actual: served.Seconds(), predicted: r.PredictedTTFT.Seconds()})
@@ -181,9 +186,9 @@ func summarizeByPreset(res *cluster.Result) ([]PresetSummary, *PredictionSummary
 	if all.predTTFT.n > 0 || all.predTPOT.n > 0 {
 		_, _, ttft := all.predTTFT.means()
 		_, _, tpot := all.predTPOT.means()
-		_, _, alone := notJoined.means()
+		_, _, alone := all.notJoined.means()
 		pred = &PredictionSummary{TTFTRequests: all.predTTFT.n, TTFTMAPE: ttft, TPOTRequests: all.predTPOT.n, TPOTMAPE: tpot,
-			TTFTNotJoinedRequests: notJoined.n, TTFTMAPENotJoined: alone}
+			TTFTNotJoinedRequests: all.notJoined.n, TTFTMAPENotJoined: alone}
 	}
 	if len(by) < 2 && pred == nil {
 		return nil, nil, nil
@@ -194,7 +199,8 @@ func summarizeByPreset(res *cluster.Result) ([]PresetSummary, *PredictionSummary
 		slices.Sort(a.tpot)
 		p := PresetSummary{Preset: name, Requests: len(a.ttft), Share: float64(len(a.ttft)) / float64(completed),
 			TTFTP50: pct(a.ttft, 50), TTFTP90: pct(a.ttft, 90), TPOTP50: pct(a.tpot, 50)}
-		p.PredictedTTFTMean, p.ActualTTFTMean, _ = a.predTTFT.means()
+		p.PredictedTTFTMean, p.ActualTTFTMean, p.TTFTMAPE = a.predTTFT.means()
+		_, _, p.TTFTMAPENotJoined = a.notJoined.means()
 		p.PredictedTPOTMean, p.ActualTPOTMean, _ = a.predTPOT.means()
 		for _, l := range res.Learned {
 			if l.Preset == name {
@@ -287,14 +293,14 @@ func presetTables(b *strings.Builder, r *Results) {
 	if pred {
 		fmt.Fprintf(b, "\nPredicted vs actual latency by preset (means over the requests with a prediction; idle TTFT: a %d-token prompt on an idle replica; lone TPOT: one sequence of that context decoding alone; as learned and as the engine computes them):\n\n", cluster.ReferencePrompt)
 		b.WriteString("" +
-			"| policy | qps scale | preset | predicted TTFT s | actual TTFT s | predicted TPOT ms | actual TPOT ms | learned idle TTFT ms | true idle TTFT ms | learned lone TPOT ms | true lone TPOT ms |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+			"| policy | qps scale | preset | predicted TTFT s | actual TTFT s | TTFT MAPE | TTFT MAPE not joined | predicted TPOT ms | actual TPOT ms | learned idle TTFT ms | true idle TTFT ms | learned lone TPOT ms | true lone TPOT ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, s := range r.Policies {
 			if s.Prediction == nil {
 				continue
 			}
 			for _, p := range s.Presets {
-				fmt.Fprintf(b, "| %s | %g | %s | %.3f | %.3f | %.1f | %.1f | %s | %s | %s | %s |\n",
-					s.Name, s.QPSScale, p.Preset, p.PredictedTTFTMean, p.ActualTTFTMean, p.PredictedTPOTMean*1000, p.ActualTPOTMean*1000,
+				fmt.Fprintf(b, "| %s | %g | %s | %.3f | %.3f | %.1f%% | %.1f%% | %.1f | %.1f | %s | %s | %s | %s |\n",
+					s.Name, s.QPSScale, p.Preset, p.PredictedTTFTMean, p.ActualTTFTMean, 100*p.TTFTMAPE, 100*p.TTFTMAPENotJoined, p.PredictedTPOTMean*1000, p.ActualTPOTMean*1000,
 					learned(p.LearnedIdleTTFT, 1000), learned(p.TrueIdleTTFT, 1000), learned(p.LearnedLoneTPOT, 1000), learned(p.TrueLoneTPOT, 1000))
 			}
 		}

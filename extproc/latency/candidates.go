@@ -70,13 +70,22 @@ func (c Candidates) PredictLive(i int, e *endpoints.Endpoint, f *Features, now t
 	return c.m.predictLive(c.fitOf(i, e), f, now, eng)
 }
 
-// PredictTTFT is PredictLive without TPOT (its TPOT fields zero): most
-// decisions read no candidate's TPOT, which Predictions computes only when
-// asked (Predictions.FillTPOT).
-func (c Candidates) PredictTTFT(i int, e *endpoints.Endpoint, f *Features, now time.Time, eng Engine) Estimate {
+// PredictTTFT is PredictLive without TPOT, into *est (its TPOT fields
+// zero): most decisions read no candidate's TPOT, which Predictions
+// computes only when asked (Predictions.FillTPOT). now is the decision's
+// instant in Unix nanoseconds (with a time.Time the arguments would not
+// fit in registers); eng is nil where the server runs traffic the picker
+// did not route (Engine.External): the twin does not answer there and the
+// feature model predicts.
+func (c Candidates) PredictTTFT(i int, e *endpoints.Endpoint, f *Features, now int64, eng *Engine, est *Estimate) {
 	ft := c.fitOf(i, e)
 	own, pool := c.m.coeffsOf(ft)
-	return c.m.predictTTFT(ft, own, pool, f, now, eng)
+	if eng == nil { // predictTTFT's feature model, a call less
+		*est = Estimate{}
+		est.TTFT, est.TTFTQuantile = c.m.enough(own, pool, own.ttftSamples).ttftOf(f)
+		return
+	}
+	c.m.predictTTFT(ft, own, pool, f, now, eng, est)
 }
 
 // PredictTPOT is PredictLive's TPOT alone, mean and quantile.
@@ -98,7 +107,8 @@ func (c Candidates) fitOf(i int, e *endpoints.Endpoint) *fit {
 // is computed that the answer does not use.
 func (m *Model) predictLive(e *fit, f *Features, now time.Time, eng Engine) Estimate {
 	own, pool := m.coeffsOf(e)
-	est := m.predictTTFT(e, own, pool, f, now, eng)
+	var est Estimate
+	m.predictTTFT(e, own, pool, f, now.UnixNano(), &eng, &est)
 	est.TPOT, est.TPOTQuantile = m.predictTPOT(own, pool, f)
 	return est
 }

@@ -110,7 +110,7 @@ func TestDeferredTPOT(t *testing.T) {
 			for i, e := range eps {
 				p.Features[i] = Features{Prefill: float64(50 * (i + 1)), Decodes: float64(i), DecodeTokens: float64(300 * i)}
 				eng := Engine{External: float64(i % 2)}
-				p.Estimates[i] = c.PredictTTFT(i, e, &p.Features[i], now, eng)
+				c.PredictTTFT(i, e, &p.Features[i], now.UnixNano(), &eng, &p.Estimates[i])
 				f := p.Features[i]
 				want[i] = m.PredictLive(e.Address(), &f, now, eng)
 				if skip != nil && skip(e) {

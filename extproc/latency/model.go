@@ -83,9 +83,16 @@ type Features struct {
 // runs the decodes), and whether other prefills are in flight (then the
 // step in progress, which the request waits out, is a heavy one); the
 // constant is a light step in progress.
-func (f *Features) ttftX() [maxFeatures]float64 {
+func (f *Features) ttftX() (x [maxFeatures]float64) {
+	f.ttftInto(&x)
+	return x
+}
+
+// ttftInto sets x to ttftX in place: a composite literal is built in a
+// temporary and copied, twice per prediction (ttftOf).
+func (f *Features) ttftInto(x *[maxFeatures]float64) {
 	w := (f.Prefill + f.Backlog) / 1e3
-	return [maxFeatures]float64{1, w, f.Attention / 1e9, w * f.Decodes / 100, f.busy(), f.StepRemaining}
+	x[0], x[1], x[2], x[3], x[4], x[5] = 1, w, f.Attention/1e9, w*f.Decodes/100, f.busy(), f.StepRemaining
 }
 
 // busy is 1 while other prefills are in flight on the endpoint, else 0.
@@ -140,7 +147,8 @@ type coeffs struct {
 
 // ttftOf is the feature model's TTFT, mean and quantile.
 func (c *coeffs) ttftOf(f *Features) (mean, quantile time.Duration) {
-	x := f.ttftX()
+	var x [maxFeatures]float64
+	f.ttftInto(&x)
 	s := dot(&c.ttft, &x)
 	return seconds(s), seconds(s * c.mTTFT)
 }

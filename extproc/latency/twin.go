@@ -176,15 +176,15 @@ func nanos(d float64) int64 {
 	return max(int64(time.Microsecond), int64(d*1e9))
 }
 
-// schedule is the step starting at t over queue q: decodes first, then
+// schedule is the step starting at t over queue q, with decodes sequences
+// of ctx context tokens decoding besides (the engine's): decodes first, then
 // FCFS chunks of the entries routed by t within the budget. With apply it
 // advances the entries' progress, those from index capFrom on to at most
 // one token short of their prompt: a step that really ended without their
 // first token did not finish them. Entries whose prompt is computed (in a
 // projection) decode like the others. The slot is what the step leaves for
 // an entry appended after q.
-func schedule(q []twinEntry, t int64, eng Engine, budget int64, apply bool, capFrom int) (stepShape, slot) {
-	decodes, ctx := eng.Decodes, eng.DecodeTokens
+func schedule(q []twinEntry, t int64, decodes, ctx float64, budget int64, apply bool, capFrom int) (stepShape, slot) {
 	for i := range q {
 		if q[i].done >= q[i].uncached {
 			decodes++
@@ -323,7 +323,7 @@ func (w *twin) rephased(t int64, eng Engine, budget int64, theta *[maxFeatures]f
 	if !w.guessed || t <= w.start {
 		return false
 	}
-	s, _ := schedule(w.q, w.start, eng, budget, false, 0)
+	s, _ := schedule(w.q, w.start, eng.Decodes, eng.DecodeTokens, budget, false, 0)
 	if s.empty() || t-w.start >= w.start+stepNanos(theta, s)-t {
 		return false
 	}
@@ -343,7 +343,7 @@ func (w *twin) run(to int64, eng Engine, budget int64, theta *[maxFeatures]float
 		}
 	}
 	for range maxTwinSteps {
-		s, _ := schedule(w.q, w.start, eng, budget, false, 0)
+		s, _ := schedule(w.q, w.start, eng.Decodes, eng.DecodeTokens, budget, false, 0)
 		if s.empty() {
 			next := nextArrival(w.q, w.start)
 			if next == 0 || next > to {
@@ -356,7 +356,7 @@ func (w *twin) run(to int64, eng Engine, budget int64, theta *[maxFeatures]float
 		if end > to || s.finishing > 0 {
 			return
 		}
-		schedule(w.q, w.start, eng, budget, true, 0)
+		schedule(w.q, w.start, eng.Decodes, eng.DecodeTokens, budget, true, 0)
 		w.start, w.guessed = end, true
 	}
 }
@@ -367,7 +367,7 @@ func (w *twin) lock(t int64, eng Engine, budget int64, capFrom int) {
 	if t <= w.start {
 		return
 	}
-	schedule(w.q, w.start, eng, budget, true, capFrom)
+	schedule(w.q, w.start, eng.Decodes, eng.DecodeTokens, budget, true, capFrom)
 	w.start, w.guessed = t, false
 }
 
@@ -442,11 +442,12 @@ func (w *twin) remove(seq uint64) {
 	}
 }
 
-// project predicts the first token of a request with cached and uncached
-// prompt tokens routed at now: the summed step shapes from the twin's step
-// in progress to its first token, and when that step began. The twin must
-// have advanced to now.
-func (w *twin) project(now int64, cached, uncached int64, eng Engine, budget int64, theta *[maxFeatures]float64) twinSample {
+// project sets *out to the prediction of the first token of a request
+// with cached and uncached prompt tokens routed at now: the summed step
+// shapes from the twin's step in progress to its first token, and when
+// that step began (in place: the sample is some 200 bytes, and the twin
+// projects once per candidate). The twin must have advanced to now.
+func (w *twin) project(out *twinSample, now int64, cached, uncached int64, eng Engine, budget int64, theta *[maxFeatures]float64) {
 	w.scratch = append(w.scratch[:0], w.q...)
 	w.scratch = append(w.scratch, twinEntry{routed: now, cached: cached, uncached: max(1, uncached)})
 	q := w.scratch
@@ -460,7 +461,7 @@ func (w *twin) project(now int64, cached, uncached int64, eng Engine, budget int
 			t = real
 		}
 	}
-	out := twinSample{ok: true, at: now, start: t}
+	*out = twinSample{ok: true, at: now, start: t}
 	// Prompts finish in FCFS order: the finished prefix of q decodes, and
 	// is carried in eng rather than walked at every step.
 	head := 0
@@ -476,9 +477,9 @@ func (w *twin) project(now int64, cached, uncached int64, eng Engine, budget int
 		if admitting {
 			// The step as the queue alone runs it: what the request's
 			// first chunk, if this step takes it, lengthens.
-			alone, _ = schedule(q[:len(q)-1], t, eng, budget, false, 0)
+			alone, _ = schedule(q[:len(q)-1], t, eng.Decodes, eng.DecodeTokens, budget, false, 0)
 		}
-		s, _ := schedule(q, t, eng, budget, true, len(q))
+		s, _ := schedule(q, t, eng.Decodes, eng.DecodeTokens, budget, true, len(q))
 		if s.empty() {
 			next := nextArrival(q, t)
 			if next == 0 {
@@ -502,10 +503,10 @@ func (w *twin) project(now int64, cached, uncached int64, eng Engine, budget int
 		if last.done >= last.uncached {
 			out.last = s
 			out.hindsight = out.x
-			return out
+			return
 		}
 	}
-	return twinSample{} // beyond the bound: the feature model predicts
+	*out = twinSample{} // beyond the bound: the feature model predicts
 }
 
 // twinTTFT is a twin sample's TTFT under theta: the rest of the step in
@@ -610,25 +611,27 @@ func (m *Model) PredictLive(addr string, f *Features, now time.Time, eng Engine)
 	return m.predictLive((*m.endpoints.Load())[addr], f, now, eng)
 }
 
-// predictTTFT is PredictLive's TTFT on the endpoint whose fit is e (nil:
-// none), from its published fit own and the pool's (predictLive).
-func (m *Model) predictTTFT(e *fit, own, pool *coeffs, f *Features, now time.Time, eng Engine) Estimate {
-	var est Estimate
+// predictTTFT sets *est to PredictLive's TTFT on the endpoint whose fit
+// is e (nil: none), from its published fit own and the pool's
+// (predictLive), at now (Unix nanoseconds); est's other fields are
+// zeroed. Results go through pointers and the arguments fit in registers:
+// it runs once per candidate per decision.
+func (m *Model) predictTTFT(e *fit, own, pool *coeffs, f *Features, now int64, eng *Engine, est *Estimate) {
+	*est = Estimate{}
 	if eng.External == 0 {
 		c := m.enough(own, pool, own.twinSamples)
 		var s twinSample
-		m.projectInto(&s, e, c, f, now.UnixNano(), eng)
+		m.projectInto(&s, e, c, f, now, *eng)
 		if s.ok && c.twinSamples >= m.cfg.MinSamples {
 			ttft := twinTTFT(&c.twin, &s)
 			est.TTFT, est.TTFTQuantile = seconds(ttft), seconds(ttft*c.mTwin)
 			if s.imposed > 0 {
 				est.Imposed = seconds(s.imposed)
 			}
-			return est
+			return
 		}
 	}
 	est.TTFT, est.TTFTQuantile = m.enough(own, pool, own.ttftSamples).ttftOf(f)
-	return est
 }
 
 // enough is own when it has learned from MinSamples (its count of the
@@ -680,7 +683,7 @@ func (m *Model) projectInto(s *twinSample, e *fit, c *coeffs, f *Features, n int
 		var idle twin
 		var buf [1]twinEntry
 		idle.scratch = buf[:0]
-		*s = idle.project(n, int64(f.Cached), int64(f.Prefill), eng, m.cfg.TokenBudget, &c.twin)
+		idle.project(s, n, int64(f.Cached), int64(f.Prefill), eng, m.cfg.TokenBudget, &c.twin)
 		return
 	}
 	e.twinMu.Lock()
@@ -693,7 +696,7 @@ func (m *Model) projectInto(s *twinSample, e *fit, c *coeffs, f *Features, n int
 		*s = tr.project(e.tw.start, n, int64(f.Cached), int64(f.Prefill), m.cfg.TokenBudget, &c.twin)
 		return
 	}
-	*s = e.tw.project(n, int64(f.Cached), int64(f.Prefill), eng, m.cfg.TokenBudget, &c.twin)
+	e.tw.project(s, n, int64(f.Cached), int64(f.Prefill), eng, m.cfg.TokenBudget, &c.twin)
 }
 
 // ObserveFirstToken learns from a request whose first token came at `at`:

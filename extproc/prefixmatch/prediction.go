@@ -48,8 +48,11 @@ type Prediction struct {
 	// and read in candidate order.
 	candidates []*endpoints.Endpoint
 	held       []float64
-	box        *[]float64 // held's pool box, nil for a new array
-	predicted  int
+	// holds is set once some candidate's held is not zero: a consumer
+	// reading every candidate's skips the reads of a prompt nobody holds.
+	holds     bool
+	box       *[]float64 // held's pool box, nil for a new array
+	predicted int
 }
 
 // Prompt is the prompt's length in tokens given the picker's estimate: the
@@ -69,7 +72,7 @@ func Uncached(prompt, held int) int { return max(min(1, prompt), prompt-held) }
 
 // Reset starts a match over candidates, every one holding nothing.
 func (p *Prediction) Reset(candidates []*endpoints.Endpoint) {
-	p.candidates = candidates
+	p.candidates, p.holds = candidates, false
 	if p.held == nil {
 		if h, ok := heldPool.Get().(*[]float64); ok {
 			p.held, p.box = *h, h
@@ -100,7 +103,14 @@ func (p *Prediction) Done() {
 }
 
 // Matched records that candidates[i] holds blocks of the prompt.
-func (p *Prediction) Matched(i int, blocks float64) { p.held[i] = blocks }
+func (p *Prediction) Matched(i int, blocks float64) {
+	p.held[i] = blocks
+	p.holds = p.holds || blocks != 0
+}
+
+// Holds reports whether some candidate holds blocks of the prompt; when
+// not, HeldTokens and HeldTokensOf are 0 for every candidate.
+func (p *Prediction) Holds() bool { return p.holds }
 
 // Candidates are the endpoints of the match, in the producer's order.
 func (p *Prediction) Candidates() []*endpoints.Endpoint { return p.candidates }

@@ -3,6 +3,7 @@ package prefixmatch
 import (
 	"testing"
 
+	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 )
 
@@ -54,6 +55,45 @@ func TestPublishPrecedence(t *testing.T) {
 		got, _ := scheduling.Read(cs, MatchKey)
 		if got != tt.want {
 			t.Errorf("%s: published %+v, want %+v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// Holds lets a consumer skip every candidate's read when nobody holds the
+// prompt: it must never be false while some candidate holds blocks, and a
+// reused Prediction must start over at Reset.
+func TestHolds(t *testing.T) {
+	eps := []*endpoints.Endpoint{
+		endpoints.NewEndpoint(endpoints.Spec{Name: "a", Address: "10.0.0.1:8000"}),
+		endpoints.NewEndpoint(endpoints.Spec{Name: "b", Address: "10.0.0.2:8000"}),
+	}
+	tests := []struct {
+		name    string
+		matched []float64 // blocks recorded for eps[0], eps[1], in order
+		want    bool
+	}{
+		{"nothing recorded", nil, false},
+		{"zeros recorded", []float64{0, 0}, false},
+		{"one holds", []float64{0, 1.5}, true},
+		{"a later zero keeps it", []float64{2, 0}, true},
+		{"reset after a match", []float64{0, 0}, false},
+	}
+	var p Prediction
+	for _, tt := range tests {
+		p.Reset(eps) // reused: the previous case's state must not leak
+		p.BlockTokens, p.PromptTokens = 16, 64
+		for i, b := range tt.matched {
+			p.Matched(i, b)
+		}
+		if got := p.Holds(); got != tt.want {
+			t.Errorf("%s: Holds() = %v, want %v", tt.name, got, tt.want)
+		}
+		if !p.Holds() {
+			for i, e := range eps {
+				if p.HeldTokens(i) != 0 || p.HeldTokensOf(e) != 0 {
+					t.Errorf("%s: Holds() false but candidate %d holds %d tokens", tt.name, i, p.HeldTokens(i))
+				}
+			}
 		}
 	}
 }

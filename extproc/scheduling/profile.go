@@ -94,9 +94,11 @@ func (p *Profile) Run(ctx context.Context, cs *CycleState, req *Request, candida
 	}
 
 	// The weighted scores add up in the scored list itself.
-	sc.scored = sc.scored[:0]
-	for _, e := range eps {
-		sc.scored = append(sc.scored, ScoredEndpoint{Endpoint: e})
+	// Sized once and written in place: an append per candidate checks
+	// the capacity each time.
+	sc.scored = Grown(sc.scored, len(eps))
+	for i, e := range eps {
+		sc.scored[i] = ScoredEndpoint{Endpoint: e}
 	}
 	for _, ws := range p.Scorers {
 		sc.one = Resized(sc.one, len(eps))

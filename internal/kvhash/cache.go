@@ -81,10 +81,18 @@ func (c *BlockCache) pack(block []int, packed []uint64) bool {
 	}
 	var or int
 	w := 0
-	for ; 3*w+3 <= len(block); w++ {
+	// Two words a turn: one bounds check for six tokens.
+	for ; 3*w+6 <= len(block); w += 2 {
+		t, p := block[3*w:3*w+6:3*w+6], packed[w:w+2:w+2]
+		or |= t[0] | t[1] | t[2] | t[3] | t[4] | t[5]
+		p[0] = uint64(t[0]) | uint64(t[1])<<tokenBits | uint64(t[2])<<(2*tokenBits)
+		p[1] = uint64(t[3]) | uint64(t[4])<<tokenBits | uint64(t[5])<<(2*tokenBits)
+	}
+	if 3*w+3 <= len(block) {
 		t := block[3*w : 3*w+3 : 3*w+3]
 		or |= t[0] | t[1] | t[2]
 		packed[w] = uint64(t[0]) | uint64(t[1])<<tokenBits | uint64(t[2])<<(2*tokenBits)
+		w++
 	}
 	if w < len(packed) { // one or two tokens left
 		t := block[3*w:]
@@ -119,8 +127,16 @@ func (c *BlockCache) start(none Hash, salt string) uint64 {
 func keyNext(k uint64, block []int) uint64 {
 	var acc uint64
 	i := 0
-	for ; i+2 <= len(block); i += 2 {
+	// Two pairs a turn: one bounds check for four tokens (the sum is the
+	// same in any order).
+	for ; i+4 <= len(block); i += 4 {
+		b := block[i : i+4 : i+4]
+		acc += (uint64(b[0]) | uint64(b[1])<<32 + uint64(i)) * 0x9e3779b97f4a7c15
+		acc += (uint64(b[2]) | uint64(b[3])<<32 + uint64(i+2)) * 0x9e3779b97f4a7c15
+	}
+	if i+2 <= len(block) {
 		acc += (uint64(block[i]) | uint64(block[i+1])<<32 + uint64(i)) * 0x9e3779b97f4a7c15
+		i += 2
 	}
 	if i < len(block) {
 		acc += (uint64(block[i]) + uint64(i)) * 0x9e3779b97f4a7c15

@@ -157,3 +157,64 @@ func TestBlockCacheSetKeepsTwoBlocks(t *testing.T) {
 		t.Error("a block hit under another parent")
 	}
 }
+
+// pack's unrolled turns must place every token of any block size as one
+// token at a time would, and refuse ids outside [0, 2^21) wherever they
+// sit in the block.
+func TestPackEveryBlockSize(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	for bs := 1; bs <= 40; bs++ {
+		c, err := NewBlockCache(bs, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		block := make([]int, bs)
+		for i := range block {
+			block[i] = rng.IntN(1 << tokenBits)
+		}
+		want := make([]uint64, c.words32)
+		for i, tok := range block {
+			want[i/3] |= uint64(tok) << (tokenBits * (i % 3))
+		}
+		got := make([]uint64, c.words32)
+		if !c.pack(block, got) || !slices.Equal(got, want) {
+			t.Fatalf("block size %d: packed %x, want %x", bs, got, want)
+		}
+		for i := range block {
+			for _, bad := range []int{1 << tokenBits, -1} {
+				old := block[i]
+				block[i] = bad
+				if c.pack(block, got) {
+					t.Fatalf("block size %d: id %d at %d packed", bs, bad, i)
+				}
+				block[i] = old
+			}
+		}
+	}
+}
+
+// keyNext's unrolled turns sum the same pairs as one pair at a time, for
+// every block length (the sets of blocks cached before and after agree).
+func TestKeyNextEveryLength(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	for n := 0; n <= 40; n++ {
+		block := make([]int, n)
+		for i := range block {
+			block[i] = rng.IntN(1 << 30)
+		}
+		var acc uint64
+		for i := 0; i < n; i += 2 {
+			v := uint64(block[i])
+			if i+1 < n {
+				v |= uint64(block[i+1]) << 32
+			}
+			acc += (v + uint64(i)) * 0x9e3779b97f4a7c15
+		}
+		k := uint64(0x1234)
+		want := (k ^ acc) * 0xbf58476d1ce4e5b9
+		want ^= want >> 31
+		if got := keyNext(k, block); got != want {
+			t.Fatalf("length %d: key %x, want %x", n, got, want)
+		}
+	}
+}

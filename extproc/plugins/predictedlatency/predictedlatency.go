@@ -41,6 +41,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/latency"
@@ -207,6 +208,7 @@ func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, req *sc
 	st.preds.BufferFactor = p.params.SLOBufferFactor
 	match, _ := scheduling.Read(cs, prefixmatch.MatchKey)
 	aligned := match != nil && sameCandidates(match.Candidates(), eps)
+	holds := match != nil && match.Holds()
 	loads, _ := scheduling.Read(cs, inflightload.Key)
 	loadsAligned := loads != nil && sameCandidates(loads.Candidates, eps)
 	meanPrefill := math.Float64frombits(p.meanPrefill.Load())
@@ -216,15 +218,17 @@ func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, req *sc
 	}
 	prompt = max(1, prompt)
 	now := p.now()
-	fits := p.model.Candidates(eps)
+	fits, nowNanos := p.model.Candidates(eps), now.UnixNano()
 	// Most candidates hold none of the prompt: their request terms are
 	// computed once.
 	none := shapeOf(prompt, 0)
 	feats, ests, shares := st.preds.Features[:len(eps)], st.preds.Estimates[:len(eps)], st.preds.Held[:len(eps)]
 	var own endpoints.Load // a candidate's load, read here without a snapshot
+	var live latency.Engine
 	for i, e := range eps {
 		held := 0
 		switch {
+		case !holds:
 		case aligned:
 			held = match.HeldTokens(i)
 		case match != nil:
@@ -246,12 +250,13 @@ func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, req *sc
 			f.StepRemaining = e.StepRemaining(now).Seconds()
 		}
 		// What the engine twin reads beside its queue; it does not answer
-		// beside traffic the picker did not route.
-		eng := latency.Engine{External: float64(l.ExternalWaiting + l.ExternalRunning)}
-		if eng.External == 0 {
-			eng = engineOf(e, l)
+		// beside traffic the picker did not route (nil).
+		var eng *latency.Engine
+		if l.ExternalWaiting+l.ExternalRunning == 0 {
+			live = engineOf(e, l)
+			eng = &live
 		}
-		ests[i] = fits.PredictTTFT(i, e, f, now, eng)
+		fits.PredictTTFT(i, e, f, nowNanos, eng, &ests[i])
 		shares[i] = share
 	}
 	st.preds.DeferTPOT(fits, p.noTPOT)
@@ -279,16 +284,20 @@ func shapeOf(prompt, held int) shape {
 // features sets f to describe the request on an endpoint with load l.
 // Requests the picker did not route count by the mean size of those it
 // did.
+// Field by field: a composite literal would be built in a temporary and
+// copied (once per candidate per decision); every field is written (the
+// size check below fails when one is added).
 func (s shape) features(f *latency.Features, l *endpoints.Load, meanPrefill float64) {
-	*f = latency.Features{
-		Prefill:      s.prefill,
-		Cached:       s.cached,
-		Backlog:      float64(l.PrefillTokens) + float64(l.ExternalWaiting)*meanPrefill,
-		Attention:    float64(s.pairs + l.PrefillAttention),
-		Decodes:      float64(l.DecodeRequests + l.ExternalRunning),
-		DecodeTokens: float64(l.DecodeTokens) + float64(l.ExternalRunning)*meanPrefill,
-	}
+	f.Prefill = s.prefill
+	f.Cached = s.cached
+	f.Backlog = float64(l.PrefillTokens) + float64(l.ExternalWaiting)*meanPrefill
+	f.Attention = float64(s.pairs + l.PrefillAttention)
+	f.Decodes = float64(l.DecodeRequests + l.ExternalRunning)
+	f.DecodeTokens = float64(l.DecodeTokens) + float64(l.ExternalRunning)*meanPrefill
+	f.StepRemaining = 0
 }
+
+const _ = uint(unsafe.Sizeof(latency.Features{})-7*8) + uint(7*8-unsafe.Sizeof(latency.Features{}))
 
 // engineOf is what the latency model's engine twin reads of e beside its
 // queue.
