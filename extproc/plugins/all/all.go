@@ -132,6 +132,7 @@ func Registry() *scheduling.Registry {
 		{flowpolicy.PresenceType, flowpolicy.NewPresence},
 		{flowpolicy.UtilizationType, flowpolicy.NewUtilization},
 		{flowpolicy.ConcurrencyType, flowpolicy.NewConcurrency},
+		{flowpolicy.DecodeStepType, flowpolicy.NewDecodeStep},
 		{gpuhealth.FilterType, gpuhealth.NewFilter},
 		{gpuhealth.ScorerType, gpuhealth.NewScorer},
 		// llm-d's and GIE's remaining vocabulary (compat-plugins).

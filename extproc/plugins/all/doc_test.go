@@ -135,6 +135,7 @@ var paramsOf = map[string]any{
 	flowpolicy.PresenceType:           flowpolicy.PresenceParams{},
 	flowpolicy.UtilizationType:        flowpolicy.UtilizationParams{},
 	flowpolicy.ConcurrencyType:        flowpolicy.ConcurrencyParams{},
+	flowpolicy.DecodeStepType:         flowpolicy.DecodeStepParams{},
 	gpuhealth.FilterType:              gpuhealth.FilterParams{},
 	gpuhealth.ScorerType:              gpuhealth.ScorerParams{},
 	headerfilter.Type:                 nil,

@@ -306,3 +306,171 @@ var (
 	_ flowcontrol.ReclaimCredit      = (*Concurrency)(nil)
 	_ scheduling.Filter              = (*Concurrency)(nil)
 )
+
+// DecodeStepType is the registered type of kvgate's own saturation
+// detector that measures a server by the decode step its in-flight
+// requests make it run.
+const DecodeStepType = "decode-step-detector"
+
+// The values of decode-step-detector's aggregate parameter.
+const (
+	AggregateMin  = "min"
+	AggregateMean = "mean"
+)
+
+// DecodeStep is decode-step-detector (kvgate's own; llm-d's detectors count
+// queues, KV use or in-flight requests and tokens): a server's score is the
+// decode step its in-flight requests make it run, over maxStep, the step
+// priced by the decode roofline of an engine step (a fixed overhead for
+// the weights and the host, a cost per sequence sampled, a cost per
+// context token read),
+//
+//	stepOverhead + perSequence × in-flight requests + perContextToken × in-flight tokens
+//
+// (the tokens being the live load's prompt plus expected output). A budget
+// in this unit is the step every online request on the server waits out
+// and computes its prompt beside, which a token or a request count only
+// approximates: a sequence costs the same host time however short it is.
+//
+// With aggregate min (the default) the pool's saturation is its least
+// loaded server's: a sheddable band held below a ceiling c dispatches while
+// some server's predicted step is under c × maxStep, and as a scorer it
+// sends each sheddable request to the server whose step is shortest, so
+// the sheddable load fills the servers up to one step length (the servers
+// where protected traffic runs longer steps take less of it) instead of a
+// pool total spread evenly by count. With aggregate mean the saturation is
+// the mean over servers, a pool budget like concurrency-detector's.
+// Protected requests are not scored.
+//
+// The defaults are the step of Llama-3.1-8B on one H100 in the bench's
+// engine model (sim/engine/TIMING.md): 8 ms at one sequence, 16 µs of host
+// time per sequence, 46 ns of KV read per context token (128 KiB at 85 %
+// of 3.35 TB/s).
+//
+// Parameters:
+//
+//	maxStep: duration  the predicted step at saturation 1, > 0 (default "100ms")
+//	stepOverhead: duration  the step's fixed cost, ≥ 0 (default "8ms")
+//	perSequence: duration  each in-flight request's cost, ≥ 0 (default "16µs")
+//	perContextToken: duration  each in-flight token's cost, ≥ 0 (default "46ns")
+//	aggregate: string  min or mean (default min)
+type DecodeStep struct {
+	scheduling.Named
+	maxStep, overhead, perSeq, perToken float64 // seconds
+	mean                                bool
+}
+
+// DecodeStepParams are decode-step-detector's parameters.
+type DecodeStepParams struct {
+	MaxStep         *saturation.Duration `json:"maxStep"`
+	StepOverhead    *saturation.Duration `json:"stepOverhead"`
+	PerSequence     *saturation.Duration `json:"perSequence"`
+	PerContextToken *saturation.Duration `json:"perContextToken"`
+	Aggregate       string               `json:"aggregate"`
+}
+
+// NewDecodeStep is the plugin factory.
+func NewDecodeStep(name string, params json.RawMessage, _ *scheduling.Handle) (scheduling.Plugin, error) {
+	var p DecodeStepParams
+	if err := scheduling.DecodeParams(params, &p); err != nil {
+		return nil, err
+	}
+	d := &DecodeStep{Named: scheduling.NewNamed(DecodeStepType, name),
+		maxStep: 0.1, overhead: 0.008, perSeq: 16e-6, perToken: 46e-9}
+	switch p.Aggregate {
+	case "", AggregateMin:
+	case AggregateMean:
+		d.mean = true
+	default:
+		return nil, fmt.Errorf("parameters.aggregate must be %q or %q, got %q", AggregateMin, AggregateMean, p.Aggregate)
+	}
+	for _, f := range []struct {
+		name     string
+		v        *saturation.Duration
+		dst      *float64
+		positive bool
+	}{
+		{"maxStep", p.MaxStep, &d.maxStep, true},
+		{"stepOverhead", p.StepOverhead, &d.overhead, false},
+		{"perSequence", p.PerSequence, &d.perSeq, false},
+		{"perContextToken", p.PerContextToken, &d.perToken, false},
+	} {
+		if f.v == nil {
+			continue
+		}
+		v := time.Duration(*f.v)
+		if v < 0 || f.positive && v == 0 {
+			return nil, fmt.Errorf("parameters.%s must be %s, got %v", f.name, map[bool]string{true: "> 0", false: "≥ 0"}[f.positive], v)
+		}
+		*f.dst = v.Seconds()
+	}
+	return d, nil
+}
+
+// Step is the decode step e's in-flight requests are predicted to make it
+// run.
+func (d *DecodeStep) Step(e *endpoints.Endpoint) time.Duration {
+	return time.Duration(d.step(e) * 1e9)
+}
+
+func (d *DecodeStep) step(e *endpoints.Endpoint) float64 {
+	return d.overhead + d.perSeq*float64(e.InflightRequests()) + d.perToken*float64(e.InflightTokens())
+}
+
+// score is e's saturation.
+func (d *DecodeStep) score(e *endpoints.Endpoint) float64 { return d.step(e) / d.maxStep }
+
+// Saturation implements flowcontrol.SaturationDetector; an empty pool is
+// saturated.
+func (d *DecodeStep) Saturation(eps []*endpoints.Endpoint) float64 {
+	if len(eps) == 0 {
+		return 1
+	}
+	agg := d.score(eps[0])
+	for _, e := range eps[1:] {
+		s := d.score(e)
+		if d.mean {
+			agg += s
+		} else {
+			agg = min(agg, s)
+		}
+	}
+	if d.mean {
+		agg /= float64(len(eps))
+	}
+	return agg
+}
+
+// Credit implements flowcontrol.ReclaimCredit: what one request of the
+// pool's mean size adds to the step of one server, spread over the pool
+// under aggregate mean.
+func (d *DecodeStep) Credit(eps []*endpoints.Endpoint) float64 {
+	var reqs, toks float64
+	for _, e := range eps {
+		reqs += float64(e.InflightRequests())
+		toks += float64(e.InflightTokens())
+	}
+	c := d.perSeq
+	if reqs > 0 {
+		c += d.perToken * toks / reqs
+	}
+	if d.mean {
+		c /= float64(max(1, len(eps)))
+	}
+	return c / d.maxStep
+}
+
+// Score implements scheduling.Scorer: a sheddable request scores the
+// servers by their predicted step, shortest best.
+func (d *DecodeStep) Score(_ context.Context, _ *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint, scores []float64) {
+	if !flowcontrol.Sheddable(req.Priority) {
+		return
+	}
+	scheduling.InverseMinMax(eps, scores, d.score)
+}
+
+var (
+	_ flowcontrol.SaturationDetector = (*DecodeStep)(nil)
+	_ flowcontrol.ReclaimCredit      = (*DecodeStep)(nil)
+	_ scheduling.Scorer              = (*DecodeStep)(nil)
+)

@@ -10,6 +10,9 @@
 // presence-holdback-policy is kvgate's own usage-limit policy: the
 // sheddable bands' ceiling shrinks with the protected requests in flight,
 // as a class-load-scorer (extproc/plugins/classload) counts them.
+// decode-step-detector is kvgate's own saturation detector (also a scorer
+// of sheddable requests): a server's predicted decode step from its
+// in-flight requests and tokens.
 //
 // Each type documents its parameters. The detectors read the picker's live
 // load model (extproc/endpoints) rather than only the last scrape, so that
