@@ -83,6 +83,15 @@ func (t *staleRetry) RoundTrip(req *http.Request) (*http.Response, error) {
 	return t.fresh.RoundTrip(again)
 }
 
+// CloseIdleConnections closes the pooled transport's idle connections
+// (the fresh one keeps none), which http.Client.CloseIdleConnections
+// reaches only through this method.
+func (t *staleRetry) CloseIdleConnections() {
+	if c, ok := t.pooled.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 // shallowCopy is r with its own struct, so that its body can change
 // without touching the caller's request (a RoundTripper must not).
 func shallowCopy(r *http.Request) *http.Request {

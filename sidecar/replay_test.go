@@ -1,13 +1,18 @@
 package sidecar
 
 import (
+	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httptrace"
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // lateHookTransport fails every request as a stale keep-alive connection
@@ -75,4 +80,45 @@ func TestStaleRetryHooksFromTheReader(t *testing.T) {
 			t.Fatalf("buffered=%v: %d replays, err %v", buffered, n, err)
 		}
 	}
+}
+
+// TestRunClosesIdleUpstreamConnections: once Run returns, the sidecar's
+// keep-alive connections to its upstreams are closed, not left open until
+// their idle timeout (90 s) with a reader goroutine each; the stale-retry
+// wrapper passes CloseIdleConnections on to the pooled transport.
+func TestRunClosesIdleUpstreamConnections(t *testing.T) {
+	var open atomic.Int32
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		writeJSONReply(w, http.StatusOK, map[string]any{"id": "d", "usage": map[string]int{"prompt_tokens": 1, "completion_tokens": 1}})
+	}))
+	up.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
+			open.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			open.Add(-1)
+		}
+	}
+	up.Start()
+	t.Cleanup(up.Close)
+	s, err := New(testOptions(up.Listener.Addr().(*net.TCPAddr).Port, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	st, _, raw := post(t, "http://"+s.Addr().String()+"/v1/completions", nil, map[string]any{"model": "m", "prompt": "x"})
+	if st != http.StatusOK {
+		t.Fatalf("%d %s", st, raw)
+	}
+	if n := open.Load(); n != 1 {
+		t.Fatalf("%d connections to the upstream open, want the one kept alive", n)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	testutil.WaitFor(t, "the sidecar's idle upstream connection to close", func() bool { return open.Load() == 0 })
 }
