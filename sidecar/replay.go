@@ -3,6 +3,7 @@ package sidecar
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -68,7 +69,7 @@ func (t *staleRetry) RoundTrip(req *http.Request) (*http.Response, error) {
 	case req.GetBody != nil:
 		body, gerr := req.GetBody()
 		if gerr != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w (not replayed: its body: %w)", err, gerr)
 		}
 		again.Body = body
 	case rec != nil:

@@ -122,3 +122,29 @@ func TestRunClosesIdleUpstreamConnections(t *testing.T) {
 	}
 	testutil.WaitFor(t, "the sidecar's idle upstream connection to close", func() bool { return open.Load() == 0 })
 }
+
+// staleTransport fails every request as a stale keep-alive connection
+// does: a reused connection, then an error before any answer.
+type staleTransport struct{}
+
+func (staleTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	httptrace.ContextClientTrace(req.Context()).GotConn(httptrace.GotConnInfo{Reused: true})
+	return nil, errors.New("connection reset by peer")
+}
+
+// TestStaleRetryGetBodyFails: when the buffered body cannot be had again
+// for the replay, the caller learns both why the request failed and why
+// it was not replayed.
+func TestStaleRetryGetBodyFails(t *testing.T) {
+	fresh := &answerTransport{}
+	rt := &staleRetry{pooled: staleTransport{}, fresh: fresh, max: 1 << 10, log: discard}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://127.0.0.1:1/v1/completions", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.GetBody = func() (io.ReadCloser, error) { return nil, errors.New("body gone") }
+	_, err = rt.RoundTrip(req)
+	if err == nil || !strings.Contains(err.Error(), "connection reset by peer") || !strings.Contains(err.Error(), "body gone") || fresh.n.Load() != 0 {
+		t.Fatalf("RoundTrip: %v (%d replays), want the failure and GetBody's error, no replay", err, fresh.n.Load())
+	}
+}
