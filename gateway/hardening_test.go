@@ -238,7 +238,7 @@ type pickerPort struct {
 	ln       net.Listener
 	mu       sync.Mutex
 	attempts int
-	up       chan net.Conn
+	up       *handoff // nil while down
 	closed   chan struct{}
 }
 
@@ -271,8 +271,8 @@ func (p *pickerPort) run() {
 			continue
 		}
 		select {
-		case up <- c:
-		case <-time.After(10 * time.Second): // the server stopped
+		case up.conns <- c:
+		case <-up.done: // the server stopped; the gateway still redials
 			_ = c.Close()
 		}
 	}
@@ -287,15 +287,13 @@ func (p *pickerPort) count() int {
 // serve brings picker up on the port.
 func (p *pickerPort) serve(t *testing.T, picker *testPicker) {
 	picker.seen = make(chan pickerSaw, 64)
-	up := make(chan net.Conn)
+	h := &handoff{conns: make(chan net.Conn), closed: p.closed, done: make(chan struct{}), addr: p.ln.Addr()}
 	p.mu.Lock()
-	p.up = up
+	p.up = h
 	p.mu.Unlock()
 	s := grpc.NewServer()
 	extprocv3.RegisterExternalProcessorServer(s, picker)
-	go func() {
-		_ = s.Serve(&handoff{conns: up, closed: p.closed, done: make(chan struct{}), addr: p.ln.Addr()})
-	}()
+	go func() { _ = s.Serve(h) }()
 	t.Cleanup(s.Stop)
 }
 

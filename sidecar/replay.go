@@ -3,12 +3,14 @@ package sidecar
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
 	"sync"
+	"sync/atomic"
 )
 
 // staleRetry sends a request once more, on a connection dialled for it,
@@ -41,22 +43,24 @@ func (t *staleRetry) RoundTrip(req *http.Request) (*http.Response, error) {
 		first = shallowCopy(req)
 		first.Body = rec
 	}
-	var reused, informed, answered bool
+	// The hooks run on the transport's goroutines (the response reader's
+	// among them), which a failed RoundTrip need not wait for: atomics.
+	var reused, informed, answered atomic.Bool
 	trace := &httptrace.ClientTrace{
 		GotConn: func(i httptrace.GotConnInfo) {
-			reused = i.Reused
-			if !reused {
+			reused.Store(i.Reused)
+			if !i.Reused {
 				rec.noReplay() // a new connection's failure is not retried
 			}
 		},
 		// A 1xx answer may already have been relayed to the client.
-		Got1xxResponse: func(int, textproto.MIMEHeader) error { informed = true; return nil },
+		Got1xxResponse: func(int, textproto.MIMEHeader) error { informed.Store(true); return nil },
 		// The upstream has seen the request: replaying it could run it twice.
-		GotFirstResponseByte: func() { answered = true; rec.noReplay() },
+		GotFirstResponseByte: func() { answered.Store(true); rec.noReplay() },
 	}
 	first = first.WithContext(httptrace.WithClientTrace(first.Context(), trace))
 	resp, err := t.pooled.RoundTrip(first)
-	if err == nil || !reused || informed || answered || req.Context().Err() != nil {
+	if err == nil || !reused.Load() || informed.Load() || answered.Load() || req.Context().Err() != nil {
 		rec.release()
 		return resp, err
 	}
@@ -65,7 +69,7 @@ func (t *staleRetry) RoundTrip(req *http.Request) (*http.Response, error) {
 	case req.GetBody != nil:
 		body, gerr := req.GetBody()
 		if gerr != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w (not replayed: its body: %w)", err, gerr)
 		}
 		again.Body = body
 	case rec != nil:
@@ -78,6 +82,15 @@ func (t *staleRetry) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	t.log.Info("request failed on a reused connection before any answer; sending it again on a new one", "err", err, "path", req.URL.Path)
 	return t.fresh.RoundTrip(again)
+}
+
+// CloseIdleConnections closes the pooled transport's idle connections
+// (the fresh one keeps none), which http.Client.CloseIdleConnections
+// reaches only through this method.
+func (t *staleRetry) CloseIdleConnections() {
+	if c, ok := t.pooled.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
 }
 
 // shallowCopy is r with its own struct, so that its body can change

@@ -264,6 +264,11 @@ func (s *Server) Run(ctx context.Context) error {
 	s.cancel()
 	s.bg.Wait()
 	s.closeListeners()
+	// Idle keep-alive connections would otherwise stay open, each with
+	// its reader goroutine, until IdleConnTimeout.
+	for _, c := range []*http.Client{s.prefillC, s.decodeC, s.encodeC} {
+		c.CloseIdleConnections()
+	}
 	return err
 }
 

@@ -3,6 +3,7 @@ package prompt
 import (
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -120,36 +121,45 @@ type mmSource struct {
 //     content changes keeps its identifier (the server would then reuse
 //     the old encoder output for it, as any URL-keyed cache would).
 //
-// Content and URL hashes are SHA-256 over the model, the modality and the
-// source, hex: they match between kvgate's picker and its simulator, not
-// vLLM's own pixel-level hashes, which need the decoded media.
+// Content and URL hashes are SHA-256 over the model, the modality, the
+// kwargs and the source, hex: they match between kvgate's picker and its
+// simulator, not vLLM's own pixel-level hashes, which need the decoded
+// media. Every field but the last is length-prefixed, so that no request
+// can spell another's fields in one of its own (content ending in the
+// bytes of some kwargs, a model name holding a modality) and share its
+// identifier.
 func mmIdentifier(model, modality, uuid string, kwargs json.RawMessage, src mmSource) string {
 	hasKwargs := len(kwargs) > 0 && string(kwargs) != "null" && string(kwargs) != "{}"
 	if uuid != "" && !hasKwargs {
 		return uuid
 	}
+	if !hasKwargs {
+		kwargs = nil
+	}
 	h := sha256.New()
-	io.WriteString(h, model+"\x00"+modality+"\x00")
+	head := func(kind string) {
+		for _, f := range []string{model, modality, kind, string(kwargs)} {
+			var n [binary.MaxVarintLen64]byte
+			h.Write(n[:binary.PutUvarint(n[:], uint64(len(f)))])
+			io.WriteString(h, f)
+		}
+	}
 	switch {
 	case uuid != "":
-		io.WriteString(h, "uuid\x00"+uuid+"\x00")
-		h.Write(kwargs)
+		head("uuid")
+		io.WriteString(h, uuid)
 	case src.content != nil:
-		io.WriteString(h, "content\x00")
+		head("content")
 		if _, err := io.Copy(h, src.content); err != nil {
 			// Not valid base64: the server refuses the item; the router
 			// still gives it a stable identifier, from what was written.
 			h.Reset()
-			io.WriteString(h, model+"\x00"+modality+"\x00ref\x00"+src.raw)
-		}
-		if hasKwargs {
-			h.Write(kwargs)
+			head("ref")
+			io.WriteString(h, src.raw)
 		}
 	default:
-		io.WriteString(h, "ref\x00"+src.raw)
-		if hasKwargs {
-			h.Write(kwargs)
-		}
+		head("ref")
+		io.WriteString(h, src.raw)
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }

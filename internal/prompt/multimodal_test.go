@@ -99,6 +99,19 @@ func TestMMIdentifier(t *testing.T) {
 	if kw == "u1" || kw == identifier(t, chatWith(t, "m", map[string]any{"mm_processor_kwargs": map[string]any{"max_pixels": 2048}}, u)) {
 		t.Errorf("with mm_processor_kwargs the uuid is hashed with them: %q", kw)
 	}
+	// Each field is delimited, so no one request's fields run into
+	// another's: content ending in the kwargs' bytes is not the content
+	// with those kwargs, nor a model whose name spells a modality and
+	// content another model's item.
+	kwargs := map[string]any{"mm_processor_kwargs": map[string]any{"max_pixels": 1024}}
+	if a, b := identifier(t, chatWith(t, "m", kwargs, image("data:,pixels"))),
+		identifier(t, chatWith(t, "m", nil, image("data:,"+url.PathEscape(`pixels{"max_pixels":1024}`)))); a == b {
+		t.Errorf("content with kwargs and content spelling them: both %q", a)
+	}
+	if a, b := identifier(t, chatWith(t, "m", nil, image("data:,"+url.PathEscape("x\x00image\x00content\x00pixels")))),
+		identifier(t, chatWith(t, "m\x00image\x00content\x00x", nil, image("data:,pixels"))); a == b {
+		t.Errorf("a model name spelling another item: both %q", a)
+	}
 	// Bad base64 still gets a stable identifier (the server refuses it).
 	bad := "data:image/png;base64,@@not base64@@"
 	if a, b := id(image(bad)), id(image(bad)); a != b || a == id(image("data:image/png;base64,"+b64)) {

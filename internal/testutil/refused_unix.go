@@ -16,7 +16,15 @@ import (
 // gives the port to no one else.
 func RefusedAddr(tb testing.TB) string {
 	tb.Helper()
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	// SOCK_CLOEXEC is not on every unix (darwin): close-on-exec is set
+	// under ForkLock instead, as package net does there, so that no child
+	// a test starts meanwhile inherits the socket.
+	syscall.ForkLock.RLock()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err == nil {
+		syscall.CloseOnExec(fd)
+	}
+	syscall.ForkLock.RUnlock()
 	if err != nil {
 		tb.Fatalf("socket: %v", err)
 	}

@@ -360,16 +360,19 @@ func (k *kvConnector) store(j *job) {
 			k.stats.Stored.Add(1)
 		}
 	case k.tier != nil && j.kv != nil && j.kv.RemoteDecoder != nil && j.kv.RemoteDecoder.KVRequestID != "":
+		if len(hashes) > k.tier.cap {
+			// Refused before its blocks are made: at the model's real size
+			// they are megabytes each.
+			k.s.log.Warn("p2p tier: prefill larger than the tier; the decoder will recompute", "kv_request_id", j.kv.RemoteDecoder.KVRequestID, "blocks", len(hashes))
+			return
+		}
 		blocks := make([][]byte, len(hashes))
 		for i, h := range hashes {
 			blocks[i] = make([]byte, k.blockBytes)
 			kvblock.Fill(blocks[i], h)
 		}
-		if k.tier.put(j.kv.RemoteDecoder.KVRequestID, hashes, blocks) {
-			k.stats.Stored.Add(uint64(len(hashes)))
-		} else {
-			k.s.log.Warn("p2p tier: prefill larger than the tier; the decoder will recompute", "kv_request_id", j.kv.RemoteDecoder.KVRequestID, "blocks", len(hashes))
-		}
+		k.tier.put(j.kv.RemoteDecoder.KVRequestID, hashes, blocks)
+		k.stats.Stored.Add(uint64(len(hashes)))
 	}
 }
 
@@ -496,16 +499,14 @@ func newP2PTier(capBlocks int) *p2pTier {
 	return &p2pTier{cap: capBlocks, entries: map[string]*tierEntry{}}
 }
 
-// put files a prefill's blocks; false when they cannot fit at all.
-func (t *p2pTier) put(id string, hashes []uint64, blocks [][]byte) bool {
-	if len(hashes) > t.cap {
-		return false
-	}
+// put files a prefill's blocks, no more than the tier's capacity (the
+// caller checks), dropping the oldest prefills to make room.
+func (t *p2pTier) put(id string, hashes []uint64, blocks [][]byte) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := t.entries[id]
 	if e != nil && e.hashes != nil {
-		return true // a retried prefill leg: the first's blocks stand
+		return // a retried prefill leg: the first's blocks stand
 	}
 	for t.held+len(hashes) > t.cap && len(t.order) > 0 {
 		old := t.order[0]
@@ -521,7 +522,6 @@ func (t *p2pTier) put(id string, hashes []uint64, blocks [][]byte) bool {
 	t.held += len(hashes)
 	t.order = append(t.order, id)
 	close(e.ready)
-	return true
 }
 
 // get waits until id's blocks land or ctx ends. An entry made only by

@@ -6,9 +6,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/vllm"
 )
 
 const connectorKVBytes = 256 // per token: 4 KiB blocks
@@ -196,4 +199,39 @@ func FuzzKVTransferConfig(f *testing.F) {
 			t.Fatalf("%s: accepted connector %q", raw, c.Connector)
 		}
 	})
+}
+
+// TestP2PTierRefusesBeforeAllocating: a prefill larger than the whole p2p
+// tier is refused before its blocks are made, so that one long prompt does
+// not allocate gigabytes (blocks are megabytes at the model's real size)
+// only to drop them; one that fits is kept.
+func TestP2PTierRefusesBeforeAllocating(t *testing.T) {
+	const blockBytes = 1 << 20
+	o := testOptions(t)
+	o.Role, o.KVBytesPerToken = RolePrefill, blockBytes/16
+	o.KVTransferConfig = `{"kv_connector":"OffloadingConnector","kv_connector_extra_config":{"spec_name":"TieringOffloadingSpec",` +
+		`"cpu_bytes_to_use":4194304,"secondary_tiers":[{"type":"p2p","host":"127.0.0.1","port":0}]}}`
+	s := startServer(t, o)
+	prefill := func(id string, blocks int) *job {
+		prompt := make([]int, blocks*16)
+		for i := range prompt {
+			prompt[i] = i + 1
+		}
+		return &job{id: id, prompt: prompt, kv: &vllm.KVTransferParams{RemoteDecoder: &vllm.RemoteDecoder{KVRequestID: id}}}
+	}
+	long := prefill("long", 64)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	s.kvc.store(long)
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got > 8*blockBytes {
+		t.Errorf("a 64-block prefill refused by a 4-block tier allocated %d MiB", got>>20)
+	}
+	if n := s.kvc.tier.size(); n != 0 {
+		t.Fatalf("the tier holds %d entries after a refused prefill", n)
+	}
+	s.kvc.store(prefill("short", 2))
+	if n, stored := s.kvc.tier.size(), s.kvc.stats.Stored.Load(); n != 1 || stored != 2 {
+		t.Fatalf("a 2-block prefill: %d entries, %d blocks stored", n, stored)
+	}
 }
