@@ -192,7 +192,7 @@ func pdConfig(decider string, nonCached, kvBytesPerToken int, timeScale float64,
 }
 
 // StartPDStack starts a P/D fleet and waits until the gateway can route.
-func StartPDStack(ctx context.Context, c PDConfig) (_ *PDStack, err error) {
+func StartPDStack(ctx context.Context, c PDConfig) (*PDStack, error) {
 	if c.Progress == nil {
 		c.Progress = func(string) {}
 	}
@@ -212,6 +212,12 @@ func StartPDStack(ctx context.Context, c PDConfig) (_ *PDStack, err error) {
 	if err != nil {
 		return nil, err
 	}
+	return withFreshPorts(c.Progress, func() (*PDStack, error) { return startPDFleet(ctx, c, cfg) })
+}
+
+// startPDFleet is one start of StartPDStack's fleet, with its picker
+// config cfg.
+func startPDFleet(ctx context.Context, c PDConfig, cfg string) (_ *PDStack, err error) {
 	g, err := proc.NewGroup(c.LogDir)
 	if err != nil {
 		return nil, err

@@ -126,10 +126,52 @@ func newFleetPorts(replicas int) (fleetPorts, error) {
 func loopback(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 
 // StartStack starts the fleet and waits until the gateway can route.
-func StartStack(ctx context.Context, c StackConfig) (_ *Stack, err error) {
+func StartStack(ctx context.Context, c StackConfig) (*Stack, error) {
 	if c.Progress == nil {
 		c.Progress = func(string) {}
 	}
+	return withFreshPorts(c.Progress, func() (*Stack, error) { return startFleet(ctx, c) })
+}
+
+// fleetStarts is how many times a fleet is started, each on newly drawn
+// ports, while a component finds one of them taken.
+const fleetStarts = 4
+
+// withFreshPorts runs start again, on newly drawn ports, while it fails
+// because a component found its port taken. Ports are drawn before the
+// components that bind them start, and a concurrent fleet (another test
+// package's, with its own draw from the same range) can bind one in
+// between; the fleet's own draw never repeats a port.
+func withFreshPorts[S any](progress func(string), start func() (S, error)) (S, error) {
+	for n := 1; ; n++ {
+		s, err := start()
+		if err == nil || n == fleetStarts || !portTaken(err) {
+			return s, err
+		}
+		progress(fmt.Sprintf("a port was taken before its component bound it (%v); starting again on new ports", portTakenBy(err)))
+	}
+}
+
+// portTaken reports whether err is a component that died because its
+// listen address was in use.
+func portTaken(err error) bool { return portTakenBy(err) != "" }
+
+// portTakenBy names the component of portTaken's error ("" if none).
+func portTakenBy(err error) string {
+	var exit *proc.ExitError
+	if !errors.As(err, &exit) {
+		return ""
+	}
+	for _, l := range exit.Tail {
+		if strings.Contains(l, "address already in use") {
+			return exit.Name
+		}
+	}
+	return ""
+}
+
+// startFleet is one start of StartStack's fleet.
+func startFleet(ctx context.Context, c StackConfig) (_ *Stack, err error) {
 	g, err := proc.NewGroup(c.LogDir)
 	if err != nil {
 		return nil, err
@@ -425,7 +467,9 @@ func grpcServing(ctx context.Context, addr string) error {
 // ephemeral range is where every outgoing connection on the machine takes
 // its local port (UCX, HTTP clients, other tests), and one of them taking
 // ours made a component fail with "address already in use". Each port is
-// held until all are chosen, so a fleet never gets one twice.
+// held until all are chosen, so a fleet never gets one twice; another
+// fleet's draw can still take one before its component binds it, and then
+// withFreshPorts starts the fleet again.
 func freePorts(n int) ([]int, error) {
 	lns := make([]net.Listener, 0, n)
 	defer func() {
