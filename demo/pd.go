@@ -247,7 +247,7 @@ func startPDFleet(ctx context.Context, c PDConfig, cfg string) (_ *PDStack, err 
 	}
 	for i := range np + nd {
 		if !c.agents() {
-			break
+			break // the KV connector moves the KV, not node agents
 		}
 		name := fmt.Sprintf("agent-p%d", i)
 		if i >= np {
@@ -267,7 +267,9 @@ func startPDFleet(ctx context.Context, c PDConfig, cfg string) (_ *PDStack, err 
 			return nil, err
 		}
 	}
-	c.Progress(fmt.Sprintf("%d node agents ready", len(s.Agents)))
+	if len(s.Agents) > 0 {
+		c.Progress(fmt.Sprintf("%d node agents ready", len(s.Agents)))
+	}
 	p2pPort := 0 // the prefill server's p2p tier (offloading)
 	simOpts := func(i int, role vllmserver.Role) vllmserver.Options {
 		o := vllmserver.DefaultOptions()

@@ -155,8 +155,12 @@ func New(o Options) (*Server, error) {
 		}
 		sink = &tee{next: sink, d: s.dp}
 	}
-	if c, _ := parseKVTransferConfig(o.KVTransferConfig); c != nil && c.Connector != ConnectorNixl {
-		if s.kvc, err = newKVConnector(s, c, kvb); err != nil {
+	kvc, err := parseKVTransferConfig(o.KVTransferConfig)
+	if err != nil {
+		return fail(err)
+	}
+	if kvc != nil && kvc.Connector != ConnectorNixl {
+		if s.kvc, err = newKVConnector(s, kvc, kvb); err != nil {
 			return fail(err)
 		}
 	}
