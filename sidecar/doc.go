@@ -71,8 +71,10 @@
 // server cannot. Any request to an upstream — a leg, or a relayed request
 // whose body streams from the client — that fails on a reused keep-alive
 // connection before any answer is sent once more, on a new connection:
-// a relayed body is kept as it is read, up to --max-request-body-bytes,
-// and one larger than that is not replayed. An answer never looks
+// a relayed body is kept as it is read, up to --max-request-body-bytes
+// and within --replay-buffer-bytes, what all relayed bodies may keep at
+// once, until the answer's first byte; one larger, or one that finds the
+// buffer spent, is relayed but not replayed. An answer never looks
 // complete when it is not: once the model server's header went to the
 // client, an answer that breaks off aborts the client's connection (no
 // terminating chunk, a short Content-Length body, or an HTTP/2 reset); a
@@ -86,6 +88,8 @@
 // _disagg_requests_total{connector}, _encode/_prefill/_decode
 // _duration_seconds{connector} and _request_errors_total{connector,stage},
 // as llm-d's sidecar names them; kvgate adds
-// kvgate_sidecar_ssrf_denied_total{stage} and
-// kvgate_sidecar_pd_requests_total{prefiller}.
+// kvgate_sidecar_ssrf_denied_total{stage},
+// kvgate_sidecar_pd_requests_total{prefiller},
+// kvgate_sidecar_replay_buffer_bytes and
+// kvgate_sidecar_replay_buffer_full_total.
 package sidecar

@@ -1,9 +1,14 @@
 package sidecar
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvgate/kvgate/internal/bytebudget"
+)
 
 // metrics are llm-d's llm_d_disagg_sidecar_* series (names, labels and
-// buckets as its pd-sidecar exports them) plus kvgate's SSRF refusals.
+// buckets as its pd-sidecar exports them) plus kvgate's SSRF refusals,
+// P/D pairs and replay buffer.
 type metrics struct {
 	requests *prometheus.CounterVec   // api_type
 	disagg   *prometheus.CounterVec   // connector
@@ -13,6 +18,9 @@ type metrics struct {
 	errors   *prometheus.CounterVec   // connector, stage
 	denied   *prometheus.CounterVec   // stage
 	pairs    *prometheus.CounterVec   // prefiller
+	// replayFull counts relayed requests whose body was not kept for a
+	// replay because --replay-buffer-bytes was spent.
+	replayFull prometheus.Counter
 }
 
 // Stage labels of request_errors_total and of the SSRF refusals.
@@ -25,7 +33,9 @@ const (
 
 var latencyBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+// newMetrics registers the series; replay is the replay buffer whose use
+// is exported (nil: none).
+func newMetrics(reg prometheus.Registerer, replay *bytebudget.Budget) *metrics {
 	const sub = "llm_d_disagg_sidecar"
 	hist := func(name, help string) *prometheus.HistogramVec {
 		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Subsystem: sub, Name: name, Help: help, Buckets: latencyBuckets}, []string{"connector"})
@@ -44,7 +54,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Targets named by routing headers that SSRF protection refused (not pool members), by stage."}, []string{"stage"}),
 		pairs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_sidecar_pd_requests_total",
 			Help: "Requests whose prefill leg ran on prefiller (a pool member, so the label is bounded by the pool) and whose decode leg ran here."}, []string{"prefiller"}),
+		replayFull: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvgate_sidecar_replay_buffer_full_total",
+			Help: "Relayed requests whose body was not kept for a stale-connection replay because --replay-buffer-bytes was spent: relayed all the same, not replayable."}),
 	}
-	reg.MustRegister(m.requests, m.disagg, m.encode, m.prefill, m.decode, m.errors, m.denied, m.pairs)
+	held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvgate_sidecar_replay_buffer_bytes",
+		Help: "Bytes of relayed request bodies kept now for a stale-connection replay, at most --replay-buffer-bytes."},
+		func() float64 { return float64(replay.Used()) })
+	reg.MustRegister(m.requests, m.disagg, m.encode, m.prefill, m.decode, m.errors, m.denied, m.pairs, m.replayFull, held)
 	return m
 }

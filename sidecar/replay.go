@@ -11,6 +11,10 @@ import (
 	"net/textproto"
 	"sync"
 	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvgate/kvgate/internal/bytebudget"
 )
 
 // staleRetry sends a request once more, on a connection dialled for it,
@@ -24,22 +28,29 @@ import (
 //
 // A request body is replayed from GetBody when the request has one (the
 // sidecar's buffered legs); a relayed client body is recorded as the
-// first attempt reads it, up to max bytes: past that it cannot be
-// replayed and the failure stands. Only one replay is made, on a fresh
-// connection (fresh), so a pool full of stale connections costs one
-// retry, not one per connection.
+// first attempt reads it, up to max bytes and within keep, the budget all
+// relayed requests share: past either it cannot be replayed and the
+// failure stands. Only one replay is made, on a fresh connection (fresh),
+// so a pool full of stale connections costs one retry, not one per
+// connection.
 type staleRetry struct {
 	pooled http.RoundTripper
 	fresh  http.RoundTripper // keep-alives off: always a new connection
 	max    int64
-	log    *slog.Logger
+	// keep bounds what all relayed bodies keep for a replay at once, so
+	// that many concurrent large prompts cannot hold max bytes each; nil
+	// keeps none (--replay-buffer-bytes 0). full counts the requests it
+	// refused.
+	keep *bytebudget.Budget
+	full prometheus.Counter
+	log  *slog.Logger
 }
 
 func (t *staleRetry) RoundTrip(req *http.Request) (*http.Response, error) {
 	first := req
 	var rec *recordedBody
 	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
-		rec = &recordedBody{src: req.Body, max: t.max}
+		rec = &recordedBody{src: req.Body, max: t.max, held: t.keep.Hold(), over: t.keep == nil, full: t.full}
 		first = shallowCopy(req)
 		first.Body = rec
 	}
@@ -75,9 +86,13 @@ func (t *staleRetry) RoundTrip(req *http.Request) (*http.Response, error) {
 	case rec != nil:
 		body, ok := rec.replay()
 		if !ok {
-			t.log.Info("request failed on a reused connection; its body cannot be replayed (more than the limit read, or still being read)", "err", err, "path", req.URL.Path, "limit", t.max)
+			t.log.Info("request failed on a reused connection; its body cannot be replayed (more than the limit read, the replay buffer spent, or still being read)",
+				"err", err, "path", req.URL.Path, "limit", t.max, "replay_buffer_bytes", t.keep.Limit())
 			return nil, err
 		}
+		// The kept bytes stay reserved while the fresh transport sends
+		// them: a burst of stale connections replays many bodies at once.
+		defer rec.drop()
 		again.Body = body
 	}
 	t.log.Info("request failed on a reused connection before any answer; sending it again on a new one", "err", err, "path", req.URL.Path)
@@ -101,23 +116,26 @@ func shallowCopy(r *http.Request) *http.Request {
 }
 
 // recordedBody is a relayed client body that keeps what the first
-// attempt read, up to max bytes, so that the attempt can be replayed.
+// attempt read, up to max bytes and as held allows, so that the attempt
+// can be replayed; held is given back as soon as nothing is kept.
 // Closing it does not close the client's body until release or replay
 // decides whether it is still needed. The transport reads it from its
 // write goroutine and may close it from another; the lock is never held
 // across the client's Read, which can block for as long as the client
 // takes to send.
 type recordedBody struct {
-	src io.ReadCloser
-	max int64
+	src  io.ReadCloser
+	max  int64
+	full prometheus.Counter // the budget refused what was read
 
 	mu       sync.Mutex
 	kept     []byte
-	over     bool // more than max read, or no replay possible: nothing kept
-	reading  bool // a Read of src is under way
-	closed   bool // the transport closed it
-	released bool // no replay: Close goes through
-	frozen   bool // a replay took over src
+	held     bytebudget.Holder // cap(kept), reserved before it is allocated
+	over     bool              // more than max read, the budget spent, or no replay possible: nothing kept
+	reading  bool              // a Read of src is under way
+	closed   bool              // the transport closed it
+	released bool              // no replay: Close goes through
+	frozen   bool              // a replay took over src
 }
 
 var errReplaced = errors.New("request body taken over by a retry")
@@ -134,18 +152,48 @@ func (b *recordedBody) Read(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.reading = false
-	if !b.over {
-		if int64(len(b.kept)+n) > b.max {
-			b.stopKeeping()
-		} else {
-			b.kept = append(b.kept, p[:n]...)
-		}
+	if !b.over && n > 0 {
+		b.keep(p[:n])
 	}
 	return n, err
 }
 
-// stopKeeping drops the kept bytes for good; b.mu is held.
-func (b *recordedBody) stopKeeping() { b.over, b.kept = true, nil }
+// keep appends p to what is kept, reserving a larger buffer's bytes
+// before allocating it; b.mu is held.
+func (b *recordedBody) keep(p []byte) {
+	need := int64(len(b.kept) + len(p))
+	if need > b.max {
+		b.stopKeeping()
+		return
+	}
+	if need > int64(cap(b.kept)) {
+		// Doubling, as append would, but capped at max: the reservation
+		// is the allocation.
+		size := min(max(2*int64(cap(b.kept)), need), b.max)
+		if err := b.held.Grow(size); err != nil {
+			b.full.Inc()
+			b.stopKeeping()
+			return
+		}
+		b.kept = append(make([]byte, 0, size), b.kept...)
+	}
+	b.kept = append(b.kept, p...)
+}
+
+// stopKeeping drops the kept bytes for good and gives their reservation
+// back; b.mu is held.
+func (b *recordedBody) stopKeeping() {
+	b.over, b.kept = true, nil
+	b.held.Done()
+}
+
+// drop gives back the reservation of the bytes a replay took over, once
+// its answer came (or it failed).
+func (b *recordedBody) drop() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.held.Done()
+}
 
 // noReplay is called once a failure could no longer be replayed (a new
 // connection, or an answer under way): what is read next is not kept.
@@ -156,7 +204,9 @@ func (b *recordedBody) noReplay() {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.stopKeeping()
+	if !b.frozen { // a replay's bytes are given back by drop
+		b.stopKeeping()
+	}
 }
 
 func (b *recordedBody) Close() error {

@@ -12,6 +12,9 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvgate/kvgate/internal/bytebudget"
 	"github.com/kvgate/kvgate/internal/testutil"
 )
 
@@ -57,7 +60,7 @@ func TestStaleRetryHooksFromTheReader(t *testing.T) {
 	for _, buffered := range []bool{false, true} {
 		late := make(chan struct{})
 		fresh := &answerTransport{}
-		rt := &staleRetry{pooled: lateHookTransport{late: late}, fresh: fresh, max: 1 << 10, log: discard}
+		rt := &staleRetry{pooled: lateHookTransport{late: late}, fresh: fresh, max: 1 << 10, keep: bytebudget.New(1 << 10), full: prometheus.NewCounter(prometheus.CounterOpts{Name: "full"}), log: discard}
 		var body io.Reader = strings.NewReader(`{"prompt":"x"}`)
 		if !buffered {
 			body = io.MultiReader(body) // no GetBody: a relayed client body
@@ -137,7 +140,7 @@ func (staleTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // it was not replayed.
 func TestStaleRetryGetBodyFails(t *testing.T) {
 	fresh := &answerTransport{}
-	rt := &staleRetry{pooled: staleTransport{}, fresh: fresh, max: 1 << 10, log: discard}
+	rt := &staleRetry{pooled: staleTransport{}, fresh: fresh, max: 1 << 10, keep: bytebudget.New(1 << 10), full: prometheus.NewCounter(prometheus.CounterOpts{Name: "full"}), log: discard}
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://127.0.0.1:1/v1/completions", strings.NewReader("{}"))
 	if err != nil {
 		t.Fatal(err)

@@ -26,6 +26,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/endpoints/k8s"
 	"github.com/kvgate/kvgate/extproc/endpoints/staticfile"
 	"github.com/kvgate/kvgate/extproc/epp/tlscert"
+	"github.com/kvgate/kvgate/internal/bytebudget"
 )
 
 // decoderHost is where the local model server is dialled: it shares the
@@ -56,7 +57,8 @@ type Server struct {
 	pool      *pool
 	reg       *prometheus.Registry
 	m         *metrics
-	prefix    map[string]string // URL scheme per stage
+	replay    *bytebudget.Budget // relayed bodies kept for a replay; nil: none kept
+	prefix    map[string]string  // URL scheme per stage
 
 	ctx    context.Context // the server's lifetime
 	cancel context.CancelFunc
@@ -91,6 +93,11 @@ func New(o Options) (*Server, error) {
 			s.prefix[st] = "https://"
 		}
 	}
+	if o.ReplayBufferBytes > 0 {
+		s.replay = bytebudget.New(o.ReplayBufferBytes)
+	}
+	s.reg = prometheus.NewRegistry()
+	s.m = newMetrics(s.reg, s.replay)
 	s.decoder = &url.URL{Scheme: strings.TrimSuffix(s.prefix[stageDecoder], "://"), Host: net.JoinHostPort(decoderHost, strconv.Itoa(o.ModelServerPort))}
 	s.prefillC = &http.Client{Transport: s.transport(stagePrefiller)}
 	s.decodeC = &http.Client{Transport: s.transport(stageDecoder)}
@@ -112,8 +119,6 @@ func New(o Options) (*Server, error) {
 		// connection aborted): worth a warning.
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
-	s.reg = prometheus.NewRegistry()
-	s.m = newMetrics(s.reg)
 
 	var err error
 	if s.ln, err = net.Listen("tcp", net.JoinHostPort(o.Host, strconv.Itoa(o.Port))); err != nil {
@@ -174,7 +179,7 @@ func (s *Server) transport(stage string) http.RoundTripper {
 	}
 	fresh := t.Clone()
 	fresh.DisableKeepAlives = true
-	return &staleRetry{pooled: t, fresh: fresh, max: s.o.MaxRequestBodyBytes, log: s.log.With("stage", stage)}
+	return &staleRetry{pooled: t, fresh: fresh, max: s.o.MaxRequestBodyBytes, keep: s.replay, full: s.m.replayFull, log: s.log.With("stage", stage)}
 }
 
 func (s *Server) closeListeners() {
