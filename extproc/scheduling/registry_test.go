@@ -61,3 +61,34 @@ func FuzzDuration(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeParams: any input decodes or fails with an error that says it
+// is the parameters' (naming one of the input's keys when it names one).
+func FuzzDecodeParams(f *testing.F) {
+	for _, s := range []string{``, `null`, `{}`, `{"timeout": "5s"}`, `{"timeout": "x", "name": 1}`, `{"a": {"b": [1, 2]}}`, `[1]`, `{"timeout": 1e400}`, `{"timeout"`} {
+		f.Add(s)
+	}
+	type params struct {
+		Timeout Duration          `json:"timeout"`
+		Name    string            `json:"name"`
+		Nested  map[string]string `json:"nested"`
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		var p params
+		err := DecodeParams(json.RawMessage(raw), &p)
+		if err == nil {
+			return
+		}
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "parameters") {
+			t.Fatalf("%q: error %q", raw, msg)
+		}
+		// (A key spelt with escapes is named decoded.)
+		if name, ok := strings.CutPrefix(msg, "parameters."); ok && !strings.Contains(raw, `\`) {
+			name, _, _ = strings.Cut(name, ": ")
+			if !strings.Contains(raw, name) {
+				t.Fatalf("%q: error names %q, not in the input", raw, name)
+			}
+		}
+	})
+}
