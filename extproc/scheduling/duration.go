@@ -3,6 +3,7 @@ package scheduling
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -28,7 +29,13 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &secs); err != nil {
 		return fmt.Errorf("duration: want a string like %q or a number of seconds, got %s", "5m", b)
 	}
-	*d = Duration(secs * float64(time.Second))
+	// Out of int64's range a float's conversion is the platform's choice
+	// (MinInt64 on amd64: a huge timeout read as a negative one).
+	ns := secs * float64(time.Second)
+	if !(ns >= math.MinInt64 && ns < math.MaxInt64) {
+		return fmt.Errorf("duration: %s seconds is out of range", b)
+	}
+	*d = Duration(ns)
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"reflect"
 	"sort"
 	"time"
 )
@@ -131,9 +132,41 @@ func DecodeParams(params json.RawMessage, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(trimmed))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		if name := failingParam(trimmed, v); name != "" {
+			return fmt.Errorf("parameters.%s: %w", name, err)
+		}
 		return fmt.Errorf("parameters: %w", err)
 	}
 	return nil
+}
+
+// failingParam is the first parameter (in the document's order) whose value
+// alone fails to decode into a new value of v's type, "" when none does.
+// A type's own UnmarshalJSON (a duration's) returns errors that do not
+// say which field they were decoding; without the name, "time: invalid
+// duration" in a config of several durations leaves the reader guessing.
+func failingParam(params []byte, v any) string {
+	t := reflect.TypeOf(v)
+	if t == nil || t.Kind() != reflect.Pointer {
+		return ""
+	}
+	dec := json.NewDecoder(bytes.NewReader(params))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return ""
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		name, ok := tok.(string)
+		var value json.RawMessage
+		if err != nil || !ok || dec.Decode(&value) != nil {
+			return ""
+		}
+		one, err := json.Marshal(map[string]json.RawMessage{name: value})
+		if err == nil && json.Unmarshal(one, reflect.New(t.Elem()).Interface()) != nil {
+			return name
+		}
+	}
+	return ""
 }
 
 // Rand is the randomness pickers draw from. The picker uses a lock-free

@@ -3,7 +3,9 @@ package flowpolicy
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,6 +36,7 @@ func TestDecodeStepParams(t *testing.T) {
 		{`{"maxStep": "-1ms"}`, false},
 		{`{"perSequence": "-1µs"}`, false},
 		{`{"perContextToken": "ten"}`, false},
+		{`{"stepOverhead": 5}`, false},
 		{`{"maxStepp": "10ms"}`, false},
 	}
 	for _, tt := range tests {
@@ -44,6 +47,11 @@ func TestDecodeStepParams(t *testing.T) {
 		_, err := NewDecodeStep("", raw, &scheduling.Handle{})
 		if (err == nil) != tt.ok {
 			t.Errorf("%s: err %v, want ok %v", tt.params, err, tt.ok)
+		}
+		// A refusal names the parameter (the one key of each bad case).
+		if name, _, _ := strings.Cut(strings.TrimPrefix(tt.params, `{"`), `"`); err != nil &&
+			!strings.Contains(err.Error(), "parameters."+name) && !strings.Contains(err.Error(), fmt.Sprintf("unknown field %q", name)) {
+			t.Errorf("%s: %v does not name %s", tt.params, err, name)
 		}
 	}
 }

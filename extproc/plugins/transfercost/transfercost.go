@@ -310,8 +310,12 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 		return nil, fmt.Errorf("parameters.prefillAttentionPairsPerSecond must be a non-negative number, got %v", p.PrefillAttentionPairsPerSecond)
 	case p.MaxNumBatchedTokens <= 0:
 		return nil, fmt.Errorf("parameters.maxNumBatchedTokens must be positive, got %d", p.MaxNumBatchedTokens)
-	case p.RTT < 0 || p.Overhead < 0 || p.DecodeStep < 0:
-		return nil, fmt.Errorf("parameters.rtt, overhead and decodeStep must not be negative")
+	case p.RTT < 0:
+		return nil, fmt.Errorf("parameters.rtt must not be negative, got %v", time.Duration(p.RTT))
+	case p.Overhead < 0:
+		return nil, fmt.Errorf("parameters.overhead must not be negative, got %v", time.Duration(p.Overhead))
+	case p.DecodeStep < 0:
+		return nil, fmt.Errorf("parameters.decodeStep must not be negative, got %v", time.Duration(p.DecodeStep))
 	case p.PrefillFilter == "":
 		return nil, fmt.Errorf("parameters.prefillFilter must name a filter")
 	case !(p.InterferenceWeight >= 0) || !finite(p.InterferenceWeight):

@@ -177,15 +177,17 @@ func TestPullPays(t *testing.T) {
 }
 
 func TestParams(t *testing.T) {
-	for _, bad := range []string{"kvBytesPerToken: 0", "bandwidthBytesPerSecond: -1", "prefillTokensPerSecond: 0", "rtt: -1s", "prefillFilter: nothing", "prefillFilter: queue-scorer", "bandwidth: 1", "queueWeight: -1", "interferenceWeight: -1"} {
+	// Each error names the parameter that is wrong.
+	for _, bad := range []string{"kvBytesPerToken: 0", "bandwidthBytesPerSecond: -1", "prefillTokensPerSecond: 0", "rtt: -1s", "overhead: -1ms", "decodeStep: -10ms",
+		"decodeStep: 1e10", "rtt: soon", "prefillFilter: nothing", "prefillFilter: queue-scorer", "bandwidth: 1", "queueWeight: -1", "interferenceWeight: -1"} {
 		c, err := config.Parse([]byte(fleetConfig(false, bad)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := config.Build(c, all.Registry(), &scheduling.Handle{Services: map[string]any{}}, nil); err == nil {
 			t.Errorf("%s accepted", bad)
-		} else if !strings.Contains(err.Error(), "transfer-cost-pd-decider") && !strings.Contains(err.Error(), "parameters") {
-			t.Errorf("%s: %v", bad, err)
+		} else if name, _, _ := strings.Cut(bad, ":"); !strings.Contains(err.Error(), "parameters."+name) && !strings.Contains(err.Error(), fmt.Sprintf("unknown field %q", name)) {
+			t.Errorf("%s: %v does not name %s", bad, err, name)
 		}
 	}
 }
