@@ -236,7 +236,7 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 		}
 		return nil, nil, &inferr.Error{Code: inferr.ServiceUnavailable, Msg: "no candidate endpoints for the request", DroppedReason: eppwire.DroppedNoEndpoints}
 	}
-	if sr.Priority < 0 && d.opts.Admission == nil && d.opts.Saturation != nil && d.opts.Saturation.Saturated(candidates) {
+	if flowcontrol.Sheddable(sr.Priority) && d.opts.Admission == nil && d.opts.Saturation != nil && d.opts.Saturation.Saturated(candidates) {
 		return nil, nil, &inferr.Error{Code: inferr.ResourceExhausted, Msg: "pool is saturated and the request is sheddable", DroppedReason: eppwire.DroppedSaturated}
 	}
 
@@ -279,7 +279,7 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 	ex := &exchange{d: d, sched: sr, cs: cs, received: req.ReceivedAt}
 	// The class rides on the charge, so that a fallback moves it and the
 	// response's end releases it with the rest of the live load.
-	shed := sr.Priority < 0
+	shed := flowcontrol.Sheddable(sr.Priority)
 	if p := res.Prefill; p != nil {
 		// P/D: the prefill server computes the prompt (less what it
 		// holds) until the decode server's first token; the decode server

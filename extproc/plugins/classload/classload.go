@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/flowcontrol"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 )
 
@@ -77,7 +78,7 @@ func New(name string, raw json.RawMessage, _ *scheduling.Handle) (scheduling.Plu
 	return s, nil
 }
 
-func sheddable(req *scheduling.Request) bool { return req.Priority < 0 }
+func sheddable(req *scheduling.Request) bool { return flowcontrol.Sheddable(req.Priority) }
 
 // Totals is the requests in flight by class over every endpoint the plugin
 // has placed requests on (presence-holdback-policy reads it), and how many

@@ -17,6 +17,7 @@ import (
 	"errors"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/flowcontrol"
 	"github.com/kvgate/kvgate/extproc/latency"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 )
@@ -53,7 +54,7 @@ func (a *Admitter) Produces() []string { return nil }
 func (a *Admitter) Admit(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) error {
 	slo := latency.SLOOf(req)
 	preds, ok := scheduling.Read(cs, latency.PredictionsKey)
-	if req.Priority >= 0 || !slo.Set() || !ok {
+	if !flowcontrol.Sheddable(req.Priority) || !slo.Set() || !ok {
 		return nil
 	}
 	for _, e := range eps {

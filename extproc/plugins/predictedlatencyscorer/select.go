@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/flowcontrol"
 	"github.com/kvgate/kvgate/extproc/latency"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 )
@@ -351,7 +352,7 @@ func (s *Scorer) draw(choices []choice) *cand {
 
 // Admit implements scheduling.Admitter (GIE's AdmitRequest).
 func (s *Scorer) Admit(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) error {
-	if req.Priority >= 0 || req.TTFTSLO <= 0 || (s.params.StreamingMode && req.TPOTSLO <= 0) {
+	if !flowcontrol.Sheddable(req.Priority) || req.TTFTSLO <= 0 || (s.params.StreamingMode && req.TPOTSLO <= 0) {
 		return nil
 	}
 	all, predicted := s.candidates(cs, req, eps)

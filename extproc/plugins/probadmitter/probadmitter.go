@@ -26,6 +26,7 @@ import (
 	"math"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/flowcontrol"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 )
 
@@ -99,7 +100,7 @@ func (a *Admitter) ShedProbability(sat float64) float64 {
 
 // Admit implements scheduling.Admitter.
 func (a *Admitter) Admit(_ context.Context, _ *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) error {
-	if req == nil || req.Priority >= 0 || len(eps) == 0 {
+	if req == nil || !flowcontrol.Sheddable(req.Priority) || len(eps) == 0 {
 		return nil
 	}
 	sat := a.Saturation(eps)
