@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kvgate/kvgate/internal/bytebudget"
 	"github.com/kvgate/kvgate/internal/openai"
 )
 
@@ -86,7 +87,7 @@ func (g *Gateway) routeByBody(ctx context.Context, req *request) error {
 	if _, ok := openai.APIFromPath(p); !ok || !req.hasBody {
 		return nil
 	}
-	body, eof, err := readUpTo(req.body, g.cfg.MaxRequestBuffer+1, &req.held)
+	body, eof, err := bytebudget.ReadUpTo(req.body, g.cfg.MaxRequestBuffer+1, &req.held)
 	if err != nil {
 		return bodyError(err)
 	}

@@ -449,7 +449,7 @@ func (g *Gateway) runFilter(ctx context.Context, req *request) (*wasmhost.LocalR
 	buffered, eof := req.whole, !req.hasBody || req.whole != nil
 	if !eof {
 		var err error
-		if buffered, eof, err = readUpTo(req.body, g.cfg.MaxRequestBuffer+1, &req.held); err != nil {
+		if buffered, eof, err = bytebudget.ReadUpTo(req.body, g.cfg.MaxRequestBuffer+1, &req.held); err != nil {
 			return nil, bodyError(err)
 		}
 	}
@@ -822,32 +822,6 @@ func (a *attemptBody) responded() {
 func (a *attemptBody) stopPump() {
 	if a.pump != nil {
 		a.pump.stop()
-	}
-}
-
-// readUpTo reads r until EOF or until it has limit bytes; eof tells which.
-// The buffer grows in steps, each reserved from h's budget first.
-func readUpTo(r io.Reader, limit int, h *bytebudget.Holder) (b []byte, eof bool, err error) {
-	const first = 64 << 10
-	for {
-		if len(b) == cap(b) {
-			if len(b) >= limit {
-				return b, false, nil
-			}
-			c := min(max(first, 2*cap(b)), limit)
-			if err := h.Grow(int64(c)); err != nil {
-				return nil, false, err
-			}
-			b = append(make([]byte, 0, c), b...)
-		}
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if errors.Is(err, io.EOF) {
-			return b, true, nil
-		}
-		if err != nil {
-			return nil, false, err
-		}
 	}
 }
 

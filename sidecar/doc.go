@@ -68,7 +68,8 @@
 // "code"}: 400 BadRequestError for a body that is not a JSON object, 403
 // Forbidden, 413, 502 BadGateway when a prefiller cannot be reached, 503
 // ServiceUnavailable "The decode node is not ready..." when the local model
-// server cannot. Any request to an upstream — a leg, or a relayed request
+// server cannot, and 503 when the P/D bodies held at once (each reserved
+// from --body-budget-bytes while its legs run) leave no room for another. Any request to an upstream — a leg, or a relayed request
 // whose body streams from the client — that fails on a reused keep-alive
 // connection before any answer is sent once more, on a new connection:
 // a relayed body is kept as it is read, up to --max-request-body-bytes

@@ -21,6 +21,9 @@ type metrics struct {
 	// replayFull counts relayed requests whose body was not kept for a
 	// replay because --replay-buffer-bytes was spent.
 	replayFull prometheus.Counter
+	// bodyBudgetFull counts P/D requests refused (503) because
+	// --body-budget-bytes was spent.
+	bodyBudgetFull prometheus.Counter
 }
 
 // Stage labels of request_errors_total and of the SSRF refusals.
@@ -34,8 +37,8 @@ const (
 var latencyBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
 
 // newMetrics registers the series; replay is the replay buffer whose use
-// is exported (nil: none).
-func newMetrics(reg prometheus.Registerer, replay *bytebudget.Budget) *metrics {
+// is exported (nil: none), bodies the P/D bodies' budget.
+func newMetrics(reg prometheus.Registerer, replay, bodies *bytebudget.Budget) *metrics {
 	const sub = "llm_d_disagg_sidecar"
 	hist := func(name, help string) *prometheus.HistogramVec {
 		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Subsystem: sub, Name: name, Help: help, Buckets: latencyBuckets}, []string{"connector"})
@@ -56,10 +59,16 @@ func newMetrics(reg prometheus.Registerer, replay *bytebudget.Budget) *metrics {
 			Help: "Requests whose prefill leg ran on prefiller (a pool member, so the label is bounded by the pool) and whose decode leg ran here."}, []string{"prefiller"}),
 		replayFull: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvgate_sidecar_replay_buffer_full_total",
 			Help: "Relayed requests whose body was not kept for a stale-connection replay because --replay-buffer-bytes was spent: relayed all the same, not replayable."}),
+		bodyBudgetFull: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvgate_sidecar_body_budget_full_total",
+			Help: "P/D requests refused with 503 because the request bodies held for rewriting had spent --body-budget-bytes."}),
 	}
 	held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvgate_sidecar_replay_buffer_bytes",
 		Help: "Bytes of relayed request bodies kept now for a stale-connection replay, at most --replay-buffer-bytes."},
 		func() float64 { return float64(replay.Used()) })
-	reg.MustRegister(m.requests, m.disagg, m.encode, m.prefill, m.decode, m.errors, m.denied, m.pairs, m.replayFull, held)
+	bodyBytes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kvgate_sidecar_body_budget_bytes",
+		Help: "Bytes of P/D request bodies held now while their legs are rewritten, at most --body-budget-bytes."},
+		func() float64 { return float64(bodies.Used()) })
+	reg.MustRegister(m.requests, m.disagg, m.encode, m.prefill, m.decode, m.errors, m.denied, m.pairs, m.replayFull, held,
+		m.bodyBudgetFull, bodyBytes)
 	return m
 }

@@ -92,7 +92,11 @@ type Options struct {
 	// at once; a request that finds it spent is relayed unreplayable. 0
 	// keeps none (kvgate's).
 	ReplayBufferBytes int64
-	LogLevel          slog.Level
+	// BodyBudgetBytes bounds the request bodies all P/D requests hold at
+	// once while the sidecar rewrites them into their legs; past it a new
+	// body gets 503. Negative: unlimited (kvgate's, as the gateway's).
+	BodyBudgetBytes int64
+	LogLevel        slog.Level
 
 	Logger *slog.Logger
 }
@@ -105,7 +109,7 @@ func DefaultOptions() Options {
 		Port: 8000, ModelServerPort: 8200, KVConnector: ConnectorNIXLV2, DataParallelSize: 1,
 		P2PConnectorPort: 7777, EnableSSRFProtection: true, InferencePool: os.Getenv("INFERENCE_POOL"),
 		PoolGroup: poolGroup, SecureServing: true, PrefillRetryBackoff: 200 * time.Millisecond,
-		MaxIdleConnsPerHost: 1024, MaxRequestBodyBytes: 32 << 20, ReplayBufferBytes: 256 << 20,
+		MaxIdleConnsPerHost: 1024, MaxRequestBodyBytes: 32 << 20, ReplayBufferBytes: 256 << 20, BodyBudgetBytes: 256 << 20,
 	}
 	if v, err := strconv.ParseBool(os.Getenv("ENABLE_PREFILLER_SAMPLING")); err == nil {
 		o.EnablePrefillerSampling = v
@@ -172,6 +176,7 @@ func (o *Options) flagSet(out io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.DecodeChunkSize, "decode-chunk-size", o.DecodeChunkSize, "chunked decode token budget (kvgate: 0 only)")
 	fs.Int64Var(&o.MaxRequestBodyBytes, "max-request-body-bytes", o.MaxRequestBodyBytes, "largest request body the sidecar reads, and the most of a relayed body kept to replay it after a stale connection")
 	fs.Int64Var(&o.ReplayBufferBytes, "replay-buffer-bytes", o.ReplayBufferBytes, "the most bytes of relayed bodies kept at once, all requests together, to replay them after a stale connection; a request past it is relayed but not replayed (0: none kept)")
+	fs.Int64Var(&o.BodyBudgetBytes, "body-budget-bytes", o.BodyBudgetBytes, "request body bytes all P/D requests together may hold while their legs are rewritten; beyond it new bodies get 503 (<0: unlimited)")
 	fs.Var(levelFlag{&o.LogLevel}, "log-level", "log level: debug, info, warn, error")
 	fs.Var(levelFlag{&o.LogLevel}, "zap-log-level", "llm-d's log level flag: debug, info, error or a verbosity number")
 	return fs
@@ -239,6 +244,8 @@ func (o *Options) validate() error {
 		return errors.New("--prefill-max-retries and --prefill-retry-backoff must not be negative")
 	case o.MaxIdleConnsPerHost < 1 || o.MaxRequestBodyBytes < 1:
 		return errors.New("--max-idle-conns-per-host and --max-request-body-bytes must be positive")
+	case o.BodyBudgetBytes == 0:
+		return errors.New("--body-budget-bytes 0 would refuse every P/D body; use a negative value for no limit")
 	case o.ReplayBufferBytes < 0:
 		return fmt.Errorf("--replay-buffer-bytes %d: must not be negative (0 keeps no relayed body for a replay)", o.ReplayBufferBytes)
 	case o.PoolGroup != poolGroup:

@@ -14,7 +14,7 @@ func TestDefaults(t *testing.T) {
 	o := DefaultOptions()
 	if o.Port != 8000 || o.ModelServerPort != 8200 || o.KVConnector != "nixlv2" || !o.EnableSSRFProtection || !o.SecureServing ||
 		o.P2PConnectorPort != 7777 || o.PrefillRetryBackoff != 200*time.Millisecond || o.PrefillMaxRetries != 0 || o.MaxIdleConnsPerHost != 1024 ||
-		o.ReplayBufferBytes != 256<<20 {
+		o.ReplayBufferBytes != 256<<20 || o.BodyBudgetBytes != 256<<20 {
 		t.Fatalf("defaults %+v", o)
 	}
 	t.Setenv("INFERENCE_POOL", "ns/pool")
@@ -35,6 +35,7 @@ func TestParseFlags(t *testing.T) {
 		{"--model-server-port=8100", "--inference-pool=ns/p", "--enable-tls=prefiller,decoder", "--tls-insecure-skip-verify=prefiller", "--prefill-max-retries=3", "--prefill-retry-backoff=1s"},
 		{"--ec-connector=ec-nixl", "--enable-p2p-pull", "--inference-pool=p", "--metrics-port=9000", "--zap-log-level=debug"},
 		{"--replay-buffer-bytes=0", "--inference-pool=p"},
+		{"--body-budget-bytes=-1", "--inference-pool=p"},
 	}
 	for _, args := range ok {
 		if _, err := ParseFlags(args, io.Discard); err != nil {
@@ -57,6 +58,7 @@ func TestParseFlags(t *testing.T) {
 		"pool-group":             {"--pool-group=x.io", "--inference-pool=p"},
 		"not defined":            {"--configuration=x"},
 		"--replay-buffer-bytes":  {"--replay-buffer-bytes=-1", "--inference-pool=p"},
+		"--body-budget-bytes":    {"--body-budget-bytes=0", "--inference-pool=p"},
 	}
 	for want, args := range bad {
 		if _, err := ParseFlags(args, io.Discard); err == nil || !strings.Contains(err.Error(), want) {
@@ -69,7 +71,7 @@ func TestArgsRoundTrip(t *testing.T) {
 	o := DefaultOptions()
 	o.Host, o.Port, o.ModelServerPort, o.KVConnector, o.ECConnector = "127.0.0.1", 0, 9, ConnectorOffloading, ECConnectorNIXL
 	o.EndpointsFile, o.InferencePool, o.SecureServing, o.EnableTLS = "/p.yaml", "", false, []string{"prefiller"}
-	o.PrefillMaxRetries, o.PrefillRetryBackoff, o.MetricsPort, o.ReplayBufferBytes = 2, time.Second, 7, 1<<20
+	o.PrefillMaxRetries, o.PrefillRetryBackoff, o.MetricsPort, o.ReplayBufferBytes, o.BodyBudgetBytes = 2, time.Second, 7, 1<<20, -1
 	got, err := ParseFlags(o.Args(), io.Discard)
 	if err != nil {
 		t.Fatalf("%v: %v", o.Args(), err)

@@ -13,6 +13,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/kvgate/kvgate/internal/bytebudget"
 )
 
 // maxLegResponse bounds a buffered prefill or encode answer: one token and
@@ -79,13 +81,21 @@ func (s *Server) handle(a api) http.HandlerFunc {
 			return
 		}
 
-		raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.o.MaxRequestBodyBytes))
-		if err != nil {
-			if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-				writeError(w, newError(http.StatusRequestEntityTooLarge, "request body larger than %d bytes", mbe.Limit))
-				return
-			}
+		// The body's bytes stay reserved while its legs run: the parsed
+		// body and each leg's copy live as long as the request.
+		held := s.bodies.Hold()
+		defer held.Done()
+		raw, eof, err := bytebudget.ReadUpTo(r.Body, int(s.o.MaxRequestBodyBytes)+1, &held)
+		switch {
+		case errors.Is(err, bytebudget.ErrExhausted):
+			s.m.bodyBudgetFull.Inc()
+			writeError(w, newError(http.StatusServiceUnavailable, "request body refused: sidecar memory budget (--body-budget-bytes %d) exhausted", s.o.BodyBudgetBytes))
+			return
+		case err != nil:
 			writeError(w, newError(http.StatusBadRequest, "reading the request body: %v", err))
+			return
+		case !eof || int64(len(raw)) > s.o.MaxRequestBodyBytes:
+			writeError(w, newError(http.StatusRequestEntityTooLarge, "request body larger than %d bytes", s.o.MaxRequestBodyBytes))
 			return
 		}
 		b, err := parseBody(raw)

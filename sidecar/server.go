@@ -58,6 +58,7 @@ type Server struct {
 	reg       *prometheus.Registry
 	m         *metrics
 	replay    *bytebudget.Budget // relayed bodies kept for a replay; nil: none kept
+	bodies    *bytebudget.Budget // P/D request bodies being rewritten into legs
 	prefix    map[string]string  // URL scheme per stage
 
 	ctx    context.Context // the server's lifetime
@@ -96,8 +97,9 @@ func New(o Options) (*Server, error) {
 	if o.ReplayBufferBytes > 0 {
 		s.replay = bytebudget.New(o.ReplayBufferBytes)
 	}
+	s.bodies = bytebudget.New(o.BodyBudgetBytes)
 	s.reg = prometheus.NewRegistry()
-	s.m = newMetrics(s.reg, s.replay)
+	s.m = newMetrics(s.reg, s.replay, s.bodies)
 	s.decoder = &url.URL{Scheme: strings.TrimSuffix(s.prefix[stageDecoder], "://"), Host: net.JoinHostPort(decoderHost, strconv.Itoa(o.ModelServerPort))}
 	s.prefillC = &http.Client{Transport: s.transport(stagePrefiller)}
 	s.decodeC = &http.Client{Transport: s.transport(stageDecoder)}

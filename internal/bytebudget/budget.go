@@ -3,6 +3,7 @@ package bytebudget
 import (
 	"errors"
 	"fmt"
+	"io"
 	"sync/atomic"
 )
 
@@ -107,4 +108,32 @@ func (h *Holder) Held() int64 { return h.held }
 func (h *Holder) Done() {
 	h.b.Release(h.held)
 	h.held = 0
+}
+
+// ReadUpTo reads r until EOF or until it has limit bytes; eof tells which.
+// The buffer grows in steps, each reserved from h's budget before it is
+// allocated, so a body's memory is counted before it exists; an
+// exhausted budget fails with an error wrapping ErrExhausted.
+func ReadUpTo(r io.Reader, limit int, h *Holder) (b []byte, eof bool, err error) {
+	const first = 64 << 10
+	for {
+		if len(b) == cap(b) {
+			if len(b) >= limit {
+				return b, false, nil
+			}
+			c := min(max(first, 2*cap(b)), limit)
+			if err := h.Grow(int64(c)); err != nil {
+				return nil, false, err
+			}
+			b = append(make([]byte, 0, c), b...)
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if errors.Is(err, io.EOF) {
+			return b, true, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
+	}
 }

@@ -1,9 +1,12 @@
 package bytebudget
 
 import (
+	"bytes"
 	"errors"
+	"io"
 	"sync"
 	"testing"
+	"testing/iotest"
 )
 
 func TestBudget(t *testing.T) {
@@ -92,4 +95,50 @@ func TestNil(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.Done()
+}
+
+// ReadUpTo reads to EOF or to its limit, its buffer's bytes reserved
+// before they are allocated; a budget without room fails it.
+func TestReadUpTo(t *testing.T) {
+	boom := errors.New("boom")
+	tests := []struct {
+		name     string
+		body     int
+		limit    int
+		budget   int64
+		readErr  error
+		wantLen  int
+		wantEOF  bool
+		wantErr  error
+		wantHeld int64
+	}{
+		{"short body", 10, 100, -1, nil, 10, true, nil, 100},
+		{"at the limit", 100, 100, -1, nil, 100, false, nil, 100},
+		{"past the limit", 1 << 20, 70 << 10, -1, nil, 70 << 10, false, nil, 70 << 10},
+		{"grows by doubling", 200 << 10, 1 << 20, -1, nil, 200 << 10, true, nil, 256 << 10},
+		{"no room", 10, 100, 50, nil, 0, false, ErrExhausted, 0},
+		{"no room to grow", 100 << 10, 1 << 20, 100 << 10, nil, 0, false, ErrExhausted, 64 << 10},
+		{"a read error", 10, 100, -1, boom, 0, false, boom, 100},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := New(tt.budget)
+			h := b.Hold()
+			var r io.Reader = bytes.NewReader(make([]byte, tt.body))
+			if tt.readErr != nil {
+				r = io.MultiReader(r, iotest.ErrReader(tt.readErr))
+			}
+			got, eof, err := ReadUpTo(r, tt.limit, &h)
+			if len(got) != tt.wantLen || eof != tt.wantEOF || !errors.Is(err, tt.wantErr) {
+				t.Fatalf("ReadUpTo = %d bytes, eof %v, err %v; want %d, %v, %v", len(got), eof, err, tt.wantLen, tt.wantEOF, tt.wantErr)
+			}
+			if h.Held() != tt.wantHeld || b.Used() != tt.wantHeld {
+				t.Fatalf("held %d, budget used %d; want %d", h.Held(), b.Used(), tt.wantHeld)
+			}
+			h.Done()
+			if b.Used() != 0 {
+				t.Fatalf("budget used %d after Done", b.Used())
+			}
+		})
+	}
 }
