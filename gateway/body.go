@@ -108,17 +108,12 @@ func (s *bodySender) keep(b []byte) {
 		s.drop(true)
 		return
 	}
-	if n > cap(s.retained) {
-		c := min(max(n, 2*cap(s.retained)), s.max)
-		if s.held.Grow(int64(c)) != nil {
-			// No memory for a replay copy: the body still streams to
-			// the picker, but this request cannot fail open any more.
-			s.drop(true)
-			return
-		}
-		s.retained = append(make([]byte, 0, c), s.retained...)
+	var err error
+	if s.retained, err = s.held.Append(s.retained, b, s.max); err != nil {
+		// No memory for a replay copy: the body still streams to the
+		// picker, but this request cannot fail open any more.
+		s.drop(true)
 	}
-	s.retained = append(s.retained, b...)
 }
 
 // drop ends retaining; s.mu is held.

@@ -166,18 +166,11 @@ func (b *recordedBody) keep(p []byte) {
 		b.stopKeeping()
 		return
 	}
-	if need > int64(cap(b.kept)) {
-		// Doubling, as append would, but capped at max: the reservation
-		// is the allocation.
-		size := min(max(2*int64(cap(b.kept)), need), b.max)
-		if err := b.held.Grow(size); err != nil {
-			b.full.Inc()
-			b.stopKeeping()
-			return
-		}
-		b.kept = append(make([]byte, 0, size), b.kept...)
+	var err error
+	if b.kept, err = b.held.Append(b.kept, p, int(b.max)); err != nil {
+		b.full.Inc()
+		b.stopKeeping()
 	}
-	b.kept = append(b.kept, p...)
 }
 
 // stopKeeping drops the kept bytes for good and gives their reservation

@@ -159,15 +159,10 @@ func (st *stream) onRequestBody(b *extprocv3.HttpBody) (bool, error) {
 	if n > st.srv.maxBody {
 		return true, st.immediate(tooLarge(st.srv.maxBody))
 	}
-	if n > cap(st.req.Body) {
-		// Grow as append would, but with the bytes reserved first.
-		c := min(max(n, 2*cap(st.req.Body)), st.srv.maxBody)
-		if err := st.body.Grow(int64(c)); err != nil {
-			return true, st.immediate(overBudget(err))
-		}
-		st.req.Body = append(make([]byte, 0, c), st.req.Body...)
+	var err error
+	if st.req.Body, err = st.body.Append(st.req.Body, chunk, st.srv.maxBody); err != nil {
+		return true, st.immediate(overBudget(err))
 	}
-	st.req.Body = append(st.req.Body, chunk...)
 	if !b.GetEndOfStream() {
 		return false, nil
 	}

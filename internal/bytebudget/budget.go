@@ -110,6 +110,21 @@ func (h *Holder) Done() {
 	h.held = 0
 }
 
+// Append appends p to buf, growing buf as append would (doubling, but to
+// at most limit bytes) with the larger buffer's bytes reserved from h
+// before it is allocated; on an error wrapping ErrExhausted buf is
+// returned unchanged. The caller keeps len(buf)+len(p) within limit.
+func (h *Holder) Append(buf, p []byte, limit int) ([]byte, error) {
+	if n := len(buf) + len(p); n > cap(buf) {
+		c := min(max(n, 2*cap(buf)), limit)
+		if err := h.Grow(int64(c)); err != nil {
+			return buf, err
+		}
+		buf = append(make([]byte, 0, c), buf...)
+	}
+	return append(buf, p...), nil
+}
+
 // ReadUpTo reads r until EOF or until it has limit bytes; eof tells which.
 // The buffer grows in steps, each reserved from h's budget before it is
 // allocated, so a body's memory is counted before it exists; an

@@ -142,3 +142,46 @@ func TestReadUpTo(t *testing.T) {
 		})
 	}
 }
+
+// Append grows as append would, to at most its limit, reserving each
+// larger buffer before allocating it, and leaves buf as it was when the
+// budget has no room.
+func TestAppend(t *testing.T) {
+	tests := []struct {
+		name     string
+		chunks   []int
+		limit    int
+		budget   int64
+		wantCaps []int // cap after each chunk
+		wantErr  int   // index of the chunk the budget refuses; -1: none
+	}{
+		{"doubles", []int{10, 5, 20}, 1000, -1, []int{10, 20, 40}, -1},
+		{"capped at the limit", []int{10, 15, 5}, 30, -1, []int{10, 25, 30}, -1},
+		{"fits the spare capacity", []int{10, 5, 5}, 1000, -1, []int{10, 20, 20}, -1},
+		{"refused", []int{10, 15}, 1000, 15, []int{10, 10}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := New(tt.budget)
+			h := b.Hold()
+			var buf []byte
+			want := 0
+			for i, n := range tt.chunks {
+				var err error
+				buf, err = h.Append(buf, bytes.Repeat([]byte{byte(i)}, n), tt.limit)
+				if refused := errors.Is(err, ErrExhausted); refused != (i == tt.wantErr) {
+					t.Fatalf("chunk %d: err %v", i, err)
+				}
+				if err == nil {
+					want += n
+				}
+				if len(buf) != want || cap(buf) != tt.wantCaps[i] || h.Held() != int64(cap(buf)) || b.Used() != h.Held() {
+					t.Fatalf("chunk %d: len %d cap %d held %d used %d; want len %d cap %d", i, len(buf), cap(buf), h.Held(), b.Used(), want, tt.wantCaps[i])
+				}
+			}
+			if buf[0] != 0 || (len(tt.chunks) > 1 && tt.wantErr != 1 && buf[tt.chunks[0]] != 1) {
+				t.Fatalf("bytes not appended in order: % x", buf[:min(len(buf), 16)])
+			}
+		})
+	}
+}
