@@ -14,6 +14,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -397,8 +399,16 @@ func TestE2EPickerDownFollowsFailureMode(t *testing.T) {
 	}
 }
 
-// ownProcesses lists live processes running the test binary: after `kvgate
-// up` exits there must be none.
+// ownerTag is the environment entry upCommand gives `kvgate up`, which its
+// children inherit (and keep if orphaned), so that ownProcesses counts this
+// test's processes only: other packages' tests run fleets of the same
+// binary at the same time.
+func ownerTag(t *testing.T) string {
+	return "KVGATE_TEST_OWNER=" + strconv.Itoa(os.Getpid()) + "/" + t.Name()
+}
+
+// ownProcesses lists live processes of the test binary that this test
+// started: after `kvgate up` exits there must be none.
 func ownProcesses(t *testing.T) []int {
 	t.Helper()
 	dirs, err := os.ReadDir("/proc")
@@ -411,7 +421,11 @@ func ownProcesses(t *testing.T) []int {
 		if _, err := fmt.Sscanf(d.Name(), "%d", &pid); err != nil {
 			continue
 		}
-		if exe, err := os.Readlink(filepath.Join("/proc", d.Name(), "exe")); err == nil && exe == testBin {
+		if exe, err := os.Readlink(filepath.Join("/proc", d.Name(), "exe")); err != nil || exe != testBin {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join("/proc", d.Name(), "environ"))
+		if err == nil && slices.Contains(strings.Split(string(env), "\x00"), ownerTag(t)) {
 			pids = append(pids, pid)
 		}
 	}
@@ -427,6 +441,7 @@ func upCommand(t *testing.T, args ...string) (*exec.Cmd, *testutil.SyncBuffer) {
 	cmd := exec.Command(testBin, append([]string{"up", "--out", out, "--kvgate", testBin, "--wasm", testWasm,
 		"--tokenizer", testTokDir, "--trace", testTrace}, args...)...)
 	cmd.Dir = repoRootDir
+	cmd.Env = append(os.Environ(), ownerTag(t))
 	buf := &testutil.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = buf, buf
 	t.Cleanup(func() {
