@@ -245,10 +245,11 @@ func startPDFleet(ctx context.Context, c PDConfig, cfg string) (_ *PDStack, err 
 	agentArgs := func(addr string) []string {
 		return []string{"--listen", addr, "--cpu-bytes", strconv.Itoa(64 << 20)}
 	}
-	for i := range np + nd {
-		if !c.agents() {
-			break // the KV connector moves the KV, not node agents
-		}
+	agents := 0 // with a KV connector, it moves the KV, not node agents
+	if c.agents() {
+		agents = np + nd
+	}
+	for i := range agents {
 		name := fmt.Sprintf("agent-p%d", i)
 		if i >= np {
 			name = fmt.Sprintf("agent-d%d", i-np)

@@ -145,18 +145,16 @@ const fleetStarts = 4
 func withFreshPorts[S any](progress func(string), start func() (S, error)) (S, error) {
 	for n := 1; ; n++ {
 		s, err := start()
-		if err == nil || n == fleetStarts || !portTaken(err) {
+		who := portTakenBy(err)
+		if err == nil || n == fleetStarts || who == "" {
 			return s, err
 		}
-		progress(fmt.Sprintf("a port was taken before its component bound it (%v); starting again on new ports", portTakenBy(err)))
+		progress(fmt.Sprintf("a port was taken before its component bound it (%v); starting again on new ports", who))
 	}
 }
 
-// portTaken reports whether err is a component that died because its
-// listen address was in use.
-func portTaken(err error) bool { return portTakenBy(err) != "" }
-
-// portTakenBy names the component of portTaken's error ("" if none).
+// portTakenBy names the component err says died because its listen
+// address was in use ("" if err is no such death).
 func portTakenBy(err error) string {
 	var exit *proc.ExitError
 	if !errors.As(err, &exit) {

@@ -94,7 +94,7 @@ func (s *Server) handle(a api) http.HandlerFunc {
 		case err != nil:
 			writeError(w, newError(http.StatusBadRequest, "reading the request body: %v", err))
 			return
-		case !eof || int64(len(raw)) > s.o.MaxRequestBodyBytes:
+		case !eof: // ReadUpTo stopped at one byte past the limit
 			writeError(w, newError(http.StatusRequestEntityTooLarge, "request body larger than %d bytes", s.o.MaxRequestBodyBytes))
 			return
 		}

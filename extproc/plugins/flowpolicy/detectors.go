@@ -268,16 +268,21 @@ func (c *Concurrency) Saturated(eps []*endpoints.Endpoint) bool { return c.Satur
 func (c *Concurrency) Credit(eps []*endpoints.Endpoint) float64 {
 	n := float64(max(1, len(eps)))
 	if c.mode == ModeTokens {
-		var reqs, toks float64
-		for _, e := range eps {
-			reqs += float64(e.InflightRequests())
-			toks += float64(e.InflightTokens())
-		}
-		if reqs > 0 {
+		if reqs, toks := inflight(eps); reqs > 0 {
 			return toks / reqs / (n * c.maxToks)
 		}
 	}
 	return 1 / (n * c.maxReqs)
+}
+
+// inflight is the pool's in-flight requests and tokens: the credits price
+// a request of the pool's mean size.
+func inflight(eps []*endpoints.Endpoint) (reqs, toks float64) {
+	for _, e := range eps {
+		reqs += float64(e.InflightRequests())
+		toks += float64(e.InflightTokens())
+	}
+	return reqs, toks
 }
 
 // Filter implements scheduling.Filter.
@@ -445,11 +450,7 @@ func (d *DecodeStep) Saturation(eps []*endpoints.Endpoint) float64 {
 // pool's mean size adds to the step of one server, spread over the pool
 // under aggregate mean.
 func (d *DecodeStep) Credit(eps []*endpoints.Endpoint) float64 {
-	var reqs, toks float64
-	for _, e := range eps {
-		reqs += float64(e.InflightRequests())
-		toks += float64(e.InflightTokens())
-	}
+	reqs, toks := inflight(eps)
 	c := d.perSeq
 	if reqs > 0 {
 		c += d.perToken * toks / reqs
