@@ -12,6 +12,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/flowcontrol"
 	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
 	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/internal/duration"
 )
 
 // FlowControlGate is the feature gate that turns the flow-control layer on.
@@ -22,8 +23,8 @@ const FlowControlGate = "flowControl"
 type FlowControlSpec struct {
 	MaxBytes                    *Quantity          `json:"maxBytes,omitempty"`
 	MaxRequests                 *Quantity          `json:"maxRequests,omitempty"`
-	DefaultRequestTTL           *TTL               `json:"defaultRequestTTL,omitempty"`
-	NoEndpointRequestTTL        *TTL               `json:"noEndpointRequestTTL,omitempty"`
+	DefaultRequestTTL           *duration.Duration `json:"defaultRequestTTL,omitempty"`
+	NoEndpointRequestTTL        *duration.Duration `json:"noEndpointRequestTTL,omitempty"`
 	DefaultPriorityBand         *PriorityBandSpec  `json:"defaultPriorityBand,omitempty"`
 	DefaultNegativePriorityBand *PriorityBandSpec  `json:"defaultNegativePriorityBand,omitempty"`
 	PriorityBands               []PriorityBandSpec `json:"priorityBands,omitempty"`
@@ -68,24 +69,12 @@ func (q *Quantity) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// TTL is a duration string ("60s", "1m"); "0s" is an explicit zero.
-type TTL time.Duration
-
-// UnmarshalJSON accepts a Go duration string.
-func (d *TTL) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("duration must be a string like \"60s\": %w", err)
+// ttl is a flowControl TTL field's value; "0s" is an explicit zero (no TTL).
+func ttl(field string, d duration.Duration) (time.Duration, error) {
+	if d < 0 {
+		return 0, fmt.Errorf("flowControl.%s must not be negative, got %v", field, time.Duration(d))
 	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return err
-	}
-	if v < 0 {
-		return fmt.Errorf("duration %q must not be negative", s)
-	}
-	*d = TTL(v)
-	return nil
+	return time.Duration(d), nil
 }
 
 // ParseFlowControl decodes a `flowControl` section strictly: a field it
@@ -160,11 +149,15 @@ func (b *builder) buildFlowControl(c *Config) error {
 	}
 	cfg.RequestTTL = flowcontrol.DefaultRequestTTL
 	if spec.DefaultRequestTTL != nil {
-		cfg.RequestTTL = time.Duration(*spec.DefaultRequestTTL)
+		if cfg.RequestTTL, err = ttl("defaultRequestTTL", *spec.DefaultRequestTTL); err != nil {
+			return err
+		}
 	}
 	cfg.NoEndpointTTL = cfg.RequestTTL
 	if spec.NoEndpointRequestTTL != nil {
-		cfg.NoEndpointTTL = time.Duration(*spec.NoEndpointRequestTTL)
+		if cfg.NoEndpointTTL, err = ttl("noEndpointRequestTTL", *spec.NoEndpointRequestTTL); err != nil {
+			return err
+		}
 	}
 	ulRef := spec.UsageLimitPolicyPluginRef
 	if ulRef == "" {

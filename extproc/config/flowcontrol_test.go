@@ -268,6 +268,8 @@ func TestFlowControlSectionErrors(t *testing.T) {
 		{"duplicate band", "flowControl:\n  priorityBands:\n  - priority: 1\n  - priority: 1\n", "priority 1 is configured twice"},
 		{"bad quantity", "flowControl:\n  maxBytes: lots\n", "quantity"},
 		{"bad TTL", "flowControl:\n  defaultRequestTTL: soon\n", `invalid duration "soon"`},
+		{"negative TTL", "flowControl:\n  defaultRequestTTL: -1s\n", "flowControl.defaultRequestTTL must not be negative"},
+		{"negative no-endpoint TTL", "flowControl:\n  noEndpointRequestTTL: -2s\n", "flowControl.noEndpointRequestTTL must not be negative"},
 		{"ref of the wrong kind", "plugins:\n- type: queue-scorer\nflowControl:\n  priorityBands:\n  - priority: 1\n    fairnessPolicyRef: queue-scorer\n", `"queue-scorer" (type "queue-scorer") is not a fairness policy`},
 		{"unknown ref", "flowControl:\n  usageLimitPolicyPluginRef: nope\n", `usageLimitPolicyPluginRef: "nope" is neither a configured plugin nor a plugin type`},
 		{"unknown detector field", "saturationDetector:\n  pluginRef: concurrency-detector\n  headroom: 1\n", `unknown field "headroom"`},

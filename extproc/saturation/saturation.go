@@ -5,23 +5,23 @@
 package saturation
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/internal/duration"
 )
 
 // Config is the EndpointPickerConfig `saturationDetector` section.
 type Config struct {
-	QueueDepthThreshold       int      `json:"queueDepthThreshold"`
-	KVCacheUtilThreshold      float64  `json:"kvCacheUtilThreshold"`
-	MetricsStalenessThreshold Duration `json:"metricsStalenessThreshold"`
+	QueueDepthThreshold       int               `json:"queueDepthThreshold"`
+	KVCacheUtilThreshold      float64           `json:"kvCacheUtilThreshold"`
+	MetricsStalenessThreshold duration.Duration `json:"metricsStalenessThreshold"`
 }
 
 // Defaults as in GIE.
 func Defaults() Config {
-	return Config{QueueDepthThreshold: 5, KVCacheUtilThreshold: 0.8, MetricsStalenessThreshold: Duration(200 * time.Millisecond)}
+	return Config{QueueDepthThreshold: 5, KVCacheUtilThreshold: 0.8, MetricsStalenessThreshold: duration.Duration(200 * time.Millisecond)}
 }
 
 // Validate reports the first out-of-range field.
@@ -36,26 +36,6 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
-
-// Duration is a time.Duration written as "150ms" in configuration.
-type Duration time.Duration
-
-// UnmarshalJSON accepts a Go duration string.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("duration must be a string like \"200ms\": %w", err)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return err
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// MarshalJSON writes the duration string.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
 
 // Detector computes pool saturation. It is stateless and safe for
 // concurrent use.

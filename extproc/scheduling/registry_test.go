@@ -4,7 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/kvgate/kvgate/internal/duration"
 )
 
 // TestDecodeParamsNamesTheParameter: an error a field's own UnmarshalJSON
@@ -12,9 +13,9 @@ import (
 // decoder's own type and unknown-field errors do.
 func TestDecodeParamsNamesTheParameter(t *testing.T) {
 	type params struct {
-		Timeout  Duration `json:"timeout"`
-		Interval Duration `json:"interval"`
-		Name     string   `json:"name"`
+		Timeout  duration.Duration `json:"timeout"`
+		Interval duration.Duration `json:"interval"`
+		Name     string            `json:"name"`
 	}
 	tests := []struct {
 		raw  string
@@ -42,26 +43,6 @@ func TestDecodeParamsNamesTheParameter(t *testing.T) {
 	}
 }
 
-// FuzzDuration: whatever the input, a decoded duration is the seconds it
-// says (to a nanosecond's rounding) or an error, never a wrapped value.
-func FuzzDuration(f *testing.F) {
-	for _, s := range []string{`"5m"`, `2.5`, `-1`, `1e10`, `9.2e9`, `-9.3e9`, `"x"`, `null`} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, raw string) {
-		var d Duration
-		if err := d.UnmarshalJSON([]byte(raw)); err != nil {
-			return
-		}
-		var secs float64
-		if json.Unmarshal([]byte(raw), &secs) == nil {
-			if got := time.Duration(d).Seconds(); (secs > 1 || secs < -1) && (got > 0) != (secs > 0) {
-				t.Fatalf("%s seconds decoded as %v", raw, time.Duration(d))
-			}
-		}
-	})
-}
-
 // FuzzDecodeParams: any input decodes or fails with an error that says it
 // is the parameters' (naming one of the input's keys when it names one).
 func FuzzDecodeParams(f *testing.F) {
@@ -69,7 +50,7 @@ func FuzzDecodeParams(f *testing.F) {
 		f.Add(s)
 	}
 	type params struct {
-		Timeout Duration          `json:"timeout"`
+		Timeout duration.Duration `json:"timeout"`
 		Name    string            `json:"name"`
 		Nested  map[string]string `json:"nested"`
 	}

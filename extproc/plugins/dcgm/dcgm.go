@@ -15,6 +15,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/endpoints/poll"
 	"github.com/kvgate/kvgate/extproc/plugins/metricsdatasource"
 	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/internal/duration"
 	"github.com/kvgate/kvgate/internal/promtext"
 )
 
@@ -35,12 +36,12 @@ const (
 
 // Params are dcgm-data-source's parameters.
 type Params struct {
-	Scheme             string              `json:"scheme"`
-	Path               string              `json:"path"`
-	Port               *int                `json:"port"`
-	InsecureSkipVerify *bool               `json:"insecureSkipVerify"`
-	UseNodeAddress     bool                `json:"useNodeAddress"`
-	Interval           scheduling.Duration `json:"interval"`
+	Scheme             string            `json:"scheme"`
+	Path               string            `json:"path"`
+	Port               *int              `json:"port"`
+	InsecureSkipVerify *bool             `json:"insecureSkipVerify"`
+	UseNodeAddress     bool              `json:"useNodeAddress"`
+	Interval           duration.Duration `json:"interval"`
 }
 
 // Source implements dcgm-data-source.

@@ -36,7 +36,8 @@ func TestDecodeStepParams(t *testing.T) {
 		{`{"maxStep": "-1ms"}`, false},
 		{`{"perSequence": "-1µs"}`, false},
 		{`{"perContextToken": "ten"}`, false},
-		{`{"stepOverhead": 5}`, false},
+		{`{"stepOverhead": 0.005}`, true}, // a number is seconds
+		{`{"stepOverhead": true}`, false},
 		{`{"maxStepp": "10ms"}`, false},
 	}
 	for _, tt := range tests {

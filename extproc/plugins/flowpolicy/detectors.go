@@ -10,6 +10,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/flowcontrol"
 	"github.com/kvgate/kvgate/extproc/saturation"
 	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/internal/duration"
 )
 
 // Utilization is utilization-detector, the default: an endpoint's score is
@@ -39,10 +40,10 @@ type Utilization struct {
 
 // UtilizationParams are utilization-detector's parameters.
 type UtilizationParams struct {
-	QueueDepthThreshold       *int                 `json:"queueDepthThreshold"`
-	KVCacheUtilThreshold      *float64             `json:"kvCacheUtilThreshold"`
-	MetricsStalenessThreshold *saturation.Duration `json:"metricsStalenessThreshold"`
-	Headroom                  *float64             `json:"headroom"`
+	QueueDepthThreshold       *int               `json:"queueDepthThreshold"`
+	KVCacheUtilThreshold      *float64           `json:"kvCacheUtilThreshold"`
+	MetricsStalenessThreshold *duration.Duration `json:"metricsStalenessThreshold"`
+	Headroom                  *float64           `json:"headroom"`
 }
 
 // NewUtilization is the plugin factory.
@@ -367,11 +368,11 @@ type DecodeStep struct {
 
 // DecodeStepParams are decode-step-detector's parameters.
 type DecodeStepParams struct {
-	MaxStep         *saturation.Duration `json:"maxStep"`
-	StepOverhead    *saturation.Duration `json:"stepOverhead"`
-	PerSequence     *saturation.Duration `json:"perSequence"`
-	PerContextToken *saturation.Duration `json:"perContextToken"`
-	Aggregate       string               `json:"aggregate"`
+	MaxStep         *duration.Duration `json:"maxStep"`
+	StepOverhead    *duration.Duration `json:"stepOverhead"`
+	PerSequence     *duration.Duration `json:"perSequence"`
+	PerContextToken *duration.Duration `json:"perContextToken"`
+	Aggregate       string             `json:"aggregate"`
 }
 
 // NewDecodeStep is the plugin factory.
@@ -391,7 +392,7 @@ func NewDecodeStep(name string, params json.RawMessage, _ *scheduling.Handle) (s
 	}
 	for _, f := range []struct {
 		name     string
-		v        *saturation.Duration
+		v        *duration.Duration
 		dst      *float64
 		positive bool
 	}{

@@ -31,6 +31,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/telemetry"
+	"github.com/kvgate/kvgate/internal/duration"
 	telemetryv1 "github.com/kvgate/kvgate/proto/kvgate/telemetry/v1"
 )
 
@@ -60,8 +61,8 @@ var defaultIgnoredXIDs = []uint64{13, 31, 43, 45}
 
 // common are both plugins' XID parameters.
 type common struct {
-	XIDWindow  *scheduling.Duration `json:"xidWindow"`
-	IgnoreXIDs []uint64             `json:"ignoreXIDs"`
+	XIDWindow  *duration.Duration `json:"xidWindow"`
+	IgnoreXIDs []uint64           `json:"ignoreXIDs"`
 }
 
 type xidRule struct {
@@ -91,9 +92,9 @@ func (r xidRule) recentXID(h telemetry.GPUHealth, now time.Time) bool {
 
 // FilterParams are gpu-health-filter's parameters.
 type FilterParams struct {
-	XIDWindow  *scheduling.Duration `json:"xidWindow"`
-	IgnoreXIDs []uint64             `json:"ignoreXIDs"`
-	Throttle   []string             `json:"throttle"`
+	XIDWindow  *duration.Duration `json:"xidWindow"`
+	IgnoreXIDs []uint64           `json:"ignoreXIDs"`
+	Throttle   []string           `json:"throttle"`
 }
 
 // Filter implements gpu-health-filter.
@@ -169,11 +170,11 @@ func (f *Filter) Filter(_ context.Context, _ *scheduling.CycleState, _ *scheduli
 
 // ScorerParams are gpu-health-scorer's parameters.
 type ScorerParams struct {
-	XIDWindow         *scheduling.Duration `json:"xidWindow"`
-	IgnoreXIDs        []uint64             `json:"ignoreXIDs"`
-	ThermalPenalty    *float64             `json:"thermalPenalty"`
-	PowerPenalty      *float64             `json:"powerPenalty"`
-	HWSlowdownPenalty *float64             `json:"hwSlowdownPenalty"`
+	XIDWindow         *duration.Duration `json:"xidWindow"`
+	IgnoreXIDs        []uint64           `json:"ignoreXIDs"`
+	ThermalPenalty    *float64           `json:"thermalPenalty"`
+	PowerPenalty      *float64           `json:"powerPenalty"`
+	HWSlowdownPenalty *float64           `json:"hwSlowdownPenalty"`
 }
 
 // Scorer implements gpu-health-scorer.

@@ -39,6 +39,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/endpoints/poll"
 	"github.com/kvgate/kvgate/extproc/endpoints/scrape"
 	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/internal/duration"
 )
 
 // Type is the registered plugin type.
@@ -46,13 +47,13 @@ const Type = "metrics-data-source"
 
 // Params are the plugin's parameters.
 type Params struct {
-	Scheme             string              `json:"scheme"`
-	Path               string              `json:"path"`
-	InsecureSkipVerify *bool               `json:"insecureSkipVerify"`
-	CACertPath         string              `json:"caCertPath"`
-	ClientCertPath     string              `json:"clientCertPath"`
-	ClientKeyPath      string              `json:"clientKeyPath"`
-	Interval           scheduling.Duration `json:"interval"`
+	Scheme             string            `json:"scheme"`
+	Path               string            `json:"path"`
+	InsecureSkipVerify *bool             `json:"insecureSkipVerify"`
+	CACertPath         string            `json:"caCertPath"`
+	ClientCertPath     string            `json:"clientCertPath"`
+	ClientKeyPath      string            `json:"clientKeyPath"`
+	Interval           duration.Duration `json:"interval"`
 }
 
 // Source implements metrics-data-source.

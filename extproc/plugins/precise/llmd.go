@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvgate/kvgate/extproc/prefixmatch"
 	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/internal/duration"
 )
 
 // llm-d's parameter layout of the precise prefix cache (llm-d-kv-cache's
@@ -48,7 +49,7 @@ type (
 		InMemoryConfig         json.RawMessage `json:"inMemoryConfig"`
 		EnableMetrics          bool            `json:"enableMetrics"`
 		MaxPrefixBlocksToMatch int             `json:"maxPrefixBlocksToMatch"`
-		MetricsLoggingInterval nanoDuration    `json:"metricsLoggingInterval"`
+		MetricsLoggingInterval duration.Nanos  `json:"metricsLoggingInterval"`
 		// Refused: other index backends.
 		RedisConfig           json.RawMessage `json:"redisConfig"`
 		CostAwareMemoryConfig json.RawMessage `json:"costAwareMemoryConfig"`
@@ -193,32 +194,6 @@ func (p *Params) applyLLMD() (KVEvents, error) {
 		}
 	}
 	return ev, nil
-}
-
-// nanoDuration is a duration as llm-d's configs write time.Duration: an
-// integer of nanoseconds; a Go duration string ("1m") is accepted too.
-type nanoDuration time.Duration
-
-// UnmarshalJSON implements json.Unmarshaler.
-func (d *nanoDuration) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		return nil
-	}
-	var s string
-	if json.Unmarshal(b, &s) == nil {
-		v, err := time.ParseDuration(s)
-		if err != nil {
-			return fmt.Errorf("duration %q: %w", s, err)
-		}
-		*d = nanoDuration(v)
-		return nil
-	}
-	var ns int64
-	if err := json.Unmarshal(b, &ns); err != nil {
-		return fmt.Errorf("duration: want an integer of nanoseconds or a string like %q, got %s", "1m", b)
-	}
-	*d = nanoDuration(ns)
-	return nil
 }
 
 // KVIndexLogInterval is how often the picker logs the KV index's metrics

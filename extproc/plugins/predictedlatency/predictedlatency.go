@@ -18,7 +18,9 @@
 //	endpointRoleLabel: string  a label key; endpoints whose value is
 //	                         "prefill" predict no TPOT (default "")
 //	contextTTL: duration     a request whose first token comes later than
-//	                         this is not learned from (default 5m)
+//	                         this is not learned from (default 5m; an
+//	                         integer counts nanoseconds, as llm-d's
+//	                         time.Duration field does)
 //	quantile: float          the high quantile predicted (default 0.9)
 //	predictInProduce: bool   must stay true (default true)
 //	samplingMean: float      llm-d's TPOT sampling; kvgate measures TPOT
@@ -48,6 +50,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/inflightload"
 	"github.com/kvgate/kvgate/extproc/prefixmatch"
 	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/internal/duration"
 )
 
 // Type is the registered plugin type.
@@ -55,16 +58,16 @@ const Type = "predicted-latency-producer"
 
 // Params are the plugin's parameters.
 type Params struct {
-	SamplingMean                       float64             `json:"samplingMean"`
-	MaxDecodeTokenSamplesForPrediction int                 `json:"maxDecodeTokenSamplesForPrediction"`
-	SLOBufferFactor                    float64             `json:"sloBufferFactor"`
-	ContextTTL                         scheduling.Duration `json:"contextTTL"`
-	StreamingMode                      bool                `json:"streamingMode"`
-	EndpointRoleLabel                  string              `json:"endpointRoleLabel"`
-	PredictInProduce                   *bool               `json:"predictInProduce"`
-	UseEncoderCacheFeatures            bool                `json:"useEncoderCacheFeatures"`
-	EncoderCacheMatchInfoProducerName  string              `json:"encoderCacheMatchInfoProducerName"`
-	Quantile                           float64             `json:"quantile"`
+	SamplingMean                       float64        `json:"samplingMean"`
+	MaxDecodeTokenSamplesForPrediction int            `json:"maxDecodeTokenSamplesForPrediction"`
+	SLOBufferFactor                    float64        `json:"sloBufferFactor"`
+	ContextTTL                         duration.Nanos `json:"contextTTL"`
+	StreamingMode                      bool           `json:"streamingMode"`
+	EndpointRoleLabel                  string         `json:"endpointRoleLabel"`
+	PredictInProduce                   *bool          `json:"predictInProduce"`
+	UseEncoderCacheFeatures            bool           `json:"useEncoderCacheFeatures"`
+	EncoderCacheMatchInfoProducerName  string         `json:"encoderCacheMatchInfoProducerName"`
+	Quantile                           float64        `json:"quantile"`
 }
 
 // Defaults.
@@ -148,7 +151,7 @@ func (p *Producer) putArrays(st *state) {
 
 // New is the plugin factory.
 func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plugin, error) {
-	p := Params{SamplingMean: DefaultSamplingMean, SLOBufferFactor: DefaultSLOBufferFactor, ContextTTL: scheduling.Duration(DefaultContextTTL), Quantile: latency.DefaultQuantile}
+	p := Params{SamplingMean: DefaultSamplingMean, SLOBufferFactor: DefaultSLOBufferFactor, ContextTTL: duration.Nanos(DefaultContextTTL), Quantile: latency.DefaultQuantile}
 	if err := scheduling.DecodeParams(raw, &p); err != nil {
 		return nil, err
 	}

@@ -346,9 +346,13 @@ func TestDoesNotLearn(t *testing.T) {
 		{"first token after contextTTL", `{"streamingMode": true, "contextTTL": "1s"}`, func(eps []*endpoints.Endpoint) exchange {
 			return exchange{stream: true, eps: eps, target: eps[0], ttft: ms(900), tpot: ms(90), complete: true, wait: 2 * time.Second}
 		}},
-		// A number is seconds: 2 is 2s, not 2ns.
-		{"contextTTL in seconds", `{"streamingMode": true, "contextTTL": 2}`, func(eps []*endpoints.Endpoint) exchange {
+		// An integer is nanoseconds, as upstream's time.Duration field
+		// reads it: 2000000000 is 2s, and 2 is 2ns.
+		{"contextTTL in nanoseconds", `{"streamingMode": true, "contextTTL": 2000000000}`, func(eps []*endpoints.Endpoint) exchange {
 			return exchange{stream: true, eps: eps, target: eps[0], ttft: ms(900), tpot: ms(90), complete: true, wait: 3 * time.Second}
+		}},
+		{"contextTTL of 2ns", `{"streamingMode": true, "contextTTL": 2}`, func(eps []*endpoints.Endpoint) exchange {
+			return exchange{stream: true, eps: eps, target: eps[0], ttft: ms(900), tpot: ms(90), complete: true, wait: time.Millisecond}
 		}},
 	}
 	for _, tc := range tests {
@@ -374,7 +378,7 @@ func TestDoesNotLearn(t *testing.T) {
 // TestLearnsWithinContextTTL is the counterpart of the TTL cases above,
 // so that they fail for the TTL and not for some other reason.
 func TestLearnsWithinContextTTL(t *testing.T) {
-	for _, params := range []string{`{"contextTTL": "5m"}`, `{"contextTTL": 2}`, `{"contextTTL": "1s"}`} {
+	for _, params := range []string{`{"contextTTL": "5m"}`, `{"contextTTL": 2000000000}`, `{"contextTTL": "1s"}`} {
 		f := newFixture(t, params)
 		eps := pair()
 		_, fresh := f.produce(&scheduling.Request{PromptTokens: prompt}, eps)
@@ -623,7 +627,7 @@ func TestParams(t *testing.T) {
 		`{"sloBufferFactor": 0.5}`,
 		`{"quantile": 0.5}`,
 		`{"contextTTL": "5m"}`,
-		`{"contextTTL": 300}`,
+		`{"contextTTL": 300000000000}`,
 		`{"contextTTL": null}`,
 		`{"streamingMode": true, "endpointRoleLabel": "llm-d.ai/role"}`,
 	} {
@@ -648,6 +652,7 @@ func TestParams(t *testing.T) {
 		`{"contextTTL": 0}`,
 		`{"contextTTL": "-1s"}`,
 		`{"contextTTL": true}`,
+		`{"contextTTL": 1.5}`,
 		`{"streamMode": true}`,
 	} {
 		if _, err := New("", []byte(bad), &scheduling.Handle{}); err == nil {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"sync"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/latencyscorer"
 	"github.com/kvgate/kvgate/extproc/plugins/predictedlatency"
 	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/internal/duration"
 )
 
 // Type is the registered plugin type.
@@ -37,26 +37,26 @@ const (
 
 // Params are the plugin's parameters.
 type Params struct {
-	SamplingMean              float64         `json:"samplingMean"`
-	MaxSampledTokens          int             `json:"maxSampledTokens"`
-	SLOBufferFactor           float64         `json:"sloBufferFactor"`
-	NegHeadroomTTFTWeight     float64         `json:"negHeadroomTTFTWeight"`
-	NegHeadroomTPOTWeight     float64         `json:"negHeadroomTPOTWeight"`
-	HeadroomTTFTWeight        float64         `json:"headroomTTFTWeight"`
-	HeadroomTPOTWeight        float64         `json:"headroomTPOTWeight"`
-	HeadroomSelectionStrategy string          `json:"headroomSelectionStrategy"`
-	CompositeKVWeight         float64         `json:"compositeKVWeight"`
-	CompositeQueueWeight      float64         `json:"compositeQueueWeight"`
-	CompositePrefixWeight     float64         `json:"compositePrefixWeight"`
-	EpsilonExploreSticky      float64         `json:"epsilonExploreSticky"`
-	EpsilonExploreNeg         float64         `json:"epsilonExploreNeg"`
-	AffinityGateTau           float64         `json:"affinityGateTau"`
-	AffinityGateTauGlobal     float64         `json:"affinityGateTauGlobal"`
-	AffinityMaxTTFTPenaltyMs  float64         `json:"affinityMaxTTFTPenaltyMs"`
-	ContextTTL                json.RawMessage `json:"contextTTL"`
-	SelectionMode             string          `json:"selectionMode"`
-	StreamingMode             bool            `json:"streamingMode"`
-	EndpointRoleLabel         string          `json:"endpointRoleLabel"`
+	SamplingMean              float64        `json:"samplingMean"`
+	MaxSampledTokens          int            `json:"maxSampledTokens"`
+	SLOBufferFactor           float64        `json:"sloBufferFactor"`
+	NegHeadroomTTFTWeight     float64        `json:"negHeadroomTTFTWeight"`
+	NegHeadroomTPOTWeight     float64        `json:"negHeadroomTPOTWeight"`
+	HeadroomTTFTWeight        float64        `json:"headroomTTFTWeight"`
+	HeadroomTPOTWeight        float64        `json:"headroomTPOTWeight"`
+	HeadroomSelectionStrategy string         `json:"headroomSelectionStrategy"`
+	CompositeKVWeight         float64        `json:"compositeKVWeight"`
+	CompositeQueueWeight      float64        `json:"compositeQueueWeight"`
+	CompositePrefixWeight     float64        `json:"compositePrefixWeight"`
+	EpsilonExploreSticky      float64        `json:"epsilonExploreSticky"`
+	EpsilonExploreNeg         float64        `json:"epsilonExploreNeg"`
+	AffinityGateTau           float64        `json:"affinityGateTau"`
+	AffinityGateTauGlobal     float64        `json:"affinityGateTauGlobal"`
+	AffinityMaxTTFTPenaltyMs  float64        `json:"affinityMaxTTFTPenaltyMs"`
+	ContextTTL                duration.Nanos `json:"contextTTL"`
+	SelectionMode             string         `json:"selectionMode"`
+	StreamingMode             bool           `json:"streamingMode"`
+	EndpointRoleLabel         string         `json:"endpointRoleLabel"`
 }
 
 // Defaults (GIE v1.5's).
@@ -74,7 +74,7 @@ func defaults() Params {
 		CompositeKVWeight:         1, CompositeQueueWeight: 1, CompositePrefixWeight: 1,
 		EpsilonExploreSticky: 0.01, EpsilonExploreNeg: 0.01,
 		AffinityGateTau: 0.80, AffinityGateTauGlobal: 0.99, AffinityMaxTTFTPenaltyMs: 5000,
-		SelectionMode: SelectionLinear, StreamingMode: true,
+		SelectionMode: SelectionLinear, StreamingMode: true, ContextTTL: duration.Nanos(DefaultContextTTL),
 	}
 }
 
@@ -110,17 +110,13 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 	if err := scheduling.DecodeParams(raw, &p); err != nil {
 		return nil, err
 	}
-	ttl, err := contextTTL(p.ContextTTL)
-	if err != nil {
-		return nil, err
-	}
 	if err := p.validate(); err != nil {
 		return nil, err
 	}
 	prodParams, err := json.Marshal(map[string]any{
 		"streamingMode":     p.StreamingMode,
 		"endpointRoleLabel": p.EndpointRoleLabel,
-		"contextTTL":        ttl.String(),
+		"contextTTL":        p.ContextTTL,
 	})
 	if err != nil {
 		return nil, err
@@ -138,34 +134,6 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 		running: map[string]map[*run]struct{}{},
 		runKey:  scheduling.NewKey[*run](n.TypedName().String() + "/running"),
 	}, nil
-}
-
-// contextTTL reads GIE's contextTTL: a Go time.Duration in JSON is an
-// integer of nanoseconds; kvgate also takes a duration string.
-func contextTTL(raw json.RawMessage) (time.Duration, error) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return DefaultContextTTL, nil
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			return 0, fmt.Errorf("parameters.contextTTL: %w", err)
-		}
-		return positiveTTL(d)
-	}
-	ns, err := strconv.ParseInt(string(raw), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("parameters.contextTTL: want nanoseconds (an integer) or a duration string, got %s", raw)
-	}
-	return positiveTTL(time.Duration(ns))
-}
-
-func positiveTTL(d time.Duration) (time.Duration, error) {
-	if d <= 0 {
-		return 0, fmt.Errorf("parameters.contextTTL must be positive, got %v", d)
-	}
-	return d, nil
 }
 
 func (p *Params) validate() error {

@@ -17,6 +17,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/prefixmatch"
 	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/internal/duration"
 	"github.com/kvgate/kvgate/internal/openai"
 )
 
@@ -43,10 +44,10 @@ type Params struct {
 
 // VLLM is the render backend's configuration.
 type VLLM struct {
-	URL       string              `json:"url"`
-	HTTP      string              `json:"http"`
-	Timeout   scheduling.Duration `json:"timeout"`
-	MMTimeout scheduling.Duration `json:"mmTimeout"`
+	URL       string            `json:"url"`
+	HTTP      string            `json:"http"`
+	Timeout   duration.Duration `json:"timeout"`
+	MMTimeout duration.Duration `json:"mmTimeout"`
 }
 
 // Producer implements token-producer.

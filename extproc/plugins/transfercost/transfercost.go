@@ -157,6 +157,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/latency"
 	"github.com/kvgate/kvgate/extproc/prefixmatch"
 	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/internal/duration"
 )
 
 // Type is the registered plugin type.
@@ -188,18 +189,18 @@ const (
 
 // Params are the plugin's parameters.
 type Params struct {
-	KVBytesPerToken                int64               `json:"kvBytesPerToken"`
-	BandwidthBytesPerSecond        float64             `json:"bandwidthBytesPerSecond"`
-	RTT                            scheduling.Duration `json:"rtt"`
-	Overhead                       scheduling.Duration `json:"overhead"`
-	PrefillTokensPerSecond         float64             `json:"prefillTokensPerSecond"`
-	PrefillAttentionPairsPerSecond float64             `json:"prefillAttentionPairsPerSecond"`
-	MaxNumBatchedTokens            int64               `json:"maxNumBatchedTokens"`
-	DecodeStep                     scheduling.Duration `json:"decodeStep"`
-	PrefillFilter                  string              `json:"prefillFilter"`
-	InterferenceWeight             float64             `json:"interferenceWeight"`
-	DecodeStallWeight              float64             `json:"decodeStallWeight"`
-	QueueWeight                    float64             `json:"queueWeight"`
+	KVBytesPerToken                int64             `json:"kvBytesPerToken"`
+	BandwidthBytesPerSecond        float64           `json:"bandwidthBytesPerSecond"`
+	RTT                            duration.Duration `json:"rtt"`
+	Overhead                       duration.Duration `json:"overhead"`
+	PrefillTokensPerSecond         float64           `json:"prefillTokensPerSecond"`
+	PrefillAttentionPairsPerSecond float64           `json:"prefillAttentionPairsPerSecond"`
+	MaxNumBatchedTokens            int64             `json:"maxNumBatchedTokens"`
+	DecodeStep                     duration.Duration `json:"decodeStep"`
+	PrefillFilter                  string            `json:"prefillFilter"`
+	InterferenceWeight             float64           `json:"interferenceWeight"`
+	DecodeStallWeight              float64           `json:"decodeStallWeight"`
+	QueueWeight                    float64           `json:"queueWeight"`
 }
 
 // Decider implements transfer-cost-pd-decider.
@@ -290,9 +291,9 @@ func (st *state) PrefillFinish(e *endpoints.Endpoint) (time.Time, bool) {
 func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plugin, error) {
 	p := Params{
 		KVBytesPerToken: DefaultKVBytesPerToken, BandwidthBytesPerSecond: DefaultBandwidth,
-		RTT: scheduling.Duration(DefaultRTT), Overhead: scheduling.Duration(DefaultOverhead),
+		RTT: duration.Duration(DefaultRTT), Overhead: duration.Duration(DefaultOverhead),
 		PrefillTokensPerSecond: DefaultPrefillTokensPerSecond, MaxNumBatchedTokens: DefaultMaxNumBatchedTokens,
-		DecodeStep: scheduling.Duration(DefaultDecodeStep), PrefillFilter: DefaultPrefillFilter,
+		DecodeStep: duration.Duration(DefaultDecodeStep), PrefillFilter: DefaultPrefillFilter,
 		InterferenceWeight: DefaultInterferenceWeight,
 	}
 	if err := scheduling.DecodeParams(raw, &p); err != nil {
