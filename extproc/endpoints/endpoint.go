@@ -98,6 +98,11 @@ type endpointFields struct {
 
 	inflightRequests atomic.Int64
 	inflightTokens   atomic.Int64
+	// remoteRequests and remoteTokens are the part of the in-flight counts
+	// that are remote prefills (ChargeComputedBy), read by what prices
+	// decoding, not by every decision.
+	remoteRequests atomic.Int64
+	remoteTokens   atomic.Int64
 
 	spec Spec
 	// computed is read by the deciders that price a prefill server's
@@ -155,6 +160,15 @@ func (e *Endpoint) InflightRequests() int64 { return e.inflightRequests.Load() }
 
 // InflightTokens is the prompt+expected output tokens of those requests.
 func (e *Endpoint) InflightTokens() int64 { return e.inflightTokens.Load() }
+
+// DecodingInflight is InflightRequests and InflightTokens less the remote
+// prefills charged here: the requests that decode, or will, on this
+// server. A P/D prefill server's own decode batch is empty however many
+// prompts it computes for others. The counts move separately, so a read
+// racing a charge is clamped at 0.
+func (e *Endpoint) DecodingInflight() (requests, tokens int64) {
+	return max(0, e.inflightRequests.Load()-e.remoteRequests.Load()), max(0, e.inflightTokens.Load()-e.remoteTokens.Load())
+}
 
 // InflightByClass splits InflightRequests by traffic class. Both counts
 // move together at every charge, move and release; a read racing one may

@@ -136,7 +136,9 @@ type Charge struct {
 	// the decode phase holds; tokens what the in-flight token count holds.
 	prefillTokens, attention, contextTokens, tokens int64
 	phase                                           chargePhase
-	sheddable                                       bool
+	// sheddable is the request's class; remote marks a P/D prefill for
+	// another server's decode.
+	sheddable, remote bool
 	// computed is the prefill's predicted finish (nil: none predicted).
 	computed *computedBy
 }
@@ -175,16 +177,22 @@ func (e *Endpoint) Charge(cached, uncached, context, tokens int64) Charge {
 // ChargeClass is Charge for a request of either traffic class: a sheddable
 // one is also counted in InflightByClass's sheddable part.
 func (e *Endpoint) ChargeClass(sheddable bool, cached, uncached, context, tokens int64) Charge {
-	return e.ChargeComputedBy(sheddable, cached, uncached, context, tokens, time.Time{})
+	return e.charge(sheddable, false, cached, uncached, context, tokens, time.Time{})
 }
 
-// ChargeComputedBy is ChargeClass for a prefill the server is predicted to
-// have computed by at (zero: not predicted), though the charge holds
-// longer: a P/D request's remote prefill, held until the decode server's
-// first token. From at on, PrefillBacklog leaves it out.
+// ChargeComputedBy charges a P/D request's remote prefill: e computes the
+// prompt for another server's decode, and the charge holds until that
+// server's first token. It is predicted computed by at (zero: not
+// predicted); from then on PrefillBacklog leaves it out. It counts in
+// InflightRequests and InflightTokens (e serves it) but not in
+// DecodingInflight (e never decodes it).
 func (e *Endpoint) ChargeComputedBy(sheddable bool, cached, uncached, context, tokens int64, at time.Time) Charge {
+	return e.charge(sheddable, true, cached, uncached, context, tokens, at)
+}
+
+func (e *Endpoint) charge(sheddable, remote bool, cached, uncached, context, tokens int64, at time.Time) Charge {
 	uncached = boundTokens(uncached)
-	c := Charge{ep: e, prefillTokens: uncached, attention: AttentionPairs(cached, uncached), contextTokens: boundTokens(context), tokens: tokens, phase: phasePrefill, sheddable: sheddable}
+	c := Charge{ep: e, prefillTokens: uncached, attention: AttentionPairs(cached, uncached), contextTokens: boundTokens(context), tokens: tokens, phase: phasePrefill, sheddable: sheddable, remote: remote}
 	if !at.IsZero() {
 		c.computed = &computedBy{at: at, tokens: c.prefillTokens, attention: c.attention}
 	}
@@ -282,6 +290,10 @@ func (c *Charge) apply(sign int64) {
 	}
 	c.ep.inflightRequests.Add(sign)
 	c.ep.inflightTokens.Add(sign * c.tokens)
+	if c.remote {
+		c.ep.remoteRequests.Add(sign)
+		c.ep.remoteTokens.Add(sign * c.tokens)
+	}
 	if c.sheddable {
 		l.sheddableRequests.Add(sign)
 	}

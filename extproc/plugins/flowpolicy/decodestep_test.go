@@ -77,6 +77,37 @@ func TestDecodeStepPrice(t *testing.T) {
 	}
 }
 
+// TestDecodeStepLeavesOutRemotePrefills: a P/D prefill server computes
+// prompts for other servers' decodes; they are in flight there but run no
+// decode step on it, so its step stays the idle one however many it holds,
+// while a collocated request of the same size lengthens it.
+func TestDecodeStepLeavesOutRemotePrefills(t *testing.T) {
+	d := build(t, NewDecodeStep, `{"stepOverhead": "8ms", "perSequence": "16µs", "perContextToken": "46ns"}`, nil).(*DecodeStep)
+	prefill := loaded(0, 0, 0)
+	at := time.Unix(100, 0)
+	var remote []endpoints.Charge
+	for range 20 {
+		remote = append(remote, prefill.ChargeComputedBy(false, 0, 4000, 4000, 4000, at))
+	}
+	if got := d.Step(prefill); got != 8*time.Millisecond {
+		t.Errorf("20 remote prefills: step %v, want the idle 8ms", got)
+	}
+	if n := prefill.InflightRequests(); n != 20 {
+		t.Errorf("in flight %d, want the 20 remote prefills still counted there", n)
+	}
+	local := prefill.Charge(0, 4000, 4000, 4000)
+	if got, want := d.Step(prefill), 8*time.Millisecond+16*time.Microsecond+4000*46*time.Nanosecond; (got - want).Abs() > time.Microsecond {
+		t.Errorf("one collocated request beside them: step %v, want %v", got, want)
+	}
+	local.Release()
+	for i := range remote {
+		remote[i].Release()
+	}
+	if r, tok := prefill.DecodingInflight(); r != 0 || tok != 0 {
+		t.Errorf("after release: decoding in flight %d requests, %d tokens", r, tok)
+	}
+}
+
 func TestDecodeStepSaturation(t *testing.T) {
 	step := func(n int) float64 { return 0.008 + 16e-6*float64(n) + 46e-9*1000*float64(n) }
 	tests := []struct {

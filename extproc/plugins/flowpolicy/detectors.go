@@ -419,8 +419,11 @@ func (d *DecodeStep) Step(e *endpoints.Endpoint) time.Duration {
 	return time.Duration(d.step(e) * 1e9)
 }
 
+// step prices the requests that decode on e: a P/D prefill server's
+// remote prefills run no decode step there.
 func (d *DecodeStep) step(e *endpoints.Endpoint) float64 {
-	return d.overhead + d.perSeq*float64(e.InflightRequests()) + d.perToken*float64(e.InflightTokens())
+	reqs, toks := e.DecodingInflight()
+	return d.overhead + d.perSeq*float64(reqs) + d.perToken*float64(toks)
 }
 
 // score is e's saturation.
@@ -451,7 +454,11 @@ func (d *DecodeStep) Saturation(eps []*endpoints.Endpoint) float64 {
 // pool's mean size adds to the step of one server, spread over the pool
 // under aggregate mean.
 func (d *DecodeStep) Credit(eps []*endpoints.Endpoint) float64 {
-	reqs, toks := inflight(eps)
+	var reqs, toks float64
+	for _, e := range eps {
+		r, t := e.DecodingInflight()
+		reqs, toks = reqs+float64(r), toks+float64(t)
+	}
 	c := d.perSeq
 	if reqs > 0 {
 		c += d.perToken * toks / reqs
