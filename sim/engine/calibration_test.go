@@ -163,44 +163,29 @@ func fileTrace(name string) func(*testing.T) trace {
 	return func(t *testing.T) trace { return readTrace(t, "testdata/calibration/"+name) }
 }
 
+// lambdaRun is one of LambdaLabsML/vllm-benchmark's Llama-3-8B-Instruct
+// runs on one H100 (results/prompt_N/1xH100-80GB-SXM/
+// Meta-Llama-3-8B-Instruct_tp1_len2048.json): vLLM 0.6.0's OpenAI server,
+// N ShareGPT prompts at once, under the flags its benchmark.py set. The
+// published figures are the file's duration, median TPOT, mean TTFT and
+// (where read) earliest TTFT, in ms.
+func lambdaRun(n int, duration, tpot, ttft, first, bound float64) publishedRun {
+	ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	return publishedRun{
+		name: fmt.Sprintf("lambda ShareGPT %d", n), preset: "llama-3.1-8b-h100",
+		maxNumSeqs: 1024, maxBatchedTokens: 2048, maxModelLen: 2048, memUtil: 0.95,
+		trace:    fileTrace(fmt.Sprintf("lambda-h100-sharegpt-%d.txt", n)),
+		duration: ms(duration), medianTPOT: ms(tpot), meanTTFT: ms(ttft), firstToken: ms(first), bound: bound,
+	}
+}
+
 // publishedRuns are the out-of-sample checks in TIMING.md: Llama-3-8B
-// (Llama-3.1-8B's shapes) on one H100 at batches of hundreds.
+// (Llama-3.1-8B's shapes) on one H100, from 10 to 1,280 requests at once.
 var publishedRuns = []publishedRun{
-	{
-		// LambdaLabsML/vllm-benchmark results/prompt_10/1xH100-80GB-SXM/
-		// Meta-Llama-3-8B-Instruct_tp1_len2048.json: vLLM 0.6.0's OpenAI
-		// server, 10 ShareGPT prompts at once; the small-batch anchor of
-		// the same deployment.
-		name: "lambda ShareGPT 10", preset: "llama-3.1-8b-h100",
-		maxNumSeqs: 1024, maxBatchedTokens: 2048, maxModelLen: 2048, memUtil: 0.95,
-		trace:    fileTrace("lambda-h100-sharegpt-10.txt"),
-		duration: 5367 * time.Millisecond, medianTPOT: 7558 * time.Microsecond, meanTTFT: 62 * time.Millisecond,
-		firstToken: 62 * time.Millisecond, bound: 0.15,
-	},
-	{
-		// The same, results/prompt_40/…: 40 prompts at once.
-		name: "lambda ShareGPT 40", preset: "llama-3.1-8b-h100",
-		maxNumSeqs: 1024, maxBatchedTokens: 2048, maxModelLen: 2048, memUtil: 0.95,
-		trace:    fileTrace("lambda-h100-sharegpt-40.txt"),
-		duration: 5944 * time.Millisecond, medianTPOT: 8775 * time.Microsecond, meanTTFT: 261 * time.Millisecond,
-		firstToken: 187 * time.Millisecond, bound: 0.15,
-	},
-	{
-		// The same, results/prompt_320/…: 320 prompts at once.
-		name: "lambda ShareGPT 320", preset: "llama-3.1-8b-h100",
-		maxNumSeqs: 1024, maxBatchedTokens: 2048, maxModelLen: 2048, memUtil: 0.95,
-		trace:    fileTrace("lambda-h100-sharegpt-320.txt"),
-		duration: 10840 * time.Millisecond, medianTPOT: 20034 * time.Microsecond, meanTTFT: 1629 * time.Millisecond,
-		firstToken: 814 * time.Millisecond, bound: 0.15,
-	},
-	{
-		// The same, results/prompt_1280/…: 1,280 prompts at once.
-		name: "lambda ShareGPT 1280", preset: "llama-3.1-8b-h100",
-		maxNumSeqs: 1024, maxBatchedTokens: 2048, maxModelLen: 2048, memUtil: 0.95,
-		trace:    fileTrace("lambda-h100-sharegpt-1280.txt"),
-		duration: 30605 * time.Millisecond, medianTPOT: 68811 * time.Microsecond, meanTTFT: 6583 * time.Millisecond,
-		bound: 0.20,
-	},
+	lambdaRun(10, 5367, 7.558, 62, 62, 0.15),
+	lambdaRun(40, 5944, 8.775, 261, 187, 0.15),
+	lambdaRun(320, 10840, 20.034, 1629, 814, 0.15),
+	lambdaRun(1280, 30605, 68.811, 6583, 0, 0.20),
 	{
 		// vllm-project/vllm#7117 (2024-08-04, main branch, vLLM 0.5.x
 		// without multi-step scheduling): offline benchmark_throughput.py,
