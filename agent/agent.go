@@ -154,13 +154,26 @@ func (a *Agent) Close() error {
 	if a.cpuMem != nil {
 		a.cpuMem.Close()
 	}
+	a.endWatchesLocked()
+	return err
+}
+
+// EndWatches ends the release watches and refuses new ones. A watch lasts
+// as long as its model server, so a graceful stop of the gRPC server, which
+// waits for every call to end, must end them first.
+func (a *Agent) EndWatches() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.endWatchesLocked()
+}
+
+func (a *Agent) endWatchesLocked() {
 	for _, ws := range a.watchers {
 		for ch := range ws {
 			close(ch)
 		}
 	}
 	a.watchers = nil
-	return err
 }
 
 // Stats returns the running totals.

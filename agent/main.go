@@ -114,6 +114,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	go func() { done <- srv.Serve(ln) }()
 	select {
 	case <-ctx.Done():
+		// The watch streams end only when told: GracefulStop waits for them.
+		a.EndWatches()
+		tel.server.Stop()
 		srv.GracefulStop()
 		<-done
 		return nil

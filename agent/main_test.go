@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
@@ -14,6 +15,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/kvgate/kvgate/internal/testutil"
+	agentv1 "github.com/kvgate/kvgate/proto/kvgate/agent/v1"
 	telemetryv1 "github.com/kvgate/kvgate/proto/kvgate/telemetry/v1"
 )
 
@@ -120,4 +122,74 @@ func waitLine(t *testing.T, b *testutil.SyncBuffer, re *regexp.Regexp) string {
 	}
 	t.Fatalf("no line matching %v in %q", re, b.String())
 	return ""
+}
+
+// TestMainStopsWithWatchers ends Main while a model server's connector
+// still watches its releases and the picker its telemetry: those streams
+// last as long as their clients do, so a shutdown that waits for every RPC
+// to end on its own never ended (the pod was killed at its grace period).
+func TestMainStopsWithWatchers(t *testing.T) {
+	var stdout testutil.SyncBuffer
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- Main(ctx, []string{"--listen", "127.0.0.1:0", "--cpu-bytes", "0"}, &stdout, io.Discard)
+	}()
+	addr := waitLine(t, &stdout, regexp.MustCompile(`listening on (\S+)`))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	n := &node{addr: addr, client: agentv1.NewKVTransferClient(conn)}
+	n.region(t, "E", blockBytes, 4, "")
+	// The watches outlive Main's context, as their clients do.
+	w, err := n.client.WatchReleases(context.WithoutCancel(ctx), &agentv1.WatchReleasesRequest{EngineId: "E"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tw, err := telemetryv1.NewTelemetryClient(conn).Watch(context.WithoutCancel(ctx), &telemetryv1.WatchRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tw.Recv(); err != nil { // the first report comes at once
+		t.Fatal(err)
+	}
+	// The stream is open on the agent once it delivers a release: holds
+	// that expire at once are stored until one arrives.
+	got := make(chan struct{})
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-got:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			_, _ = n.client.StoreBlocks(ctx, &agentv1.StoreBlocksRequest{EngineId: "E", Hashes: []uint64{uint64(i)},
+				Hold: &agentv1.Hold{RequestId: fmt.Sprint("r", i), LeaseMs: 1}})
+		}
+	}()
+	_, err = w.Recv()
+	close(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Main did not return with watch streams open")
+	}
+	if _, err := w.Recv(); err == nil {
+		t.Fatal("the release watch is still open after Main returned")
+	}
+	for {
+		if _, err := tw.Recv(); err != nil {
+			break // reports sent before the stop may still be queued
+		}
+	}
 }

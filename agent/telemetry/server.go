@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -39,6 +40,9 @@ type Config struct {
 type Server struct {
 	telemetryv1.UnimplementedTelemetryServer
 	cfg Config
+
+	stopped  chan struct{}
+	stopOnce sync.Once
 }
 
 // NewServer checks cfg and returns a server.
@@ -52,11 +56,16 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &Server{cfg: cfg}, nil
+	return &Server{cfg: cfg, stopped: make(chan struct{})}, nil
 }
 
+// Stop ends every Watch stream, now and later. A watch lasts as long as its
+// watcher, so a graceful stop of the gRPC server, which waits for every
+// call to end, must end them first.
+func (s *Server) Stop() { s.stopOnce.Do(func() { close(s.stopped) }) }
+
 // Watch sends a report now and then one per interval until the watcher
-// leaves.
+// leaves or the server stops.
 func (s *Server) Watch(req *telemetryv1.WatchRequest, stream telemetryv1.Telemetry_WatchServer) error {
 	iv := DefaultInterval
 	if req.IntervalMs > 0 {
@@ -71,6 +80,8 @@ func (s *Server) Watch(req *telemetryv1.WatchRequest, stream telemetryv1.Telemet
 		select {
 		case <-stream.Context().Done():
 			return nil
+		case <-s.stopped:
+			return status.Error(codes.Unavailable, "telemetry: agent stopping")
 		case <-t.C:
 		}
 	}
