@@ -159,6 +159,16 @@ func (a *Agent) PullBlocks(ctx context.Context, req *agentv1.PullBlocksRequest) 
 		if len(pin.Slots) == 0 {
 			return &agentv1.PullBlocksResponse{}, nil
 		}
+		// The peer's answer is input: it pins a prefix of the hashes, in
+		// its own tier.
+		if len(pin.Slots) > len(req.Hashes) {
+			return nil, a.pullFailed(status.Errorf(codes.Unavailable, "agent %s pinned %d blocks for %d hashes", req.Peer, len(pin.Slots), len(req.Hashes)))
+		}
+		for _, s := range pin.Slots {
+			if s >= p.cpu.Slots {
+				return nil, a.pullFailed(status.Errorf(codes.Unavailable, "agent %s pinned CPU block %d out of range (it has %d)", req.Peer, s, p.cpu.Slots))
+			}
+		}
 		base, remote, notif = p.cpu.BaseAddr, pin.Slots, pin.LeaseId+":1"
 	default:
 		return nil, status.Error(codes.InvalidArgument, "source (prefill or cpu) is required")

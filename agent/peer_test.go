@@ -1,0 +1,74 @@
+package agent
+
+import (
+	"context"
+	"net"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+
+	agentv1 "github.com/kvgate/kvgate/proto/kvgate/agent/v1"
+)
+
+// overPinner is a peer agent whose PinBlocks answers with more slots than
+// it was asked for, or with slots outside its CPU tier.
+type overPinner struct {
+	*Agent
+	slots []uint32
+}
+
+func (o overPinner) PinBlocks(ctx context.Context, req *agentv1.PinBlocksRequest) (*agentv1.PinBlocksResponse, error) {
+	resp, err := o.Agent.PinBlocks(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	resp.Slots = o.slots
+	return resp, nil
+}
+
+// TestPullRefusesBadPins: a peer's answer is input like any other. Before,
+// more slots than hashes sliced req.Hashes out of range (the panic took the
+// whole agent down), and a slot past the CPU tier READ whatever the peer had
+// registered there, stored under the hash asked for.
+func TestPullRefusesBadPins(t *testing.T) {
+	d := newNode(t, "d", 0)
+	d.region(t, "D", blockBytes, 4, "")
+	src := newNode(t, "src", 4*blockBytes)
+	src.region(t, "S", blockBytes, 4, "")
+	md, err := src.client.GetMetadata(t.Context(), &agentv1.GetMetadataRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The slot whose address, counted from the CPU tier's base, falls in
+	// the engine region S: registered too, so a READ of it would succeed
+	// and land the server's bytes under the hash asked for.
+	cpu, eng := md.CpuTier.BaseAddr, md.Regions[0].BaseAddr
+	if eng < cpu {
+		t.Skipf("the engine region lies below the CPU tier (%#x < %#x)", eng, cpu)
+	}
+	intoEngine := uint32((eng - cpu + blockBytes - 1) / blockBytes)
+	for _, tc := range []struct {
+		name  string
+		slots []uint32
+	}{
+		{"more slots than hashes", []uint32{0, 1}},
+		{"slot outside the CPU tier", []uint32{intoEngine}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := grpc.NewServer()
+			agentv1.RegisterKVTransferServer(srv, overPinner{Agent: src.a, slots: tc.slots})
+			go srv.Serve(ln)
+			defer srv.Stop()
+			_, err = d.a.PullBlocks(t.Context(), &agentv1.PullBlocksRequest{EngineId: "D", Peer: ln.Addr().String(),
+				Hashes: []uint64{7}, Source: &agentv1.PullBlocksRequest_Cpu{Cpu: &agentv1.CPUSource{}}})
+			if codeOf(err) != codes.Unavailable {
+				t.Fatalf("got %v, want %s", err, codes.Unavailable)
+			}
+		})
+	}
+}
