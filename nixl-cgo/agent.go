@@ -500,8 +500,12 @@ func (a *Agent) CreateXferReq(op XferOp, local, remote DescList, remoteAgent str
 }
 
 // maxNotif bounds a notification message (it travels as one eager active
-// message).
-const maxNotif = 32 << 10
+// message); maxNotifPayload is its wire form's bound, which receivers
+// enforce, since a peer need not be this code.
+const (
+	maxNotif        = 32 << 10
+	maxNotifPayload = 2 + maxNameLen + maxNotif
+)
 
 // notifPayload is the wire form of a notification: the sender's name
 // (u16 length + bytes), then the message.
@@ -515,7 +519,7 @@ func parseNotif(p []byte) (string, []byte, bool) {
 		return "", nil, false
 	}
 	n := int(binary.LittleEndian.Uint16(p))
-	if n == 0 || len(p) < 2+n {
+	if n == 0 || n > maxNameLen || len(p) < 2+n || len(p)-2-n > maxNotif {
 		return "", nil, false
 	}
 	return string(p[2 : 2+n]), p[2+n:], true

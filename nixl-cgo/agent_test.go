@@ -386,3 +386,49 @@ func TestReleaseInProgress(t *testing.T) {
 		t.Fatal("content differs after reconnect")
 	}
 }
+
+// TestOversizedNotifDropped: a peer's notification is input. GenNotif
+// refuses messages over maxNotif, but a peer need not use it: the receiver
+// handed on a message of any size, and its workers first copied whatever
+// arrived into their queues (65536 of them, each of any size). A message over
+// maxNotif is now dropped, and a payload over maxNotifPayload already in C
+// (cDropped counts the workers' drops).
+func TestOversizedNotifDropped(t *testing.T) {
+	t.Setenv("UCX_TLS", "tcp")
+	for _, tc := range []struct {
+		name     string
+		msg      int
+		cDropped uint64
+	}{
+		{"message over maxNotif", maxNotif + 1, 0},
+		{"payload over maxNotifPayload", maxNotifPayload, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			x, y := newSide(t, "x", 4096, nil), newSide(t, "y", 4096, nil)
+			connect(t, x, y)
+			x.a.mu.Lock()
+			err := x.a.remotes["y"].conn.genNotif(notifPayload("x", make([]byte, tc.msg)))
+			x.a.mu.Unlock()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := x.a.GenNotif("y", make([]byte, maxNotif)); err != nil {
+				t.Fatal(err)
+			}
+			got := notifsFrom(t, y.a, "x", 1)
+			if len(got) != 1 || len(got[0]) != maxNotif {
+				lens := make([]int, len(got))
+				for i, m := range got {
+					lens[i] = len(m)
+				}
+				t.Fatalf("got notifications of %v bytes, want one of %d", lens, maxNotif)
+			}
+			y.a.mu.Lock()
+			st, cDropped := y.a.stats, y.a.cDropped
+			y.a.mu.Unlock()
+			if st.NotifsDropped != 1 || cDropped != tc.cDropped {
+				t.Fatalf("dropped %d (%d by the workers), want 1 (%d)", st.NotifsDropped, cDropped, tc.cDropped)
+			}
+		})
+	}
+}

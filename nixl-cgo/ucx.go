@@ -144,7 +144,7 @@ func newUCXBackend(p Params, o engineOpts) (backendEngine, error) {
 	b.cuda = C.kvg_cuda_supported(b.ctx) != 0
 	for range nworkers {
 		var w *C.kvg_worker
-		if st := C.kvg_worker_create(b.ctx, cbool(b.wakeup), &w); st != C.UCS_OK {
+		if st := C.kvg_worker_create(b.ctx, cbool(b.wakeup), C.size_t(maxNotifPayload), &w); st != C.UCS_OK {
 			b.close()
 			return nil, ucsError("createBackend", st)
 		}

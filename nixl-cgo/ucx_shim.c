@@ -61,9 +61,10 @@ static ucs_status_t notif_cb(void *arg, const void *header, size_t header_length
 	kvg_worker *w = arg;
 	(void)header;
 	/* Notifications are eager, header-less messages; anything else is not
-	 * ours to interpret. */
+	 * ours to interpret, and the queue holds at most its count of the
+	 * largest the Go side sends. */
 	if (header_length != 0 || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ||
-	    w->nqueued >= KVG_MAX_QUEUED_NOTIFS) {
+	    length > w->max_notif || w->nqueued >= KVG_MAX_QUEUED_NOTIFS) {
 		w->ndropped++;
 		return UCS_OK;
 	}
@@ -83,12 +84,13 @@ static ucs_status_t notif_cb(void *arg, const void *header, size_t header_length
 	return UCS_OK;
 }
 
-ucs_status_t kvg_worker_create(ucp_context_h ctx, int wakeup, kvg_worker **out)
+ucs_status_t kvg_worker_create(ucp_context_h ctx, int wakeup, size_t max_notif, kvg_worker **out)
 {
 	kvg_worker *w = obj_alloc(sizeof(*w));
 	if (!w)
 		return UCS_ERR_NO_MEMORY;
 	w->efd = -1;
+	w->max_notif = max_notif;
 	ucp_worker_params_t wp;
 	memset(&wp, 0, sizeof(wp));
 	wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;

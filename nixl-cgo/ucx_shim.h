@@ -36,6 +36,7 @@ typedef struct kvg_worker {
 	kvg_notif *nhead, *ntail;
 	size_t nqueued;
 	uint64_t ndropped;
+	size_t max_notif; /* larger notifications are dropped (and counted) */
 	kvg_pending *pend; /* notification sends still in flight */
 } kvg_worker;
 
@@ -57,7 +58,7 @@ typedef struct kvg_xfer {
 ucs_status_t kvg_context_create(const char *net_devices, int wakeup, ucp_context_h *out);
 void kvg_context_destroy(ucp_context_h ctx);
 
-ucs_status_t kvg_worker_create(ucp_context_h ctx, int wakeup, kvg_worker **out);
+ucs_status_t kvg_worker_create(ucp_context_h ctx, int wakeup, size_t max_notif, kvg_worker **out);
 void kvg_worker_destroy(kvg_worker *w);
 unsigned kvg_progress(kvg_worker *w);
 /* Arms the worker for wake-up; UCS_ERR_BUSY means progress first. */
