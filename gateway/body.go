@@ -155,17 +155,19 @@ type bodyPump struct {
 	err    error // written before done closes
 }
 
-func startBodyPump(ctx context.Context, p *processor) *bodyPump {
+// startBodyPump starts the pump; sender is the client's body on its way to
+// the picker, which answers with it as it arrives (see awaitPicker).
+func startBodyPump(ctx context.Context, p *processor, sender *bodySender) *bodyPump {
 	pr, pw := io.Pipe()
 	b := &bodyPump{reader: pr, done: make(chan struct{})}
-	go b.run(ctx, p, pw)
+	go b.run(ctx, p, sender, pw)
 	return b
 }
 
-func (b *bodyPump) run(ctx context.Context, p *processor, pw *io.PipeWriter) {
+func (b *bodyPump) run(ctx context.Context, p *processor, sender *bodySender, pw *io.PipeWriter) {
 	defer close(b.done)
 	for {
-		m, err := p.next(ctx)
+		m, err := awaitPicker(ctx, p, sender)
 		if err != nil {
 			b.err = err
 			pw.CloseWithError(err)

@@ -529,7 +529,7 @@ func (g *Gateway) requestPhase(ctx context.Context, req *request) (*extprocv3.Im
 		sender = startBodySender(ctx, p, req.body, g.cfg.MaxRequestBuffer, g.cfg.BodyBudget)
 		req.sender = sender
 	}
-	m, err := awaitDecision(ctx, p, sender)
+	m, err := awaitPicker(ctx, p, sender)
 	if err != nil && sender != nil {
 		// A failed client body also cancels the request context (HTTP/1):
 		// whichever the wait saw first, the body is the cause, and there
@@ -582,7 +582,7 @@ func (g *Gateway) requestPhase(ctx context.Context, req *request) (*extprocv3.Im
 	req.rec.outcome = "routed"
 	if sender != nil {
 		sender.decided()
-		req.pump = startBodyPump(ctx, p)
+		req.pump = startBodyPump(ctx, p, sender)
 		req.body = req.pump.reader
 	}
 	return nil, nil
@@ -836,12 +836,14 @@ func bodyError(err error) error {
 	return &statusError{status: http.StatusBadRequest, msg: "reading request body", err: err}
 }
 
-// awaitDecision waits for the picker's answer to the request headers. A
-// picker in full-duplex mode decides on the whole body, so the message
-// timeout runs only once the body is sent; while it is being sent, a send
-// blocked for longer than the timeout (the picker stopped reading) counts
-// as the picker timing out, and a slow client does not.
-func awaitDecision(ctx context.Context, p *processor, sender *bodySender) (*extprocv3.ProcessingResponse, error) {
+// awaitPicker waits for the picker's next message while the request body
+// may still be on its way to it: the answer to the request headers, and
+// the streamed body after them. A picker in full-duplex mode answers on
+// the body it has, so the message timeout runs only once the body is sent;
+// while it is being sent, a send blocked for longer than the timeout (the
+// picker stopped reading) counts as the picker timing out, and a slow
+// client does not.
+func awaitPicker(ctx context.Context, p *processor, sender *bodySender) (*extprocv3.ProcessingResponse, error) {
 	if sender == nil {
 		return p.next(ctx)
 	}

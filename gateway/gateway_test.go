@@ -547,3 +547,42 @@ func TestSlowStreamOutlivesMessageTimeout(t *testing.T) {
 		t.Fatalf("status %d body %q", resp.StatusCode, body)
 	}
 }
+
+// TestSlowUploadAfterEarlyDecision: a picker that routes on the headers
+// (kvgate's, given the filter's hints) still echoes the body, which it has
+// only once the client has sent it. The per-message timeout is the picker's,
+// not the client's: a client pausing longer than it mid-body, within the
+// body idle timeout, must still be served, as it is when the picker decides
+// on the whole body. Before, the goroutine taking the picker's body messages
+// waited for each with the message timeout and broke the upload.
+func TestSlowUploadAfterEarlyDecision(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	up := newUpstream(t, nil)
+	picker := &testPicker{endpoints: up.addr(), decideOnHeaders: true}
+	url := startGateway(t, gateway.Config{ExtProc: startPicker(t, picker), ExtProcTimeout: timeout})
+	body := `{"model":"m","prompt":"a slow upload"}`
+	pr, pw := io.Pipe()
+	go func() {
+		_, _ = io.WriteString(pw, body[:10])
+		time.Sleep(4 * timeout)
+		_, _ = io.WriteString(pw, body[10:])
+		pw.Close()
+	}()
+	req, err := http.NewRequest(http.MethodPost, url+"/v1/completions", pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = int64(len(body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d %q", resp.StatusCode, got)
+	}
+	if saw := <-up.got; string(saw.body) != body {
+		t.Fatalf("upstream got %q, want %q", saw.body, body)
+	}
+}

@@ -28,7 +28,8 @@ type testPicker struct {
 	endpoints string
 	immediate int // when non-zero, answer request headers with this status
 	// decideOnHeaders decides on the request headers even when a body
-	// follows (the body is then read and ignored).
+	// follows (the body is then echoed at its end, or ignored after an
+	// immediate response).
 	decideOnHeaders bool
 	// failOnBody aborts the stream once the whole request body arrived.
 	failOnBody bool
@@ -168,8 +169,10 @@ func (p *testPicker) Process(stream extprocv3.ExternalProcessor_ProcessServer) e
 			if p.failOnBody {
 				return status.Error(codes.Internal, "picker crashed")
 			}
-			if err := decide(); err != nil {
-				return err
+			if !p.decideOnHeaders {
+				if err := decide(); err != nil {
+					return err
+				}
 			}
 			if p.immediate != 0 {
 				return nil
