@@ -266,7 +266,7 @@ func readInline(v string) ([]byte, error) {
 }
 
 // Serve serves h on ln over HTTP/1.1 and h2c until ctx ends, then shuts
-// down gracefully (in-flight streams get 10 s).
+// down gracefully: in-flight streams get 10 s, then are cut.
 func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 	return serve(ctx, ln, h, slog.Default(), DefaultMaxRequestHeaderBytes)
 }
@@ -297,6 +297,10 @@ func serve(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logge
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
+		// Past the grace the requests left are cut: the caller releases
+		// the Gateway once serve returns, which must not be under them.
+		_ = srv.Close()
+		<-errc
 		return fmt.Errorf("gateway: shutdown: %w", err)
 	}
 	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
