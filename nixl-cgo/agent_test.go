@@ -432,3 +432,39 @@ func TestOversizedNotifDropped(t *testing.T) {
 		})
 	}
 }
+
+// TestEmptyRemoteKeysRefused: UCP takes a worker address and a packed
+// rkey as bare pointers, with no length, so an empty one from a peer's
+// metadata would have UCX parse whatever lies past the buffer. Metadata
+// with an empty worker address is refused on load, and a region with an
+// empty rkey when a transfer needs it.
+func TestEmptyRemoteKeysRefused(t *testing.T) {
+	t.Setenv("UCX_TLS", "tcp")
+	x, y := newSide(t, "x", 4096, nil), newSide(t, "y", 4096, nil)
+	blob, err := y.a.LocalMD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, err := decodeMD(blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md.Backends[0].Workers[0] = nil
+	if _, err := x.a.LoadRemoteMD(md.encode()); StatusOf(err) != ErrInvalidParam {
+		t.Fatalf("empty worker address: %v", err)
+	}
+	md, _ = decodeMD(blob)
+	md.Backends[0].Regions[0].RKey = nil
+	if _, err := x.a.LoadRemoteMD(md.encode()); err != nil {
+		t.Fatal(err)
+	}
+	r, err := x.a.CreateXferReq(Read, DescList{Type: DRAM, Descs: []Desc{x.reg.Desc(0, 64)}},
+		DescList{Type: DRAM, Descs: []Desc{y.reg.Desc(0, 64)}}, "y", XferOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.a.ReleaseXferReq(r)
+	if _, err := x.a.PostXferReq(r); StatusOf(err) != ErrInvalidParam {
+		t.Fatalf("empty rkey: %v", err)
+	}
+}

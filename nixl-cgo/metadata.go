@@ -177,7 +177,13 @@ func decodeMD(blob []byte) (*agentMD, error) {
 			r.fail("backend %q: %d workers, want 1..%d", be.Type, nw, maxWorkers)
 		}
 		for j := 0; j < nw && r.err == nil; j++ {
-			be.Workers = append(be.Workers, r.blob("worker address", maxBlobField))
+			// UCP reads an address without a length: an empty one would
+			// have it parse what lies past the buffer.
+			if w := r.blob("worker address", maxBlobField); r.err == nil && len(w) == 0 {
+				r.fail("backend %q: worker address %d is empty", be.Type, j)
+			} else {
+				be.Workers = append(be.Workers, w)
+			}
 		}
 		nr := r.u32("region count")
 		if nr > maxRegions {

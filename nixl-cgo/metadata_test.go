@@ -34,6 +34,7 @@ func TestMetadataRejects(t *testing.T) {
 		{"truncated", good[:len(good)-1]},
 		{"no name", (&agentMD{}).encode()},
 		{"zero workers", (&agentMD{Name: "a", Backends: []backendMD{{Type: "UCX"}}}).encode()},
+		{"empty worker address", (&agentMD{Name: "a", Backends: []backendMD{{Type: "UCX", Workers: [][]byte{{1}, {}}}}}).encode()},
 		{"empty region", (&agentMD{Name: "a", Backends: []backendMD{{Type: "UCX", Workers: [][]byte{{1}},
 			Regions: []regionMD{{Desc: Desc{Addr: 1}}}}}}).encode()},
 	} {

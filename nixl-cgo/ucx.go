@@ -313,6 +313,11 @@ func (c *ucxConn) rkey(worker, region int) (C.ucp_rkey_h, error) {
 	if rk, ok := c.unpk[worker][region]; ok {
 		return rk, nil
 	}
+	if len(c.rkeys[region]) == 0 {
+		// UCP unpacks an rkey without a length: an empty one would have it
+		// parse what lies past the buffer.
+		return nil, errorf("rkeyUnpack", ErrInvalidParam, "the peer's region %d has an empty rkey", region)
+	}
 	buf := C.CBytes(c.rkeys[region])
 	defer C.free(buf)
 	var rk C.ucp_rkey_h
