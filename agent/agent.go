@@ -50,6 +50,7 @@ const (
 	maxRegions  = 64
 	maxPeers    = 256
 	maxHashes   = 1 << 16 // per request
+	maxLeases   = 1 << 16 // holds and peers' pins at once
 	watchQueue  = 1024
 	notifPeriod = 2 * time.Millisecond
 )
@@ -386,6 +387,15 @@ func (a *Agent) regionLocked(engine string) (*region, error) {
 	return r, nil
 }
 
+// leaseRoomLocked refuses a new lease past maxLeases: a lease lasts up to
+// its lease_ms (49 days at most) unless released.
+func (a *Agent) leaseRoomLocked() error {
+	if len(a.leases) >= maxLeases {
+		return status.Errorf(codes.ResourceExhausted, "%d leases held already", maxLeases)
+	}
+	return nil
+}
+
 func checkHashes(h []uint64) error {
 	if len(h) > maxHashes {
 		return status.Errorf(codes.InvalidArgument, "%d blocks exceed %d per request", len(h), maxHashes)
@@ -411,6 +421,9 @@ func (a *Agent) StoreBlocks(ctx context.Context, req *agentv1.StoreBlocksRequest
 		}
 		if _, ok := a.leases[h.RequestId]; ok {
 			return nil, status.Errorf(codes.AlreadyExists, "request %s already holds blocks", h.RequestId)
+		}
+		if err := a.leaseRoomLocked(); err != nil {
+			return nil, err
 		}
 	}
 	resp := &agentv1.StoreBlocksResponse{}
@@ -514,6 +527,9 @@ func (a *Agent) PinBlocks(ctx context.Context, req *agentv1.PinBlocksRequest) (*
 	resp := &agentv1.PinBlocksResponse{LeaseId: "p2p-" + a.cfg.Name + "-" + strconv.FormatUint(a.leaseSeq, 10)}
 	if a.cpu == nil {
 		return resp, nil
+	}
+	if err := a.leaseRoomLocked(); err != nil {
+		return nil, err
 	}
 	for _, h := range req.Hashes {
 		s, ok := a.cpu.lookup(h)

@@ -419,3 +419,26 @@ func TestRestartedServerAndLateRegion(t *testing.T) {
 		t.Fatalf("pull %+v", pull)
 	}
 }
+
+// TestLeasesBounded: every hold and every peer's pin is a lease until it is
+// released or expires, and a lease may last 49 days (lease_ms is a uint32):
+// the map of them had no bound, so a caller could grow it, and pin the
+// blocks it names, without end. Past maxLeases new ones are refused.
+func TestLeasesBounded(t *testing.T) {
+	n := newNode(t, "n", 0)
+	n.region(t, "E", blockBytes, 4, "")
+	ctx := t.Context()
+	hold := func(i int) error {
+		_, err := n.a.StoreBlocks(ctx, &agentv1.StoreBlocksRequest{EngineId: "E", Hashes: []uint64{1},
+			Hold: &agentv1.Hold{RequestId: fmt.Sprint("r", i), LeaseMs: 1 << 31}})
+		return err
+	}
+	for i := range maxLeases {
+		if err := hold(i); err != nil {
+			t.Fatalf("hold %d: %v", i, err)
+		}
+	}
+	if err := hold(maxLeases); codeOf(err) != codes.ResourceExhausted {
+		t.Fatalf("hold past the bound: %v, want %s", err, codes.ResourceExhausted)
+	}
+}
