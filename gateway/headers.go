@@ -133,6 +133,13 @@ func (hs headerList) apply(m *extprocv3.HeaderMutation) headerList {
 			value = string(h.GetRawValue())
 		}
 		action := o.GetAppendAction()
+		if action == corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD {
+			// The enum's zero, so also what an unset append_action reads
+			// as; ext_proc's HeaderMutation makes append default to false
+			// (GIE's picker sets content-length that way). append=true is
+			// how a picker appends.
+			action = corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
+		}
 		if o.GetAppend() != nil {
 			// The deprecated bool wins when present, as in Envoy.
 			action = corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
