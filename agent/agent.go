@@ -430,15 +430,8 @@ func (a *Agent) StoreBlocks(ctx context.Context, req *agentv1.StoreBlocksRequest
 	for _, h := range req.Hashes {
 		s, fresh, err := r.pool.acquire(h)
 		if err != nil {
-			for i, s := range resp.Slots {
-				if resp.Fresh[i] {
-					// Its bytes will never be written (the caller gets
-					// the error): it must not stay mapped to its hash.
-					r.pool.drop(s)
-				} else {
-					r.pool.unpin(s)
-				}
-			}
+			// The caller gets the error: nothing writes these slots.
+			r.pool.giveBack(resp.Slots, resp.Fresh)
 			return nil, status.Errorf(codes.ResourceExhausted, "engine %s region: %v (%d slots)", req.EngineId, err, r.pool.slots())
 		}
 		resp.Slots = append(resp.Slots, s)

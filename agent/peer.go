@@ -183,17 +183,15 @@ func (a *Agent) PullBlocks(ctx context.Context, req *agentv1.PullBlocksRequest) 
 	}
 	// Local slots, pinned for the transfer.
 	a.mu.Lock()
-	slots := make([]uint32, 0, len(hashes))
+	slots, fresh := make([]uint32, 0, len(hashes)), make([]bool, 0, len(hashes))
 	for _, h := range hashes {
-		s, _, err := r.pool.acquire(h)
+		s, f, err := r.pool.acquire(h)
 		if err != nil {
-			for _, s := range slots {
-				r.pool.unpin(s)
-			}
+			r.pool.giveBack(slots, fresh)
 			a.mu.Unlock()
 			return nil, a.pullFailed(status.Errorf(codes.ResourceExhausted, "engine %s region: %v", req.EngineId, err))
 		}
-		slots = append(slots, s)
+		slots, fresh = append(slots, s), append(fresh, f)
 	}
 	a.mu.Unlock()
 	local := nixl.DescList{Type: nixl.DRAM, Descs: make([]nixl.Desc, len(slots))}

@@ -72,3 +72,34 @@ func TestPullRefusesBadPins(t *testing.T) {
 		})
 	}
 }
+
+// TestPullThatCannotPinForgetsItsSlots: a pull that runs out of slots part
+// way gives back the ones it took. A slot it took fresh was never written,
+// so it must not stay mapped to its hash (StoreBlocks already drops such
+// slots); before, it was only unpinned, and the region then claimed to
+// hold that block (StoreBlocks answered fresh=false over garbage).
+func TestPullThatCannotPinForgetsItsSlots(t *testing.T) {
+	p, d := newNode(t, "p", 0), newNode(t, "d", 0)
+	p.region(t, "P", blockBytes, 4, "")
+	d.region(t, "D", blockBytes, 2, "")
+	ctx := t.Context()
+	// One of D's two slots is held, so a pull of two blocks pins one and
+	// fails on the second.
+	if _, err := d.client.StoreBlocks(ctx, &agentv1.StoreBlocksRequest{EngineId: "D", Hashes: []uint64{50},
+		Hold: &agentv1.Hold{RequestId: "held", LeaseMs: 60000}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := d.client.PullBlocks(ctx, &agentv1.PullBlocksRequest{EngineId: "D", Peer: p.addr, Hashes: []uint64{1, 2},
+		Source: &agentv1.PullBlocksRequest_Prefill{Prefill: &agentv1.PrefillSource{RemoteEngineId: "P", RemoteRequestId: "x",
+			RemoteBlockIds: []uint32{0, 1}}}})
+	if codeOf(err) != codes.ResourceExhausted {
+		t.Fatalf("pull: %v, want %s", err, codes.ResourceExhausted)
+	}
+	st, err := d.client.StoreBlocks(ctx, &agentv1.StoreBlocksRequest{EngineId: "D", Hashes: []uint64{1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Fresh[0] {
+		t.Fatal("block 1 was never written, yet the region says it holds it")
+	}
+}

@@ -128,6 +128,19 @@ func (p *slotPool) drop(s uint32) {
 	p.unpin(s)
 }
 
+// giveBack undoes acquires whose bytes will not be written: a slot taken
+// fresh is dropped (it must not stay mapped to its hash), any other
+// unpinned.
+func (p *slotPool) giveBack(slots []uint32, fresh []bool) {
+	for i, s := range slots {
+		if fresh[i] {
+			p.drop(s)
+		} else {
+			p.unpin(s)
+		}
+	}
+}
+
 // pinnedCount counts pinned slots (tests, stats).
 func (p *slotPool) pinnedCount() int {
 	n := 0
