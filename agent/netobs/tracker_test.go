@@ -221,3 +221,28 @@ func TestMetricsLint(t *testing.T) {
 		t.Errorf("%d histogram series, want one RTT and one transfer", n)
 	}
 }
+
+// FuzzParseClass: --netobs-class values are operator input; whatever
+// ParseClass accepts must be a class portTable can use.
+func FuzzParseClass(f *testing.F) {
+	for _, s := range []string{"kv=7600", "vllm=8000-8010,9000", "a=1-65535", "=1", "x=0", "x=2-1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		c, err := ParseClass(s)
+		if err != nil {
+			return
+		}
+		if c.Name == "" || !validName(c.Name) || len(c.Ranges) == 0 {
+			t.Fatalf("%q parsed to %+v", s, c)
+		}
+		for _, r := range c.Ranges {
+			if r.Lo == 0 || r.Hi < r.Lo {
+				t.Fatalf("%q parsed to range %+v", s, r)
+			}
+		}
+		if _, err := portTable([]Class{c}); err != nil {
+			t.Fatalf("%q parsed to %+v, which portTable refuses: %v", s, c, err)
+		}
+	})
+}
