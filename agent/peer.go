@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -54,14 +55,19 @@ func (a *Agent) peerFor(ctx context.Context, addr string) (*peer, error) {
 		conn.Close()
 		return nil, status.Errorf(codes.FailedPrecondition, "block_len mismatch: agent %s uses %d-byte blocks, this one %d", addr, md.BlockBytes, bb)
 	}
-	name, err := a.nx.LoadRemoteMD(md.NixlMetadata)
+	// The claim is checked before loading: loading replaces whatever is
+	// loaded under the metadata's name, and a refused handshake must leave
+	// nothing behind.
+	name, err := nixl.MetadataName(md.NixlMetadata)
+	if err == nil && name != md.AgentName {
+		err = fmt.Errorf("agent %s calls itself %q but its NIXL metadata says %q", addr, md.AgentName, name)
+	}
+	if err == nil {
+		_, err = a.nx.LoadRemoteMD(md.NixlMetadata)
+	}
 	if err != nil {
 		conn.Close()
 		return nil, status.Errorf(codes.FailedPrecondition, "agent %s metadata: %v", addr, err)
-	}
-	if name != md.AgentName {
-		conn.Close()
-		return nil, status.Errorf(codes.FailedPrecondition, "agent %s calls itself %q but its NIXL metadata says %q", addr, md.AgentName, name)
 	}
 	p = &peer{addr: addr, name: name, conn: conn, client: c, regions: map[string]*agentv1.RegionInfo{}, cpu: md.CpuTier}
 	for _, r := range md.Regions {

@@ -103,3 +103,44 @@ func TestPullThatCannotPinForgetsItsSlots(t *testing.T) {
 		t.Fatal("block 1 was never written, yet the region says it holds it")
 	}
 }
+
+// misnamed is a peer agent whose handshake names another agent than its
+// NIXL metadata does.
+type misnamed struct{ *Agent }
+
+func (m misnamed) GetMetadata(ctx context.Context, req *agentv1.GetMetadataRequest) (*agentv1.GetMetadataResponse, error) {
+	resp, err := m.Agent.GetMetadata(ctx, req)
+	if err == nil {
+		resp.AgentName = "someone-else"
+	}
+	return resp, err
+}
+
+// TestRefusedHandshakeLoadsNothing: a handshake whose NIXL metadata names
+// another agent than the peer claims to be is refused before the metadata
+// is loaded. Before, it was loaded first and stayed (its connection
+// included) after the refusal, and loading replaces what is loaded under
+// that name: a genuine peer's metadata, while idle, under the pulls the
+// agent then sent to it.
+func TestRefusedHandshakeLoadsNothing(t *testing.T) {
+	d := newNode(t, "d", 0)
+	d.region(t, "D", blockBytes, 4, "")
+	src := newNode(t, "src", 0)
+	src.region(t, "S", blockBytes, 4, "")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	agentv1.RegisterKVTransferServer(srv, misnamed{src.a})
+	go srv.Serve(ln)
+	defer srv.Stop()
+	_, err = d.a.PullBlocks(t.Context(), &agentv1.PullBlocksRequest{EngineId: "D", Peer: ln.Addr().String(), Hashes: []uint64{1},
+		Source: &agentv1.PullBlocksRequest_Prefill{Prefill: &agentv1.PrefillSource{RemoteEngineId: "S", RemoteRequestId: "x", RemoteBlockIds: []uint32{0}}}})
+	if codeOf(err) != codes.FailedPrecondition {
+		t.Fatalf("pull: %v, want %s", err, codes.FailedPrecondition)
+	}
+	if loaded := d.a.nx.RemoteAgents(); len(loaded) != 0 {
+		t.Fatalf("metadata still loaded for %q", loaded)
+	}
+}
