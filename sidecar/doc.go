@@ -71,11 +71,17 @@
 // server cannot, and 503 when the P/D bodies held at once (each reserved
 // from --body-budget-bytes while its legs run) leave no room for another. Any request to an upstream — a leg, or a relayed request
 // whose body streams from the client — that fails on a reused keep-alive
-// connection before any answer is sent once more, on a new connection:
-// a relayed body is kept as it is read, up to --max-request-body-bytes
-// and within --replay-buffer-bytes, what all relayed bodies may keep at
-// once, until the answer's first byte; one larger, or one that finds the
-// buffer spent, is relayed but not replayed. An answer never looks
+// connection before any answer is sent once more, on a new connection,
+// when the upstream cannot have run it: the failure came before the
+// request was written whole, or the request carries an Idempotency-Key or
+// X-Idempotency-Key header (net/http's rule). One written whole and then
+// met by a closed connection keeps its failure (the 503 or 502 below):
+// the upstream may have read it and started the completion. A relayed
+// body is kept as it is read, up to --max-request-body-bytes and within
+// --replay-buffer-bytes, what all relayed bodies may keep at once, until
+// it is written whole (with a key, until the answer's first byte); one
+// larger, or one that finds the buffer spent, is relayed but not
+// replayed. An answer never looks
 // complete when it is not: once the model server's header went to the
 // client, an answer that breaks off aborts the client's connection (no
 // terminating chunk, a short Content-Length body, or an HTTP/2 reset); a

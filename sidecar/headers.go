@@ -23,6 +23,11 @@ var (
 	kvSourceHeaders  = []string{eppwire.HeaderKVCacheSource, eppwire.HeaderKVCacheSourceLLMD}
 )
 
+// idempotencyHeaders mark a request its client allows to be sent twice
+// (net/http's Transport reads the same two, canonical spellings): the
+// stale-connection replay of a request already written whole needs one.
+var idempotencyHeaders = []string{"Idempotency-Key", "X-Idempotency-Key"}
+
 // maxHostList bounds how many host:port entries one header value may list;
 // a pool's encoders are a handful, and every entry costs a check.
 const maxHostList = 64

@@ -161,14 +161,15 @@ func idleClosingServer(t *testing.T, onReuse string) (port int, conns *atomic.In
 	return ln.Addr().(*net.TCPAddr).Port, conns
 }
 
-// TestDecodeLegRetriesStaleConnection: a decode leg that fails on a reused
-// connection before any answer goes once more on a new connection.
+// TestDecodeLegRetriesStaleConnection: a decode leg of a request with an
+// Idempotency-Key that fails on a reused connection before any answer
+// goes once more on a new connection.
 func TestDecodeLegRetriesStaleConnection(t *testing.T) {
 	pre := newRecorder(t, func(w http.ResponseWriter, _ int, _ leg) { writeJSONReply(w, http.StatusOK, prefillAnswer) })
 	port, conns := idleClosingServer(t, "")
 	_, url := startSidecar(t, testOptions(port, poolFile(t, pre.addr())))
 	for i := range 3 {
-		st, _, raw := post(t, url+"/v1/completions", map[string]string{"x-prefiller-host-port": pre.addr()},
+		st, _, raw := post(t, url+"/v1/completions", map[string]string{"x-prefiller-host-port": pre.addr(), "Idempotency-Key": strconv.Itoa(i)},
 			map[string]any{"model": "m", "prompt": "hi", "max_tokens": 1})
 		if st != http.StatusOK || !strings.Contains(string(raw), `"cached_tokens":32`) {
 			t.Fatalf("request %d: %d %s", i, st, raw)
@@ -179,11 +180,12 @@ func TestDecodeLegRetriesStaleConnection(t *testing.T) {
 	}
 }
 
-// TestRelayRetriesStaleConnection: a relayed request — body streamed from
-// the client, not buffered — that fails on a reused connection before any
-// answer is sent again on a new one with the same body; a body larger
-// than what the sidecar keeps for a replay is not, and the client gets
-// the vLLM-shaped 503.
+// TestRelayRetriesStaleConnection: a relayed request with an
+// Idempotency-Key — body streamed from the client, not buffered — that
+// fails on a reused connection before any answer is sent again on a new
+// one with the same body; a body larger than what the sidecar keeps for a
+// replay is not, and the client gets the vLLM-shaped 503. A GET, which
+// net/http replays itself, needs no key.
 func TestRelayRetriesStaleConnection(t *testing.T) {
 	port, conns := idleClosingServer(t, "")
 	o := testOptions(port, "")
@@ -199,6 +201,9 @@ func TestRelayRetriesStaleConnection(t *testing.T) {
 			rd = io.MultiReader(strings.NewReader(body[:len(body)/2]), strings.NewReader(body[len(body)/2:]))
 		}
 		req, _ := http.NewRequestWithContext(ctx, method, url+path, rd)
+		if method == http.MethodPost {
+			req.Header.Set("Idempotency-Key", "k")
+		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatalf("%s %s: %v", method, path, err)
@@ -266,8 +271,8 @@ func (c *lateFINConn) Close() error {
 // TestRelayRetriesIdleTimeout: a real `kvgate sim` behind a net/http
 // server that closes keep-alive connections idle past its IdleTimeout.
 // The next relayed request the sidecar sends on such a connection fails
-// before any answer and is sent again on a new one: the client gets the
-// sim's answer, streamed.
+// before any answer and, carrying an X-Idempotency-Key, is sent again on
+// a new one: the client gets the sim's answer, streamed.
 func TestRelayRetriesIdleTimeout(t *testing.T) {
 	sim := startSim(t, vllmserver.RoleBoth)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -287,7 +292,7 @@ func TestRelayRetriesIdleTimeout(t *testing.T) {
 	body := map[string]any{"model": "Qwen/Qwen3-0.6B", "prompt": "keep-alive connections go idle", "max_tokens": 3,
 		"stream": true, "stream_options": map[string]any{"include_usage": true}}
 	for i := range 3 {
-		st, _, raw := post(t, url+"/v1/completions", nil, body)
+		st, _, raw := post(t, url+"/v1/completions", map[string]string{"X-Idempotency-Key": strconv.Itoa(i)}, body)
 		if st != http.StatusOK {
 			t.Fatalf("request %d: %d %s", i, st, raw)
 		}

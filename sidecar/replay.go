@@ -19,20 +19,28 @@ import (
 
 // staleRetry sends a request once more, on a connection dialled for it,
 // when it failed on a reused keep-alive connection before any answer
-// came back. An upstream that closes an idle connection just as the
-// sidecar takes it from the pool (vLLM's uvicorn drops them after 5 s)
-// has not run the request on it, and the client has seen nothing yet,
-// so the replay is safe; net/http itself replays only idempotent requests
-// or those with nothing written, which leaves every POST of a relayed
-// inference request failing the client with a 503.
+// came back and the upstream cannot have run it: the failure came before
+// the request was fully written (httptrace's WroteRequest not reached,
+// or reporting the write's error), or the request carries an
+// Idempotency-Key or X-Idempotency-Key header, its client's word that
+// running it twice is harmless. A request written whole and then met by
+// a closed connection is not replayed: the upstream that closed it may
+// have read it and started the completion, and a replay could run it
+// twice. net/http's Transport keeps the same rule for what it replays
+// itself, beneath this wrapper (a body it can get again; a GET needs no
+// key there); what it leaves failing is a request whose relayed client
+// body it cannot get again, recorded here for that. net/http reports the
+// request written before flushing its last buffered bytes, so a flush
+// that fails after it counts as written: no replay, the safe side.
 //
 // A request body is replayed from GetBody when the request has one (the
 // sidecar's buffered legs); a relayed client body is recorded as the
 // first attempt reads it, up to max bytes and within keep, the budget all
-// relayed requests share: past either it cannot be replayed and the
-// failure stands. Only one replay is made, on a fresh connection (fresh),
-// so a pool full of stale connections costs one retry, not one per
-// connection.
+// relayed requests share, until it is written whole (for a request
+// without a key): past any of these it cannot be replayed and the
+// failure stands. Only one replay is made, on a fresh connection
+// (fresh), so a pool full of stale connections costs one retry, not one
+// per connection.
 type staleRetry struct {
 	pooled http.RoundTripper
 	fresh  http.RoundTripper // keep-alives off: always a new connection
@@ -54,9 +62,10 @@ func (t *staleRetry) RoundTrip(req *http.Request) (*http.Response, error) {
 		first = shallowCopy(req)
 		first.Body = rec
 	}
+	keyed := idempotencyKeyed(req.Header)
 	// The hooks run on the transport's goroutines (the response reader's
 	// among them), which a failed RoundTrip need not wait for: atomics.
-	var reused, informed, answered atomic.Bool
+	var reused, informed, answered, written atomic.Bool
 	trace := &httptrace.ClientTrace{
 		GotConn: func(i httptrace.GotConnInfo) {
 			reused.Store(i.Reused)
@@ -66,6 +75,14 @@ func (t *staleRetry) RoundTrip(req *http.Request) (*http.Response, error) {
 		},
 		// A 1xx answer may already have been relayed to the client.
 		Got1xxResponse: func(int, textproto.MIMEHeader) error { informed.Store(true); return nil },
+		// The upstream may have the whole request: without a key, a replay
+		// could run it twice.
+		WroteRequest: func(i httptrace.WroteRequestInfo) {
+			if i.Err == nil && !keyed {
+				written.Store(true)
+				rec.noReplay()
+			}
+		},
 		// The upstream has seen the request: replaying it could run it twice.
 		GotFirstResponseByte: func() { answered.Store(true); rec.noReplay() },
 	}
@@ -73,6 +90,12 @@ func (t *staleRetry) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.pooled.RoundTrip(first)
 	if err == nil || !reused.Load() || informed.Load() || answered.Load() || req.Context().Err() != nil {
 		rec.release()
+		return resp, err
+	}
+	if written.Load() {
+		rec.release()
+		t.log.Info("request failed on a reused connection after it was written whole; not replayed, the upstream may have run it (an Idempotency-Key header allows a replay)",
+			"err", err, "path", req.URL.Path)
 		return resp, err
 	}
 	again := shallowCopy(req)
@@ -95,8 +118,21 @@ func (t *staleRetry) RoundTrip(req *http.Request) (*http.Response, error) {
 		defer rec.drop()
 		again.Body = body
 	}
-	t.log.Info("request failed on a reused connection before any answer; sending it again on a new one", "err", err, "path", req.URL.Path)
+	t.log.Info("request failed on a reused connection before any answer, unwritten or idempotency-keyed; sending it again on a new one",
+		"err", err, "path", req.URL.Path, "keyed", keyed)
 	return t.fresh.RoundTrip(again)
+}
+
+// idempotencyKeyed reports whether h carries one of the headers with
+// which net/http lets a client mark a request safe to send twice (their
+// presence, whatever the value).
+func idempotencyKeyed(h http.Header) bool {
+	for _, k := range idempotencyHeaders {
+		if _, ok := h[k]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // CloseIdleConnections closes the pooled transport's idle connections

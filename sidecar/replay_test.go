@@ -151,3 +151,109 @@ func TestStaleRetryGetBodyFails(t *testing.T) {
 		t.Fatalf("RoundTrip: %v (%d replays), want the failure and GetBody's error, no replay", err, fresh.n.Load())
 	}
 }
+
+// TestStaleRetryWrittenWhole: a request written whole on a reused
+// connection that the model server reads and then closes without an
+// answer may have been run: relayed or a decode leg, it is not sent again
+// (the client gets the vLLM-shaped 503 and no new connection is
+// dialled), unless it carries either idempotency header, with which it
+// is replayed once on a new connection.
+func TestStaleRetryWrittenWhole(t *testing.T) {
+	pre := newRecorder(t, func(w http.ResponseWriter, _ int, _ leg) { writeJSONReply(w, http.StatusOK, prefillAnswer) })
+	for _, pd := range []bool{false, true} {
+		for _, key := range []string{"", "Idempotency-Key", "X-Idempotency-Key"} {
+			up := newBudgetServer(t, 0)
+			pool := ""
+			headers := map[string]string{}
+			if pd {
+				pool, headers["x-prefiller-host-port"] = poolFile(t, pre.addr()), pre.addr()
+			}
+			if key != "" {
+				headers[key] = "once"
+			}
+			_, url := startSidecar(t, testOptions(up.port(), pool))
+			if st, _, raw := post(t, url+"/v1/completions", headers, map[string]any{"model": "m", "prompt": "sound", "max_tokens": 1}); st != http.StatusOK {
+				t.Fatalf("pd=%v key=%q: first request: %d %s", pd, key, st, raw)
+			}
+			// On the kept-alive connection, which the server closes once it
+			// has read the request whole.
+			st, _, raw := post(t, url+"/v1/completions", headers, map[string]any{"model": "m", "prompt": "stale, run me once", "max_tokens": 1})
+			switch n := up.dials.Load(); {
+			case key == "" && (st != http.StatusServiceUnavailable || !strings.Contains(string(raw), `"object":"error"`) || n != 1):
+				t.Fatalf("pd=%v, no key: %d %s with %d connections, want the decoder-down 503 and no replay", pd, st, raw, n)
+			case key != "" && (st != http.StatusOK || !strings.Contains(string(raw), "run me once") || n != 2):
+				t.Fatalf("pd=%v, %s: %d %s with %d connections, want the answer of one replay on a new connection", pd, key, st, raw, n)
+			}
+		}
+	}
+}
+
+// breakableConn fails every write once broken is set, sending nothing: a
+// connection the peer has reset, as the sidecar finds out only when it
+// writes the next request.
+type breakableConn struct {
+	net.Conn
+	broken *atomic.Bool
+}
+
+func (c breakableConn) Write(p []byte) (int, error) {
+	if c.broken.Load() {
+		return 0, errors.New("write: connection reset by peer")
+	}
+	return c.Conn.Write(p)
+}
+
+// TestStaleRetryUnwritten: a relayed request without an idempotency key
+// whose write fails on a reused connection never reached the upstream
+// whole, so it is replayed on a new connection, its body read once from
+// the client and sent whole; the upstream sees it once.
+func TestStaleRetryUnwritten(t *testing.T) {
+	var arrived atomic.Int32
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		arrived.Add(1)
+		_, _ = w.Write(got)
+	}))
+	t.Cleanup(up.Close)
+	var broken atomic.Bool
+	pooled := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return breakableConn{Conn: c, broken: &broken}, nil
+	}}
+	fresh := &http.Transport{DisableKeepAlives: true}
+	t.Cleanup(pooled.CloseIdleConnections)
+	rt := &staleRetry{pooled: pooled, fresh: fresh, max: 64 << 10, keep: bytebudget.New(64 << 10), full: prometheus.NewCounter(prometheus.CounterOpts{Name: "full"}), log: discard}
+	send := func(body string) (string, error) {
+		// No GetBody: a relayed client body, which net/http cannot replay.
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, up.URL+"/v1/completions", io.MultiReader(strings.NewReader(body)))
+		if err != nil {
+			return "", err
+		}
+		resp, err := (&http.Client{Transport: rt}).Do(req)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		got, err := io.ReadAll(resp.Body)
+		return string(got), err
+	}
+	if got, err := send("warm"); err != nil || got != "warm" {
+		t.Fatalf("warm-up: %q %v", got, err)
+	}
+	broken.Store(true)
+	// Larger than the transport's 4 KiB write buffer, so that the failed
+	// write happens while the request is written, as WroteRequest reports.
+	body := strings.Repeat("x", 16<<10)
+	if got, err := send(body); err != nil || got != body {
+		t.Fatalf("after a failed write: %d bytes back, %v; want the %d-byte body echoed", len(got), err, len(body))
+	}
+	if n := arrived.Load(); n != 2 {
+		t.Fatalf("the upstream got %d requests, want the warm-up and the one replay", n)
+	}
+}

@@ -115,12 +115,16 @@ func (b *budgetServer) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 // relay sends body to the sidecar's relayed path and returns the status
-// and answer; an error is a failure that reached the client as such.
+// and answer; an error is a failure that reached the client as such. The
+// request carries an Idempotency-Key: the budget server's stale
+// connection fails a request written whole, which only a keyed one may
+// be replayed after.
 func relay(ctx context.Context, url, body, hold string) (int, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/completions", strings.NewReader(body))
 	if err != nil {
 		return 0, "", err
 	}
+	req.Header.Set("Idempotency-Key", "budget")
 	if hold != "" {
 		req.Header.Set(holdHeader, hold)
 	}
@@ -215,7 +219,11 @@ func TestReplayBufferSpent(t *testing.T) {
 		st, raw, err := relay(t.Context(), url, holder, "holder")
 		held <- echoes(st, raw, holder, err)
 	}()
-	<-in
+	select {
+	case <-in:
+	case err := <-held:
+		t.Fatalf("the holder ended before its replay was held: %v", err)
+	}
 	if u := s.replay.Used(); u < 700 {
 		t.Fatalf("the held replay reserves %d bytes, want its 700", u)
 	}
