@@ -94,7 +94,9 @@
 // under its kv_transfer_params.remote_decoder.kv_request_id; a decode leg
 // naming remote_prefiller {kv_request_id, remote_host, remote_port} fetches
 // them from that tier over HTTP (GET /kvgate/p2p/{kv_request_id}, standing
-// in for the tier's NIXL transfer), waiting up to --kv-transfer-timeout
+// in for the tier's NIXL transfer; only from a loopback remote_host,
+// localhost or one of --p2p-allowed-hosts, any other host a 400 without a
+// dial, since the body names it), waiting up to --kv-transfer-timeout
 // for a prefill sent at the same time to land, and checks them. Loaded
 // blocks count as a remote prefill (cached_tokens); a failed load follows
 // --kv-load-failure-policy. A request's cache_hit_threshold in [0, 1] is

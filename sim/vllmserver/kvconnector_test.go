@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -119,6 +121,60 @@ func TestOffloadingConnector(t *testing.T) {
 	waitFor(t, "the p2p tier to drop the unfilled entry", func() bool { return pre.kvc.tier.size() == 1 })
 }
 
+// TestOffloadingPullHosts: a decode leg pulls only from a loopback
+// address, localhost or a host of --p2p-allowed-hosts; any other
+// remote_host is a 400 naming it, with no dial and no load failure
+// counted, under either failure policy.
+func TestOffloadingPullHosts(t *testing.T) {
+	pre := offloadingServer(t, RolePrefill)
+	dec := offloadingServer(t, RoleDecode)
+	_, port := splitAddr(t, pre.P2PAddr().String())
+	prompt := strings.Repeat("Only pull KV from hosts you were told of. ", 10)
+	pull := func(host, id string) (int, []byte) {
+		return post(t, dec.URL()+"/v1/completions", map[string]any{"model": "Qwen/Qwen3-0.6B", "prompt": prompt, "max_tokens": 1,
+			"kv_transfer_params": map[string]any{"remote_prefiller": map[string]any{"kv_request_id": id, "remote_host": host, "remote_port": port}}})
+	}
+	for _, host := range []string{"192.0.2.1", "metadata.google.internal", "::ffff:10.1.2.3"} {
+		if st, raw := pull(host, "x"); st != http.StatusBadRequest || !strings.Contains(string(raw), "--p2p-allowed-hosts") || !strings.Contains(string(raw), host) {
+			t.Fatalf("remote_host %s: %d %s, want a 400 naming it", host, st, raw)
+		}
+	}
+	if n := counterValue(t, dec, "kvgate_sim_kv_connector_load_failures_total"); n != 0 {
+		t.Fatalf("%v load failures counted for refused hosts", n)
+	}
+	// localhost is this machine: the prefill's blocks load from it.
+	complete(t, pre, "/v1/completions", map[string]any{"model": "Qwen/Qwen3-0.6B", "prompt": prompt, "max_tokens": 1,
+		"kv_transfer_params": map[string]any{"remote_decoder": map[string]any{"kv_request_id": "local"}}})
+	if st, raw := pull("localhost", "local"); st != http.StatusOK || !strings.Contains(string(raw), `"cached_tokens":`) || strings.Contains(string(raw), `"cached_tokens":0`) {
+		t.Fatalf("pull from localhost: %d %s, want cached tokens", st, raw)
+	}
+
+	// A tier that redirects is not followed: the pull would reach a host
+	// never checked.
+	var followed atomic.Int32
+	target := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { followed.Add(1) }))
+	t.Cleanup(target.Close)
+	redirect := httptest.NewServer(http.RedirectHandler(target.URL+"/kvgate/p2p/local", http.StatusTemporaryRedirect))
+	t.Cleanup(redirect.Close)
+	_, rport := splitAddr(t, redirect.Listener.Addr().String())
+	st, raw := post(t, dec.URL()+"/v1/completions", map[string]any{"model": "Qwen/Qwen3-0.6B", "prompt": prompt, "max_tokens": 1,
+		"kv_transfer_params": map[string]any{"remote_prefiller": map[string]any{"kv_request_id": "local", "remote_host": "127.0.0.1", "remote_port": rport}}})
+	if st != http.StatusServiceUnavailable || !strings.Contains(string(raw), "307") || followed.Load() != 0 {
+		t.Fatalf("a redirecting tier: %d %s, %d requests to its target; want the failed load and none", st, raw, followed.Load())
+	}
+
+	k := &kvConnector{allowed: []string{"10.0.0.7", "Tier.Example", "fd00::1"}}
+	for host, want := range map[string]bool{
+		"127.0.0.1": true, "127.8.9.10": true, "::1": true, "localhost": true, "LocalHost": true,
+		"10.0.0.7": true, "::ffff:10.0.0.7": true, "tier.example": true, "fd00::1": true,
+		"10.0.0.8": false, "0.0.0.0": false, "tier.example.evil": false, "fd00::2": false, "": false,
+	} {
+		if got := k.allowedHost(host); got != want {
+			t.Errorf("allowedHost(%q) = %v, want %v", host, got, want)
+		}
+	}
+}
+
 func splitAddr(t *testing.T, addr string) (string, int) {
 	t.Helper()
 	i := strings.LastIndexByte(addr, ':')
@@ -144,14 +200,19 @@ func TestKVTransferConfigRefused(t *testing.T) {
 	} {
 		o := testOptions(t)
 		o.KVTransferConfig = tc.cfg
-		if err := o.validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := o.validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error naming %s", tc.cfg, err, tc.want)
 		}
 	}
 	o := testOptions(t)
 	o.KVTransferConfig, o.Agent = `{"kv_connector":"SharedStorageConnector"}`, "127.0.0.1:1"
-	if err := o.validate(); err == nil || !strings.Contains(err.Error(), "--agent") {
+	if _, err := o.validate(); err == nil || !strings.Contains(err.Error(), "--agent") {
 		t.Errorf("with --agent: %v", err)
+	}
+	o = testOptions(t)
+	o.P2PAllowedHosts = []string{"10.0.0.7"}
+	if _, err := o.validate(); err == nil || !strings.Contains(err.Error(), "--p2p-allowed-hosts") {
+		t.Errorf("--p2p-allowed-hosts without the OffloadingConnector: %v", err)
 	}
 	// Without the OffloadingConnector a remote_prefiller is refused.
 	s := startServer(t, testOptions(t))

@@ -130,6 +130,11 @@ type Options struct {
 	// (shared_storage_path) or OffloadingConnector (TieringOffloadingSpec
 	// with one p2p secondary tier); see kvconnector.go.
 	KVTransferConfig string
+	// P2PAllowedHosts are the remote_prefiller remote_host values an
+	// OffloadingConnector decode leg may pull from besides loopback
+	// addresses and localhost: the body names the host, so a client that
+	// reaches this server could otherwise make it dial anywhere.
+	P2PAllowedHosts []string
 	// KVOffloadEventsEndpoint is where the agent publishes this server's
 	// CPU-tier KV events (medium "CPU"); empty for none.
 	KVOffloadEventsEndpoint string
@@ -244,6 +249,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.StringVar(&o.KVLoadFailurePolicy, "kv-load-failure-policy", o.KVLoadFailurePolicy, "on a failed KV pull: fail the request or recompute the prompt (vLLM kv_load_failure_policy)")
 	fs.DurationVar(&o.KVTransferTimeout, "kv-transfer-timeout", o.KVTransferTimeout, "bound on one KV pull with --agent")
 	fs.StringVar(&o.KVTransferConfig, "kv-transfer-config", o.KVTransferConfig, `vLLM's KV connector JSON: {"kv_connector": "NixlConnector" | "SharedStorageConnector" | "OffloadingConnector", "kv_role", "kv_connector_extra_config"}`)
+	fs.Var(cliflag.List{Vals: &o.P2PAllowedHosts, Sep: ","}, "p2p-allowed-hosts", "with an OffloadingConnector p2p tier: remote_prefiller hosts a decode leg may pull KV from besides loopback and localhost (comma-separated; several allowed)")
 	fs.StringVar(&o.KVOffloadEventsEndpoint, "kv-offload-events-endpoint", o.KVOffloadEventsEndpoint, "ZMQ endpoint where the agent publishes this server's CPU-tier KV events")
 
 	args = expandLists(args)
@@ -267,11 +273,31 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	}
 	o.Role = Role(role)
 	o.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel}))
-	return o, o.validate()
+	_, err = o.validate()
+	return o, err
 }
 
-// validate checks what the engine does not.
-func (o *Options) validate() error {
+// validate checks what the engine does not, and returns the parsed
+// --kv-transfer-config (nil: NixlConnector semantics by default).
+func (o *Options) validate() (*kvTransferConfig, error) {
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	kvc, err := parseKVTransferConfig(o.KVTransferConfig)
+	if err != nil {
+		return nil, err
+	}
+	if kvc != nil && kvc.Connector != ConnectorNixl && o.Agent != "" {
+		return nil, fmt.Errorf("--kv-transfer-config kv_connector %s: not with --agent, whose data plane is the NixlConnector's", kvc.Connector)
+	}
+	if len(o.P2PAllowedHosts) > 0 && (kvc == nil || kvc.Connector != ConnectorOffloading) {
+		return nil, fmt.Errorf("--p2p-allowed-hosts %s: only an OffloadingConnector decode leg pulls from a p2p tier (--kv-transfer-config)", strings.Join(o.P2PAllowedHosts, ","))
+	}
+	return kvc, nil
+}
+
+// check validates the flags that need no parsing.
+func (o *Options) check() error {
 	switch o.Role {
 	case RolePrefill, RoleDecode, RoleBoth, RoleEncode:
 	default:
@@ -296,13 +322,6 @@ func (o *Options) validate() error {
 		return fmt.Errorf("--kv-load-failure-policy %q: want fail or recompute", o.KVLoadFailurePolicy)
 	case o.KVBytesPerToken < 0 || o.KVRegionBytes <= 0 || o.KVTransferTimeout <= 0:
 		return errors.New("--kv-bytes-per-token must not be negative, --kv-region-bytes and --kv-transfer-timeout must be positive")
-	}
-	kvc, err := parseKVTransferConfig(o.KVTransferConfig)
-	if err != nil {
-		return err
-	}
-	if kvc != nil && kvc.Connector != ConnectorNixl && o.Agent != "" {
-		return fmt.Errorf("--kv-transfer-config kv_connector %s: not with --agent, whose data plane is the NixlConnector's", kvc.Connector)
 	}
 	seen := make(map[string]bool)
 	for _, n := range o.servedNames() {

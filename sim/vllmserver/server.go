@@ -82,7 +82,8 @@ type Server struct {
 // New builds a server and binds its HTTP listener (and a bound KV-events
 // socket), so that a caller using port 0 can read the addresses before Run.
 func New(o Options) (*Server, error) {
-	if err := o.validate(); err != nil {
+	kvc, err := o.validate()
+	if err != nil {
 		return nil, err
 	}
 	if o.Logger == nil {
@@ -108,7 +109,6 @@ func New(o Options) (*Server, error) {
 	}
 	s.models = newModelTable(o.servedNames(), o.LoRAModules)
 
-	var err error
 	if s.ln, err = net.Listen("tcp", net.JoinHostPort(o.Host, strconv.Itoa(o.Port))); err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
@@ -154,10 +154,6 @@ func New(o Options) (*Server, error) {
 			return fail(err)
 		}
 		sink = &tee{next: sink, d: s.dp}
-	}
-	kvc, err := parseKVTransferConfig(o.KVTransferConfig)
-	if err != nil {
-		return fail(err)
 	}
 	if kvc != nil && kvc.Connector != ConnectorNixl {
 		if s.kvc, err = newKVConnector(s, kvc, kvb); err != nil {
