@@ -98,8 +98,36 @@ type PDConfig struct {
 }
 
 // agents reports whether the fleet moves KV through node agents.
-func (c PDConfig) agents() bool {
-	return c.KVConnector == "" || c.KVConnector == sidecar.ConnectorNIXLV2
+func (c PDConfig) agents() bool { return viaAgents(c.KVConnector) }
+
+func viaAgents(connector string) bool {
+	return connector == "" || connector == sidecar.ConnectorNIXLV2
+}
+
+// checkKVConnector refuses a --kv-connector the fleet of shape cannot run
+// with.
+func checkKVConnector(connector string, shape PDShape) error {
+	switch connector {
+	case "", sidecar.ConnectorNIXLV2, sidecar.ConnectorSharedStorage:
+	case sidecar.ConnectorOffloading:
+		if shape.Prefill != 1 {
+			return fmt.Errorf("--kv-connector offloading: %d prefill servers, want 1 (the sidecars name every prefiller's p2p tier by one port, and on one machine the prefillers share a host)", shape.Prefill)
+		}
+	default:
+		return fmt.Errorf("--kv-connector %q: want %s, %s or %s", connector, sidecar.ConnectorNIXLV2, sidecar.ConnectorOffloading, sidecar.ConnectorSharedStorage)
+	}
+	return nil
+}
+
+// kvPath says how a fleet with connector moves the KV, for its reports.
+func kvPath(connector string) string {
+	switch connector {
+	case sidecar.ConnectorOffloading:
+		return "fetched by each decode sim from the prefill sim's OffloadingConnector p2p tier, no node agents"
+	case sidecar.ConnectorSharedStorage:
+		return "written to and loaded from the sims' SharedStorageConnector folder, no node agents"
+	}
+	return "NIXL READ through the node agents, over UCX on loopback"
 }
 
 // kvTransferConfig is a simulator's --kv-transfer-config for the
@@ -133,6 +161,8 @@ type PDStack struct {
 	Encode, Prefill, Decode []Sim
 	Agents                  []Sim
 	Sidecars                []Sidecar
+	// KVConnector is the sidecars' --kv-connector ("": nixlv2).
+	KVConnector string
 }
 
 // pdConfig is the picker's configuration: llm-d's sim P/D config (deploy/
@@ -199,14 +229,8 @@ func StartPDStack(ctx context.Context, c PDConfig) (*PDStack, error) {
 	if c.AgentBin == "" {
 		c.AgentBin = filepath.Join(filepath.Dir(c.Bin), "kvgate-agent")
 	}
-	switch c.KVConnector {
-	case "", sidecar.ConnectorNIXLV2, sidecar.ConnectorSharedStorage:
-	case sidecar.ConnectorOffloading:
-		if c.Shape.Prefill != 1 {
-			return nil, fmt.Errorf("KV connector offloading: %d prefill servers, want 1 (the sidecars name every prefiller's p2p tier by one port)", c.Shape.Prefill)
-		}
-	default:
-		return nil, fmt.Errorf("KV connector %q: want nixlv2, offloading or shared-storage", c.KVConnector)
+	if err := checkKVConnector(c.KVConnector, c.Shape); err != nil {
+		return nil, err
 	}
 	cfg, err := pdConfig(c.Decider, c.NonCachedTokens, c.KVBytesPerToken, c.TimeScale, c.Shape.Encode > 0)
 	if err != nil {
@@ -222,7 +246,7 @@ func startPDFleet(ctx context.Context, c PDConfig, cfg string) (_ *PDStack, err 
 	if err != nil {
 		return nil, err
 	}
-	s := &PDStack{Stack: &Stack{group: g}}
+	s := &PDStack{Stack: &Stack{group: g}, KVConnector: c.KVConnector}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -270,6 +294,8 @@ func startPDFleet(ctx context.Context, c PDConfig, cfg string) (_ *PDStack, err 
 	}
 	if len(s.Agents) > 0 {
 		c.Progress(fmt.Sprintf("%d node agents ready", len(s.Agents)))
+	} else {
+		c.Progress("KV " + kvPath(c.KVConnector))
 	}
 	p2pPort := 0 // the prefill server's p2p tier (offloading)
 	simOpts := func(i int, role vllmserver.Role) vllmserver.Options {
@@ -419,7 +445,8 @@ type PDPair struct {
 	Requests float64 `json:"requests"`
 }
 
-// PDTransfers is what one decode server pulled through its agent.
+// PDTransfers is what one decode server pulled through its agent, or
+// loaded through its KV connector.
 type PDTransfers struct {
 	Decode         string  `json:"decode"`
 	Pulls          float64 `json:"pulls"`
@@ -499,6 +526,10 @@ func (s *PDStack) Collect(ctx context.Context) (PDReport, error) {
 		}
 		t := PDTransfers{Decode: d.Name, Pulls: v("kvgate_sim_kv_pulls_total"), Bytes: v("kvgate_sim_kv_pulled_bytes_total"),
 			Failures: v("kvgate_sim_kv_pull_failures_total"), VerifyFailures: v("kvgate_sim_kv_verify_failures_total"), Sizes: map[string]float64{}}
+		if !viaAgents(s.KVConnector) {
+			t.Pulls, t.Bytes = v("kvgate_sim_kv_connector_loads_total"), v("kvgate_sim_kv_connector_loaded_bytes_total")
+			t.Failures, t.VerifyFailures = v("kvgate_sim_kv_connector_load_failures_total"), v("kvgate_sim_kv_connector_verify_failures_total")
+		}
 		if t.Pulls > 0 {
 			t.BytesPerPull = t.Bytes / t.Pulls
 		}

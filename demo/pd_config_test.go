@@ -2,6 +2,7 @@ package demo
 
 import (
 	"encoding/json"
+	"io"
 	"strings"
 	"testing"
 
@@ -88,4 +89,30 @@ func spec(t *testing.T, cfg *config.Config, typ string) *config.PluginSpec {
 	}
 	t.Fatalf("no %s plugin", typ)
 	return nil
+}
+
+// kvgate up --pd takes --kv-connector when the fleet can run it and
+// refuses, naming the flag, a value it cannot: an unknown connector,
+// offloading with more than one prefill server, or no --pd at all.
+func TestUpKVConnectorFlag(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string // "" accepted
+	}{
+		{[]string{"--pd", "1P2D", "--kv-connector", "nixlv2"}, ""},
+		{[]string{"--pd", "1P2D", "--kv-connector", "offloading"}, ""},
+		{[]string{"--pd", "2P2D", "--kv-connector", "shared-storage"}, ""},
+		{[]string{"--pd", "2P1D", "--kv-connector", "offloading"}, "--kv-connector offloading: 2 prefill servers"},
+		{[]string{"--pd", "1P1D", "--kv-connector", "mooncake"}, `--kv-connector "mooncake"`},
+		{[]string{"--kv-connector", "shared-storage"}, "--kv-connector needs --pd"},
+	} {
+		// An accepted value meets the path checks next, which may fail here.
+		o, err := ParseFlags(c.args, io.Discard)
+		switch {
+		case c.want == "" && ((err != nil && strings.Contains(err.Error(), "--kv-connector")) || o.KVConnector != c.args[3]):
+			t.Errorf("%v: %v (connector %q), want it accepted", c.args, err, o.KVConnector)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%v: %v, want an error with %q", c.args, err, c.want)
+		}
+	}
 }

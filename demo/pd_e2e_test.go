@@ -121,7 +121,14 @@ func TestE2EPDConnectorsThroughTheGateway(t *testing.T) {
 	needE2E(t)
 	for _, conn := range []string{sidecar.ConnectorOffloading, sidecar.ConnectorSharedStorage} {
 		t.Run(conn, func(t *testing.T) {
-			s := startPDStackWith(t, PDShape{Prefill: 1, Decode: 1}, func(c *PDConfig) { c.KVConnector = conn })
+			var progress []string // StartPDStack reports from this goroutine
+			s := startPDStackWith(t, PDShape{Prefill: 1, Decode: 1}, func(c *PDConfig) {
+				c.KVConnector = conn
+				c.Progress = func(l string) { progress = append(progress, l) }
+			})
+			if p := strings.Join(progress, "\n"); !strings.Contains(p, kvPath(conn)) || strings.Contains(p, "node agents ready") {
+				t.Fatalf("progress of a %s fleet, want how its KV moves and no node agents:\n%s", conn, p)
+			}
 			prompt := strings.Repeat("The "+conn+" connector carries this prompt's KV to the decoder. ", 12)
 			extra := map[string]any{}
 			if conn == sidecar.ConnectorSharedStorage {
@@ -142,6 +149,15 @@ func TestE2EPDConnectorsThroughTheGateway(t *testing.T) {
 			}
 			if got := simCounter(t, s.Prefill[0].Addr, "kvgate_sim_kv_connector_stored_blocks_total"); got < float64(want/kvhash.DefaultBlockSize) {
 				t.Fatalf("prefill sim stored %v blocks, want at least %d", got, want/kvhash.DefaultBlockSize)
+			}
+			// kvgate up --pd's report counts the connector's loads as the
+			// fleet's transfers.
+			r, err := s.Collect(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pulls, bytes, bad := r.TotalPulls(); pulls != 1 || bytes != loaded || bad != 0 {
+				t.Fatalf("report: %v transfers of %v bytes, %v bad; want the decoder's one load of %v bytes", pulls, bytes, bad, loaded)
 			}
 		})
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/kvgate/kvgate/demo/workload"
 	"github.com/kvgate/kvgate/extproc/config"
 	"github.com/kvgate/kvgate/internal/kvhash"
+	"github.com/kvgate/kvgate/sidecar"
 )
 
 // PDSummary adds inter-token latency to a run's summary.
@@ -76,12 +77,17 @@ func runPD(ctx context.Context, o Options, reqs []workload.Request, stdout io.Wr
 	}
 
 	pdName := shape.String()
-	pc := PDConfig{StackConfig: base, Shape: shape, Decider: o.PDDecider, NonCachedTokens: o.PDNonCachedTokens, KVBytesPerToken: o.KVBytesPerToken}
+	pc := PDConfig{StackConfig: base, Shape: shape, Decider: o.PDDecider, NonCachedTokens: o.PDNonCachedTokens, KVBytesPerToken: o.KVBytesPerToken,
+		KVConnector: o.KVConnector}
 	pc.LogDir = filepath.Join(o.Out, "logs", pdName)
 	pc.SimArgs = []string{"--kv-load-failure-policy", o.PDLoadFailurePolicy}
 	pc.Progress = func(s string) { fmt.Fprintf(stdout, "[%s]   %s\n", pdName, s) }
+	agents := 0
+	if pc.agents() {
+		agents = shape.Prefill + shape.Decode
+	}
 	fmt.Fprintf(stdout, "\n[%s] starting %d node agents, %d encode + %d prefill + %d decode sims, %d sidecars, epp and gateway...\n",
-		pdName, shape.Prefill+shape.Decode, shape.Encode, shape.Prefill, shape.Decode, shape.Decode)
+		pdName, agents, shape.Encode, shape.Prefill, shape.Decode, shape.Decode)
 	pstack, err := StartPDStack(ctx, pc)
 	if err != nil {
 		return fmt.Errorf("%s fleet: %w", pdName, err)
@@ -104,7 +110,7 @@ func runPD(ctx context.Context, o Options, reqs []workload.Request, stdout io.Wr
 	sums := []PDSummary{summarizePD(colRun), summarizePD(pdRun)}
 	blockBytes := pc.KVBytesPerToken * kvhash.DefaultBlockSize
 	fmt.Fprintln(stdout)
-	if err := writePDTable(stdout, sums, pr, blockBytes); err != nil {
+	if err := writePDTable(stdout, sums, pr, blockBytes, o.KVConnector); err != nil {
 		return err
 	}
 	runs := []report.Run{colRun, pdRun}
@@ -141,8 +147,8 @@ func pdPage(o Options, shape PDShape, runs []report.Run, sums []PDSummary, pr PD
 	setup := []string{
 		fmt.Sprintf("the same %d requests from the Mooncake trace (arrivals compressed into %s, output capped at %d tokens) through a collocated fleet of %d simulated vLLM servers (approximate prefix routing) and a %s fleet of the same size",
 			o.Requests, o.Workload.Duration, o.Workload.MaxOutputTokens, n, shape),
-		fmt.Sprintf("%s: %d prefill and %d decode sims (preset qwen3-0.6b-h100, time scale %g, %d KV blocks of %d tokens), one kvgate sidecar per decode sim, one node agent per sim moving KV by NIXL READ over UCX on loopback (%d bytes per block, every block's bytes verified), the picker with disagg-profile-handler and decider %q",
-			shape, shape.Prefill, shape.Decode, o.TimeScale, o.NumGPUBlocks, kvhash.DefaultBlockSize, blockBytes, o.PDDecider),
+		fmt.Sprintf("%s: %d prefill and %d decode sims (preset qwen3-0.6b-h100, time scale %g, %d KV blocks of %d tokens), one kvgate sidecar per decode sim (--kv-connector %s), KV %s (%d bytes per block, every block's bytes verified), the picker with disagg-profile-handler and decider %q",
+			shape, shape.Prefill, shape.Decode, o.TimeScale, o.NumGPUBlocks, kvhash.DefaultBlockSize, cmp.Or(o.KVConnector, sidecar.ConnectorNIXLV2), kvPath(o.KVConnector), blockBytes, o.PDDecider),
 	}
 	if shape.Encode > 0 {
 		setup = append(setup, fmt.Sprintf("E/P/D: %d encode sim; chat requests each with one of %d images", shape.Encode, o.EPDImages))
@@ -160,7 +166,7 @@ func pdPage(o Options, shape PDShape, runs []report.Run, sums []PDSummary, pr PD
 		pairs.Rows = append(pairs.Rows, []string{p.Prefill, p.Decode, fmt.Sprintf("%.0f", p.Requests)})
 	}
 	transfers := report.Table{Title: "KV transfers", Header: []string{"decode server", "transfers", "bytes", "bytes / transfer", "blocks / transfer", "failed", "verify failures"},
-		Note: fmt.Sprintf("The decode sims' own counters of the KV they pulled through their node agent (%d bytes per %d-token block).", blockBytes, kvhash.DefaultBlockSize)}
+		Note: fmt.Sprintf("The decode sims' own counters of the KV they loaded, %s (%d bytes per %d-token block).", kvPath(o.KVConnector), blockBytes, kvhash.DefaultBlockSize)}
 	sizes := report.Figure{Title: "Bytes per transfer, cumulative distribution", XLabel: "bytes moved by one transfer (MB)", YLabel: "fraction of transfers", YMax: 1,
 		Note: "From each decode sim's vllm:nixl_bytes_transferred histogram (at its bucket bounds)."}
 	for _, t := range pr.Transfers {
@@ -224,7 +230,7 @@ func sizeCurve(t PDTransfers) (report.Curve, bool) {
 	return c, true
 }
 
-func writePDTable(w io.Writer, sums []PDSummary, pr PDReport, blockBytes int) error {
+func writePDTable(w io.Writer, sums []PDSummary, pr PDReport, blockBytes int, connector string) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "fleet\tok/sent\tTTFT p50\tp99\tITL p50\tp99\treq/s\tout tok/s\t")
 	for _, s := range sums {
@@ -238,7 +244,7 @@ func writePDTable(w io.Writer, sums []PDSummary, pr PDReport, blockBytes int) er
 	for _, p := range pr.Pairs {
 		fmt.Fprintf(w, "  %s -> %s: %.0f\n", p.Prefill, p.Decode, p.Requests)
 	}
-	fmt.Fprintf(w, "\nKV transfers (NIXL READ through the node agents, every block's bytes verified; %d bytes per block):\n", blockBytes)
+	fmt.Fprintf(w, "\nKV transfers (%s, every block's bytes verified; %d bytes per block):\n", kvPath(connector), blockBytes)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "decode\ttransfers\tbytes\tbytes/transfer\tblocks/transfer\tfailed\tverify failures\t")
 	for _, t := range pr.Transfers {

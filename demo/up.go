@@ -59,6 +59,8 @@ type Options struct {
 	// PDLoadFailurePolicy is the P/D sims' kv_load_failure_policy.
 	PDLoadFailurePolicy string
 	KVBytesPerToken     int
+	// KVConnector is the --pd fleet's sidecars' --kv-connector ("": nixlv2).
+	KVConnector string
 	// EPD adds an encode server to the --pd fleet and sends every request
 	// as a chat with an image (one of EPDImages).
 	EPD       bool
@@ -116,14 +118,22 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.BoolVar(&o.EPD, "epd", false, "with --pd: E/P/D, an encode server more and every request a chat with an image (one of --epd-images), against a collocated fleet of the same size")
 	fs.IntVar(&o.EPDImages, "epd-images", o.EPDImages, "with --epd: distinct images the requests use")
 	fs.IntVar(&o.KVBytesPerToken, "kv-bytes-per-token", o.KVBytesPerToken, "with --pd: KV bytes per token the agents move (0: the model's real size)")
+	fs.StringVar(&o.KVConnector, "kv-connector", "", "with --pd: the sidecars' --kv-connector and the sims' KV connector: nixlv2 (NIXL READ through node agents, the default), offloading (the prefill sim's OffloadingConnector p2p tier; one prefill server) or shared-storage (a SharedStorageConnector folder)")
 	if err := cliflag.Parse(fs, args); err != nil {
 		return o, err
 	}
 	if o.EPD && (o.PD == "" || o.EPDImages < 1) {
 		return o, errors.New("--epd needs --pd (the P/D shape) and --epd-images of at least 1")
 	}
+	if o.KVConnector != "" && o.PD == "" {
+		return o, errors.New("--kv-connector needs --pd (the P/D fleet whose KV it moves)")
+	}
 	if o.PD != "" {
-		if _, err := ParsePDShape(o.PD); err != nil {
+		shape, err := ParsePDShape(o.PD)
+		if err != nil {
+			return o, err
+		}
+		if err := checkKVConnector(o.KVConnector, shape); err != nil {
 			return o, err
 		}
 		if _, err := pdConfig(o.PDDecider, o.PDNonCachedTokens, o.KVBytesPerToken, o.TimeScale, false); err != nil {
