@@ -100,6 +100,15 @@ type PDConfig struct {
 // agents reports whether the fleet moves KV through node agents.
 func (c PDConfig) agents() bool { return viaAgents(c.KVConnector) }
 
+// nodeAgents is how many node agents the fleet runs: one per prefill and
+// decode server, none when a KV connector moves the KV.
+func (c PDConfig) nodeAgents() int {
+	if !c.agents() {
+		return 0
+	}
+	return c.Shape.Prefill + c.Shape.Decode
+}
+
 func viaAgents(connector string) bool {
 	return connector == "" || connector == sidecar.ConnectorNIXLV2
 }
@@ -269,11 +278,7 @@ func startPDFleet(ctx context.Context, c PDConfig, cfg string) (_ *PDStack, err 
 	agentArgs := func(addr string) []string {
 		return []string{"--listen", addr, "--cpu-bytes", strconv.Itoa(64 << 20)}
 	}
-	agents := 0 // with a KV connector, it moves the KV, not node agents
-	if c.agents() {
-		agents = np + nd
-	}
-	for i := range agents {
+	for i := range c.nodeAgents() {
 		name := fmt.Sprintf("agent-p%d", i)
 		if i >= np {
 			name = fmt.Sprintf("agent-d%d", i-np)

@@ -82,12 +82,8 @@ func runPD(ctx context.Context, o Options, reqs []workload.Request, stdout io.Wr
 	pc.LogDir = filepath.Join(o.Out, "logs", pdName)
 	pc.SimArgs = []string{"--kv-load-failure-policy", o.PDLoadFailurePolicy}
 	pc.Progress = func(s string) { fmt.Fprintf(stdout, "[%s]   %s\n", pdName, s) }
-	agents := 0
-	if pc.agents() {
-		agents = shape.Prefill + shape.Decode
-	}
 	fmt.Fprintf(stdout, "\n[%s] starting %d node agents, %d encode + %d prefill + %d decode sims, %d sidecars, epp and gateway...\n",
-		pdName, agents, shape.Encode, shape.Prefill, shape.Decode, shape.Decode)
+		pdName, pc.nodeAgents(), shape.Encode, shape.Prefill, shape.Decode, shape.Decode)
 	pstack, err := StartPDStack(ctx, pc)
 	if err != nil {
 		return fmt.Errorf("%s fleet: %w", pdName, err)
