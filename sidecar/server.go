@@ -169,13 +169,21 @@ func poolSource(o Options, log *slog.Logger) (endpoints.Source, error) {
 	return d, nil
 }
 
+// upstreamIdleTimeout is how long an idle upstream connection is kept: under
+// vLLM's own keep-alive (its API server closes a connection idle for
+// VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s by default), so the sidecar, not the
+// server, ends idle connections. A request written whole to a connection
+// the server was closing is not replayed (staleRetry), so the sidecar must
+// not leave that race to the server's clock.
+const upstreamIdleTimeout = 4 * time.Second
+
 // transport dials one stage's upstreams, replaying a request that a
 // stale keep-alive connection failed (staleRetry).
 func (s *Server) transport(stage string) http.RoundTripper {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = 0
 	t.MaxIdleConnsPerHost = s.o.MaxIdleConnsPerHost
-	t.IdleConnTimeout = 90 * time.Second
+	t.IdleConnTimeout = upstreamIdleTimeout
 	if s.o.tls(stage) {
 		t.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: s.o.skipVerify(stage)} //nolint:gosec // the operator's choice, per stage
 	}
