@@ -14,6 +14,7 @@
 # teardown. Start-up is in earlier parts, which is why whole-process totals
 # (cachegrind) are not used: their start-up varies by ±150 M instructions.
 set -euo pipefail
+command -v valgrind >/dev/null || { echo "$0: needs valgrind (apt-get install valgrind)" >&2; exit 1; }
 old=${1:?usage: $0 OLD_COMMIT [NEW_COMMIT] [SIZES]}
 new=${2:-HEAD}
 sizes=${3:-1 16 220}
