@@ -269,21 +269,26 @@ func (c *Concurrency) Saturated(eps []*endpoints.Endpoint) bool { return c.Satur
 func (c *Concurrency) Credit(eps []*endpoints.Endpoint) float64 {
 	n := float64(max(1, len(eps)))
 	if c.mode == ModeTokens {
-		if reqs, toks := inflight(eps); reqs > 0 {
+		if reqs, toks := inflight(eps, allInflight); reqs > 0 {
 			return toks / reqs / (n * c.maxToks)
 		}
 	}
 	return 1 / (n * c.maxReqs)
 }
 
-// inflight is the pool's in-flight requests and tokens: the credits price
-// a request of the pool's mean size.
-func inflight(eps []*endpoints.Endpoint) (reqs, toks float64) {
+// inflight sums count's requests and tokens over the pool: the credits
+// price a request of the pool's mean size.
+func inflight(eps []*endpoints.Endpoint, count func(*endpoints.Endpoint) (requests, tokens int64)) (reqs, toks float64) {
 	for _, e := range eps {
-		reqs += float64(e.InflightRequests())
-		toks += float64(e.InflightTokens())
+		r, t := count(e)
+		reqs, toks = reqs+float64(r), toks+float64(t)
 	}
 	return reqs, toks
+}
+
+// allInflight counts every request in flight on e, remote prefills too.
+func allInflight(e *endpoints.Endpoint) (requests, tokens int64) {
+	return e.InflightRequests(), e.InflightTokens()
 }
 
 // Filter implements scheduling.Filter.
@@ -454,11 +459,7 @@ func (d *DecodeStep) Saturation(eps []*endpoints.Endpoint) float64 {
 // pool's mean size adds to the step of one server, spread over the pool
 // under aggregate mean.
 func (d *DecodeStep) Credit(eps []*endpoints.Endpoint) float64 {
-	var reqs, toks float64
-	for _, e := range eps {
-		r, t := e.DecodingInflight()
-		reqs, toks = reqs+float64(r), toks+float64(t)
-	}
+	reqs, toks := inflight(eps, (*endpoints.Endpoint).DecodingInflight)
 	c := d.perSeq
 	if reqs > 0 {
 		c += d.perToken * toks / reqs
