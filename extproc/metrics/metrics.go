@@ -75,6 +75,55 @@ type Metrics struct {
 	boundMu  sync.Mutex
 	models   map[string]struct{}
 	fairness map[string]struct{}
+
+	// series caches each request label set's resolved series: a request
+	// touches about twenty of them, and every WithLabelValues hashes its
+	// labels and takes its vector's lock. Bounded by maxCachedSeries.
+	seriesMu sync.RWMutex
+	series   map[seriesKey]*requestSeries
+}
+
+// seriesKey is a label set after bounding (values).
+type seriesKey struct{ model, target, fairness, priority string }
+
+// maxCachedSeries bounds the series cache. Past it, a new label set evicts
+// an arbitrary one; an evicted set resolves its series again when next
+// used, so nothing is lost but the time.
+const maxCachedSeries = 4096
+
+// requestSeries are the series one request label set writes to, each
+// resolved on first use so that a series appears in /metrics only once it
+// has been written, as with WithLabelValues.
+type requestSeries struct {
+	key                                        seriesKey
+	counted                                    sync.Once
+	gieRequests, requests                      prometheus.Counter
+	gauged                                     sync.Once
+	gieRunning, running                        prometheus.Gauge
+	reqSize, respSize, duration, input, output observerPair
+	ntpot, cached, tpot, itl                   observerPair
+	ttft                                       [2]observerPair // by streaming: false, true
+}
+
+// observerPair is a histogram's series in GIE's family (model_name,
+// target_model_name; absent where GIE has none) and in llm-d's (those and
+// fairness_id, priority).
+type observerPair struct {
+	once      sync.Once
+	gie, llmd prometheus.Observer
+}
+
+func (p *observerPair) observe(gie, llmd *prometheus.HistogramVec, k seriesKey, v float64, more ...string) {
+	p.once.Do(func() {
+		if gie != nil {
+			p.gie = gie.WithLabelValues(k.model, k.target)
+		}
+		p.llmd = llmd.WithLabelValues(append([]string{k.model, k.target, k.fairness, k.priority}, more...)...)
+	})
+	if p.gie != nil {
+		p.gie.Observe(v)
+	}
+	p.llmd.Observe(v)
 }
 
 // MaxModelLabels is how many distinct model names (incoming and target
@@ -117,6 +166,33 @@ func (m *Metrics) values(l Labels) (model, target, fairness, priority string) {
 	defer m.boundMu.Unlock()
 	return m.bound(m.models, MaxModelLabels, l.Model), m.bound(m.models, MaxModelLabels, l.Target),
 		m.bound(m.fairness, MaxFairnessLabels, l.FairnessID), strconv.Itoa(l.Priority)
+}
+
+// seriesFor returns l's series, resolving them on first use.
+func (m *Metrics) seriesFor(l Labels) *requestSeries {
+	model, target, fair, prio := m.values(l)
+	k := seriesKey{model, target, fair, prio}
+	m.seriesMu.RLock()
+	s := m.series[k]
+	m.seriesMu.RUnlock()
+	if s != nil {
+		return s
+	}
+	m.seriesMu.Lock()
+	if s = m.series[k]; s != nil {
+		m.seriesMu.Unlock()
+		return s
+	}
+	s = &requestSeries{key: k}
+	if len(m.series) >= maxCachedSeries {
+		for old := range m.series {
+			delete(m.series, old)
+			break
+		}
+	}
+	m.series[k] = s
+	m.seriesMu.Unlock()
+	return s
 }
 
 type pluginKey struct {
@@ -194,6 +270,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		pluginObservers: map[pluginKey][]prometheus.Observer{},
 		models:          map[string]struct{}{},
 		fairness:        map[string]struct{}{},
+		series:          map[seriesKey]*requestSeries{},
 	}
 
 	m.gieRequests = counter("inference_objective_request_total", "[Deprecated: use llm_d_epp_request_total] Requests received, by model and priority.", with(modelLabels, "priority")...)
@@ -360,12 +437,16 @@ func (m *Metrics) RequestReceived(l Labels, size int) {
 	if m == nil {
 		return
 	}
-	model, target, fair, prio := m.values(l)
-	m.gieRequests.WithLabelValues(model, target, prio).Inc()
-	m.requests.WithLabelValues(model, target, fair, prio).Inc()
+	s := m.seriesFor(l)
+	k := s.key
+	s.counted.Do(func() {
+		s.gieRequests = m.gieRequests.WithLabelValues(k.model, k.target, k.priority)
+		s.requests = m.requests.WithLabelValues(k.model, k.target, k.fairness, k.priority)
+	})
+	s.gieRequests.Inc()
+	s.requests.Inc()
 	if size >= 0 {
-		m.gieReqSize.WithLabelValues(model, target).Observe(float64(size))
-		m.reqSize.WithLabelValues(model, target, fair, prio).Observe(float64(size))
+		s.reqSize.observe(m.gieReqSize, m.reqSize, k, float64(size))
 	}
 }
 
@@ -386,9 +467,14 @@ func (m *Metrics) Running(l Labels, delta int) {
 	if m == nil || l.Model == "" {
 		return
 	}
-	model, target, fair, prio := m.values(l)
-	m.gieRunning.WithLabelValues(model).Add(float64(delta))
-	m.running.WithLabelValues(model, target, fair, prio).Add(float64(delta))
+	s := m.seriesFor(l)
+	s.gauged.Do(func() {
+		k := s.key
+		s.gieRunning = m.gieRunning.WithLabelValues(k.model)
+		s.running = m.running.WithLabelValues(k.model, k.target, k.fairness, k.priority)
+	})
+	s.gieRunning.Add(float64(delta))
+	s.running.Add(float64(delta))
 }
 
 // RequestProcessing records the picker's time on a request up to its
@@ -463,8 +549,8 @@ func (m *Metrics) ITL(l Labels, d time.Duration) {
 	if m == nil {
 		return
 	}
-	model, target, fair, prio := m.values(l)
-	m.itlLLMD.WithLabelValues(model, target, fair, prio).Observe(d.Seconds())
+	s := m.seriesFor(l)
+	s.itl.observe(nil, m.itlLLMD, s.key, d.Seconds())
 }
 
 // Response is what the picker saw of a response that ended.
@@ -486,39 +572,36 @@ func (m *Metrics) ResponseComplete(l Labels, r Response) {
 	if m == nil {
 		return
 	}
-	model, target, fair, prio := m.values(l)
+	s := m.seriesFor(l)
+	k := s.key
 	m.respProcessing.Observe(r.Processing.Seconds())
-	m.gieRespSize.WithLabelValues(model, target).Observe(float64(r.Bytes))
-	m.respSize.WithLabelValues(model, target, fair, prio).Observe(float64(r.Bytes))
+	s.respSize.observe(m.gieRespSize, m.respSize, k, float64(r.Bytes))
 	if !r.Done.After(r.Received) {
 		return
 	}
 	e2e := r.Done.Sub(r.Received).Seconds()
-	m.gieDuration.WithLabelValues(model, target).Observe(e2e)
-	m.duration.WithLabelValues(model, target, fair, prio).Observe(e2e)
+	s.duration.observe(m.gieDuration, m.duration, k, e2e)
 	if r.FirstChunk.After(r.Received) {
-		m.ttftLLMD.WithLabelValues(model, target, fair, prio, strconv.FormatBool(r.Streaming)).Observe(r.FirstChunk.Sub(r.Received).Seconds())
+		streaming := 0
+		if r.Streaming {
+			streaming = 1
+		}
+		s.ttft[streaming].observe(nil, m.ttftLLMD, k, r.FirstChunk.Sub(r.Received).Seconds(), strconv.FormatBool(r.Streaming))
 	}
 	if !r.UsageFound {
 		return
 	}
 	u := r.Usage
 	if u.PromptTokens > 0 {
-		m.gieInput.WithLabelValues(model, target).Observe(float64(u.PromptTokens))
-		m.input.WithLabelValues(model, target, fair, prio).Observe(float64(u.PromptTokens))
+		s.input.observe(m.gieInput, m.input, k, float64(u.PromptTokens))
 	}
 	if u.CompletionTokens > 0 {
-		m.gieOutput.WithLabelValues(model, target).Observe(float64(u.CompletionTokens))
-		m.output.WithLabelValues(model, target, fair, prio).Observe(float64(u.CompletionTokens))
-		n := e2e / float64(u.CompletionTokens)
-		m.gieNTPOT.WithLabelValues(model, target).Observe(n)
-		m.ntpot.WithLabelValues(model, target, fair, prio).Observe(n)
+		s.output.observe(m.gieOutput, m.output, k, float64(u.CompletionTokens))
+		s.ntpot.observe(m.gieNTPOT, m.ntpot, k, e2e/float64(u.CompletionTokens))
 	}
-	m.gieCached.WithLabelValues(model, target).Observe(float64(u.CachedTokens))
-	m.cached.WithLabelValues(model, target, fair, prio).Observe(float64(u.CachedTokens))
+	s.cached.observe(m.gieCached, m.cached, k, float64(u.CachedTokens))
 	if r.Streaming && u.CompletionTokens > 1 && r.FirstChunk.After(r.Received) && r.Done.After(r.FirstChunk) {
 		tpot := r.Done.Sub(r.FirstChunk) / time.Duration(u.CompletionTokens-1)
-		m.tpotLLMD.WithLabelValues(model, target, fair, prio).Observe(tpot.Seconds())
-		m.gieTPOT.WithLabelValues(model, target).Observe(tpot.Seconds())
+		s.tpot.observe(m.gieTPOT, m.tpotLLMD, k, tpot.Seconds())
 	}
 }

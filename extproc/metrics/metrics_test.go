@@ -11,6 +11,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/kvgate/kvgate/extproc/latency"
+	"github.com/kvgate/kvgate/internal/openai"
 )
 
 // Model names come from clients: past MaxModelLabels distinct names, new
@@ -117,4 +118,95 @@ func histogramSum(t *testing.T, h prometheus.Histogram) float64 {
 		t.Fatal(err)
 	}
 	return pb.GetHistogram().GetSampleSum()
+}
+
+// A request's label set resolves its series once; past maxCachedSeries
+// label sets the cache evicts, and an evicted set's series keep counting
+// where they were.
+func TestSeriesCacheBounded(t *testing.T) {
+	m := New(prometheus.NewRegistry())
+	first := Labels{Model: "m", Target: "m", FairnessID: "tenant-0"}
+	m.RequestReceived(first, 10)
+	for i := 1; i <= maxCachedSeries+10; i++ {
+		m.RequestReceived(Labels{Model: "m", Target: "m", FairnessID: fmt.Sprintf("tenant-%d", i%MaxFairnessLabels), Priority: i}, 10)
+	}
+	if n := len(m.series); n > maxCachedSeries {
+		t.Fatalf("%d cached label sets, bound %d", n, maxCachedSeries)
+	}
+	m.RequestReceived(first, 10)
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("m", "m", "tenant-0", "0")); got != 2 {
+		t.Fatalf("first label set counted %v after eviction, want 2", got)
+	}
+	if got := testutil.ToFloat64(m.gieRequests.WithLabelValues("m", "m", "0")); got != 2 {
+		t.Fatalf("GIE counter for priority 0 counted %v, want 2", got)
+	}
+}
+
+// A series appears in /metrics once something is written to it: a label
+// set that has only been routed has no response histograms, and a
+// non-streaming response has no streaming TTFT or TPOT series.
+func TestSeriesAppearWhenWritten(t *testing.T) {
+	m := New(prometheus.NewRegistry())
+	l := Labels{Model: "m", Target: "m", FairnessID: "f"}
+	m.RequestReceived(l, 100)
+	m.Running(l, 1)
+	for _, v := range []*prometheus.HistogramVec{m.respSize, m.duration, m.ttftLLMD, m.tpotLLMD, m.gieTPOT, m.itlLLMD} {
+		if n := testutil.CollectAndCount(v); n != 0 {
+			t.Fatalf("%d response series before any response", n)
+		}
+	}
+	t0 := time.Unix(100, 0)
+	m.ResponseComplete(l, Response{Received: t0, FirstChunk: t0.Add(time.Second), Done: t0.Add(2 * time.Second),
+		Usage: openai.Usage{PromptTokens: 10, CompletionTokens: 5}, UsageFound: true})
+	if n := testutil.CollectAndCount(m.ttftLLMD); n != 1 {
+		t.Fatalf("%d TTFT series after one non-streaming response, want 1", n)
+	}
+	if n := testutil.CollectAndCount(m.tpotLLMD) + testutil.CollectAndCount(m.gieTPOT); n != 0 {
+		t.Fatalf("%d TPOT series after a non-streaming response", n)
+	}
+	m.ResponseComplete(l, Response{Received: t0, FirstChunk: t0.Add(time.Second), Done: t0.Add(2 * time.Second), Streaming: true,
+		Usage: openai.Usage{PromptTokens: 10, CompletionTokens: 5}, UsageFound: true})
+	if n := testutil.CollectAndCount(m.ttftLLMD); n != 2 {
+		t.Fatalf("%d TTFT series after a streaming response too, want 2", n)
+	}
+	if n := testutil.CollectAndCount(m.tpotLLMD); n != 1 {
+		t.Fatalf("%d TPOT series after a streaming response, want 1", n)
+	}
+}
+
+// The per-request metric calls of a known label set allocate nothing.
+func TestRequestMetricsDoNotAllocate(t *testing.T) {
+	m := New(prometheus.NewRegistry())
+	l := Labels{Model: "m", Target: "m", FairnessID: "f", Priority: 1}
+	t0 := time.Unix(100, 0)
+	r := Response{Received: t0, FirstChunk: t0.Add(time.Second), Done: t0.Add(2 * time.Second), Streaming: true,
+		Usage: openai.Usage{PromptTokens: 10, CompletionTokens: 5}, UsageFound: true}
+	request := func() {
+		m.RequestReceived(l, 100)
+		m.Running(l, 1)
+		m.ITL(l, time.Millisecond)
+		m.ResponseComplete(l, r)
+		m.Running(l, -1)
+	}
+	request()
+	if n := testing.AllocsPerRun(100, request); n != 0 {
+		t.Fatalf("%v allocations per request", n)
+	}
+}
+
+// BenchmarkRequestMetrics is one request's metric calls on a known label set.
+func BenchmarkRequestMetrics(b *testing.B) {
+	m := New(prometheus.NewRegistry())
+	l := Labels{Model: "m", Target: "m", FairnessID: "f", Priority: 1}
+	t0 := time.Unix(100, 0)
+	r := Response{Received: t0, FirstChunk: t0.Add(time.Second), Done: t0.Add(2 * time.Second), Streaming: true,
+		Usage: openai.Usage{PromptTokens: 10, CompletionTokens: 5}, UsageFound: true}
+	b.ReportAllocs()
+	for b.Loop() {
+		m.RequestReceived(l, 100)
+		m.Running(l, 1)
+		m.ITL(l, time.Millisecond)
+		m.ResponseComplete(l, r)
+		m.Running(l, -1)
+	}
 }
