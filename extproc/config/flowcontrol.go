@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -236,6 +237,9 @@ func (b *builder) band(where string, s, fallback PriorityBandSpec) (flowcontrol.
 // saturationDetector's (its pluginRef, or a utilization-detector with its
 // legacy thresholds), else a default utilization-detector.
 func (b *builder) detector(c *Config, spec *FlowControlSpec) (flowcontrol.SaturationDetector, string, error) {
+	if err := oneDetector(c.SaturationDetector, spec.SaturationDetector); err != nil {
+		return nil, "", err
+	}
 	ref, where := "", ""
 	switch {
 	case spec.SaturationDetector != nil && spec.SaturationDetector.PluginRef != "":
@@ -271,4 +275,37 @@ func resolve[T any](b *builder, where, ref, kind string) (T, error) {
 		return zero, fmt.Errorf("%s: %q (type %q) is not a %s", where, ref, p.TypedName().Type, kind)
 	}
 	return t, nil
+}
+
+// oneDetector refuses a configuration that names its saturation detector
+// in ways of which only one can be used: two different plugins, or GIE's
+// legacy thresholds beside a plugin (which has its own parameters).
+func oneDetector(top *SaturationSpec, fc *PluginRefSpec) error {
+	if top == nil {
+		return nil
+	}
+	fcRef := ""
+	if fc != nil {
+		fcRef = fc.PluginRef
+	}
+	if fcRef != "" && top.PluginRef != "" && fcRef != top.PluginRef {
+		return fmt.Errorf("flowControl.saturationDetector.pluginRef: %q and saturationDetector.pluginRef: %q name two detectors; the picker has one", fcRef, top.PluginRef)
+	}
+	ref := cmp.Or(fcRef, top.PluginRef)
+	if ref == "" {
+		return nil
+	}
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{
+		{"queueDepthThreshold", top.QueueDepthThreshold != 0},
+		{"kvCacheUtilThreshold", top.KVCacheUtilThreshold != 0},
+		{"metricsStalenessThreshold", top.MetricsStalenessThreshold != 0},
+	} {
+		if f.set {
+			return fmt.Errorf("saturationDetector.%s: a legacy threshold beside the detector plugin %q would be ignored; set it in that plugin's parameters", f.name, ref)
+		}
+	}
+	return nil
 }

@@ -273,6 +273,11 @@ func TestFlowControlSectionErrors(t *testing.T) {
 		{"ref of the wrong kind", "plugins:\n- type: queue-scorer\nflowControl:\n  priorityBands:\n  - priority: 1\n    fairnessPolicyRef: queue-scorer\n", `"queue-scorer" (type "queue-scorer") is not a fairness policy`},
 		{"unknown ref", "flowControl:\n  usageLimitPolicyPluginRef: nope\n", `usageLimitPolicyPluginRef: "nope" is neither a configured plugin nor a plugin type`},
 		{"unknown detector field", "saturationDetector:\n  pluginRef: concurrency-detector\n  headroom: 1\n", `unknown field "headroom"`},
+		// A detector plugin has its own parameters: GIE's thresholds beside
+		// its reference would be ignored.
+		{"detector ref with legacy thresholds", "saturationDetector:\n  pluginRef: concurrency-detector\n  queueDepthThreshold: 3\n", "saturationDetector.queueDepthThreshold"},
+		{"flow-control detector with legacy thresholds", "saturationDetector:\n  kvCacheUtilThreshold: 0.5\nflowControl:\n  saturationDetector: {pluginRef: concurrency-detector}\n", "saturationDetector.kvCacheUtilThreshold"},
+		{"two detectors", "saturationDetector:\n  pluginRef: utilization-detector\nflowControl:\n  saturationDetector: {pluginRef: concurrency-detector}\n", `flowControl.saturationDetector.pluginRef: "concurrency-detector" and saturationDetector.pluginRef: "utilization-detector"`},
 		{"holdback without minCeiling", "plugins:\n- type: priority-holdback-policy\nflowControl:\n  usageLimitPolicyPluginRef: priority-holdback-policy\n", "minCeiling is required"},
 	}
 	for _, tc := range tests {

@@ -101,19 +101,22 @@ func checkFeatureGates(gates []string) error {
 }
 
 // unsupportedSections refuses the sections and fields kvgate does not
-// implement.
+// implement, under either name of the data layer's section.
 func unsupportedSections(c *Config) error {
-	dl := c.DataLayer
-	if dl == nil {
-		return nil
-	}
-	switch {
-	case dl.PeerDiscovery != nil:
-		return &UnsupportedError{Where: "dataLayer.peerDiscovery", Name: dl.PeerDiscovery.PluginRef, Feature: FeatureOther}
-	case dl.CrossReplicaSyncerPluginRef != "":
-		return &UnsupportedError{Where: "dataLayer.crossReplicaSyncerPluginRef", Name: dl.CrossReplicaSyncerPluginRef, Feature: FeatureOther}
-	case dl.CrossReplicaSyncInterval != "":
-		return &UnsupportedError{Where: "dataLayer.crossReplicaSyncInterval", Name: "crossReplicaSyncInterval", Feature: FeatureOther}
+	for _, sec := range []struct {
+		where string
+		dl    *DataLayerSpec
+	}{{"dataLayer", c.DataLayer}, {"data", c.Data}} {
+		dl := sec.dl
+		switch {
+		case dl == nil:
+		case dl.PeerDiscovery != nil:
+			return &UnsupportedError{Where: sec.where + ".peerDiscovery", Name: dl.PeerDiscovery.PluginRef, Feature: FeatureOther}
+		case dl.CrossReplicaSyncerPluginRef != "":
+			return &UnsupportedError{Where: sec.where + ".crossReplicaSyncerPluginRef", Name: dl.CrossReplicaSyncerPluginRef, Feature: FeatureOther}
+		case dl.CrossReplicaSyncInterval != "":
+			return &UnsupportedError{Where: sec.where + ".crossReplicaSyncInterval", Name: "crossReplicaSyncInterval", Feature: FeatureOther}
+		}
 	}
 	return nil
 }
