@@ -4,11 +4,16 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+	"time"
 
+	"github.com/kvgate/kvgate/extproc/director"
+	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/flowcontrol"
 	"github.com/kvgate/kvgate/extproc/kvindex"
 	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
 	"github.com/kvgate/kvgate/extproc/plugins/precise"
 	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/extproc/scheduling/schedtest"
 	"github.com/kvgate/kvgate/extproc/telemetry"
 )
 
@@ -79,4 +84,45 @@ func minimalParams(typ, probe string) json.RawMessage {
 		panic(err)
 	}
 	return raw
+}
+
+// Every saturation detector a configuration can name at
+// saturationDetector.pluginRef is also the director's shedding test
+// without flow control, and sheds exactly when its saturation reaches the
+// set point: one that is not leaves the picker shedding by GIE's legacy
+// thresholds instead of the detector the configuration names.
+func TestEveryDetectorSheds(t *testing.T) {
+	r := Registry()
+	tel, err := telemetry.New(telemetry.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &scheduling.Handle{Now: time.Now, Services: map[string]any{precise.ServiceKVIndex: kvindex.New(kvindex.Config{}), telemetry.ServiceKey: tel}}
+	idle := schedtest.Endpoint("idle", endpoints.Metrics{UpdateTime: time.Now()})
+	busy := schedtest.Endpoint("busy", endpoints.Metrics{UpdateTime: time.Now()})
+	for range 100_000 {
+		busy.Charge(0, 1000, 1000, 1000)
+	}
+	for _, typ := range r.Types() {
+		p, err := r.Build(typ, "", minimalParams(typ, ""), h)
+		if err != nil {
+			t.Fatalf("%s: %v", typ, err)
+		}
+		d, ok := p.(flowcontrol.SaturationDetector)
+		if _, admitter := p.(scheduling.Admitter); !ok || admitter {
+			// probabilistic-admitter measures a saturation of its own
+			// to shed by; it is no detector.
+			continue
+		}
+		s, ok := p.(director.Saturation)
+		if !ok {
+			t.Errorf("%s is a saturation detector but not a director.Saturation", typ)
+			continue
+		}
+		for _, eps := range [][]*endpoints.Endpoint{nil, {idle}, {busy}, {idle, busy}} {
+			if got, want := s.Saturated(eps), d.Saturation(eps) >= 1; got != want {
+				t.Errorf("%s: Saturated(%d endpoints) = %v, saturation %v", typ, len(eps), got, d.Saturation(eps))
+			}
+		}
+	}
 }

@@ -455,6 +455,10 @@ func (d *DecodeStep) Saturation(eps []*endpoints.Endpoint) float64 {
 	return agg
 }
 
+// Saturated reports a saturated pool (the director sheds sheddable
+// requests without flow control).
+func (d *DecodeStep) Saturated(eps []*endpoints.Endpoint) bool { return d.Saturation(eps) >= 1 }
+
 // Credit implements flowcontrol.ReclaimCredit: what one request of the
 // pool's mean size adds to the step of one server, spread over the pool
 // under aggregate mean.
