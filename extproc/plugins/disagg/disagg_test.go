@@ -233,3 +233,64 @@ func FuzzParseStageOrder(f *testing.F) {
 		}
 	})
 }
+
+// The handler publishes the earlier stage's pick (disagg.PeerKey, llm-d's
+// peer-endpoint attribute) for the later stage's topology affinity: the
+// decode pick while the prefill profile runs (decode-first), the prefill
+// pick while the decode profile runs (prefill-first).
+func TestPeerPublished(t *testing.T) {
+	host := func(name, role, h string) *endpoints.Endpoint {
+		return schedtest.Endpoint(name, endpoints.Metrics{}, endpoints.RoleLabel, role, "kubernetes.io/hostname", h)
+	}
+	const topo = `
+- type: topology-extractor
+- type: endpoint-notification-source
+- type: topology-affinity-filter
+- type: prefill-filter
+- type: decode-filter
+- type: always-disagg-pd-decider
+dataLayer:
+  sources: [{pluginRef: endpoint-notification-source, extractors: [{pluginRef: topology-extractor}]}]
+`
+	tests := []struct {
+		name, params, profiles string
+		eps                    []*endpoints.Endpoint
+		prefill, decode        string
+	}{
+		{"decode-first places prefill near decode", "deciders: {prefill: always-disagg-pd-decider}", `
+- name: decode
+  plugins: [{pluginRef: decode-filter}]
+- name: prefill
+  plugins: [{pluginRef: prefill-filter}, {pluginRef: topology-affinity-filter}]
+`, []*endpoints.Endpoint{host("p1", "prefill", "h1"), host("p2", "prefill", "h2"), host("d2", "decode", "h2")}, "p2", "d2"},
+		{"prefill-first places decode near prefill", "stageOrder: prefill-first", `
+- name: decode
+  plugins: [{pluginRef: decode-filter}, {pluginRef: topology-affinity-filter}]
+- name: prefill
+  plugins: [{pluginRef: prefill-filter}]
+`, []*endpoints.Endpoint{host("p2", "prefill", "h2"), host("d1", "decode", "h1"), host("d2", "decode", "h2")}, "p2", "d2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, _, err := build(t, head+"plugins:\n- type: disagg-profile-handler\n  parameters: {"+tt.params+"}"+topo+"schedulingProfiles:"+tt.profiles)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 20 { // random tie-breaks would pick the far server half the time
+				hdr, primary, err := schedule(t, b, chat(`"hi"`), tt.eps)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var prefill string
+				for _, e := range tt.eps {
+					if e.Address() == hdr[eppwire.HeaderPrefiller] {
+						prefill = e.Name()
+					}
+				}
+				if prefill != tt.prefill || primary != tt.decode {
+					t.Fatalf("prefill %q, decode %q; want %q, %q", prefill, primary, tt.prefill, tt.decode)
+				}
+			}
+		})
+	}
+}

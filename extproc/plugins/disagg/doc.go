@@ -16,7 +16,9 @@
 // (the request fails with the decode profile's error). prefill-first: the
 // prefill profile runs whenever it is configured, with no decider (a
 // prefill decider is a configuration error), then encode if its decider
-// approves, then decode. Decode is always the primary profile: the request
+// approves, then decode. Each later stage's profile reads the earlier pick
+// (PeerKey: decode's in decode-first, prefill's in prefill-first) for
+// topology affinity. Decode is always the primary profile: the request
 // goes to the decode pod, whose sidecar runs the other legs.
 //
 // # Deciders

@@ -78,9 +78,12 @@ type Recorder interface {
 // decisions are not counted.
 const ServiceRecorder = "disagg-recorder"
 
-// PeerKey holds the decode pick while the handler runs the encode and
-// prefill profiles (decode-first), as llm-d's peer-endpoint attribute:
-// their plugins (topology-affinity-*) place the other stages near it.
+// PeerKey holds the earlier stage's pick, as llm-d's peer-endpoint
+// attribute: the decode pick while the handler runs the encode and prefill
+// profiles (decode-first), the prefill pick while it runs the encode and
+// decode profiles (prefill-first, when the prefill profile chose one).
+// The later profiles' plugins (topology-affinity-*) place their stage near
+// it.
 var PeerKey = scheduling.NewKey[*endpoints.Endpoint]("disagg-peer-endpoint")
 
 type discard struct{}
@@ -411,6 +414,9 @@ func (h *Handler) pickPrefillFirst(ctx context.Context, cs *scheduling.CycleStat
 	if p := profiles[h.prefill]; p != nil {
 		if _, ran := results[h.prefill]; !ran {
 			return one(p)
+		}
+		if pf := first(results[h.prefill]); pf != nil {
+			scheduling.Write(cs, PeerKey, pf)
 		}
 	}
 	if p := profiles[h.encode]; p != nil && h.encodeDecider != nil && !st.encodeAsked {

@@ -104,7 +104,7 @@ func (x *Extractor) known(e *endpoints.Endpoint) bool {
 }
 
 // reader is what the filter and the scorer share: the extractor and the
-// decode pick.
+// earlier stage's pick.
 type reader struct {
 	producerName string
 	extractor    *Extractor
@@ -119,7 +119,8 @@ func (r *reader) resolve(lookup func(string) (scheduling.Plugin, bool)) error {
 	return nil
 }
 
-// peer is the decode pick when its locality is known.
+// peer is the earlier stage's pick (disagg.PeerKey) when its locality is
+// known.
 func (r *reader) peer(cs *scheduling.CycleState) (*endpoints.Endpoint, bool) {
 	p, ok := scheduling.Read(cs, disagg.PeerKey)
 	if !ok || p == nil || !r.extractor.known(p) {
