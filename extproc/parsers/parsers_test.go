@@ -14,7 +14,7 @@ import (
 	"github.com/kvgate/kvgate/internal/openai"
 )
 
-func build(t *testing.T, fs ...scheduling.Factory) []parsers.Parser {
+func build(t testing.TB, fs ...scheduling.Factory) []parsers.Parser {
 	t.Helper()
 	var out []parsers.Parser
 	for _, f := range fs {
@@ -113,4 +113,45 @@ func TestPromptAcrossAPIs(t *testing.T) {
 	if a.PromptText() != b.PromptText() {
 		t.Fatalf("%q != %q", a.PromptText(), b.PromptText())
 	}
+}
+
+// FuzzSetParse: llm-d's default parsers, any path and body: the routing
+// view or a refusal that wraps openai.ErrInvalidRequest (answered 400),
+// never a panic; a parsed request's prompt text can be taken, and its API
+// is named in the path (render paths end past it).
+func FuzzSetParse(f *testing.F) {
+	for _, seed := range []struct{ path, body string }{
+		{"/v1/chat/completions", chat},
+		{"/v1/completions?stream=1", `{"model":"m","prompt":["a","b"]}`},
+		{"/v1/messages", messages},
+		{"/v1/messages/count_tokens", `{}`},
+		{"/inference/v1/generate", generate},
+		{"/v1/responses", `{"model":"m","input":[{"role":"user","content":[{"type":"input_text","text":"x"}]}]}`},
+		{"/v1/embeddings", `{"model":"m","input":[[1,2],[3]]}`},
+		{"/v1/chat/completions/render", chat},
+		{"/v1/models", `not json`},
+		{"", ""},
+	} {
+		f.Add(seed.path, []byte(seed.body))
+	}
+	set, err := parsers.NewSet(build(f, openaiparser.New, anthropicparser.New, vllmhttpparser.New, passthroughparser.New))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, path string, body []byte) {
+		r, err := set.Parse(path, body)
+		if err != nil {
+			if !errors.Is(err, openai.ErrInvalidRequest) {
+				t.Fatalf("Parse(%q, %q): %v does not wrap ErrInvalidRequest", path, body, err)
+			}
+			return
+		}
+		if r == nil {
+			return
+		}
+		_ = r.PromptText()
+		if !strings.Contains(parsers.Clean(path), string(r.API)) {
+			t.Fatalf("Parse(%q) parsed as %q", path, r.API)
+		}
+	})
 }

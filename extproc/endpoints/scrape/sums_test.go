@@ -41,3 +41,37 @@ not a { valid line
 		t.Fatalf("all series: %v, %v", all, err)
 	}
 }
+
+// FuzzSums: any page is read or refused with a *ParseError, never a
+// panic; a series read with every name asked for is read alike when only
+// its own name is (checked for a few names: each check reads the page).
+func FuzzSums(f *testing.F) {
+	for _, name := range []string{"vllm.txt", "sglang.txt"} {
+		f.Add(readFixture(f, name))
+	}
+	f.Add([]byte("x 1\ny{a=\"b} 2\n"))
+	f.Add([]byte(`{"vllm:num_requests_waiting",a="\\\"\n"} 1` + "\n" + "z{} NaN\n"))
+	f.Fuzz(func(t *testing.T, page []byte) {
+		all, err := Sums(page)
+		if err != nil {
+			var pe *ParseError
+			if !errors.As(err, &pe) {
+				t.Fatalf("Sums: %v is not a *ParseError", err)
+			}
+			return
+		}
+		checked := 0
+		for name, v := range all {
+			if checked++; checked > 4 {
+				break
+			}
+			one, err := Sums(page, name)
+			if err != nil {
+				t.Fatalf("Sums(%q) refused what Sums() read: %v", name, err)
+			}
+			if w := one[name]; w != v && !(w != w && v != v) {
+				t.Fatalf("Sums(%q) = %v, Sums() read %v", name, w, v)
+			}
+		}
+	})
+}

@@ -182,3 +182,38 @@ func TestParams(t *testing.T) {
 		t.Fatalf("defaults %+v", p)
 	}
 }
+
+// FuzzDecodeRender: a render answer of either API is its token ids, all
+// non-negative and at least one, or an error; never a panic.
+func FuzzDecodeRender(f *testing.F) {
+	for _, seed := range []struct {
+		path, body string
+	}{
+		{ChatRender, `{"token_ids":[1,2,3]}`},
+		{CompletionsRender, `[{"token_ids":[7]}]`},
+		{CompletionsRender, `[{"token_ids":[1]},{"token_ids":[2]}]`},
+		{ChatRender, `{"token_ids":[-1]}`},
+		{ChatRender, `{"token_ids":[1e99]}`},
+		{CompletionsRender, `null`},
+	} {
+		f.Add(seed.path == CompletionsRender, []byte(seed.body))
+	}
+	f.Fuzz(func(t *testing.T, completions bool, body []byte) {
+		path := ChatRender
+		if completions {
+			path = CompletionsRender
+		}
+		ids, err := decodeRender(path, body)
+		if err != nil {
+			return
+		}
+		if len(ids) == 0 {
+			t.Fatalf("decodeRender(%q) = no ids, no error", body)
+		}
+		for _, id := range ids {
+			if id < 0 {
+				t.Fatalf("decodeRender(%q) = negative id %d", body, id)
+			}
+		}
+	})
+}
