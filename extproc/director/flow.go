@@ -10,12 +10,15 @@ import (
 	"github.com/kvgate/kvgate/internal/eppwire"
 )
 
-// FlowRequest is what flow control knows of a request.
+// FlowRequest is what flow control knows of a request. Its size is the
+// body's, or the content-length a headers-only request announces: the
+// proxy holds that body while the request waits, and maxBytes bounds it
+// alike.
 func FlowRequest(req *server.Request, sr *scheduling.Request) flowcontrol.Request {
 	fr := flowcontrol.Request{
 		ID: req.ID, FairnessID: sr.FairnessID, Priority: sr.Priority,
 		Model: sr.IncomingModel, TargetModel: sr.TargetModel,
-		Bytes: int64(len(req.Body)), ReceivedAt: req.ReceivedAt, TTFTSLO: sr.TTFTSLO,
+		Bytes: int64(max(0, requestSize(req))), ReceivedAt: req.ReceivedAt, TTFTSLO: sr.TTFTSLO,
 	}
 	if fr.FairnessID == "" {
 		fr.FairnessID = server.DefaultFairnessID
