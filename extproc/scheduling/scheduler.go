@@ -94,7 +94,7 @@ func (s *Scheduler) Schedule(ctx context.Context, cs *CycleState, req *Request, 
 	if err != nil {
 		return nil, err
 	}
-	if res.Primary() == nil {
+	if p := res.Primary(); p == nil || len(p.Targets) == 0 {
 		if firstErr != nil {
 			return nil, firstErr
 		}

@@ -160,6 +160,32 @@ func TestScheduleHandlerMustFinish(t *testing.T) {
 	}
 }
 
+// emptyPrimary is a handler whose result names a primary profile with no
+// target.
+type emptyPrimary struct{ scheduling.Named }
+
+func (emptyPrimary) Pick(_ context.Context, _ *scheduling.CycleState, _ *scheduling.Request, profiles map[string]*scheduling.Profile, results map[string]*scheduling.ProfileResult) []*scheduling.Profile {
+	if len(results) == 0 {
+		return []*scheduling.Profile{profiles["default"]}
+	}
+	return nil
+}
+
+func (emptyPrimary) ProcessResults(context.Context, *scheduling.CycleState, *scheduling.Request, map[string]*scheduling.ProfileResult) (*scheduling.Result, error) {
+	return &scheduling.Result{PrimaryProfile: "default", Profiles: map[string]*scheduling.ProfileResult{"default": {}}}, nil
+}
+
+// A result whose primary has no target is no decision: the director reads
+// the first target of every successful one.
+func TestScheduleEmptyPrimaryFails(t *testing.T) {
+	p := &scheduling.Profile{Name: "default", Picker: maxPicker(t, "1")}
+	s := scheduling.NewScheduler(emptyPrimary{}, map[string]*scheduling.Profile{"default": p}, nil, scheduling.Stages{})
+	eps := []*endpoints.Endpoint{schedtest.Endpoint("a", endpoints.Metrics{})}
+	if res, err := s.Schedule(context.Background(), scheduling.NewCycleState(), &scheduling.Request{}, eps); !errors.Is(err, scheduling.ErrAllFiltered) {
+		t.Fatalf("Schedule = %+v, %v; want ErrAllFiltered", res, err)
+	}
+}
+
 func TestObserverSeesEveryPlugin(t *testing.T) {
 	sc := &fixed{Named: scheduling.NewNamed("fixed", "f1")}
 	p := &scheduling.Profile{Name: "default", Scorers: []scheduling.WeightedScorer{{Scorer: sc, Weight: 1}}, Picker: maxPicker(t, "1")}

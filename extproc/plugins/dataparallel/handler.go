@@ -72,7 +72,9 @@ func (d *Handler) Pick(ctx context.Context, cs *scheduling.CycleState, r *schedu
 
 // ProcessResults implements scheduling.ProfileHandler: the rank picked is
 // named in x-data-parallel-host-port and the request goes to its pod's
-// primary port.
+// primary port. A profile that picked nothing is passed on without a
+// primary, so that the scheduler fails the cycle with the profile's own
+// error, as under single-profile-handler.
 func (d *Handler) ProcessResults(ctx context.Context, cs *scheduling.CycleState, r *scheduling.Request, results map[string]*scheduling.ProfileResult) (*scheduling.Result, error) {
 	res, err := d.single.ProcessResults(ctx, cs, r, results)
 	if err != nil {
@@ -80,7 +82,7 @@ func (d *Handler) ProcessResults(ctx context.Context, cs *scheduling.CycleState,
 	}
 	primary := res.Primary()
 	if primary == nil || len(primary.Targets) == 0 {
-		return nil, fmt.Errorf("%s: profile %q picked no endpoint", Type, res.PrimaryProfile)
+		return res, nil
 	}
 	res.SetHeader(eppwire.HeaderDataParallel, primary.Targets[0].Address())
 	res.DestinationPort = d.port

@@ -62,8 +62,10 @@ func TestHandler(t *testing.T) {
 			if res.DestinationPort != tc.port {
 				t.Fatalf("destination port %d, want %d", res.DestinationPort, tc.port)
 			}
-			if _, err := h.ProcessResults(ctx, nil, nil, map[string]*scheduling.ProfileResult{"default": {}}); err == nil {
-				t.Fatal("a profile that picked nothing must fail")
+			// TestAllFilteredLikeSingle: the scheduler fails it with the
+			// profile's error.
+			if res, err := h.ProcessResults(ctx, nil, nil, map[string]*scheduling.ProfileResult{"default": nil}); err != nil || res.Primary() != nil || res.Headers[eppwire.HeaderDataParallel] != "" {
+				t.Fatalf("a profile that picked nothing: %+v, %v; want no primary and no header", res, err)
 			}
 			if h.ValidateProfiles([]string{"a", "b"}) == nil || h.ValidateProfiles([]string{"a"}) != nil {
 				t.Fatal("exactly one profile")
