@@ -35,6 +35,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -148,8 +149,14 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 			s.headers = append(s.headers, strings.ToLower(src.Header))
 		}
 		for field, v := range map[string]*float64{"evictionTtlSeconds": c.EvictionTTLSeconds, "evictionSweepSeconds": c.EvictionSweepSeconds} {
-			if v != nil && *v <= 0 {
+			switch {
+			case v == nil:
+			case *v <= 0:
 				return nil, fmt.Errorf("parameters.sessionIdConfig.%s must be positive, got %v", field, *v)
+			case *v*float64(time.Second) >= math.MaxInt64:
+				// As a duration it would wrap negative: every binding
+				// expired at once.
+				return nil, fmt.Errorf("parameters.sessionIdConfig.%s must be under %.0f seconds, got %v", field, float64(math.MaxInt64)/float64(time.Second), *v)
 			}
 		}
 		if c.EvictionTTLSeconds != nil {

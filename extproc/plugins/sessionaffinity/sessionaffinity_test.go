@@ -97,6 +97,8 @@ func TestParams(t *testing.T) {
 		`{"strategy": "session_id", "sessionIdConfig": {"sources": [{"header": "a", "attribute": "b"}]}}`,
 		`{"strategy": "session_id", "sessionIdConfig": {"evictionTtlSeconds": 0}}`,
 		`{"strategy": "session_id", "sessionIdConfig": {"evictionSweepSeconds": -1}}`,
+		// Past a time.Duration: read as a negative TTL, no binding would last.
+		`{"strategy": "session_id", "sessionIdConfig": {"evictionTtlSeconds": 1e12}}`,
 	} {
 		if _, err := New("", []byte(params), nil); err == nil {
 			t.Errorf("%s accepted", params)
