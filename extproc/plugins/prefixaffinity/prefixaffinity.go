@@ -27,6 +27,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
@@ -86,6 +87,9 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 		return nil, fmt.Errorf("parameters.explorationProbability must be in [0, 1], got %v", explore)
 	case p.MaxTTFTPenaltyMs < 0:
 		return nil, fmt.Errorf("parameters.maxTTFTPenaltyMs must not be negative")
+	case p.MaxTTFTPenaltyMs*float64(time.Millisecond) >= math.MaxInt64:
+		// As a duration it would wrap negative: affinity never kept.
+		return nil, fmt.Errorf("parameters.maxTTFTPenaltyMs must be under %.0f, got %v", float64(math.MaxInt64)/float64(time.Millisecond), p.MaxTTFTPenaltyMs)
 	case p.TTFTSource != SourcePrefillThroughput && p.TTFTSource != SourceLatencyPredictor:
 		return nil, fmt.Errorf("parameters.ttftSource: want %q or %q, got %q", SourcePrefillThroughput, SourceLatencyPredictor, p.TTFTSource)
 	case p.PeakPrefillThroughput <= 0:
@@ -184,7 +188,12 @@ func (f *Filter) view(cs *scheduling.CycleState, req *scheduling.Request, eps []
 }
 
 func (f *Filter) throughputTTFT(tokens float64) time.Duration {
-	return time.Duration(tokens / f.peak * float64(time.Second))
+	// Clamped: a wrapped (negative) TTFT would read as the best, or as
+	// none (the filter's -1).
+	if ns := tokens / f.peak * float64(time.Second); ns < math.MaxInt64 {
+		return time.Duration(ns)
+	}
+	return time.Duration(math.MaxInt64)
 }
 
 var _ scheduling.Filter = (*Filter)(nil)

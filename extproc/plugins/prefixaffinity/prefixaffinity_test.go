@@ -2,6 +2,7 @@ package prefixaffinity
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -190,6 +191,7 @@ func TestParams(t *testing.T) {
 		`{"explorationProbability": -0.1}`,
 		`{"epsilonExploreSticky": 1.5}`,
 		`{"maxTTFTPenaltyMs": -1}`,
+		`{"maxTTFTPenaltyMs": 1e13}`, // past a time.Duration
 		`{"ttftSource": "oracle"}`,
 		`{"ttftSource": ""}`,
 		`{"peakPrefillThroughput": 0}`,
@@ -222,5 +224,18 @@ func TestWithProducer(t *testing.T) {
 		if got := schedtest.Names(build(t, params).Filter(context.Background(), cs, req, slices.Clone(eps))); !slices.Equal(got, []string{"a"}) {
 			t.Errorf("%s: kept %v, want the 90%% holder", params, got)
 		}
+	}
+}
+
+// A throughput TTFT past a time.Duration saturates instead of wrapping
+// negative (which the filter would read as the best endpoint's).
+func TestThroughputTTFTSaturates(t *testing.T) {
+	f := &Filter{peak: 1e-9}
+	if got := f.throughputTTFT(1e7); got != time.Duration(math.MaxInt64) {
+		t.Fatalf("throughputTTFT = %v, want the largest duration", got)
+	}
+	f.peak = 1000
+	if got := f.throughputTTFT(500); got != 500*time.Millisecond {
+		t.Fatalf("throughputTTFT = %v, want 500ms", got)
 	}
 }
