@@ -12,8 +12,10 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
+	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/internal/bytebudget"
 )
 
@@ -502,5 +504,37 @@ func (s *Server) sendDecode(r *http.Request, id string, b body) (*http.Response,
 // handedOff counts a request whose prefill leg succeeded on prefiller.
 func (s *Server) handedOff(prefiller string) {
 	s.m.disagg.WithLabelValues(s.o.KVConnector).Inc()
-	s.m.pairs.WithLabelValues(prefiller).Inc()
+	s.m.pairs.WithLabelValues(s.prefillers.label(prefiller)).Inc()
+}
+
+// maxPrefillerLabels bounds the prefiller label's values: a pool's
+// members, many pods' worth of rollouts, but not the targets a client
+// may name when SSRF protection is off (each a series kept for good).
+const maxPrefillerLabels = endpoints.DefaultMaxEndpoints
+
+// otherPrefiller is the label of the prefillers past maxPrefillerLabels.
+const otherPrefiller = "other"
+
+// labelSet hands out a label's values, the first max distinct ones as
+// they are and every later one as otherPrefiller.
+type labelSet struct {
+	mu   sync.Mutex
+	max  int
+	seen map[string]struct{}
+}
+
+func (l *labelSet) label(v string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.seen[v]; ok {
+		return v
+	}
+	if len(l.seen) >= l.max {
+		return otherPrefiller
+	}
+	if l.seen == nil {
+		l.seen = map[string]struct{}{}
+	}
+	l.seen[v] = struct{}{}
+	return v
 }

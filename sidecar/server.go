@@ -60,6 +60,8 @@ type Server struct {
 	replay    *bytebudget.Budget // relayed bodies kept for a replay; nil: none kept
 	bodies    *bytebudget.Budget // P/D request bodies being rewritten into legs
 	prefix    map[string]string  // URL scheme per stage
+	// prefillers bounds the P/D pair metric's prefiller label.
+	prefillers labelSet
 
 	ctx    context.Context // the server's lifetime
 	cancel context.CancelFunc
@@ -77,7 +79,7 @@ func New(o Options) (*Server, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	s := &Server{o: o, log: o.Logger.With("component", "sidecar"), rng: rand.New(rand.NewPCG(rand.Uint64(), 0))}
+	s := &Server{o: o, log: o.Logger.With("component", "sidecar"), rng: rand.New(rand.NewPCG(rand.Uint64(), 0)), prefillers: labelSet{max: maxPrefillerLabels}}
 	var src endpoints.Source
 	if o.EnableSSRFProtection {
 		var err error

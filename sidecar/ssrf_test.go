@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"strings"
@@ -105,5 +106,22 @@ func TestSSRFOff(t *testing.T) {
 	_, url := startSidecar(t, testOptions(dec.port(), ""))
 	if st, _, raw := post(t, url+"/v1/completions", map[string]string{eppwire.HeaderPrefiller: pre.addr()}, map[string]any{"model": "m", "prompt": "p"}); st != http.StatusOK || len(pre.got()) != 1 {
 		t.Fatalf("%d %s", st, raw)
+	}
+}
+
+// With SSRF protection off a client names any prefiller: the P/D pair
+// metric keeps the first maxPrefillerLabels as labels and counts the rest
+// as "other", so that its series stay bounded.
+func TestPrefillerLabelsBounded(t *testing.T) {
+	l := labelSet{max: 3}
+	got := map[string]bool{}
+	for i := range 10 {
+		got[l.label(fmt.Sprintf("10.0.0.%d:8000", i))] = true
+	}
+	if len(got) != 4 || !got[otherPrefiller] || !got["10.0.0.2:8000"] || got["10.0.0.3:8000"] {
+		t.Fatalf("labels %v: want the first 3 and %q", got, otherPrefiller)
+	}
+	if l.label("10.0.0.1:8000") != "10.0.0.1:8000" {
+		t.Fatal("a prefiller seen before lost its label")
 	}
 }
