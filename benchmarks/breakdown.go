@@ -67,6 +67,10 @@ type PresetSummary struct {
 	// and two output tokens or more: the means above can be far apart
 	// where the MAPE is not (a skewed TPOT's mean is not what MAPE fits).
 	TPOTMAPE float64 `json:"tpot_mape,omitempty"`
+	// TPOTCovered is the share of those requests whose TPOT was at most
+	// the predicted quantile (the SLO checks' figure): at the quantile's
+	// level (0.9 by default) when it is calibrated.
+	TPOTCovered float64 `json:"tpot_quantile_covered,omitempty"`
 	// The latency model's learned TTFT of a cluster.ReferencePrompt-token
 	// prompt on an idle replica of the preset, and the engine's (zero
 	// without a model).
@@ -152,6 +156,9 @@ func summarizeByPreset(res *cluster.Result) ([]PresetSummary, *PredictionSummary
 		predTTFT   meanPair
 		predTPOT   meanPair
 		notJoined  meanPair
+		// covered counts the TPOT predictions whose quantile the actual
+		// TPOT did not exceed.
+		covered int
 	}
 	by := map[string]*acc{}
 	var all acc
@@ -178,6 +185,9 @@ func summarizeByPreset(res *cluster.Result) ([]PresetSummary, *PredictionSummary
 		for _, x := range []*acc{a, &all} {
 			x.predTTFT.add(r.PredictedTTFT.Seconds(), served.Seconds())
 			x.predTPOT.add(r.PredictedTPOT.Seconds(), r.TPOT.Seconds())
+			if r.PredictedTPOT > 0 && r.TPOT > 0 && r.TPOT <= r.PredictedTPOTQuantile {
+				x.covered++
+			}
 			if !r.Joined {
 				x.notJoined.add(r.PredictedTTFT.Seconds(), served.Seconds())
 			}
@@ -206,6 +216,9 @@ func summarizeByPreset(res *cluster.Result) ([]PresetSummary, *PredictionSummary
 		p.PredictedTTFTMean, p.ActualTTFTMean, p.TTFTMAPE = a.predTTFT.means()
 		_, _, p.TTFTMAPENotJoined = a.notJoined.means()
 		p.PredictedTPOTMean, p.ActualTPOTMean, p.TPOTMAPE = a.predTPOT.means()
+		if a.predTPOT.n > 0 {
+			p.TPOTCovered = float64(a.covered) / float64(a.predTPOT.n)
+		}
 		for _, l := range res.Learned {
 			if l.Preset == name {
 				p.LearnedIdleTTFT, p.TrueIdleTTFT = l.IdleTTFT.Seconds(), l.TrueIdleTTFT.Seconds()
@@ -297,14 +310,14 @@ func presetTables(b *strings.Builder, r *Results) {
 	if pred {
 		fmt.Fprintf(b, "\nPredicted vs actual latency by preset (means over the requests with a prediction; idle TTFT: a %d-token prompt on an idle replica; lone TPOT: one sequence of that context decoding alone; as learned and as the engine computes them):\n\n", cluster.ReferencePrompt)
 		b.WriteString("" +
-			"| policy | qps scale | preset | predicted TTFT s | actual TTFT s | TTFT MAPE | TTFT MAPE not joined | predicted TPOT ms | actual TPOT ms | TPOT MAPE | learned idle TTFT ms | true idle TTFT ms | learned lone TPOT ms | true lone TPOT ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+			"| policy | qps scale | preset | predicted TTFT s | actual TTFT s | TTFT MAPE | TTFT MAPE not joined | predicted TPOT ms | actual TPOT ms | TPOT MAPE | TPOT within its quantile | learned idle TTFT ms | true idle TTFT ms | learned lone TPOT ms | true lone TPOT ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, s := range r.Policies {
 			if s.Prediction == nil {
 				continue
 			}
 			for _, p := range s.Presets {
-				fmt.Fprintf(b, "| %s | %g | %s | %.3f | %.3f | %.1f%% | %.1f%% | %.1f | %.1f | %.1f%% | %s | %s | %s | %s |\n",
-					s.Name, s.QPSScale, p.Preset, p.PredictedTTFTMean, p.ActualTTFTMean, 100*p.TTFTMAPE, 100*p.TTFTMAPENotJoined, p.PredictedTPOTMean*1000, p.ActualTPOTMean*1000, 100*p.TPOTMAPE,
+				fmt.Fprintf(b, "| %s | %g | %s | %.3f | %.3f | %.1f%% | %.1f%% | %.1f | %.1f | %.1f%% | %.3f | %s | %s | %s | %s |\n",
+					s.Name, s.QPSScale, p.Preset, p.PredictedTTFTMean, p.ActualTTFTMean, 100*p.TTFTMAPE, 100*p.TTFTMAPENotJoined, p.PredictedTPOTMean*1000, p.ActualTPOTMean*1000, 100*p.TPOTMAPE, p.TPOTCovered,
 					learned(p.LearnedIdleTTFT, 1000), learned(p.TrueIdleTTFT, 1000), learned(p.LearnedLoneTPOT, 1000), learned(p.TrueLoneTPOT, 1000))
 			}
 		}

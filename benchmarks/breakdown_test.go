@@ -66,15 +66,15 @@ func TestSummarizePredictions(t *testing.T) {
 		notJoined  float64
 		notJoinedN int
 		presets    map[string][4]float64 // predicted and actual mean TTFT, TPOT
-		presetMAPE map[string][3]float64 // TTFT MAPE, all and not joined; TPOT MAPE
+		presetMAPE map[string][4]float64 // TTFT MAPE, all and not joined; TPOT MAPE; TPOT within its quantile
 		none       bool
 	}{
 		{
 			name: "two presets, some predictions",
 			reqs: []cluster.RequestResult{
-				{Preset: h100, TTFT: 100 * ms, PredictedTTFT: 150 * ms, TPOT: 20 * ms, PredictedTPOT: 10 * ms, OutputTokens: 5},
+				{Preset: h100, TTFT: 100 * ms, PredictedTTFT: 150 * ms, TPOT: 20 * ms, PredictedTPOT: 10 * ms, PredictedTPOTQuantile: 15 * ms, OutputTokens: 5},
 				{Preset: h100, TTFT: 200 * ms, PredictedTTFT: 150 * ms, OutputTokens: 1}, // one token: no TPOT to score
-				{Preset: h200, TTFT: 400 * ms, PredictedTTFT: 400 * ms, TPOT: 10 * ms, PredictedTPOT: 10 * ms, OutputTokens: 5},
+				{Preset: h200, TTFT: 400 * ms, PredictedTTFT: 400 * ms, TPOT: 10 * ms, PredictedTPOT: 10 * ms, PredictedTPOTQuantile: 10 * ms, OutputTokens: 5},
 				{Preset: h200, TTFT: 50 * ms, TPOT: 5 * ms, OutputTokens: 5}, // no prediction
 				{Preset: h200, Err: "refused", PredictedTTFT: time.Second},
 			},
@@ -86,7 +86,7 @@ func TestSummarizePredictions(t *testing.T) {
 				h100: {0.150, 0.150, 0.010, 0.020},
 				h200: {0.400, 0.400, 0.010, 0.010},
 			},
-			presetMAPE: map[string][3]float64{h100: {0.375, 0.375, 0.5}, h200: {0, 0, 0}},
+			presetMAPE: map[string][4]float64{h100: {0.375, 0.375, 0.5, 0}, h200: {0, 0, 0, 1}}, // 20 ms over its 15 ms quantile; 10 ms at its own
 		},
 		{
 			// The prediction is made at the decision: a flow-control
@@ -100,7 +100,7 @@ func TestSummarizePredictions(t *testing.T) {
 			ttftMAPE: (0 + 0.5) / 2, ttftN: 2,
 			notJoined: 0, notJoinedN: 1,
 			presets:    map[string][4]float64{h100: {0.100, 0.150, 0, 0}},
-			presetMAPE: map[string][3]float64{h100: {0.25, 0, 0}},
+			presetMAPE: map[string][4]float64{h100: {0.25, 0, 0, 0}},
 		},
 		{
 			name:    "mixed fleet without predictions",
@@ -147,8 +147,8 @@ func TestSummarizePredictions(t *testing.T) {
 			if got := [4]float64{p.PredictedTTFTMean, p.ActualTTFTMean, p.PredictedTPOTMean, p.ActualTPOTMean}; !near(got[0], w[0]) || !near(got[1], w[1]) || !near(got[2], w[2]) || !near(got[3], w[3]) {
 				t.Errorf("%s: %s means %v, want %v", tc.name, p.Preset, got, w)
 			}
-			if w := tc.presetMAPE[p.Preset]; !near(p.TTFTMAPE, w[0]) || !near(p.TTFTMAPENotJoined, w[1]) || !near(p.TPOTMAPE, w[2]) {
-				t.Errorf("%s: %s TTFT MAPE %v, not joined %v, TPOT MAPE %v; want %v", tc.name, p.Preset, p.TTFTMAPE, p.TTFTMAPENotJoined, p.TPOTMAPE, w)
+			if w := tc.presetMAPE[p.Preset]; !near(p.TTFTMAPE, w[0]) || !near(p.TTFTMAPENotJoined, w[1]) || !near(p.TPOTMAPE, w[2]) || !near(p.TPOTCovered, w[3]) {
+				t.Errorf("%s: %s TTFT MAPE %v, not joined %v, TPOT MAPE %v, covered %v; want %v", tc.name, p.Preset, p.TTFTMAPE, p.TTFTMAPENotJoined, p.TPOTMAPE, p.TPOTCovered, w)
 			}
 		}
 	}

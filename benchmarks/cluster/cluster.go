@@ -212,7 +212,10 @@ type RequestResult struct {
 	TPOT time.Duration
 	// PredictedTTFT and PredictedTPOT are the picker's latency predictions
 	// for the request on the endpoint it chose; zero when it made none.
+	// PredictedTPOTQuantile is the high quantile beside the mean TPOT,
+	// which the SLO checks read.
 	PredictedTTFT, PredictedTPOT time.Duration
+	PredictedTPOTQuantile        time.Duration
 	// Joined reports that a request routed to the same replica after this
 	// one had arrived when the step that produced this one's first token
 	// began, so it may have shared that step's token budget (or, a
@@ -636,7 +639,7 @@ func (p predictions) result(id string) *RequestResult {
 // Predicted implements latency.Recorder.
 func (p predictions) Predicted(id, _ string, e latency.Estimate) {
 	if rr := p.result(id); rr != nil {
-		rr.PredictedTTFT, rr.PredictedTPOT = e.TTFT, e.TPOT
+		rr.PredictedTTFT, rr.PredictedTPOT, rr.PredictedTPOTQuantile = e.TTFT, e.TPOT, e.TPOTQuantile
 	}
 	if sc := p.s.scale; sc != nil {
 		sc.predicted = append(sc.predicted, Prediction{TTFT: e.TTFT, TPOT: e.TPOT})
