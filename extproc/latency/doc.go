@@ -101,6 +101,18 @@
 // log(actual/predicted) (running mean and variance) and the quantile
 // prediction is the mean prediction scaled by its q-th quantile.
 //
+// TPOT is the feature model's: the decode batch and context a stream
+// joins, and whether a prefill shares its steps. Tried and dropped
+// (benchmarks/RESULTS.md, issue 12): the prompts routed to the endpoint
+// during a stream's decode, which share its steps, as d / (1 − c·r) with
+// r the endpoint's recent prefill rate and c learned from the prefill each
+// ended stream shared. TPOT MAPE moved one to three points on the fleet
+// and rose on one server: the rate is alike on every server the picker
+// balances, and which later prompts join a decode is decided after it (the
+// streams' TPOT is skewed: a short stream that shares one 8,000-token
+// chunk takes several times its median). The quantile is calibrated (0.86
+// to 0.91 of streams within the 0.9 quantile on the mixed fleet).
+//
 // A new endpoint predicts with the pool's model (fitted on every sample)
 // until it has seen enough samples of its own.
 //
