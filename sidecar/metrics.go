@@ -56,7 +56,7 @@ func newMetrics(reg prometheus.Registerer, replay, bodies *bytebudget.Budget) *m
 		denied: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_sidecar_ssrf_denied_total",
 			Help: "Targets named by routing headers that SSRF protection refused (not pool members), by stage."}, []string{"stage"}),
 		pairs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kvgate_sidecar_pd_requests_total",
-			Help: "Requests whose prefill leg ran on prefiller (a pool member, so the label is bounded by the pool) and whose decode leg ran here."}, []string{"prefiller"}),
+			Help: "Requests whose prefill leg ran on prefiller (the first 2,048 prefillers by address, later ones as other) and whose decode leg ran here."}, []string{"prefiller"}),
 		replayFull: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvgate_sidecar_replay_buffer_full_total",
 			Help: "Relayed requests whose body was not kept for a stale-connection replay because --replay-buffer-bytes was spent: relayed all the same, not replayable."}),
 		bodyBudgetFull: prometheus.NewCounter(prometheus.CounterOpts{Name: "kvgate_sidecar_body_budget_full_total",
