@@ -66,6 +66,6 @@ func (o Options) Args() []string {
 	dur("kv-transfer-timeout", o.KVTransferTimeout, d.KVTransferTimeout)
 	str("kv-offload-events-endpoint", o.KVOffloadEventsEndpoint, d.KVOffloadEventsEndpoint)
 	str("kv-transfer-config", o.KVTransferConfig, d.KVTransferConfig)
-	str("p2p-allowed-hosts", strings.Join(o.P2PAllowedHosts, ","), "")
+	str("kv-allowed-hosts", strings.Join(o.KVAllowedHosts, ","), "")
 	return args
 }

@@ -22,17 +22,13 @@ func TestArgsRoundTrip(t *testing.T) {
 	full.Agent, full.KVBytesPerToken, full.KVRegionBytes, full.KVRegionDir = "127.0.0.1:7600", 4096, 1<<20, "/tmp"
 	full.KVLoadFailurePolicy, full.KVTransferTimeout, full.KVOffloadEventsEndpoint = PolicyRecompute, time.Second, "tcp://127.0.0.1:5560"
 	full.KVTransferConfig = `{"kv_connector":"NixlConnector","kv_role":"kv_both"}`
-	// --p2p-allowed-hosts goes with the OffloadingConnector, which --agent
-	// excludes: its own round trip.
-	cliflagtest.AllSet(t, full, "Tokenizer", "Logger", "P2PAllowedHosts")
-	tier := DefaultOptions()
-	tier.KVTransferConfig = `{"kv_connector":"OffloadingConnector","kv_connector_extra_config":{"spec_name":"TieringOffloadingSpec","secondary_tiers":[{"type":"p2p","host":"127.0.0.1","port":0}]}}`
-	tier.P2PAllowedHosts = []string{"10.0.0.2", "prefill-0.pool"}
+	full.KVAllowedHosts = []string{"10.0.0.2", "10.8.0.0/16", "prefill-0.pool"}
+	cliflagtest.AllSet(t, full, "Tokenizer", "Logger")
 	// The logger is built from --log-level, not carried.
 	parse := func(args []string) (Options, error) {
 		o, err := ParseFlags(args, io.Discard)
 		o.Logger = nil
 		return o, err
 	}
-	cliflagtest.RoundTrip(t, parse, Options.Args, DefaultOptions(), full, tier)
+	cliflagtest.RoundTrip(t, parse, Options.Args, DefaultOptions(), full)
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -456,8 +455,7 @@ func (d *dataPlane) beforeSubmit(ctx context.Context, j *job) *apiError {
 		if kv.TPSize != nil {
 			tp = *kv.TPSize
 		}
-		peer := net.JoinHostPort(*kv.RemoteHost, strconv.Itoa(*kv.RemotePort))
-		got, err := d.pull(ctx, peer, hashes, &agentv1.PullBlocksRequest{Source: &agentv1.PullBlocksRequest_Prefill{Prefill: &agentv1.PrefillSource{
+		got, err := d.pull(ctx, dialNIXLPull, "remote_host", *kv.RemoteHost, *kv.RemotePort, hashes, &agentv1.PullBlocksRequest{Source: &agentv1.PullBlocksRequest_Prefill{Prefill: &agentv1.PrefillSource{
 			RemoteEngineId: *kv.RemoteEngineID, RemoteRequestId: *kv.RemoteRequestID, RemoteBlockIds: ids, TpSize: uint32(max(tp, 1))}}})
 		if err == nil && got != len(hashes) {
 			err = fmt.Errorf("%d of %d blocks arrived", got, len(hashes))
@@ -469,9 +467,8 @@ func (d *dataPlane) beforeSubmit(ctx context.Context, j *job) *apiError {
 		j.remote = &engine.RemotePrefill{Tokens: got * bs}
 	case kv != nil && kv.RemoteKVSource != nil:
 		src := kv.RemoteKVSource
-		peer := net.JoinHostPort(src.RemoteHost, strconv.Itoa(src.RemotePort))
 		hashes := d.promptHashes(j, (len(j.prompt)-1)/bs)
-		got, err := d.pull(ctx, peer, hashes, &agentv1.PullBlocksRequest{Source: &agentv1.PullBlocksRequest_Cpu{Cpu: &agentv1.CPUSource{}}})
+		got, err := d.pull(ctx, dialKVSource, "remote_kv_source.remote_host", src.RemoteHost, src.RemotePort, hashes, &agentv1.PullBlocksRequest{Source: &agentv1.PullBlocksRequest_Cpu{Cpu: &agentv1.CPUSource{}}})
 		if err != nil {
 			return d.loadFailed(j, err)
 		}
@@ -486,10 +483,16 @@ func (d *dataPlane) beforeSubmit(ctx context.Context, j *job) *apiError {
 	return nil
 }
 
-// pull has the agent READ blocks from peer into the region (req names the
-// source), then checks every block's bytes; it returns how many arrived.
-func (d *dataPlane) pull(ctx context.Context, peer string, hashes []uint64, req *agentv1.PullBlocksRequest) (int, error) {
-	req.EngineId, req.Peer, req.Hashes, req.TimeoutMs = d.engine, peer, hashes, uint32(d.timeout.Milliseconds())
+// pull has the agent READ blocks from the peer agent at host:port into
+// the region (req names the source), then checks every block's bytes; it
+// returns how many arrived. The request's field named host, so the agent
+// is asked only for hosts the peer guard allows (dial is the guard's
+// label for it).
+func (d *dataPlane) pull(ctx context.Context, dial, field, host string, port int, hashes []uint64, req *agentv1.PullBlocksRequest) (int, error) {
+	if err := d.s.peers.check(dial, field, host); err != nil {
+		return 0, err
+	}
+	req.EngineId, req.Peer, req.Hashes, req.TimeoutMs = d.engine, net.JoinHostPort(host, strconv.Itoa(port)), hashes, uint32(d.timeout.Milliseconds())
 	d.regionMu.Lock()
 	defer d.regionMu.Unlock()
 	resp, err := d.c.PullBlocks(ctx, req)
@@ -529,7 +532,7 @@ func (d *dataPlane) loadFailed(j *job, err error) *apiError {
 		j.remote = nil
 		return nil
 	}
-	return newAPIError(http.StatusServiceUnavailable, "KV load failed (kv_load_failure_policy=fail): %v", err)
+	return kvLoadFailed(err)
 }
 
 // cpuHit loads the prompt's blocks the engine lacks but the CPU tier has,

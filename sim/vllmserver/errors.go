@@ -12,7 +12,9 @@ import (
 
 // apiError is vLLM's error body: {"object":"error","message":...,
 // "type":...,"param":null,"code":status}. The type names follow the OpenAI
-// SDK's exception classes, as vLLM's do.
+// SDK's exception classes, as vLLM's create_error_response callers pass
+// them; a 503 has the type vLLM's HTTPException handler gives every
+// status it raises, the status's HTTP phrase (HTTPStatus(code).phrase).
 type apiError = vllm.ErrorResponse
 
 func newAPIError(status int, format string, args ...any) *apiError {
@@ -26,8 +28,16 @@ func newAPIError(status int, format string, args ...any) *apiError {
 		typ = "ConflictError"
 	case http.StatusInternalServerError:
 		typ = "InternalServerError"
+	case http.StatusServiceUnavailable:
+		typ = "Service Unavailable"
 	}
 	return &apiError{Object: "error", Message: fmt.Sprintf(format, args...), Type: typ, Code: status}
+}
+
+// kvLoadFailed is the answer to a request whose KV load failed under
+// kv_load_failure_policy=fail.
+func kvLoadFailed(err error) *apiError {
+	return newAPIError(http.StatusServiceUnavailable, "KV load failed (kv_load_failure_policy=fail): %v", err)
 }
 
 func badRequest(format string, args ...any) *apiError {

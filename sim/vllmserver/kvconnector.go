@@ -11,12 +11,10 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -159,9 +157,8 @@ type kvConnector struct {
 	ln   net.Listener
 	srv  *http.Server
 	// Offloading: the client of a decode leg's pull from the tier its
-	// remote_prefiller names, and the hosts it may name besides loopback.
-	pull    *http.Client
-	allowed []string
+	// remote_prefiller names (a peer client).
+	pull *http.Client
 
 	stats connectorStats
 }
@@ -193,50 +190,10 @@ func newKVConnector(s *Server, c *kvTransferConfig, kvBytesPerToken int) (*kvCon
 		mux.HandleFunc("GET /kvgate/p2p/{id}", k.serveTier)
 		k.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
 			BaseContext: func(net.Listener) context.Context { return s.ctx }}
-		k.allowed = o.P2PAllowedHosts
-		// Its own transport: no proxy from the environment, a bounded
-		// connect, and no redirect, which would lead the pull to a host
-		// never checked. The request's context bounds the whole pull.
-		k.pull = &http.Client{
-			Transport: &http.Transport{DialContext: (&net.Dialer{Timeout: p2pDialTimeout}).DialContext,
-				ResponseHeaderTimeout: k.timeout, IdleConnTimeout: 90 * time.Second},
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-			Timeout:       k.timeout,
-		}
+		// The request's context bounds the whole pull too.
+		k.pull = newPeerClient(k.timeout)
 	}
 	return k, nil
-}
-
-// p2pDialTimeout bounds connecting to a p2p tier, within the pull's
-// --kv-transfer-timeout.
-const p2pDialTimeout = 5 * time.Second
-
-// errP2PHost marks a remote_prefiller host the pull refuses to dial.
-var errP2PHost = errors.New("not a host this simulator pulls KV from")
-
-// allowedHost reports whether a decode leg may pull from host: a
-// loopback address, localhost, or one of --p2p-allowed-hosts.
-func (k *kvConnector) allowedHost(host string) bool {
-	if ip, err := netip.ParseAddr(host); err == nil {
-		if ip.IsLoopback() {
-			return true
-		}
-		for _, a := range k.allowed {
-			if b, err := netip.ParseAddr(a); err == nil && b.Unmap() == ip.Unmap() {
-				return true
-			}
-		}
-		return false
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	for _, a := range k.allowed {
-		if strings.EqualFold(a, host) {
-			return true
-		}
-	}
-	return false
 }
 
 // P2PAddr is the bound address of the OffloadingConnector p2p tier; nil
@@ -330,16 +287,13 @@ func (k *kvConnector) load(ctx context.Context, j *job) *apiError {
 	default:
 		return nil
 	}
-	if errors.Is(err, errP2PHost) {
-		return newAPIError(http.StatusBadRequest, "%v", err) // the request's fault, whatever the failure policy
-	}
 	if err != nil {
 		k.stats.LoadFailures.Add(1)
 		if k.policy == PolicyRecompute {
 			k.s.log.Warn("KV load failed; recomputing the prompt", "request", j.id, "connector", k.name, "err", err)
 			return nil
 		}
-		return newAPIError(http.StatusServiceUnavailable, "KV load failed (kv_load_failure_policy=fail): %v", err)
+		return kvLoadFailed(err)
 	}
 	if got > 0 {
 		k.stats.Loads.Add(1)
@@ -453,8 +407,8 @@ func (k *kvConnector) pullTier(ctx context.Context, j *job, want []uint64) (int,
 	if rp.KVRequestID == "" || rp.RemoteHost == "" || rp.RemotePort <= 0 {
 		return 0, errors.New("kv_transfer_params.remote_prefiller needs kv_request_id, remote_host and remote_port")
 	}
-	if !k.allowedHost(rp.RemoteHost) {
-		return 0, fmt.Errorf("kv_transfer_params.remote_prefiller remote_host %q: %w (loopback, localhost and --p2p-allowed-hosts only)", rp.RemoteHost, errP2PHost)
+	if err := k.s.peers.check(dialP2PPull, "remote_prefiller.remote_host", rp.RemoteHost); err != nil {
+		return 0, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, k.timeout)
 	defer cancel()

@@ -122,9 +122,9 @@ func TestOffloadingConnector(t *testing.T) {
 }
 
 // TestOffloadingPullHosts: a decode leg pulls only from a loopback
-// address, localhost or a host of --p2p-allowed-hosts; any other
-// remote_host is a 400 naming it, with no dial and no load failure
-// counted, under either failure policy.
+// address, localhost or a host of --kv-allowed-hosts; any other
+// remote_host is refused before a dial, counted, and is a failed load
+// under the failure policy (the vLLM-shaped 503 under fail).
 func TestOffloadingPullHosts(t *testing.T) {
 	pre := offloadingServer(t, RolePrefill)
 	dec := offloadingServer(t, RoleDecode)
@@ -134,13 +134,18 @@ func TestOffloadingPullHosts(t *testing.T) {
 		return post(t, dec.URL()+"/v1/completions", map[string]any{"model": "Qwen/Qwen3-0.6B", "prompt": prompt, "max_tokens": 1,
 			"kv_transfer_params": map[string]any{"remote_prefiller": map[string]any{"kv_request_id": id, "remote_host": host, "remote_port": port}}})
 	}
-	for _, host := range []string{"192.0.2.1", "metadata.google.internal", "::ffff:10.1.2.3"} {
-		if st, raw := pull(host, "x"); st != http.StatusBadRequest || !strings.Contains(string(raw), "--p2p-allowed-hosts") || !strings.Contains(string(raw), host) {
-			t.Fatalf("remote_host %s: %d %s, want a 400 naming it", host, st, raw)
+	refused := []string{"192.0.2.1", "metadata.google.internal", "::ffff:10.1.2.3", "0.0.0.0"}
+	for _, host := range refused {
+		if st, raw := pull(host, "x"); st != http.StatusServiceUnavailable || !strings.Contains(string(raw), `"type":"Service Unavailable"`) ||
+			!strings.Contains(string(raw), "--kv-allowed-hosts") || !strings.Contains(string(raw), host) {
+			t.Fatalf("remote_host %s: %d %s, want the 503 naming it", host, st, raw)
 		}
 	}
-	if n := counterValue(t, dec, "kvgate_sim_kv_connector_load_failures_total"); n != 0 {
-		t.Fatalf("%v load failures counted for refused hosts", n)
+	if n := refusedDials(t, dec.Registry(), dialP2PPull); n != float64(len(refused)) {
+		t.Fatalf("%v refused p2p pulls counted, want %d", n, len(refused))
+	}
+	if n := counterValue(t, dec, "kvgate_sim_kv_connector_load_failures_total"); n != float64(len(refused)) {
+		t.Fatalf("%v load failures counted, want %d", n, len(refused))
 	}
 	// localhost is this machine: the prefill's blocks load from it.
 	complete(t, pre, "/v1/completions", map[string]any{"model": "Qwen/Qwen3-0.6B", "prompt": prompt, "max_tokens": 1,
@@ -161,17 +166,6 @@ func TestOffloadingPullHosts(t *testing.T) {
 		"kv_transfer_params": map[string]any{"remote_prefiller": map[string]any{"kv_request_id": "local", "remote_host": "127.0.0.1", "remote_port": rport}}})
 	if st != http.StatusServiceUnavailable || !strings.Contains(string(raw), "307") || followed.Load() != 0 {
 		t.Fatalf("a redirecting tier: %d %s, %d requests to its target; want the failed load and none", st, raw, followed.Load())
-	}
-
-	k := &kvConnector{allowed: []string{"10.0.0.7", "Tier.Example", "fd00::1"}}
-	for host, want := range map[string]bool{
-		"127.0.0.1": true, "127.8.9.10": true, "::1": true, "localhost": true, "LocalHost": true,
-		"10.0.0.7": true, "::ffff:10.0.0.7": true, "tier.example": true, "fd00::1": true,
-		"10.0.0.8": false, "0.0.0.0": false, "tier.example.evil": false, "fd00::2": false, "": false,
-	} {
-		if got := k.allowedHost(host); got != want {
-			t.Errorf("allowedHost(%q) = %v, want %v", host, got, want)
-		}
 	}
 }
 
@@ -210,9 +204,14 @@ func TestKVTransferConfigRefused(t *testing.T) {
 		t.Errorf("with --agent: %v", err)
 	}
 	o = testOptions(t)
-	o.P2PAllowedHosts = []string{"10.0.0.7"}
-	if _, err := o.validate(); err == nil || !strings.Contains(err.Error(), "--p2p-allowed-hosts") {
-		t.Errorf("--p2p-allowed-hosts without the OffloadingConnector: %v", err)
+	o.Role, o.KVAllowedHosts = RolePrefill, []string{"10.0.0.7"}
+	if _, err := o.validate(); err == nil || !strings.Contains(err.Error(), "--kv-allowed-hosts") {
+		t.Errorf("--kv-allowed-hosts on a prefill leg that dials no peer: %v", err)
+	}
+	o.KVAllowedHosts = []string{"10.0.0.7:80"}
+	o.Role = RoleDecode
+	if _, err := o.validate(); err == nil || !strings.Contains(err.Error(), "10.0.0.7:80") {
+		t.Errorf("--kv-allowed-hosts with a port: %v", err)
 	}
 	// Without the OffloadingConnector a remote_prefiller is refused.
 	s := startServer(t, testOptions(t))

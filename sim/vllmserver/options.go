@@ -130,11 +130,14 @@ type Options struct {
 	// (shared_storage_path) or OffloadingConnector (TieringOffloadingSpec
 	// with one p2p secondary tier); see kvconnector.go.
 	KVTransferConfig string
-	// P2PAllowedHosts are the remote_prefiller remote_host values an
-	// OffloadingConnector decode leg may pull from besides loopback
-	// addresses and localhost: the body names the host, so a client that
-	// reaches this server could otherwise make it dial anywhere.
-	P2PAllowedHosts []string
+	// KVAllowedHosts are the hosts (IP addresses, CIDR prefixes, names)
+	// besides loopback addresses and localhost that a request's
+	// kv_transfer_params may make this server dial: a decode leg's
+	// release_kv to its prefiller, a pull through --agent (do_remote_prefill,
+	// remote_kv_source) and an OffloadingConnector remote_prefiller pull.
+	// The body names the host, so a client that reaches this server could
+	// otherwise make it dial anywhere.
+	KVAllowedHosts []string
 	// KVOffloadEventsEndpoint is where the agent publishes this server's
 	// CPU-tier KV events (medium "CPU"); empty for none.
 	KVOffloadEventsEndpoint string
@@ -249,7 +252,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.StringVar(&o.KVLoadFailurePolicy, "kv-load-failure-policy", o.KVLoadFailurePolicy, "on a failed KV pull: fail the request or recompute the prompt (vLLM kv_load_failure_policy)")
 	fs.DurationVar(&o.KVTransferTimeout, "kv-transfer-timeout", o.KVTransferTimeout, "bound on one KV pull with --agent")
 	fs.StringVar(&o.KVTransferConfig, "kv-transfer-config", o.KVTransferConfig, `vLLM's KV connector JSON: {"kv_connector": "NixlConnector" | "SharedStorageConnector" | "OffloadingConnector", "kv_role", "kv_connector_extra_config"}`)
-	fs.Var(cliflag.List{Vals: &o.P2PAllowedHosts, Sep: ","}, "p2p-allowed-hosts", "with an OffloadingConnector p2p tier: remote_prefiller hosts a decode leg may pull KV from besides loopback and localhost (comma-separated; several allowed)")
+	fs.Var(cliflag.List{Vals: &o.KVAllowedHosts, Sep: ","}, "kv-allowed-hosts", "hosts besides loopback and localhost that kv_transfer_params may make this server dial (release_kv, pulls through --agent, OffloadingConnector pulls): IP addresses, CIDR prefixes or names, comma-separated; several allowed")
 	fs.StringVar(&o.KVOffloadEventsEndpoint, "kv-offload-events-endpoint", o.KVOffloadEventsEndpoint, "ZMQ endpoint where the agent publishes this server's CPU-tier KV events")
 
 	args = expandLists(args)
@@ -277,23 +280,35 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	return o, err
 }
 
+// validated is what validate parsed, so that New does not parse it again.
+type validated struct {
+	kvc   *kvTransferConfig // nil: NixlConnector semantics by default
+	allow allowList
+}
+
 // validate checks what the engine does not, and returns the parsed
-// --kv-transfer-config (nil: NixlConnector semantics by default).
-func (o *Options) validate() (*kvTransferConfig, error) {
+// --kv-transfer-config and --kv-allowed-hosts.
+func (o *Options) validate() (validated, error) {
 	if err := o.check(); err != nil {
-		return nil, err
+		return validated{}, err
 	}
 	kvc, err := parseKVTransferConfig(o.KVTransferConfig)
 	if err != nil {
-		return nil, err
+		return validated{}, err
 	}
 	if kvc != nil && kvc.Connector != ConnectorNixl && o.Agent != "" {
-		return nil, fmt.Errorf("--kv-transfer-config kv_connector %s: not with --agent, whose data plane is the NixlConnector's", kvc.Connector)
+		return validated{}, fmt.Errorf("--kv-transfer-config kv_connector %s: not with --agent, whose data plane is the NixlConnector's", kvc.Connector)
 	}
-	if len(o.P2PAllowedHosts) > 0 && (kvc == nil || kvc.Connector != ConnectorOffloading) {
-		return nil, fmt.Errorf("--p2p-allowed-hosts %s: only an OffloadingConnector decode leg pulls from a p2p tier (--kv-transfer-config)", strings.Join(o.P2PAllowedHosts, ","))
+	allow, err := parseAllowList(o.KVAllowedHosts)
+	if err != nil {
+		return validated{}, err
 	}
-	return kvc, nil
+	// A prefill leg serves no do_remote_prefill, so without an agent or a
+	// p2p tier it never dials a host a request names.
+	if len(o.KVAllowedHosts) > 0 && o.Role == RolePrefill && o.Agent == "" && (kvc == nil || kvc.Connector != ConnectorOffloading) {
+		return validated{}, fmt.Errorf("--kv-allowed-hosts %s: a prefill-role server without --agent or an OffloadingConnector dials no host a request names", strings.Join(o.KVAllowedHosts, ","))
+	}
+	return validated{kvc: kvc, allow: allow}, nil
 }
 
 // check validates the flags that need no parsing.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/kvgate/kvgate/internal/vllm"
 	"github.com/kvgate/kvgate/sim/engine"
@@ -58,6 +59,9 @@ func (s *Server) transferParams(j *job, fin *engine.Finished) *vllm.KVTransferPa
 	}
 }
 
+// releaseTimeout bounds one release_kv call whole.
+const releaseTimeout = 5 * time.Second
+
 type releaseRequest struct {
 	RequestID string `json:"request_id"`
 }
@@ -92,6 +96,11 @@ func (s *Server) releaseRemote(kv *vllm.KVTransferParams) {
 	// With an agent, the pull's NIXL notification frees the prefiller.
 	if s.dp != nil || kv == nil || !kv.DoRemotePrefill || kv.RemoteHost == nil || kv.RemotePort == nil ||
 		kv.RemoteRequestID == nil || *kv.RemoteHost == "" {
+		return
+	}
+	// Refused, it is left to the prefiller's held-block timeout, as a
+	// release that failed: the request itself has its tokens.
+	if s.peers.check(dialReleaseKV, "remote_host", *kv.RemoteHost) != nil {
 		return
 	}
 	url := "http://" + net.JoinHostPort(*kv.RemoteHost, strconv.Itoa(*kv.RemotePort)) + "/kvgate/release_kv"

@@ -50,7 +50,8 @@ type Server struct {
 	metrics *serverMetrics
 	ln      net.Listener
 	http    *http.Server
-	client  *http.Client // release notifications to prefillers
+	peers   *peerGuard   // every dial a request body names
+	client  *http.Client // release notifications to prefillers (a peer client)
 	host    string       // advertised host of remote_host and the topic
 	port    int
 	engID   string       // remote_engine_id
@@ -82,10 +83,11 @@ type Server struct {
 // New builds a server and binds its HTTP listener (and a bound KV-events
 // socket), so that a caller using port 0 can read the addresses before Run.
 func New(o Options) (*Server, error) {
-	kvc, err := o.validate()
+	v, err := o.validate()
 	if err != nil {
 		return nil, err
 	}
+	kvc := v.kvc
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -180,6 +182,9 @@ func New(o Options) (*Server, error) {
 	if s.metrics, err = newServerMetrics(s.reg, s.models.base[0], s.runner, s.engCfg); err != nil {
 		return fail(err)
 	}
+	if s.peers, err = newPeerGuard(v.allow, s.log, s.reg); err != nil {
+		return fail(err)
+	}
 	s.hidden = preset.Timing.Model.Hidden
 	if ids := s.tok.Encode("<|image_pad|>"); len(ids) == 1 {
 		s.padToken = ids[0]
@@ -198,7 +203,7 @@ func New(o Options) (*Server, error) {
 			return fail(err)
 		}
 	}
-	s.client = &http.Client{Timeout: 5 * time.Second}
+	s.client = newPeerClient(releaseTimeout)
 	s.http = &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
