@@ -29,9 +29,8 @@ func TestAllowList(t *testing.T) {
 	}
 	for host, want := range map[string]bool{
 		"127.0.0.1": true, "127.8.9.10": true, "::1": true, "::ffff:127.0.0.1": true, "localhost": true, "LocalHost": true,
-		"10.0.0.7": true, "::ffff:10.0.0.7": true, "tier.example": true, "fd00::1": true, "10.8.200.1": true,
-		"192.168.1.9": true,
-		"10.0.0.8":    false, "0.0.0.0": false, "::": false, "tier.example.evil": false, "fd00::2": false, "10.9.0.1": false,
+		"10.0.0.7": true, "::ffff:10.0.0.7": true, "tier.example": true, "fd00::1": true, "10.8.200.1": true, "192.168.1.9": true,
+		"10.0.0.8": false, "0.0.0.0": false, "::": false, "tier.example.evil": false, "fd00::2": false, "10.9.0.1": false,
 		"169.254.169.254": false, "metadata.google.internal": false, "": false,
 	} {
 		if got := l.allows(host); got != want {
