@@ -17,8 +17,24 @@
 // /kvgate/release_kv (below). Errors use vLLM's body
 // {"object":"error","message":...,"type":...,"param":null,"code":...}: 400
 // for bad JSON, bad fields or an exceeded context, 404 for an unknown model,
-// 429 when the engine's waiting queue is full, 500 for injected failures. A
-// client that disconnects has its request aborted in the engine.
+// 429 when the engine's waiting queue is full, 500 for injected failures,
+// 503 (type "Service Unavailable", the HTTP phrase vLLM's HTTPException
+// handler gives a status) for a failed KV load under
+// --kv-load-failure-policy fail. A client that disconnects has its request
+// aborted in the engine.
+//
+// Hosts a request names: kv_transfer_params name the hosts of a decode
+// leg's release_kv call, of its pull through --agent (remote_host) and of a
+// remote_kv_source or remote_prefiller pull. Every such dial goes through
+// one check (peers.go): a loopback address, localhost or one of
+// --kv-allowed-hosts (addresses, CIDR prefixes, names), nothing else, so
+// that a client cannot have the server dial its network for it. A refused
+// host is never dialled, is logged and counted
+// (kvgate_sim_refused_dials_total{dial}), and is answered as the call's
+// own failure: a release is left to the prefiller's held-block timeout
+// (the request is served), a pull is a failed KV load under
+// --kv-load-failure-policy. The HTTP calls have their own client: no proxy
+// from the environment, a 5 s connect bound, no redirects.
 //
 // What a simulation cannot mean is left out: the model never emits EOS, so
 // every request generates max_tokens (default --default-max-tokens; an
@@ -94,9 +110,8 @@
 // under its kv_transfer_params.remote_decoder.kv_request_id; a decode leg
 // naming remote_prefiller {kv_request_id, remote_host, remote_port} fetches
 // them from that tier over HTTP (GET /kvgate/p2p/{kv_request_id}, standing
-// in for the tier's NIXL transfer; only from a loopback remote_host,
-// localhost or one of --p2p-allowed-hosts, any other host a 400 without a
-// dial, since the body names it), waiting up to --kv-transfer-timeout
+// in for the tier's NIXL transfer; only from an allowed remote_host, as
+// above), waiting up to --kv-transfer-timeout
 // for a prefill sent at the same time to land, and checks them. Loaded
 // blocks count as a remote prefill (cached_tokens); a failed load follows
 // --kv-load-failure-policy. A request's cache_hit_threshold in [0, 1] is
