@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -58,18 +57,11 @@ func (a *Agent) peerFor(ctx context.Context, addr string) (*peer, error) {
 	// The claim is checked before loading: loading replaces whatever is
 	// loaded under the metadata's name, and a refused handshake must leave
 	// nothing behind.
-	name, err := nixl.MetadataName(md.NixlMetadata)
-	if err == nil && name != md.AgentName {
-		err = fmt.Errorf("agent %s calls itself %q but its NIXL metadata says %q", addr, md.AgentName, name)
-	}
-	if err == nil {
-		_, err = a.nx.LoadRemoteMD(md.NixlMetadata)
-	}
-	if err != nil {
+	if err := a.nx.LoadRemoteMDAs(md.AgentName, md.NixlMetadata); err != nil {
 		conn.Close()
-		return nil, status.Errorf(codes.FailedPrecondition, "agent %s metadata: %v", addr, err)
+		return nil, status.Errorf(codes.FailedPrecondition, "agent %s (calls itself %q) metadata: %v", addr, md.AgentName, err)
 	}
-	p = &peer{addr: addr, name: name, conn: conn, client: c, regions: map[string]*agentv1.RegionInfo{}, cpu: md.CpuTier}
+	p = &peer{addr: addr, name: md.AgentName, conn: conn, client: c, regions: map[string]*agentv1.RegionInfo{}, cpu: md.CpuTier}
 	for _, r := range md.Regions {
 		p.regions[r.EngineId] = r
 	}

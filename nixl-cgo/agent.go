@@ -269,9 +269,30 @@ func (a *Agent) LocalMD() ([]byte, error) {
 // (loadRemoteMD). Loading a name again replaces its metadata, which is
 // refused while requests to it are in progress.
 func (a *Agent) LoadRemoteMD(blob []byte) (string, error) {
+	return a.loadRemoteMD(blob, "")
+}
+
+// LoadRemoteMDAs is LoadRemoteMD of the metadata of the peer that calls
+// itself name: a blob that carries another name is refused (ErrMismatch)
+// before anything is loaded, so that a peer cannot replace what is loaded
+// under another agent's name.
+func (a *Agent) LoadRemoteMDAs(name string, blob []byte) error {
+	if name == "" {
+		return errorf("loadRemoteMD", ErrInvalidParam, "an expected agent name is required")
+	}
+	_, err := a.loadRemoteMD(blob, name)
+	return err
+}
+
+// loadRemoteMD decodes blob once and loads it; want, when set, is the name
+// it must carry.
+func (a *Agent) loadRemoteMD(blob []byte, want string) (string, error) {
 	md, err := decodeMD(blob)
 	if err != nil {
 		return "", errorf("loadRemoteMD", ErrInvalidParam, "%v", err)
+	}
+	if want != "" && md.Name != want {
+		return "", errorf("loadRemoteMD", ErrMismatch, "metadata of agent %q, expected %q", md.Name, want)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -468,3 +468,46 @@ func TestEmptyRemoteKeysRefused(t *testing.T) {
 		t.Fatalf("empty rkey: %v", err)
 	}
 }
+
+// TestLoadRemoteMDAs: metadata whose name is not the one its sender claims
+// is refused before it replaces what is loaded under that name.
+func TestLoadRemoteMDAs(t *testing.T) {
+	t.Setenv("UCX_TLS", "tcp")
+	x, y := newSide(t, "x", 4096, nil), newSide(t, "y", 4096, nil)
+	blob, err := y.a.LocalMD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.a.LoadRemoteMDAs("y", blob); err != nil {
+		t.Fatal(err)
+	}
+	x.a.mu.Lock()
+	loaded := x.a.remotes["y"]
+	x.a.mu.Unlock()
+	// Another blob under y's name, sent by a peer that calls itself z.
+	md, err := decodeMD(blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md.Backends[0].Regions = nil
+	for _, tc := range []struct {
+		name, claim string
+		blob        []byte
+		want        Status
+	}{
+		{"other name", "z", md.encode(), ErrMismatch},
+		{"no name", "", md.encode(), ErrInvalidParam},
+		{"corrupt", "y", blob[:len(blob)-1], ErrInvalidParam},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := x.a.LoadRemoteMDAs(tc.claim, tc.blob); StatusOf(err) != tc.want {
+				t.Fatalf("got %v, want %s", err, tc.want)
+			}
+			x.a.mu.Lock()
+			defer x.a.mu.Unlock()
+			if x.a.remotes["y"] != loaded || len(x.a.remotes) != 1 {
+				t.Fatalf("a refused load changed the loaded peers: %v", x.a.remotes)
+			}
+		})
+	}
+}

@@ -145,17 +145,6 @@ func (r *mdReader) blob(what string, max int) []byte {
 	return r.next(n, what)
 }
 
-// MetadataName is the agent name a metadata blob (LocalMD's) carries, so
-// that a caller can check a peer's claim before LoadRemoteMD replaces what
-// is loaded under that name.
-func MetadataName(blob []byte) (string, error) {
-	md, err := decodeMD(blob)
-	if err != nil {
-		return "", errorf("loadRemoteMD", ErrInvalidParam, "%v", err)
-	}
-	return md.Name, nil
-}
-
 // decodeMD parses and validates a metadata blob.
 func decodeMD(blob []byte) (*agentMD, error) {
 	const head = len(mdMagic) + 1
