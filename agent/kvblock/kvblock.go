@@ -73,20 +73,55 @@ func Map(path string, size int) ([]byte, error) {
 		return nil, fmt.Errorf("kvblock: open region: %w", err)
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("kvblock: stat region: %w", err)
-	}
-	if st.Size() < int64(size) {
-		if err := f.Truncate(int64(size)); err != nil {
-			return nil, fmt.Errorf("kvblock: size region %s to %d bytes: %w", path, size, err)
-		}
+	return MapFile(f, size)
+}
+
+// MapFile is Map of a region file the caller opened (read-write); the
+// mapping outlives f.
+func MapFile(f *os.File, size int) ([]byte, error) {
+	if err := grow(f, size); err != nil {
+		return nil, err
 	}
 	b, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
-		return nil, fmt.Errorf("kvblock: mmap %s: %w", path, err)
+		return nil, fmt.Errorf("kvblock: mmap %s: %w", f.Name(), err)
 	}
 	return b, nil
+}
+
+// MapOver maps len(b) bytes of the region file f, shared, in place of the
+// mapping b (made by Map or MapFile, or blanked): b's addresses stay valid
+// throughout and show the file's bytes afterwards.
+func MapOver(f *os.File, b []byte) error {
+	if len(b) == 0 {
+		return fmt.Errorf("kvblock: mapping over an empty range")
+	}
+	if err := grow(f, len(b)); err != nil {
+		return err
+	}
+	_, err := unix.MmapPtr(int(f.Fd()), 0, unsafe.Pointer(unsafe.SliceData(b)), uintptr(len(b)),
+		unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_FIXED)
+	if err != nil {
+		return fmt.Errorf("kvblock: mmap %s in place: %w", f.Name(), err)
+	}
+	return nil
+}
+
+// grow makes f at least size bytes long.
+func grow(f *os.File, size int) error {
+	if size <= 0 {
+		return fmt.Errorf("kvblock: region size %d must be positive", size)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("kvblock: stat region: %w", err)
+	}
+	if st.Size() < int64(size) {
+		if err := f.Truncate(int64(size)); err != nil {
+			return fmt.Errorf("kvblock: size region %s to %d bytes: %w", f.Name(), size, err)
+		}
+	}
+	return nil
 }
 
 // Blank replaces a mapping made by Map, in place, by private zero pages: the

@@ -66,3 +66,46 @@ func TestContentHash(t *testing.T) {
 		t.Fatal("zeros pass as a block's content")
 	}
 }
+
+// TestMapOver: a file mapped over a blanked range shows through the same
+// addresses, and a smaller file over a prefix leaves the rest blank.
+func TestMapOver(t *testing.T) {
+	dir := t.TempDir()
+	b, err := Map(dir+"/old", 1<<16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Unmap(b)
+	Fill(b, 1)
+	if err := Blank(b); err != nil {
+		t.Fatal(err)
+	}
+	if ContentHash(b) != ContentHash(make([]byte, 8)) {
+		t.Fatal("blanked range still shows the old file")
+	}
+	f, err := os.OpenFile(dir+"/new", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := MapOver(f, b[:1<<12]); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Map(dir+"/new", 1<<12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Unmap(c)
+	Fill(c, 9)
+	if at := Check(b[:1<<12], 9); at != -1 {
+		t.Fatalf("the range does not show the new file (differs at %d)", at)
+	}
+	for i, v := range b[1<<12:] {
+		if v != 0 {
+			t.Fatalf("byte %d past the new file is %d, want the blank range's 0", 1<<12+i, v)
+		}
+	}
+	if err := MapOver(f, nil); err == nil {
+		t.Fatal("an empty range accepted")
+	}
+}
