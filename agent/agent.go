@@ -2,8 +2,12 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +28,9 @@ type Config struct {
 	// Name is the agent's NIXL name, unique among peers (default: the
 	// listen address given to New).
 	Name string
+	// RegionDir holds every region file a server may register (default
+	// DefaultRegionDir); a path outside it is refused.
+	RegionDir string
 	// CPUBytes sizes the CPU tier (0: none).
 	CPUBytes int
 	// DefaultLease holds blocks whose hold names no lease (vLLM's
@@ -47,7 +54,8 @@ type TransferObserver interface {
 }
 
 const (
-	maxRegions  = 64
+	maxRegions  = 64 // registered by live servers
+	maxRetired  = 64 // address ranges of gone servers kept mapped (see mapping)
 	maxPeers    = 256
 	maxHashes   = 1 << 16 // per request
 	maxLeases   = 1 << 16 // holds and peers' pins at once
@@ -61,10 +69,12 @@ type Agent struct {
 	cfg Config
 	log *slog.Logger
 	nx  *nixl.Agent
+	dir *regionDir
 
 	mu        sync.Mutex
 	blockSize int // bytes per slot, set by the first region
 	regions   map[string]*region
+	retired   []*mapping // blanked, reusable once no pull writes into them
 	cpu       *slotPool
 	cpuMem    *nixl.Region
 	cpuOwner  map[uint32]string // CPU slot → the engine whose topic announced it
@@ -73,7 +83,6 @@ type Agent struct {
 	watchers  map[string]map[chan *agentv1.Release]struct{}
 	stats     Stats
 	leaseSeq  uint64
-	retired   int // regions replaced by a restarted server, still mapped
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -89,10 +98,32 @@ type Stats struct {
 
 type region struct {
 	engine string
-	path   string
-	mem    []byte
+	path   string      // cleaned
+	file   os.FileInfo // the region file, to know it again under another name
+	m      *mapping
+	mem    []byte // m.mem's first slots × block_bytes
 	pool   *slotPool
 	pub    *kvwire.Publisher
+}
+
+// mapping is an address range of this process that region files are
+// mapped into, registered with NIXL as a whole. The agent owns it from the
+// RegisterRegion that made it until Close, and never unmaps it before:
+// a peer that loaded this agent's metadata may READ any registered address
+// at any time, and UCX over TCP serves such a READ in software, from this
+// process's memory, so an unmapped (or reused) range would fault the agent
+// or leak another region's bytes. When its server is gone the range is
+// blanked (private zero pages, the file's pages released) and kept as
+// retired; a later registration whose region fits maps its file over the
+// range in place, once no pull of this agent is still writing into it. So
+// a server restarting on its region file again and again reuses one range.
+type mapping struct {
+	mem     []byte
+	writers int // pulls whose READ lands in the range (under Agent.mu)
+}
+
+func (m *mapping) desc() nixl.DescList {
+	return nixl.DescList{Type: nixl.DRAM, Descs: []nixl.Desc{{Addr: addr(m.mem), Len: uint64(len(m.mem))}}}
 }
 
 // lease pins slots of one pool until released or expired.
@@ -102,6 +133,9 @@ type lease struct {
 	pool     *slotPool
 	slots    []uint32
 	deadline time.Time
+	// consumers is how many release notifications free the lease (the
+	// first one's count), notified how many arrived.
+	consumers, notified uint64
 }
 
 // New starts an agent: NIXL agent, UCX backend, notification loop.
@@ -118,15 +152,24 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.RegionDir == "" {
+		cfg.RegionDir = DefaultRegionDir
+	}
+	dir, err := openRegionDir(cfg.RegionDir)
+	if err != nil {
+		return nil, err
+	}
 	nx, err := nixl.NewAgent(cfg.Name, nixl.AgentConfig{ProgressThread: true, CaptureTelemetry: true})
 	if err != nil {
+		dir.close()
 		return nil, err
 	}
 	if _, err := nx.CreateBackend("UCX", cfg.UCX); err != nil {
 		nx.Close()
+		dir.close()
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, log: cfg.Logger.With("component", "kv-agent"), nx: nx, regions: map[string]*region{},
+	a := &Agent{cfg: cfg, log: cfg.Logger.With("component", "kv-agent"), nx: nx, dir: dir, regions: map[string]*region{},
 		cpuOwner: map[uint32]string{}, leases: map[string]*lease{}, peers: map[string]*peer{},
 		watchers: map[string]map[chan *agentv1.Release]struct{}{}}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
@@ -145,18 +188,23 @@ func (a *Agent) Close() error {
 	for _, p := range a.peers {
 		p.conn.Close()
 	}
+	// Closed, NIXL serves no peer's READ any more: the ranges can go.
 	err := a.nx.Close()
 	for _, r := range a.regions {
 		if r.pub != nil {
 			r.pub.Close()
 		}
-		kvblock.Unmap(r.mem)
+		kvblock.Unmap(r.m.mem)
 	}
+	for _, m := range a.retired {
+		kvblock.Unmap(m.mem)
+	}
+	a.retired = nil
 	if a.cpuMem != nil {
 		a.cpuMem.Close()
 	}
 	a.endWatchesLocked()
-	return err
+	return errors.Join(err, a.dir.close())
 }
 
 // EndWatches ends the release watches and refuses new ones. A watch lasts
@@ -205,17 +253,7 @@ func (a *Agent) notifLoop() {
 		a.mu.Lock()
 		for sender, msgs := range notifs {
 			for _, m := range msgs {
-				id := string(m)
-				if i := strings.LastIndexByte(id, ':'); i >= 0 {
-					id = id[:i]
-				}
-				if l, ok := a.leases[id]; ok {
-					a.releaseLocked(l, false)
-				} else {
-					// vLLM logs and ignores these too: a late notification
-					// after expiry, or a duplicate.
-					a.log.Debug("notification for no held request", "from", sender, "msg", string(m))
-				}
+				a.notifiedLocked(sender, m)
 			}
 		}
 		now := time.Now()
@@ -225,6 +263,56 @@ func (a *Agent) notifLoop() {
 			}
 		}
 		a.mu.Unlock()
+	}
+}
+
+// maxConsumers bounds a release notification's count: no tensor-parallel
+// group is larger.
+const maxConsumers = 1 << 10
+
+// parseRelease splits a release notification, "<request id>:<count>" split
+// at the last colon (vLLM NixlConnector's "<remote_request_id>:<tp size>"):
+// count is how many consumers read the request's blocks, each of which
+// sends one such notification.
+func parseRelease(msg []byte) (id string, count uint64, err error) {
+	s := string(msg)
+	i := strings.LastIndexByte(s, ':')
+	if i < 0 {
+		return "", 0, fmt.Errorf("no \":<count>\" after the request id")
+	}
+	count, err = strconv.ParseUint(s[i+1:], 10, 64)
+	if err != nil || count == 0 || count > maxConsumers {
+		return "", 0, fmt.Errorf("count %q is not a number of consumers in 1..%d", s[i+1:], maxConsumers)
+	}
+	return s[:i], count, nil
+}
+
+// notifiedLocked applies one release notification: the lease it names is
+// freed once as many notifications as its count arrived (a decoder with
+// tensor-parallel ranks that each pull sends one per rank, all with the
+// rank count).
+func (a *Agent) notifiedLocked(sender string, msg []byte) {
+	id, count, err := parseRelease(msg)
+	if err != nil {
+		// Not counted: the lease's expiry frees the blocks.
+		a.log.Warn("release notification refused", "from", sender, "msg", string(msg), "err", err)
+		return
+	}
+	l, ok := a.leases[id]
+	if !ok {
+		// vLLM logs and ignores these too: a late notification after
+		// expiry, or a duplicate.
+		a.log.Debug("notification for no held request", "from", sender, "msg", string(msg))
+		return
+	}
+	if l.consumers == 0 {
+		l.consumers = count
+	} else if count != l.consumers {
+		a.log.Warn("release notifications disagree on the consumer count; keeping the first", "request", id,
+			"first", l.consumers, "this", count, "from", sender)
+	}
+	if l.notified++; l.notified >= l.consumers {
+		a.releaseLocked(l, false)
 	}
 }
 
@@ -263,45 +351,56 @@ func (a *Agent) RegisterRegion(ctx context.Context, req *agentv1.RegisterRegionR
 	case bb <= 0 || n <= 0 || bb > 1<<30 || n > 1<<24:
 		return nil, status.Errorf(codes.InvalidArgument, "block_bytes %d and slots %d must be positive (block ≤ 1 GiB, ≤ 16M slots)", bb, n)
 	}
+	f, err := a.dir.open(req.Path)
+	if err != nil {
+		if errors.Is(err, ErrOutsideRegionDir) {
+			return nil, status.Error(codes.PermissionDenied, err.Error())
+		}
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	defer f.Close()
+	file, err := f.Stat()
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "region %s: %v", req.Path, err)
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if _, ok := a.regions[req.EngineId]; ok {
 		return nil, status.Errorf(codes.AlreadyExists, "engine %s already has a region", req.EngineId)
 	}
-	for _, old := range a.regions {
-		if old.path == req.Path {
-			// A restarted server (new engine id, same file): the old
-			// engine is gone.
-			a.retireLocked(old)
-		}
-	}
-	if len(a.regions)+a.retired >= maxRegions {
-		return nil, status.Errorf(codes.ResourceExhausted, "%d regions registered already", maxRegions)
-	}
 	if a.blockSize != 0 && a.blockSize != bb {
 		return nil, status.Errorf(codes.FailedPrecondition, "block_bytes %d differs from this agent's %d (all servers of a node share one KV block size)", bb, a.blockSize)
 	}
-	mem, err := kvblock.Map(req.Path, bb*n)
-	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
+	path := filepath.Clean(req.Path)
+	for _, old := range a.regions {
+		if old.path == path || os.SameFile(old.file, file) {
+			// A restarted server (new engine id, same file, or a new one
+			// where it removed its old one): the old engine is gone.
+			a.retireLocked(old)
+		}
 	}
-	if err := a.nx.RegisterMem(nixl.DescList{Type: nixl.DRAM, Descs: []nixl.Desc{{Addr: addr(mem), Len: uint64(len(mem))}}}); err != nil {
-		kvblock.Unmap(mem)
-		return nil, status.Errorf(codes.Internal, "register region: %v", err)
+	if len(a.regions) >= maxRegions {
+		return nil, status.Errorf(codes.ResourceExhausted, "%d regions registered already", maxRegions)
 	}
-	r := &region{engine: req.EngineId, path: req.Path, mem: mem, pool: newSlotPool(mem, bb)}
+	r := &region{engine: req.EngineId, path: path, file: file}
 	resp := &agentv1.RegisterRegionResponse{}
 	if req.KvEventsEndpoint != "" {
 		r.pub, err = kvwire.NewPublisher(a.ctx, kvwire.PublisherConfig{Endpoint: req.KvEventsEndpoint, Topic: req.KvEventsTopic, Logger: a.cfg.Logger})
 		if err != nil {
-			a.nx.DeregisterMem(nixl.DescList{Type: nixl.DRAM, Descs: []nixl.Desc{{Addr: addr(mem), Len: uint64(len(mem))}}})
-			kvblock.Unmap(mem)
 			return nil, status.Errorf(codes.InvalidArgument, "kv events: %v", err)
 		}
 		if ad := r.pub.Addr(); ad != nil {
 			resp.KvEventsAddr = ad.String()
 		}
 	}
+	if r.m, err = a.mapLocked(f, bb*n); err != nil {
+		if r.pub != nil {
+			r.pub.Close()
+		}
+		return nil, err
+	}
+	r.mem = r.m.mem[:bb*n]
+	r.pool = newSlotPool(r.mem, bb)
 	if a.blockSize == 0 {
 		a.blockSize = bb
 		if err := a.initCPULocked(); err != nil {
@@ -313,11 +412,51 @@ func (a *Agent) RegisterRegion(ctx context.Context, req *agentv1.RegisterRegionR
 	return resp, nil
 }
 
-// retireLocked forgets a region whose server is gone. Its address range
-// stays registered but is remapped to anonymous zero pages, so that a peer
-// still holding the old metadata reads zeros (and fails its content check)
-// instead of this process touching freed memory; the shared file's pages are
-// released.
+// mapLocked maps size bytes of the region file f: over the smallest retired
+// range that fits and that no pull writes into, else into a new range
+// registered with NIXL.
+func (a *Agent) mapLocked(f *os.File, size int) (*mapping, error) {
+	best := -1
+	for i, m := range a.retired {
+		if m.writers == 0 && len(m.mem) >= size && (best < 0 || len(m.mem) < len(a.retired[best].mem)) {
+			best = i
+		}
+	}
+	if best >= 0 {
+		m := a.retired[best]
+		if err := kvblock.MapOver(f, m.mem[:size]); err != nil {
+			// The range is as it was (mmap failed) or partly the file's:
+			// blank it again and keep it retired.
+			if berr := kvblock.Blank(m.mem); berr != nil {
+				a.log.Error("re-blank retired range", "err", berr)
+			}
+			return nil, status.Errorf(codes.Internal, "map region: %v", err)
+		}
+		a.retired = slices.Delete(a.retired, best, best+1)
+		return m, nil
+	}
+	if len(a.retired) >= maxRetired {
+		// Unmapping one is no way out (see mapping): only restarting the
+		// agent releases them.
+		return nil, status.Errorf(codes.ResourceExhausted, "%d address ranges of gone servers are kept mapped and none fits %d bytes (a pull still writes into it, or the server grew its region): restart the agent to release them", len(a.retired), size)
+	}
+	mem, err := kvblock.MapFile(f, size)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	m := &mapping{mem: mem}
+	if err := a.nx.RegisterMem(m.desc()); err != nil {
+		kvblock.Unmap(mem)
+		return nil, status.Errorf(codes.Internal, "register region: %v", err)
+	}
+	return m, nil
+}
+
+// retireLocked forgets a region whose server is gone. Its range stays
+// mapped and registered (see mapping) but is blanked, so that a peer still
+// holding the old metadata reads zeros (and fails its content check)
+// instead of this process touching freed memory; the shared file's pages
+// are released.
 func (a *Agent) retireLocked(r *region) {
 	for _, l := range a.leases {
 		if l.engine == r.engine {
@@ -331,11 +470,11 @@ func (a *Agent) retireLocked(r *region) {
 	if r.pub != nil {
 		r.pub.Close()
 	}
-	if err := kvblock.Blank(r.mem); err != nil {
+	if err := kvblock.Blank(r.m.mem); err != nil {
 		a.log.Error("retire region", "engine", r.engine, "err", err)
 	}
 	delete(a.regions, r.engine)
-	a.retired++
+	a.retired = append(a.retired, r.m)
 	a.log.Info("region retired (its file was registered again)", "engine", r.engine, "path", r.path)
 }
 

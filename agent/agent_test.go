@@ -36,6 +36,7 @@ const blockBytes = 8 << 10
 type node struct {
 	a      *Agent
 	addr   string
+	dir    string // its region directory
 	client agentv1.KVTransferClient
 }
 
@@ -46,6 +47,9 @@ func newNode(t *testing.T, name string, cpuBytes int) *node {
 
 func newNodeWith(t *testing.T, cfg Config) *node {
 	t.Helper()
+	if cfg.RegionDir == "" {
+		cfg.RegionDir = t.TempDir()
+	}
 	a, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -66,14 +70,14 @@ func newNodeWith(t *testing.T, cfg Config) *node {
 		srv.Stop()
 		a.Close()
 	})
-	return &node{a: a, addr: ln.Addr().String(), client: agentv1.NewKVTransferClient(conn)}
+	return &node{a: a, addr: ln.Addr().String(), dir: cfg.RegionDir, client: agentv1.NewKVTransferClient(conn)}
 }
 
 // region registers a fresh region file for engine and returns the
 // server's own mapping of it.
 func (n *node) region(t *testing.T, engine string, bb, slots int, events string) []byte {
 	t.Helper()
-	path := t.TempDir() + "/" + engine
+	path := n.dir + "/" + engine
 	mem, err := kvblock.Map(path, bb*slots)
 	if err != nil {
 		t.Fatal(err)
@@ -356,7 +360,7 @@ func TestPullErrors(t *testing.T) {
 		})
 	}
 	// A second region of another block size on one agent.
-	path := t.TempDir() + "/r"
+	path := d.dir + "/r"
 	if _, err := d.client.RegisterRegion(ctx, &agentv1.RegisterRegionRequest{EngineId: "D2", Path: path, BlockBytes: 4096, Slots: 4}); codeOf(err) != codes.FailedPrecondition {
 		t.Fatalf("mismatched region block size: %v", err)
 	}
@@ -372,7 +376,7 @@ func TestRestartedServerAndLateRegion(t *testing.T) {
 	p, d := newNode(t, "p", 0), newNode(t, "d", 0)
 	d.region(t, "D", blockBytes, 8, "")
 	ctx := t.Context()
-	path := t.TempDir() + "/srv"
+	path := p.dir + "/srv"
 	mem, err := kvblock.Map(path, 8*blockBytes)
 	if err != nil {
 		t.Fatal(err)

@@ -3,16 +3,26 @@
 // servers of its node and peer agents with NIXL over UCX (nixl-cgo), and
 // keeps a bounded CPU tier.
 //
-//   - Regions: each model server shares a memory file (/dev/shm) with the
-//     agent, registered once with NIXL. A block is addressed by (engine id,
-//     block hash) → slot, offset slot × block_bytes; slots are reused LRU
-//     unless pinned by a hold or a transfer.
+//   - Regions: each model server shares a memory file with the agent,
+//     registered once with NIXL. The file must lie in the region directory
+//     (--region-dir, default /dev/shm): the agent creates and maps the path
+//     a caller names, so any other path, a ".." in it or a symlink leading
+//     out is refused (PermissionDenied), as is a file that is not a regular
+//     one (InvalidArgument). A block is addressed by (engine id, block hash)
+//     → slot, offset slot × block_bytes; slots are reused LRU unless pinned
+//     by a hold or a transfer. A server that registers its file again
+//     (restarted, new engine id) retires the old engine; the old address
+//     range stays mapped, blanked, for peers that may still READ it, and is
+//     reused by the next region that fits (see mapping in agent.go).
 //   - P/D: a prefiller stores a request's blocks under a hold (lease); the
 //     decoder's agent READs them from the prefiller's agent into its own
 //     server's region and notifies "<request id>:<tp size>" once the data
-//     landed (vLLM NixlConnector's READ + notification); the prefiller's
-//     agent frees the hold on that notification or when the lease expires,
-//     and tells the server (WatchReleases) so it frees its blocks too.
+//     landed (vLLM NixlConnector's READ + notification), tp size being the
+//     pull's PrefillSource.tp_size: how many pulls read the request, one per
+//     decoder rank that pulls. The prefiller's agent frees the hold once
+//     that many notifications arrived, or when the lease expires, and tells
+//     the server (WatchReleases) so it frees its blocks too. A notification
+//     without a count in 1..1024 is refused (logged, not counted).
 //   - CPU tier: blocks a server's GPU tier evicts are copied into the
 //     agent's DRAM tier (bounded, LRU) and published as vLLM KV events with
 //     medium "CPU" on the server's topic; a later hit loads them back.
@@ -24,6 +34,6 @@
 //
 // Ownership: one mutex guards the regions, pools, leases, peers and
 // watchers; transfers run outside it (nixl.Agent has its own lock). Every
-// map is bounded: regions by registrations, leases by pinned slots, peers
-// by maxPeers, watcher queues by watchQueue.
+// map is bounded: live regions by maxRegions, retired ranges by maxRetired,
+// leases by maxLeases, peers by maxPeers, watcher queues by watchQueue.
 package agent

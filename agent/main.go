@@ -43,6 +43,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:7600", "gRPC listen address (peers and local servers); port 0 picks one")
 	name := fs.String("name", "", "NIXL agent name, unique among peers (default kvgate-agent-<listen address>)")
+	regionDir := fs.String("region-dir", DefaultRegionDir, "the only directory whose files model servers may register as KV regions (the shared-memory directory they share with the agent)")
 	cpuBytes := fs.Int("cpu-bytes", 1<<30, "CPU tier size in bytes (0: no CPU tier)")
 	lease := fs.Duration("lease", 30*time.Second, "how long held blocks wait for their decoder's notification (vLLM kv_lease_duration)")
 	pullTimeout := fs.Duration("pull-timeout", 30*time.Second, "bound on a pull that names no timeout")
@@ -91,7 +92,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer tel.close()
-	a, err := New(Config{Name: *name, CPUBytes: *cpuBytes, DefaultLease: *lease, PullTimeout: *pullTimeout,
+	a, err := New(Config{Name: *name, RegionDir: *regionDir, CPUBytes: *cpuBytes, DefaultLease: *lease, PullTimeout: *pullTimeout,
 		UCX: nixl.Params(ucx), Logger: log, Transfers: nt})
 	if err != nil {
 		return err

@@ -37,6 +37,8 @@ func TestMainRefusesBadFlags(t *testing.T) {
 		{[]string{"--gpu-endpoint", "x=1.2.3.4:5"}, "want index=host:port"},
 		{[]string{"--gpu-endpoint", "0=vllm-0:8000"}, "want an IP:port or an IP"},
 		{[]string{"--node-address", "node-7"}, "node-address"},
+		{[]string{"--region-dir", "shm", "--listen", "127.0.0.1:0"}, `region directory "shm" (--region-dir) must be an absolute path`},
+		{[]string{"--region-dir", "/no/such/dir", "--listen", "127.0.0.1:0"}, "region directory (--region-dir)"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			err := Main(context.Background(), tc.args, io.Discard, io.Discard)
@@ -133,8 +135,9 @@ func TestMainStopsWithWatchers(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	done := make(chan error, 1)
+	dir := t.TempDir()
 	go func() {
-		done <- Main(ctx, []string{"--listen", "127.0.0.1:0", "--cpu-bytes", "0"}, &stdout, io.Discard)
+		done <- Main(ctx, []string{"--listen", "127.0.0.1:0", "--cpu-bytes", "0", "--region-dir", dir}, &stdout, io.Discard)
 	}()
 	addr := waitLine(t, &stdout, regexp.MustCompile(`listening on (\S+)`))
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -142,7 +145,7 @@ func TestMainStopsWithWatchers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	n := &node{addr: addr, client: agentv1.NewKVTransferClient(conn)}
+	n := &node{addr: addr, dir: dir, client: agentv1.NewKVTransferClient(conn)}
 	n.region(t, "E", blockBytes, 4, "")
 	// The watches outlive Main's context, as their clients do.
 	w, err := n.client.WatchReleases(context.WithoutCancel(ctx), &agentv1.WatchReleasesRequest{EngineId: "E"})

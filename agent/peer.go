@@ -179,8 +179,14 @@ func (a *Agent) PullBlocks(ctx context.Context, req *agentv1.PullBlocksRequest) 
 		}
 		return &agentv1.PullBlocksResponse{}, nil
 	}
-	// Local slots, pinned for the transfer.
+	// Local slots, pinned for the transfer, in a region still live: the
+	// range of a retired one may be handed to another server's file (see
+	// mapping) once no pull writes into it.
 	a.mu.Lock()
+	if a.regions[req.EngineId] != r {
+		a.mu.Unlock()
+		return nil, a.pullFailed(status.Errorf(codes.Aborted, "engine %s registered again during the pull", req.EngineId))
+	}
 	slots, fresh := make([]uint32, 0, len(hashes)), make([]bool, 0, len(hashes))
 	for _, h := range hashes {
 		s, f, err := r.pool.acquire(h)
@@ -191,6 +197,7 @@ func (a *Agent) PullBlocks(ctx context.Context, req *agentv1.PullBlocksRequest) 
 		}
 		slots, fresh = append(slots, s), append(fresh, f)
 	}
+	r.m.writers++
 	a.mu.Unlock()
 	local := nixl.DescList{Type: nixl.DRAM, Descs: make([]nixl.Desc, len(slots))}
 	rem := nixl.DescList{Type: nixl.DRAM, Descs: make([]nixl.Desc, len(slots))}
@@ -205,6 +212,7 @@ func (a *Agent) PullBlocks(ctx context.Context, req *agentv1.PullBlocksRequest) 
 		a.cfg.Transfers.ObserveTransfer(req.Peer, uint64(len(slots))*bb, dur, err != nil)
 	}
 	a.mu.Lock()
+	r.m.writers--
 	for _, s := range slots {
 		if err != nil {
 			r.pool.drop(s) // its bytes are torn

@@ -66,8 +66,11 @@ var (
 	simRe   = regexp.MustCompile(`kvgate sim listening.* addr=(\S+)`)
 )
 
-func startAgent(t *testing.T, bin string) (*proctest.Proc, string) {
-	return start(t, agentRe, bin, "--listen", "127.0.0.1:0", "--cpu-bytes", strconv.Itoa(256*blockBytes), "--log-level", "debug")
+// startAgent runs an agent whose region directory is regionDir (its
+// servers' --kv-region-dir).
+func startAgent(t *testing.T, bin, regionDir string) (*proctest.Proc, string) {
+	return start(t, agentRe, bin, "--listen", "127.0.0.1:0", "--cpu-bytes", strconv.Itoa(256*blockBytes),
+		"--region-dir", regionDir, "--log-level", "debug")
 }
 
 const (
@@ -75,10 +78,10 @@ const (
 	blockBytes    = 16 * bytesPerToken
 )
 
-func startSim(t *testing.T, bin, agent, tok string, extra ...string) string {
+func startSim(t *testing.T, bin, agent, regionDir, tok string, extra ...string) string {
 	args := append([]string{"sim", "--host", "127.0.0.1", "--port", "0", "--tokenizer", tok,
 		"--agent", agent, "--kv-bytes-per-token", strconv.Itoa(bytesPerToken), "--num-gpu-blocks", "64",
-		"--kv-region-dir", t.TempDir(), "--kv-transfer-timeout", "5s", "--log-level", "debug"}, extra...)
+		"--kv-region-dir", regionDir, "--kv-transfer-timeout", "5s", "--log-level", "debug"}, extra...)
 	_, addr := start(t, simRe, bin, args...)
 	return "http://" + addr
 }
@@ -173,12 +176,13 @@ func text(seed, words int) string {
 func TestKVDataPlane(t *testing.T) {
 	kvgate, agentBin := bins(t)
 	tok := testutil.TokenizerDir(t)
-	agentA, addrA := startAgent(t, agentBin)
-	_, addrB := startAgent(t, agentBin)
-	prefill := startSim(t, kvgate, addrA, tok)
-	decode := startSim(t, kvgate, addrB, tok)
+	dirA, dirB := t.TempDir(), t.TempDir()
+	agentA, addrA := startAgent(t, agentBin, dirA)
+	_, addrB := startAgent(t, agentBin, dirB)
+	prefill := startSim(t, kvgate, addrA, dirA, tok)
+	decode := startSim(t, kvgate, addrB, dirB, tok)
 	// A second decoder on agent B that recomputes when a pull fails.
-	recompute := startSim(t, kvgate, addrB, tok, "--kv-load-failure-policy", "recompute")
+	recompute := startSim(t, kvgate, addrB, dirB, tok, "--kv-load-failure-policy", "recompute")
 
 	// P/D: the prefill leg, then the decode leg with its kv_transfer_params.
 	prompt := text(1, 120)
