@@ -32,6 +32,7 @@ func TestMainRefusesBadFlags(t *testing.T) {
 		{[]string{"--netobs-class", "kv"}, "want name=port"},
 		{[]string{"--netobs-class", "a=80", "--netobs-class", "a=81", "--listen", "127.0.0.1:0"}, `flow class "a" given twice`},
 		{[]string{"--netobs-max-flows", "1", "--listen", "127.0.0.1:0"}, "MaxFlows"},
+		{[]string{"--netobs-dns-ttl", "10ms", "--listen", "127.0.0.1:0"}, "DNS TTL 10ms below 1s"},
 		{[]string{"--metrics-addr", "256.0.0.1:1", "--listen", "127.0.0.1:0"}, "--metrics-addr"},
 		{[]string{"--gpu", "maybe", "--listen", "127.0.0.1:0"}, `--gpu "maybe"`},
 		{[]string{"--gpu-endpoint", "x=1.2.3.4:5"}, "want index=host:port"},

@@ -48,6 +48,7 @@ type netFlags struct {
 	maxFlows    int
 	maxPeers    int
 	interval    time.Duration
+	dnsTTL      time.Duration
 }
 
 func (n *netFlags) register(fs *flag.FlagSet) {
@@ -66,6 +67,7 @@ func (n *netFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&n.maxFlows, "netobs-max-flows", 16384, "entries of the BPF flow map (LRU)")
 	fs.IntVar(&n.maxPeers, "netobs-max-peers", 256, "peer addresses tracked (bounds the peer label)")
 	fs.DurationVar(&n.interval, "netobs-interval", time.Second, "how often the flow map is read")
+	fs.DurationVar(&n.dnsTTL, "netobs-dns-ttl", 30*time.Second, "how long a peer agent's looked-up address is used before it is looked up again")
 }
 
 // tracker builds the network tracker: NIXL transfer timings always, the
@@ -73,7 +75,7 @@ func (n *netFlags) register(fs *flag.FlagSet) {
 // on without.
 func (n *netFlags) tracker(log *slog.Logger) (*netobs.Tracker, error) {
 	t, err := netobs.New(netobs.Config{Classes: n.classes, CgroupPath: n.cgroup, MaxFlows: n.maxFlows,
-		MaxPeers: n.maxPeers, Interval: n.interval, Logger: log})
+		MaxPeers: n.maxPeers, Interval: n.interval, DNSTTL: n.dnsTTL, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("--netobs-*: %w", err)
 	}

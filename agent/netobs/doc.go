@@ -15,6 +15,10 @@
 //   - Peers are bounded by MaxPeers: a new peer beyond it is counted in
 //     kvgate_netobs_peers_dropped_total and not tracked; a peer with no open
 //     flow and no sample for PeerTTL is forgotten.
+//   - A transfer peer named by host name is looked up when first seen and
+//     again once its answer is DNSTTL old (a rescheduled peer moves); while
+//     a lookup fails the last good answer serves, retried every few seconds.
+//     At most MaxPeers names are kept, the least recently used making room.
 //
 // Ownership: one mutex guards the aggregates; the poll loop is the only
 // writer of the flow table and the only reader of the BPF maps. Without

@@ -60,12 +60,29 @@ type Config struct {
 	// PeerTTL forgets a peer with no open flow and no sample for this long
 	// (default 5 min).
 	PeerTTL time.Duration
-	Logger  *slog.Logger
+	// DNSTTL is how long a transfer peer's name keeps its looked-up
+	// address before the next transfer looks it up again (default 30 s): a
+	// peer agent's pod may move to another address.
+	DNSTTL time.Duration
+	// Resolver looks the names up (default net.DefaultResolver).
+	Resolver Resolver
+	Logger   *slog.Logger
+}
+
+// Resolver is what the tracker needs of a DNS resolver (*net.Resolver).
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
 const (
 	defaultMaxFlows = 16384
 	defaultMaxPeers = 256
+	defaultDNSTTL   = 30 * time.Second
+	// dnsRetry bounds how soon a failed lookup is tried again (the last
+	// good address, if any, serves meanwhile).
+	dnsRetry = 5 * time.Second
+	// dnsTimeout bounds one lookup, which the transfer's caller waits for.
+	dnsTimeout = time.Second
 	// ewmaWeight is the weight of a new transfer in the moving averages.
 	ewmaWeight = 0.25
 )
@@ -87,8 +104,9 @@ type Tracker struct {
 	gen   uint64
 	last  time.Time // previous poll
 
+	now       func() time.Time // the DNS cache's clock
 	resolveMu sync.Mutex
-	resolved  map[string]netip.Addr // transfer peer host -> address, bounded by MaxPeers
+	resolved  map[string]*dnsEntry // transfer peer host -> address, bounded by MaxPeers
 
 	mu      sync.Mutex
 	aggs    map[aggKey]*agg
@@ -101,6 +119,14 @@ type counters struct {
 	mapEntries                                                 int
 	bpfOpened, bpfEvents, bpfMissed                            uint64
 	pollSeconds                                                float64
+}
+
+// dnsEntry is a transfer peer name's address.
+type dnsEntry struct {
+	ip      netip.Addr // the last good answer; invalid until one came
+	expires time.Time  // when the next caller looks the name up again
+	busy    bool       // a lookup is running (its caller updates the entry)
+	used    time.Time  // for eviction when the cache is full
 }
 
 type aggKey struct {
@@ -143,6 +169,12 @@ func New(cfg Config) (*Tracker, error) {
 	if cfg.PeerTTL == 0 {
 		cfg.PeerTTL = 5 * time.Minute
 	}
+	if cfg.DNSTTL == 0 {
+		cfg.DNSTTL = defaultDNSTTL
+	}
+	if cfg.Resolver == nil {
+		cfg.Resolver = net.DefaultResolver
+	}
 	switch {
 	case cfg.MaxFlows < 16 || cfg.MaxFlows > 1<<22:
 		return nil, fmt.Errorf("netobs: MaxFlows %d out of range 16-%d", cfg.MaxFlows, 1<<22)
@@ -152,12 +184,14 @@ func New(cfg Config) (*Tracker, error) {
 		return nil, fmt.Errorf("netobs: poll interval %v below 10ms", cfg.Interval)
 	case cfg.PeerTTL < cfg.Interval:
 		return nil, fmt.Errorf("netobs: peer TTL %v below the poll interval %v", cfg.PeerTTL, cfg.Interval)
+	case cfg.DNSTTL < time.Second:
+		return nil, fmt.Errorf("netobs: DNS TTL %v below 1s", cfg.DNSTTL)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	t := &Tracker{cfg: cfg, log: cfg.Logger.With("component", "netobs"), ports: ports,
-		flows: map[flowKey]*flowState{}, resolved: map[string]netip.Addr{},
+		flows: map[flowKey]*flowState{}, now: time.Now, resolved: map[string]*dnsEntry{},
 		aggs: map[aggKey]*agg{}, peerRef: map[netip.Addr]int{}}
 	for _, c := range cfg.Classes {
 		t.classes = append(t.classes, c.Name)
@@ -264,8 +298,9 @@ func (t *Tracker) ObserveTransfer(addr string, bytes uint64, d time.Duration, fa
 	}
 }
 
-// resolve turns a peer agent's address into an IP; names are looked up
-// once (bounded by MaxPeers) since a transfer must not wait on DNS twice.
+// resolve turns a peer agent's address into an IP. A name's answer is
+// kept for DNSTTL, and kept past it while a new lookup fails; at most
+// MaxPeers names are kept, the least recently used making room.
 func (t *Tracker) resolve(addr string) (netip.Addr, bool) {
 	host := addr
 	if h, _, err := net.SplitHostPort(addr); err == nil {
@@ -274,24 +309,56 @@ func (t *Tracker) resolve(addr string) (netip.Addr, bool) {
 	if ip, err := netip.ParseAddr(host); err == nil {
 		return ip.Unmap(), true
 	}
+	now := t.now()
+	t.resolveMu.Lock()
+	e := t.resolved[host]
+	if e == nil {
+		if len(t.resolved) >= t.cfg.MaxPeers {
+			t.evictNameLocked()
+		}
+		e = &dnsEntry{}
+		t.resolved[host] = e
+	}
+	e.used = now
+	if e.busy || now.Before(e.expires) {
+		// Fresh, or another caller is looking it up: its last answer.
+		ip := e.ip
+		t.resolveMu.Unlock()
+		return ip, ip.IsValid()
+	}
+	e.busy = true
+	t.resolveMu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), dnsTimeout)
+	ips, err := t.cfg.Resolver.LookupNetIP(ctx, "ip", host)
+	cancel()
+	if err == nil && len(ips) == 0 {
+		err = fmt.Errorf("no address")
+	}
 	t.resolveMu.Lock()
 	defer t.resolveMu.Unlock()
-	if ip, ok := t.resolved[host]; ok {
-		return ip, true
+	e.busy = false
+	if err != nil {
+		e.expires = now.Add(min(t.cfg.DNSTTL, dnsRetry))
+		t.log.Debug("transfer peer not resolved", "peer", addr, "err", err, "last", e.ip)
+		return e.ip, e.ip.IsValid()
 	}
-	if len(t.resolved) >= t.cfg.MaxPeers {
-		return netip.Addr{}, false
+	e.ip, e.expires = ips[0].Unmap(), now.Add(t.cfg.DNSTTL)
+	return e.ip, true
+}
+
+// evictNameLocked drops the least recently used name whose lookup is not
+// running (one whose is, is dropped when none other is left: its caller
+// then updates an entry no longer in the cache).
+func (t *Tracker) evictNameLocked() {
+	var victim string
+	var oldest *dnsEntry
+	for h, e := range t.resolved {
+		if oldest == nil || (oldest.busy && !e.busy) || (oldest.busy == e.busy && e.used.Before(oldest.used)) {
+			victim, oldest = h, e
+		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-	if err != nil || len(ips) == 0 {
-		t.log.Debug("transfer peer not resolved", "peer", addr, "err", err)
-		return netip.Addr{}, false
-	}
-	ip := ips[0].Unmap()
-	t.resolved[host] = ip
-	return ip, true
+	delete(t.resolved, victim)
 }
 
 // Peers returns every tracked (peer, class), sorted by peer then class.

@@ -1,10 +1,13 @@
 package netobs
 
 import (
+	"context"
 	"encoding/binary"
+	"net"
 	"net/netip"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -245,4 +248,100 @@ func FuzzParseClass(f *testing.F) {
 			t.Fatalf("%q parsed to %+v, which portTable refuses: %v", s, c, err)
 		}
 	})
+}
+
+// fakeDNS answers from a table the test changes; a name missing from it
+// fails to resolve.
+type fakeDNS struct {
+	mu      sync.Mutex
+	answers map[string]netip.Addr
+	lookups int
+}
+
+func (f *fakeDNS) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lookups++
+	ip, ok := f.answers[host]
+	if !ok {
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}
+	return []netip.Addr{ip}, nil
+}
+
+func (f *fakeDNS) set(host, ip string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if ip == "" {
+		delete(f.answers, host)
+	} else {
+		f.answers[host] = netip.MustParseAddr(ip)
+	}
+}
+
+// TestResolveTTL: a peer agent's name was looked up once and its answer
+// kept for good, so a peer that moved to another address (a rescheduled
+// pod) was reported under the old one for the life of the agent, and once
+// MaxPeers names had been seen no new name was ever tracked. Now an answer
+// lasts DNSTTL, the last good one serves while a lookup fails, and the
+// least recently used name makes room.
+func TestResolveTTL(t *testing.T) {
+	dns := &fakeDNS{answers: map[string]netip.Addr{}}
+	tr := newTestTracker(t, Config{DNSTTL: time.Minute, MaxPeers: 2, Resolver: dns})
+	clock := time.Unix(1000, 0)
+	tr.now = func() time.Time { return clock }
+	resolve := func(name string) string {
+		t.Helper()
+		ip, ok := tr.resolve(name + ":7600")
+		if !ok {
+			return "unresolved"
+		}
+		return ip.String()
+	}
+	dns.set("peer-a", "192.0.2.1")
+	if got := resolve("peer-a"); got != "192.0.2.1" {
+		t.Fatalf("first lookup: %s", got)
+	}
+	dns.set("peer-a", "192.0.2.2") // the pod moved
+	clock = clock.Add(30 * time.Second)
+	if got := resolve("peer-a"); got != "192.0.2.1" || dns.lookups != 1 {
+		t.Fatalf("within the TTL: %s after %d lookups, want the cached 192.0.2.1 after 1", got, dns.lookups)
+	}
+	clock = clock.Add(31 * time.Second)
+	if got := resolve("peer-a"); got != "192.0.2.2" {
+		t.Fatalf("past the TTL: %s, want the new address", got)
+	}
+	// DNS down: the last good answer serves, and is retried after dnsRetry,
+	// not on every transfer.
+	dns.set("peer-a", "")
+	clock = clock.Add(61 * time.Second)
+	if got := resolve("peer-a"); got != "192.0.2.2" {
+		t.Fatalf("failed lookup: %s, want the last good address", got)
+	}
+	n := dns.lookups
+	if got := resolve("peer-a"); got != "192.0.2.2" || dns.lookups != n {
+		t.Fatalf("right after a failed lookup: %s after %d more lookups", got, dns.lookups-n)
+	}
+	dns.set("peer-a", "192.0.2.3")
+	clock = clock.Add(dnsRetry)
+	if got := resolve("peer-a"); got != "192.0.2.3" {
+		t.Fatalf("retry after a failure: %s", got)
+	}
+	// Bounded: a third name evicts the least recently used one.
+	dns.set("peer-b", "192.0.2.10")
+	dns.set("peer-c", "192.0.2.20")
+	resolve("peer-b")
+	clock = clock.Add(time.Second)
+	resolve("peer-a")
+	if got := resolve("peer-c"); got != "192.0.2.20" {
+		t.Fatalf("a name past MaxPeers: %s", got)
+	}
+	tr.resolveMu.Lock()
+	_, hasA := tr.resolved["peer-a"]
+	_, hasB := tr.resolved["peer-b"]
+	size := len(tr.resolved)
+	tr.resolveMu.Unlock()
+	if size != 2 || !hasA || hasB {
+		t.Fatalf("cache holds %d names (peer-a %v, peer-b %v); want 2 with peer-b evicted", size, hasA, hasB)
+	}
 }
