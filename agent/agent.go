@@ -60,6 +60,7 @@ const (
 	maxHashes   = 1 << 16 // per request
 	maxLeases   = 1 << 16 // holds and peers' pins at once
 	watchQueue  = 1024
+	maxWatchers = 16 // release watches per engine (a server needs one)
 	notifPeriod = 2 * time.Millisecond
 )
 
@@ -599,6 +600,10 @@ func (a *Agent) WatchReleases(req *agentv1.WatchReleasesRequest, stream agentv1.
 		a.mu.Unlock()
 		return status.Error(codes.Unavailable, "agent closing")
 	}
+	if len(a.watchers[req.EngineId]) >= maxWatchers {
+		a.mu.Unlock()
+		return status.Errorf(codes.ResourceExhausted, "engine %s has %d release watches already", req.EngineId, maxWatchers)
+	}
 	if a.watchers[req.EngineId] == nil {
 		a.watchers[req.EngineId] = map[chan *agentv1.Release]struct{}{}
 	}
@@ -631,12 +636,15 @@ func (a *Agent) WatchReleases(req *agentv1.WatchReleasesRequest, stream agentv1.
 // GetMetadata is the peers' handshake: NIXL metadata and the layout of
 // every registered area.
 func (a *Agent) GetMetadata(ctx context.Context, _ *agentv1.GetMetadataRequest) (*agentv1.GetMetadataResponse, error) {
+	// Under a.mu, which every registration holds: metadata taken before
+	// it could miss a region the list below names, and a peer would fail
+	// every READ of that region without handshaking again.
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	md, err := a.nx.LocalMD()
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "%v", err)
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	resp := &agentv1.GetMetadataResponse{AgentName: a.nx.Name(), NixlMetadata: md, BlockBytes: uint64(a.blockSize)}
 	for _, r := range a.regions {
 		resp.Regions = append(resp.Regions, &agentv1.RegionInfo{EngineId: r.engine, BaseAddr: uint64(addr(r.mem)), Slots: uint32(r.pool.slots())})

@@ -35,5 +35,6 @@
 // Ownership: one mutex guards the regions, pools, leases, peers and
 // watchers; transfers run outside it (nixl.Agent has its own lock). Every
 // map is bounded: live regions by maxRegions, retired ranges by maxRetired,
-// leases by maxLeases, peers by maxPeers, watcher queues by watchQueue.
+// leases by maxLeases, peers by maxPeers, release watches by maxWatchers
+// per engine and their queues by watchQueue.
 package agent
