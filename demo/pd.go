@@ -276,7 +276,12 @@ func startPDFleet(ctx context.Context, c PDConfig, cfg string) (_ *PDStack, err 
 	// Agents first: a simulator registers its region with its agent as it
 	// starts.
 	agentArgs := func(addr string) []string {
-		return []string{"--listen", addr, "--cpu-bytes", strconv.Itoa(64 << 20)}
+		args := []string{"--listen", addr, "--cpu-bytes", strconv.Itoa(64 << 20)}
+		if c.KVRegionDir != "" {
+			// The agent maps only region files below its --region-dir.
+			args = append(args, "--region-dir", c.KVRegionDir)
+		}
+		return args
 	}
 	for i := range c.nodeAgents() {
 		name := fmt.Sprintf("agent-p%d", i)
