@@ -55,6 +55,7 @@ var (
 type liveAgent struct {
 	*proctest.Proc
 	addr, metrics string
+	regionDir     string // the agent's --region-dir, where region files must lie
 	client        agentv1.KVTransferClient
 }
 
@@ -62,8 +63,9 @@ type liveAgent struct {
 // metrics address (--metrics-addr) is printed before it.
 func startAgent(t *testing.T, bin string, env []string, args ...string) *liveAgent {
 	t.Helper()
-	p, addr := proctest.Start(t, agentListening, env, bin, args...)
-	a := &liveAgent{Proc: p, addr: addr}
+	dir := t.TempDir()
+	p, addr := proctest.Start(t, agentListening, env, bin, append([]string{"--region-dir", dir}, args...)...)
+	a := &liveAgent{Proc: p, addr: addr, regionDir: dir}
 	if m := agentMetrics.FindStringSubmatch(p.Log.String()); m != nil {
 		a.metrics = m[1]
 	}
@@ -78,7 +80,7 @@ func startAgent(t *testing.T, bin string, env []string, args ...string) *liveAge
 
 func (a *liveAgent) region(t *testing.T, engine string, blockBytes, slots int) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), engine)
+	path := filepath.Join(a.regionDir, engine)
 	mem, err := kvblock.Map(path, blockBytes*slots)
 	if err != nil {
 		t.Fatal(err)
