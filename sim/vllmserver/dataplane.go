@@ -432,6 +432,15 @@ func (d *dataPlane) prefillParams(j *job) *vllm.KVTransferParams {
 		RemoteRequestID: &id, RemoteHost: &host, RemotePort: &port, TPSize: &tp}
 }
 
+// decodeRanks is the release count of a decode leg's pull: how many
+// consumers read the prefill's blocks, each sending one notification, so
+// the prefiller's agent frees its hold after that many (NixlConnector's
+// "<remote_request_id>:<tp_ratio>", one per decoder rank that reads). This
+// server is one rank and pulls a request's blocks once. The prefiller's
+// tp_size is not that count: a prefiller naming tp_size 2 had its hold
+// wait for a second notification no one sends, until its lease expired.
+const decodeRanks = 1
+
 // beforeSubmit loads what j needs before the engine sees it: a decode
 // leg's pull from the prefiller, a P2P pull from remote_kv_source, or a
 // CPU-tier hit. The time it takes counts in the request's TTFT.
@@ -451,12 +460,8 @@ func (d *dataPlane) beforeSubmit(ctx context.Context, j *job) *apiError {
 			}
 			ids[i] = uint32(kv.RemoteBlockIDs[i])
 		}
-		tp := 1
-		if kv.TPSize != nil {
-			tp = *kv.TPSize
-		}
 		got, err := d.pull(ctx, dialNIXLPull, "remote_host", *kv.RemoteHost, *kv.RemotePort, hashes, &agentv1.PullBlocksRequest{Source: &agentv1.PullBlocksRequest_Prefill{Prefill: &agentv1.PrefillSource{
-			RemoteEngineId: *kv.RemoteEngineID, RemoteRequestId: *kv.RemoteRequestID, RemoteBlockIds: ids, TpSize: uint32(max(tp, 1))}}})
+			RemoteEngineId: *kv.RemoteEngineID, RemoteRequestId: *kv.RemoteRequestID, RemoteBlockIds: ids, TpSize: decodeRanks}}})
 		if err == nil && got != len(hashes) {
 			err = fmt.Errorf("%d of %d blocks arrived", got, len(hashes))
 		}
