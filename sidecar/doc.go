@@ -64,8 +64,8 @@
 // a KV source that is not is ignored. Refusals count in
 // kvgate_sidecar_ssrf_denied_total{stage}.
 //
-// Errors are vLLM-shaped: {"object":"error","message","type","param":null,
-// "code"}: 400 BadRequestError for a body that is not a JSON object, 403
+// The sidecar's own errors are llm-d's, vLLM's flat body of before 0.10.1:
+// {"object":"error","message","type","param":null,"code"}: 400 BadRequestError for a body that is not a JSON object, 403
 // Forbidden, 413, 502 BadGateway when a prefiller cannot be reached, 503
 // ServiceUnavailable "The decode node is not ready..." when the local model
 // server cannot, and 503 when the P/D bodies held at once (each reserved

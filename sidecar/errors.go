@@ -8,11 +8,11 @@ import (
 	"github.com/kvgate/kvgate/internal/vllm"
 )
 
-// apiError is the error body vLLM writes and the OpenAI SDK parses:
-// {"object":"error","message":...,"type":...,"param":null,"code":status}.
-// The sidecar answers in that shape so that a client cannot tell its
-// errors from the model server's.
-type apiError = vllm.ErrorResponse
+// apiError is the error body llm-d's sidecar writes, vLLM's flat one of
+// before v0.10.1: {"object":"error","message":...,"type":...,"param":null,
+// "code":status}. The sidecar answers in that shape so that a client sees
+// llm-d's errors; the model server's own errors pass through as they came.
+type apiError = vllm.FlatErrorResponse
 
 // errorType names an error status as llm-d's sidecar does.
 func errorType(status int) string {
@@ -35,7 +35,7 @@ func errorType(status int) string {
 }
 
 func newError(status int, format string, args ...any) *apiError {
-	return &apiError{Object: "error", Message: fmt.Sprintf(format, args...), Type: errorType(status), Code: status}
+	return &apiError{Object: "error", ErrorInfo: vllm.ErrorInfo{Message: fmt.Sprintf(format, args...), Type: errorType(status), Code: status}}
 }
 
 // errDecoderDown is llm-d's canned answer when the local model server

@@ -263,11 +263,11 @@ func TestErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			status, raw := post(t, tc.srv.URL()+tc.path, tc.body)
-			var e apiError
-			if err := json.Unmarshal(raw, &e); err != nil {
+			e, err := errorBody(raw)
+			if err != nil {
 				t.Fatalf("body %s: %v", raw, err)
 			}
-			if status != tc.status || e.Code != tc.status || e.Object != "error" || e.Type != tc.typ ||
+			if status != tc.status || e.Code != tc.status || e.Type != tc.typ ||
 				e.Param != nil || !strings.Contains(e.Message, tc.msg) {
 				t.Fatalf("status %d body %s", status, raw)
 			}
@@ -320,8 +320,7 @@ func TestQueueFull(t *testing.T) {
 		return m.Running == 1 && m.Waiting == 1
 	})
 	status, raw := post(t, s.URL()+"/v1/completions", `{"model":"Qwen/Qwen3-0.6B","prompt":"x"}`)
-	var e apiError
-	if err := json.Unmarshal(raw, &e); err != nil || status != 429 || e.Type != "RateLimitError" || e.Code != 429 {
+	if e, err := errorBody(raw); err != nil || status != 429 || e.Type != "RateLimitError" || e.Code != 429 {
 		t.Fatalf("status %d body %s", status, raw)
 	}
 	// Clients that go away free the engine.

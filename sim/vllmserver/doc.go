@@ -14,14 +14,15 @@
 // Endpoints: POST /v1/completions, POST /v1/chat/completions, GET
 // /v1/models, GET /health, GET /metrics, POST /reset_prefix_cache (as
 // vLLM's dev endpoint; announces AllBlocksCleared) and POST
-// /kvgate/release_kv (below). Errors use vLLM's body
-// {"object":"error","message":...,"type":...,"param":null,"code":...}: 400
-// for bad JSON, bad fields or an exceeded context, 404 for an unknown model,
-// 429 when the engine's waiting queue is full, 500 for injected failures,
-// 503 (type "Service Unavailable", the HTTP phrase vLLM's HTTPException
-// handler gives a status) for a failed KV load under
-// --kv-load-failure-policy fail. A client that disconnects has its request
-// aborted in the engine.
+// /kvgate/release_kv (below). Errors use vLLM's body (≥ 0.10.1)
+// {"error":{"message":...,"type":...,"param":null,"code":...}}: 400 for bad
+// JSON, bad fields or an exceeded context, 404 for an unknown model, 429
+// when the engine's waiting queue is full, 500 for injected failures and,
+// as vLLM ≥ 0.11.1, for a failed KV load under --kv-load-failure-policy
+// fail (type InternalServerError, "Internal server error" and the cause);
+// a stream gets that one after its headers and first chunk, as an error
+// event before [DONE]. A client that disconnects has its request aborted in
+// the engine.
 //
 // Hosts a request names: kv_transfer_params name the hosts of a decode
 // leg's release_kv call, of its pull through --agent (remote_host) and of a
@@ -87,7 +88,7 @@
 // blocks by NIXL before the engine sees the request, checks every byte,
 // and counts the measured pull in TTFT; the READ's notification frees the
 // prefiller's hold (no release_kv call). A failed or timed-out pull follows
-// --kv-load-failure-policy: fail (503) or recompute. GPU-tier evictions are
+// --kv-load-failure-policy: fail (500) or recompute. GPU-tier evictions are
 // copied to the agent's CPU tier; a later request whose leading blocks the
 // engine lost loads them back (counted as cached). kv_transfer_params
 // remote_kv_source {remote_host, remote_port} (a peer agent) pulls the

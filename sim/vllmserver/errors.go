@@ -10,12 +10,17 @@ import (
 	"github.com/kvgate/kvgate/sim/engine"
 )
 
-// apiError is vLLM's error body: {"object":"error","message":...,
-// "type":...,"param":null,"code":status}. The type names follow the OpenAI
-// SDK's exception classes, as vLLM's create_error_response callers pass
-// them; a 503 has the type vLLM's HTTPException handler gives every
-// status it raises, the status's HTTP phrase (HTTPStatus(code).phrase).
-type apiError = vllm.ErrorResponse
+// apiError is an error the server answers in vLLM's body (ErrorResponse,
+// {"error":{"message":...,"type":...,"param":null,"code":status}}, as
+// vLLM ≥ 0.10.1). The type names follow the OpenAI SDK's exception
+// classes, as vLLM's create_error_response callers pass them.
+type apiError struct {
+	vllm.ErrorInfo
+	// inStream marks a failure vLLM meets while generating (finish_reason
+	// "error"): by then a stream's response has begun, so a stream gets it
+	// as an event (see refuse).
+	inStream bool
+}
 
 func newAPIError(status int, format string, args ...any) *apiError {
 	typ := "BadRequestError"
@@ -28,16 +33,21 @@ func newAPIError(status int, format string, args ...any) *apiError {
 		typ = "ConflictError"
 	case http.StatusInternalServerError:
 		typ = "InternalServerError"
-	case http.StatusServiceUnavailable:
-		typ = "Service Unavailable"
 	}
-	return &apiError{Object: "error", Message: fmt.Sprintf(format, args...), Type: typ, Code: status}
+	return &apiError{ErrorInfo: vllm.ErrorInfo{Message: fmt.Sprintf(format, args...), Type: typ, Code: status}}
 }
 
 // kvLoadFailed is the answer to a request whose KV load failed under
-// kv_load_failure_policy=fail.
+// kv_load_failure_policy=fail. vLLM (≥ 0.11.1, PR #26813) finishes the
+// request with finish_reason "error" and its OpenAI server raises
+// GenerationError("Internal server error"): a 500 InternalServerError, or
+// in a stream an error event before [DONE]
+// (vllm/entrypoints/openai/completion/serving.py at cc139d8e). vLLM logs
+// the cause; the message here keeps it after vLLM's text.
 func kvLoadFailed(err error) *apiError {
-	return newAPIError(http.StatusServiceUnavailable, "KV load failed (kv_load_failure_policy=fail): %v", err)
+	e := newAPIError(http.StatusInternalServerError, "Internal server error: KV load failed (kv_load_failure_policy=fail): %v", err)
+	e.inStream = true
+	return e
 }
 
 func badRequest(format string, args ...any) *apiError {
@@ -61,13 +71,15 @@ func (s *Server) engineError(err error, promptLen, maxTokens int) *apiError {
 	}
 }
 
-func writeError(w http.ResponseWriter, e *apiError) { writeJSON(w, e.Code, e) }
+func writeError(w http.ResponseWriter, e *apiError) {
+	writeJSON(w, e.Code, vllm.ErrorResponse{Error: e.ErrorInfo})
+}
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		// Every value written here is built from marshalable types.
-		status, b = http.StatusInternalServerError, []byte(`{"object":"error","message":"encoding the response failed","type":"InternalServerError","param":null,"code":500}`)
+		status, b = http.StatusInternalServerError, []byte(`{"error":{"message":"encoding the response failed","type":"InternalServerError","param":null,"code":500}}`)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

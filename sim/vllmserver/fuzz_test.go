@@ -64,8 +64,7 @@ func FuzzGenerate(f *testing.F) {
 			t.Fatalf("status %d, body %q is not JSON", rec.Code, raw)
 		}
 		if rec.Code != http.StatusOK {
-			var e apiError
-			if err := json.Unmarshal(raw, &e); err != nil || e.Code != rec.Code || e.Object != "error" || e.Message == "" {
+			if e, err := errorBody(raw); err != nil || e.Code != rec.Code {
 				t.Fatalf("status %d, error body %s", rec.Code, raw)
 			}
 		}

@@ -191,13 +191,13 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, j *job) {
 	}
 	if s.dp != nil {
 		if aerr := s.dp.beforeSubmit(ctx, j); aerr != nil {
-			writeError(w, aerr)
+			s.refuse(w, j, aerr)
 			return
 		}
 	}
 	if s.kvc != nil {
 		if aerr := s.kvc.load(ctx, j); aerr != nil {
-			writeError(w, aerr)
+			s.refuse(w, j, aerr)
 			return
 		}
 	}
@@ -265,6 +265,20 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, j *job) {
 		rec.finish(now, reason, fin)
 		_ = out.finish(fin, reason, s.transferParams(j, fin))
 		return
+	}
+}
+
+// refuse answers a request the engine will not run. A failure vLLM meets
+// while generating (inStream) reaches a stream after its headers and first
+// chunk, as an error event; anything else is the response.
+func (s *Server) refuse(w http.ResponseWriter, j *job, e *apiError) {
+	if !j.stream || !e.inStream {
+		writeError(w, e)
+		return
+	}
+	sw := newSSEWriter(s, w, j)
+	if sw.start() == nil {
+		_ = sw.fail(e)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -290,4 +291,19 @@ func mustJSON(tb testing.TB, v any) []byte {
 		tb.Fatal(err)
 	}
 	return b
+}
+
+// errorBody decodes vLLM's error body, {"error":{...}} and nothing else
+// (the flat body of vLLM before 0.10.1 fails it).
+func errorBody(raw []byte) (vllm.ErrorInfo, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var e vllm.ErrorResponse
+	if err := dec.Decode(&e); err != nil {
+		return vllm.ErrorInfo{}, err
+	}
+	if e.Error.Message == "" {
+		return vllm.ErrorInfo{}, errors.New("no error.message")
+	}
+	return e.Error, nil
 }

@@ -67,7 +67,7 @@ func TestSharedStorageConnector(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := sharedStorageServer(t, dir, RoleDecode, PolicyFail)
-	if st, raw := post(t, other.URL()+"/v1/completions", body); st != http.StatusServiceUnavailable || !strings.Contains(string(raw), "wrong byte") {
+	if st, raw := post(t, other.URL()+"/v1/completions", body); st != http.StatusInternalServerError || !strings.Contains(string(raw), "wrong byte") {
 		t.Fatalf("corrupt block under fail: %d %s", st, raw)
 	}
 	lenient := sharedStorageServer(t, dir, RoleDecode, PolicyRecompute)
@@ -111,10 +111,10 @@ func TestOffloadingConnector(t *testing.T) {
 	if got := counterValue(t, dec, "kvgate_sim_kv_connector_loaded_bytes_total"); got != float64(want*connectorKVBytes) {
 		t.Fatalf("loaded %v bytes, want %d", got, want*connectorKVBytes)
 	}
-	// An id no prefill fills is a failed load (503 under fail), after the wait.
+	// An id no prefill fills is a failed load (500 under fail), after the wait.
 	st, raw := post(t, dec.URL()+"/v1/completions", map[string]any{"model": "Qwen/Qwen3-0.6B", "prompt": prompt, "max_tokens": 1,
 		"kv_transfer_params": map[string]any{"remote_prefiller": map[string]any{"kv_request_id": "never", "remote_host": "127.0.0.1", "remote_port": port}}})
-	if st != http.StatusServiceUnavailable {
+	if st != http.StatusInternalServerError {
 		t.Fatalf("pull of a missing prefill: %d %s", st, raw)
 	}
 	// A waiter's entry goes with it: the tier keeps only the one prefill.
@@ -124,7 +124,7 @@ func TestOffloadingConnector(t *testing.T) {
 // TestOffloadingPullHosts: a decode leg pulls only from a loopback
 // address, localhost or a host of --kv-allowed-hosts; any other
 // remote_host is refused before a dial, counted, and is a failed load
-// under the failure policy (the vLLM-shaped 503 under fail).
+// under the failure policy (vLLM's 500 under fail).
 func TestOffloadingPullHosts(t *testing.T) {
 	pre := offloadingServer(t, RolePrefill)
 	dec := offloadingServer(t, RoleDecode)
@@ -136,9 +136,9 @@ func TestOffloadingPullHosts(t *testing.T) {
 	}
 	refused := []string{"192.0.2.1", "metadata.google.internal", "::ffff:10.1.2.3", "0.0.0.0"}
 	for _, host := range refused {
-		if st, raw := pull(host, "x"); st != http.StatusServiceUnavailable || !strings.Contains(string(raw), `"type":"Service Unavailable"`) ||
+		if st, raw := pull(host, "x"); st != http.StatusInternalServerError || !strings.Contains(string(raw), `"type":"InternalServerError"`) ||
 			!strings.Contains(string(raw), "--kv-allowed-hosts") || !strings.Contains(string(raw), host) {
-			t.Fatalf("remote_host %s: %d %s, want the 503 naming it", host, st, raw)
+			t.Fatalf("remote_host %s: %d %s, want the 500 naming it", host, st, raw)
 		}
 	}
 	if n := refusedDials(t, dec.Registry(), dialP2PPull); n != float64(len(refused)) {
@@ -164,7 +164,7 @@ func TestOffloadingPullHosts(t *testing.T) {
 	_, rport := splitAddr(t, redirect.Listener.Addr().String())
 	st, raw := post(t, dec.URL()+"/v1/completions", map[string]any{"model": "Qwen/Qwen3-0.6B", "prompt": prompt, "max_tokens": 1,
 		"kv_transfer_params": map[string]any{"remote_prefiller": map[string]any{"kv_request_id": "local", "remote_host": "127.0.0.1", "remote_port": rport}}})
-	if st != http.StatusServiceUnavailable || !strings.Contains(string(raw), "307") || followed.Load() != 0 {
+	if st != http.StatusInternalServerError || !strings.Contains(string(raw), "307") || followed.Load() != 0 {
 		t.Fatalf("a redirecting tier: %d %s, %d requests to its target; want the failed load and none", st, raw, followed.Load())
 	}
 }
@@ -293,5 +293,64 @@ func TestP2PTierRefusesBeforeAllocating(t *testing.T) {
 	s.kvc.store(prefill("short", 2))
 	if n, stored := s.kvc.tier.size(), s.kvc.stats.Stored.Load(); n != 1 || stored != 2 {
 		t.Fatalf("a 2-block prefill: %d entries, %d blocks stored", n, stored)
+	}
+}
+
+// TestKVLoadFailedAnswer: a KV load that fails under
+// kv_load_failure_policy=fail is answered as vLLM ≥ 0.11.1 answers it: a
+// 500 InternalServerError in the {"error": {...}} body, or, in a stream,
+// 200 and the error as an event before [DONE], after the first chunk a
+// chat stream sends. The simulator answered 503 in the flat body of vLLM
+// before 0.10.1, a stream included.
+func TestKVLoadFailedAnswer(t *testing.T) {
+	dir := t.TempDir()
+	pre := sharedStorageServer(t, dir, RolePrefill, PolicyFail)
+	dec := sharedStorageServer(t, dir, RoleDecode, PolicyFail)
+	prompt := strings.Repeat("A failed KV load is vLLM's internal server error. ", 10)
+	completion := map[string]any{"model": "Qwen/Qwen3-0.6B", "prompt": prompt, "max_tokens": 2}
+	chat := map[string]any{"model": "Qwen/Qwen3-0.6B", "messages": []map[string]string{{"role": "user", "content": prompt}}, "max_tokens": 2}
+	complete(t, pre, "/v1/completions", completion)
+	complete(t, pre, "/v1/chat/completions", chat)
+	files, _ := filepath.Glob(filepath.Join(dir, "*.kv"))
+	for _, f := range files {
+		if err := os.WriteFile(f, make([]byte, 16*connectorKVBytes), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	withStream := func(body map[string]any) map[string]any {
+		out := map[string]any{"stream": true}
+		for k, v := range body {
+			out[k] = v
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name   string
+		path   string
+		body   map[string]any
+		status int
+		before int // stream events before the error
+	}{
+		{"completion", "/v1/completions", completion, http.StatusInternalServerError, -1},
+		{"chat", "/v1/chat/completions", chat, http.StatusInternalServerError, -1},
+		{"streamed completion", "/v1/completions", withStream(completion), http.StatusOK, 0},
+		{"streamed chat", "/v1/chat/completions", withStream(chat), http.StatusOK, 1}, // the role chunk
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, raw := post(t, dec.URL()+tc.path, tc.body)
+			errJSON := raw
+			if tc.before >= 0 {
+				ev := sseEvents(t, raw)
+				if len(ev) != tc.before+2 || ev[len(ev)-1] != "[DONE]" {
+					t.Fatalf("status %d, events %q: want %d, the error and [DONE]", st, ev, tc.before)
+				}
+				errJSON = []byte(ev[tc.before])
+			}
+			e, err := errorBody(errJSON)
+			if st != tc.status || err != nil || e.Code != http.StatusInternalServerError || e.Type != "InternalServerError" ||
+				!strings.HasPrefix(e.Message, "Internal server error") || !strings.Contains(e.Message, "wrong byte") {
+				t.Fatalf("status %d, error %s (%v)", st, errJSON, err)
+			}
+		})
 	}
 }

@@ -162,7 +162,7 @@ func (a *stubAgent) asked() []string {
 // TestAgentPullHosts: with --agent, the server asks its agent to pull
 // from the host a decode leg's remote_host or a remote_kv_source names
 // only when that host is allowed; a refused one is counted and is a failed
-// KV load under kv_load_failure_policy: the vLLM-shaped 503 under fail, a
+// KV load under kv_load_failure_policy: vLLM's 500 under fail, a
 // recompute under recompute.
 func TestAgentPullHosts(t *testing.T) {
 	agent := &stubAgent{}
@@ -215,10 +215,10 @@ func TestAgentPullHosts(t *testing.T) {
 			before := len(agent.asked())
 			for _, host := range []string{"192.0.2.1", "0.0.0.0", "metadata.google.internal"} {
 				aerr := d.beforeSubmit(context.Background(), tc.job(host))
-				if aerr == nil || aerr.Code != http.StatusServiceUnavailable || aerr.Type != "Service Unavailable" ||
+				if aerr == nil || aerr.Code != http.StatusInternalServerError || aerr.Type != "InternalServerError" ||
 					!strings.Contains(aerr.Message, tc.field) || !strings.Contains(aerr.Message, strconv.Quote(host)) ||
 					!strings.Contains(aerr.Message, "--kv-allowed-hosts") {
-					t.Fatalf("%s %s: %+v, want the 503 naming the field, the host and the flag", tc.field, host, aerr)
+					t.Fatalf("%s %s: %+v, want the 500 naming the field, the host and the flag", tc.field, host, aerr)
 				}
 			}
 			if got := agent.asked()[before:]; len(got) != 0 {

@@ -96,8 +96,7 @@ func TestPriorityErrors(t *testing.T) {
 			if tc.status == 200 {
 				return
 			}
-			var e apiError
-			if err := json.Unmarshal(raw, &e); err != nil || e.Type != "BadRequestError" || e.Code != 400 || !strings.Contains(e.Message, tc.msg) {
+			if e, err := errorBody(raw); err != nil || e.Type != "BadRequestError" || e.Code != 400 || !strings.Contains(e.Message, tc.msg) {
 				t.Fatalf("body %s (%v)", raw, err)
 			}
 		})

@@ -86,6 +86,19 @@ func (o *sseWriter) finish(fin *engine.Finished, reason string, kv *vllm.KVTrans
 			return err
 		}
 	}
+	return o.done()
+}
+
+// fail ends a stream with an error event, as vLLM's stream generators
+// answer a GenerationError: data: {"error":{...}}, then data: [DONE].
+func (o *sseWriter) fail(e *apiError) error {
+	if err := o.event(vllm.ErrorResponse{Error: e.ErrorInfo}); err != nil {
+		return err
+	}
+	return o.done()
+}
+
+func (o *sseWriter) done() error {
 	if _, err := o.w.Write([]byte("data: [DONE]\n\n")); err != nil {
 		return err
 	}
