@@ -42,8 +42,10 @@ func newAPIError(status int, format string, args ...any) *apiError {
 // request with finish_reason "error" and its OpenAI server raises
 // GenerationError("Internal server error"): a 500 InternalServerError, or
 // in a stream an error event before [DONE]
-// (vllm/entrypoints/openai/completion/serving.py at cc139d8e). vLLM logs
-// the cause; the message here keeps it after vLLM's text.
+// (vllm/entrypoints/openai/completion/serving.py at cc139d8e; its stream
+// generators skip an error output that carries no token before raising,
+// vllm-project/vllm#40978, and the sim sends the event they mean to). vLLM
+// logs the cause; the message here keeps it after vLLM's text.
 func kvLoadFailed(err error) *apiError {
 	e := newAPIError(http.StatusInternalServerError, "Internal server error: KV load failed (kv_load_failure_policy=fail): %v", err)
 	e.inStream = true
