@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -50,7 +51,7 @@ type snapshot struct {
 	all        []*Endpoint // sorted by name
 	candidates []*Endpoint // healthy subset of all, same order
 	byName     map[string]*Endpoint
-	byAddr     map[string]*Endpoint
+	byAddr     map[addrKey]*Endpoint
 	unhealthy  map[*Endpoint]struct{} // subset of all
 }
 
@@ -119,8 +120,28 @@ func (d *Datastore) All() []*Endpoint { return d.state.Load().all }
 // Get returns the endpoint with that name, or nil.
 func (d *Datastore) Get(name string) *Endpoint { return d.state.Load().byName[name] }
 
-// ByAddress returns the endpoint at ip:port, or nil.
-func (d *Datastore) ByAddress(addr string) *Endpoint { return d.state.Load().byAddr[addr] }
+// ByAddress returns the endpoint at ip:port, or nil. Any spelling of the
+// address finds it: an IPv6 address in upper or lower case, zero-compressed
+// or not, or IPv4-mapped ("[::ffff:10.0.0.1]:8000" is 10.0.0.1:8000), as
+// Envoy's served-endpoint metadata, Kubernetes and an endpoints file may
+// each write it; a Hostname endpoint's host:port in any case.
+func (d *Datastore) ByAddress(addr string) *Endpoint { return d.state.Load().byAddr[keyOf(addr)] }
+
+// addrKey indexes an endpoint by address: a literal ip:port as netip reads
+// it, with an IPv4-mapped address unmapped, so that every spelling of one
+// address has one key; any other address (a Hostname endpoint's DNS
+// host:port) by its lower-case text, DNS names being case-insensitive.
+type addrKey struct {
+	ip   netip.AddrPort
+	host string
+}
+
+func keyOf(addr string) addrKey {
+	if ap, err := netip.ParseAddrPort(addr); err == nil {
+		return addrKey{ip: netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())}
+	}
+	return addrKey{host: strings.ToLower(addr)}
+}
 
 // Healthy reports whether e is a current member that is a candidate.
 func (d *Datastore) Healthy(e *Endpoint) bool {
@@ -152,7 +173,7 @@ func (d *Datastore) Replace(specs []Spec) error {
 	next := &snapshot{
 		all:       make([]*Endpoint, 0, len(specs)),
 		byName:    make(map[string]*Endpoint, len(specs)),
-		byAddr:    make(map[string]*Endpoint, len(specs)),
+		byAddr:    make(map[addrKey]*Endpoint, len(specs)),
 		unhealthy: map[*Endpoint]struct{}{},
 	}
 	var c Change
@@ -169,7 +190,7 @@ func (d *Datastore) Replace(specs []Spec) error {
 		}
 		next.all = append(next.all, e)
 		next.byName[s.Name] = e
-		next.byAddr[s.Address] = e
+		next.byAddr[keyOf(s.Address)] = e
 	}
 	for _, e := range old.all {
 		if next.byName[e.Name()] != e {

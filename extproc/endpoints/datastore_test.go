@@ -361,3 +361,49 @@ func TestAwaitFirstScrape(t *testing.T) {
 		t.Fatalf("candidates %v", c)
 	}
 }
+
+// ByAddress finds an endpoint by any spelling of its address: those of
+// Envoy's served-endpoint metadata ([ip]:port, lower case, compressed),
+// of Kubernetes pod IPs and of hand-written endpoints files.
+func TestByAddressNormalises(t *testing.T) {
+	d := NewDatastore()
+	if err := d.Replace([]Spec{
+		spec("v6", "[2001:DB8:0:0::1]:8000"),
+		spec("v4", "10.0.0.1:8000"),
+		{Name: "peer", Address: "gw.peer.example:443", Hostname: true},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ addr, want string }{
+		{"[2001:db8::1]:8000", "v6"},
+		{"[2001:DB8::1]:8000", "v6"},
+		{"[2001:db8:0:0:0:0:0:1]:8000", "v6"},
+		{"[2001:0db8:0000::0001]:8000", "v6"},
+		{"[2001:DB8:0:0::1]:8000", "v6"},
+		{"10.0.0.1:8000", "v4"},
+		{"[::ffff:10.0.0.1]:8000", "v4"},
+		{"[::ffff:a00:1]:8000", "v4"},
+		{"gw.peer.example:443", "peer"},
+		{"GW.Peer.example:443", "peer"},
+		{"[2001:db8::1]:8001", ""},      // another port is another server
+		{"2001:db8::1:8000", ""},        // no brackets: not ip:port
+		{"[2001:db8::1%eth0]:8000", ""}, // zoned: not routable, never a member
+		{"[2001:db8::1]", ""},           // no port
+		{"10.0.0.1", ""},                // no port
+		{"", ""},
+	}
+	for _, tt := range tests {
+		var got string
+		if e := d.ByAddress(tt.addr); e != nil {
+			got = e.Name()
+		}
+		if got != tt.want {
+			t.Errorf("ByAddress(%q) = %q, want %q", tt.addr, got, tt.want)
+		}
+	}
+	// Two spellings of one address cannot both be members.
+	err := d.Replace([]Spec{spec("x", "10.0.0.1:8000"), spec("y", "[::ffff:10.0.0.1]:8000")})
+	if !errors.Is(err, ErrDuplicate) {
+		t.Errorf("an address and its IPv4-mapped spelling: err = %v, want %v", err, ErrDuplicate)
+	}
+}

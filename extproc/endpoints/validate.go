@@ -46,8 +46,7 @@ var (
 // addresses unique. It returns the first problem as a *SpecError.
 func Validate(specs []Spec) error {
 	names := make(map[string]int, len(specs))
-	addrs := make(map[netip.AddrPort]int, len(specs))
-	hosts := map[string]int{}
+	addrs := make(map[addrKey]int, len(specs))
 	for i, s := range specs {
 		fail := func(field string, err error) error {
 			return &SpecError{Index: i, Name: s.Name, Field: field, Err: err}
@@ -60,24 +59,22 @@ func Validate(specs []Spec) error {
 		}
 		names[s.Name] = i
 
+		var err error
 		if s.Hostname {
-			if err := ParseHostAddress(s.Address); err != nil {
-				return fail("address", err)
-			}
-			if j, ok := hosts[s.Address]; ok {
-				return fail("address", fmt.Errorf("%w: %s also used by endpoints[%d]", ErrDuplicate, s.Address, j))
-			}
-			hosts[s.Address] = i
+			err = ParseHostAddress(s.Address)
 		} else {
-			ap, err := ParseAddress(s.Address)
-			if err != nil {
-				return fail("address", err)
-			}
-			if j, ok := addrs[ap]; ok {
-				return fail("address", fmt.Errorf("%w: %s also used by endpoints[%d]", ErrDuplicate, s.Address, j))
-			}
-			addrs[ap] = i
+			_, err = ParseAddress(s.Address)
 		}
+		if err != nil {
+			return fail("address", err)
+		}
+		// Duplicates are judged by the datastore's index key, so that
+		// two spellings of one address cannot both be members.
+		k := keyOf(s.Address)
+		if j, ok := addrs[k]; ok {
+			return fail("address", fmt.Errorf("%w: %s also used by endpoints[%d]", ErrDuplicate, s.Address, j))
+		}
+		addrs[k] = i
 
 		for k := range s.Labels {
 			if k == "" {
