@@ -156,8 +156,12 @@ func (d *Datastore) Healthy(e *Endpoint) bool {
 // Replace makes specs the complete membership. An endpoint whose Spec is
 // unchanged keeps its *Endpoint, so its metrics, in-flight counters and
 // health survive; new or changed specs get fresh endpoints, which start
-// healthy (or, with AwaitFirstScrape, once scraped). An invalid set (see
-// Validate) or one over MaxEndpoints is rejected whole and nothing changes.
+// healthy (or, with AwaitFirstScrape, once scraped). A fresh endpoint at
+// the address of one that leaves (its labels or another attribute
+// changed) is the same server: it takes over the live load the picker
+// charged to the one it replaces, and the charges follow it (see
+// Endpoint.replaceBy). An invalid set (see Validate) or one over
+// MaxEndpoints is rejected whole and nothing changes.
 func (d *Datastore) Replace(specs []Spec) error {
 	if len(specs) > d.cfg.MaxEndpoints {
 		return fmt.Errorf("%w: %d, at most %d per pool (--max-endpoints)", ErrTooManyEndpoints, len(specs), d.cfg.MaxEndpoints)
@@ -195,6 +199,11 @@ func (d *Datastore) Replace(specs []Spec) error {
 	for _, e := range old.all {
 		if next.byName[e.Name()] != e {
 			c.Removed = append(c.Removed, e)
+			// Addresses are unique in a set, so a successor at e's
+			// address is a fresh endpoint, never a kept one.
+			if n := next.byAddr[keyOf(e.Address())]; n != nil {
+				e.replaceBy(n)
+			}
 		}
 	}
 	slices.SortFunc(next.all, byName)

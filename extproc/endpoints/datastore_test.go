@@ -362,6 +362,147 @@ func TestAwaitFirstScrape(t *testing.T) {
 	}
 }
 
+// account is everything the picker charges to an endpoint.
+type account struct {
+	load                     Load
+	inflight, inflightTokens int64
+	protected, sheddable     int64
+	decoding, decodingTokens int64
+	backlog, backlogPairs    int64
+}
+
+func accountOf(e *Endpoint, now time.Time) account {
+	a := account{load: e.Load(), inflight: e.InflightRequests(), inflightTokens: e.InflightTokens()}
+	a.protected, a.sheddable = e.InflightByClass()
+	a.decoding, a.decodingTokens = e.DecodingInflight()
+	a.backlog, a.backlogPairs = e.PrefillBacklog(now)
+	return a
+}
+
+// A rebuilt endpoint at the same address is the same server: it carries
+// the load charged to the one it replaced, and the charges made before the
+// rebuild change and release it, never leaving it short or negative.
+func TestReplaceCarriesLoadToTheSameServer(t *testing.T) {
+	now := time.Unix(100, 0)
+	tests := []struct {
+		name  string
+		next  Spec
+		carry bool
+	}{
+		{"labels change", spec("b", "10.0.0.2:8000", RoleLabel, "prefill"), true},
+		{"metrics url changes", Spec{Name: "b", Address: "10.0.0.2:8000", MetricsURL: "http://10.0.0.2:9000/metrics"}, true},
+		{"renamed at the same address", spec("b2", "10.0.0.2:8000"), true},
+		{"same address spelled otherwise", spec("b", "[::ffff:10.0.0.2]:8000", RoleLabel, "prefill"), true},
+		{"moved to another address", spec("b", "10.0.0.3:8000"), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := NewDatastore()
+			if err := d.Replace([]Spec{spec("a", "10.0.0.1:8000"), spec("b", "10.0.0.2:8000", RoleLabel, "decode")}); err != nil {
+				t.Fatal(err)
+			}
+			old := d.Get("b")
+			prefill := old.ChargeClass(true, 100, 300, 600, 650)
+			decode := old.Charge(0, 50, 100, 120)
+			decode.FirstToken()
+			computed := old.ChargeComputedBy(false, 0, 200, 200, 210, now.Add(-time.Second))
+			old.ObserveStep(now, 0)
+			before := accountOf(old, now)
+
+			if err := d.Replace([]Spec{spec("a", "10.0.0.1:8000"), tt.next}); err != nil {
+				t.Fatal(err)
+			}
+			nb := d.Get(tt.next.Name)
+			if nb == old {
+				t.Fatal("the changed spec kept its endpoint")
+			}
+			zero := accountOf(NewEndpoint(Spec{}), now)
+			wantNew, wantOld := zero, before
+			if tt.carry {
+				wantNew, wantOld = before, zero
+			}
+			if got := accountOf(nb, now); got != wantNew {
+				t.Errorf("new endpoint after the rebuild: %+v, want %+v", got, wantNew)
+			}
+			if got := accountOf(old, now); got != wantOld {
+				t.Errorf("old endpoint after the rebuild: %+v, want %+v", got, wantOld)
+			}
+			if got, want := nb.LastStep().Equal(now), tt.carry; got != want {
+				t.Errorf("step clock carried = %v, want %v", got, want)
+			}
+			holder := old
+			if tt.carry {
+				holder = nb
+			}
+			if got := prefill.Endpoint(); got != holder {
+				t.Errorf("charge's endpoint is %p, want %p", got, holder)
+			}
+
+			// The charges made before the rebuild go on where the load is.
+			prefill.FirstToken()
+			if l := holder.Load(); l.PrefillRequests != 1 || l.DecodeRequests != 2 || l.DecodeTokens != 700 {
+				t.Errorf("after a first token: %+v", l)
+			}
+			prefill.Move(nb) // where it is (or a fallback to the new address)
+			decode.Release()
+			computed.FirstToken()
+			computed.Release()
+			prefill.Release()
+			for name, e := range map[string]*Endpoint{"new": nb, "old": old} {
+				if got := accountOf(e, now); got != zero {
+					t.Errorf("%s endpoint after every release: %+v, want nothing", name, got)
+				}
+			}
+		})
+	}
+}
+
+// Charges that change while their endpoint is rebuilt again and again are
+// never lost: whatever interleaving, the member in the end holds exactly
+// the charges still open, and nothing once they are released.
+func TestReplaceCarriesLoadUnderConcurrentCharges(t *testing.T) {
+	d := NewDatastore()
+	specAt := func(i int) []Spec { return []Spec{spec("b", "10.0.0.2:8000", "generation", fmt.Sprint(i))} }
+	if err := d.Replace(specAt(0)); err != nil {
+		t.Fatal(err)
+	}
+	const workers, rounds = 4, 200
+	held := make([]Charge, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		held[w] = d.Get("b").ChargeComputedBy(w%2 == 0, 0, 10, 20, 30, time.Unix(1, 0))
+		wg.Go(func() {
+			for range rounds {
+				c := d.ByAddress("10.0.0.2:8000").ChargeClass(w%2 == 1, 0, 5, 10, 15)
+				c.FirstToken()
+				c.Release()
+			}
+		})
+	}
+	for i := 1; i <= rounds; i++ {
+		if err := d.Replace(specAt(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	e := d.Get("b")
+	if got := e.InflightRequests(); got != workers {
+		t.Fatalf("in flight %d after the rebuilds, want the %d charges held", got, workers)
+	}
+	if l := e.Load(); l.PrefillRequests != workers || l.PrefillTokens != 10*workers || l.DecodeRequests != 0 {
+		t.Fatalf("load %+v after the rebuilds", l)
+	}
+	if tok, _ := e.PrefillBacklog(time.Unix(2, 0)); tok != 0 {
+		t.Errorf("backlog %d: the held charges' predicted finishes were not carried", tok)
+	}
+	for i := range held {
+		held[i].Release()
+	}
+	if got := accountOf(e, time.Unix(0, 0)); got != accountOf(NewEndpoint(Spec{}), time.Unix(0, 0)) {
+		t.Errorf("after every release: %+v", got)
+	}
+}
+
 // ByAddress finds an endpoint by any spelling of its address: those of
 // Envoy's served-endpoint metadata ([ip]:port, lower case, compressed),
 // of Kubernetes pod IPs and of hand-written endpoints files.

@@ -105,9 +105,9 @@ type endpointFields struct {
 	remoteTokens   atomic.Int64
 
 	spec Spec
-	// computed is read by the deciders that price a prefill server's
-	// backlog (PrefillBacklog), not by every decision.
-	computed atomic.Pointer[computedSet]
+	// rare is read by the deciders that price a prefill server's backlog
+	// (PrefillBacklog) and at every charge change, not by every decision.
+	rare atomic.Pointer[rareState]
 }
 
 // NewEndpoint returns an endpoint with an empty metrics snapshot.

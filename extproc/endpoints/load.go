@@ -85,6 +85,15 @@ type computedSet struct {
 	set map[*computedBy]struct{}
 }
 
+// rareState is what few endpoints need, made at the first need: the
+// charges with a predicted finish, and the endpoint that replaced this one
+// at its address (replaceBy; nil while this one is a member). One pointer
+// for both keeps Endpoint within its 256 bytes.
+type rareState struct {
+	computed  computedSet
+	successor atomic.Pointer[Endpoint]
+}
+
 // computedBy is a charged prefill that a prediction says its server has
 // computed by at: a P/D request's, which the picker charges to its prefill
 // server until the decode server's first token, while from at on its KV is
@@ -200,13 +209,14 @@ func (e *Endpoint) charge(sheddable, remote bool, cached, uncached, context, tok
 	return c
 }
 
-// computedSet is e's, made at its first charge with a predicted finish.
-func (e *Endpoint) computedSet() *computedSet {
-	if cs := e.computed.Load(); cs != nil {
-		return cs
+// rareState is e's, made at its first charge with a predicted finish or
+// at its replacement.
+func (e *Endpoint) rareState() *rareState {
+	if r := e.rare.Load(); r != nil {
+		return r
 	}
-	e.computed.CompareAndSwap(nil, &computedSet{set: map[*computedBy]struct{}{}})
-	return e.computed.Load()
+	e.rare.CompareAndSwap(nil, &rareState{computed: computedSet{set: map[*computedBy]struct{}{}}})
+	return e.rare.Load()
 }
 
 // PrefillBacklog is the prefill tokens and attention pairs charged to e
@@ -214,10 +224,11 @@ func (e *Endpoint) computedSet() *computedSet {
 // predicted computed by now.
 func (e *Endpoint) PrefillBacklog(now time.Time) (tokens, attention int64) {
 	l := &e.load
-	cs := e.computed.Load()
-	if cs == nil {
+	r := e.rare.Load()
+	if r == nil {
 		return l.prefillTokens.Load(), l.prefillAttention.Load()
 	}
+	cs := &r.computed
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	tokens, attention = l.prefillTokens.Load(), l.prefillAttention.Load()
@@ -230,8 +241,14 @@ func (e *Endpoint) PrefillBacklog(now time.Time) (tokens, attention int64) {
 	return max(0, tokens), max(0, attention)
 }
 
-// Endpoint is the endpoint charged; nil for the zero Charge.
-func (c *Charge) Endpoint() *Endpoint { return c.ep }
+// Endpoint is the endpoint charged (the one that replaced it, once it was
+// replaced); nil for the zero Charge.
+func (c *Charge) Endpoint() *Endpoint {
+	if c.ep == nil {
+		return nil
+	}
+	return c.ep.current()
+}
 
 // FirstToken moves the request from the prefill backlog to the decode load.
 // Later calls do nothing.
@@ -247,7 +264,7 @@ func (c *Charge) FirstToken() {
 // Move re-charges the request to another endpoint in the same phase: the
 // proxy served it from a fallback.
 func (c *Charge) Move(to *Endpoint) {
-	if c.phase == phaseNone || to == nil || to == c.ep {
+	if c.phase == phaseNone || to == nil || to.current() == c.ep.current() {
 		return
 	}
 	c.apply(-1)
@@ -265,12 +282,21 @@ func (c *Charge) Release() {
 	c.phase = phaseNone
 }
 
+// apply adds the charge (sign 1) or takes it away (-1) at its endpoint's
+// current successor, then forwards whatever a replacement racing it left
+// on the endpoint it resolved.
 func (c *Charge) apply(sign int64) {
+	c.ep = c.ep.current()
+	c.applyAt(sign)
+	c.ep.forward()
+}
+
+func (c *Charge) applyAt(sign int64) {
 	l := &c.ep.load
 	switch c.phase {
 	case phasePrefill:
 		if x := c.computed; x != nil {
-			cs := c.ep.computedSet()
+			cs := &c.ep.rareState().computed
 			cs.mu.Lock()
 			defer cs.mu.Unlock()
 			if sign > 0 {
@@ -304,4 +330,84 @@ func (c *Charge) apply(sign int64) {
 type Loads struct {
 	Candidates []*Endpoint
 	Loads      []Load
+}
+
+// Replacement. When an endpoint's Spec changes (a relabelled pod), the
+// datastore builds a fresh Endpoint for it, but the server at that address
+// still holds every request the picker charged to the old one, and their
+// charges end later, on the old pointer. So the old endpoint is linked to
+// its successor: its live account moves there, and each charge resolves
+// its endpoint through the links at every change, so it is added to and
+// taken from the endpoint that holds it. Charges and the move run
+// concurrently without a common lock: a charge that resolved the old
+// endpoint just before the link was set applies there, and then, seeing
+// the link (every access is sequentially consistent), forwards its change
+// itself; if it applied before the mover's forward, that forward took it.
+// Either way nothing stays behind.
+
+// replaceBy makes n e's successor and moves e's live load to n, with the
+// step clock (the same server's engine steps). The datastore calls it once
+// per endpoint, for one that leaves with a fresh endpoint at its address.
+func (e *Endpoint) replaceBy(n *Endpoint) {
+	n.steps.last.Store(e.steps.last.Load())
+	n.steps.gap.Store(e.steps.gap.Load())
+	e.rareState().successor.Store(n)
+	e.forward()
+}
+
+// successor is the endpoint that replaced e; nil while e is a member.
+func (e *Endpoint) successor() *Endpoint {
+	if r := e.rare.Load(); r != nil {
+		return r.successor.Load()
+	}
+	return nil
+}
+
+// current is the member that e is, or that replaced it.
+func (e *Endpoint) current() *Endpoint {
+	for n := e.successor(); n != nil; n = e.successor() {
+		e = n
+	}
+	return e
+}
+
+// forward moves what charges hold on e, and on each replaced endpoint
+// after it, along the successor links.
+func (e *Endpoint) forward() {
+	for n := e.successor(); n != nil; e, n = n, n.successor() {
+		e.handOver(n)
+	}
+}
+
+// handOver moves e's charged counts and predicted finishes to n. It holds
+// both sets' locks (e's first: links only go forward, so two hand-overs
+// never take them in opposite orders), so that PrefillBacklog sees each
+// charge with a predicted finish in n's counters and set together.
+func (e *Endpoint) handOver(n *Endpoint) {
+	cs, dst := &e.rareState().computed, &n.rareState().computed
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	dst.mu.Lock()
+	defer dst.mu.Unlock()
+	for x := range cs.set {
+		dst.set[x] = struct{}{}
+	}
+	clear(cs.set)
+	from, to := &e.load, &n.load
+	for _, p := range [...][2]*atomic.Int64{
+		{&from.prefillRequests, &to.prefillRequests},
+		{&from.prefillTokens, &to.prefillTokens},
+		{&from.prefillAttention, &to.prefillAttention},
+		{&from.decodeRequests, &to.decodeRequests},
+		{&from.decodeTokens, &to.decodeTokens},
+		{&from.sheddableRequests, &to.sheddableRequests},
+		{&e.inflightRequests, &n.inflightRequests},
+		{&e.inflightTokens, &n.inflightTokens},
+		{&e.remoteRequests, &n.remoteRequests},
+		{&e.remoteTokens, &n.remoteTokens},
+	} {
+		if v := p[0].Swap(0); v != 0 {
+			p[1].Add(v)
+		}
+	}
 }
