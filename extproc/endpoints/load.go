@@ -224,9 +224,14 @@ func (e *Endpoint) rareState() *rareState {
 // predicted computed by now.
 func (e *Endpoint) PrefillBacklog(now time.Time) (tokens, attention int64) {
 	l := &e.load
+	// The counters are read before the set is looked for: a charge with a
+	// predicted finish makes the set before it adds to them, so while
+	// there is none they hold no such charge. (Read after, they could
+	// hold the first one, charged in between, without its set entry.)
+	tokens, attention = l.prefillTokens.Load(), l.prefillAttention.Load()
 	r := e.rare.Load()
 	if r == nil {
-		return l.prefillTokens.Load(), l.prefillAttention.Load()
+		return tokens, attention
 	}
 	cs := &r.computed
 	cs.mu.Lock()
