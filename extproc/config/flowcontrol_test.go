@@ -290,6 +290,37 @@ func TestFlowControlSectionErrors(t *testing.T) {
 	}
 }
 
+// probabilistic-admitter measures a saturation of its own to shed by, but
+// llm-d has it as an admitter only: named as the saturation detector, in
+// either place and with the gate on or off, it is refused by name (it
+// would otherwise gate dispatch and, built by the reference, shed too).
+func TestDetectorRefusesAdmitter(t *testing.T) {
+	const head = "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\n"
+	const declared = "plugins:\n- type: probabilistic-admitter\n  name: shed\n"
+	tests := []struct{ name, yaml, want string }{
+		{"flowControl detector", "featureGates: [flowControl]\n" + declared + "flowControl:\n  saturationDetector: {pluginRef: shed}\n",
+			`flowControl.saturationDetector.pluginRef: "shed" (type "probabilistic-admitter") is not a saturation detector`},
+		{"top-level detector", "featureGates: [flowControl]\n" + declared + "saturationDetector:\n  pluginRef: shed\n",
+			`saturationDetector.pluginRef: "shed" (type "probabilistic-admitter") is not a saturation detector`},
+		{"top-level detector, gate off", declared + "saturationDetector:\n  pluginRef: shed\n",
+			`saturationDetector.pluginRef: "shed" (type "probabilistic-admitter") is not a saturation detector`},
+		{"detector by type, not declared", "featureGates: [flowControl]\nflowControl:\n  saturationDetector: {pluginRef: probabilistic-admitter}\n",
+			`"probabilistic-admitter" (type "probabilistic-admitter") is not a saturation detector`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := build(t, head+tc.yaml)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v, want %q", err, tc.want)
+			}
+		})
+	}
+	// As an admitter it is accepted.
+	if _, err := build(t, head+declared); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestFlowControlGateOff(t *testing.T) {
 	b, err := build(t, "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: concurrency-detector\n  parameters: {maxConcurrency: 4}\nsaturationDetector:\n  pluginRef: concurrency-detector\nflowControl:\n  maxBytes: \"1024\"\n")
 	if err != nil {

@@ -75,8 +75,11 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 	return &Admitter{Named: scheduling.NewNamed(Type, name), p: p, rand: scheduling.RandOf(h)}, nil
 }
 
-// Saturation is the candidates' mean saturation (see the package comment).
-func (a *Admitter) Saturation(eps []*endpoints.Endpoint) float64 {
+// MeanSaturation is the candidates' mean saturation (see the package
+// comment). It is not called Saturation: that would make the admitter a
+// flowcontrol.SaturationDetector, which llm-d does not accept it as, and
+// the configuration would let it gate dispatch.
+func (a *Admitter) MeanSaturation(eps []*endpoints.Endpoint) float64 {
 	if len(eps) == 0 {
 		return 0
 	}
@@ -103,7 +106,7 @@ func (a *Admitter) Admit(_ context.Context, _ *scheduling.CycleState, req *sched
 	if req == nil || !flowcontrol.Sheddable(req.Priority) || len(eps) == 0 {
 		return nil
 	}
-	sat := a.Saturation(eps)
+	sat := a.MeanSaturation(eps)
 	prob := a.ShedProbability(sat)
 	if a.rand.Float64() < prob {
 		return fmt.Errorf("%w (saturation %.3f, probability %.2f)", ErrShed, sat, prob)

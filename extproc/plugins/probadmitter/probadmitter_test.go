@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/flowcontrol"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/scheduling/schedtest"
 )
@@ -44,7 +45,7 @@ func TestSaturationAndCurve(t *testing.T) {
 		{[]*endpoints.Endpoint{scraped("a", 0, 0), schedtest.Endpoint("b", endpoints.Metrics{})}, 0.5},
 	}
 	for i, tc := range tests {
-		if got := a.Saturation(tc.eps); math.Abs(got-tc.want) > 1e-12 {
+		if got := a.MeanSaturation(tc.eps); math.Abs(got-tc.want) > 1e-12 {
 			t.Errorf("case %d: saturation %v, want %v", i, got, tc.want)
 		}
 	}
@@ -125,5 +126,14 @@ func TestParams(t *testing.T) {
 		if _, err := New("", []byte(bad), nil); err == nil {
 			t.Errorf("%s accepted", bad)
 		}
+	}
+}
+
+// The admitter is no saturation detector (llm-d accepts it as an admitter
+// only), so the configuration cannot name it as one.
+func TestNotASaturationDetector(t *testing.T) {
+	var p scheduling.Plugin = build(t, "", nil)
+	if _, ok := p.(flowcontrol.SaturationDetector); ok {
+		t.Fatal("probabilistic-admitter implements flowcontrol.SaturationDetector")
 	}
 }
