@@ -1,8 +1,13 @@
 // Package poll runs the data-layer HTTP sources that fetch a document from
 // every endpoint of the pool on a period (llm-d's models-data-source and
 // dcgm-data-source): one round fetches all endpoints at once, each fetch
-// bounded by the period, and hands each document to the source's reader;
-// a failed fetch is logged and leaves the reader's previous data.
+// bounded by the period, and hands each document to the source's readers.
+// A failed fetch, or a document a reader cannot read, is logged and leaves
+// that reader's previous data, but only for MaxFailedRounds-1 rounds in a
+// row: then the data is dropped, and the endpoint counts as having none
+// until a document is read again. A dead exporter's last figures must not
+// steer routing for good, any more than a model server's metrics do once
+// its scrapes fail.
 package poll
 
 import (
@@ -22,12 +27,20 @@ import (
 // MaxBytes bounds one fetched document.
 const MaxBytes = 4 << 20
 
+// MaxFailedRounds is the number of consecutive rounds without a document
+// a reader could read after which that reader drops an endpoint's data:
+// one failed fetch (a slow exporter, a restart) keeps the previous
+// values, a few in a row mean they no longer describe the server.
+const MaxFailedRounds = 3
+
 // Reader receives a source's documents.
 type Reader interface {
 	// Read takes e's document; an error is logged.
 	Read(e *endpoints.Endpoint, doc []byte) error
-	// Keep is called after each round with the addresses in the pool:
-	// data of other endpoints is dropped.
+	// Keep is called after each round with the addresses whose data the
+	// reader keeps: those in the pool that have a document to fetch and
+	// whose last MaxFailedRounds rounds did not all fail. Data of other
+	// endpoints is dropped.
 	Keep(present map[string]bool)
 }
 
@@ -41,6 +54,12 @@ type Poller struct {
 	Limit  int
 	client *http.Client
 	log    *slog.Logger
+
+	// mu serialises rounds. failed[j] counts, by address, the rounds in a
+	// row that brought readers[j] no document it could read; it holds
+	// only endpoints of the last round's pool.
+	mu     sync.Mutex
+	failed []map[string]int
 }
 
 // New returns a poller whose https fetches use tlsCfg (nil: Go's defaults).
@@ -76,35 +95,63 @@ func (p *Poller) Run(ctx context.Context, ds *endpoints.Datastore, every time.Du
 	}
 }
 
-// Round fetches every endpoint of eps once, each fetch bounded by timeout.
+// Round fetches every endpoint of eps once, each fetch bounded by timeout,
+// and tells each reader which endpoints' data it keeps (Reader.Keep).
+// Successive rounds must pass the same readers, in the same order.
 func (p *Poller) Round(ctx context.Context, eps []*endpoints.Endpoint, timeout time.Duration, readers []Reader) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// read[i][j]: readers[j] took eps[i]'s document this round; nil for an
+	// endpoint with nothing to fetch.
+	read := make([][]bool, len(eps))
 	var wg sync.WaitGroup
-	present := make(map[string]bool, len(eps))
-	for _, e := range eps {
-		present[e.Address()] = true
+	for i, e := range eps {
 		url := p.URL(e)
 		if url == "" {
 			continue
 		}
+		read[i] = make([]bool, len(readers))
 		wg.Go(func() {
 			fctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			doc, err := p.Fetch(fctx, url)
 			if err != nil {
 				if ctx.Err() == nil { // not shutting down
-					p.log.Debug(p.Name+": fetch failed; the previous data is kept", "endpoint", e.Name(), "err", err)
+					p.log.Debug(p.Name+": fetch failed", "endpoint", e.Name(), "err", err)
 				}
 				return
 			}
-			for _, r := range readers {
+			for j, r := range readers {
 				if err := r.Read(e, doc); err != nil {
-					p.log.Debug(p.Name+": unreadable document; the previous data is kept", "endpoint", e.Name(), "err", err)
+					p.log.Debug(p.Name+": unreadable document", "endpoint", e.Name(), "err", err)
+					continue
 				}
+				read[i][j] = true
 			}
 		})
 	}
 	wg.Wait()
-	for _, r := range readers {
+	if len(p.failed) != len(readers) {
+		p.failed = make([]map[string]int, len(readers))
+	}
+	for j, r := range readers {
+		failed := make(map[string]int, len(p.failed[j]))
+		present := make(map[string]bool, len(eps))
+		for i, e := range eps {
+			if read[i] == nil {
+				continue // no document to fetch: nothing to keep
+			}
+			a := e.Address()
+			if !read[i][j] {
+				failed[a] = p.failed[j][a] + 1
+			}
+			if failed[a] < MaxFailedRounds {
+				present[a] = true
+			} else if failed[a] == MaxFailedRounds {
+				p.log.Debug(p.Name+": no document for several rounds; the endpoint's data is dropped", "endpoint", e.Name(), "rounds", failed[a])
+			}
+		}
+		p.failed[j] = failed
 		r.Keep(present)
 	}
 }

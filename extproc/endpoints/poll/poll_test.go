@@ -3,6 +3,7 @@ package poll
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -65,7 +66,9 @@ func TestRound(t *testing.T) {
 	if len(r.docs) != 1 || r.docs["ok"] != "doc" {
 		t.Fatalf("documents %v: only the 200 within MaxBytes must be read", r.docs)
 	}
-	if len(r.kept) != 1 || len(r.kept[0]) != 5 || !r.kept[0]["addr-slow"] || !r.kept[0]["addr-none"] {
+	// After one failed round every endpoint with a document keeps its
+	// data; one without (none) has nothing to keep.
+	if len(r.kept) != 1 || len(r.kept[0]) != 4 || !r.kept[0]["addr-slow"] || r.kept[0]["addr-none"] {
 		t.Fatalf("Keep got %v", r.kept)
 	}
 	for path, want := range map[string]string{"/big": "larger than", "/missing": "404"} {
@@ -80,5 +83,138 @@ func TestRunNeedsInterval(t *testing.T) {
 	p := New("test", func(*endpoints.Endpoint) string { return "" }, nil, nil)
 	if err := p.Run(context.Background(), endpoints.NewDatastore(), 0, nil); err == nil {
 		t.Fatal("ran without an interval")
+	}
+}
+
+// store is a Reader like the data-layer extractors: it keeps each
+// endpoint's latest document and drops what Keep leaves out; a strict
+// store cannot read "garbage".
+type store struct {
+	strict bool
+	mu     sync.Mutex
+	docs   map[string]string
+}
+
+func (s *store) Read(e *endpoints.Endpoint, doc []byte) error {
+	if s.strict && string(doc) == "garbage" {
+		return errors.New("unreadable")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.docs[e.Address()] = string(doc)
+	return nil
+}
+
+func (s *store) Keep(present map[string]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for a := range s.docs {
+		if !present[a] {
+			delete(s.docs, a)
+		}
+	}
+}
+
+// A reader keeps an endpoint's previous data through a failed round or
+// two, never for good: after MaxFailedRounds rounds in a row without a
+// document it could read, the data is dropped, and it returns with the
+// next good document. An endpoint left with nothing to fetch (its node
+// address gone) loses its data at once.
+func TestRoundDropsStaleData(t *testing.T) {
+	type reply struct {
+		status int
+		body   string
+	}
+	var mu sync.Mutex
+	replies := map[string]reply{}
+	urls := map[string]bool{}
+	set := func(name string, status int, body string, url bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		replies[name], urls[name] = reply{status, body}, url
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		rp := replies[strings.TrimPrefix(r.URL.Path, "/")]
+		mu.Unlock()
+		w.WriteHeader(rp.status)
+		_, _ = w.Write([]byte(rp.body))
+	}))
+	defer srv.Close()
+	p := New("test", func(e *endpoints.Endpoint) string {
+		mu.Lock()
+		defer mu.Unlock()
+		if !urls[e.Name()] {
+			return ""
+		}
+		return srv.URL + "/" + e.Name()
+	}, nil, nil)
+	var eps []*endpoints.Endpoint
+	for _, name := range []string{"up", "down", "garbled", "unplaced"} {
+		eps = append(eps, endpoints.NewEndpoint(endpoints.Spec{Name: name, Address: name + ":1"}))
+	}
+	strict, lenient := &store{strict: true, docs: map[string]string{}}, &store{docs: map[string]string{}}
+	readers := []Reader{strict, lenient}
+
+	type want struct{ strict, lenient map[string]string }
+	steps := []struct {
+		name  string
+		setup func()
+		want  want
+	}{
+		{"all answer", func() {
+			for _, n := range []string{"up", "down", "garbled", "unplaced"} {
+				set(n, http.StatusOK, "v1", true)
+			}
+		}, want{
+			map[string]string{"up:1": "v1", "down:1": "v1", "garbled:1": "v1", "unplaced:1": "v1"},
+			map[string]string{"up:1": "v1", "down:1": "v1", "garbled:1": "v1", "unplaced:1": "v1"},
+		}},
+		{"first failure", func() {
+			set("up", http.StatusOK, "v2", true)
+			set("down", http.StatusServiceUnavailable, "", true)
+			set("garbled", http.StatusOK, "garbage", true)
+			set("unplaced", http.StatusOK, "v2", false)
+		}, want{
+			map[string]string{"up:1": "v2", "down:1": "v1", "garbled:1": "v1"},
+			map[string]string{"up:1": "v2", "down:1": "v1", "garbled:1": "garbage"},
+		}},
+		{"second failure", func() {}, want{
+			map[string]string{"up:1": "v2", "down:1": "v1", "garbled:1": "v1"},
+			map[string]string{"up:1": "v2", "down:1": "v1", "garbled:1": "garbage"},
+		}},
+		{"third failure drops", func() {}, want{
+			map[string]string{"up:1": "v2"},
+			map[string]string{"up:1": "v2", "garbled:1": "garbage"},
+		}},
+		{"back", func() {
+			set("down", http.StatusOK, "v5", true)
+			set("garbled", http.StatusOK, "v5", true)
+		}, want{
+			map[string]string{"up:1": "v2", "down:1": "v5", "garbled:1": "v5"},
+			map[string]string{"up:1": "v2", "down:1": "v5", "garbled:1": "v5"},
+		}},
+		{"one failure after recovering is one", func() {
+			set("down", http.StatusServiceUnavailable, "", true)
+		}, want{
+			map[string]string{"up:1": "v2", "down:1": "v5", "garbled:1": "v5"},
+			map[string]string{"up:1": "v2", "down:1": "v5", "garbled:1": "v5"},
+		}},
+	}
+	for _, st := range steps {
+		st.setup()
+		p.Round(context.Background(), eps, 5*time.Second, readers)
+		for _, c := range []struct {
+			name string
+			s    *store
+			want map[string]string
+		}{{"strict", strict, st.want.strict}, {"lenient", lenient, st.want.lenient}} {
+			c.s.mu.Lock()
+			got := maps.Clone(c.s.docs)
+			c.s.mu.Unlock()
+			if !maps.Equal(got, c.want) {
+				t.Errorf("%s: %s reader holds %v, want %v", st.name, c.name, got, c.want)
+			}
+		}
 	}
 }
