@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvgate/kvgate/extproc/latency"
+	"github.com/kvgate/kvgate/extproc/metrics/seriescache"
 	"github.com/kvgate/kvgate/extproc/plugins/disagg"
 	"github.com/kvgate/kvgate/extproc/prefixmatch"
 	"github.com/kvgate/kvgate/extproc/scheduling"
@@ -79,16 +80,14 @@ type Metrics struct {
 	// series caches each request label set's resolved series: a request
 	// touches about twenty of them, and every WithLabelValues hashes its
 	// labels and takes its vector's lock. Bounded by maxCachedSeries.
-	seriesMu sync.RWMutex
-	series   map[seriesKey]*requestSeries
+	series *seriescache.Cache[seriesKey, requestSeries]
 }
 
 // seriesKey is a label set after bounding (values).
 type seriesKey struct{ model, target, fairness, priority string }
 
-// maxCachedSeries bounds the series cache. Past it, a new label set evicts
-// an arbitrary one; an evicted set resolves its series again when next
-// used, so nothing is lost but the time.
+// maxCachedSeries bounds the series cache (see package seriescache for
+// what eviction costs).
 const maxCachedSeries = 4096
 
 // requestSeries are the series one request label set writes to, each
@@ -171,28 +170,7 @@ func (m *Metrics) values(l Labels) (model, target, fairness, priority string) {
 // seriesFor returns l's series, resolving them on first use.
 func (m *Metrics) seriesFor(l Labels) *requestSeries {
 	model, target, fair, prio := m.values(l)
-	k := seriesKey{model, target, fair, prio}
-	m.seriesMu.RLock()
-	s := m.series[k]
-	m.seriesMu.RUnlock()
-	if s != nil {
-		return s
-	}
-	m.seriesMu.Lock()
-	if s = m.series[k]; s != nil {
-		m.seriesMu.Unlock()
-		return s
-	}
-	s = &requestSeries{key: k}
-	if len(m.series) >= maxCachedSeries {
-		for old := range m.series {
-			delete(m.series, old)
-			break
-		}
-	}
-	m.series[k] = s
-	m.seriesMu.Unlock()
-	return s
+	return m.series.Get(seriesKey{model, target, fair, prio})
 }
 
 type pluginKey struct {
@@ -270,7 +248,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		pluginObservers: map[pluginKey][]prometheus.Observer{},
 		models:          map[string]struct{}{},
 		fairness:        map[string]struct{}{},
-		series:          map[seriesKey]*requestSeries{},
+		series:          seriescache.New(maxCachedSeries, func(k seriesKey) *requestSeries { return &requestSeries{key: k} }),
 	}
 
 	m.gieRequests = counter("inference_objective_request_total", "[Deprecated: use llm_d_epp_request_total] Requests received, by model and priority.", with(modelLabels, "priority")...)

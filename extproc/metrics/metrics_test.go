@@ -130,7 +130,7 @@ func TestSeriesCacheBounded(t *testing.T) {
 	for i := 1; i <= maxCachedSeries+10; i++ {
 		m.RequestReceived(Labels{Model: "m", Target: "m", FairnessID: fmt.Sprintf("tenant-%d", i%MaxFairnessLabels), Priority: i}, 10)
 	}
-	if n := len(m.series); n > maxCachedSeries {
+	if n := m.series.Len(); n > maxCachedSeries {
 		t.Fatalf("%d cached label sets, bound %d", n, maxCachedSeries)
 	}
 	m.RequestReceived(first, 10)
