@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/flowcontrol"
 	"github.com/kvgate/kvgate/extproc/plugins/flowpolicy"
@@ -417,31 +419,54 @@ func TestEviction(t *testing.T) {
 }
 
 // BenchmarkQueuedRequest measures the memory one queued request costs and
-// the cost of enqueue plus dispatch.
+// the cost of enqueue plus dispatch, without metrics and with the
+// Prometheus recorder (every enqueue and dispatch writes its series).
 func BenchmarkQueuedRequest(b *testing.B) {
-	s := newSetup(b, func(c *flowcontrol.Config) {
-		c.DefaultBand.MaxRequests = int64(b.N) + 1
-		c.DefaultBand.MaxBytes = 1 << 62
-	})
-	s.sat.set(1)
-	reqs := make([]flowcontrol.Request, b.N)
-	for i := range reqs {
-		reqs[i] = flowcontrol.Request{ID: "r", FairnessID: fmt.Sprint("t", i%16), Bytes: 1}
-	}
-	var before, after runtimeMem
-	before.read()
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := range reqs {
-		if _, err := s.c.Enqueue(reqs[i], t0); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.StopTimer()
-	after.read()
-	b.ReportMetric(float64(after.heap-before.heap)/float64(b.N), "heapB/queued")
-	s.sat.set(0)
-	b.StartTimer()
-	for s.c.Next(t0) != nil {
+	for _, bc := range []struct {
+		name string
+		rec  func(testing.TB) flowcontrol.Recorder
+	}{
+		{"nop", func(testing.TB) flowcontrol.Recorder { return nil }},
+		{"metrics", func(t testing.TB) flowcontrol.Recorder {
+			m, err := flowcontrol.NewMetrics(prometheus.NewRegistry(), "pool")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m
+		}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			var cfg flowcontrol.Config
+			s := newSetup(b, func(c *flowcontrol.Config) {
+				c.DefaultBand.MaxRequests = int64(b.N) + 1
+				c.DefaultBand.MaxBytes = 1 << 62
+				cfg = *c
+			})
+			c, err := flowcontrol.New(cfg, flowcontrol.Options{Pool: s.pool, Recorder: bc.rec(b)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			s.sat.set(1)
+			reqs := make([]flowcontrol.Request, b.N)
+			for i := range reqs {
+				reqs[i] = flowcontrol.Request{ID: "r", FairnessID: fmt.Sprint("t", i%16), Model: "m", TargetModel: "m", Bytes: 1}
+			}
+			var before, after runtimeMem
+			before.read()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range reqs {
+				if _, err := c.Enqueue(reqs[i], t0); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			after.read()
+			b.ReportMetric(float64(after.heap-before.heap)/float64(b.N), "heapB/queued")
+			s.sat.set(0)
+			b.StartTimer()
+			for c.Next(t0) != nil {
+			}
+		})
 	}
 }

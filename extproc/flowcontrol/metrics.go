@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvgate/kvgate/extproc/metrics/seriescache"
 )
 
 // Recorder receives the layer's observations. The Controller calls it with
@@ -79,7 +81,52 @@ type Metrics struct {
 	mu       sync.Mutex
 	fairness map[string]struct{}
 	models   map[string]struct{}
+
+	// The resolved series of the label sets written per request (queue
+	// gauges, outcome, enqueue time) and per dispatch cycle (band, stage
+	// and detector gauges, the cycle's histogram), each under both
+	// prefixes: every WithLabelValues hashes its labels and takes its
+	// vector's lock, a dozen times per request.
+	queues   *seriescache.Cache[queueKey, [2]queueSeries]
+	outcomes *seriescache.Cache[outcomeKey, [2]outcomeSeries]
+	enqueues *seriescache.Cache[enqueueKey, [2]prometheus.Observer]
+	bands    *seriescache.Cache[int, [2]bandSeries]
+	stages   *seriescache.Cache[string, [2]prometheus.Gauge]
+	stales   *seriescache.Cache[string, prometheus.Gauge]
+	cycle    [2]prometheus.Observer
 }
+
+// maxCachedSeries bounds each label-set cache; the client-controlled
+// values in the keys (fairness ids, models) are bounded before they get
+// there (MaxFairnessLabels, MaxModelLabels), priorities are not.
+const maxCachedSeries = 4096
+
+// maxCachedFixed bounds the caches of the label sets the layer itself
+// names: dispatch stages and the detector.
+const maxCachedFixed = 16
+
+// Label sets after bounding, and their series.
+type (
+	queueKey struct {
+		fairness, model, target string
+		priority                int
+	}
+	queueSeries struct{ size, bytes prometheus.Gauge }
+	outcomeKey  struct {
+		queueKey
+		outcome Outcome
+	}
+	outcomeSeries struct {
+		duration prometheus.Observer
+		requests prometheus.Counter
+	}
+	enqueueKey struct {
+		fairness string
+		priority int
+		outcome  Outcome
+	}
+	bandSeries struct{ requests, bytes prometheus.Gauge }
+)
 
 // queueBuckets span a dispatch in microseconds to a minute-long TTL.
 var queueBuckets = []float64{0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}
@@ -126,7 +173,62 @@ func NewMetrics(reg prometheus.Registerer, pool string) (*Metrics, error) {
 			return nil, err
 		}
 	}
+	m.resolveSeries()
 	return m, nil
+}
+
+// resolveSeries makes the series caches; each label set's series are
+// resolved at its first write, so that they appear in /metrics only then,
+// as with WithLabelValues.
+func (m *Metrics) resolveSeries() {
+	m.queues = seriescache.New(maxCachedSeries, func(k queueKey) *[2]queueSeries {
+		var s [2]queueSeries
+		p := strconv.Itoa(k.priority)
+		for i := range s {
+			s[i] = queueSeries{m.queueSize[i].WithLabelValues(k.fairness, p, m.pool, k.model, k.target), m.queueBytes[i].WithLabelValues(k.fairness, p, m.pool, k.model, k.target)}
+		}
+		return &s
+	})
+	m.outcomes = seriescache.New(maxCachedSeries, func(k outcomeKey) *[2]outcomeSeries {
+		var s [2]outcomeSeries
+		p, o := strconv.Itoa(k.priority), k.outcome.String()
+		for i := range s {
+			s[i] = outcomeSeries{m.queueDuration[i].WithLabelValues(k.fairness, p, o, m.pool, k.model, k.target), m.requests[i].WithLabelValues(o, p, m.pool)}
+		}
+		return &s
+	})
+	m.enqueues = seriescache.New(maxCachedSeries, func(k enqueueKey) *[2]prometheus.Observer {
+		var s [2]prometheus.Observer
+		p, o := strconv.Itoa(k.priority), k.outcome.String()
+		for i := range s {
+			s[i] = m.enqueueDuration[i].WithLabelValues(k.fairness, p, o)
+		}
+		return &s
+	})
+	m.bands = seriescache.New(maxCachedSeries, func(priority int) *[2]bandSeries {
+		var s [2]bandSeries
+		p := strconv.Itoa(priority)
+		for i := range s {
+			s[i] = bandSeries{m.capReq[i].WithLabelValues(p, m.pool), m.capBytes[i].WithLabelValues(p, m.pool)}
+		}
+		return &s
+	})
+	m.stages = seriescache.New(maxCachedFixed, func(stage string) *[2]prometheus.Gauge {
+		var s [2]prometheus.Gauge
+		for i := range s {
+			s[i] = m.saturation[i].WithLabelValues(m.pool, stage)
+		}
+		return &s
+	})
+	m.stales = seriescache.New(maxCachedFixed, func(detector string) *prometheus.Gauge {
+		g := m.stale.WithLabelValues(detector)
+		return &g
+	})
+	// The cycle histogram has no labels: its one series is resolved now,
+	// and exported from the start, as an unlabelled histogram is.
+	for i := range m.cycle {
+		m.cycle[i] = m.dispatchCycle[i].WithLabelValues()
+	}
 }
 
 func bounded(set map[string]struct{}, v string, limit int) string {
@@ -140,29 +242,26 @@ func bounded(set map[string]struct{}, v string, limit int) string {
 	return v
 }
 
-func (m *Metrics) labels(req *Request) (fairness, model, target string) {
+// queueKey is req's label set, bounded.
+func (m *Metrics) queueKey(req *Request) queueKey {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return bounded(m.fairness, req.FairnessID, MaxFairnessLabels), bounded(m.models, req.Model, MaxModelLabels), bounded(m.models, req.TargetModel, MaxModelLabels)
+	return queueKey{bounded(m.fairness, req.FairnessID, MaxFairnessLabels), bounded(m.models, req.Model, MaxModelLabels), bounded(m.models, req.TargetModel, MaxModelLabels), req.Priority}
 }
 
 // Queued implements Recorder.
 func (m *Metrics) Queued(req *Request, n int, bytes int64) {
-	f, mo, t := m.labels(req)
-	p := strconv.Itoa(req.Priority)
-	for i := range 2 {
-		m.queueSize[i].WithLabelValues(f, p, m.pool, mo, t).Add(float64(n))
-		m.queueBytes[i].WithLabelValues(f, p, m.pool, mo, t).Add(float64(bytes))
+	for _, s := range m.queues.Get(m.queueKey(req)) {
+		s.size.Add(float64(n))
+		s.bytes.Add(float64(bytes))
 	}
 }
 
 // Finished implements Recorder.
 func (m *Metrics) Finished(req *Request, o Outcome, queued time.Duration) {
-	f, mo, t := m.labels(req)
-	p := strconv.Itoa(req.Priority)
-	for i := range 2 {
-		m.queueDuration[i].WithLabelValues(f, p, o.String(), m.pool, mo, t).Observe(queued.Seconds())
-		m.requests[i].WithLabelValues(o.String(), p, m.pool).Inc()
+	for _, s := range m.outcomes.Get(outcomeKey{m.queueKey(req), o}) {
+		s.duration.Observe(queued.Seconds())
+		s.requests.Inc()
 	}
 }
 
@@ -171,41 +270,43 @@ func (m *Metrics) EnqueueDuration(key FlowKey, o Outcome, d time.Duration) {
 	m.mu.Lock()
 	f := bounded(m.fairness, key.FairnessID, MaxFairnessLabels)
 	m.mu.Unlock()
-	p := strconv.Itoa(key.Priority)
-	for i := range 2 {
-		m.enqueueDuration[i].WithLabelValues(f, p, o.String()).Observe(d.Seconds())
+	for _, s := range m.enqueues.Get(enqueueKey{f, key.Priority, o}) {
+		s.Observe(d.Seconds())
 	}
 }
 
 // DispatchCycle implements Recorder.
 func (m *Metrics) DispatchCycle(d time.Duration) {
-	for i := range 2 {
-		m.dispatchCycle[i].WithLabelValues().Observe(d.Seconds())
+	for _, s := range m.cycle {
+		s.Observe(d.Seconds())
 	}
 }
 
 // PoolSaturation implements Recorder.
 func (m *Metrics) PoolSaturation(stage string, v float64, present bool) {
-	for i := range 2 {
-		if present {
-			m.saturation[i].WithLabelValues(m.pool, stage).Set(v)
-		} else {
+	if !present {
+		// The cached series would no longer be exported: forget them.
+		m.stages.Delete(stage)
+		for i := range 2 {
 			m.saturation[i].DeleteLabelValues(m.pool, stage)
 		}
+		return
+	}
+	for _, s := range m.stages.Get(stage) {
+		s.Set(v)
 	}
 }
 
 // StaleEndpoints implements Recorder.
 func (m *Metrics) StaleEndpoints(detector string, n int) {
-	m.stale.WithLabelValues(detector).Set(float64(n))
+	(*m.stales.Get(detector)).Set(float64(n))
 }
 
 // BandUtilization implements Recorder.
 func (m *Metrics) BandUtilization(priority int, requests, bytes float64) {
-	p := strconv.Itoa(priority)
-	for i := range 2 {
-		m.capReq[i].WithLabelValues(p, m.pool).Set(requests)
-		m.capBytes[i].WithLabelValues(p, m.pool).Set(bytes)
+	for _, s := range m.bands.Get(priority) {
+		s.requests.Set(requests)
+		s.bytes.Set(bytes)
 	}
 }
 
