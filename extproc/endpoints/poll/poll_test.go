@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -86,33 +87,23 @@ func TestRunNeedsInterval(t *testing.T) {
 	}
 }
 
-// store is a Reader like the data-layer extractors: it keeps each
-// endpoint's latest document and drops what Keep leaves out; a strict
-// store cannot read "garbage".
-type store struct {
+// numbers is a Reader keeping each endpoint's document as a number in
+// Values; a strict one cannot read anything else, a lenient one keeps -1.
+type numbers struct {
+	Values
 	strict bool
-	mu     sync.Mutex
-	docs   map[string]string
 }
 
-func (s *store) Read(e *endpoints.Endpoint, doc []byte) error {
-	if s.strict && string(doc) == "garbage" {
-		return errors.New("unreadable")
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.docs[e.Address()] = string(doc)
-	return nil
-}
-
-func (s *store) Keep(present map[string]bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for a := range s.docs {
-		if !present[a] {
-			delete(s.docs, a)
+func (n *numbers) Read(e *endpoints.Endpoint, doc []byte) error {
+	v, err := strconv.ParseFloat(string(doc), 64)
+	if err != nil {
+		if n.strict {
+			return err
 		}
+		v = -1
 	}
+	n.Set(e.Address(), map[string]float64{"v": v})
+	return nil
 }
 
 // A reader keeps an endpoint's previous data through a failed round or
@@ -153,10 +144,10 @@ func TestRoundDropsStaleData(t *testing.T) {
 	for _, name := range []string{"up", "down", "garbled", "unplaced"} {
 		eps = append(eps, endpoints.NewEndpoint(endpoints.Spec{Name: name, Address: name + ":1"}))
 	}
-	strict, lenient := &store{strict: true, docs: map[string]string{}}, &store{docs: map[string]string{}}
+	strict, lenient := &numbers{strict: true}, &numbers{}
 	readers := []Reader{strict, lenient}
 
-	type want struct{ strict, lenient map[string]string }
+	type want struct{ strict, lenient map[string]float64 }
 	steps := []struct {
 		name  string
 		setup func()
@@ -164,41 +155,41 @@ func TestRoundDropsStaleData(t *testing.T) {
 	}{
 		{"all answer", func() {
 			for _, n := range []string{"up", "down", "garbled", "unplaced"} {
-				set(n, http.StatusOK, "v1", true)
+				set(n, http.StatusOK, "1", true)
 			}
 		}, want{
-			map[string]string{"up:1": "v1", "down:1": "v1", "garbled:1": "v1", "unplaced:1": "v1"},
-			map[string]string{"up:1": "v1", "down:1": "v1", "garbled:1": "v1", "unplaced:1": "v1"},
+			map[string]float64{"up:1": 1, "down:1": 1, "garbled:1": 1, "unplaced:1": 1},
+			map[string]float64{"up:1": 1, "down:1": 1, "garbled:1": 1, "unplaced:1": 1},
 		}},
 		{"first failure", func() {
-			set("up", http.StatusOK, "v2", true)
+			set("up", http.StatusOK, "2", true)
 			set("down", http.StatusServiceUnavailable, "", true)
 			set("garbled", http.StatusOK, "garbage", true)
-			set("unplaced", http.StatusOK, "v2", false)
+			set("unplaced", http.StatusOK, "2", false)
 		}, want{
-			map[string]string{"up:1": "v2", "down:1": "v1", "garbled:1": "v1"},
-			map[string]string{"up:1": "v2", "down:1": "v1", "garbled:1": "garbage"},
+			map[string]float64{"up:1": 2, "down:1": 1, "garbled:1": 1},
+			map[string]float64{"up:1": 2, "down:1": 1, "garbled:1": -1},
 		}},
 		{"second failure", func() {}, want{
-			map[string]string{"up:1": "v2", "down:1": "v1", "garbled:1": "v1"},
-			map[string]string{"up:1": "v2", "down:1": "v1", "garbled:1": "garbage"},
+			map[string]float64{"up:1": 2, "down:1": 1, "garbled:1": 1},
+			map[string]float64{"up:1": 2, "down:1": 1, "garbled:1": -1},
 		}},
 		{"third failure drops", func() {}, want{
-			map[string]string{"up:1": "v2"},
-			map[string]string{"up:1": "v2", "garbled:1": "garbage"},
+			map[string]float64{"up:1": 2},
+			map[string]float64{"up:1": 2, "garbled:1": -1},
 		}},
 		{"back", func() {
-			set("down", http.StatusOK, "v5", true)
-			set("garbled", http.StatusOK, "v5", true)
+			set("down", http.StatusOK, "5", true)
+			set("garbled", http.StatusOK, "5", true)
 		}, want{
-			map[string]string{"up:1": "v2", "down:1": "v5", "garbled:1": "v5"},
-			map[string]string{"up:1": "v2", "down:1": "v5", "garbled:1": "v5"},
+			map[string]float64{"up:1": 2, "down:1": 5, "garbled:1": 5},
+			map[string]float64{"up:1": 2, "down:1": 5, "garbled:1": 5},
 		}},
 		{"one failure after recovering is one", func() {
 			set("down", http.StatusServiceUnavailable, "", true)
 		}, want{
-			map[string]string{"up:1": "v2", "down:1": "v5", "garbled:1": "v5"},
-			map[string]string{"up:1": "v2", "down:1": "v5", "garbled:1": "v5"},
+			map[string]float64{"up:1": 2, "down:1": 5, "garbled:1": 5},
+			map[string]float64{"up:1": 2, "down:1": 5, "garbled:1": 5},
 		}},
 	}
 	for _, st := range steps {
@@ -206,12 +197,15 @@ func TestRoundDropsStaleData(t *testing.T) {
 		p.Round(context.Background(), eps, 5*time.Second, readers)
 		for _, c := range []struct {
 			name string
-			s    *store
-			want map[string]string
+			s    *numbers
+			want map[string]float64
 		}{{"strict", strict, st.want.strict}, {"lenient", lenient, st.want.lenient}} {
-			c.s.mu.Lock()
-			got := maps.Clone(c.s.docs)
-			c.s.mu.Unlock()
+			got := map[string]float64{}
+			for _, e := range eps {
+				if v, ok := c.s.Get(e.Address(), "v"); ok {
+					got[e.Address()] = v
+				}
+			}
 			if !maps.Equal(got, c.want) {
 				t.Errorf("%s: %s reader holds %v, want %v", st.name, c.name, got, c.want)
 			}
