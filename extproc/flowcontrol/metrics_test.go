@@ -1,63 +1,42 @@
-package flowcontrol_test
+package flowcontrol
 
 import (
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
-
-	"github.com/kvgate/kvgate/extproc/flowcontrol"
 )
 
-// series finds the sample of family name whose labels include want.
-func series(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) (*dto.Metric, bool) {
+func histogram(t *testing.T, o prometheus.Observer) (count uint64, sum float64) {
 	t.Helper()
-	fams, err := reg.Gather()
-	if err != nil {
+	var pb dto.Metric
+	if err := o.(prometheus.Metric).Write(&pb); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range f.GetMetric() {
-			have := map[string]string{}
-			for _, l := range m.GetLabel() {
-				have[l.GetName()] = l.GetValue()
-			}
-			for k, v := range want {
-				if have[k] != v {
-					continue next
-				}
-			}
-			return m, true
-		}
-	}
-	return nil, false
+	return pb.GetHistogram().GetSampleCount(), pb.GetHistogram().GetSampleSum()
 }
 
 // The recorder writes each label set's series, under both prefixes, the
 // same way on every call: the first and later writes (cached series) add
 // up, and a stage removed and set again is exported again.
 func TestMetricsSeries(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	m, err := flowcontrol.NewMetrics(reg, "pool")
+	m, err := NewMetrics(prometheus.NewRegistry(), "pool")
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := &flowcontrol.Request{FairnessID: "tenant", Priority: -2, Model: "m", TargetModel: "t"}
-	other := &flowcontrol.Request{FairnessID: "other-tenant", Priority: -2, Model: "m", TargetModel: "t"}
+	req := &Request{FairnessID: "tenant", Priority: -2, Model: "m", TargetModel: "t"}
 	m.Queued(req, 1, 100)
 	m.Queued(req, 1, 50)
-	m.Queued(other, 1, 7)
+	m.Queued(&Request{FairnessID: "other", Priority: -2, Model: "m", TargetModel: "t"}, 1, 7)
 	m.Queued(req, -1, -100)
-	m.Finished(req, flowcontrol.Dispatched, 2*time.Second)
-	m.Finished(req, flowcontrol.Dispatched, time.Second)
-	m.Finished(req, flowcontrol.EvictedTTL, time.Second)
-	m.EnqueueDuration(flowcontrol.FlowKey{FairnessID: "tenant", Priority: -2}, flowcontrol.Dispatched, time.Millisecond)
-	m.EnqueueDuration(flowcontrol.FlowKey{FairnessID: "tenant", Priority: -2}, flowcontrol.Dispatched, time.Millisecond)
+	m.Finished(req, Dispatched, 2*time.Second)
+	m.Finished(req, Dispatched, time.Second)
+	m.Finished(req, EvictedTTL, time.Second)
+	for range 2 {
+		m.EnqueueDuration(FlowKey{FairnessID: "tenant", Priority: -2}, Dispatched, time.Millisecond)
+	}
 	m.DispatchCycle(time.Millisecond)
 	m.BandUtilization(-2, 0.25, 0.5)
 	m.BandUtilization(-2, 0.5, 0.75)
@@ -67,55 +46,44 @@ func TestMetricsSeries(t *testing.T) {
 	m.PoolSaturation("prefill", 0, false)
 	m.PoolSaturation("decode", 0.9, true)
 
-	queue := map[string]string{"fairness_id": "tenant", "priority": "-2", "inference_pool": "pool", "model_name": "m", "target_model_name": "t"}
-	dispatched := map[string]string{"fairness_id": "tenant", "priority": "-2", "outcome": "Dispatched"}
-	for _, p := range []string{flowcontrol.PrefixLLMD, flowcontrol.PrefixGIE} {
-		checks := []struct {
-			name   string
-			labels map[string]string
-			value  func(*dto.Metric) float64
-			want   float64
+	for i, p := range []string{PrefixLLMD, PrefixGIE} {
+		for _, c := range []struct {
+			name      string
+			got, want float64
 		}{
-			{"flow_control_queue_size", queue, gauge, 1},
-			{"flow_control_queue_bytes", queue, gauge, 50},
-			{"flow_control_queue_size", map[string]string{"fairness_id": "other-tenant"}, gauge, 1},
-			{"flow_control_requests_total", map[string]string{"outcome": "Dispatched", "priority": "-2", "inference_pool": "pool"}, counter, 2},
-			{"flow_control_requests_total", map[string]string{"outcome": "EvictedTTL"}, counter, 1},
-			{"flow_control_request_queue_duration_seconds", dispatched, histSum, 3},
-			{"flow_control_request_enqueue_duration_seconds", dispatched, histCount, 2},
-			{"flow_control_dispatch_cycle_duration_seconds", nil, histCount, 1},
-			{"flow_control_capacity_utilization_requests", map[string]string{"priority": "-2"}, gauge, 0.5},
-			{"flow_control_capacity_utilization_bytes", map[string]string{"priority": "-2"}, gauge, 0.75},
-			{"flow_control_pool_saturation", map[string]string{"stage": "decode"}, gauge, 0.9},
-		}
-		for _, c := range checks {
-			s, ok := series(t, reg, p+c.name, c.labels)
-			if !ok {
-				t.Errorf("%s%s%v: no series", p, c.name, c.labels)
-				continue
-			}
-			if got := c.value(s); got != c.want {
-				t.Errorf("%s%s%v = %v, want %v", p, c.name, c.labels, got, c.want)
+			{"queue size", testutil.ToFloat64(m.queueSize[i].WithLabelValues("tenant", "-2", "pool", "m", "t")), 1},
+			{"queue bytes", testutil.ToFloat64(m.queueBytes[i].WithLabelValues("tenant", "-2", "pool", "m", "t")), 50},
+			{"other flow's queue", testutil.ToFloat64(m.queueSize[i].WithLabelValues("other", "-2", "pool", "m", "t")), 1},
+			{"dispatched", testutil.ToFloat64(m.requests[i].WithLabelValues("Dispatched", "-2", "pool")), 2},
+			{"evicted", testutil.ToFloat64(m.requests[i].WithLabelValues("EvictedTTL", "-2", "pool")), 1},
+			{"band requests", testutil.ToFloat64(m.capReq[i].WithLabelValues("-2", "pool")), 0.5},
+			{"band bytes", testutil.ToFloat64(m.capBytes[i].WithLabelValues("-2", "pool")), 0.75},
+			{"decode saturation", testutil.ToFloat64(m.saturation[i].WithLabelValues("pool", "decode")), 0.9},
+			{"stages exported", float64(testutil.CollectAndCount(m.saturation[i])), 1},
+		} {
+			if c.got != c.want {
+				t.Errorf("%s%s = %v, want %v", p, c.name, c.got, c.want)
 			}
 		}
-		if _, ok := series(t, reg, p+"flow_control_pool_saturation", map[string]string{"stage": "prefill"}); ok {
-			t.Errorf("%s: a removed stage is still exported", p)
+		if n, sum := histogram(t, m.queueDuration[i].WithLabelValues("tenant", "-2", "Dispatched", "pool", "m", "t")); n != 2 || sum != 3 {
+			t.Errorf("%s queue duration: %d observations, sum %v", p, n, sum)
+		}
+		if n, _ := histogram(t, m.enqueueDuration[i].WithLabelValues("tenant", "-2", "Dispatched")); n != 2 {
+			t.Errorf("%s enqueue duration: %d observations", p, n)
+		}
+		if n, _ := histogram(t, m.dispatchCycle[i].WithLabelValues()); n != 1 {
+			t.Errorf("%s dispatch cycle: %d observations", p, n)
 		}
 	}
-	if s, ok := series(t, reg, flowcontrol.PrefixLLMD+"flow_control_stale_endpoints", map[string]string{"detector": "utilization-detector"}); !ok || gauge(s) != 1 {
-		t.Errorf("stale endpoints: %v", s)
+	if got := testutil.ToFloat64(m.stale.WithLabelValues("utilization-detector")); got != 1 {
+		t.Errorf("stale endpoints %v, want 1", got)
 	}
 
 	// A stage set again after its removal is exported again.
 	m.PoolSaturation("prefill", 0.7, true)
-	for _, p := range []string{flowcontrol.PrefixLLMD, flowcontrol.PrefixGIE} {
-		if s, ok := series(t, reg, p+"flow_control_pool_saturation", map[string]string{"stage": "prefill"}); !ok || gauge(s) != 0.7 {
-			t.Errorf("%s: prefill stage set again: %v", p, s)
+	for i, p := range []string{PrefixLLMD, PrefixGIE} {
+		if n := testutil.CollectAndCount(m.saturation[i]); n != 2 {
+			t.Errorf("%s: %d stages exported after prefill was set again, want 2", p, n)
 		}
 	}
 }
-
-func gauge(m *dto.Metric) float64     { return m.GetGauge().GetValue() }
-func counter(m *dto.Metric) float64   { return m.GetCounter().GetValue() }
-func histSum(m *dto.Metric) float64   { return m.GetHistogram().GetSampleSum() }
-func histCount(m *dto.Metric) float64 { return float64(m.GetHistogram().GetSampleCount()) }
