@@ -385,19 +385,25 @@ func (e *Endpoint) forward() {
 }
 
 // handOver moves e's charged counts and predicted finishes to n. It holds
-// both sets' locks (e's first: links only go forward, so two hand-overs
-// never take them in opposite orders), so that PrefillBacklog sees each
-// charge with a predicted finish in n's counters and set together.
+// e's set lock, which every change of a charge with a predicted finish
+// takes, and, when there are such charges to move, n's too (e's first:
+// links only go forward, so two hand-overs never take them in opposite
+// orders), so that PrefillBacklog sees each of them in n's counters and
+// set together. n gets a set only then, and so keeps the lock-free
+// PrefillBacklog of an endpoint without such charges.
 func (e *Endpoint) handOver(n *Endpoint) {
-	cs, dst := &e.rareState().computed, &n.rareState().computed
+	cs := &e.rareState().computed
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	dst.mu.Lock()
-	defer dst.mu.Unlock()
-	for x := range cs.set {
-		dst.set[x] = struct{}{}
+	if len(cs.set) > 0 {
+		dst := &n.rareState().computed
+		dst.mu.Lock()
+		defer dst.mu.Unlock()
+		for x := range cs.set {
+			dst.set[x] = struct{}{}
+		}
+		clear(cs.set)
 	}
-	clear(cs.set)
 	from, to := &e.load, &n.load
 	for _, p := range [...][2]*atomic.Int64{
 		{&from.prefillRequests, &to.prefillRequests},
