@@ -48,6 +48,7 @@ type Agent struct {
 	regs     []*registration
 	remotes  map[string]*remoteAgent
 	notifs   map[string][][]byte
+	notified chan struct{} // a value while notifs are held (see Notified)
 	inflight map[*XferReq]struct{}
 	stats    AgentStats
 	cDropped uint64 // the workers' drop count already added to stats
@@ -81,7 +82,7 @@ func NewAgent(name string, cfg AgentConfig) (*Agent, error) {
 		cfg.ProgressDelay = 50 * time.Millisecond
 	}
 	return &Agent{name: name, cfg: cfg, remotes: map[string]*remoteAgent{}, notifs: map[string][][]byte{},
-		inflight: map[*XferReq]struct{}{}, stop: make(chan struct{})}, nil
+		notified: make(chan struct{}, 1), inflight: map[*XferReq]struct{}{}, stop: make(chan struct{})}, nil
 }
 
 // Name is the agent's name.
@@ -735,10 +736,22 @@ func (a *Agent) drainNotifsLocked() {
 		a.notifs[name] = append(a.notifs[name], msg)
 		a.stats.NotifsReceived++
 		held++
+		select {
+		case a.notified <- struct{}{}:
+		default: // one value stands for any number held
+		}
 	})
 	a.stats.NotifsDropped += dropped - a.cDropped
 	a.cDropped = dropped
 }
+
+// Notified receives a value once notifications are held for GetNotifs
+// (one value for any number of them), so that a caller can sleep until one
+// arrives instead of polling GetNotifs. Notifications are collected by the
+// progress goroutine (AgentConfig.ProgressThread) as they arrive, else only
+// by GetNotifs and Progress. A value may stay pending after GetNotifs took
+// the notifications it announced: GetNotifs may then return none.
+func (a *Agent) Notified() <-chan struct{} { return a.notified }
 
 // GetNotifs progresses the workers and returns the notifications received
 // since the last call, by sender (getNotifs).

@@ -167,6 +167,36 @@ func TestStandaloneNotif(t *testing.T) {
 	}
 }
 
+// TestNotifiedWithoutPolling: with a progress goroutine, a notification
+// is collected as it arrives and announced on Notified, so a receiver can
+// sleep until then; before, a receiver had to poll GetNotifs (the node
+// agent did every 2 ms).
+func TestNotifiedWithoutPolling(t *testing.T) {
+	t.Setenv("UCX_TLS", "tcp")
+	x, y := newSide(t, "x", 4096, nil), newSide(t, "y", 4096, nil)
+	connect(t, x, y)
+	select {
+	case <-y.a.Notified():
+		t.Fatal("announced before any notification")
+	default:
+	}
+	if err := x.a.GenNotif("y", []byte("r:1")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-y.a.Notified():
+	case <-time.After(30 * time.Second):
+		t.Fatal("no notification announced")
+	}
+	m, err := y.a.GetNotifs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m["x"]; len(got) != 1 || string(got[0]) != "r:1" {
+		t.Fatalf("got %q", m)
+	}
+}
+
 func TestErrors(t *testing.T) {
 	t.Setenv("UCX_TLS", "tcp")
 	const size = 1 << 16
