@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -61,7 +62,6 @@ const (
 	maxLeases   = 1 << 16 // holds and peers' pins at once
 	watchQueue  = 1024
 	maxWatchers = 16 // release watches per engine (a server needs one)
-	notifPeriod = 2 * time.Millisecond
 )
 
 // Agent is the KV-transfer service. It implements agentv1.KVTransferServer.
@@ -80,6 +80,8 @@ type Agent struct {
 	cpuMem    *nixl.Region
 	cpuOwner  map[uint32]string // CPU slot → the engine whose topic announced it
 	leases    map[string]*lease
+	deadlines leaseHeap   // the leases by deadline
+	expiry    *time.Timer // armed for deadlines' head (see leaseHeap)
 	peers     map[string]*peer
 	watchers  map[string]map[chan *agentv1.Release]struct{}
 	stats     Stats
@@ -134,12 +136,14 @@ type lease struct {
 	pool     *slotPool
 	slots    []uint32
 	deadline time.Time
+	at       int // index in Agent.deadlines
 	// consumers is how many release notifications free the lease (the
 	// first one's count), notified how many arrived.
 	consumers, notified uint64
 }
 
-// New starts an agent: NIXL agent, UCX backend, notification loop.
+// New starts an agent: NIXL agent, UCX backend, notification loop, lease
+// expiry timer.
 func New(cfg Config) (*Agent, error) {
 	if cfg.Name == "" {
 		return nil, fmt.Errorf("agent: a name is required")
@@ -174,6 +178,7 @@ func New(cfg Config) (*Agent, error) {
 		cpuOwner: map[uint32]string{}, leases: map[string]*lease{}, peers: map[string]*peer{},
 		watchers: map[string]map[chan *agentv1.Release]struct{}{}}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
+	a.expiry = time.AfterFunc(math.MaxInt64, a.expire) // armed by the first lease
 	a.wg.Add(1)
 	go a.notifLoop()
 	return a, nil
@@ -186,6 +191,7 @@ func (a *Agent) Close() error {
 	a.wg.Wait()
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.expiry.Stop()
 	for _, p := range a.peers {
 		p.conn.Close()
 	}
@@ -235,16 +241,20 @@ func (a *Agent) Stats() Stats {
 
 func addr(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
 
-// notifLoop applies completion notifications and expires leases.
+// notifLoop applies release notifications as they arrive. It sleeps until
+// NIXL announces some (Notified) rather than polling: the agent runs NIXL
+// with its progress goroutine, which sleeps on the UCX workers' event
+// descriptors and, woken by a peer's message (or a peer's READ, which UCX
+// over TCP serves in software), progresses them and collects the
+// notifications. So neither notifications nor peers' READs need this loop
+// to progress UCX. Leases expire on their own timer (see leaseHeap).
 func (a *Agent) notifLoop() {
 	defer a.wg.Done()
-	t := time.NewTicker(notifPeriod)
-	defer t.Stop()
 	for {
 		select {
 		case <-a.ctx.Done():
 			return
-		case <-t.C:
+		case <-a.nx.Notified():
 		}
 		notifs, err := a.nx.GetNotifs()
 		if err != nil {
@@ -255,12 +265,6 @@ func (a *Agent) notifLoop() {
 		for sender, msgs := range notifs {
 			for _, m := range msgs {
 				a.notifiedLocked(sender, m)
-			}
-		}
-		now := time.Now()
-		for _, l := range a.leases {
-			if now.After(l.deadline) {
-				a.releaseLocked(l, true)
 			}
 		}
 		a.mu.Unlock()
@@ -321,7 +325,7 @@ func (a *Agent) releaseLocked(l *lease, expired bool) {
 	for _, s := range l.slots {
 		l.pool.unpin(s)
 	}
-	delete(a.leases, l.id)
+	a.removeLeaseLocked(l)
 	if expired {
 		a.stats.Expired++
 		a.log.Info("releasing expired KV blocks", "request", l.id, "blocks", len(l.slots))
@@ -578,8 +582,8 @@ func (a *Agent) StoreBlocks(ctx context.Context, req *agentv1.StoreBlocksRequest
 		resp.Fresh = append(resp.Fresh, fresh)
 	}
 	if h := req.Hold; h != nil {
-		a.leases[h.RequestId] = &lease{id: h.RequestId, engine: req.EngineId, pool: r.pool, slots: resp.Slots,
-			deadline: time.Now().Add(a.leaseOf(h.LeaseMs))}
+		a.addLeaseLocked(&lease{id: h.RequestId, engine: req.EngineId, pool: r.pool, slots: resp.Slots,
+			deadline: time.Now().Add(a.leaseOf(h.LeaseMs))})
 	} else {
 		for _, s := range resp.Slots {
 			r.pool.unpin(s)
@@ -680,7 +684,7 @@ func (a *Agent) PinBlocks(ctx context.Context, req *agentv1.PinBlocksRequest) (*
 		resp.Slots = append(resp.Slots, s)
 	}
 	if len(resp.Slots) > 0 {
-		a.leases[resp.LeaseId] = &lease{id: resp.LeaseId, pool: a.cpu, slots: resp.Slots, deadline: time.Now().Add(a.leaseOf(req.LeaseMs))}
+		a.addLeaseLocked(&lease{id: resp.LeaseId, pool: a.cpu, slots: resp.Slots, deadline: time.Now().Add(a.leaseOf(req.LeaseMs))})
 	}
 	return resp, nil
 }

@@ -40,12 +40,12 @@ type node struct {
 	client agentv1.KVTransferClient
 }
 
-func newNode(t *testing.T, name string, cpuBytes int) *node {
+func newNode(t testing.TB, name string, cpuBytes int) *node {
 	t.Helper()
 	return newNodeWith(t, Config{Name: name, CPUBytes: cpuBytes, PullTimeout: 10 * time.Second})
 }
 
-func newNodeWith(t *testing.T, cfg Config) *node {
+func newNodeWith(t testing.TB, cfg Config) *node {
 	t.Helper()
 	if cfg.RegionDir == "" {
 		cfg.RegionDir = t.TempDir()
@@ -75,7 +75,7 @@ func newNodeWith(t *testing.T, cfg Config) *node {
 
 // region registers a fresh region file for engine and returns the
 // server's own mapping of it.
-func (n *node) region(t *testing.T, engine string, bb, slots int, events string) []byte {
+func (n *node) region(t testing.TB, engine string, bb, slots int, events string) []byte {
 	t.Helper()
 	path := n.dir + "/" + engine
 	mem, err := kvblock.Map(path, bb*slots)

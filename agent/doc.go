@@ -37,4 +37,9 @@
 // map is bounded: live regions by maxRegions, retired ranges by maxRetired,
 // leases by maxLeases, peers by maxPeers, release watches by maxWatchers
 // per engine and their queues by watchQueue.
+//
+// Idle, the agent does no work: leases expire on one timer armed for the
+// earliest deadline (a heap of them), and release notifications are
+// applied when NIXL's progress goroutine announces them (nixl's
+// Notified), not by polling.
 package agent
