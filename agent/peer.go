@@ -77,6 +77,9 @@ func (a *Agent) peerFor(ctx context.Context, addr string) (*peer, error) {
 
 // forget drops a peer after a failed transfer, so the next pull
 // handshakes again (a restarted peer has new addresses and rkeys).
+// Dropping the peer's NIXL metadata also drops it for every other address
+// the same agent is known by: their pulls then find none (see
+// handshakeAgain).
 func (a *Agent) forget(p *peer) {
 	a.mu.Lock()
 	if a.peers[p.addr] == p {
@@ -115,35 +118,41 @@ func (a *Agent) PullBlocks(ctx context.Context, req *agentv1.PullBlocksRequest) 
 		return nil, a.pullFailed(err)
 	}
 	bb := uint64(r.pool.slotBytes)
-	var base uint64
 	var remote []uint32
 	var notif string
+	// locate is the base address of the peer's area the remote blocks lie
+	// in, as its handshake listed the areas, or why it has none.
+	var locate func(p *peer) (uint64, error)
 	switch src := req.Source.(type) {
 	case *agentv1.PullBlocksRequest_Prefill:
 		pf := src.Prefill
-		ri, ok := p.regions[pf.RemoteEngineId]
-		if !ok {
+		locate = func(p *peer) (uint64, error) {
+			ri, ok := p.regions[pf.RemoteEngineId]
+			if !ok {
+				return 0, status.Errorf(codes.NotFound, "agent %s has no region for engine %q", req.Peer, pf.RemoteEngineId)
+			}
+			for _, id := range pf.RemoteBlockIds {
+				if id >= ri.Slots {
+					return 0, status.Errorf(codes.InvalidArgument, "remote block %d out of range (engine %s has %d)", id, pf.RemoteEngineId, ri.Slots)
+				}
+			}
+			return ri.BaseAddr, nil
+		}
+		if _, err := locate(p); status.Code(err) == codes.NotFound {
 			// The peer may have registered this engine's region after our
 			// handshake (a server that started or restarted): fetch its
 			// metadata anew, once.
-			a.forget(p)
-			if p, err = a.peerFor(ctx, req.Peer); err != nil {
+			if p, err = a.handshakeAgain(ctx, p); err != nil {
 				return nil, a.pullFailed(err)
 			}
-			ri, ok = p.regions[pf.RemoteEngineId]
 		}
-		if !ok {
-			return nil, a.pullFailed(status.Errorf(codes.NotFound, "agent %s has no region for engine %q", req.Peer, pf.RemoteEngineId))
+		if _, err := locate(p); err != nil {
+			return nil, a.pullFailed(err)
 		}
 		if len(pf.RemoteBlockIds) != len(req.Hashes) {
 			return nil, a.pullFailed(status.Errorf(codes.InvalidArgument, "%d remote blocks for %d hashes", len(pf.RemoteBlockIds), len(req.Hashes)))
 		}
-		for _, id := range pf.RemoteBlockIds {
-			if id >= ri.Slots {
-				return nil, a.pullFailed(status.Errorf(codes.InvalidArgument, "remote block %d out of range (engine %s has %d)", id, pf.RemoteEngineId, ri.Slots))
-			}
-		}
-		base, remote = ri.BaseAddr, pf.RemoteBlockIds
+		remote = pf.RemoteBlockIds
 		tp := max(pf.TpSize, 1)
 		notif = pf.RemoteRequestId + ":" + strconv.FormatUint(uint64(tp), 10)
 	case *agentv1.PullBlocksRequest_Cpu:
@@ -162,19 +171,36 @@ func (a *Agent) PullBlocks(ctx context.Context, req *agentv1.PullBlocksRequest) 
 		if len(pin.Slots) > len(req.Hashes) {
 			return nil, a.pullFailed(status.Errorf(codes.Unavailable, "agent %s pinned %d blocks for %d hashes", req.Peer, len(pin.Slots), len(req.Hashes)))
 		}
-		for _, s := range pin.Slots {
-			if s >= p.cpu.Slots {
-				return nil, a.pullFailed(status.Errorf(codes.Unavailable, "agent %s pinned CPU block %d out of range (it has %d)", req.Peer, s, p.cpu.Slots))
+		locate = func(p *peer) (uint64, error) {
+			if p.cpu == nil {
+				return 0, status.Errorf(codes.Unavailable, "agent %s has no CPU tier any more", req.Peer)
 			}
+			for _, s := range pin.Slots {
+				if s >= p.cpu.Slots {
+					return 0, status.Errorf(codes.Unavailable, "agent %s pinned CPU block %d out of range (it has %d)", req.Peer, s, p.cpu.Slots)
+				}
+			}
+			return p.cpu.BaseAddr, nil
 		}
-		base, remote, notif = p.cpu.BaseAddr, pin.Slots, pin.LeaseId+":1"
+		if _, err := locate(p); err != nil {
+			return nil, a.pullFailed(err)
+		}
+		remote, notif = pin.Slots, pin.LeaseId+":1"
 	default:
 		return nil, status.Error(codes.InvalidArgument, "source (prefill or cpu) is required")
 	}
 	hashes := req.Hashes[:len(remote)]
 	if len(remote) == 0 {
 		// A full local hit: nothing to read, but the source must free.
-		if err := a.nx.GenNotif(p.name, []byte(notif)); err != nil {
+		err := a.nx.GenNotif(p.name, []byte(notif))
+		if errors.Is(err, nixl.ErrNotFound.Err()) {
+			// The peer's metadata is gone (see handshakeAgain).
+			if p, err = a.handshakeAgain(ctx, p); err != nil {
+				return nil, a.pullFailed(err)
+			}
+			err = a.nx.GenNotif(p.name, []byte(notif))
+		}
+		if err != nil {
 			return nil, a.pullFailed(status.Errorf(codes.Unavailable, "%v", err))
 		}
 		return &agentv1.PullBlocksResponse{}, nil
@@ -200,13 +226,30 @@ func (a *Agent) PullBlocks(ctx context.Context, req *agentv1.PullBlocksRequest) 
 	r.m.writers++
 	a.mu.Unlock()
 	local := nixl.DescList{Type: nixl.DRAM, Descs: make([]nixl.Desc, len(slots))}
-	rem := nixl.DescList{Type: nixl.DRAM, Descs: make([]nixl.Desc, len(slots))}
 	for i, s := range slots {
 		local.Descs[i] = nixl.Desc{Addr: addr(r.pool.bytes(s)), Len: bb}
-		rem.Descs[i] = nixl.Desc{Addr: uintptr(base + uint64(remote[i])*bb), Len: bb}
+	}
+	read := func(p *peer) (time.Duration, error) {
+		base, err := locate(p)
+		if err != nil {
+			return 0, err
+		}
+		rem := nixl.DescList{Type: nixl.DRAM, Descs: make([]nixl.Desc, len(slots))}
+		for i := range slots {
+			rem.Descs[i] = nixl.Desc{Addr: uintptr(base + uint64(remote[i])*bb), Len: bb}
+		}
+		return a.read(ctx, p, local, rem, notif)
 	}
 	start := time.Now()
-	post, err := a.read(ctx, p, local, rem, notif)
+	post, err := read(p)
+	if errors.Is(err, nixl.ErrNotFound.Err()) {
+		// Refused before anything moved (see handshakeAgain): the slots
+		// are as they were.
+		if p, err = a.handshakeAgain(ctx, p); err == nil {
+			start = time.Now()
+			post, err = read(p)
+		}
+	}
 	dur := time.Since(start)
 	if a.cfg.Transfers != nil {
 		a.cfg.Transfers.ObserveTransfer(req.Peer, uint64(len(slots))*bb, dur, err != nil)
@@ -221,6 +264,9 @@ func (a *Agent) PullBlocks(ctx context.Context, req *agentv1.PullBlocksRequest) 
 		}
 	}
 	a.mu.Unlock()
+	if _, ok := status.FromError(err); ok && err != nil {
+		return nil, a.pullFailed(err) // the new handshake's, or locate's
+	}
 	if err != nil {
 		if nixl.StatusOf(err) == nixl.ErrRemoteDisconnect || nixl.StatusOf(err) == nixl.ErrCanceled {
 			a.forget(p)
@@ -237,6 +283,22 @@ func (a *Agent) PullBlocks(ctx context.Context, req *agentv1.PullBlocksRequest) 
 	a.mu.Unlock()
 	return &agentv1.PullBlocksResponse{Slots: slots, Bytes: uint64(len(slots)) * bb, TransferUs: uint64(dur.Microseconds()),
 		PostUs: uint64(post.Microseconds())}, nil
+}
+
+// handshakeAgain drops the peer and handshakes with its address anew: for
+// a region the peer registered after the handshake, or when NIXL refused a
+// transfer or notification to it with NIXL_ERR_NOT_FOUND. NIXL checks a
+// request against the metadata it has loaded before anything moves, and
+// refuses it so when it has none under the peer's name any more or when
+// the peer's areas, as its handshake listed them, are not in it: both
+// happen once the peer restarted and a pull under another address of the
+// same agent, or an agent sharing its name, dropped or reloaded the
+// metadata. That peer is known under this address only by its stale
+// handshake, which no disconnect will clear any more, so without a new
+// handshake every pull under this address failed for good.
+func (a *Agent) handshakeAgain(ctx context.Context, p *peer) (*peer, error) {
+	a.forget(p)
+	return a.peerFor(ctx, p.addr)
 }
 
 func (a *Agent) pullFailed(err error) error {
