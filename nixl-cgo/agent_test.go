@@ -375,6 +375,44 @@ func TestRemoteKilledMidTransfer(t *testing.T) {
 	testutil.NoGoroutineLeak(t, goroutines, "closing the agent")
 }
 
+// TestReleaseDoneUnpolled: a request whose data completed while nobody
+// polled it (a Wait given up on at that moment, progress made by other
+// calls) is still in progress for the agent, and releasing it aborts the
+// connection, then collects it. Collecting it found the flush done and
+// sent the notification on the endpoint the abort had just closed: a NULL
+// UCP endpoint, and the process crashed.
+func TestReleaseDoneUnpolled(t *testing.T) {
+	t.Setenv("UCX_TLS", "tcp")
+	const size = 1 << 20
+	x := newSideCfg(t, "x", size, nil, AgentConfig{})
+	y := newSide(t, "y", size, nil)
+	connect(t, x, y)
+	pattern(y.reg.Bytes(), 5)
+	r, err := x.a.CreateXferReq(Read, DescList{Type: DRAM, Descs: []Desc{x.reg.Desc(0, size)}},
+		DescList{Type: DRAM, Descs: []Desc{y.reg.Desc(0, size)}}, "y", XferOpts{HasNotif: true, NotifMsg: []byte("r:1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := x.a.PostXferReq(r); st != InProg {
+		t.Fatalf("a %d-byte READ over TCP ended at once: %s %v", size, st, err)
+	}
+	// Progress, not polling the request, until the data landed; then more,
+	// for the flush that follows it.
+	testutil.WaitFor(t, "the READ's data", func() bool {
+		x.a.Progress()
+		return bytes.Equal(x.reg.Bytes(), y.reg.Bytes())
+	})
+	for range 100 {
+		x.a.Progress()
+	}
+	if err := x.a.ReleaseXferReq(r); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := x.a.GetXferStatus(r); st == Success || err == nil {
+		t.Fatalf("a request aborted before its notification went out ended %s", st)
+	}
+}
+
 // Releasing a request in progress aborts it without hanging, and the
 // peer is reachable again after reloading its metadata.
 func TestReleaseInProgress(t *testing.T) {

@@ -313,6 +313,13 @@ void kvg_rkey_destroy(ucp_rkey_h rk)
 
 static ucs_status_t send_am(kvg_ep *e, const void *data, size_t len, void *owned)
 {
+	if (!e->ep) {
+		/* Closed, its status set by kvg_ep_close: a transfer whose flush
+		 * completed before an abort closed the endpoint ends here, its
+		 * notification unsent. */
+		obj_free(owned);
+		return e->status;
+	}
 	ucp_request_param_t p;
 	memset(&p, 0, sizeof(p));
 	p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
