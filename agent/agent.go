@@ -73,7 +73,8 @@ type Agent struct {
 	dir *regionDir
 
 	mu        sync.Mutex
-	blockSize int // bytes per slot, set by the first region
+	closed    bool // by Close: the ranges are unmapped, calls are refused
+	blockSize int  // bytes per slot, set by the first region
 	regions   map[string]*region
 	retired   []*mapping // blanked, reusable once no pull writes into them
 	cpu       *slotPool
@@ -185,12 +186,18 @@ func New(cfg Config) (*Agent, error) {
 }
 
 // Close stops the agent and frees its memory. Server regions stay mapped
-// by their servers.
+// by their servers. Calls after it are refused (Unavailable): a handler
+// may outlive the gRPC server's Serve, and must not touch unmapped ranges.
 func (a *Agent) Close() error {
 	a.cancel()
 	a.wg.Wait()
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.closed {
+		// Unmapping again could unmap whatever was mapped there since.
+		return nil
+	}
+	a.closed = true
 	a.expiry.Stop()
 	for _, p := range a.peers {
 		p.conn.Close()
@@ -358,6 +365,9 @@ func (a *Agent) RegisterRegion(ctx context.Context, req *agentv1.RegisterRegionR
 	}
 	f, err := a.dir.open(req.Path)
 	if err != nil {
+		if errors.Is(err, os.ErrClosed) { // the region directory, by Close
+			return nil, errClosed
+		}
 		if errors.Is(err, ErrOutsideRegionDir) {
 			return nil, status.Error(codes.PermissionDenied, err.Error())
 		}
@@ -370,6 +380,9 @@ func (a *Agent) RegisterRegion(ctx context.Context, req *agentv1.RegisterRegionR
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.closed {
+		return nil, errClosed
+	}
 	if _, ok := a.regions[req.EngineId]; ok {
 		return nil, status.Errorf(codes.AlreadyExists, "engine %s already has a region", req.EngineId)
 	}
@@ -523,7 +536,13 @@ func (a *Agent) leaseOf(ms uint32) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
+// errClosed refuses a call that reached a closed agent.
+var errClosed = status.Error(codes.Unavailable, "agent closed")
+
 func (a *Agent) regionLocked(engine string) (*region, error) {
+	if a.closed {
+		return nil, errClosed
+	}
 	r, ok := a.regions[engine]
 	if !ok {
 		return nil, status.Errorf(codes.NotFound, "no region registered for engine %q", engine)
@@ -645,6 +664,9 @@ func (a *Agent) GetMetadata(ctx context.Context, _ *agentv1.GetMetadataRequest) 
 	// every READ of that region without handshaking again.
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.closed {
+		return nil, errClosed
+	}
 	md, err := a.nx.LocalMD()
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "%v", err)
@@ -667,6 +689,9 @@ func (a *Agent) PinBlocks(ctx context.Context, req *agentv1.PinBlocksRequest) (*
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.closed {
+		return nil, errClosed // the CPU tier is unmapped
+	}
 	a.leaseSeq++
 	resp := &agentv1.PinBlocksResponse{LeaseId: "p2p-" + a.cfg.Name + "-" + strconv.FormatUint(a.leaseSeq, 10)}
 	if a.cpu == nil {
