@@ -54,23 +54,29 @@ func newNodeWith(t testing.TB, cfg Config) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { a.Close() })
+	addr := serveKV(t, a)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &node{a: a, addr: addr, dir: cfg.RegionDir, client: agentv1.NewKVTransferClient(conn)}
+}
+
+// serveKV serves s on a loopback port until the test ends and returns its
+// address.
+func serveKV(t testing.TB, s agentv1.KVTransferServer) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	agentv1.RegisterKVTransferServer(srv, a)
+	agentv1.RegisterKVTransferServer(srv, s)
 	go srv.Serve(ln)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		srv.Stop()
-		a.Close()
-	})
-	return &node{a: a, addr: ln.Addr().String(), dir: cfg.RegionDir, client: agentv1.NewKVTransferClient(conn)}
+	t.Cleanup(srv.Stop)
+	return ln.Addr().String()
 }
 
 // region registers a fresh region file for engine and returns the

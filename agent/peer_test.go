@@ -2,10 +2,8 @@ package agent
 
 import (
 	"context"
-	"net"
 	"testing"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	agentv1 "github.com/kvgate/kvgate/proto/kvgate/agent/v1"
@@ -56,15 +54,8 @@ func TestPullRefusesBadPins(t *testing.T) {
 		{"slot outside the CPU tier", []uint32{intoEngine}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv := grpc.NewServer()
-			agentv1.RegisterKVTransferServer(srv, overPinner{Agent: src.a, slots: tc.slots})
-			go srv.Serve(ln)
-			defer srv.Stop()
-			_, err = d.a.PullBlocks(t.Context(), &agentv1.PullBlocksRequest{EngineId: "D", Peer: ln.Addr().String(),
+			addr := serveKV(t, overPinner{Agent: src.a, slots: tc.slots})
+			_, err = d.a.PullBlocks(t.Context(), &agentv1.PullBlocksRequest{EngineId: "D", Peer: addr,
 				Hashes: []uint64{7}, Source: &agentv1.PullBlocksRequest_Cpu{Cpu: &agentv1.CPUSource{}}})
 			if codeOf(err) != codes.Unavailable {
 				t.Fatalf("got %v, want %s", err, codes.Unavailable)
@@ -127,15 +118,7 @@ func TestRefusedHandshakeLoadsNothing(t *testing.T) {
 	d.region(t, "D", blockBytes, 4, "")
 	src := newNode(t, "src", 0)
 	src.region(t, "S", blockBytes, 4, "")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	agentv1.RegisterKVTransferServer(srv, misnamed{src.a})
-	go srv.Serve(ln)
-	defer srv.Stop()
-	_, err = d.a.PullBlocks(t.Context(), &agentv1.PullBlocksRequest{EngineId: "D", Peer: ln.Addr().String(), Hashes: []uint64{1},
+	_, err := d.a.PullBlocks(t.Context(), &agentv1.PullBlocksRequest{EngineId: "D", Peer: serveKV(t, misnamed{src.a}), Hashes: []uint64{1},
 		Source: &agentv1.PullBlocksRequest_Prefill{Prefill: &agentv1.PrefillSource{RemoteEngineId: "S", RemoteRequestId: "x", RemoteBlockIds: []uint32{0}}}})
 	if codeOf(err) != codes.FailedPrecondition {
 		t.Fatalf("pull: %v, want %s", err, codes.FailedPrecondition)

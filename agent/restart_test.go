@@ -3,11 +3,8 @@ package agent
 import (
 	"context"
 	"fmt"
-	"net"
 	"sync/atomic"
 	"testing"
-
-	"google.golang.org/grpc"
 
 	"github.com/kvgate/kvgate/agent/kvblock"
 	agentv1 "github.com/kvgate/kvgate/proto/kvgate/agent/v1"
@@ -60,18 +57,7 @@ func TestPullAfterPeerRestart(t *testing.T) {
 	}
 	start()
 	t.Cleanup(func() { srv.cur.Load().Close() })
-	var addrs [2]string
-	for i := range addrs {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		g := grpc.NewServer()
-		agentv1.RegisterKVTransferServer(g, srv)
-		go g.Serve(ln)
-		t.Cleanup(g.Stop)
-		addrs[i] = ln.Addr().String()
-	}
+	addrs := [2]string{serveKV(t, srv), serveKV(t, srv)}
 	n := uint64(0)
 	pull := func(addr string) error {
 		n++
