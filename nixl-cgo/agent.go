@@ -589,6 +589,11 @@ func (a *Agent) pollLocked(r *XferReq, spins int) (Status, error) {
 		return r.status, r.err
 	}
 	st, err := r.h.check(spins)
+	if spins > 0 {
+		// Progress may have taken notifications in, and their UCX event
+		// with them: the progress goroutine would not wake for them.
+		a.drainNotifsLocked()
+	}
 	if st == InProg {
 		r.status, r.err = InProg, nil
 		return InProg, nil
@@ -748,9 +753,11 @@ func (a *Agent) drainNotifsLocked() {
 // Notified receives a value once notifications are held for GetNotifs
 // (one value for any number of them), so that a caller can sleep until one
 // arrives instead of polling GetNotifs. Notifications are collected by the
-// progress goroutine (AgentConfig.ProgressThread) as they arrive, else only
-// by GetNotifs and Progress. A value may stay pending after GetNotifs took
-// the notifications it announced: GetNotifs may then return none.
+// progress goroutine (AgentConfig.ProgressThread) as they arrive and by
+// every call that progresses the workers (GetNotifs, Progress, and polling
+// a transfer: GetXferStatus, Wait). A value may stay pending after
+// GetNotifs took the notifications it announced: GetNotifs may then return
+// none.
 func (a *Agent) Notified() <-chan struct{} { return a.notified }
 
 // GetNotifs progresses the workers and returns the notifications received

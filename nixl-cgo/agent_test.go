@@ -197,6 +197,52 @@ func TestNotifiedWithoutPolling(t *testing.T) {
 	}
 }
 
+// TestNotifiedByPolling: a notification that arrives while a transfer's
+// polling (GetXferStatus, Wait) progresses the workers is announced too.
+// Before, only the progress goroutine, GetNotifs and Progress collected
+// notifications, so one that polling took in waited in the backend for the
+// progress goroutine's next wake-up (its UCX event may have been consumed
+// by then: up to ProgressDelay), or, as here without a progress goroutine,
+// for good.
+func TestNotifiedByPolling(t *testing.T) {
+	t.Setenv("UCX_TLS", "tcp")
+	// y first, so that x, which nothing progresses, closes first: y's
+	// graceful close of its endpoint to x would wait for x.
+	y := newSide(t, "y", 4096, nil)
+	x := newSideCfg(t, "x", 4096, nil, AgentConfig{})
+	connect(t, x, y)
+	if err := y.a.GenNotif("x", []byte("r:1")); err != nil {
+		t.Fatal(err)
+	}
+	r, err := x.a.CreateXferReq(Read, DescList{Type: DRAM, Descs: []Desc{x.reg.Desc(0, 4096)}},
+		DescList{Type: DRAM, Descs: []Desc{y.reg.Desc(0, 4096)}}, "y", XferOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.a.ReleaseXferReq(r)
+	testutil.WaitFor(t, "the notification, announced", func() bool {
+		if _, err := x.a.PostXferReq(r); err != nil {
+			t.Fatal(err)
+		}
+		if err := waitCtx(t, x.a, r); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-x.a.Notified():
+			return true
+		default:
+			return false
+		}
+	})
+	m, err := x.a.GetNotifs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m["y"]; len(got) != 1 || string(got[0]) != "r:1" {
+		t.Fatalf("got %q", m)
+	}
+}
+
 func TestErrors(t *testing.T) {
 	t.Setenv("UCX_TLS", "tcp")
 	const size = 1 << 16
