@@ -275,7 +275,7 @@ func TestKVDataPlane(t *testing.T) {
 	_ = agentA.Cmd.Process.Kill()
 	started := time.Now()
 	code, _, raw = post(t, decode, map[string]any{"model": "Qwen/Qwen3-0.6B", "prompt": prompt, "max_tokens": 4, "kv_transfer_params": pre.KV})
-	if code != http.StatusServiceUnavailable || !strings.Contains(raw, "KV load failed") {
+	if code != http.StatusInternalServerError || !strings.Contains(raw, "KV load failed") {
 		t.Fatalf("decode from a dead prefiller agent: %d %s", code, raw)
 	}
 	t.Logf("dead prefiller agent: failed after %v: %s", time.Since(started).Round(time.Millisecond), raw)
