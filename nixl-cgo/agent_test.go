@@ -167,79 +167,75 @@ func TestStandaloneNotif(t *testing.T) {
 	}
 }
 
-// TestNotifiedWithoutPolling: with a progress goroutine, a notification
-// is collected as it arrives and announced on Notified, so a receiver can
-// sleep until then; before, a receiver had to poll GetNotifs (the node
-// agent did every 2 ms).
-func TestNotifiedWithoutPolling(t *testing.T) {
+// TestNotified: a notification is announced on Notified once collected,
+// so that a receiver can sleep until then instead of polling GetNotifs
+// (the node agent did, every 2 ms): collected by the progress goroutine as
+// it arrives, or by a transfer's polling (GetXferStatus, Wait) that took
+// it in. Before, polling left it in the backend until the progress
+// goroutine's next wake-up (its UCX event may have been consumed by then:
+// up to ProgressDelay), or, without a progress goroutine, for good.
+func TestNotified(t *testing.T) {
 	t.Setenv("UCX_TLS", "tcp")
-	x, y := newSide(t, "x", 4096, nil), newSide(t, "y", 4096, nil)
-	connect(t, x, y)
-	select {
-	case <-y.a.Notified():
-		t.Fatal("announced before any notification")
-	default:
-	}
-	if err := x.a.GenNotif("y", []byte("r:1")); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-y.a.Notified():
-	case <-time.After(30 * time.Second):
-		t.Fatal("no notification announced")
-	}
-	m, err := y.a.GetNotifs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := m["x"]; len(got) != 1 || string(got[0]) != "r:1" {
-		t.Fatalf("got %q", m)
-	}
-}
-
-// TestNotifiedByPolling: a notification that arrives while a transfer's
-// polling (GetXferStatus, Wait) progresses the workers is announced too.
-// Before, only the progress goroutine, GetNotifs and Progress collected
-// notifications, so one that polling took in waited in the backend for the
-// progress goroutine's next wake-up (its UCX event may have been consumed
-// by then: up to ProgressDelay), or, as here without a progress goroutine,
-// for good.
-func TestNotifiedByPolling(t *testing.T) {
-	t.Setenv("UCX_TLS", "tcp")
-	// y first, so that x, which nothing progresses, closes first: y's
-	// graceful close of its endpoint to x would wait for x.
-	y := newSide(t, "y", 4096, nil)
-	x := newSideCfg(t, "x", 4096, nil, AgentConfig{})
-	connect(t, x, y)
-	if err := y.a.GenNotif("x", []byte("r:1")); err != nil {
-		t.Fatal(err)
-	}
-	r, err := x.a.CreateXferReq(Read, DescList{Type: DRAM, Descs: []Desc{x.reg.Desc(0, 4096)}},
-		DescList{Type: DRAM, Descs: []Desc{y.reg.Desc(0, 4096)}}, "y", XferOpts{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer x.a.ReleaseXferReq(r)
-	testutil.WaitFor(t, "the notification, announced", func() bool {
-		if _, err := x.a.PostXferReq(r); err != nil {
-			t.Fatal(err)
-		}
-		if err := waitCtx(t, x.a, r); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-x.a.Notified():
-			return true
-		default:
-			return false
-		}
-	})
-	m, err := x.a.GetNotifs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := m["y"]; len(got) != 1 || string(got[0]) != "r:1" {
-		t.Fatalf("got %q", m)
+	for _, tc := range []struct {
+		name string
+		cfg  AgentConfig // the receiver's
+		// wait returns once the receiver announced a notification.
+		wait func(t *testing.T, x, y *side)
+	}{
+		{"progress goroutine", AgentConfig{ProgressThread: true}, func(t *testing.T, x, _ *side) {
+			select {
+			case <-x.a.Notified():
+			case <-time.After(30 * time.Second):
+				t.Fatal("no notification announced")
+			}
+		}},
+		{"transfer polling", AgentConfig{}, func(t *testing.T, x, y *side) {
+			r, err := x.a.CreateXferReq(Read, DescList{Type: DRAM, Descs: []Desc{x.reg.Desc(0, 4096)}},
+				DescList{Type: DRAM, Descs: []Desc{y.reg.Desc(0, 4096)}}, "y", XferOpts{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer x.a.ReleaseXferReq(r)
+			testutil.WaitFor(t, "the notification, announced", func() bool {
+				if _, err := x.a.PostXferReq(r); err != nil {
+					t.Fatal(err)
+				}
+				if err := waitCtx(t, x.a, r); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case <-x.a.Notified():
+					return true
+				default:
+					return false
+				}
+			})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The sender first, so that the receiver, which may have
+			// nothing progressing it, closes first: the sender's graceful
+			// close of its endpoint to it would wait for it.
+			y := newSide(t, "y", 4096, nil)
+			x := newSideCfg(t, "x", 4096, nil, tc.cfg)
+			connect(t, x, y)
+			select {
+			case <-x.a.Notified():
+				t.Fatal("announced before any notification")
+			default:
+			}
+			if err := y.a.GenNotif("x", []byte("r:1")); err != nil {
+				t.Fatal(err)
+			}
+			tc.wait(t, x, y)
+			m, err := x.a.GetNotifs()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := m["y"]; len(got) != 1 || string(got[0]) != "r:1" {
+				t.Fatalf("got %q", m)
+			}
+		})
 	}
 }
 
