@@ -9,7 +9,8 @@
 // GPUUtilization attribute, which endpoint-attribute-filter and
 // endpoint-attribute-scorer read with producer: dcgm-extractor. A page
 // without a matching sample removes the attribute (the endpoint counts
-// as missing it); a failed poll keeps the previous value.
+// as missing it); a failed poll keeps the previous value, until
+// poll.MaxFailedRounds (3) in a row have failed: then it is dropped too.
 //
 // With useNodeAddress the exporter is the node's (a DaemonSet): the page
 // is fetched from the endpoint's node address (its pod's status.hostIP in

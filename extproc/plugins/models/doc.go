@@ -6,7 +6,8 @@
 // parent: a LoRA adapter names its base model) as llm-d's ModelsAttribute.
 // Plugins read it through Extractor.Models. As in llm-d no built-in
 // scheduling plugin reads the attribute; a failed poll keeps the previous
-// list and is logged, and an endpoint leaving the pool drops its list.
+// list and is logged, poll.MaxFailedRounds (3) failed polls in a row drop
+// it, and an endpoint leaving the pool drops its list.
 //
 // The parameters are documented on Source and Extractor.
 package models
