@@ -399,7 +399,9 @@ type sim struct {
 	byAddr map[string]*replica
 	dir    *director.Director
 	// model is the policy's latency model, when it has one.
-	model  *latency.Model
+	model *latency.Model
+	// holds are the requests a Holder keeps in the picker.
+	holds  holds
 	index  *kvindex.Index
 	hasher *kvhash.Hasher
 	maxLen int
@@ -513,11 +515,13 @@ func newSim(opts Options, policy Policy, reqs []workload.Request) (*sim, error) 
 	dopts := director.Options{
 		Pool:       ds,
 		Scheduler:  built.Scheduler,
-		Hooks:      director.Hooks{RequestHeader: built.RequestHeader, PreRequest: built.PreRequest, FirstToken: built.FirstToken, ResponseComplete: built.ResponseComplete},
+		Hooks:      director.Hooks{RequestHeader: built.RequestHeader, PreRequest: built.PreRequest, FirstToken: built.FirstToken, ResponseComplete: built.ResponseComplete, Hold: built.Hold},
 		Saturation: saturation.New(built.Saturation, s.clock.Now),
 		Objectives: objectives(opts.Objectives),
 		Now:        s.clock.Now,
 		Logger:     opts.Logger,
+		// Holds wait on the virtual clock (hold.go).
+		DriverHolds: true,
 	}
 	if sd, ok := built.Detector.(director.Saturation); ok {
 		dopts.Saturation = sd
@@ -705,6 +709,8 @@ func (s *sim) run(ctx context.Context) (*Result, error) {
 		}
 		s.job.poll(ctx, t)
 		s.flow.dispatch(ctx, t)
+		s.holds.releaseDue(t)
+		s.arriveHeld(ctx, t)
 		for _, r := range s.reps {
 			if !r.busy {
 				s.step(r, t)
@@ -753,6 +759,7 @@ func (s *sim) nextEvent(next int) (time.Time, bool) {
 	if len(s.kvq) > 0 {
 		take(s.kvq[0].due)
 	}
+	s.holds.nextEvent(take)
 	if ft, fok := s.flow.nextEvent(); fok {
 		take(ft)
 	}
@@ -844,16 +851,24 @@ func (s *sim) arrive(ctx context.Context, i int, now time.Time) {
 	s.begin(ctx, i, req, prompt, dec, ex, err, now)
 }
 
-// begin hands a routed request to the chosen engine; err is the picker's
-// refusal.
+// begin hands a routed request to the chosen engine, unless the picker
+// holds it (hold.go); err is the picker's refusal.
 func (s *sim) begin(ctx context.Context, i int, req *server.Request, prompt []int, dec *server.Decision, ex server.Exchange, err error, now time.Time) {
+	if err != nil {
+		s.fail(&s.res.Requests[i], fmt.Errorf("picker: %w", err))
+		return
+	}
+	if s.holds.hold(i, req, prompt, dec, ex, now) {
+		return
+	}
+	s.handOver(ctx, i, req, prompt, dec, ex, now)
+}
+
+// handOver hands a routed request that the picker let go to its engine.
+func (s *sim) handOver(ctx context.Context, i int, req *server.Request, prompt []int, dec *server.Decision, ex server.Exchange, now time.Time) {
 	rr := &s.res.Requests[i]
 	id := req.ID
 	out := req.Parsed.MaxTokens
-	if err != nil {
-		s.fail(rr, fmt.Errorf("picker: %w", err))
-		return
-	}
 	r := s.byAddr[dec.Endpoints[0]]
 	if r == nil {
 		s.fail(rr, fmt.Errorf("picker chose unknown endpoint %q", dec.Endpoints[0]))

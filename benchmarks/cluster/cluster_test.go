@@ -328,3 +328,43 @@ func TestJoined(t *testing.T) {
 		t.Errorf("the joined short prompt took %v, alone %v: it should have waited for the shared step", r[0].TTFT, r[2].TTFT)
 	}
 }
+
+// The same requests under prefill-join-hold: the long prompt waits in the
+// picker for the short one's first token and reaches the server
+// holdReachDelay later, so the short prompt's step is its own (not joined,
+// about as fast as the lone one) and the long one starts after it.
+func TestHeldPromptDoesNotJoin(t *testing.T) {
+	p, ok := engine.LookupPreset("llama-3.1-8b-h100")
+	if !ok {
+		t.Fatal("preset missing")
+	}
+	cfg := []byte(`apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: prefill-join-hold
+- type: round-robin-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: round-robin-picker
+`)
+	reqs := []workload.Request{
+		{Arrival: 0, Segments: []workload.Segment{{Key: 1, Len: 24}}, OutputTokens: 4},
+		{Arrival: 0, Segments: []workload.Segment{{Key: 2, Len: 20000}}, OutputTokens: 4},
+		{Arrival: 10 * time.Second, Segments: []workload.Segment{{Key: 3, Len: 24}}, OutputTokens: 4},
+	}
+	res, err := Run(context.Background(), Options{Replicas: 1, Preset: p, Seed: 1}, Policy{Name: "hold", Config: cfg}, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res.Requests
+	if r[0].Joined || r[1].Joined || r[2].Joined {
+		t.Fatalf("joined %v %v %v, want none", r[0].Joined, r[1].Joined, r[2].Joined)
+	}
+	if r[0].TTFT > 2*r[2].TTFT {
+		t.Errorf("the short prompt took %v, alone %v: its step should be its own", r[0].TTFT, r[2].TTFT)
+	}
+	if r[1].TTFT < r[0].TTFT+holdReachDelay {
+		t.Errorf("the long prompt's first token at %v, before the short one's (%v) and its way to the server", r[1].TTFT, r[0].TTFT)
+	}
+}

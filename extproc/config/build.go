@@ -35,6 +35,7 @@ type Built struct {
 	PreRequest       []scheduling.PreRequest
 	ResponseComplete []scheduling.ResponseComplete
 	FirstToken       []scheduling.FirstToken
+	Hold             []scheduling.Holder
 	EndpointsRemoved []scheduling.EndpointsRemoved
 	Saturation       saturation.Config
 	FeatureGates     map[string]bool
@@ -268,6 +269,7 @@ func (b *Built) collectHooks() (scheduling.Stages, error) {
 	b.ResponseComplete = ofKind[scheduling.ResponseComplete](b.Plugins)
 	b.EndpointsRemoved = ofKind[scheduling.EndpointsRemoved](b.Plugins)
 	b.FirstToken = ofKind[scheduling.FirstToken](b.Plugins)
+	b.Hold = ofKind[scheduling.Holder](b.Plugins)
 	stages := scheduling.Stages{
 		Producers: ofKind[scheduling.DataProducer](b.Plugins),
 		Admitters: ofKind[scheduling.Admitter](b.Plugins),

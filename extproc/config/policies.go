@@ -100,13 +100,17 @@ var policies = []namedPolicy{
 	// of requests still in prefill) tells each candidate's uncached work;
 	// the predictor turns it and the live backlog into TTFT and TPOT; the
 	// latency scorer picks the fastest, or, for requests with an SLO, the
-	// SLO filter and admitter keep them where they can meet it. Scraped
+	// SLO filter and admitter keep them where they can meet it. A long
+	// prompt waits in the picker while a prompt ahead of it on its server
+	// is in prefill (prefill-join-hold), so that its first chunk does not
+	// fill that prompt's last step. Scraped
 	// queue and KV gauges play no part: between two scrapes every decision
 	// would see the same snapshot and herd under a burst.
 	{Name: PolicyPrecise, Picker: "max-score-picker",
 		Plugins: []policyPlugin{
 			{Type: "precise-prefix-cache-scorer", Parameters: preciseParameters},
-			{Type: "predicted-latency-producer", Parameters: fixed(map[string]any{"streamingMode": true})},
+			{Type: "prefill-join-hold"},
+			{Type: "predicted-latency-producer", Parameters: fixed(map[string]any{"streamingMode": true, "prefillJoinHold": "prefill-join-hold"})},
 			{Type: "latency-slo-admitter"},
 			{Type: "slo-headroom-tier-filter", InProfile: true},
 		},

@@ -50,6 +50,7 @@ type Hooks struct {
 	PreRequest       []scheduling.PreRequest
 	FirstToken       []scheduling.FirstToken
 	ResponseComplete []scheduling.ResponseComplete
+	Hold             []scheduling.Holder
 }
 
 // Saturation tells whether the pool can take more work; without flow
@@ -100,6 +101,11 @@ type Options struct {
 	// waiting queue. Off by default: vLLM under fcfs refuses a non-zero
 	// priority.
 	EnginePriority bool
+	// DriverHolds leaves a Holder's hold to the caller, which waits for
+	// the exchange's Hold itself (the cluster benchmark, on its virtual
+	// clock); HandleRequest otherwise waits before it returns. Dispatch
+	// never waits.
+	DriverHolds bool
 	// Metrics may be nil.
 	Metrics *metrics.Metrics
 	// Now is the clock for latency measurements; default time.Now.
@@ -156,7 +162,13 @@ func (d *Director) HandleRequest(ctx context.Context, req *server.Request) (*ser
 	} else {
 		dec, ex, err = d.decide(ctx, req, sr)
 	}
-	return d.routed(req, sr, dec, ex, err)
+	sdec, sx, err := d.routed(req, sr, dec, ex, err)
+	if err == nil && !d.opts.DriverHolds {
+		if err := ex.awaitHold(ctx); err != nil {
+			return nil, nil, err
+		}
+	}
+	return sdec, sx, err
 }
 
 // routed counts a decision. A refusal is an error, not a request, as llm-d
@@ -268,7 +280,7 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 	targets := res.Primary().Targets
 	// Charged before the PreRequest hooks: they may release the prefix
 	// match's per-candidate state.
-	prompt, uncached := uncachedTokens(cs, sr, targets[0])
+	prompt, uncached := prefixmatch.UncachedOn(cs, sr, targets[0])
 	if eppwire.PrefersIfAvailable(req.Headers[eppwire.HeaderPrefer]) && uncached >= prompt {
 		// llm-d's conditional decode (its coordinator's speculative first
 		// try): only a decode server already holding part of the prompt
@@ -287,7 +299,7 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 		// Past its predicted finish there (when a plugin predicts one) the
 		// KV is on the wire and the server is free of it: the charge
 		// carries that, so a decision reads both from one account.
-		pp, pu := uncachedTokens(cs, sr, p)
+		pp, pu := prefixmatch.UncachedOn(cs, sr, p)
 		var computed time.Time
 		if f, ok := scheduling.Read(cs, scheduling.PrefillFinishKey); ok && f != nil {
 			computed, _ = f.PrefillFinish(p)
@@ -295,11 +307,19 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 		ex.remote = p.ChargeComputedBy(shed, int64(pp-pu), int64(pu), int64(pp), int64(pp), computed)
 		uncached = 0
 	}
+	res.Uncached = uncached
 	ex.charge = targets[0].ChargeClass(shed, int64(prompt-uncached), int64(uncached), int64(prompt+sr.MaxTokens), sr.TokenEstimate())
 	for _, h := range d.opts.Hooks.PreRequest {
 		hs := time.Now()
 		h.PreRequest(ctx, cs, sr, res)
 		d.metrics.PluginDuration(scheduling.PointPreRequest, h.TypedName(), time.Since(hs))
+	}
+
+	for _, h := range d.opts.Hooks.Hold {
+		if release, most := h.Hold(cs); release != nil {
+			ex.hold, ex.holdMax = release, most
+			break
+		}
 	}
 
 	dec := &server.Decision{Endpoints: make([]string, len(targets)), Headers: res.Headers}
@@ -360,17 +380,6 @@ func destination(addr string, port int) string {
 // namespaceLabel is the endpoint label that carries its pod's namespace
 // when discovery knows it.
 const namespaceLabel = "namespace"
-
-// uncachedTokens is the prompt's length and the prefill work the chosen
-// endpoint must do: the prompt less what the prefix producer says it holds,
-// or the whole prompt when no prefix plugin ran.
-func uncachedTokens(cs *scheduling.CycleState, sr *scheduling.Request, target *endpoints.Endpoint) (prompt, uncached int) {
-	prompt, held := sr.PromptTokens, 0
-	if m, ok := scheduling.Read(cs, prefixmatch.MatchKey); ok {
-		prompt, held = m.Prompt(prompt), m.HeldTokensOf(target)
-	}
-	return prompt, prefixmatch.Uncached(prompt, held)
-}
 
 // schedulingRequest is what plugins see of req.
 func (d *Director) schedulingRequest(req *server.Request) *scheduling.Request {
@@ -518,6 +527,33 @@ type exchange struct {
 	// revoked is set by the flow controller's goroutine.
 	flow    *flowcontrol.Item
 	revoked atomic.Bool
+	// hold, when set, is closed when a Holder lets the request go; it is
+	// held at most holdMax.
+	hold    <-chan struct{}
+	holdMax time.Duration
+}
+
+// Hold is the release a Holder keeps the request until (nil: none) and
+// the longest it may wait, for Options.DriverHolds.
+func (x *exchange) Hold() (<-chan struct{}, time.Duration) { return x.hold, x.holdMax }
+
+// awaitHold keeps the request while a Holder holds it. A client that goes
+// away meanwhile ends the exchange as a response that never started: its
+// load and its place in the Holder's line are released.
+func (x *exchange) awaitHold(ctx context.Context) error {
+	if x.hold == nil {
+		return nil
+	}
+	t := time.NewTimer(x.holdMax)
+	defer t.Stop()
+	select {
+	case <-x.hold:
+	case <-t.C:
+	case <-ctx.Done():
+		x.ResponseDone(ctx, server.ResponseSummary{})
+		return fmt.Errorf("held for the prompts ahead: %w", ctx.Err())
+	}
+	return nil
 }
 
 func (x *exchange) revoke() { x.revoked.Store(true) }

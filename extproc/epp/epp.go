@@ -453,7 +453,7 @@ func New(o Options, log *slog.Logger) (*Picker, error) {
 	dopts := director.Options{
 		Pool:             p.ds,
 		Scheduler:        p.built.Scheduler,
-		Hooks:            director.Hooks{RequestHeader: p.built.RequestHeader, ResponseHeader: p.built.ResponseHeader, ResponseMetadata: p.built.ResponseMetadata, PreRequest: p.built.PreRequest, FirstToken: p.built.FirstToken, ResponseComplete: p.built.ResponseComplete},
+		Hooks:            director.Hooks{RequestHeader: p.built.RequestHeader, ResponseHeader: p.built.ResponseHeader, ResponseMetadata: p.built.ResponseMetadata, PreRequest: p.built.PreRequest, FirstToken: p.built.FirstToken, ResponseComplete: p.built.ResponseComplete, Hold: p.built.Hold},
 		Saturation:       saturation.New(p.built.Saturation, time.Now),
 		TrustFilterHints: o.TrustFilterHeaders,
 		EnginePriority:   o.EnginePriority,

@@ -34,6 +34,12 @@ type Config struct {
 	// TokenBudget is the servers' per-step token budget
 	// (--max-num-batched-tokens), which the engine twin schedules with.
 	TokenBudget int64
+	// HoldTokens is a prefill-join-hold's minTokens (0: the picker holds
+	// no request): a prompt of at least this many uncached tokens routed
+	// while another is in prefill there reaches the server only at the
+	// last first token ahead of it, and so sits out the step that begins
+	// then.
+	HoldTokens int64
 }
 
 func (c Config) withDefaults() Config {

@@ -96,6 +96,11 @@ type twinEntry struct {
 	routed           int64 // unix ns
 	cached, uncached int64
 	done             int64
+	// held is a prompt the picker holds until nothing ahead of it is in
+	// prefill (Config.HoldTokens); clear is set by the first step that
+	// begins so, which it sits out: it was released at that step's start
+	// and reached the server after the step had begun.
+	held, clear bool
 }
 
 // twin is one endpoint's queue and clock; its fit's twinMu guards it.
@@ -195,6 +200,9 @@ func schedule(q []twinEntry, t int64, decodes, ctx float64, budget int64, apply 
 	room := budget - int64(decodes)
 	running := int(decodes)
 	open := true
+	// pending is whether a prompt ahead of the entry is still in prefill
+	// at the step's start.
+	pending := false
 	for i := range q {
 		e := &q[i]
 		if room <= 0 || running >= maxRunning {
@@ -208,6 +216,21 @@ func schedule(q []twinEntry, t int64, decodes, ctx float64, budget int64, apply 
 			open = false
 			break // FCFS: later entries arrived later still
 		}
+		if e.held && e.done == 0 {
+			// An idle server takes it on arrival: no step to sit out.
+			clear := e.clear || (!pending && s.tokens == 0)
+			if pending || !clear {
+				if !pending && apply {
+					e.clear = true
+				}
+				pending = true
+				continue
+			}
+			if apply {
+				e.clear = true
+			}
+		}
+		pending = true
 		n := min(e.uncached-e.done, room)
 		s.add(n, e.cached+e.done, e.done+n >= e.uncached)
 		room -= n
@@ -373,12 +396,13 @@ func (w *twin) lock(t int64, eng Engine, budget int64, capFrom int) {
 
 // routed adds a request to the queue; false when the queue is full (the
 // request counts as untracked until its prefill ends).
-func (w *twin) routed(seq uint64, at int64, cached, uncached int64) bool {
+func (w *twin) routed(seq uint64, at int64, cached, uncached, hold int64) bool {
 	if len(w.q) >= maxTwinQueue {
 		w.untracked++
 		return false
 	}
-	w.q = append(w.q, twinEntry{seq: seq, routed: at, cached: cached, uncached: max(1, uncached)})
+	uncached = max(1, uncached)
+	w.q = append(w.q, twinEntry{seq: seq, routed: at, cached: cached, uncached: uncached, held: w.holds(uncached, hold)})
 	w.version++
 	return true
 }
@@ -400,7 +424,7 @@ func (w *twin) firstToken(seq uint64, at int64, s *twinSample, eng Engine, budge
 		last := s.last
 		room := budget - int64(last.tokens)
 		for _, e := range w.q[i+1:] {
-			if room <= 0 || e.routed > at-stepNanos(theta, last) {
+			if room <= 0 || e.held || e.routed > at-stepNanos(theta, last) {
 				continue
 			}
 			n := min(e.uncached, room)
@@ -421,7 +445,11 @@ func (w *twin) firstToken(seq uint64, at int64, s *twinSample, eng Engine, budge
 	w.advance(at, eng, budget, theta, false)
 	w.lock(at, eng, budget, i+1)
 	for k := range i {
-		w.q[k].done = w.q[k].uncached
+		// A held prompt not begun was not ahead of it at the server: the
+		// picker sent it later.
+		if e := &w.q[k]; !e.held || e.done > 0 {
+			e.done = e.uncached
+		}
 	}
 	w.q = slices.Delete(w.q, i, i+1)
 	w.version++
@@ -429,6 +457,13 @@ func (w *twin) firstToken(seq uint64, at int64, s *twinSample, eng Engine, budge
 		// A step ended at the first token, and its request decodes now.
 		w.start, w.idleEnd = 0, at
 	}
+}
+
+// holds reports whether a prompt of uncached tokens routed now is held
+// under a hold of minTokens hold: it is long, and a prompt is in prefill
+// ahead of it (every queued entry is: one leaves at its first token).
+func (w *twin) holds(uncached, hold int64) bool {
+	return hold > 0 && uncached >= hold && (len(w.q) > 0 || w.untracked > 0)
 }
 
 // remove drops a request that ended without a first token.
@@ -447,9 +482,10 @@ func (w *twin) remove(seq uint64) {
 // shapes from the twin's step in progress to its first token, and when
 // that step began (in place: the sample is some 200 bytes, and the twin
 // projects once per candidate). The twin must have advanced to now.
-func (w *twin) project(out *twinSample, now int64, cached, uncached int64, eng Engine, budget int64, theta *[maxFeatures]float64) {
+func (w *twin) project(out *twinSample, now int64, cached, uncached, hold int64, eng Engine, budget int64, theta *[maxFeatures]float64) {
+	held := w.holds(max(1, uncached), hold)
 	w.scratch = append(w.scratch[:0], w.q...)
-	w.scratch = append(w.scratch, twinEntry{routed: now, cached: cached, uncached: max(1, uncached)})
+	w.scratch = append(w.scratch, twinEntry{routed: now, cached: cached, uncached: max(1, uncached), held: held})
 	q := w.scratch
 	last := &q[len(q)-1]
 	t := w.start
@@ -532,7 +568,7 @@ func (m *Model) Routed(addr string, at time.Time, cached, uncached int) Ticket {
 	seq := m.tickets.Add(1)
 	e.twinMu.Lock()
 	defer e.twinMu.Unlock()
-	if !e.tw.routed(seq, at.UnixNano(), int64(max(0, cached)), int64(uncached)) {
+	if !e.tw.routed(seq, at.UnixNano(), int64(max(0, cached)), int64(uncached), m.cfg.HoldTokens) {
 		return Ticket{addr: addr, open: true}
 	}
 	return Ticket{addr: addr, seq: seq, open: true}
@@ -683,7 +719,7 @@ func (m *Model) projectInto(s *twinSample, e *fit, c *coeffs, f *Features, n int
 		var idle twin
 		var buf [1]twinEntry
 		idle.scratch = buf[:0]
-		idle.project(s, n, int64(f.Cached), int64(f.Prefill), eng, m.cfg.TokenBudget, &c.twin)
+		idle.project(s, n, int64(f.Cached), int64(f.Prefill), m.cfg.HoldTokens, eng, m.cfg.TokenBudget, &c.twin)
 		return
 	}
 	e.twinMu.Lock()
@@ -693,10 +729,12 @@ func (m *Model) projectInto(s *twinSample, e *fit, c *coeffs, f *Features, n int
 	}
 	e.tw.advance(n, eng, m.cfg.TokenBudget, &c.twin, true)
 	if tr := e.tw.trajectory(eng, m.cfg.TokenBudget, &c.twin); tr != nil {
-		*s = tr.project(e.tw.start, n, int64(f.Cached), int64(f.Prefill), m.cfg.TokenBudget, &c.twin)
-		return
+		if p, ok := tr.project(e.tw.start, n, int64(f.Cached), int64(f.Prefill), e.tw.holds(max(1, int64(f.Prefill)), m.cfg.HoldTokens), m.cfg.TokenBudget, &c.twin); ok {
+			*s = p
+			return
+		}
 	}
-	e.tw.project(s, n, int64(f.Cached), int64(f.Prefill), eng, m.cfg.TokenBudget, &c.twin)
+	e.tw.project(s, n, int64(f.Cached), int64(f.Prefill), m.cfg.HoldTokens, eng, m.cfg.TokenBudget, &c.twin)
 }
 
 // ObserveFirstToken learns from a request whose first token came at `at`:

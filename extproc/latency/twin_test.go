@@ -253,9 +253,12 @@ func BenchmarkPredictLive(b *testing.B) {
 // prediction and every recorded projection must be the same, bit for bit.
 func TestProjectionCacheMatches(t *testing.T) {
 	const addr = "10.0.0.1:8000"
-	for seed := range uint64(12) {
+	// Without a hold and with one (held prompts in the queue and held
+	// candidates).
+	for k := range uint64(24) {
+		seed, hold := k%12, int64(k/12)*2048
 		rng := rand.New(rand.NewPCG(seed, 12))
-		cached, plain := New(Config{}), New(Config{})
+		cached, plain := New(Config{HoldTokens: hold}), New(Config{HoldTokens: hold})
 		type req struct {
 			a, b Ticket
 			s    Sample
@@ -271,7 +274,7 @@ func TestProjectionCacheMatches(t *testing.T) {
 			ea, eb := cached.PredictLive(addr, &fa, now, eng), plain.PredictLive(addr, &fb, now, eng)
 			sa, sb := cached.Sample(addr, f, now, eng), plain.Sample(addr, f, now, eng)
 			if ea != eb || sa != sb {
-				t.Fatalf("seed %d: cached %+v %+v, uncached %+v %+v", seed, ea, sa.twin, eb, sb.twin)
+				t.Fatalf("seed %d hold %d: cached %+v %+v, uncached %+v %+v", seed, hold, ea, sa.twin, eb, sb.twin)
 			}
 			if e := (*cached.endpoints.Load())[addr]; e != nil && len(e.tw.q) > 0 {
 				checks++
@@ -310,7 +313,7 @@ func TestProjectionCacheMatches(t *testing.T) {
 				cached.FirstTokenAt(&x.a, now, eng, &sa)
 				plain.FirstTokenAt(&x.b, now, eng, &sb)
 				if sa != sb {
-					t.Fatalf("seed %d: hindsight differs", seed)
+					t.Fatalf("seed %d hold %d: hindsight differs", seed, hold)
 				}
 				ttft := now.Sub(x.at)
 				cached.ObserveFirstToken(addr, sa, now, ttft, ttft)
@@ -337,9 +340,9 @@ func TestProjectionCacheMatches(t *testing.T) {
 				}
 			}
 		}
-		t.Logf("seed %d: %d projections on a queue, %d from the cache", seed, checks, hits)
+		t.Logf("seed %d hold %d: %d projections on a queue, %d from the cache", seed, hold, checks, hits)
 		if hits < checks/4 {
-			t.Fatalf("seed %d: the cache answered %d of %d projections on a queue", seed, hits, checks)
+			t.Fatalf("seed %d hold %d: the cache answered %d of %d projections on a queue", seed, hold, hits, checks)
 		}
 	}
 }
@@ -523,5 +526,60 @@ func TestTwinPhaseAtArrivalMidStep(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTwinHeldPrompt: under a prefill-join-hold a long prompt routed
+// behind one in prefill does not share that prompt's last step: it reaches
+// the server at the first token and sits out the step that begins then
+// (a decode step, if only the first prompt's), with the trajectory cache
+// and without; a
+// short prompt joins as before. And a short prompt's first token, which
+// comes while a held prompt routed before it waits in the picker, does not
+// count that prompt as computed.
+func TestTwinHeldPrompt(t *testing.T) {
+	const addr = "10.0.0.1:8000"
+	now := time.Unix(1_700_000_000, 0)
+	decoding := Engine{Decodes: 10, DecodeTokens: 20_000}
+	for _, tc := range []struct {
+		name   string
+		hold   int64
+		eng    Engine
+		prompt int
+		// steps is how many steps the prompt's projection spans.
+		steps float64
+	}{
+		{"no hold: it joins the queued prompt's last step", 0, decoding, 4000, 1},
+		{"held: the queued prompt's step, the step it sits out, its own", 512, decoding, 4000, 3},
+		{"held, nothing else decoding: the first prompt's decode is the step it sits out", 512, Engine{}, 4000, 3},
+		{"a short prompt is not held", 512, decoding, 300, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got [2]float64
+			for i, noCache := range []bool{false, true} {
+				m := New(Config{HoldTokens: tc.hold})
+				m.Routed(addr, now, 0, 4000)
+				(*m.endpoints.Load())[addr].tw.noCache = noCache
+				s := m.Sample(addr, Features{Prefill: float64(tc.prompt)}, now, tc.eng)
+				if !s.twin.ok {
+					t.Fatal("no projection")
+				}
+				got[i] = s.twin.x[0] // the overhead term counts the steps
+			}
+			if got[0] != got[1] || got[0] != tc.steps {
+				t.Fatalf("%v steps with the trajectory cache, %v without; want %v", got[0], got[1], tc.steps)
+			}
+		})
+	}
+
+	m := New(Config{HoldTokens: 512})
+	m.Routed(addr, now, 0, 12_000)
+	m.Routed(addr, now, 0, 4000) // held
+	short := m.Routed(addr, now, 0, 100)
+	var s Sample
+	m.FirstTokenAt(&short, now.Add(50*time.Millisecond), decoding, &s)
+	q := (*m.endpoints.Load())[addr].tw.q
+	if len(q) != 2 || q[0].done != q[0].uncached || q[1].done != 0 {
+		t.Fatalf("queue after the short prompt's first token %+v; want the first prompt computed and the held one not begun", q)
 	}
 }

@@ -56,6 +56,10 @@ type trajectory struct {
 	end        int64
 	dAll, cAll float64
 	sum        [maxFeatures]float64
+	// held is whether the queue holds a prompt the picker holds that has
+	// not begun: a request admitted before it does not compute its later
+	// chunks alone.
+	held bool
 }
 
 // of reports whether tr was computed from the twin's current state.
@@ -79,6 +83,9 @@ func (w *twin) trajectory(eng Engine, budget int64, theta *[maxFeatures]float64)
 		theta: theta, steps: tr.steps[:0]}
 	w.scratch = append(w.scratch[:0], w.q...)
 	q := w.scratch
+	for i := range q {
+		tr.held = tr.held || (q[i].held && q[i].done == 0)
+	}
 	t := w.start
 	var sum [maxFeatures]float64
 	head := 0
@@ -132,17 +139,23 @@ func (w *twin) trajectory(eng Engine, budget int64, theta *[maxFeatures]float64)
 }
 
 // project is twin.project for a request routed at now, from the
-// trajectory of the twin whose clock starts at start.
-func (tr *trajectory) project(start, now int64, cached, uncached int64, budget int64, theta *[maxFeatures]float64) twinSample {
+// trajectory of the twin whose clock starts at start; false when the
+// trajectory cannot tell (the request needs further chunks while a held
+// prompt ahead of it has not begun: twin.project then schedules it).
+func (tr *trajectory) project(start, now int64, cached, uncached int64, held bool, budget int64, theta *[maxFeatures]float64) (twinSample, bool) {
 	uncached = max(1, uncached)
 	out := twinSample{ok: true, at: now, start: start}
 	steps := tr.steps
 	if len(steps) > 0 && !steps[0].empty {
 		out.first = steps[0].x
 	}
-	j := firstFrom(steps, now)
-	if j < len(steps) {
-		j = steps[j].next
+	j := len(steps)
+	if !held {
+		// A held request is admitted only after every prompt ahead is
+		// computed: each step of the trajectory computes one of them.
+		if j = firstFrom(steps, now); j < len(steps) {
+			j = steps[j].next
+		}
 	}
 	var s stepShape
 	var n int64
@@ -166,7 +179,7 @@ func (tr *trajectory) project(start, now int64, cached, uncached int64, budget i
 		dec := stepShape{tokens: tr.dAll, seqs: tr.dAll, ctx: tr.cAll, attn: tr.cAll + tr.dAll}
 		for ; t < now; it++ {
 			if it >= maxTwinSteps {
-				return twinSample{}
+				return twinSample{}, true
 			}
 			if dec.empty() {
 				t = now
@@ -176,12 +189,19 @@ func (tr *trajectory) project(start, now int64, cached, uncached int64, budget i
 			out.add(it, &x)
 			t += nanos(dot(theta, &x))
 		}
+		if held && !dec.empty() {
+			// It reaches the server after the step that begins at the
+			// last first token ahead has begun (schedule's clear).
+			x := dec.x(theta)
+			out.add(it, &x)
+			it++
+		}
 		if it >= maxTwinSteps {
-			return twinSample{}
+			return twinSample{}, true
 		}
 		room := budget - int64(tr.dAll)
 		if room <= 0 || int(tr.dAll) >= maxRunning {
-			return twinSample{} // never admitted: project runs out of steps
+			return twinSample{}, true // never admitted: project runs out of steps
 		}
 		s, n = dec, min(uncached, room)
 	}
@@ -194,13 +214,16 @@ func (tr *trajectory) project(start, now int64, cached, uncached int64, budget i
 		if done >= uncached {
 			out.last = s
 			out.hindsight = out.x
-			return out
+			return out, true
+		}
+		if tr.held && j < len(steps) {
+			return twinSample{}, false
 		}
 		// The rest is computed alone beside the whole decode batch.
 		it++
 		room := budget - int64(tr.dAll)
 		if it >= maxTwinSteps || room <= 0 || int(tr.dAll) >= maxRunning {
-			return twinSample{}
+			return twinSample{}, true
 		}
 		s = stepShape{tokens: tr.dAll, seqs: tr.dAll, ctx: tr.cAll, attn: tr.cAll + tr.dAll}
 		n = min(uncached-done, room)

@@ -72,6 +72,16 @@ type PreRequest interface {
 	PreRequest(ctx context.Context, cs *CycleState, req *Request, res *Result)
 }
 
+// Holder may keep a routed request in the picker after its PreRequest
+// hooks, before it is forwarded: release is closed when it may go (nil:
+// it need not wait), and it waits at most max. A request given up while
+// held (its client gone) ends like any other: its ResponseComplete hooks
+// run.
+type Holder interface {
+	Plugin
+	Hold(cs *CycleState) (release <-chan struct{}, max time.Duration)
+}
+
 // Response is the outcome of a routed request as the proxy saw it.
 type Response struct {
 	// Endpoint is the endpoint that served it (the primary unless the proxy

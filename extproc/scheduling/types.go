@@ -77,6 +77,11 @@ type Result struct {
 	// data-parallel handler sends each rank's requests to its pod's
 	// primary port. The targets stay the ranks (load is charged there).
 	DestinationPort int
+	// Uncached is the prompt tokens the primary target computes, as the
+	// live load charges them (the prompt less what the prefix match says
+	// it holds; 0 for P/D), set by the director before the PreRequest
+	// hooks, which may release the match's per-candidate state.
+	Uncached int
 }
 
 // PrefillFinish predicts when a candidate would have computed the

@@ -22,6 +22,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/headerfilter"
 	"github.com/kvgate/kvgate/extproc/plugins/headerlabelaffinity"
 	"github.com/kvgate/kvgate/extproc/plugins/inflightload"
+	"github.com/kvgate/kvgate/extproc/plugins/joinhold"
 	"github.com/kvgate/kvgate/extproc/plugins/kvcacheutil"
 	"github.com/kvgate/kvgate/extproc/plugins/labelselector"
 	"github.com/kvgate/kvgate/extproc/plugins/latencyscorer"
@@ -155,6 +156,7 @@ func Registry() *scheduling.Registry {
 		{endpointattribute.FilterType, endpointattribute.NewFilter},
 		{endpointattribute.ScorerType, endpointattribute.NewScorer},
 		{burstprefix.Type, burstprefix.New},
+		{joinhold.Type, joinhold.New},
 		{mmcache.ProducerType, mmcache.NewProducer},
 		{mmcache.ScorerType, mmcache.NewScorer},
 		{topology.ExtractorType, topology.NewExtractor},

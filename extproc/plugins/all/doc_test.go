@@ -37,6 +37,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/headerfilter"
 	"github.com/kvgate/kvgate/extproc/plugins/headerlabelaffinity"
 	"github.com/kvgate/kvgate/extproc/plugins/inflightload"
+	"github.com/kvgate/kvgate/extproc/plugins/joinhold"
 	"github.com/kvgate/kvgate/extproc/plugins/labelselector"
 	"github.com/kvgate/kvgate/extproc/plugins/latencyscorer"
 	"github.com/kvgate/kvgate/extproc/plugins/latencyslo"
@@ -156,6 +157,7 @@ var paramsOf = map[string]any{
 	endpointattribute.FilterType:      endpointattribute.FilterParams{},
 	endpointattribute.ScorerType:      endpointattribute.ScorerParams{},
 	burstprefix.Type:                  burstprefix.Params{},
+	joinhold.Type:                     joinhold.Params{},
 	mmcache.ProducerType:              mmcache.ProducerParams{},
 	mmcache.ScorerType:                mmcache.ScorerParams{},
 	topology.ExtractorType:            topology.ExtractorParams{},

@@ -28,6 +28,9 @@
 //	maxDecodeTokenSamplesForPrediction: int  likewise, only 0
 //	useEncoderCacheFeatures: bool  must stay false (no encoder features yet)
 //	encoderCacheMatchInfoProducerName: string  must stay empty
+//	prefillJoinHold: string  kvgate's own: the name of a prefill-join-hold
+//	                         plugin of the configuration, whose hold the
+//	                         engine twin predicts with (default "": none)
 //
 // Only streamed responses teach TTFT: a non-streamed response's first chunk
 // is the whole response. Nor do P/D requests (scheduling.Result.Prefill):
@@ -68,6 +71,7 @@ type Params struct {
 	UseEncoderCacheFeatures            bool           `json:"useEncoderCacheFeatures"`
 	EncoderCacheMatchInfoProducerName  string         `json:"encoderCacheMatchInfoProducerName"`
 	Quantile                           float64        `json:"quantile"`
+	PrefillJoinHold                    string         `json:"prefillJoinHold"`
 }
 
 // Defaults.
@@ -187,6 +191,23 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 	pr.states.New = func() any { return &state{owner: pr} }
 	pr.meanPrefill.Store(math.Float64bits(1000))
 	return pr, nil
+}
+
+// joinHold is what the producer reads of a prefill-join-hold.
+type joinHold interface{ MinTokens() int }
+
+// Resolve implements scheduling.Resolver: the model predicts with the
+// named prefill-join-hold's hold. It runs once, before any request.
+func (p *Producer) Resolve(lookup func(string) (scheduling.Plugin, bool)) error {
+	if p.params.PrefillJoinHold == "" {
+		return nil
+	}
+	h, err := scheduling.LookupAs[joinHold](lookup, "prefillJoinHold", p.params.PrefillJoinHold, "a prefill-join-hold")
+	if err != nil {
+		return err
+	}
+	p.model = latency.New(latency.Config{Quantile: p.params.Quantile, HoldTokens: int64(h.MinTokens())})
+	return nil
 }
 
 // Model is the producer's latency model.
@@ -438,4 +459,5 @@ var (
 	_ scheduling.FirstToken       = (*Producer)(nil)
 	_ scheduling.ResponseComplete = (*Producer)(nil)
 	_ scheduling.EndpointsRemoved = (*Producer)(nil)
+	_ scheduling.Resolver         = (*Producer)(nil)
 )

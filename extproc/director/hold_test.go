@@ -1,0 +1,77 @@
+package director
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/kvgate/kvgate/extproc/config"
+	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/plugins/all"
+	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/extproc/scheduling/schedtest"
+	"github.com/kvgate/kvgate/extproc/server"
+)
+
+// A Holder keeps a routed request in HandleRequest: prefill-join-hold
+// lets the second long prompt on an endpoint go at the first one's first
+// token, and a client that goes away while held ends its exchange, so its
+// load and its place are released.
+func TestHandleRequestWaitsForHold(t *testing.T) {
+	c, err := config.Parse([]byte("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: prefill-join-hold\n  parameters: {minTokens: 1}\n- type: random-picker\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	built, err := config.Build(c, all.Registry(), &scheduling.Handle{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := schedtest.Endpoint("a", endpoints.Metrics{})
+	d := New(Options{Pool: pool{a}, Scheduler: built.Scheduler, Hooks: Hooks{PreRequest: built.PreRequest,
+		FirstToken: built.FirstToken, ResponseComplete: built.ResponseComplete, Hold: built.Hold}})
+	ctx := context.Background()
+	_, first, err := d.HandleRequest(ctx, completion("the first long prompt", true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type outcome struct {
+		ex  server.Exchange
+		err error
+	}
+	route := func(ctx context.Context) chan outcome {
+		done := make(chan outcome, 1)
+		go func() {
+			_, ex, err := d.HandleRequest(ctx, completion("the second long prompt", true))
+			done <- outcome{ex, err}
+		}()
+		return done
+	}
+	second := route(ctx)
+	select {
+	case o := <-second:
+		t.Fatalf("the second prompt went while the first was in prefill: %v", o.err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	first.ResponseStarted(ctx, server.ResponseHead{Status: 200})
+	first.ResponseChunk(ctx, []byte("data: {}\n\n"))
+	o := <-second
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+
+	cctx, cancel := context.WithCancel(ctx)
+	third := route(cctx)
+	for a.InflightRequests() != 3 { // charged at the decision, then held
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if o := <-third; !errors.Is(o.err, context.Canceled) || o.ex != nil {
+		t.Fatalf("held request cancelled: %v, %v; want context.Canceled and no exchange", o.ex, o.err)
+	}
+	if n := a.InflightRequests(); n != 2 {
+		t.Fatalf("%d in flight after the held request was cancelled, want 2", n)
+	}
+	o.ex.ResponseDone(ctx, server.ResponseSummary{Status: 200, Complete: true})
+	first.ResponseDone(ctx, server.ResponseSummary{Status: 200, Complete: true})
+}

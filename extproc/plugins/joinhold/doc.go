@@ -1,0 +1,53 @@
+// Package joinhold is kvgate's prefill-join-hold: it holds a routed request
+// with a long uncached prompt in the picker while a prompt routed to the
+// same endpoint before it is still in prefill (has not streamed its first
+// token), and lets it go at that first token.
+//
+// # Why
+//
+// vLLM's scheduler gives the token budget a step leaves over to the next
+// waiting prompt, FCFS. When a step computes the last chunk of one prompt
+// (say 300 tokens: a memory-bound step of some 10 ms) and a long prompt is
+// waiting, the long prompt's first chunk fills the rest of the budget and
+// the step becomes a compute-bound one of 8,192 tokens, some 400 ms: the
+// short prompt's first token comes 40 times later than its own work
+// needs. The long prompt gains little from the early start, since prefill
+// compute is nearly linear in tokens: what it saves is one step's fixed
+// cost. Under bursts this join is the dominant error of any decision-time
+// TTFT prediction (the later request that joins is routed after the
+// earlier one's prediction was made) and a large part of the short
+// prompts' TTFT. Holding the long prompt until the earlier prompts' first
+// tokens keeps those steps short and the predictions true, at the price of
+// the long prompt sitting out one step (the one its release overlaps).
+//
+// Only prompts of at least minTokens uncached tokens are held; shorter
+// ones join freely (their chunk adds little to a step) and are never held
+// behind a held one. A held request waits at most maxHold; a client that
+// goes away releases its place. Requests whose first token the picker
+// cannot see (non-streaming responses, where the first chunk is the whole
+// answer) and P/D requests (the decode server does not prefill) are
+// neither held nor waited for.
+//
+// The predicted-latency-producer, given this plugin's name in its
+// prefillJoinHold parameter, predicts with the hold: a held prompt starts
+// the step after the one that follows the last first token ahead of it.
+//
+// Parameters:
+//
+//	minTokens: int      the uncached prompt tokens from which a request
+//	                    is held (default 512)
+//	maxHold: duration   the longest a request is held (default 10s): a
+//	                    bound for a stream that stalls; holding costs the
+//	                    request nothing while the prompts ahead progress,
+//	                    since it could not start before them
+//
+// # Ownership
+//
+// A Plugin's lines (per endpoint, the streaming requests routed there that
+// have not had a first token, in routing order) are guarded by its mutex;
+// each line holds at most maxLine requests (beyond that a request is not
+// tracked, and is neither held nor waited for). An endpoint's line is kept
+// while empty, so that a decision allocates nothing, and goes with the
+// endpoint (EndpointsRemoved). A ticket belongs to its request until the
+// cycle state is released (scheduling.Recycler).
+package joinhold
