@@ -62,17 +62,17 @@
 //
 // Imposed only steers the join; under a prefill-join-hold
 // (extproc/plugins/joinhold, Config.HoldTokens) the picker prevents it for
-// long prompts: one routed while a prompt is in prefill on its server
-// waits in the picker until the last first token ahead of it, reaches the
-// server after the step that begins then has begun, and so sits that step
-// out. The twin schedules exactly that (twinEntry.held, .clear): a held
-// entry is skipped while an entry ahead of it is in prefill and for the
-// one step after; shorter prompts, which the hold lets go at once, pass
-// it, and a first token of one of them does not count the held entry as
-// computed (FCFS holds among the prompts at the server, not in routing
-// order). The trajectory cache answers a held candidate from the
-// trajectory's end. Bursty trace ×2 TTFT MAPE 12.5 % → 5.6 %, ×3 19.3 % →
-// 13.5 % (benchmarks/RESULTS.md).
+// long prompts: one routed while a prompt it sent there is in prefill
+// waits in the picker until none is, reaches the server after the step
+// that begins then has begun, and so sits that step out. The twin
+// schedules exactly that (twinEntry.waiting, .clear): a held entry is
+// skipped while any entry the server has is in prefill — ahead of it, or
+// a shorter one routed after it, which the hold lets go at once — and for
+// the one step after; a first token of such a short prompt does not count
+// the held entry as computed (FCFS holds among the prompts at the server,
+// not in routing order). Since a held prompt's release waits for the new
+// request's prefill too, the trajectory cache is not used while one is
+// held. Bursty trace ×3 TTFT MAPE 19.3 % → 8.5 % (benchmarks/RESULTS.md).
 //
 // Tried and dropped: learning, per endpoint, how likely a later request
 // is to join (by the delay to the projected last step and the room it

@@ -96,12 +96,15 @@ type twinEntry struct {
 	routed           int64 // unix ns
 	cached, uncached int64
 	done             int64
-	// held is a prompt the picker holds until nothing ahead of it is in
-	// prefill (Config.HoldTokens); clear is set by the first step that
-	// begins so, which it sits out: it was released at that step's start
-	// and reached the server after the step had begun.
+	// held is a prompt the picker holds until no prompt it sent to the
+	// server is in prefill (Config.HoldTokens); clear is set by the first
+	// step that begins so, which it sits out: it was released at that
+	// step's start and reached the server after the step had begun.
 	held, clear bool
 }
+
+// waiting reports whether the entry is held in the picker still.
+func (e *twinEntry) waiting() bool { return e.held && !e.clear && e.done == 0 }
 
 // twin is one endpoint's queue and clock; its fit's twinMu guards it.
 type twin struct {
@@ -200,9 +203,16 @@ func schedule(q []twinEntry, t int64, decodes, ctx float64, budget int64, apply 
 	room := budget - int64(decodes)
 	running := int(decodes)
 	open := true
-	// pending is whether a prompt ahead of the entry is still in prefill
-	// at the step's start.
-	pending := false
+	// busy is whether a prompt the server has is in prefill at the step's
+	// start (ahead of a held entry or behind it: a held prompt goes only
+	// when none is).
+	busy := false
+	for i := range q {
+		if e := &q[i]; e.done < e.uncached && e.routed <= t && !e.waiting() {
+			busy = true
+			break
+		}
+	}
 	for i := range q {
 		e := &q[i]
 		if room <= 0 || running >= maxRunning {
@@ -216,21 +226,22 @@ func schedule(q []twinEntry, t int64, decodes, ctx float64, budget int64, apply 
 			open = false
 			break // FCFS: later entries arrived later still
 		}
-		if e.held && e.done == 0 {
-			// An idle server takes it on arrival: no step to sit out.
-			clear := e.clear || (!pending && s.tokens == 0)
-			if pending || !clear {
-				if !pending && apply {
-					e.clear = true
-				}
-				pending = true
+		if e.waiting() {
+			if busy {
 				continue
 			}
+			// Released at this step's start (the last first token), it
+			// reaches the server after the step began, and sits it out;
+			// an idle server takes it on arrival. The held prompts behind
+			// it wait for it.
+			busy = true
 			if apply {
 				e.clear = true
 			}
+			if s.tokens > 0 {
+				continue
+			}
 		}
-		pending = true
 		n := min(e.uncached-e.done, room)
 		s.add(n, e.cached+e.done, e.done+n >= e.uncached)
 		room -= n
@@ -464,6 +475,16 @@ func (w *twin) firstToken(seq uint64, at int64, s *twinSample, eng Engine, budge
 // ahead of it (every queued entry is: one leaves at its first token).
 func (w *twin) holds(uncached, hold int64) bool {
 	return hold > 0 && uncached >= hold && (len(w.q) > 0 || w.untracked > 0)
+}
+
+// holding reports whether a queued prompt is held in the picker still.
+func (w *twin) holding() bool {
+	for i := range w.q {
+		if w.q[i].waiting() {
+			return true
+		}
+	}
+	return false
 }
 
 // remove drops a request that ended without a first token.
@@ -729,10 +750,8 @@ func (m *Model) projectInto(s *twinSample, e *fit, c *coeffs, f *Features, n int
 	}
 	e.tw.advance(n, eng, m.cfg.TokenBudget, &c.twin, true)
 	if tr := e.tw.trajectory(eng, m.cfg.TokenBudget, &c.twin); tr != nil {
-		if p, ok := tr.project(e.tw.start, n, int64(f.Cached), int64(f.Prefill), e.tw.holds(max(1, int64(f.Prefill)), m.cfg.HoldTokens), m.cfg.TokenBudget, &c.twin); ok {
-			*s = p
-			return
-		}
+		*s = tr.project(e.tw.start, n, int64(f.Cached), int64(f.Prefill), e.tw.holds(max(1, int64(f.Prefill)), m.cfg.HoldTokens), m.cfg.TokenBudget, &c.twin)
+		return
 	}
 	e.tw.project(s, n, int64(f.Cached), int64(f.Prefill), m.cfg.HoldTokens, eng, m.cfg.TokenBudget, &c.twin)
 }

@@ -56,10 +56,6 @@ type trajectory struct {
 	end        int64
 	dAll, cAll float64
 	sum        [maxFeatures]float64
-	// held is whether the queue holds a prompt the picker holds that has
-	// not begun: a request admitted before it does not compute its later
-	// chunks alone.
-	held bool
 }
 
 // of reports whether tr was computed from the twin's current state.
@@ -73,7 +69,9 @@ func (tr *trajectory) of(w *twin, eng Engine, theta *[maxFeatures]float64) bool 
 // is longer than maxBaseSteps.
 func (w *twin) trajectory(eng Engine, budget int64, theta *[maxFeatures]float64) *trajectory {
 	tr := &w.traj
-	if len(w.q) == 0 || w.noCache {
+	if len(w.q) == 0 || w.noCache || w.holding() {
+		// A held prompt goes when no prompt is in prefill, the request's
+		// own included: the queue's schedule depends on the request.
 		return nil
 	}
 	if tr.of(w, eng, theta) {
@@ -83,9 +81,6 @@ func (w *twin) trajectory(eng Engine, budget int64, theta *[maxFeatures]float64)
 		theta: theta, steps: tr.steps[:0]}
 	w.scratch = append(w.scratch[:0], w.q...)
 	q := w.scratch
-	for i := range q {
-		tr.held = tr.held || (q[i].held && q[i].done == 0)
-	}
 	t := w.start
 	var sum [maxFeatures]float64
 	head := 0
@@ -139,10 +134,9 @@ func (w *twin) trajectory(eng Engine, budget int64, theta *[maxFeatures]float64)
 }
 
 // project is twin.project for a request routed at now, from the
-// trajectory of the twin whose clock starts at start; false when the
-// trajectory cannot tell (the request needs further chunks while a held
-// prompt ahead of it has not begun: twin.project then schedules it).
-func (tr *trajectory) project(start, now int64, cached, uncached int64, held bool, budget int64, theta *[maxFeatures]float64) (twinSample, bool) {
+// trajectory of the twin whose clock starts at start; held is whether the
+// picker holds the request.
+func (tr *trajectory) project(start, now int64, cached, uncached int64, held bool, budget int64, theta *[maxFeatures]float64) twinSample {
 	uncached = max(1, uncached)
 	out := twinSample{ok: true, at: now, start: start}
 	steps := tr.steps
@@ -179,7 +173,7 @@ func (tr *trajectory) project(start, now int64, cached, uncached int64, held boo
 		dec := stepShape{tokens: tr.dAll, seqs: tr.dAll, ctx: tr.cAll, attn: tr.cAll + tr.dAll}
 		for ; t < now; it++ {
 			if it >= maxTwinSteps {
-				return twinSample{}, true
+				return twinSample{}
 			}
 			if dec.empty() {
 				t = now
@@ -197,11 +191,11 @@ func (tr *trajectory) project(start, now int64, cached, uncached int64, held boo
 			it++
 		}
 		if it >= maxTwinSteps {
-			return twinSample{}, true
+			return twinSample{}
 		}
 		room := budget - int64(tr.dAll)
 		if room <= 0 || int(tr.dAll) >= maxRunning {
-			return twinSample{}, true // never admitted: project runs out of steps
+			return twinSample{} // never admitted: project runs out of steps
 		}
 		s, n = dec, min(uncached, room)
 	}
@@ -214,16 +208,13 @@ func (tr *trajectory) project(start, now int64, cached, uncached int64, held boo
 		if done >= uncached {
 			out.last = s
 			out.hindsight = out.x
-			return out, true
-		}
-		if tr.held && j < len(steps) {
-			return twinSample{}, false
+			return out
 		}
 		// The rest is computed alone beside the whole decode batch.
 		it++
 		room := budget - int64(tr.dAll)
 		if it >= maxTwinSteps || room <= 0 || int(tr.dAll) >= maxRunning {
-			return twinSample{}, true
+			return twinSample{}
 		}
 		s = stepShape{tokens: tr.dAll, seqs: tr.dAll, ctx: tr.cAll, attn: tr.cAll + tr.dAll}
 		n = min(uncached-done, room)

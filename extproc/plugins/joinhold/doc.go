@@ -1,7 +1,7 @@
 // Package joinhold is kvgate's prefill-join-hold: it holds a routed request
-// with a long uncached prompt in the picker while a prompt routed to the
-// same endpoint before it is still in prefill (has not streamed its first
-// token), and lets it go at that first token.
+// with a long uncached prompt in the picker while a request it sent to the
+// same endpoint is still in prefill (has not streamed its first token), and
+// lets it go when none is.
 //
 // # Why
 //
@@ -22,15 +22,18 @@
 //
 // Only prompts of at least minTokens uncached tokens are held; shorter
 // ones join freely (their chunk adds little to a step) and are never held
-// behind a held one. A held request waits at most maxHold; a client that
-// goes away releases its place. Requests whose first token the picker
+// behind a held one — so a long prompt also waits for the short ones that
+// went past it while it waited, which its first chunk would otherwise
+// join. Held long prompts go one at a time, in routing order. A held
+// request waits at most maxHold; a client that goes away releases its
+// place. Requests whose first token the picker
 // cannot see (non-streaming responses, where the first chunk is the whole
 // answer) and P/D requests (the decode server does not prefill) are
 // neither held nor waited for.
 //
 // The predicted-latency-producer, given this plugin's name in its
 // prefillJoinHold parameter, predicts with the hold: a held prompt starts
-// the step after the one that follows the last first token ahead of it.
+// the step after the one that begins when no prompt is in prefill there.
 //
 // Parameters:
 //

@@ -85,7 +85,9 @@ func New(name string, raw json.RawMessage, _ *scheduling.Handle) (scheduling.Plu
 func (p *Plugin) MinTokens() int { return p.params.MinTokens }
 
 // PreRequest implements scheduling.PreRequest: a streaming request routed
-// to one endpoint (not P/D) takes its place in that endpoint's line.
+// to one endpoint (not P/D) takes its place in that endpoint's line, and
+// is let go at once if it is short or nothing it would join is in
+// prefill there.
 func (p *Plugin) PreRequest(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, res *scheduling.Result) {
 	primary := res.Primary()
 	if !req.Stream || res.Prefill != nil || primary == nil || len(primary.Targets) == 0 {
@@ -184,12 +186,26 @@ func (p *Plugin) leave(t *ticket) {
 	releaseIn(l)
 }
 
-// releaseIn lets go the line's head and every short request: a long one
-// goes only when nothing routed before it is left in prefill.
+// releaseIn lets go every short request, and the first held long one
+// once none of the line's requests that went to the server is in prefill:
+// a long prompt's first chunk then joins no step that finishes another
+// prompt, whether that prompt was routed before it or, being short, went
+// past it while it waited.
 func releaseIn(l *line) {
-	for i, t := range l.q {
-		if !t.long || i == 0 {
+	busy := false
+	for _, t := range l.q {
+		if !t.long {
 			release(t)
+		}
+		busy = busy || t.released
+	}
+	if busy {
+		return
+	}
+	for _, t := range l.q {
+		if !t.released {
+			release(t)
+			return
 		}
 	}
 }

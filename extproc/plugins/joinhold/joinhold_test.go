@@ -87,11 +87,12 @@ func TestHoldOrder(t *testing.T) {
 			{route: r("a", long), wantHeld: []int{1}},
 			{first: 0, complete: -1, release: -1, wantFree: []int{1}},
 		}},
-		{"short prompts are never held, and a long one waits for them too", []step{
+		{"short prompts are never held, and a long one waits for them too, those routed after it included", []step{
 			{route: r("a", short), wantFree: []int{0}},
 			{route: r("a", long), wantHeld: []int{1}},
 			{route: r("a", short), wantFree: []int{2}, wantHeld: []int{1}},
-			{first: 0, complete: -1, release: -1, wantFree: []int{1}},
+			{first: 0, complete: -1, release: -1, wantHeld: []int{1}},
+			{first: 2, complete: -1, release: -1, wantFree: []int{1}},
 		}},
 		{"long prompts go one at a time, in routing order", []step{
 			{route: r("a", long), wantFree: []int{0}},
