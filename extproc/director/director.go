@@ -544,12 +544,16 @@ func (x *exchange) awaitHold(ctx context.Context) error {
 	if x.hold == nil {
 		return nil
 	}
+	start := x.d.now()
 	t := time.NewTimer(x.holdMax)
 	defer t.Stop()
 	select {
 	case <-x.hold:
+		x.d.metrics.Held(metrics.HoldReleased, x.d.now().Sub(start))
 	case <-t.C:
+		x.d.metrics.Held(metrics.HoldBound, x.d.now().Sub(start))
 	case <-ctx.Done():
+		x.d.metrics.Held(metrics.HoldCancelled, x.d.now().Sub(start))
 		x.ResponseDone(ctx, server.ResponseSummary{})
 		return fmt.Errorf("held for the prompts ahead: %w", ctx.Err())
 	}

@@ -6,8 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kvgate/kvgate/extproc/config"
 	"github.com/kvgate/kvgate/extproc/endpoints"
+	"github.com/kvgate/kvgate/extproc/metrics"
 	"github.com/kvgate/kvgate/extproc/plugins/all"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/scheduling/schedtest"
@@ -28,8 +31,9 @@ func TestHandleRequestWaitsForHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := schedtest.Endpoint("a", endpoints.Metrics{})
+	reg := prometheus.NewPedanticRegistry()
 	d := New(Options{Pool: pool{a}, Scheduler: built.Scheduler, Hooks: Hooks{PreRequest: built.PreRequest,
-		FirstToken: built.FirstToken, ResponseComplete: built.ResponseComplete, Hold: built.Hold}})
+		FirstToken: built.FirstToken, ResponseComplete: built.ResponseComplete, Hold: built.Hold}, Metrics: metrics.New(reg)})
 	ctx := context.Background()
 	_, first, err := d.HandleRequest(ctx, completion("the first long prompt", true))
 	if err != nil {
@@ -74,4 +78,19 @@ func TestHandleRequestWaitsForHold(t *testing.T) {
 	}
 	o.ex.ResponseDone(ctx, server.ResponseSummary{Status: 200, Complete: true})
 	first.ResponseDone(ctx, server.ResponseSummary{Status: 200, Complete: true})
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]uint64{}
+	for _, mf := range mfs {
+		if mf.GetName() == "kvgate_prefill_join_hold_seconds" {
+			for _, m := range mf.GetMetric() {
+				held[m.GetLabel()[0].GetValue()] = m.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	if held[metrics.HoldReleased] != 1 || held[metrics.HoldCancelled] != 1 || len(held) != 2 {
+		t.Fatalf("kvgate_prefill_join_hold_seconds counts %v, want one released and one cancelled", held)
+	}
 }

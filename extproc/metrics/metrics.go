@@ -60,6 +60,7 @@ type Metrics struct {
 	gieTTFT, gieTPOT               *prometheus.HistogramVec
 	predicted, predictionErr       *prometheus.HistogramVec
 	predTTFT, predTPOT, latencyErr *prometheus.HistogramVec
+	held                           *prometheus.HistogramVec
 	// Disaggregation decisions: llm-d's (plugin_name, plugin_type,
 	// model_name, decision_type) and the deprecated
 	// llm_d_inference_scheduler_* twins (model_name, decision_type).
@@ -307,6 +308,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.pd = counter("llm_d_epp_pd_decision_total", "Total number of P/D disaggregation decisions made.", disaggLabels...)
 	m.pdOld = counter("llm_d_inference_scheduler_pd_decision_total", "[Deprecated: use llm_d_epp_pd_decision_total] Total number of P/D disaggregation decisions made.", "model_name", "decision_type")
 	m.latencyErr = hist("kvgate_latency_prediction_error_ratio", "(predicted - actual) / actual of the latency predictor, by latency type (ttft, tpot).", relativeErrorBuckets, "type")
+	m.held = hist("kvgate_prefill_join_hold_seconds", "Time a routed request waited in the picker (prefill-join-hold) before it was sent, by how the wait ended (released, bound, cancelled).", latencyBuckets, "outcome")
 	return m
 }
 
@@ -462,6 +464,22 @@ func (m *Metrics) RequestProcessing(d time.Duration) {
 		return
 	}
 	m.reqProcessing.Observe(d.Seconds())
+}
+
+// Hold outcomes of Held.
+const (
+	HoldReleased  = "released"
+	HoldBound     = "bound"
+	HoldCancelled = "cancelled"
+)
+
+// Held records a request a Holder kept in the picker for d, and how the
+// wait ended.
+func (m *Metrics) Held(outcome string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.held.WithLabelValues(outcome).Observe(d.Seconds())
 }
 
 // SchedulerDuration records one scheduling decision.
