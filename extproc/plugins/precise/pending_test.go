@@ -28,13 +28,16 @@ func route(t *testing.T, s *Scorer, req *scheduling.Request, eps []*endpoints.En
 // With speculative indexing, a prompt routed to an endpoint counts as held
 // there for the requests routed after it until its response ends (its
 // blocks stay resident while it runs; the first token does not release
-// them, since the KV events announcing them come later).
+// them, since the KV events announcing them come later). The release
+// withdraws only the speculative entries: blocks the endpoint's KV events
+// stored meanwhile stay held.
 func TestSpeculativeMatch(t *testing.T) {
 	const prompt = `{"model":"m","prompt":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]}`
 	tests := []struct {
 		name        string
 		params      string
 		release     func(s *Scorer, cs *scheduling.CycleState)
+		stored      bool    // the first request's KV events reach the index while it runs
 		wantDuring  float64 // score on the endpoint while the first request is in prefill
 		wantRelease float64
 	}{
@@ -45,12 +48,17 @@ func TestSpeculativeMatch(t *testing.T) {
 			release: func(s *Scorer, cs *scheduling.CycleState) {
 				s.ResponseComplete(context.Background(), cs, nil, &scheduling.Response{})
 			}, wantDuring: 1, wantRelease: 0},
+		{name: "stored by KV events, then released", params: `{"blockSize": 4, "speculativeIndexing": true}`, stored: true,
+			release: func(s *Scorer, cs *scheduling.CycleState) {
+				s.ResponseComplete(context.Background(), cs, nil, &scheduling.Response{})
+			}, wantDuring: 1, wantRelease: 1},
 		{name: "bound reached", params: `{"blockSize": 4, "speculativeIndexing": true, "maxSpeculativeEntries": 2}`,
 			release: func(*Scorer, *scheduling.CycleState) {}, wantDuring: 0, wantRelease: 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := build(t, kvindex.New(kvindex.Config{}), tt.params)
+			idx := kvindex.New(kvindex.Config{})
+			s := build(t, idx, tt.params)
 			eps := []*endpoints.Endpoint{schedtest.Endpoint("a", endpoints.Metrics{}), schedtest.Endpoint("b", endpoints.Metrics{})}
 			first, cold := route(t, s, completion(t, prompt), eps, 1)
 			if cold[0] != 0 || cold[1] != 0 {
@@ -59,6 +67,11 @@ func TestSpeculativeMatch(t *testing.T) {
 			_, during := route(t, s, completion(t, prompt), eps, 0)
 			if during[0] != 0 || during[1] != tt.wantDuring {
 				t.Fatalf("scores while in prefill %v, want [0 %v]", during, tt.wantDuring)
+			}
+			if tt.stored {
+				if err := idx.Add(eps[1].Address(), kvindex.TierGPU, s.Hashes([]int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}, "", "")); err != nil {
+					t.Fatal(err)
+				}
 			}
 			tt.release(s, first)
 			// The second request is still pending on a: only b's entries
