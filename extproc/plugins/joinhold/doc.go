@@ -31,6 +31,17 @@
 // answer) and P/D requests (the decode server does not prefill) are
 // neither held nor waited for.
 //
+// # What it costs
+//
+// A held prompt costs its server the step it sits out and the batching of
+// prompts that would have shared a step. minTokens keeps that small next
+// to the prompt's own compute; it must stay above the size most of a
+// workload's prompts have: at 256 the turns of a chat (a cached history
+// and a few hundred new tokens) are held one by one, and p90 TTFT went
+// from 0.06 to 1.6 s in the bench. Overloaded with prompts all just above
+// it, the hold serves them closer to first come, first served: p99 and
+// throughput improve and the median rises (benchmarks/RESULTS.md).
+//
 // The predicted-latency-producer, given this plugin's name in its
 // prefillJoinHold parameter, predicts with the hold: a held prompt starts
 // the step after the one that begins when no prompt is in prefill there.
