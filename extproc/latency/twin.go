@@ -149,6 +149,9 @@ type twinSample struct {
 	// imposed is the seconds the request's first chunk adds to the first
 	// tokens of the queue's prompts that finish in the same step.
 	imposed float64
+	// tracked is the uncached tokens of the queue's prompts: the prefill
+	// backlog the twin knows of, against the live load's.
+	tracked float64
 }
 
 // stepShape is what one step computes.
@@ -477,6 +480,15 @@ func (w *twin) holds(uncached, hold int64) bool {
 	return hold > 0 && uncached >= hold && (len(w.q) > 0 || w.untracked > 0)
 }
 
+// queued is the uncached tokens of q's prompts.
+func queued(q []twinEntry) float64 {
+	var n int64
+	for i := range q {
+		n += q[i].uncached
+	}
+	return float64(n)
+}
+
 // holding reports whether a queued prompt is held in the picker still.
 func (w *twin) holding() bool {
 	for i := range w.q {
@@ -518,7 +530,7 @@ func (w *twin) project(out *twinSample, now int64, cached, uncached, hold int64,
 			t = real
 		}
 	}
-	*out = twinSample{ok: true, at: now, start: t}
+	*out = twinSample{ok: true, at: now, start: t, tracked: queued(q[:len(q)-1])}
 	// Prompts finish in FCFS order: the finished prefix of q decodes, and
 	// is carried in eng rather than walked at every step.
 	head := 0
@@ -679,7 +691,16 @@ func (m *Model) predictTTFT(e *fit, own, pool *coeffs, f *Features, now int64, e
 		c := m.enough(own, pool, own.twinSamples)
 		var s twinSample
 		m.projectInto(&s, e, c, f, now, *eng)
-		if s.ok && c.twinSamples >= m.cfg.MinSamples {
+		// The twin once it has learned, and also while nothing has: its
+		// prior step cost (twinPrior) is an 8B model's roofline, the
+		// feature model's prior only a line, and a first burst is
+		// predicted before any first token (a 36k-token prompt: 1.8 s by
+		// the twin's prior, 3.7 s by the line's; the engine took 1.6 s).
+		// That needs the twin to know all of the backlog: charges it was
+		// not told of (a P/D prefill charged here) are the feature
+		// model's to price.
+		untrained := m.enough(own, pool, own.ttftSamples).ttftSamples < m.cfg.MinSamples && s.tracked >= f.Backlog
+		if s.ok && (c.twinSamples >= m.cfg.MinSamples || untrained) {
 			ttft := twinTTFT(&c.twin, &s)
 			est.TTFT, est.TTFTQuantile = seconds(ttft), seconds(ttft*c.mTwin)
 			if s.imposed > 0 {

@@ -610,3 +610,27 @@ func TestTwinHeldPrompt(t *testing.T) {
 		t.Fatalf("queue after the short prompt's first token %+v; want the first prompt computed and the held one not begun", q)
 	}
 }
+
+// TestUntrainedPredictsWithTheTwinsPrior: before any sample the twin
+// predicts with its prior step cost where it knows the endpoint's whole
+// backlog; a backlog it was not told of (charged elsewhere, e.g. a P/D
+// prefill) leaves the prediction to the feature model.
+func TestUntrainedPredictsWithTheTwinsPrior(t *testing.T) {
+	const addr = "10.0.0.1:8000"
+	now := time.Unix(1_700_000_000, 0)
+	m := New(Config{})
+	m.Routed(addr, now, 0, 8000)
+	line := func(f Features) time.Duration { // the feature model's prior
+		ttft, _ := m.pool.published.Load().ttftOf(&f)
+		return ttft
+	}
+	tracked := Features{Prefill: 2000, Backlog: 8000}
+	got := m.PredictLive(addr, &tracked, now, Engine{})
+	if got.TTFT <= 0 || got.TTFT >= line(tracked) {
+		t.Fatalf("tracked backlog: TTFT %v, want the twin's prior, below the line's %v", got.TTFT, line(tracked))
+	}
+	untracked := Features{Prefill: 2000, Backlog: 20_000}
+	if got := m.PredictLive(addr, &untracked, now, Engine{}); got.TTFT != line(untracked) {
+		t.Fatalf("untracked backlog: TTFT %v, want the feature model's %v", got.TTFT, line(untracked))
+	}
+}

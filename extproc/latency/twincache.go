@@ -56,6 +56,8 @@ type trajectory struct {
 	end        int64
 	dAll, cAll float64
 	sum        [maxFeatures]float64
+	// tracked is the queue's uncached tokens (twinSample.tracked).
+	tracked float64
 }
 
 // of reports whether tr was computed from the twin's current state.
@@ -81,6 +83,7 @@ func (w *twin) trajectory(eng Engine, budget int64, theta *[maxFeatures]float64)
 		theta: theta, steps: tr.steps[:0]}
 	w.scratch = append(w.scratch[:0], w.q...)
 	q := w.scratch
+	tr.tracked = queued(q)
 	t := w.start
 	var sum [maxFeatures]float64
 	head := 0
@@ -138,7 +141,7 @@ func (w *twin) trajectory(eng Engine, budget int64, theta *[maxFeatures]float64)
 // picker holds the request.
 func (tr *trajectory) project(start, now int64, cached, uncached int64, held bool, budget int64, theta *[maxFeatures]float64) twinSample {
 	uncached = max(1, uncached)
-	out := twinSample{ok: true, at: now, start: start}
+	out := twinSample{ok: true, at: now, start: start, tracked: tr.tracked}
 	steps := tr.steps
 	if len(steps) > 0 && !steps[0].empty {
 		out.first = steps[0].x
