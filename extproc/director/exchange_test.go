@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,13 +100,16 @@ func TestExchangeChargesLiveLoad(t *testing.T) {
 
 // A burst of identical requests spreads over idle endpoints: each decision
 // sees the backlog the previous ones charged, with no scrape in between.
+// The prompts are long enough (some 3,000 tokens) that two in one step
+// cost more than one: a few dozen tokens each would share one
+// memory-bound step at no cost, and the latency model rightly packs them.
 func TestBurstSpreadsOnLiveLoad(t *testing.T) {
 	eps := pool{schedtest.Endpoint("a", endpoints.Metrics{}), schedtest.Endpoint("b", endpoints.Metrics{}),
 		schedtest.Endpoint("c", endpoints.Metrics{}), schedtest.Endpoint("d", endpoints.Metrics{})}
 	d := liveDirector(t, eps, time.Now)
 	per := map[string]int{}
 	for i := range 8 {
-		req := completion("unrelated prompt number "+strconv.Itoa(i)+" with enough words to weigh something in tokens", true)
+		req := completion("unrelated prompt number "+strconv.Itoa(i)+strings.Repeat(" with enough words to weigh something in tokens", 250), true)
 		dec, _, err := d.HandleRequest(context.Background(), req)
 		if err != nil {
 			t.Fatal(err)
