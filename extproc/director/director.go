@@ -280,7 +280,7 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 	targets := res.Primary().Targets
 	// Charged before the PreRequest hooks: they may release the prefix
 	// match's per-candidate state.
-	prompt, uncached := prefixmatch.UncachedOn(cs, sr, targets[0])
+	prompt, uncached := uncachedTokens(cs, sr, targets[0])
 	if eppwire.PrefersIfAvailable(req.Headers[eppwire.HeaderPrefer]) && uncached >= prompt {
 		// llm-d's conditional decode (its coordinator's speculative first
 		// try): only a decode server already holding part of the prompt
@@ -299,7 +299,7 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 		// Past its predicted finish there (when a plugin predicts one) the
 		// KV is on the wire and the server is free of it: the charge
 		// carries that, so a decision reads both from one account.
-		pp, pu := prefixmatch.UncachedOn(cs, sr, p)
+		pp, pu := uncachedTokens(cs, sr, p)
 		var computed time.Time
 		if f, ok := scheduling.Read(cs, scheduling.PrefillFinishKey); ok && f != nil {
 			computed, _ = f.PrefillFinish(p)
@@ -380,6 +380,17 @@ func destination(addr string, port int) string {
 // namespaceLabel is the endpoint label that carries its pod's namespace
 // when discovery knows it.
 const namespaceLabel = "namespace"
+
+// uncachedTokens is the prompt's length and the prefill work the chosen
+// endpoint must do: the prompt less what the prefix producer says it holds,
+// or the whole prompt when no prefix plugin ran.
+func uncachedTokens(cs *scheduling.CycleState, sr *scheduling.Request, target *endpoints.Endpoint) (prompt, uncached int) {
+	prompt, held := sr.PromptTokens, 0
+	if m, ok := scheduling.Read(cs, prefixmatch.MatchKey); ok {
+		prompt, held = m.Prompt(prompt), m.HeldTokensOf(target)
+	}
+	return prompt, prefixmatch.Uncached(prompt, held)
+}
 
 // schedulingRequest is what plugins see of req.
 func (d *Director) schedulingRequest(req *server.Request) *scheduling.Request {

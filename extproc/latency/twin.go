@@ -699,8 +699,8 @@ func (m *Model) predictTTFT(e *fit, own, pool *coeffs, f *Features, now int64, e
 		// That needs the twin to know all of the backlog: charges it was
 		// not told of (a P/D prefill charged here) are the feature
 		// model's to price.
-		untrained := m.enough(own, pool, own.ttftSamples).ttftSamples < m.cfg.MinSamples && s.tracked >= f.Backlog
-		if s.ok && (c.twinSamples >= m.cfg.MinSamples || untrained) {
+		if s.ok && (c.twinSamples >= m.cfg.MinSamples ||
+			m.enough(own, pool, own.ttftSamples).ttftSamples < m.cfg.MinSamples && s.tracked >= f.Backlog) {
 			ttft := twinTTFT(&c.twin, &s)
 			est.TTFT, est.TTFTQuantile = seconds(ttft), seconds(ttft*c.mTwin)
 			if s.imposed > 0 {

@@ -243,14 +243,3 @@ type Matcher interface {
 // the match). Embedding the interface hides every other method of the
 // scorer, so the framework cannot find a Score to run.
 type MatchProducer struct{ Matcher }
-
-// UncachedOn is the prompt's length and the prefill work target must do
-// for it: the prompt less what the prefix producer says target holds, or
-// the whole prompt when no prefix plugin ran.
-func UncachedOn(cs *scheduling.CycleState, req *scheduling.Request, target *endpoints.Endpoint) (prompt, uncached int) {
-	prompt, held := req.PromptTokens, 0
-	if m, ok := scheduling.Read(cs, MatchKey); ok {
-		prompt, held = m.Prompt(prompt), m.HeldTokensOf(target)
-	}
-	return prompt, Uncached(prompt, held)
-}

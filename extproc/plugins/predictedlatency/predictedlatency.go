@@ -176,7 +176,7 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 	pr := &Producer{
 		Named:  scheduling.NewNamed(Type, name),
 		params: p,
-		model:  latency.New(latency.Config{Quantile: p.Quantile}),
+		model:  latency.New(p.modelConfig(0)),
 		now:    scheduling.NowOf(h),
 	}
 	if h != nil {
@@ -193,6 +193,12 @@ func New(name string, raw json.RawMessage, h *scheduling.Handle) (scheduling.Plu
 	return pr, nil
 }
 
+// modelConfig is the latency model's configuration under p, with a
+// prefill-join-hold of minimum holdTokens (0: none).
+func (p Params) modelConfig(holdTokens int) latency.Config {
+	return latency.Config{Quantile: p.Quantile, HoldTokens: int64(holdTokens)}
+}
+
 // joinHold is what the producer reads of a prefill-join-hold.
 type joinHold interface{ MinTokens() int }
 
@@ -206,7 +212,7 @@ func (p *Producer) Resolve(lookup func(string) (scheduling.Plugin, bool)) error 
 	if err != nil {
 		return err
 	}
-	p.model = latency.New(latency.Config{Quantile: p.params.Quantile, HoldTokens: int64(h.MinTokens())})
+	p.model = latency.New(p.params.modelConfig(h.MinTokens()))
 	return nil
 }
 
