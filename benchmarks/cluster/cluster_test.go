@@ -298,29 +298,36 @@ func TestSLOFraction(t *testing.T) {
 	}
 }
 
-// A short prompt with a long one routed right after it to the same
-// server, at the same instant, shares its first step with the long one's
-// first chunk: it is joined (its TTFT is that step's), the long one and a
-// later lone prompt are not.
-func TestJoined(t *testing.T) {
+// shortThenLong runs, on one H100 server, a short prompt and a long one
+// arriving at the same instant, then a lone short prompt 10 s later.
+func shortThenLong(t *testing.T, policy Policy) []RequestResult {
+	t.Helper()
 	p, ok := engine.LookupPreset("llama-3.1-8b-h100")
 	if !ok {
 		t.Fatal("preset missing")
-	}
-	rr, err := config.Policy("round-robin", config.PolicyOptions{})
-	if err != nil {
-		t.Fatal(err)
 	}
 	reqs := []workload.Request{
 		{Arrival: 0, Segments: []workload.Segment{{Key: 1, Len: 24}}, OutputTokens: 4},
 		{Arrival: 0, Segments: []workload.Segment{{Key: 2, Len: 20000}}, OutputTokens: 4},
 		{Arrival: 10 * time.Second, Segments: []workload.Segment{{Key: 3, Len: 24}}, OutputTokens: 4},
 	}
-	res, err := Run(context.Background(), Options{Replicas: 1, Preset: p, Seed: 1}, Policy{Name: "rr", Config: rr}, reqs)
+	res, err := Run(context.Background(), Options{Replicas: 1, Preset: p, Seed: 1}, policy, reqs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := res.Requests
+	return res.Requests
+}
+
+// A short prompt with a long one routed right after it to the same
+// server, at the same instant, shares its first step with the long one's
+// first chunk: it is joined (its TTFT is that step's), the long one and a
+// later lone prompt are not.
+func TestJoined(t *testing.T) {
+	rr, err := config.Policy("round-robin", config.PolicyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := shortThenLong(t, Policy{Name: "rr", Config: rr})
 	if !r[0].Joined || r[1].Joined || r[2].Joined {
 		t.Fatalf("joined %v %v %v, want true false false", r[0].Joined, r[1].Joined, r[2].Joined)
 	}
@@ -334,10 +341,6 @@ func TestJoined(t *testing.T) {
 // holdReachDelay later, so the short prompt's step is its own (not joined,
 // about as fast as the lone one) and the long one starts after it.
 func TestHeldPromptDoesNotJoin(t *testing.T) {
-	p, ok := engine.LookupPreset("llama-3.1-8b-h100")
-	if !ok {
-		t.Fatal("preset missing")
-	}
 	cfg := []byte(`apiVersion: inference.networking.x-k8s.io/v1alpha1
 kind: EndpointPickerConfig
 plugins:
@@ -348,16 +351,7 @@ schedulingProfiles:
   plugins:
   - pluginRef: round-robin-picker
 `)
-	reqs := []workload.Request{
-		{Arrival: 0, Segments: []workload.Segment{{Key: 1, Len: 24}}, OutputTokens: 4},
-		{Arrival: 0, Segments: []workload.Segment{{Key: 2, Len: 20000}}, OutputTokens: 4},
-		{Arrival: 10 * time.Second, Segments: []workload.Segment{{Key: 3, Len: 24}}, OutputTokens: 4},
-	}
-	res, err := Run(context.Background(), Options{Replicas: 1, Preset: p, Seed: 1}, Policy{Name: "hold", Config: cfg}, reqs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := res.Requests
+	r := shortThenLong(t, Policy{Name: "hold", Config: cfg})
 	if r[0].Joined || r[1].Joined || r[2].Joined {
 		t.Fatalf("joined %v %v %v, want none", r[0].Joined, r[1].Joined, r[2].Joined)
 	}

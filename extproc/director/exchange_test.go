@@ -42,7 +42,7 @@ schedulingProfiles:
 }
 
 // configuredDirector routes eps with the EndpointPickerConfig yaml, its
-// request, first-token and response hooks in place.
+// request, first-token, response and hold hooks in place.
 func configuredDirector(t *testing.T, yaml string, eps pool, now func() time.Time) *Director {
 	t.Helper()
 	c, err := config.Parse([]byte(yaml))
@@ -54,7 +54,7 @@ func configuredDirector(t *testing.T, yaml string, eps pool, now func() time.Tim
 		t.Fatal(err)
 	}
 	return New(Options{Pool: eps, Scheduler: built.Scheduler, Now: now,
-		Hooks: Hooks{PreRequest: built.PreRequest, FirstToken: built.FirstToken, ResponseComplete: built.ResponseComplete}})
+		Hooks: Hooks{PreRequest: built.PreRequest, FirstToken: built.FirstToken, ResponseComplete: built.ResponseComplete, Hold: built.Hold}})
 }
 
 func completion(prompt string, stream bool) *server.Request {

@@ -8,11 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kvgate/kvgate/extproc/config"
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/metrics"
-	"github.com/kvgate/kvgate/extproc/plugins/all"
-	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/scheduling/schedtest"
 	"github.com/kvgate/kvgate/extproc/server"
 )
@@ -22,18 +19,10 @@ import (
 // token, and a client that goes away while held ends its exchange, so its
 // load and its place are released.
 func TestHandleRequestWaitsForHold(t *testing.T) {
-	c, err := config.Parse([]byte("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: prefill-join-hold\n  parameters: {minTokens: 1}\n- type: random-picker\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	built, err := config.Build(c, all.Registry(), &scheduling.Handle{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	a := schedtest.Endpoint("a", endpoints.Metrics{})
+	d := configuredDirector(t, "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: prefill-join-hold\n  parameters: {minTokens: 1}\n- type: random-picker\n", pool{a}, time.Now)
 	reg := prometheus.NewPedanticRegistry()
-	d := New(Options{Pool: pool{a}, Scheduler: built.Scheduler, Hooks: Hooks{PreRequest: built.PreRequest,
-		FirstToken: built.FirstToken, ResponseComplete: built.ResponseComplete, Hold: built.Hold}, Metrics: metrics.New(reg)})
+	d.metrics = metrics.New(reg)
 	ctx := context.Background()
 	_, first, err := d.HandleRequest(ctx, completion("the first long prompt", true))
 	if err != nil {
