@@ -176,18 +176,24 @@ func TestHealthTransitions(t *testing.T) {
 			}
 			ea := h.ds.Get("a")
 			kvtest.WaitFor(t, "first scrape", func() bool { return !ea.Metrics().UpdateTime.IsZero() })
-			good := ea.Metrics()
 
 			srv.mode.Store(tt.mode)
 			kvtest.WaitFor(t, "eviction", func() bool { return slices.Equal(h.candidates(), []string{"b"}) })
 			if len(h.ds.All()) != 2 {
 				t.Errorf("unhealthy endpoint left All()")
 			}
-			// Failures keep the last good snapshot, which only ages.
+			// Failures keep the last good snapshot, which only ages. It is
+			// read after the eviction: a healthy scrape may still land
+			// between the first one and the switch to failing.
+			good := ea.Metrics()
+			if good.UpdateTime.IsZero() {
+				t.Fatal("eviction dropped the last good snapshot")
+			}
+			failed := errCount(h.s, tt.reason)
+			kvtest.WaitFor(t, tt.reason+" errors counted", func() bool { return errCount(h.s, tt.reason) >= failed+2 })
 			if ea.Metrics() != good {
 				t.Errorf("a failed scrape replaced the snapshot")
 			}
-			kvtest.WaitFor(t, tt.reason+" errors counted", func() bool { return errCount(h.s, tt.reason) >= 2 })
 
 			srv.mode.Store(serveOK)
 			kvtest.WaitFor(t, "recovery", func() bool { return slices.Equal(h.candidates(), []string{"a", "b"}) })
