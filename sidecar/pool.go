@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"sync/atomic"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
@@ -70,23 +69,10 @@ func (p *pool) check(hostPort string) (string, error) {
 	if !p.loaded.Load() {
 		return "", errPoolUnknown
 	}
-	if p.ds.ByAddress(hp) == nil && !p.memberSpelledOtherwise(hp) {
+	// ByAddress reads every spelling of an IP address as one (an IPv6
+	// address in upper case, an IPv4-mapped one).
+	if p.ds.ByAddress(hp) == nil {
 		return "", fmt.Errorf("%s: %w", hp, errNotMember)
 	}
 	return hp, nil
-}
-
-// memberSpelledOtherwise finds hp among members whose address is written
-// in another form of the same IP (an IPv6 address in upper case).
-func (p *pool) memberSpelledOtherwise(hp string) bool {
-	want, err := netip.ParseAddrPort(hp)
-	if err != nil {
-		return false
-	}
-	for _, e := range p.ds.All() {
-		if ap, err := netip.ParseAddrPort(e.Address()); err == nil && ap.Addr().Unmap() == want.Addr() && ap.Port() == want.Port() {
-			return true
-		}
-	}
-	return false
 }

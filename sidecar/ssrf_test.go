@@ -29,6 +29,7 @@ func TestSSRFNeverDialsOutsideThePool(t *testing.T) {
 	chat := map[string]any{"model": "m", "messages": []any{map[string]any{"role": "user", "content": []any{
 		map[string]any{"type": "image_url", "image_url": map[string]any{"url": "http://img/1.png"}}}}}}
 	_, outPort, _ := strings.Cut(outsider.addr(), ":")
+	memberHost, memberPort, _ := strings.Cut(member.addr(), ":")
 
 	for _, tc := range []struct {
 		name       string
@@ -43,6 +44,7 @@ func TestSSRFNeverDialsOutsideThePool(t *testing.T) {
 		{"prefiller list, outsider first", map[string]string{eppwire.HeaderPrefiller: outsider.addr() + "," + member.addr()}, http.StatusForbidden, 0},
 		{"client's new name loses to the picker's old one", map[string]string{
 			eppwire.HeaderPrefiller: member.addr(), eppwire.HeaderPrefillerLLMD: outsider.addr()}, http.StatusOK, 1},
+		{"member, IPv4-mapped spelling", map[string]string{eppwire.HeaderPrefiller: "[::ffff:" + memberHost + "]:" + memberPort}, http.StatusOK, 1},
 		{"encoder outside dropped, KV source outside ignored", map[string]string{
 			eppwire.HeaderPrefiller: member.addr(), eppwire.HeaderEncoders: outsider.addr(),
 			eppwire.HeaderKVCacheSource: outsider.addr()}, http.StatusOK, 1},
