@@ -180,6 +180,12 @@ func (d *Director) routed(req *server.Request, sr *scheduling.Request, dec *serv
 		d.metrics.RequestProcessing(time.Since(req.ReceivedAt))
 	}
 	if err != nil {
+		var ie *inferr.Error
+		if !errors.As(err, &ie) && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+			// The stream ended while the request was scheduled: the
+			// server ends the stream on it, and it is no refusal.
+			return nil, nil, err
+		}
 		e := inferr.As(err)
 		d.metrics.RequestError(labels, string(e.Code))
 		return nil, nil, e

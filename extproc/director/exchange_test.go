@@ -2,15 +2,20 @@ package director
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/kvgate/kvgate/extproc/config"
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/inferr"
+	"github.com/kvgate/kvgate/extproc/metrics"
 	"github.com/kvgate/kvgate/extproc/plugins/all"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/scheduling/schedtest"
@@ -173,6 +178,45 @@ func TestAdmitterRefusalIs429(t *testing.T) {
 	delete(req.Headers, eppwire.HeaderSLOTTFT)
 	if _, _, err := d.HandleRequest(context.Background(), req); err != nil {
 		t.Fatalf("without an SLO: %v", err)
+	}
+}
+
+// streamAdmitter admits a request while its stream lasts, as a plugin
+// that waits on something with the request's context fails once it ends.
+type streamAdmitter struct{ scheduling.Named }
+
+func (streamAdmitter) Admit(ctx context.Context, _ *scheduling.CycleState, _ *scheduling.Request, _ []*endpoints.Endpoint) error {
+	return ctx.Err()
+}
+
+// A stream that ends while its request is scheduled is a cancellation:
+// the server ends the stream rather than answer the gone client 500, and
+// no Internal error is counted.
+func TestCancelledWhileScheduling(t *testing.T) {
+	r := all.Registry()
+	if err := r.Register("stream-admitter", func(name string, _ json.RawMessage, _ *scheduling.Handle) (scheduling.Plugin, error) {
+		return streamAdmitter{scheduling.NewNamed("stream-admitter", name)}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.Parse([]byte("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: stream-admitter\n- type: random-picker\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	built, err := config.Build(c, r, &scheduling.Handle{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	d := New(Options{Pool: pool{schedtest.Endpoint("a", endpoints.Metrics{})}, Scheduler: built.Scheduler, Metrics: metrics.New(reg)})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, ex, err := d.HandleRequest(ctx, completion("p", true))
+	if !errors.Is(err, context.Canceled) || ex != nil {
+		t.Fatalf("HandleRequest = %v, %v; want context.Canceled and no exchange", ex, err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "llm_d_epp_request_error_total"); err != nil || n != 0 {
+		t.Fatalf("%d request error series for a cancelled request (%v), want none", n, err)
 	}
 }
 
