@@ -571,7 +571,9 @@ func (x *exchange) awaitHold(ctx context.Context) error {
 		x.d.metrics.Held(metrics.HoldBound, x.d.now().Sub(start))
 	case <-ctx.Done():
 		x.d.metrics.Held(metrics.HoldCancelled, x.d.now().Sub(start))
-		x.ResponseDone(ctx, server.ResponseSummary{})
+		// As the server ends an exchange: its hooks' context is not
+		// cancelled with the stream.
+		x.ResponseDone(context.WithoutCancel(ctx), server.ResponseSummary{})
 		return fmt.Errorf("held for the prompts ahead: %w", ctx.Err())
 	}
 	return nil

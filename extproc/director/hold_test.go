@@ -10,9 +10,24 @@ import (
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/metrics"
+	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/scheduling/schedtest"
 	"github.com/kvgate/kvgate/extproc/server"
 )
+
+// endedContexts counts the ResponseComplete calls whose context was
+// already done: the exchange's end runs its hooks as the server's
+// ResponseDone does, on a context that is not cancelled with the stream.
+type endedContexts struct {
+	scheduling.Named
+	cancelled int
+}
+
+func (e *endedContexts) ResponseComplete(ctx context.Context, _ *scheduling.CycleState, _ *scheduling.Request, _ *scheduling.Response) {
+	if ctx.Err() != nil {
+		e.cancelled++
+	}
+}
 
 // A Holder keeps a routed request in HandleRequest: prefill-join-hold
 // lets the second long prompt on an endpoint go at the first one's first
@@ -23,6 +38,8 @@ func TestHandleRequestWaitsForHold(t *testing.T) {
 	d := configuredDirector(t, "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: prefill-join-hold\n  parameters: {minTokens: 1}\n- type: random-picker\n", pool{a}, time.Now)
 	reg := prometheus.NewPedanticRegistry()
 	d.metrics = metrics.New(reg)
+	ended := &endedContexts{Named: scheduling.NewNamed("ended-contexts", "")}
+	d.opts.Hooks.ResponseComplete = append(d.opts.Hooks.ResponseComplete, ended)
 	ctx := context.Background()
 	_, first, err := d.HandleRequest(ctx, completion("the first long prompt", true))
 	if err != nil {
@@ -64,6 +81,9 @@ func TestHandleRequestWaitsForHold(t *testing.T) {
 	}
 	if n := a.InflightRequests(); n != 2 {
 		t.Fatalf("%d in flight after the held request was cancelled, want 2", n)
+	}
+	if ended.cancelled != 0 {
+		t.Fatal("the held request's ResponseComplete hooks ran with the stream's cancelled context")
 	}
 	o.ex.ResponseDone(ctx, server.ResponseSummary{Status: 200, Complete: true})
 	first.ResponseDone(ctx, server.ResponseSummary{Status: 200, Complete: true})
