@@ -301,10 +301,12 @@ func (c *Controller) next(now time.Time) (*Item, []*Item) {
 	// processor's picker-saturation gate and autoscalers read it; measured
 	// at dispatches alone it froze at the busiest moment).
 	sat := c.measure(pool)
+	// Likewise the queue's capacity gauges: measured only while requests
+	// are queued, they kept the last non-empty queue's value.
+	c.utilization()
 	if c.queued == 0 {
 		return nil, nil
 	}
-	c.utilization()
 	c.prios = c.prios[:0]
 	for _, b := range c.bands {
 		c.prios = append(c.prios, b.priority)
