@@ -13,7 +13,7 @@ import (
 // resolved Candidates, including candidates resolved before endpoints got
 // or lost their ids (stale), repeated and unknown candidates, both tiers,
 // blocks shared by more endpoints than a record holds inline, and several
-// shards.
+// shards, and copies of a block stored more than once.
 func TestLookupCandidatesMatchesModel(t *testing.T) {
 	for _, shards := range []int{1, 8} {
 		rng := rand.New(rand.NewPCG(3, uint64(shards)))
@@ -22,8 +22,8 @@ func TestLookupCandidatesMatchesModel(t *testing.T) {
 		for i := range eps {
 			eps[i] = fmt.Sprintf("10.0.0.%d:8000", i)
 		}
-		// held[ep][hash] is the tier bits the model says ep holds.
-		held := map[string]map[uint64]uint16{}
+		// held[ep][hash][tier] is how many copies the model says ep holds.
+		held := map[string]map[uint64][2]int{}
 		prompts := make([][]uint64, 6)
 		for p := range prompts {
 			for b := range 20 {
@@ -48,10 +48,12 @@ func TestLookupCandidatesMatchesModel(t *testing.T) {
 					t.Fatal(err)
 				}
 				if held[ep] == nil {
-					held[ep] = map[uint64]uint16{}
+					held[ep] = map[uint64][2]int{}
 				}
 				for _, h := range hs {
-					held[ep][h] |= tier.bit()
+					c := held[ep][h]
+					c[tier]++
+					held[ep][h] = c
 				}
 			case r < 9:
 				idx.Remove(ep, tier, hs)
@@ -59,7 +61,9 @@ func TestLookupCandidatesMatchesModel(t *testing.T) {
 					if held[ep] == nil {
 						break
 					}
-					if held[ep][h] &^= tier.bit(); held[ep][h] == 0 {
+					c := held[ep][h]
+					c[tier] = max(0, c[tier]-1)
+					if held[ep][h] = c; c == [2]int{} {
 						delete(held[ep], h)
 					}
 				}
@@ -110,7 +114,7 @@ func TestLookupCandidatesMatchesModel(t *testing.T) {
 // model is the lookup by definition: each candidate's run of leading
 // blocks held in either tier, its tier-weighted score, a repeated
 // candidate counted at its first position only, and the longest run.
-func model(held map[string]map[uint64]uint16, hashes []uint64, cands []string) ([]float64, []int, int) {
+func model(held map[string]map[uint64][2]int, hashes []uint64, cands []string) ([]float64, []int, int) {
 	out, runs := make([]float64, len(cands)), make([]int, len(cands))
 	seen := map[string]bool{}
 	matched := 0
@@ -120,12 +124,12 @@ func model(held map[string]map[uint64]uint16, hashes []uint64, cands []string) (
 		}
 		seen[ep] = true
 		for _, h := range hashes {
-			bits := held[ep][h]
-			if bits == 0 {
+			copies := held[ep][h]
+			if copies == [2]int{} {
 				break
 			}
 			runs[i]++
-			if bits&tierGPUBit != 0 {
+			if copies[TierGPU] > 0 {
 				out[i] += WeightGPU
 			} else {
 				out[i] += WeightCPU

@@ -9,6 +9,11 @@
 // blocks over all endpoints) so that eviction never drops a block a server
 // holds.
 //
+// Copies: vLLM's block pool may hold several blocks with one hash (requests
+// that computed it at once) and sends a BlockStored for each and a
+// BlockRemoved for each eviction, so the index counts an endpoint's copies
+// of a block per tier and forgets the block with the last one.
+//
 // Concurrency: the index is split into shards by block hash, each with one
 // RWMutex. A write (Add, Remove, an eviction) holds one shard exclusively
 // for one block; ClearEndpoint's sweep holds each shard for one pass over

@@ -111,8 +111,10 @@ func (idx *Index) internLocked(endpoint string) (uint16, error) {
 	return id, nil
 }
 
-// Add records that endpoint (its ip:port) holds the blocks in tier, and
-// marks each block recently stored for eviction.
+// Add records that endpoint (its ip:port) holds one more copy of each block
+// in tier, and marks each block recently stored for eviction. A block
+// stored twice (vLLM can hold two blocks with one hash) stays until both
+// copies are removed.
 func (idx *Index) Add(endpoint string, tier Tier, hashes []uint64) error {
 	idx.epMu.RLock()
 	id, ok := idx.ids[endpoint]
@@ -145,7 +147,8 @@ func (idx *Index) Add(endpoint string, tier Tier, hashes []uint64) error {
 	return nil
 }
 
-// Remove records that endpoint no longer holds the blocks in tier.
+// Remove records that endpoint dropped one copy of each block in tier; the
+// block leaves the tier with its last copy.
 func (idx *Index) Remove(endpoint string, tier Tier, hashes []uint64) {
 	idx.epMu.RLock()
 	defer idx.epMu.RUnlock()

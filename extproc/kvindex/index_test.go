@@ -87,6 +87,54 @@ func TestLookup(t *testing.T) {
 			matched: 2,
 		},
 		{
+			// vLLM's block pool can hold two blocks with one hash (two
+			// requests computed it at once); it announces each with a
+			// BlockStored and each eviction with a BlockRemoved.
+			name: "a block stored twice outlives one removal",
+			ops: []op{
+				{ep: a, hashes: []uint64{1, 2}}, {ep: a, hashes: []uint64{1}},
+				{remove: true, ep: a, hashes: []uint64{1}},
+			},
+			prompt:  []uint64{1, 2},
+			cands:   []string{a},
+			want:    []float64{2},
+			matched: 2,
+		},
+		{
+			name: "each stored copy needs its removal",
+			ops: []op{
+				{ep: a, hashes: []uint64{1, 2}}, {ep: a, hashes: []uint64{1}},
+				{remove: true, ep: a, hashes: []uint64{1}}, {remove: true, ep: a, hashes: []uint64{1}},
+			},
+			prompt:  []uint64{1, 2},
+			cands:   []string{a},
+			want:    []float64{0},
+			matched: 0,
+		},
+		{
+			name: "copies count per tier",
+			ops: []op{
+				{ep: a, tier: TierCPU, hashes: []uint64{1}}, {ep: a, tier: TierCPU, hashes: []uint64{1}},
+				{ep: a, hashes: []uint64{1}}, {remove: true, ep: a, hashes: []uint64{1}},
+				{remove: true, ep: a, tier: TierCPU, hashes: []uint64{1}},
+			},
+			prompt:  []uint64{1},
+			cands:   []string{a},
+			want:    []float64{WeightCPU},
+			matched: 1,
+		},
+		{
+			name: "clearing an endpoint forgets its copies",
+			ops: []op{
+				{ep: a, hashes: []uint64{1}}, {ep: a, hashes: []uint64{1}}, {clear: true, ep: a},
+				{ep: a, hashes: []uint64{1}}, {remove: true, ep: a, hashes: []uint64{1}},
+			},
+			prompt:  []uint64{1},
+			cands:   []string{a},
+			want:    []float64{0},
+			matched: 0,
+		},
+		{
 			name: "remove",
 			ops: []op{
 				{ep: a, hashes: []uint64{1, 2, 3}}, {ep: b, hashes: []uint64{1, 2, 3}},
@@ -479,4 +527,36 @@ func TestLookupDuringIDReuse(t *testing.T) {
 	}
 	close(stop)
 	<-done
+}
+
+// TestEvictionForgetsCopies: a block evicted by the bound goes with all its
+// copies, so storing it again later counts from one.
+func TestEvictionForgetsCopies(t *testing.T) {
+	idx := New(Config{MaxEntries: 4, Shards: 1})
+	add := func(hs ...uint64) {
+		t.Helper()
+		if err := idx.Add("a:1", TierGPU, hs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	holds := func(h uint64) bool {
+		out := make([]float64, 1)
+		idx.Lookup([]uint64{h}, []string{"a:1"}, out)
+		return out[0] != 0
+	}
+	add(1, 1)
+	last := uint64(1)
+	for holds(1) {
+		if last++; last > 100 {
+			t.Fatal("block 1 never evicted")
+		}
+		add(last)
+	}
+	// Make room, so that storing block 1 again evicts nothing.
+	idx.Remove("a:1", TierGPU, []uint64{last})
+	add(1)
+	idx.Remove("a:1", TierGPU, []uint64{1})
+	if holds(1) {
+		t.Fatal("block 1, stored once since its eviction and removed once, is still held")
+	}
 }

@@ -1,6 +1,9 @@
 package kvindex
 
-import "sync"
+import (
+	"math"
+	"sync"
+)
 
 // An entry is one (block, endpoint) pair packed in 16 bits: the endpoint id
 // in the low bits and the tiers the endpoint holds the block in on top.
@@ -53,6 +56,16 @@ type shard struct {
 	// that many endpoints share (typically the system prompt's blocks).
 	spill map[uint64][]uint16
 
+	// copies counts the copies past the first of a block that one
+	// endpoint stored in one tier. vLLM's block pool may hold two blocks
+	// with one hash (two requests computed it at once) and announces each
+	// with a BlockStored and each eviction with a BlockRemoved, so the
+	// endpoint holds the block until its last copy goes. Copies are rare
+	// and short-lived, hence a map beside the records rather than a count
+	// in each; it has at most one key per tier of an entry, so the bound
+	// on entries bounds it too.
+	copies map[copyKey]uint32
+
 	// hand is the CLOCK eviction cursor over slots: a block stored since
 	// the hand last passed has its reference bit set and is spared once.
 	hand       int
@@ -63,10 +76,20 @@ type shard struct {
 	_ [64]byte // keep neighbouring shards' locks off this cache line
 }
 
+// copyKey is a block and one entry with a single tier bit.
+type copyKey struct {
+	hash  uint64
+	entry uint16
+}
+
+// copyBytes estimates one key of a shard's copies map.
+const copyBytes = 32
+
 func newShard(maxEntries int) *shard {
 	return &shard{
 		slots:      make([]block, minSlots),
 		spill:      make(map[uint64][]uint16),
+		copies:     make(map[copyKey]uint32),
 		maxEntries: maxEntries,
 	}
 }
@@ -125,6 +148,11 @@ func (s *shard) grow() {
 // no tombstones: later records of the probe run move back into the hole.
 func (s *shard) free(i int) {
 	b := &s.slots[i]
+	if len(s.copies) > 0 {
+		for k := range b.n() {
+			s.forgetCopies(b.hash, s.entryAt(b, k))
+		}
+	}
 	s.entries -= b.n()
 	if b.n() > inlineEntries {
 		delete(s.spill, b.hash)
@@ -225,8 +253,24 @@ func (s *shard) appendEntry(b *block, e uint16) {
 	s.entries++
 }
 
-// removeEntry drops entry k by moving the last entry into its place.
+// forgetCopies drops the copies counted for entry e of block h, in each
+// of its tiers.
+func (s *shard) forgetCopies(h uint64, e uint16) {
+	if len(s.copies) == 0 {
+		return
+	}
+	id := e & idMask
+	for _, bit := range [...]uint16{tierGPUBit, tierCPUBit} {
+		if e&bit != 0 {
+			delete(s.copies, copyKey{h, id | bit})
+		}
+	}
+}
+
+// removeEntry drops entry k, with its copies, by moving the last entry
+// into its place.
 func (s *shard) removeEntry(b *block, k int) {
+	s.forgetCopies(b.hash, s.entryAt(b, k))
 	last := b.n() - 1
 	s.setEntry(b, k, s.entryAt(b, last))
 	if last >= inlineEntries {
@@ -240,8 +284,9 @@ func (s *shard) removeEntry(b *block, k int) {
 	s.entries--
 }
 
-// add records that endpoint id holds block h in the tiers of bit and marks
-// the block referenced, then evicts while the shard is over its bound.
+// add records that endpoint id holds one more copy of block h in the tier
+// of bit and marks the block referenced, then evicts while the shard is
+// over its bound.
 func (s *shard) add(h, m uint64, id, bit uint16) {
 	i := s.find(h, m)
 	if i < 0 {
@@ -250,7 +295,11 @@ func (s *shard) add(h, m uint64, id, bit uint16) {
 	b := &s.slots[i]
 	b.meta |= refBit
 	if k := s.indexOf(b, id); k >= 0 {
-		s.setEntry(b, k, s.entryAt(b, k)|bit)
+		if e := s.entryAt(b, k); e&bit == 0 {
+			s.setEntry(b, k, e|bit)
+		} else if key := (copyKey{h, id | bit}); s.copies[key] < math.MaxUint32 {
+			s.copies[key]++
+		}
 	} else {
 		s.appendEntry(b, id|bit)
 	}
@@ -278,7 +327,8 @@ func (s *shard) evictOne() {
 	}
 }
 
-// remove clears the tiers of bit for endpoint id on block h.
+// remove drops one copy of block h that endpoint id holds in the tier of
+// bit, and the tier once its last copy goes.
 func (s *shard) remove(h, m uint64, id, bit uint16) {
 	i := s.find(h, m)
 	if i < 0 {
@@ -288,6 +338,18 @@ func (s *shard) remove(h, m uint64, id, bit uint16) {
 	k := s.indexOf(b, id)
 	if k < 0 {
 		return
+	}
+	if len(s.copies) > 0 {
+		key := copyKey{h, id | bit}
+		switch n := s.copies[key]; n {
+		case 0:
+		case 1:
+			delete(s.copies, key)
+			return
+		default:
+			s.copies[key] = n - 1
+			return
+		}
 	}
 	if e := s.entryAt(b, k) &^ bit; e&tierMask != 0 {
 		s.setEntry(b, k, e)
@@ -326,7 +388,7 @@ func (s *shard) sweep(id uint16) {
 // map slot with its slice header counted as 72 bytes, the backing array
 // rounded up to the allocator's 8-byte size classes).
 func (s *shard) bytes() int64 {
-	n := int64(len(s.slots)) * blockBytes
+	n := int64(len(s.slots))*blockBytes + int64(len(s.copies))*copyBytes
 	for _, sp := range s.spill {
 		n += 72 + int64(cap(sp)*2+7)&^7
 	}
