@@ -55,8 +55,10 @@ schedulingProfiles:
 				t.Helper()
 				deadline := time.Now().Add(10 * time.Second)
 				for {
-					// Re-publishing is idempotent and covers the slow-joiner
-					// loss of the first messages after connecting.
+					// Re-publishing covers the slow-joiner loss of the first
+					// messages after connecting. Each repeated BlockStored
+					// adds a copy of the blocks, and the BlockRemoved below
+					// is repeated until the last copy is gone.
 					if err := pub.Publish(kvwire.EventBatch{TS: 1, Events: []kvwire.Event{publish}}); err != nil {
 						t.Fatal(err)
 					}

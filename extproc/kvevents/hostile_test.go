@@ -74,7 +74,8 @@ func realPublisher(t *testing.T, f *fixture, ep string) *kvwire.Publisher {
 }
 
 // reach publishes block h until the index has it, failing after within.
-// Publishing again is idempotent and beats the slow-joiner loss.
+// Publishing again beats the slow-joiner loss; the index then counts the
+// block's copies, which these tests never remove.
 func reach(t *testing.T, f *fixture, pub *kvwire.Publisher, ep string, h uint64, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
