@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -212,7 +213,8 @@ func TestForgedSequenceCannotWipe(t *testing.T) {
 	clearAll := kvwire.EventBatch{TS: 1, Events: []kvwire.Event{kvwire.AllBlocksCleared{}}}
 	forger.sendBatch(0, clearAll)     // "restarted"
 	forger.sendBatch(1<<40, clearAll) // "lost messages"
-	forger.sendBatch(1<<40+1, removed("", 1))
+	// Every copy of block 1 that reach stored, should this one apply.
+	forger.sendBatch(1<<40+1, removed("", slices.Repeat([]uint64{1}, 1024)...))
 	conflicting := f.sub.m.dropped.WithLabelValues(dropConflictingStream)
 	f.eventually("the forged messages", func() bool {
 		return testutil.ToFloat64(conflicting) >= 3 || f.holds(ep, 1) == 0
