@@ -453,6 +453,14 @@ func (g *Gateway) runFilter(ctx context.Context, req *request) (*wasmhost.LocalR
 			return nil, bodyError(err)
 		}
 	}
+	// The body goes on whole whatever becomes of the filter: it may fail
+	// on any call below, and the request then passes untagged.
+	switch {
+	case eof:
+		req.body = bytes.NewReader(buffered)
+	case len(buffered) > 0:
+		req.body = io.MultiReader(bytes.NewReader(buffered), req.body)
+	}
 	vm, err := g.filter.Acquire(ctx)
 	if err != nil {
 		return nil, &statusError{status: http.StatusServiceUnavailable, msg: "wasm filter unavailable", err: err}
@@ -485,12 +493,6 @@ func (g *Gateway) runFilter(ctx context.Context, req *request) (*wasmhost.LocalR
 		req.headers = withoutHints
 	} else {
 		req.headers = headerList(s.Headers())
-	}
-	switch {
-	case eof:
-		req.body = bytes.NewReader(buffered)
-	case len(buffered) > 0:
-		req.body = io.MultiReader(bytes.NewReader(buffered), req.body)
 	}
 	return s.LocalResponse(), nil
 }

@@ -488,6 +488,76 @@ func TestFilterBufferLimit(t *testing.T) {
 	}
 }
 
+// TestFilterFailureKeepsTheBody: a filter that fails on a request (here it
+// traps creating the request's context) lets it pass untagged with its
+// whole body, which the gateway had already read for the filter.
+func TestFilterFailureKeepsTheBody(t *testing.T) {
+	up := newUpstream(t, nil)
+	url := startGateway(t, gateway.Config{Wasm: trappingFilter(), Fallback: []string{up.addr()}})
+	resp, body := post(t, http.DefaultClient, url+"/v1/chat/completions", chat, nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	if saw := up.next(t); string(saw.body) != chat {
+		t.Fatalf("upstream got body %q, want the client's", saw.body)
+	}
+}
+
+// trappingFilter is a minimal proxy-wasm module: its root context starts,
+// and creating any request's context traps.
+func trappingFilter() []byte {
+	uleb := func(b []byte, v int) []byte {
+		for ; v >= 0x80; v >>= 7 {
+			b = append(b, byte(v)|0x80)
+		}
+		return append(b, byte(v))
+	}
+	section := func(mod []byte, id byte, items ...[]byte) []byte {
+		content := uleb(nil, len(items))
+		for _, it := range items {
+			content = append(content, it...)
+		}
+		return append(uleb(append(mod, id), len(content)), content...)
+	}
+	const i32 = 0x7f
+	types := [][]byte{
+		{0x60, 2, i32, i32, 0},           // (ctx, parent) -> ()
+		{0x60, 2, i32, i32, 1, i32},      // (ctx, size) -> bool
+		{0x60, 3, i32, i32, i32, 1, i32}, // (ctx, n, end_of_stream) -> action
+		{0x60, 1, i32, 0},                // (ctx) -> ()
+		{0x60, 1, i32, 1, i32},           // (size) -> ptr
+	}
+	funcs := []struct {
+		name string
+		typ  byte
+		body []byte
+	}{
+		// local.get 1 (the parent); if it is set: unreachable.
+		{"proxy_on_context_create", 0, []byte{0x20, 1, 0x04, 0x40, 0x00, 0x0b}},
+		{"proxy_on_vm_start", 1, []byte{0x41, 1}},
+		{"proxy_on_configure", 1, []byte{0x41, 1}},
+		{"proxy_on_request_headers", 2, []byte{0x41, 0}},
+		{"proxy_on_request_body", 2, []byte{0x41, 0}},
+		{"proxy_on_log", 3, nil},
+		{"proxy_on_delete", 3, nil},
+		{"proxy_on_memory_allocate", 4, []byte{0x41, 0}},
+	}
+	var fsec, exports, code [][]byte
+	exports = append(exports, append(append([]byte{6}, "memory"...), 2, 0))
+	for i, f := range funcs {
+		fsec = append(fsec, []byte{f.typ})
+		exports = append(exports, append(append(uleb(nil, len(f.name)), f.name...), 0, byte(i)))
+		body := append(append([]byte{0}, f.body...), 0x0b) // no locals, end
+		code = append(code, append(uleb(nil, len(body)), body...))
+	}
+	mod := []byte("\x00asm\x01\x00\x00\x00")
+	mod = section(mod, 1, types...)
+	mod = section(mod, 3, fsec...)
+	mod = section(mod, 5, []byte{0, 1}) // one memory of one page
+	mod = section(mod, 7, exports...)
+	return section(mod, 10, code...)
+}
+
 func TestMainFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"--request-body-mode", "buffered"},
