@@ -12,7 +12,9 @@
 // Copies: vLLM's block pool may hold several blocks with one hash (requests
 // that computed it at once) and sends a BlockStored for each and a
 // BlockRemoved for each eviction, so the index counts an endpoint's copies
-// of a block per tier and forgets the block with the last one.
+// of a block per tier and forgets the block with the last one. Copies are
+// counted for at most 1/16 of a shard's entry bound; past that a block goes
+// at its first removal, as it did before copies were counted.
 //
 // Concurrency: the index is split into shards by block hash, each with one
 // RWMutex. A write (Add, Remove, an eviction) holds one shard exclusively

@@ -560,3 +560,22 @@ func TestEvictionForgetsCopies(t *testing.T) {
 		t.Fatal("block 1, stored once since its eviction and removed once, is still held")
 	}
 }
+
+// TestCopiesBounded: a shard counts copies for at most 1/16 of its entries
+// bound; a copy past that is not counted, so the block goes at its first
+// removal rather than the copies growing the index past its bound.
+func TestCopiesBounded(t *testing.T) {
+	idx := New(Config{MaxEntries: 32, Shards: 1}) // copies of 2 blocks
+	for range 2 {
+		if err := idx.Add("a:1", TierGPU, []uint64{1, 2, 3}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	idx.Remove("a:1", TierGPU, []uint64{1, 2, 3})
+	out := make([]float64, 1)
+	for h, want := range map[uint64]float64{1: 1, 2: 1, 3: 0} {
+		if idx.Lookup([]uint64{h}, []string{"a:1"}, out); out[0] != want {
+			t.Errorf("block %d scores %v, want %v", h, out[0], want)
+		}
+	}
+}

@@ -62,9 +62,12 @@ type shard struct {
 	// with a BlockStored and each eviction with a BlockRemoved, so the
 	// endpoint holds the block until its last copy goes. Copies are rare
 	// and short-lived, hence a map beside the records rather than a count
-	// in each; it has at most one key per tier of an entry, so the bound
-	// on entries bounds it too.
-	copies map[copyKey]uint32
+	// in each, bounded to maxCopies keys: past it a further copy is not
+	// counted and its block goes at its first removal, as errs towards
+	// forgetting, so that a publisher storing every block twice cannot
+	// grow the index past what its entry bound allows for.
+	copies    map[copyKey]uint32
+	maxCopies int
 
 	// hand is the CLOCK eviction cursor over slots: a block stored since
 	// the hand last passed has its reference bit set and is spared once.
@@ -85,11 +88,16 @@ type copyKey struct {
 // copyBytes estimates one key of a shard's copies map.
 const copyBytes = 32
 
+// copiesPerEntries: a shard counts copies for at most 1/copiesPerEntries
+// of its entries bound, far above the few blocks vLLM holds twice at once.
+const copiesPerEntries = 16
+
 func newShard(maxEntries int) *shard {
 	return &shard{
 		slots:      make([]block, minSlots),
 		spill:      make(map[uint64][]uint16),
 		copies:     make(map[copyKey]uint32),
+		maxCopies:  max(1, maxEntries/copiesPerEntries),
 		maxEntries: maxEntries,
 	}
 }
@@ -253,6 +261,14 @@ func (s *shard) appendEntry(b *block, e uint16) {
 	s.entries++
 }
 
+// addCopy counts one more copy of key's block, within the bounds.
+func (s *shard) addCopy(key copyKey) {
+	n, ok := s.copies[key]
+	if ok && n < math.MaxUint32 || !ok && len(s.copies) < s.maxCopies {
+		s.copies[key] = n + 1
+	}
+}
+
 // forgetCopies drops the copies counted for entry e of block h, in each
 // of its tiers.
 func (s *shard) forgetCopies(h uint64, e uint16) {
@@ -297,8 +313,8 @@ func (s *shard) add(h, m uint64, id, bit uint16) {
 	if k := s.indexOf(b, id); k >= 0 {
 		if e := s.entryAt(b, k); e&bit == 0 {
 			s.setEntry(b, k, e|bit)
-		} else if key := (copyKey{h, id | bit}); s.copies[key] < math.MaxUint32 {
-			s.copies[key]++
+		} else {
+			s.addCopy(copyKey{h, id | bit})
 		}
 	} else {
 		s.appendEntry(b, id|bit)
