@@ -200,8 +200,10 @@ func TestPublisherToIndex(t *testing.T) {
 					return f.holds(ep, 1) == 1
 				})
 				// Block 4 stays: its removal names the GPU tier, not the
-				// CPU tier it is in.
-				for _, b := range []kvwire.EventBatch{stored("", 2, 3), stored(kvwire.MediumCPU, 4, 5), removed("", 4), removed(kvwire.MediumCPU, 5), stored(kvwire.MediumGPU, 9)} {
+				// CPU tier it is in. Block 6 is in a storage tier only,
+				// which scores as an offload tier does, not as GPU.
+				for _, b := range []kvwire.EventBatch{stored("", 2, 3), stored(kvwire.MediumCPU, 4, 5), removed("", 4), removed(kvwire.MediumCPU, 5),
+					stored("STORAGE", 6), stored(kvwire.MediumGPU, 9)} {
 					if err := pub.Publish(b); err != nil {
 						t.Fatal(err)
 					}
@@ -211,6 +213,9 @@ func TestPublisherToIndex(t *testing.T) {
 				f.idx.Lookup([]uint64{1, 2, 3, 4, 5}, []string{ep}, out)
 				if want := 3 + kvindex.WeightCPU; out[0] != want {
 					t.Fatalf("score %v, want %v", out[0], want)
+				}
+				if got := f.holds(ep, 6); got != kvindex.WeightCPU {
+					t.Fatalf("block 6, stored in STORAGE only, scores %v, want %v", got, kvindex.WeightCPU)
 				}
 				if got := testutil.ToFloat64(f.sub.m.gaps); got != 0 {
 					t.Fatalf("%v gaps on a lossless stream", got)

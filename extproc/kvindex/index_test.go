@@ -216,7 +216,12 @@ func apply(t *testing.T, idx *Index, ops []op) {
 }
 
 func TestTierFromMedium(t *testing.T) {
-	for medium, want := range map[string]Tier{"GPU": TierGPU, "CPU": TierCPU, "cpu": TierCPU, "": TierGPU, "disk": TierGPU} {
+	// vLLM's block pool sends "GPU" (older versions nothing); every other
+	// medium is an offload tier, named by its offloading spec (CPU, a
+	// storage tier).
+	for medium, want := range map[string]Tier{
+		"GPU": TierGPU, "gpu": TierGPU, "": TierGPU, "CPU": TierCPU, "cpu": TierCPU, "STORAGE": TierCPU, "disk": TierCPU,
+	} {
 		if got := TierFromMedium(medium); got != want {
 			t.Errorf("TierFromMedium(%q) = %v, want %v", medium, got, want)
 		}

@@ -8,8 +8,9 @@ type Tier uint8
 const (
 	// TierGPU is the server's own KV cache in accelerator memory.
 	TierGPU Tier = iota
-	// TierCPU is vLLM's CPU offload tier: a hit costs a host-to-device copy,
-	// which is why it weighs less than a GPU hit.
+	// TierCPU is an offload tier: vLLM's CPU offload, or any other tier its
+	// offloading connectors name (a storage tier). A hit costs a copy to
+	// the device, which is why it weighs less than a GPU hit.
 	TierCPU
 )
 
@@ -20,14 +21,17 @@ const (
 	WeightCPU = 0.8
 )
 
-// TierFromMedium maps a KV event's medium field to a tier. vLLM leaves the
-// medium out (or sends an unknown name) for its GPU cache, so anything but
-// "CPU" is the GPU tier.
+// TierFromMedium maps a KV event's medium field to a tier. vLLM's block
+// pool names its GPU cache "GPU" (older versions leave the medium out); an
+// offloading connector names its tier by its spec's medium ("CPU", or
+// another for a storage tier). So anything else is an offload tier: taken
+// for the GPU tier, a storage tier's blocks would score as GPU hits and its
+// removals take copies from the GPU tier.
 func TierFromMedium(medium string) Tier {
-	if strings.EqualFold(medium, "CPU") {
-		return TierCPU
+	if medium == "" || strings.EqualFold(medium, "GPU") {
+		return TierGPU
 	}
-	return TierGPU
+	return TierCPU
 }
 
 // Weight is the score one matched block in this tier contributes.
