@@ -359,7 +359,9 @@ type replica struct {
 	nextScrape time.Time
 	// cache mirrors the engine's prefix cache exactly (every event applied
 	// at once) for the oracle: the truth the real picker only sees late.
-	cache map[uint64]struct{}
+	// It counts each hash's blocks: the engine, as vLLM's block pool, can
+	// hold two blocks of one hash and removes each with its own event.
+	cache map[uint64]int
 	// backlog is the uncached prompt tokens of requests routed here that
 	// have not produced their first token, as the oracle estimated them,
 	// and pending counts those requests' blocks: the engine will compute
@@ -570,7 +572,7 @@ func (s *sim) newReplica(i int, p engine.Preset) (*replica, error) {
 	r := &replica{
 		idx: i, preset: p.Name, eng: eng, addr: fmt.Sprintf("10.%d.%d.%d:8000", i/62500, i/250%250, i%250+1),
 		nextScrape: s.clock.Now(),
-		cache:      make(map[uint64]struct{}),
+		cache:      make(map[uint64]int),
 		pending:    make(map[uint64]int),
 	}
 	r.spec = endpoints.Spec{Name: fmt.Sprintf("replica-%03d", i), Address: r.addr}
@@ -1064,16 +1066,20 @@ func (s *sim) deliver(d kvDelivery) {
 	}
 }
 
-func applyEvents(cache map[uint64]struct{}, events []engine.Event) {
+// applyEvents applies a step's KV events to a replica's mirror of its
+// prefix cache.
+func applyEvents(cache map[uint64]int, events []engine.Event) {
 	for _, ev := range events {
 		switch e := ev.(type) {
 		case *engine.BlockStored:
 			for _, h := range e.BlockHashes {
-				cache[h] = struct{}{}
+				cache[h]++
 			}
 		case *engine.BlockRemoved:
 			for _, h := range e.BlockHashes {
-				delete(cache, h)
+				if cache[h]--; cache[h] <= 0 {
+					delete(cache, h)
+				}
 			}
 		case *engine.AllBlocksCleared:
 			clear(cache)

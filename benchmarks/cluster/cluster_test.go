@@ -362,3 +362,31 @@ schedulingProfiles:
 		t.Errorf("the long prompt's first token at %v, before the short one's (%v) and its way to the server", r[1].TTFT, r[0].TTFT)
 	}
 }
+
+// TestOracleCacheCountsCopies: the oracle's mirror of a replica's cache
+// keeps a hash while any of its blocks is stored, as the engine (like
+// vLLM's block pool) can hold two blocks of one hash and removes each
+// with its own event.
+func TestOracleCacheCountsCopies(t *testing.T) {
+	stored := &engine.BlockStored{BlockHashes: []uint64{1, 2}}
+	tests := []struct {
+		name   string
+		events []engine.Event
+		want   map[uint64]int
+	}{
+		{"stored once, removed", []engine.Event{stored, &engine.BlockRemoved{BlockHashes: []uint64{1}}}, map[uint64]int{2: 1}},
+		{"stored twice, removed once", []engine.Event{stored, stored, &engine.BlockRemoved{BlockHashes: []uint64{1}}}, map[uint64]int{1: 1, 2: 2}},
+		{"stored twice, removed twice", []engine.Event{stored, stored, &engine.BlockRemoved{BlockHashes: []uint64{1, 1}}}, map[uint64]int{2: 2}},
+		{"a removal of what is not there", []engine.Event{&engine.BlockRemoved{BlockHashes: []uint64{9}}}, map[uint64]int{}},
+		{"cleared", []engine.Event{stored, stored, &engine.AllBlocksCleared{}}, map[uint64]int{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cache := map[uint64]int{}
+			applyEvents(cache, tt.events)
+			if !maps.Equal(cache, tt.want) {
+				t.Fatalf("cache %v, want %v", cache, tt.want)
+			}
+		})
+	}
+}

@@ -59,7 +59,7 @@ func (o *oracle) Pick(_ context.Context, _ *scheduling.CycleState, req *scheduli
 		hit := 0
 		for hit < len(o.hashes) {
 			h := o.hashes[hit]
-			if _, ok := r.cache[h]; !ok && r.pending[h] == 0 {
+			if r.cache[h] == 0 && r.pending[h] == 0 {
 				break
 			}
 			hit++
