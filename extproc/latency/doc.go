@@ -74,6 +74,35 @@
 // request's prefill too, the trajectory cache is not used while one is
 // held. Bursty trace ×3 TTFT MAPE 19.3 % → 8.5 % (benchmarks/RESULTS.md).
 //
+// # Joiners expected
+//
+// Where short prompts arrive every step (chat ×32: a few turns per step
+// on every server), the step that computes a prompt's last chunk also
+// computes the turns that reached the server before it began, and a turn
+// routed early in a step is joined more often than not. The projection
+// adds the expected arrivals to that step (joiners.go): the endpoint's
+// recent rate of joinable prompts (a held prompt never joins) times the
+// wait until the step begins, less ln 2 arrivals (the median count, so a
+// join less likely than not adds nothing), shaped like the recent ones,
+// within the step's room. Its weight is learned for MAPE (0 where joins
+// do not come, ≈ 1 on chat ×32). The sample's hindsight, which the step
+// cost learns from, has the joiners that came instead. Chat ×32 TTFT
+// MAPE 18.8 % → 15.6 % with the robust fit below; the rest is who joins:
+// the joiners that really came, priced, give 6 %, while the best
+// decision-time guess from the wait alone (a learned median per wait)
+// stays near 15 % (benchmarks/RESULTS.md).
+//
+// # A fit robust to what the twin does not model
+//
+// The step cost learns from each first token at full weight only while
+// the twin's schedule explains it to within 10 % (twinHuber); a sample it
+// misses by more (a phase it had wrong, a release from a hold, work it
+// was not told of) weighs as Huber's loss weighs it. Fitted at full
+// weight, such samples moved the coefficients: on a mixed H100/H200 fleet
+// one H200 ended a run pricing a 2,048-token prefill at 76 ms where it
+// takes 57, and its tiny prompts' single memory-bound steps ran 30–50 %
+// over (seed 3, ×2: TTFT MAPE 10.4 % → 7.4 %).
+//
 // Tried and dropped: learning, per endpoint, how likely a later request
 // is to join (by the delay to the projected last step and the room it
 // leaves; four outcome levels, each priced by the twin) and predicting the

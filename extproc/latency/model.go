@@ -139,9 +139,11 @@ type Estimate struct {
 
 // coeffs is an immutable published fit.
 type coeffs struct {
-	ttft, tpot   [maxFeatures]float64
-	twin         [maxFeatures]float64 // the engine twin's step cost
-	mTwin        float64
+	ttft, tpot [maxFeatures]float64
+	twin       [maxFeatures]float64 // the engine twin's step cost
+	mTwin      float64
+	// join is the weight of the expected joiners (joiners.go).
+	join         float64
 	twinSamples  int
 	qTTFT, qTPOT float64 // log(actual/predicted) quantiles
 	// mTTFT and mTPOT are exp of them: the quantile's multiple of the mean,
@@ -245,17 +247,22 @@ type fit struct {
 	// the least recently used fit goes when the endpoint bound is reached.
 	used atomic.Int64
 
+	// join is the learned weight of the expected joiners (joiners.go),
+	// guarded by mu.
+	join float64
+
 	// twinMu guards tw, the endpoint's engine twin (unused in the pool's).
 	twinMu sync.Mutex
 	tw     twin
 }
 
 func newFit(cfg Config, from *coeffs) *fit {
-	f := &fit{}
+	f := &fit{join: joinPrior}
 	priors := [kinds][]float64{ttftPrior, tpotPrior, twinPrior}
 	if from != nil {
 		// The residuals are the new endpoint's own: they start over.
 		priors = [kinds][]float64{from.ttft[:], from.tpot[:], from.twin[:]}
+		f.join = from.join
 	}
 	for k := range f.t {
 		f.t[k] = target{reg: newRLS(kind(k).features(), cfg.Forgetting, priors[k]), q: newQuantile(cfg.Quantile, residualForget)}
@@ -281,7 +288,7 @@ func (f *fit) publishKindsLocked(changed int) {
 		c.tpot, c.qTPOT, c.mTPOT, c.tpotSamples = p.reg.constrained(), p.q.value, math.Exp(p.q.value), p.samples
 	}
 	if w := &f.t[twinCost]; changed&(1<<twinCost) != 0 {
-		c.twin, c.mTwin, c.twinSamples = w.reg.constrained(), math.Exp(w.q.value), w.samples
+		c.twin, c.mTwin, c.twinSamples, c.join = w.reg.constrained(), math.Exp(w.q.value), w.samples, f.join
 	}
 	f.published.Store(c)
 }

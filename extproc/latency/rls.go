@@ -137,12 +137,16 @@ func solve(a *[maxFeatures][maxFeatures + 1]float64, n int) ([maxFeatures]float6
 // update takes one sample. A non-finite result (a degenerate sample)
 // restores the coefficients from before it and resets the covariance,
 // rather than poisoning the fit.
-func (r *rls) update(x *[maxFeatures]float64, y float64) { r.updateRel(x, y, y) }
+func (r *rls) update(x *[maxFeatures]float64, y float64) { r.updateRel(x, y, y, 0) }
 
 // updateRel takes one sample whose error counts relative to ref: the twin
 // fits y = θ·x where y includes the part of a step run before the
 // decision, while what it predicts (and MAPE scores) is ref, the TTFT.
-func (r *rls) updateRel(x *[maxFeatures]float64, y, ref float64) {
+// With huber > 0 a sample the fit misses by more than that share of y
+// weighs less, as Huber's loss weighs it (huber·y over the miss): the
+// rest of its miss is what the model does not describe, not its
+// coefficients' error.
+func (r *rls) updateRel(x *[maxFeatures]float64, y, ref, huber float64) {
 	before := r.theta
 	if y <= 0 || ref <= 0 || math.IsNaN(y) || math.IsInf(y, 0) || math.IsNaN(ref) || math.IsInf(ref, 0) {
 		return
@@ -153,6 +157,13 @@ func (r *rls) updateRel(x *[maxFeatures]float64, y, ref float64) {
 		z[i] = x[i] / ref
 	}
 	target := y / ref
+	if miss := math.Abs(target - dot(&r.theta, &z)); huber > 0 && miss > huber*target {
+		w := math.Sqrt(huber * target / miss)
+		for i := range r.n {
+			z[i] *= w
+		}
+		target *= w
+	}
 	var pz [maxFeatures]float64
 	denom := r.lambda
 	for i := range r.n {

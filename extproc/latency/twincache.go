@@ -138,8 +138,8 @@ func (w *twin) trajectory(eng Engine, budget int64, theta *[maxFeatures]float64)
 
 // project is twin.project for a request routed at now, from the
 // trajectory of the twin whose clock starts at start; held is whether the
-// picker holds the request.
-func (tr *trajectory) project(start, now int64, cached, uncached int64, held bool, budget int64, theta *[maxFeatures]float64) twinSample {
+// picker holds the request, join the twin's joiners.
+func (tr *trajectory) project(start, now int64, cached, uncached int64, held bool, join joinRate, budget int64, theta *[maxFeatures]float64) twinSample {
 	uncached = max(1, uncached)
 	out := twinSample{ok: true, at: now, start: start, tracked: tr.tracked}
 	steps := tr.steps
@@ -155,12 +155,12 @@ func (tr *trajectory) project(start, now int64, cached, uncached int64, held boo
 		}
 	}
 	var s stepShape
-	var n int64
+	var n, t int64
 	it := j
 	if j < len(steps) {
 		// Admitted into a step of the queue's own schedule.
 		st := &steps[j]
-		s, out.x = st.s, st.sum
+		s, out.x, t = st.s, st.sum, st.t
 		n = min(uncached, st.left.room)
 		if st.s.finishing > 0 {
 			w := st.s
@@ -171,7 +171,7 @@ func (tr *trajectory) project(start, now int64, cached, uncached int64, held boo
 		// Admitted after every prompt ahead is computed: the steps until
 		// the decision decode alone (the twin's step in progress is
 		// overdue), or the clock waits for it.
-		t := tr.end
+		t = tr.end
 		out.x = tr.sum
 		dec := stepShape{tokens: tr.dAll, seqs: tr.dAll, ctx: tr.cAll, attn: tr.cAll + tr.dAll}
 		for ; t < now; it++ {
@@ -191,6 +191,7 @@ func (tr *trajectory) project(start, now int64, cached, uncached int64, held boo
 			// last first token ahead has begun (schedule's clear).
 			x := dec.x(theta)
 			out.add(it, &x)
+			t += nanos(dot(theta, &x))
 			it++
 		}
 		if it >= maxTwinSteps {
@@ -206,13 +207,13 @@ func (tr *trajectory) project(start, now int64, cached, uncached int64, held boo
 	for {
 		s.add(n, cached+done, done+n >= uncached)
 		done += n
-		x := s.x(theta)
-		out.add(it, &x)
 		if done >= uncached {
-			out.last = s
-			out.hindsight = out.x
+			out.finish(it, s, join, now, t, budget, theta)
 			return out
 		}
+		x := s.x(theta)
+		out.add(it, &x)
+		t += nanos(dot(theta, &x))
 		// The rest is computed alone beside the whole decode batch.
 		it++
 		room := budget - int64(tr.dAll)
