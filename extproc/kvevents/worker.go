@@ -37,8 +37,28 @@ type worker struct {
 	q            chan item
 	states       map[string]*seqState
 	maxEndpoints int
-	tick         uint64   // messages handled, a clock for forgetOldest
-	keys         []uint64 // reused routing-key buffer
+	tick         uint64           // messages handled, a clock for forgetOldest
+	keys         [keyChunk]uint64 // routing-key buffer, see eachKeys
+}
+
+// keyChunk is how many routing keys a worker converts at a time: a fixed
+// buffer rather than one as long as the longest event, which would add 8
+// bytes per hash (8 per payload byte) to what decoding allocated, outside
+// the intake memory budget, and keep it. The index takes each key on its
+// own, so chunks apply as the whole would.
+const keyChunk = 256
+
+// eachKeys calls fn with the routing keys of hashes, keyChunk at a time,
+// until fn fails.
+func (w *worker) eachKeys(hashes []kvwire.Hash, fn func(keys []uint64) error) error {
+	for len(hashes) > 0 {
+		n := min(len(hashes), keyChunk)
+		if err := fn(kvwire.Keys(w.keys[:0], hashes[:n])); err != nil {
+			return err
+		}
+		hashes = hashes[n:]
+	}
+	return nil
 }
 
 func (w *worker) run() {
@@ -308,14 +328,14 @@ func (w *worker) apply(ep string, payload []byte) {
 	for _, ev := range b.Events {
 		switch ev := ev.(type) {
 		case kvwire.BlockStored:
-			w.keys = kvwire.Keys(w.keys[:0], ev.BlockHashes)
-			if err := w.s.idx.Add(ep, kvindex.TierFromMedium(ev.Medium), w.keys); err != nil {
+			tier := kvindex.TierFromMedium(ev.Medium)
+			if err := w.eachKeys(ev.BlockHashes, func(keys []uint64) error { return w.s.idx.Add(ep, tier, keys) }); err != nil {
 				m.indexErrors.Inc()
 				w.s.log.Debug("kv index refused events", "endpoint", ep, "err", err)
 			}
 		case kvwire.BlockRemoved:
-			w.keys = kvwire.Keys(w.keys[:0], ev.BlockHashes)
-			w.s.idx.Remove(ep, kvindex.TierFromMedium(ev.Medium), w.keys)
+			tier := kvindex.TierFromMedium(ev.Medium)
+			_ = w.eachKeys(ev.BlockHashes, func(keys []uint64) error { w.s.idx.Remove(ep, tier, keys); return nil })
 		case kvwire.AllBlocksCleared:
 			w.s.idx.ClearEndpoint(ep)
 		}

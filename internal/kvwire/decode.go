@@ -116,7 +116,9 @@ func (r *reader) events(b *EventBatch) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	b.Events = make([]Event, 0, n)
+	// n only says what the message claims: preallocate no more events than
+	// the bytes left can hold, each kept one taking at least minEventLen.
+	b.Events = make([]Event, 0, min(n, r.left()/minEventLen))
 	skipped := 0
 	for i := range n {
 		c, err := r.peek()
@@ -143,6 +145,10 @@ func (r *reader) events(b *EventBatch) (int, error) {
 	}
 	return skipped, nil
 }
+
+// minEventLen is the fewest bytes an event Decode keeps takes on the wire:
+// ["BlockStored"], a fixarray byte and the type as a fixstr.
+const minEventLen = 1 + 1 + len(TypeBlockStored)
 
 // arrayEvent reads ["Type", field, ...]; it returns a nil Event for an
 // unknown type, after skipping it.
@@ -356,6 +362,9 @@ func (r *reader) hashes() ([]Hash, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := r.present(n, func() error { _, _, err := r.hashKey(); return err }); err != nil {
+		return nil, err
+	}
 	hs := make([]Hash, n)
 	for i := range hs {
 		if hs[i], err = r.hash(); err != nil {
@@ -365,24 +374,58 @@ func (r *reader) hashes() ([]Hash, error) {
 	return hs, nil
 }
 
+// trustedLen is the longest array whose slice is allocated before its
+// values are read: at most 24 KiB wasted on a message that fails in it
+// (a failure ends the decode, so one such array per message), and no
+// second pass over the arrays engines send (a prompt's blocks or tokens).
+const trustedLen = 1024
+
+// present checks that the next n values all read, then rewinds: a slice
+// for more than trustedLen values is allocated only once they are known to
+// be there, so a message claiming more values than it holds does not make
+// the decoder allocate for them. read must not allocate.
+func (r *reader) present(n int, read func() error) error {
+	if n <= trustedLen {
+		return nil
+	}
+	start := r.off
+	for range n {
+		if err := read(); err != nil {
+			return err
+		}
+	}
+	r.off = start
+	return nil
+}
+
 // hash reads an integer hash or a binary digest.
 func (r *reader) hash() (Hash, error) {
+	key, raw, err := r.hashKey()
+	if err != nil || raw == nil {
+		return Hash{key: key}, err
+	}
+	return rawHash(string(raw)), nil
+}
+
+// hashKey reads an integer hash, or a binary digest's bytes (aliasing the
+// payload), without allocating.
+func (r *reader) hashKey() (uint64, []byte, error) {
 	c, err := r.peek()
 	if err != nil {
-		return Hash{}, err
+		return 0, nil, err
 	}
 	if c == mBin8 || c == mBin16 || c == mBin32 {
 		p, err := r.bin()
 		if err != nil {
-			return Hash{}, err
+			return 0, nil, err
 		}
 		if len(p) == 0 || len(p) > MaxRawHashLen {
-			return Hash{}, fmt.Errorf("binary block hash of %d bytes, want 1 to %d", len(p), MaxRawHashLen)
+			return 0, nil, fmt.Errorf("binary block hash of %d bytes, want 1 to %d", len(p), MaxRawHashLen)
 		}
-		return rawHash(string(p)), nil
+		return 0, p, nil
 	}
 	v, err := r.int()
-	return Hash{key: uint64(v)}, err
+	return uint64(v), nil, err
 }
 
 func (r *reader) ints() ([]int, error) {
@@ -391,6 +434,9 @@ func (r *reader) ints() ([]int, error) {
 	}
 	n, err := r.arrayLen()
 	if err != nil {
+		return nil, err
+	}
+	if err := r.present(n, func() error { _, err := r.int(); return err }); err != nil {
 		return nil, err
 	}
 	vs := make([]int, n)

@@ -201,8 +201,8 @@ func (w *writer) hashes(hs []Hash) {
 }
 
 func (w *writer) hash(h Hash) {
-	if h.raw != "" {
-		w.do(w.e.EncodeBytes([]byte(h.raw)))
+	if h.raw != nil {
+		w.do(w.e.EncodeBytes([]byte(*h.raw)))
 		return
 	}
 	w.do(w.e.EncodeUint(h.key))

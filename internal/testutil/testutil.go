@@ -6,7 +6,8 @@
 // and a model-server stand-in and load that check streamed answers arrive
 // whole; WaitFor, the bounded poll; the --memory-limit check of the
 // commands; the agent-style chat body the filter's benchmarks share; and
-// RefusedAddr, a loopback port that refuses connections and stays held.
+// RefusedAddr, a loopback port that refuses connections and stays held;
+// AllocatedPerByte, the heap bytes a function allocates per payload byte.
 package testutil
 
 import (

@@ -1,0 +1,18 @@
+package testutil
+
+import "runtime"
+
+// AllocatedPerByte is the heap bytes f allocates per byte of a payload of
+// payloadLen bytes, averaged over a few runs: the heap's counters, not
+// time, so tests can bound how much decoding a message may cost. Nothing
+// else should allocate meanwhile (no parallel tests).
+func AllocatedPerByte(payloadLen int, f func()) float64 {
+	const runs = 4
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range runs {
+		f()
+	}
+	runtime.ReadMemStats(&after)
+	return float64(after.TotalAlloc-before.TotalAlloc) / runs / float64(payloadLen)
+}
