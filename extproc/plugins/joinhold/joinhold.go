@@ -39,7 +39,15 @@ type Plugin struct {
 	// that a decision allocates nothing.
 	tickets sync.Pool
 
-	mu    sync.Mutex
+	// spare recycles the lines of endpoints with nobody in prefill.
+	spare sync.Pool
+
+	mu sync.Mutex
+	// lines holds only lines with requests in them: a line goes with its
+	// last request. So an endpoint's line that a decision racing its
+	// removal recreates (after EndpointsRemoved deleted it) lasts no
+	// longer than that request, and the map is bounded by the requests in
+	// flight rather than growing with every endpoint that ever left.
 	lines map[string]*line
 }
 
@@ -78,6 +86,7 @@ func New(name string, raw json.RawMessage, _ *scheduling.Handle) (scheduling.Plu
 		lines:  map[string]*line{},
 	}
 	pl.tickets.New = func() any { return &ticket{owner: pl} }
+	pl.spare.New = func() any { return &line{} }
 	return pl, nil
 }
 
@@ -100,7 +109,7 @@ func (p *Plugin) PreRequest(_ context.Context, cs *scheduling.CycleState, req *s
 	defer p.mu.Unlock()
 	l := p.lines[t.addr]
 	if l == nil {
-		l = &line{}
+		l = p.spare.Get().(*line)
 		p.lines[t.addr] = l
 	}
 	if len(l.q) >= maxLine {
@@ -182,6 +191,11 @@ func (p *Plugin) leave(t *ticket) {
 	l := p.lines[t.addr]
 	if i := slices.Index(l.q, t); i >= 0 {
 		l.q = slices.Delete(l.q, i, i+1)
+	}
+	if len(l.q) == 0 {
+		delete(p.lines, t.addr)
+		p.spare.Put(l)
+		return
 	}
 	releaseIn(l)
 }

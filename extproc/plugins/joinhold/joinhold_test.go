@@ -3,6 +3,7 @@ package joinhold
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -187,5 +188,33 @@ func TestParams(t *testing.T) {
 		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
 			t.Errorf("%s: error %v, want one naming %q", tc.params, err, tc.err)
 		}
+	}
+}
+
+// TestLinesGoWithTheirRequests checks that the line map keeps nothing for
+// an endpoint without requests in prefill: a decision that raced its
+// endpoint's removal recreates its line after EndpointsRemoved deleted it,
+// and that line must go when the request ends rather than stay forever.
+func TestLinesGoWithTheirRequests(t *testing.T) {
+	p := newPlugin(t, "")
+	for i := range 100 {
+		addr := "10.0.1." + strconv.Itoa(i) + ":8000"
+		eps := map[string]*endpoints.Endpoint{"a": endpoints.NewEndpoint(endpoints.Spec{Name: "a", Address: addr})}
+		before := route(p, eps, req{ep: "a", uncached: 1000, stream: true})
+		p.EndpointsRemoved([]string{addr})
+		raced := route(p, eps, req{ep: "a", uncached: 1000, stream: true})
+		before.cs.Release()
+		p.ResponseComplete(context.Background(), raced.cs, nil, nil)
+	}
+	still := route(p, map[string]*endpoints.Endpoint{"a": endpoints.NewEndpoint(endpoints.Spec{Name: "a", Address: "10.0.2.1:8000"})}, req{ep: "a", uncached: 1000, stream: true})
+	p.mu.Lock()
+	n := len(p.lines)
+	p.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d lines after 100 removed endpoints' requests ended, want 1 (the request still in prefill)", n)
+	}
+	still.cs.Release()
+	if len(p.lines) != 0 {
+		t.Fatalf("%d lines after every request ended, want 0", len(p.lines))
 	}
 }
