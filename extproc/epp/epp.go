@@ -694,11 +694,10 @@ func (p *Picker) Run(ctx context.Context) error {
 		g.Go(func() error { return p.elector.Run(ctx) })
 	}
 
-	// The dispatcher outlives ctx: it drains the queue during shutdown.
-	dispatchCtx, stopDispatch := context.WithCancel(context.Background())
-	defer stopDispatch()
+	// The dispatcher stops with ctx: at shutdown the queue is refused,
+	// not dispatched (see Gate.Shutdown).
 	if p.gate != nil {
-		g.Go(func() error { return p.gate.Run(dispatchCtx) })
+		g.Go(func() error { return p.gate.Run(ctx) })
 	}
 	src := &firstApply{Source: p.source, done: make(chan struct{})}
 	g.Go(func() error { return p.ds.Run(ctx, src) })
@@ -753,15 +752,15 @@ func (p *Picker) Run(ctx context.Context) error {
 		for _, svc := range readinessServices {
 			healthSrv.SetServingStatus(svc, healthpb.HealthCheckResponse_NOT_SERVING)
 		}
+		if p.gate != nil {
+			// Queued requests are refused as shutting down (503) at
+			// once, so that the whole drain is left to the requests in
+			// flight.
+			p.gate.Shutdown()
+		}
 		drain, cancel := context.WithTimeout(context.Background(), p.opts.DrainTimeout)
 		defer cancel()
-		if p.gate != nil {
-			// Queued requests dispatch while the drain lasts; what is
-			// left is refused as shutting down (503).
-			p.gate.Shutdown(drain)
-		}
 		stopGRPC(drain, extproc)
-		stopDispatch()
 		stopGRPC(drain, healthGRPC)
 		_ = metricsSrv.Shutdown(drain)
 		_ = p.kvEvents.Close()

@@ -90,6 +90,7 @@ type fleet struct {
 	metrics string
 	file    string
 	picker  *Picker
+	stop    func() error // see startPicker
 }
 
 func startFleet(t testing.TB, config string, pages ...string) *fleet {
@@ -118,8 +119,8 @@ func startFleetWith(t testing.TB, configure func(*Options), pages ...string) *fl
 	o.GRPCAddr, o.HealthAddr, o.MetricsAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	o.RefreshMetricsInterval = 10 * time.Millisecond
 	configure(&o)
-	p := runPicker(t, o)
-	f.picker = p
+	p, stop := startPicker(t, o)
+	f.picker, f.stop = p, stop
 	grpcAddr, _, metricsAddr := p.Addrs()
 	f.client = envoytest.Dial(t, grpcAddr)
 	f.metrics = "http://" + metricsAddr + "/metrics"
@@ -142,6 +143,15 @@ func startFleetWith(t testing.TB, configure func(*Options), pages ...string) *fl
 // runPicker runs a picker with o until the test ends, once it listens.
 func runPicker(t testing.TB, o Options) *Picker {
 	t.Helper()
+	p, _ := startPicker(t, o)
+	return p
+}
+
+// startPicker runs a picker with o, once it listens. stop ends its Run
+// (as a signal would) and returns Run's error once Run has returned; the
+// test's end stops it if the test did not.
+func startPicker(t testing.TB, o Options) (p *Picker, stop func() error) {
+	t.Helper()
 	p, err := New(o, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -149,9 +159,14 @@ func runPicker(t testing.TB, o Options) *Picker {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
+	var once sync.Once
+	var runErr error
+	stop = func() error {
+		once.Do(func() { cancel(); runErr = <-done })
+		return runErr
+	}
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			t.Errorf("picker exited: %v", err)
 		}
 	})
@@ -161,7 +176,7 @@ func runPicker(t testing.TB, o Options) *Picker {
 		done <- err // for the cleanup
 		t.Fatalf("picker exited before listening: %v", err)
 	}
-	return p
+	return p, stop
 }
 
 const completion = `{"model":"base","prompt":"Hello, my name is","max_tokens":8}`

@@ -226,3 +226,55 @@ func TestFlowControlGuideOverLoopback(t *testing.T) {
 		t.Fatalf("best-effort request: %v", second.err)
 	}
 }
+
+// At shutdown the picker refuses its queued requests at once with 503
+// rejected-shutting-down, and leaves the whole drain to the requests it
+// already routed: a response in flight streams to its end, where waiting
+// for the saturated queue first would spend the drain and then cut it.
+func TestShutdownRefusesQueueAndDrainsInFlight(t *testing.T) {
+	f := startFleetWith(t, func(o *Options) {
+		// A TTL past the test, so that only the shutdown takes the
+		// queued request out; a drain shorter than the test's streams,
+		// so that spending it on the queue would cut the running one.
+		o.ConfigText = strings.Replace(flowControlConfig, "defaultRequestTTL: 3s", "defaultRequestTTL: 1m", 1)
+		o.DrainTimeout = envoytest.StreamTimeout * 3 / 4
+	}, vllmMetrics(0, 0, ""))
+	running, r := f.route(t, nil, completion, 1)
+	if got := f.destination(t, r); got != f.servers[0].addr {
+		t.Fatalf("first request routed to %q", got)
+	}
+	queued := envoytest.Open(t, f.client)
+	queued.Send(envoytest.RequestHeaders(false, ":method", "POST", ":path", "/v1/completions"))
+	queued.Send(envoytest.RequestBody([]byte(completion), true))
+	testutil.WaitFor(t, "one queued", func() bool {
+		return metric(t, f.metrics, "llm_d_epp_flow_control_queue_size", `priority="0"`) == 1
+	})
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- f.stop() }()
+	ir := envoytest.ImmediateError(t, queued.Recv(), 503, inferr.ServiceUnavailable)
+	if got := droppedReason(ir); got != "rejected-shutting-down" {
+		t.Errorf("queued request's dropped reason %q, want rejected-shutting-down", got)
+	}
+	select {
+	case err := <-stopped:
+		t.Fatalf("picker stopped (%v) with a response in flight", err)
+	default:
+	}
+
+	// The running response still streams, to its end.
+	running.Send(envoytest.ResponseHeaders(false, ":status", "200", "content-type", "application/json"))
+	running.Recv()
+	running.Send(envoytest.ResponseBody([]byte(`{"usage":{"prompt_tokens":5,"completion_tokens":8}}`), true))
+	for !running.Recv().GetResponseBody().GetResponse().GetBodyMutation().GetStreamedResponse().GetEndOfStream() {
+	}
+	if err := running.Stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := running.Stream.Recv(); err != io.EOF {
+		t.Fatalf("running stream ended with %v %v, want its end (EOF)", m, err)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}

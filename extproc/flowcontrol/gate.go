@@ -117,22 +117,15 @@ func (g *Gate) Run(ctx context.Context) error {
 	}
 }
 
-// Shutdown stops admitting (new requests are refused as shutting down),
-// lets the dispatcher drain the queue until ctx ends, then evicts what is
-// left as shutting down. Run must still be running for the drain.
-func (g *Gate) Shutdown(ctx context.Context) {
+// Shutdown stops admitting and rejects what is queued, new and queued
+// requests alike refused as shutting down (503 rejected-shutting-down), as
+// llm-d's flow controller does. It does not wait for the queue: on a
+// saturated pool, waiting for queued requests to dispatch would spend the
+// drain that the requests already routed need to finish their responses.
+// A request the dispatcher is dispatching meanwhile is routed as usual.
+func (g *Gate) Shutdown() {
 	g.c.Close()
-	g.Notify()
-	tick := time.NewTicker(Tick)
-	defer tick.Stop()
-	for g.c.Len() > 0 {
-		select {
-		case <-ctx.Done():
-			g.c.EvictAll(g.now())
-			return
-		case <-tick.C:
-		}
-	}
+	g.c.EvictAll(g.now())
 }
 
 // Track registers a dispatched request for eviction (see Controller.Track).
