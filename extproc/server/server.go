@@ -126,7 +126,8 @@ type Request struct {
 	// named by Path ("" for any other path), after the parser's.
 	API openai.API
 	// Parsed is the body parsed as API; nil when HeaderOnly or when the
-	// body is routed without interpretation.
+	// body is routed without interpretation. It keeps the body, and is
+	// dropped with it: a Director must not keep it past HandleRequest.
 	Parsed *openai.Request
 	// HeaderOnly is true when no body is seen: the request had none
 	// (end_of_stream on its headers), or Envoy sends headers only (request

@@ -279,8 +279,11 @@ func (st *stream) decide(bodyEOS bool) (bool, error) {
 		return false, nil
 	}
 	err = st.sendBody(body, bodyEOS)
-	// The body is Envoy's again: nothing after the decision reads it.
-	st.req.Body = nil
+	// The body is Envoy's again: nothing after the decision reads it. The
+	// parsed view goes with it, since it keeps the body (and copies of its
+	// fields): a long response would otherwise hold the body outside the
+	// budget whose share is returned here.
+	st.req.Body, st.req.Parsed = nil, nil
 	st.body.Done()
 	return false, err
 }
