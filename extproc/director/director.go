@@ -337,6 +337,11 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 		dec.TargetModel = sr.TargetModel
 	}
 	dec.EnginePriority = d.enginePriority(sr)
+	// The decision was the body's last reader: the exchange keeps sr for
+	// the response hooks, and with the body it would keep the whole
+	// request in memory until the response ends, past the server's body
+	// budget.
+	sr.Body = nil
 	return dec, ex, nil
 }
 

@@ -50,6 +50,14 @@ schedulingProfiles:
 // request, first-token, response and hold hooks in place.
 func configuredDirector(t *testing.T, yaml string, eps pool, now func() time.Time) *Director {
 	t.Helper()
+	opts, _ := configuredOptions(t, yaml, eps, now)
+	return New(opts)
+}
+
+// configuredOptions are configuredDirector's options, and the configuration
+// built, for tests that add to them.
+func configuredOptions(t *testing.T, yaml string, eps pool, now func() time.Time) (Options, *config.Built) {
+	t.Helper()
 	c, err := config.Parse([]byte(yaml))
 	if err != nil {
 		t.Fatal(err)
@@ -58,8 +66,8 @@ func configuredDirector(t *testing.T, yaml string, eps pool, now func() time.Tim
 	if err != nil {
 		t.Fatal(err)
 	}
-	return New(Options{Pool: eps, Scheduler: built.Scheduler, Now: now,
-		Hooks: Hooks{PreRequest: built.PreRequest, FirstToken: built.FirstToken, ResponseComplete: built.ResponseComplete, Hold: built.Hold}})
+	return Options{Pool: eps, Scheduler: built.Scheduler, Now: now,
+		Hooks: Hooks{PreRequest: built.PreRequest, FirstToken: built.FirstToken, ResponseComplete: built.ResponseComplete, Hold: built.Hold}}, built
 }
 
 func completion(prompt string, stream bool) *server.Request {

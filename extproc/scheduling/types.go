@@ -20,7 +20,10 @@ type Request struct {
 	// Headers are the request headers, lower-case names.
 	Headers map[string]string
 	// Body is the parsed body; nil on the headers-only path, where the
-	// data-plane filter has already extracted what routing needs.
+	// data-plane filter has already extracted what routing needs. It is
+	// set until the decision (through the PreRequest hooks): the response
+	// hooks see nil, so that a streaming response does not keep the
+	// request body in memory.
 	Body *openai.Request
 	// Prefix is the prompt's prefix block hashes as the wasm filter sent
 	// them (headers-only path); nil otherwise.
