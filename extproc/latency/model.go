@@ -143,7 +143,10 @@ type coeffs struct {
 	twin       [maxFeatures]float64 // the engine twin's step cost
 	mTwin      float64
 	// join is the weight of the expected joiners (joiners.go).
-	join         float64
+	join float64
+	// retire is the share of a decoding batch finishing per step
+	// (completions.go).
+	retire       float64
 	twinSamples  int
 	qTTFT, qTPOT float64 // log(actual/predicted) quantiles
 	// mTTFT and mTPOT are exp of them: the quantile's multiple of the mean,
@@ -248,8 +251,10 @@ type fit struct {
 	used atomic.Int64
 
 	// join is the learned weight of the expected joiners (joiners.go),
-	// guarded by mu.
-	join float64
+	// and output the responses' output lengths (completions.go); mu
+	// guards both.
+	join   float64
+	output outputMean
 
 	// twinMu guards tw, the endpoint's engine twin (unused in the pool's).
 	twinMu sync.Mutex
@@ -263,6 +268,9 @@ func newFit(cfg Config, from *coeffs) *fit {
 		// The residuals are the new endpoint's own: they start over.
 		priors = [kinds][]float64{from.ttft[:], from.tpot[:], from.twin[:]}
 		f.join = from.join
+		if from.retire > 0 {
+			f.output = outputMean{mean: 1 / from.retire} // the pool's, as a prior
+		}
 	}
 	for k := range f.t {
 		f.t[k] = target{reg: newRLS(kind(k).features(), cfg.Forgetting, priors[k]), q: newQuantile(cfg.Quantile, residualForget)}
@@ -290,6 +298,7 @@ func (f *fit) publishKindsLocked(changed int) {
 	if w := &f.t[twinCost]; changed&(1<<twinCost) != 0 {
 		c.twin, c.mTwin, c.twinSamples, c.join = w.reg.constrained(), math.Exp(w.q.value), w.samples, f.join
 	}
+	c.retire = f.output.retire()
 	f.published.Store(c)
 }
 
@@ -443,6 +452,9 @@ type Fit struct {
 	PrefillTokensPerSecond float64
 	// DecodeStep is the learned TPOT of a lone sequence.
 	DecodeStep time.Duration
+	// MeanOutput is the mean output length of its completed responses
+	// (the pool's until its first; 0: none seen anywhere).
+	MeanOutput float64
 }
 
 // Fits reports every tracked endpoint's fit, for reports and debugging.
@@ -452,7 +464,7 @@ func (m *Model) Fits() []Fit {
 	for addr, e := range eps {
 		c := e.published.Load()
 		e.mu.Lock()
-		ft := Fit{Address: addr, TTFTSamples: e.t[ttft].samples, TPOTSamples: e.t[tpot].samples, DecodeStep: seconds(c.tpot[0])}
+		ft := Fit{Address: addr, TTFTSamples: e.t[ttft].samples, TPOTSamples: e.t[tpot].samples, DecodeStep: seconds(c.tpot[0]), MeanOutput: e.output.mean}
 		e.mu.Unlock()
 		if c.ttft[1] > 0 {
 			ft.PrefillTokensPerSecond = 1e3 / c.ttft[1]

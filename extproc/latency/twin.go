@@ -204,13 +204,15 @@ func nanos(d float64) int64 {
 
 // schedule is the step starting at t over queue q, with decodes sequences
 // of ctx context tokens decoding besides (the engine's): decodes first, then
-// FCFS chunks of the entries routed by t within the budget. With apply it
+// FCFS chunks of the entries routed by t within the budget, while fewer
+// than maxRunning sequences run (freed of the decoding ones are expected
+// to have finished by t: a projection's, see completions.go). With apply it
 // advances the entries' progress, those from index capFrom on to at most
 // one token short of their prompt: a step that really ended without their
 // first token did not finish them. Entries whose prompt is computed (in a
 // projection) decode like the others. The slot is what the step leaves for
 // an entry appended after q.
-func schedule(q []twinEntry, t int64, decodes, ctx float64, budget int64, apply bool, capFrom int) (stepShape, slot) {
+func schedule(q []twinEntry, t int64, decodes, ctx, freed float64, budget int64, apply bool, capFrom int) (stepShape, slot) {
 	for i := range q {
 		if q[i].done >= q[i].uncached {
 			decodes++
@@ -219,7 +221,8 @@ func schedule(q []twinEntry, t int64, decodes, ctx float64, budget int64, apply 
 	}
 	s := stepShape{tokens: decodes, seqs: decodes, ctx: ctx, attn: ctx + decodes}
 	room := budget - int64(decodes)
-	running := int(decodes)
+	// A place frees once a whole sequence is expected to have finished.
+	running := int(math.Ceil(decodes - freed))
 	open := true
 	// busy is whether a prompt the server has is in prefill at the step's
 	// start (ahead of a held entry or behind it: a held prompt goes only
@@ -375,7 +378,7 @@ func (w *twin) rephased(t int64, eng Engine, budget int64, theta *[maxFeatures]f
 	if !w.guessed || t <= w.start {
 		return false
 	}
-	s, _ := schedule(w.q, w.start, eng.Decodes, eng.DecodeTokens, budget, false, 0)
+	s, _ := schedule(w.q, w.start, eng.Decodes, eng.DecodeTokens, 0, budget, false, 0)
 	if s.empty() || t-w.start >= w.start+stepNanos(theta, s)-t {
 		return false
 	}
@@ -395,7 +398,7 @@ func (w *twin) run(to int64, eng Engine, budget int64, theta *[maxFeatures]float
 		}
 	}
 	for range maxTwinSteps {
-		s, _ := schedule(w.q, w.start, eng.Decodes, eng.DecodeTokens, budget, false, 0)
+		s, _ := schedule(w.q, w.start, eng.Decodes, eng.DecodeTokens, 0, budget, false, 0)
 		if s.empty() {
 			next := nextArrival(w.q, w.start)
 			if next == 0 || next > to {
@@ -408,7 +411,7 @@ func (w *twin) run(to int64, eng Engine, budget int64, theta *[maxFeatures]float
 		if end > to || s.finishing > 0 {
 			return
 		}
-		schedule(w.q, w.start, eng.Decodes, eng.DecodeTokens, budget, true, 0)
+		schedule(w.q, w.start, eng.Decodes, eng.DecodeTokens, 0, budget, true, 0)
 		w.start, w.guessed = end, true
 	}
 }
@@ -419,7 +422,7 @@ func (w *twin) lock(t int64, eng Engine, budget int64, capFrom int) {
 	if t <= w.start {
 		return
 	}
-	schedule(w.q, w.start, eng.Decodes, eng.DecodeTokens, budget, true, capFrom)
+	schedule(w.q, w.start, eng.Decodes, eng.DecodeTokens, 0, budget, true, capFrom)
 	w.start, w.guessed = t, false
 }
 
@@ -534,7 +537,7 @@ func (w *twin) remove(seq uint64) {
 // shapes from the twin's step in progress to its first token, and when
 // that step began (in place: the sample is some 200 bytes, and the twin
 // projects once per candidate). The twin must have advanced to now.
-func (w *twin) project(out *twinSample, now int64, cached, uncached, hold int64, eng Engine, budget int64, theta *[maxFeatures]float64) {
+func (w *twin) project(out *twinSample, now int64, cached, uncached, hold int64, eng Engine, retire float64, budget int64, theta *[maxFeatures]float64) {
 	held := w.holds(max(1, uncached), hold)
 	w.scratch = append(w.scratch[:0], w.q...)
 	w.scratch = append(w.scratch, twinEntry{routed: now, cached: cached, uncached: max(1, uncached), held: held})
@@ -551,8 +554,11 @@ func (w *twin) project(out *twinSample, now int64, cached, uncached, hold int64,
 	}
 	*out = twinSample{ok: true, at: now, start: t, tracked: queued(q[:len(q)-1])}
 	// Prompts finish in FCFS order: the finished prefix of q decodes, and
-	// is carried in eng rather than walked at every step.
+	// is carried in eng rather than walked at every step. freed is the
+	// sequences expected to have finished since the decision, whose
+	// places in a full batch go to waiting prompts (completions.go).
 	head := 0
+	freed := 0.0
 	for step := 0; step < maxTwinSteps; step++ {
 		for head < len(q)-1 && q[head].done >= q[head].uncached {
 			eng.Decodes++
@@ -565,9 +571,9 @@ func (w *twin) project(out *twinSample, now int64, cached, uncached, hold int64,
 		if admitting {
 			// The step as the queue alone runs it: what the request's
 			// first chunk, if this step takes it, lengthens.
-			alone, _ = schedule(q[:len(q)-1], t, eng.Decodes, eng.DecodeTokens, budget, false, 0)
+			alone, _ = schedule(q[:len(q)-1], t, eng.Decodes, eng.DecodeTokens, freed, budget, false, 0)
 		}
-		s, _ := schedule(q, t, eng.Decodes, eng.DecodeTokens, budget, true, len(q))
+		s, _ := schedule(q, t, eng.Decodes, eng.DecodeTokens, freed, budget, true, len(q))
 		if s.empty() {
 			next := nextArrival(q, t)
 			if next == 0 {
@@ -591,6 +597,7 @@ func (w *twin) project(out *twinSample, now int64, cached, uncached, hold int64,
 			out.first = x
 		}
 		t += nanos(dot(theta, &x))
+		freed = min(eng.Decodes, freed+eng.Decodes*retire)
 	}
 	*out = twinSample{} // beyond the bound: the feature model predicts
 }
@@ -799,7 +806,7 @@ func (m *Model) projectInto(s *twinSample, e *fit, c *coeffs, f *Features, n int
 		var idle twin
 		var buf [1]twinEntry
 		idle.scratch = buf[:0]
-		idle.project(s, n, int64(f.Cached), int64(f.Prefill), m.cfg.HoldTokens, eng, m.cfg.TokenBudget, &c.twin)
+		idle.project(s, n, int64(f.Cached), int64(f.Prefill), m.cfg.HoldTokens, eng, c.retire, m.cfg.TokenBudget, &c.twin)
 		return
 	}
 	e.twinMu.Lock()
@@ -808,11 +815,13 @@ func (m *Model) projectInto(s *twinSample, e *fit, c *coeffs, f *Features, n int
 		return
 	}
 	e.tw.advance(n, eng, m.cfg.TokenBudget, &c.twin, true)
-	if tr := e.tw.trajectory(eng, m.cfg.TokenBudget, &c.twin); tr != nil {
+	// The trajectory is the queue's own schedule; it does not retire
+	// sequences, which matters only where the batch can fill.
+	if tr := e.tw.trajectory(eng, m.cfg.TokenBudget, &c.twin); tr != nil && !fills(eng, len(e.tw.q)) {
 		*s = tr.project(e.tw.start, n, int64(f.Cached), int64(f.Prefill), e.tw.holds(max(1, int64(f.Prefill)), m.cfg.HoldTokens), e.tw.join, m.cfg.TokenBudget, &c.twin)
 		return
 	}
-	e.tw.project(s, n, int64(f.Cached), int64(f.Prefill), m.cfg.HoldTokens, eng, m.cfg.TokenBudget, &c.twin)
+	e.tw.project(s, n, int64(f.Cached), int64(f.Prefill), m.cfg.HoldTokens, eng, c.retire, m.cfg.TokenBudget, &c.twin)
 }
 
 // ObserveFirstToken learns from a request whose first token came at `at`:

@@ -104,7 +104,7 @@ func (w *twin) trajectory(eng Engine, budget int64, theta *[maxFeatures]float64)
 			break
 		}
 		rest := q[head:]
-		s, left := schedule(rest, t, eng.Decodes, eng.DecodeTokens, budget, true, len(rest))
+		s, left := schedule(rest, t, eng.Decodes, eng.DecodeTokens, 0, budget, true, len(rest))
 		st := baseStep{t: t, s: s, left: left, sum: sum}
 		if s.empty() {
 			next := nextArrival(rest, t)

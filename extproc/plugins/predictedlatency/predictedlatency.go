@@ -423,6 +423,11 @@ func (p *Producer) ResponseComplete(_ context.Context, cs *scheduling.CycleState
 		p.model.Ended(&st.ticket)
 	}
 	st, ok := p.trained(cs, res)
+	if ok && res.Complete {
+		// How long responses run there: the twin frees a full batch's
+		// places at that rate.
+		p.model.ObserveOutput(res.Endpoint.Address(), res.Usage.CompletionTokens)
+	}
 	if !ok || st.ttft == 0 || res.TPOT <= 0 || !res.Complete {
 		return
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/prefixmatch"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/scheduling/schedtest"
+	"github.com/kvgate/kvgate/internal/openai"
 )
 
 const prompt = 1000
@@ -106,6 +107,7 @@ type exchange struct {
 	tpot     time.Duration
 	wait     time.Duration // clock advance between the decision and the first token
 	complete bool
+	output   int // completion tokens in the response's usage
 }
 
 func (f *fixture) run(x exchange) {
@@ -120,7 +122,8 @@ func (f *fixture) run(x exchange) {
 		f.clock.t = f.clock.t.Add(x.wait)
 	}
 	f.p.FirstToken(ctx, cs, req, &scheduling.Response{Endpoint: served, TTFT: x.ttft})
-	f.p.ResponseComplete(ctx, cs, req, &scheduling.Response{Endpoint: served, TTFT: x.ttft, TPOT: x.tpot, Complete: x.complete})
+	f.p.ResponseComplete(ctx, cs, req, &scheduling.Response{Endpoint: served, TTFT: x.ttft, TPOT: x.tpot, Complete: x.complete,
+		Usage: openai.Usage{CompletionTokens: x.output}})
 }
 
 // train serves n streamed, complete requests on each endpoint with its
@@ -304,6 +307,27 @@ func TestLearnsPerEndpoint(t *testing.T) {
 	fits := f.p.Model().Fits()
 	if len(fits) != 2 || fits[0].TTFTSamples != 100 || fits[1].TTFTSamples != 100 {
 		t.Errorf("fits %+v", fits)
+	}
+}
+
+// TestLearnsOutputLengths: complete responses teach each endpoint its mean
+// output length (the twin frees a full batch's places by it); incomplete
+// ones and responses from a fallback do not.
+func TestLearnsOutputLengths(t *testing.T) {
+	f := newFixture(t, `{"streamingMode": true}`)
+	eps := pair()
+	for i := range 10 {
+		f.run(exchange{id: fmt.Sprint(i), stream: true, eps: eps, target: eps[0], ttft: ms(100), tpot: ms(10), complete: true, output: 300})
+		f.run(exchange{id: fmt.Sprint(i), stream: true, eps: eps, target: eps[1], ttft: ms(100), tpot: ms(10), complete: true, output: 30})
+		f.run(exchange{id: fmt.Sprint(i), stream: true, eps: eps, target: eps[1], ttft: ms(100), tpot: ms(10), output: 3000})
+		f.run(exchange{id: fmt.Sprint(i), stream: true, eps: eps, target: eps[1], servedBy: eps[0], ttft: ms(100), tpot: ms(10), complete: true, output: 3000})
+	}
+	got := map[string]float64{}
+	for _, ft := range f.p.Model().Fits() {
+		got[ft.Address] = ft.MeanOutput
+	}
+	if got[eps[0].Address()] != 300 || got[eps[1].Address()] != 30 {
+		t.Fatalf("mean output lengths %v, want 300 on %s and 30 on %s", got, eps[0].Address(), eps[1].Address())
 	}
 }
 
