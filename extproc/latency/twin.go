@@ -37,9 +37,10 @@ import (
 // What no decision-time model sees: which requests routed after the
 // decision share its last step (a burst-mate's 8,000-token chunk makes a
 // short prompt's step long; joiners.go prices how many to expect), and
-// waits for KV blocks to free at saturation (not modelled yet). The twin is used only while the picker knows the whole
-// queue: traffic it did not route (a scrape's excess) or a queue beyond
-// maxTwinQueue fall back to the feature model.
+// waits for KV blocks to free at saturation (not modelled yet). The twin
+// is used only while the picker knows the whole queue: traffic it did not
+// route (a scrape's excess) or a queue beyond maxTwinQueue fall back to
+// the feature model.
 
 // DefaultTokenBudget is vLLM's --max-num-batched-tokens.
 const DefaultTokenBudget = 8192
@@ -434,10 +435,9 @@ func (w *twin) routed(seq uint64, at int64, cached, uncached, hold int64) bool {
 		return false
 	}
 	uncached = max(1, uncached)
-	held := w.holds(uncached, hold)
-	w.q = append(w.q, twinEntry{seq: seq, routed: at, cached: cached, uncached: uncached, held: held})
+	w.q = append(w.q, twinEntry{seq: seq, routed: at, cached: cached, uncached: uncached, held: w.holds(uncached, hold)})
 	w.version++
-	if hold <= 0 || uncached < hold {
+	if !holdable(uncached, hold) {
 		w.join.add(at, cached, uncached)
 	}
 	return true
@@ -499,8 +499,13 @@ func (w *twin) firstToken(seq uint64, at int64, s *twinSample, eng Engine, budge
 // under a hold of minTokens hold: it is long, and a prompt is in prefill
 // ahead of it (every queued entry is: one leaves at its first token).
 func (w *twin) holds(uncached, hold int64) bool {
-	return hold > 0 && uncached >= hold && (len(w.q) > 0 || w.untracked > 0)
+	return holdable(uncached, hold) && (len(w.q) > 0 || w.untracked > 0)
 }
+
+// holdable reports whether a prompt of uncached tokens is long enough for
+// a hold of minTokens hold to hold it while a prompt is in prefill; such a
+// prompt never joins another's last step.
+func holdable(uncached, hold int64) bool { return hold > 0 && uncached >= hold }
 
 // queued is the uncached tokens of q's prompts.
 func queued(q []twinEntry) float64 {
@@ -816,10 +821,13 @@ func (m *Model) projectInto(s *twinSample, e *fit, c *coeffs, f *Features, n int
 	}
 	e.tw.advance(n, eng, m.cfg.TokenBudget, &c.twin, true)
 	// The trajectory is the queue's own schedule; it does not retire
-	// sequences, which matters only where the batch can fill.
-	if tr := e.tw.trajectory(eng, m.cfg.TokenBudget, &c.twin); tr != nil && !fills(eng, len(e.tw.q)) {
-		*s = tr.project(e.tw.start, n, int64(f.Cached), int64(f.Prefill), e.tw.holds(max(1, int64(f.Prefill)), m.cfg.HoldTokens), e.tw.join, m.cfg.TokenBudget, &c.twin)
-		return
+	// sequences, which matters only where the batch can fill (and then it
+	// is not computed).
+	if !fills(eng, len(e.tw.q)) {
+		if tr := e.tw.trajectory(eng, m.cfg.TokenBudget, &c.twin); tr != nil {
+			*s = tr.project(e.tw.start, n, int64(f.Cached), int64(f.Prefill), e.tw.holds(max(1, int64(f.Prefill)), m.cfg.HoldTokens), e.tw.join, m.cfg.TokenBudget, &c.twin)
+			return
+		}
 	}
 	e.tw.project(s, n, int64(f.Cached), int64(f.Prefill), m.cfg.HoldTokens, eng, c.retire, m.cfg.TokenBudget, &c.twin)
 }

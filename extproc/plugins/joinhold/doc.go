@@ -60,8 +60,8 @@
 // A Plugin's lines (per endpoint, the streaming requests routed there that
 // have not had a first token, in routing order) are guarded by its mutex;
 // each line holds at most maxLine requests (beyond that a request is not
-// tracked, and is neither held nor waited for). An endpoint's line is kept
-// while empty, so that a decision allocates nothing, and goes with the
-// endpoint (EndpointsRemoved). A ticket belongs to its request until the
-// cycle state is released (scheduling.Recycler).
+// tracked, and is neither held nor waited for). An endpoint's line goes
+// with its last request, and with the endpoint (EndpointsRemoved); lines
+// are recycled, so that a decision allocates nothing. A ticket belongs to
+// its request until the cycle state is released (scheduling.Recycler).
 package joinhold
