@@ -356,6 +356,7 @@ type Loads struct {
 func (e *Endpoint) replaceBy(n *Endpoint) {
 	n.steps.last.Store(e.steps.last.Load())
 	n.steps.gap.Store(e.steps.gap.Load())
+	n.steps.count.Store(e.steps.count.Load())
 	e.rareState().successor.Store(n)
 	e.forward()
 }

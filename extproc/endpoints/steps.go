@@ -14,11 +14,17 @@ import (
 // wait is as long as its whole computation, and it is not visible in any
 // queue. The clock keeps the last step end seen and the typical step
 // length, so that the latency model can price the rest of the step in
-// progress.
+// progress. It also counts the steps: every chunk relayed at one step end
+// lands within a small part of a step of the others, so a chunk later than
+// half a typical step after the last one seen begins the count's next
+// step; a decoding stream's tokens so far are the steps since its first.
 
 // maxStepGap bounds the inter-chunk gaps that count as a step's length: a
 // longer one is a stalled stream, not one decode step.
 const maxStepGap = time.Second
+
+// The step clock keeps its gap in 32 bits.
+const _ = int32(maxStepGap)
 
 // stepEMA is the weight of the newest step length in the average.
 const stepEMA = 0.125
@@ -28,7 +34,11 @@ const stepEMA = 0.125
 // estimate.
 type stepClock struct {
 	last atomic.Int64 // unix nanoseconds of the last step end seen
-	gap  atomic.Int64 // average step length, nanoseconds
+	// gap is the average step length in nanoseconds (under maxStepGap:
+	// 32 bits), count the step ends seen (modulo 2³²: its readers take
+	// differences); the pair keeps Endpoint in its 256 bytes.
+	gap   atomic.Int32
+	count atomic.Uint32
 }
 
 // ObserveStep records a chunk of a streamed response served by e at now;
@@ -37,18 +47,19 @@ type stepClock struct {
 func (e *Endpoint) ObserveStep(now time.Time, itl time.Duration) {
 	c := &e.steps
 	t := now.UnixNano()
-	if prev := c.last.Load(); t > prev {
-		c.last.CompareAndSwap(prev, t) // a lost race recorded a later end
+	// A lost race recorded a later end, and counted it if it was new.
+	if prev := c.last.Load(); t > prev && c.last.CompareAndSwap(prev, t) && t-prev > int64(c.gap.Load())/2 {
+		c.count.Add(1)
 	}
 	if itl <= 0 || itl > maxStepGap {
 		return
 	}
 	old := c.gap.Load()
 	if old == 0 {
-		c.gap.Store(int64(itl))
+		c.gap.Store(int32(itl))
 		return
 	}
-	c.gap.Store(old + int64(stepEMA*float64(int64(itl)-old)))
+	c.gap.Store(old + int32(stepEMA*float64(int64(itl)-int64(old))))
 }
 
 // StepRemaining estimates how much of the decode step in progress on e is
@@ -56,7 +67,7 @@ func (e *Endpoint) ObserveStep(now time.Time, itl time.Duration) {
 // ended, zero when none is in progress by that measure. Only meaningful
 // while e is decoding.
 func (e *Endpoint) StepRemaining(now time.Time) time.Duration {
-	last, gap := e.steps.last.Load(), e.steps.gap.Load()
+	last, gap := e.steps.last.Load(), int64(e.steps.gap.Load())
 	if last == 0 || gap == 0 {
 		return 0
 	}
@@ -71,3 +82,7 @@ func (e *Endpoint) LastStep() time.Time {
 	}
 	return time.Time{}
 }
+
+// Steps is the count of step ends seen on e, modulo 2³²: the latency
+// model ages its decoding sequences by its differences.
+func (e *Endpoint) Steps() uint32 { return e.steps.count.Load() }

@@ -57,3 +57,34 @@ func TestStepClockAverages(t *testing.T) {
 		t.Fatalf("after 20 steps of 10 ms and one of 400 ms, the step estimate is %v; want between 10 and 100 ms", got)
 	}
 }
+
+// TestStepCount: the chunks of one step end, however many streams send
+// them and however they straggle within half a step, count one step; a
+// chunk out of order counts none.
+func TestStepCount(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name   string
+		chunks []chunk
+		want   uint32
+	}{
+		{"none", nil, 0},
+		{"one stream's first chunk", []chunk{{0, 0}}, 1},
+		{"three streams at one step end", []chunk{{0, 0}, {0, 0}, {0, 0}}, 1},
+		{"three steady steps of two streams", []chunk{{0, 0}, {0, 0}, {10 * ms, 10 * ms}, {10 * ms, 10 * ms}, {20 * ms, 10 * ms}, {20 * ms, 10 * ms}}, 3},
+		{"stragglers within half a step", []chunk{{0, 0}, {10 * ms, 10 * ms}, {11 * ms, 10 * ms}, {13 * ms, 10 * ms}, {20 * ms, 10 * ms}}, 3},
+		{"a late report", []chunk{{0, 0}, {10 * ms, 10 * ms}, {5 * ms, 0}}, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := NewEndpoint(Spec{Address: "10.0.0.1:8000"})
+			t0 := time.Unix(1000, 0)
+			for _, c := range tt.chunks {
+				e.ObserveStep(t0.Add(c.at), c.itl)
+			}
+			if got := e.Steps(); got != tt.want {
+				t.Fatalf("Steps = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}

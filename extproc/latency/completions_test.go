@@ -1,6 +1,7 @@
 package latency
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -42,10 +43,10 @@ func TestFullBatchWaitsForCompletions(t *testing.T) {
 	steps := func(output, queued int, eng Engine) (float64, bool) {
 		m := New(Config{})
 		if output > 0 {
-			m.ObserveOutput(addr, output)
+			m.ObserveOutput(addr, output, 0)
 		}
 		for range queued {
-			m.Routed(addr, now, 0, 100)
+			m.Routed(addr, now, 0, 100, 0)
 		}
 		s := m.Sample(addr, f, now, eng)
 		return s.twin.x[0], s.twin.ok
@@ -67,5 +68,133 @@ func TestFullBatchWaitsForCompletions(t *testing.T) {
 	b, _ := steps(100, 0, room)
 	if a != b || a != 1 {
 		t.Fatalf("with room: %v steps without completions seen, %v with; want 1", a, b)
+	}
+}
+
+// TestCalendarTimesTheWave: a batch of maxRunning sequences that began
+// together with a bound of 200 tokens frees its places together, when
+// they reach it; a prompt behind them waits for that step, not for the
+// one the mean rate gives. The wave comes as early as the share of the
+// bound the responses use says, and without a step count or a learned
+// share the mean rate decides as before.
+func TestCalendarTimesTheWave(t *testing.T) {
+	const addr = "10.0.0.1:8000"
+	const bound = 200
+	now := time.Unix(1_700_000_000, 0)
+	// wait is the steps to the first token of a 100-token prompt on a
+	// server whose batch began decoding at step 10 and is at step `at`,
+	// with responses using `used` of their bound.
+	wait := func(at uint32, used float64, withBound bool) float64 {
+		m := New(Config{})
+		b := 0
+		if withBound {
+			b = bound
+		}
+		m.ObserveOutput(addr, int(used*bound), bound)
+		for i := range maxRunning {
+			tk := m.Routed(addr, now, 0, 100, b)
+			m.FirstTokenAt(&tk, now, Engine{Decodes: float64(i), DecodeTokens: float64(i) * 100, Steps: 10}, nil)
+		}
+		eng := Engine{Decodes: maxRunning, DecodeTokens: maxRunning * 1000, Steps: at}
+		s := m.Sample(addr, Features{Prefill: 100}, now, eng)
+		if !s.twin.ok {
+			t.Fatalf("no projection (step %d, share %v, bound %v)", at, used, withBound)
+		}
+		return s.twin.x[0]
+	}
+	tests := []struct {
+		name      string
+		at        uint32
+		used      float64
+		withBound bool
+		want      float64 // steps, the first token's included
+	}{
+		// At step 60 a sequence has 51 tokens: 149 to go, the last in
+		// the 149th step; the prompt runs in the next.
+		{"50 steps into a 200-token wave", 60, 1, true, 150},
+		{"190 steps in", 200, 1, true, 10},
+		{"responses stop at half their bound", 60, 0.5, true, 50},
+		// 151 tokens, past the 100 expected: due in (200-151)/2-1 =
+		// 23.5 steps, so its place frees after the 24th.
+		{"past the expected end: half the rest", 160, 0.5, true, 26},
+		{"no bound: the mean rate", 60, 1, false, 2},
+		{"no step count: the mean rate", 0, 1, true, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := wait(tt.at, tt.used, tt.withBound); got != tt.want {
+				t.Fatalf("first token after %v steps, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestCalendarLifecycle: a decoding sequence leaves the calendar when its
+// response ends, one without a bound never enters it, and the calendar
+// holds at most maxDecoding; an entry far past its bound (its end never
+// reported) is dropped at the next projection that reads it.
+func TestCalendarLifecycle(t *testing.T) {
+	const addr = "10.0.0.1:8000"
+	now := time.Unix(1_700_000_000, 0)
+	m := New(Config{})
+	m.ObserveOutput(addr, 100, 100)
+	first := func(bound int) Ticket {
+		tk := m.Routed(addr, now, 0, 10, bound)
+		m.FirstTokenAt(&tk, now, Engine{Steps: 1}, nil)
+		return tk
+	}
+	size := func() int {
+		e := m.fitOf(addr)
+		e.twinMu.Lock()
+		defer e.twinMu.Unlock()
+		return len(e.tw.dec)
+	}
+	a, _ := first(100), first(0)
+	if got := size(); got != 1 {
+		t.Fatalf("calendar holds %d after a bounded and an unbounded first token, want 1", got)
+	}
+	m.Ended(&a)
+	m.Ended(&a)
+	if got := size(); got != 0 {
+		t.Fatalf("calendar holds %d after the bounded one ended, want 0", got)
+	}
+	for range maxDecoding + 10 {
+		first(100)
+	}
+	if got := size(); got != maxDecoding {
+		t.Fatalf("calendar holds %d, want its bound %d", got, maxDecoding)
+	}
+	m.Sample(addr, Features{Prefill: 10}, now, Engine{Decodes: maxRunning, Steps: 1 + 2*100 + 65})
+	if got := size(); got != 0 {
+		t.Fatalf("calendar holds %d entries far past their bound, want 0", got)
+	}
+}
+
+// BenchmarkPredictFullBatch is the twin's cost per candidate on a server
+// whose batch is full (maxRunning decoding, 64 prompts waiting): the
+// completions timed by the calendar (each sequence with a bound), and at
+// the mean rate (none with one).
+func BenchmarkPredictFullBatch(b *testing.B) {
+	for _, bound := range []int{0, 200} {
+		b.Run(fmt.Sprint("bound=", bound), func(b *testing.B) {
+			const addr = "10.0.0.1:8000"
+			now := time.Unix(1_700_000_000, 0)
+			m := New(Config{})
+			m.ObserveOutput(addr, 200, 200)
+			for i := range maxRunning {
+				tk := m.Routed(addr, now, 0, 100, bound)
+				m.FirstTokenAt(&tk, now, Engine{Decodes: float64(i), DecodeTokens: float64(i) * 100, Steps: uint32(1 + i%150)}, nil)
+			}
+			for range 64 {
+				m.Routed(addr, now, 2048, 300, bound)
+			}
+			eng := Engine{Decodes: maxRunning, DecodeTokens: maxRunning * 2500, StepEnd: now, Steps: 160}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				f := Features{Prefill: 300, Cached: 2048}
+				m.PredictLive(addr, &f, now.Add(time.Duration(i%1000)*time.Microsecond), eng)
+			}
+		})
 	}
 }

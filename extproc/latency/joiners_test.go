@@ -74,11 +74,11 @@ func TestProjectionPricesExpectedJoiners(t *testing.T) {
 		// prompts a second.
 		past := now.Add(-200 * time.Millisecond)
 		for range 20 {
-			tk := m.Routed(addr, past, 1000, uncached)
+			tk := m.Routed(addr, past, 1000, uncached, 0)
 			m.FirstTokenAt(&tk, past.Add(time.Millisecond), Engine{}, nil)
 		}
 		// A long prompt in prefill: the request waits for its steps.
-		m.Routed(addr, now, 0, 20_000)
+		m.Routed(addr, now, 0, 20_000, 0)
 		return m, m.Sample(addr, Features{Prefill: 300, Cached: 1000}, now, Engine{})
 	}
 	_, joined := busy(0, 300)
@@ -102,7 +102,7 @@ func TestProjectionPricesExpectedJoiners(t *testing.T) {
 	idle := New(Config{})
 	past := now.Add(-200 * time.Millisecond)
 	for range 20 {
-		tk := idle.Routed(addr, past, 1000, 300)
+		tk := idle.Routed(addr, past, 1000, 300, 0)
 		idle.FirstTokenAt(&tk, past.Add(time.Millisecond), Engine{}, nil)
 	}
 	if s := idle.Sample(addr, Features{Prefill: 300, Cached: 1000}, now, Engine{}); s.twin.joiners != 0 {

@@ -144,9 +144,9 @@ type coeffs struct {
 	mTwin      float64
 	// join is the weight of the expected joiners (joiners.go).
 	join float64
-	// retire is the share of a decoding batch finishing per step
-	// (completions.go).
-	retire       float64
+	// ends is how responses end there: the share of a decoding batch
+	// finishing per step and of max_tokens used (completions.go).
+	ends         outputs
 	twinSamples  int
 	qTTFT, qTPOT float64 // log(actual/predicted) quantiles
 	// mTTFT and mTPOT are exp of them: the quantile's multiple of the mean,
@@ -251,10 +251,11 @@ type fit struct {
 	used atomic.Int64
 
 	// join is the learned weight of the expected joiners (joiners.go),
-	// and output the responses' output lengths (completions.go); mu
-	// guards both.
-	join   float64
-	output outputMean
+	// output the responses' output lengths and bounded their share of
+	// max_tokens (completions.go); mu guards them.
+	join    float64
+	output  outputMean
+	bounded outputMean
 
 	// twinMu guards tw, the endpoint's engine twin (unused in the pool's).
 	twinMu sync.Mutex
@@ -268,9 +269,11 @@ func newFit(cfg Config, from *coeffs) *fit {
 		// The residuals are the new endpoint's own: they start over.
 		priors = [kinds][]float64{from.ttft[:], from.tpot[:], from.twin[:]}
 		f.join = from.join
-		if from.retire > 0 {
-			f.output = outputMean{mean: 1 / from.retire} // the pool's, as a prior
+		// The pool's, as priors.
+		if from.ends.retire > 0 {
+			f.output = outputMean{mean: 1 / from.ends.retire}
 		}
+		f.bounded = outputMean{mean: from.ends.bounded}
 	}
 	for k := range f.t {
 		f.t[k] = target{reg: newRLS(kind(k).features(), cfg.Forgetting, priors[k]), q: newQuantile(cfg.Quantile, residualForget)}
@@ -298,7 +301,7 @@ func (f *fit) publishKindsLocked(changed int) {
 	if w := &f.t[twinCost]; changed&(1<<twinCost) != 0 {
 		c.twin, c.mTwin, c.twinSamples, c.join = w.reg.constrained(), math.Exp(w.q.value), w.samples, f.join
 	}
-	c.retire = f.output.retire()
+	c.ends = outputs{retire: f.output.retire(), bounded: f.bounded.mean}
 	f.published.Store(c)
 }
 

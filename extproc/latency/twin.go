@@ -90,6 +90,10 @@ type Engine struct {
 	// scrape's excess): while there are any the twin's queue is
 	// incomplete and the feature model predicts.
 	External float64
+	// Steps is the count of the server's step ends the step clock saw
+	// (zero: none; modulo 2³²): the calendar's sequences age by it
+	// (completions.go).
+	Steps uint32
 }
 
 func (e Engine) stepEnd() int64 {
@@ -106,6 +110,8 @@ type twinEntry struct {
 	routed           int64 // unix ns
 	cached, uncached int64
 	done             int64
+	// bound is the max_tokens it asked for (0: none).
+	bound int64
 	// held is a prompt the picker holds until no prompt it sent to the
 	// server is in prefill (Config.HoldTokens); clear is set by the first
 	// step that begins so, which it sits out: it was released at that
@@ -144,6 +150,10 @@ type twin struct {
 	// join is the recent arrival of prompts that can share a queued
 	// prompt's last step (joiners.go).
 	join joinRate
+	// dec is the calendar of decoding sequences with a bound, clock the
+	// projection's scratch over it (completions.go).
+	dec   []decoding
+	clock completionClock
 }
 
 // twinSample is what a twin prediction recorded for learning: the
@@ -429,13 +439,13 @@ func (w *twin) lock(t int64, eng Engine, budget int64, capFrom int) {
 
 // routed adds a request to the queue; false when the queue is full (the
 // request counts as untracked until its prefill ends).
-func (w *twin) routed(seq uint64, at int64, cached, uncached, hold int64) bool {
+func (w *twin) routed(seq uint64, at int64, cached, uncached, hold, bound int64) bool {
 	if len(w.q) >= maxTwinQueue {
 		w.untracked++
 		return false
 	}
 	uncached = max(1, uncached)
-	w.q = append(w.q, twinEntry{seq: seq, routed: at, cached: cached, uncached: uncached, held: w.holds(uncached, hold)})
+	w.q = append(w.q, twinEntry{seq: seq, routed: at, cached: cached, uncached: uncached, bound: bound, held: w.holds(uncached, hold)})
 	w.version++
 	if !holdable(uncached, hold) {
 		w.join.add(at, cached, uncached)
@@ -487,6 +497,7 @@ func (w *twin) firstToken(seq uint64, at int64, s *twinSample, eng Engine, budge
 			e.done = e.uncached
 		}
 	}
+	w.decodes(&w.q[i], eng.Steps)
 	w.q = slices.Delete(w.q, i, i+1)
 	w.version++
 	if len(w.q) == 0 {
@@ -542,7 +553,7 @@ func (w *twin) remove(seq uint64) {
 // shapes from the twin's step in progress to its first token, and when
 // that step began (in place: the sample is some 200 bytes, and the twin
 // projects once per candidate). The twin must have advanced to now.
-func (w *twin) project(out *twinSample, now int64, cached, uncached, hold int64, eng Engine, retire float64, budget int64, theta *[maxFeatures]float64) {
+func (w *twin) project(out *twinSample, now int64, cached, uncached, hold int64, eng Engine, ends outputs, budget int64, theta *[maxFeatures]float64) {
 	held := w.holds(max(1, uncached), hold)
 	w.scratch = append(w.scratch[:0], w.q...)
 	w.scratch = append(w.scratch, twinEntry{routed: now, cached: cached, uncached: max(1, uncached), held: held})
@@ -561,13 +572,17 @@ func (w *twin) project(out *twinSample, now int64, cached, uncached, hold int64,
 	// Prompts finish in FCFS order: the finished prefix of q decodes, and
 	// is carried in eng rather than walked at every step. freed is the
 	// sequences expected to have finished since the decision, whose
-	// places in a full batch go to waiting prompts (completions.go).
+	// places in a full batch go to waiting prompts (completions.go); they
+	// matter only where the batch can fill.
+	clock := &w.clock
+	clock.start(w, eng.Steps, ends, fills(eng, len(q)-1))
 	head := 0
 	freed := 0.0
 	for step := 0; step < maxTwinSteps; step++ {
 		for head < len(q)-1 && q[head].done >= q[head].uncached {
 			eng.Decodes++
 			eng.DecodeTokens += float64(q[head].cached + q[head].uncached)
+			clock.begins(step-1, q[head].bound)
 			head++
 		}
 		q := q[head:]
@@ -601,8 +616,21 @@ func (w *twin) project(out *twinSample, now int64, cached, uncached, hold int64,
 		if step == 0 {
 			out.first = x
 		}
-		t += nanos(dot(theta, &x))
-		freed = min(eng.Decodes, freed+eng.Decodes*retire)
+		d := nanos(dot(theta, &x))
+		t += d
+		freed = clock.after(step, eng.Decodes)
+		// A full batch whose step computed no prompt admits nobody until
+		// places free: the steps until then repeat this one, and are
+		// added without scheduling the queue again (at chat ×32 a
+		// projection waits some 150 steps for a wave).
+		for s.tokens == s.seqs && s.finishing == 0 && math.Ceil(s.seqs-freed) >= maxRunning && step+1 < maxTwinSteps {
+			step++
+			for k := range out.x {
+				out.x[k] += x[k]
+			}
+			t += d
+			freed = clock.after(step, eng.Decodes)
+		}
 	}
 	*out = twinSample{} // beyond the bound: the feature model predicts
 }
@@ -644,14 +672,15 @@ func twinTTFT(theta *[maxFeatures]float64, s *twinSample) float64 {
 }
 
 // Routed records a request routed to addr at `at` with cached and uncached
-// prompt tokens there, into the endpoint's twin. The ticket it returns
-// names the request in FirstTokenAt and Ended.
-func (m *Model) Routed(addr string, at time.Time, cached, uncached int) Ticket {
+// prompt tokens there, that asked for at most bound output tokens (0: no
+// bound), into the endpoint's twin. The ticket it returns names the
+// request in FirstTokenAt and Ended.
+func (m *Model) Routed(addr string, at time.Time, cached, uncached, bound int) Ticket {
 	e := m.fitOf(addr)
 	seq := m.tickets.Add(1)
 	e.twinMu.Lock()
 	defer e.twinMu.Unlock()
-	if !e.tw.routed(seq, at.UnixNano(), int64(max(0, cached)), int64(uncached), m.cfg.HoldTokens) {
+	if !e.tw.routed(seq, at.UnixNano(), int64(max(0, cached)), int64(uncached), m.cfg.HoldTokens, int64(max(0, bound))) {
 		return Ticket{addr: addr, open: true}
 	}
 	return Ticket{addr: addr, seq: seq, open: true}
@@ -663,18 +692,25 @@ type Ticket struct {
 	addr string
 	seq  uint64 // 0: not in the queue (it was full)
 	open bool
+	// decoding is set by the first token: the request is in the twin's
+	// calendar (if it had a bound) until Ended.
+	decoding bool
 }
 
 // FirstTokenAt takes the request's first token at `at` into its
 // endpoint's twin (eng: the endpoint's state then) and completes s, the
 // request's sample from Model.Sample, with what it learned in hindsight.
-// Later calls, and Ended after it, do nothing.
+// Later calls do nothing; Ended after it ends the decode.
 func (m *Model) FirstTokenAt(t *Ticket, at time.Time, eng Engine, s *Sample) {
+	if t == nil || t.decoding {
+		return
+	}
 	e := m.closeTicket(t)
 	if e == nil {
 		return
 	}
 	defer e.twinMu.Unlock()
+	t.open, t.decoding = true, true
 	var ts *twinSample
 	if s != nil {
 		ts = &s.twin
@@ -682,11 +718,15 @@ func (m *Model) FirstTokenAt(t *Ticket, at time.Time, eng Engine, s *Sample) {
 	e.tw.firstToken(t.seq, at.UnixNano(), ts, eng, m.cfg.TokenBudget, &m.twinCoeffs(e).twin)
 }
 
-// Ended takes a request that ended without a first token out of its
-// endpoint's twin. Later calls do nothing.
+// Ended takes a request that ended, before its first token or after it,
+// out of its endpoint's twin. Later calls do nothing.
 func (m *Model) Ended(t *Ticket) {
 	if e := m.closeTicket(t); e != nil {
-		e.tw.remove(t.seq)
+		if t.decoding {
+			e.tw.finished(t.seq)
+		} else {
+			e.tw.remove(t.seq)
+		}
 		e.twinMu.Unlock()
 	}
 }
@@ -811,7 +851,7 @@ func (m *Model) projectInto(s *twinSample, e *fit, c *coeffs, f *Features, n int
 		var idle twin
 		var buf [1]twinEntry
 		idle.scratch = buf[:0]
-		idle.project(s, n, int64(f.Cached), int64(f.Prefill), m.cfg.HoldTokens, eng, c.retire, m.cfg.TokenBudget, &c.twin)
+		idle.project(s, n, int64(f.Cached), int64(f.Prefill), m.cfg.HoldTokens, eng, c.ends, m.cfg.TokenBudget, &c.twin)
 		return
 	}
 	e.twinMu.Lock()
@@ -829,7 +869,7 @@ func (m *Model) projectInto(s *twinSample, e *fit, c *coeffs, f *Features, n int
 			return
 		}
 	}
-	e.tw.project(s, n, int64(f.Cached), int64(f.Prefill), m.cfg.HoldTokens, eng, c.retire, m.cfg.TokenBudget, &c.twin)
+	e.tw.project(s, n, int64(f.Cached), int64(f.Prefill), m.cfg.HoldTokens, eng, c.ends, m.cfg.TokenBudget, &c.twin)
 }
 
 // ObserveFirstToken learns from a request whose first token came at `at`:

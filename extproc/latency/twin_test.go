@@ -111,7 +111,7 @@ func engineRun(t *testing.T, preset string, n int, meanGap time.Duration, seed u
 			l.predFeatures = m.Predict(addr, l.feat).TTFT.Seconds()
 			l.predTwin = m.PredictLive(addr, &l.feat, now, live).TTFT.Seconds()
 			l.sample = m.Sample(addr, l.feat, now, live)
-			l.ticket = m.Routed(addr, now, 0, size)
+			l.ticket = m.Routed(addr, now, 0, size, 0)
 			if err := eng.Add(engine.Request{ID: id, Prompt: prompt, MaxTokens: out}); err != nil {
 				t.Fatal(err)
 			}
@@ -174,7 +174,7 @@ func TestTwinQueueIsBounded(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	var tickets []Ticket
 	for range maxTwinQueue + 3 {
-		tickets = append(tickets, m.Routed(addr, now, 0, 1000))
+		tickets = append(tickets, m.Routed(addr, now, 0, 1000, 0))
 	}
 	f := Features{Prefill: 100}
 	if m.Sample(addr, f, now, Engine{}).twin.ok {
@@ -210,7 +210,7 @@ func TestTwinStepQuantisation(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	short := Features{Prefill: 24}
 	alone := m.Sample(addr, short, now, Engine{})
-	m.Routed(addr, now, 0, 10_000)
+	m.Routed(addr, now, 0, 10_000, 0)
 	behind := m.Sample(addr, short, now, Engine{})
 	again := m.Sample(addr, short, now, Engine{})
 	if alone.twin.x[0] != 1 || behind.twin.x[0] != 2 || again.twin != behind.twin {
@@ -233,9 +233,9 @@ func BenchmarkPredictLive(b *testing.B) {
 			const addr = "10.0.0.1:8000"
 			now := time.Unix(1_700_000_000, 0)
 			for i := range queued {
-				m.Routed(addr, now, 2048, 500+100*i)
+				m.Routed(addr, now, 2048, 500+100*i, 0)
 			}
-			m.Routed(addr, now, 0, 1) // an endpoint fit exists even for queued=0
+			m.Routed(addr, now, 0, 1, 0) // an endpoint fit exists even for queued=0
 			eng := Engine{Decodes: 32, DecodeTokens: 32 * 4000, StepEnd: now}
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -296,8 +296,8 @@ func TestProjectionCacheMatches(t *testing.T) {
 				}
 				s, _ := check(f)
 				x := &req{s: s, at: now}
-				x.a = cached.Routed(addr, now, int(f.Cached), int(f.Prefill))
-				x.b = plain.Routed(addr, now, int(f.Cached), int(f.Prefill))
+				x.a = cached.Routed(addr, now, int(f.Cached), int(f.Prefill), 0)
+				x.b = plain.Routed(addr, now, int(f.Cached), int(f.Prefill), 0)
 				(*plain.endpoints.Load())[addr].tw.noCache = true
 				open = append(open, x)
 			case r < 7 && len(open) > 0: // a first token, oldest first mostly
@@ -381,7 +381,7 @@ func TestTwinImposedDelay(t *testing.T) {
 			for i, noCache := range []bool{false, true} {
 				m := New(Config{})
 				for _, q := range tt.queue {
-					m.Routed(addr, now, q.cached, q.uncached)
+					m.Routed(addr, now, q.cached, q.uncached, 0)
 				}
 				if e := (*m.endpoints.Load())[addr]; e != nil {
 					e.tw.noCache = noCache
@@ -442,7 +442,7 @@ func TestImposedRanksBurstMatesApart(t *testing.T) {
 		for range 2 * DefaultMinSamples {
 			f := Features{Prefill: 500}
 			s := m.Sample(addr, f, now, Engine{})
-			tk := m.Routed(addr, now, 0, 500)
+			tk := m.Routed(addr, now, 0, 500, 0)
 			d := time.Duration(twinTTFT(theta, &s.twin) * 1e9)
 			end := now.Add(d)
 			m.FirstTokenAt(&tk, end, Engine{StepEnd: end}, &s)
@@ -451,7 +451,7 @@ func TestImposedRanksBurstMatesApart(t *testing.T) {
 		}
 	}
 	now := start.Add(time.Hour)
-	m.Routed("a", now, 0, 24)
+	m.Routed("a", now, 0, 24, 0)
 	mate := Features{Prefill: 4000}
 	fa, fb := mate, mate
 	ea, eb := m.PredictLive("a", &fa, now, Engine{}), m.PredictLive("b", &fb, now, Engine{})
@@ -516,7 +516,7 @@ func TestTwinPhaseAtArrivalMidStep(t *testing.T) {
 				at := t0.Add(3 * time.Millisecond)
 				f := Features{Prefill: prompt}
 				m.Sample(addr, f, at, eng) // the decision sees the step clock at t0
-				m.Routed(addr, at, 0, prompt)
+				m.Routed(addr, at, 0, prompt, 0)
 				eng.StepEnd = t0.Add(tt.end)
 				next := eng.StepEnd.Add(time.Microsecond)
 				m.Sample(addr, Features{Prefill: 10}, next, eng)
@@ -560,7 +560,7 @@ func TestTwinHeldPrompt(t *testing.T) {
 			var got [2]float64
 			for i, noCache := range []bool{false, true} {
 				m := New(Config{HoldTokens: tc.hold})
-				m.Routed(addr, now, 0, 4000)
+				m.Routed(addr, now, 0, 4000, 0)
 				(*m.endpoints.Load())[addr].tw.noCache = noCache
 				s := m.Sample(addr, Features{Prefill: float64(tc.prompt)}, now, tc.eng)
 				if !s.twin.ok {
@@ -583,10 +583,10 @@ func TestTwinHeldPrompt(t *testing.T) {
 	for _, short := range []bool{false, true} {
 		for _, noCache := range []bool{false, true} {
 			m := New(Config{HoldTokens: 512})
-			m.Routed(addr, now, 0, 8000)
-			m.Routed(addr, now, 0, 4000)
+			m.Routed(addr, now, 0, 8000, 0)
+			m.Routed(addr, now, 0, 4000, 0)
 			if short {
-				m.Routed(addr, now, 0, 400)
+				m.Routed(addr, now, 0, 400, 0)
 			}
 			(*m.endpoints.Load())[addr].tw.noCache = noCache
 			want := 5.0
@@ -600,9 +600,9 @@ func TestTwinHeldPrompt(t *testing.T) {
 	}
 
 	m := New(Config{HoldTokens: 512})
-	m.Routed(addr, now, 0, 12_000)
-	m.Routed(addr, now, 0, 4000) // held
-	short := m.Routed(addr, now, 0, 100)
+	m.Routed(addr, now, 0, 12_000, 0)
+	m.Routed(addr, now, 0, 4000, 0) // held
+	short := m.Routed(addr, now, 0, 100, 0)
 	var s Sample
 	m.FirstTokenAt(&short, now.Add(50*time.Millisecond), decoding, &s)
 	q := (*m.endpoints.Load())[addr].tw.q
@@ -619,7 +619,7 @@ func TestUntrainedPredictsWithTheTwinsPrior(t *testing.T) {
 	const addr = "10.0.0.1:8000"
 	now := time.Unix(1_700_000_000, 0)
 	m := New(Config{})
-	m.Routed(addr, now, 0, 8000)
+	m.Routed(addr, now, 0, 8000, 0)
 	line := func(f Features) time.Duration { // the feature model's prior
 		ttft, _ := m.pool.published.Load().ttftOf(&f)
 		return ttft

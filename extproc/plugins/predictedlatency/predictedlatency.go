@@ -333,7 +333,7 @@ const _ = uint(unsafe.Sizeof(latency.Features{})-7*8) + uint(7*8-unsafe.Sizeof(l
 // queue.
 func engineOf(e *endpoints.Endpoint, l *endpoints.Load) latency.Engine {
 	return latency.Engine{Decodes: float64(l.DecodeRequests), DecodeTokens: float64(l.DecodeTokens),
-		StepEnd: e.LastStep(), External: float64(l.ExternalWaiting + l.ExternalRunning)}
+		StepEnd: e.LastStep(), External: float64(l.ExternalWaiting + l.ExternalRunning), Steps: e.Steps()}
 }
 
 func (p *Producer) prefillOnly(e *endpoints.Endpoint) bool {
@@ -379,7 +379,7 @@ func (p *Producer) PreRequest(_ context.Context, cs *scheduling.CycleState, req 
 		// this request's charge, which the twin does not read.
 		l := target.Load()
 		st.feat = p.model.Sample(target.Address(), f, st.decided, engineOf(target, &l))
-		st.ticket = p.model.Routed(target.Address(), st.routed, int(f.Cached), int(f.Prefill))
+		st.ticket = p.model.Routed(target.Address(), st.routed, int(f.Cached), int(f.Prefill), req.MaxTokens)
 	}
 	const alpha = 0.05
 	old := math.Float64frombits(p.meanPrefill.Load())
@@ -424,9 +424,9 @@ func (p *Producer) ResponseComplete(_ context.Context, cs *scheduling.CycleState
 	}
 	st, ok := p.trained(cs, res)
 	if ok && res.Complete {
-		// How long responses run there: the twin frees a full batch's
-		// places at that rate.
-		p.model.ObserveOutput(res.Endpoint.Address(), res.Usage.CompletionTokens)
+		// How long responses run there, and how much of their bound: the
+		// twin frees a full batch's places by them.
+		p.model.ObserveOutput(res.Endpoint.Address(), res.Usage.CompletionTokens, req.MaxTokens)
 	}
 	if !ok || st.ttft == 0 || res.TPOT <= 0 || !res.Complete {
 		return
