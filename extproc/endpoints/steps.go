@@ -16,8 +16,10 @@ import (
 // length, so that the latency model can price the rest of the step in
 // progress. It also counts the steps: every chunk relayed at one step end
 // lands within a small part of a step of the others, so a chunk later than
-// half a typical step after the last one seen begins the count's next
-// step; a decoding stream's tokens so far are the steps since its first.
+// half its stream's last step after the last one seen begins the count's
+// next step (half the typical step, for a stream's first chunk: a step
+// short after long ones would otherwise go uncounted); a decoding
+// stream's tokens so far are the steps since its first.
 
 // maxStepGap bounds the inter-chunk gaps that count as a step's length: a
 // longer one is a stalled stream, not one decode step.
@@ -47,8 +49,14 @@ type stepClock struct {
 func (e *Endpoint) ObserveStep(now time.Time, itl time.Duration) {
 	c := &e.steps
 	t := now.UnixNano()
-	// A lost race recorded a later end, and counted it if it was new.
-	if prev := c.last.Load(); t > prev && c.last.CompareAndSwap(prev, t) && t-prev > int64(c.gap.Load())/2 {
+	// A chunk more than half its stream's last step (a first chunk: half
+	// the typical step) after the last one seen ends a new step; a lost
+	// race recorded a later end, and counted it if it was new.
+	sep := int64(itl)
+	if sep <= 0 {
+		sep = int64(c.gap.Load())
+	}
+	if prev := c.last.Load(); t > prev && c.last.CompareAndSwap(prev, t) && t-prev > sep/2 {
 		c.count.Add(1)
 	}
 	if itl <= 0 || itl > maxStepGap {

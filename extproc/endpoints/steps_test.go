@@ -59,8 +59,8 @@ func TestStepClockAverages(t *testing.T) {
 }
 
 // TestStepCount: the chunks of one step end, however many streams send
-// them and however they straggle within half a step, count one step; a
-// chunk out of order counts none.
+// them and however they straggle within half a step, count one step, and
+// a short step counts after long ones; a chunk out of order counts none.
 func TestStepCount(t *testing.T) {
 	ms := time.Millisecond
 	tests := []struct {
@@ -74,6 +74,7 @@ func TestStepCount(t *testing.T) {
 		{"three steady steps of two streams", []chunk{{0, 0}, {0, 0}, {10 * ms, 10 * ms}, {10 * ms, 10 * ms}, {20 * ms, 10 * ms}, {20 * ms, 10 * ms}}, 3},
 		{"stragglers within half a step", []chunk{{0, 0}, {10 * ms, 10 * ms}, {11 * ms, 10 * ms}, {13 * ms, 10 * ms}, {20 * ms, 10 * ms}}, 3},
 		{"a late report", []chunk{{0, 0}, {10 * ms, 10 * ms}, {5 * ms, 0}}, 2},
+		{"a short step after long ones", []chunk{{0, 0}, {400 * ms, 400 * ms}, {800 * ms, 400 * ms}, {820 * ms, 20 * ms}, {820 * ms, 20 * ms}}, 4},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -60,10 +60,14 @@ func (o *outputMean) retire() float64 {
 	return 1 / o.mean
 }
 
-// outputs is how a fit's responses end: the mean rate (retire) and the
-// share of max_tokens they use (bounded; 0 before one was seen).
+// outputs is how a fit's responses end: the mean rate (retire), the
+// share of max_tokens they use (bounded; 0 before one was seen), and the
+// tokens a stream produces per step the step clock counts (perStep; 0
+// before one was seen, taken as 1: every token a chunk of its own, as
+// vLLM streams by default; more where chunks carry several tokens or
+// steps go uncounted).
 type outputs struct {
-	retire, bounded float64
+	retire, bounded, perStep float64
 }
 
 // decoding is a sequence the twin routed, past its first token, with the
@@ -112,9 +116,13 @@ func (c *completionClock) start(w *twin, steps uint32, out outputs, fills bool) 
 		return
 	}
 	c.enabled = true
+	rate := out.perStep
+	if rate <= 0 {
+		rate = 1
+	}
 	kept := w.dec[:0]
 	for _, d := range w.dec {
-		tokens := 1 + float64(steps-d.first) // modulo 2³², as the count
+		tokens := 1 + float64(steps-d.first)*rate // modulo 2³², as the count
 		if stale(tokens, float64(d.bound)) {
 			continue
 		}
@@ -189,12 +197,43 @@ func (w *twin) decodes(e *twinEntry, steps uint32) {
 	}
 }
 
-// finished takes a decoding sequence out of the calendar.
-func (w *twin) finished(seq uint64) {
-	if i := slices.IndexFunc(w.dec, func(d decoding) bool { return d.seq == seq }); i >= 0 {
-		w.dec[i] = w.dec[len(w.dec)-1]
-		w.dec = w.dec[:len(w.dec)-1]
+// finished takes a decoding sequence out of the calendar and returns it.
+func (w *twin) finished(seq uint64) (decoding, bool) {
+	i := slices.IndexFunc(w.dec, func(d decoding) bool { return d.seq == seq })
+	if i < 0 {
+		return decoding{}, false
 	}
+	d := w.dec[i]
+	w.dec[i] = w.dec[len(w.dec)-1]
+	w.dec = w.dec[:len(w.dec)-1]
+	return d, true
+}
+
+// Finished is Ended for a request whose response completed with tokens
+// output tokens, the server's step count then being steps: a stream that
+// was in the calendar teaches how many tokens a stream produces there
+// per step counted.
+func (m *Model) Finished(t *Ticket, steps uint32, tokens int) {
+	d, ok := m.end(t)
+	if !ok || tokens < 2 {
+		return
+	}
+	n := steps - d.first // modulo 2³², as the count
+	if n == 0 {
+		return
+	}
+	perStep := float64(tokens-1) / float64(n)
+	m.pool.observePerStep(perStep)
+	if e := m.fitOf(t.addr); e != nil {
+		e.observePerStep(perStep)
+	}
+}
+
+func (f *fit) observePerStep(tokens float64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.perStep.observe(tokens)
+	f.publishKindsLocked(0)
 }
 
 // fills reports whether the batch can reach maxRunning in a projection:

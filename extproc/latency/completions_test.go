@@ -129,6 +129,32 @@ func TestCalendarTimesTheWave(t *testing.T) {
 	}
 }
 
+// TestTokensPerStepLearned: where the step clock counts one step in two
+// (chunks carrying two tokens each), a completed stream teaches it, and a
+// full batch's wave is timed in tokens as where every step is counted.
+func TestTokensPerStepLearned(t *testing.T) {
+	const addr = "10.0.0.1:8000"
+	now := time.Unix(1_700_000_000, 0)
+	m := New(Config{})
+	m.ObserveOutput(addr, 200, 200)
+	tk := m.Routed(addr, now, 0, 100, 200)
+	m.FirstTokenAt(&tk, now, Engine{Steps: 10}, nil)
+	m.Finished(&tk, 110, 201) // 200 tokens after the first in 100 steps counted
+	m.Finished(&tk, 500, 201) // once only
+	if f := m.Fits(); len(f) != 1 || f[0].TokensPerStep != 2 {
+		t.Fatalf("fits %+v, want 2 tokens per step counted", f)
+	}
+	for i := range maxRunning {
+		tk := m.Routed(addr, now, 0, 100, 200)
+		m.FirstTokenAt(&tk, now, Engine{Decodes: float64(i), DecodeTokens: float64(i) * 100, Steps: 10}, nil)
+	}
+	// 25 steps counted: 51 tokens, as 50 steps into the wave at one a step.
+	s := m.Sample(addr, Features{Prefill: 100}, now, Engine{Decodes: maxRunning, DecodeTokens: maxRunning * 1000, Steps: 35})
+	if got := s.twin.x[0]; got != 150 {
+		t.Fatalf("first token after %v steps, want 150", got)
+	}
+}
+
 // TestCalendarLifecycle: a decoding sequence leaves the calendar when its
 // response ends, one without a bound never enters it, and the calendar
 // holds at most maxDecoding; an entry far past its bound (its end never

@@ -251,11 +251,13 @@ type fit struct {
 	used atomic.Int64
 
 	// join is the learned weight of the expected joiners (joiners.go),
-	// output the responses' output lengths and bounded their share of
-	// max_tokens (completions.go); mu guards them.
+	// output the responses' output lengths, bounded their share of
+	// max_tokens and perStep their tokens per step counted
+	// (completions.go); mu guards them.
 	join    float64
 	output  outputMean
 	bounded outputMean
+	perStep outputMean
 
 	// twinMu guards tw, the endpoint's engine twin (unused in the pool's).
 	twinMu sync.Mutex
@@ -274,6 +276,7 @@ func newFit(cfg Config, from *coeffs) *fit {
 			f.output = outputMean{mean: 1 / from.ends.retire}
 		}
 		f.bounded = outputMean{mean: from.ends.bounded}
+		f.perStep = outputMean{mean: from.ends.perStep}
 	}
 	for k := range f.t {
 		f.t[k] = target{reg: newRLS(kind(k).features(), cfg.Forgetting, priors[k]), q: newQuantile(cfg.Quantile, residualForget)}
@@ -301,7 +304,7 @@ func (f *fit) publishKindsLocked(changed int) {
 	if w := &f.t[twinCost]; changed&(1<<twinCost) != 0 {
 		c.twin, c.mTwin, c.twinSamples, c.join = w.reg.constrained(), math.Exp(w.q.value), w.samples, f.join
 	}
-	c.ends = outputs{retire: f.output.retire(), bounded: f.bounded.mean}
+	c.ends = outputs{retire: f.output.retire(), bounded: f.bounded.mean, perStep: f.perStep.mean}
 	f.published.Store(c)
 }
 
@@ -458,6 +461,10 @@ type Fit struct {
 	// MeanOutput is the mean output length of its completed responses
 	// (the pool's until its first; 0: none seen anywhere).
 	MeanOutput float64
+	// BoundShare is the share of max_tokens its responses use, and
+	// TokensPerStep the tokens a stream produced per step the step clock
+	// counted (0: none seen; completions.go).
+	BoundShare, TokensPerStep float64
 }
 
 // Fits reports every tracked endpoint's fit, for reports and debugging.
@@ -467,7 +474,8 @@ func (m *Model) Fits() []Fit {
 	for addr, e := range eps {
 		c := e.published.Load()
 		e.mu.Lock()
-		ft := Fit{Address: addr, TTFTSamples: e.t[ttft].samples, TPOTSamples: e.t[tpot].samples, DecodeStep: seconds(c.tpot[0]), MeanOutput: e.output.mean}
+		ft := Fit{Address: addr, TTFTSamples: e.t[ttft].samples, TPOTSamples: e.t[tpot].samples, DecodeStep: seconds(c.tpot[0]), MeanOutput: e.output.mean,
+			BoundShare: e.bounded.mean, TokensPerStep: e.perStep.mean}
 		e.mu.Unlock()
 		if c.ttft[1] > 0 {
 			ft.PrefillTokensPerSecond = 1e3 / c.ttft[1]

@@ -719,16 +719,22 @@ func (m *Model) FirstTokenAt(t *Ticket, at time.Time, eng Engine, s *Sample) {
 }
 
 // Ended takes a request that ended, before its first token or after it,
-// out of its endpoint's twin. Later calls do nothing.
-func (m *Model) Ended(t *Ticket) {
-	if e := m.closeTicket(t); e != nil {
-		if t.decoding {
-			e.tw.finished(t.seq)
-		} else {
-			e.tw.remove(t.seq)
-		}
-		e.twinMu.Unlock()
+// out of its endpoint's twin. Later calls, and Finished, do nothing.
+func (m *Model) Ended(t *Ticket) { m.end(t) }
+
+// end is Ended, returning the calendar entry of a decoding request that
+// had one.
+func (m *Model) end(t *Ticket) (decoding, bool) {
+	e := m.closeTicket(t)
+	if e == nil {
+		return decoding{}, false
 	}
+	defer e.twinMu.Unlock()
+	if t.decoding {
+		return e.tw.finished(t.seq)
+	}
+	e.tw.remove(t.seq)
+	return decoding{}, false
 }
 
 // closeTicket closes t and returns its endpoint's fit with twinMu held,
