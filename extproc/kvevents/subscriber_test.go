@@ -228,6 +228,26 @@ func TestPublisherToIndex(t *testing.T) {
 	}
 }
 
+// TestAllBlocksClearedKeepsOffloadTiers: vLLM's AllBlocksCleared is its
+// GPU block pool's reset; the blocks an offloading connector holds (events
+// with a CPU or storage medium) are not cleared by it.
+func TestAllBlocksClearedKeepsOffloadTiers(t *testing.T) {
+	const ep = "10.0.0.9:8000"
+	f := newFixture(t, Config{})
+	p := followed(t, f, ep, "")
+	p.sendBatch(0, stored("", 1, 2))
+	p.sendBatch(1, stored(kvwire.MediumCPU, 2, 3))
+	p.sendBatch(2, stored("STORAGE", 4))
+	p.sendBatch(3, kvwire.EventBatch{TS: 1, Events: []kvwire.Event{kvwire.AllBlocksCleared{}}})
+	p.sendBatch(4, stored("", 5))
+	f.eventually("the batch after the reset", func() bool { return f.holds(ep, 5) == 1 })
+	for h, want := range map[uint64]float64{1: 0, 2: kvindex.WeightCPU, 3: kvindex.WeightCPU, 4: kvindex.WeightCPU} {
+		if got := f.holds(ep, h); got != want {
+			t.Errorf("block %d scores %v after AllBlocksCleared, want %v", h, got, want)
+		}
+	}
+}
+
 // followed connects the subscriber to a raw publisher for ep and waits
 // for the subscription.
 func followed(t *testing.T, f *fixture, ep string, replay string) *rawPub {

@@ -337,7 +337,11 @@ func (w *worker) apply(ep string, payload []byte) {
 			tier := kvindex.TierFromMedium(ev.Medium)
 			_ = w.eachKeys(ev.BlockHashes, func(keys []uint64) error { w.s.idx.Remove(ep, tier, keys); return nil })
 		case kvwire.AllBlocksCleared:
-			w.s.idx.ClearEndpoint(ep)
+			// vLLM sends it when its block pool resets the prefix cache:
+			// the GPU blocks. An offloading connector's tiers are reset
+			// apart (reset_connector), so what they hold stays until
+			// their own BlockRemoved events.
+			w.s.idx.ClearTier(ep, kvindex.TierGPU)
 		}
 		m.events.WithLabelValues(ev.Type()).Inc()
 	}

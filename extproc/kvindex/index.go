@@ -192,6 +192,25 @@ func (idx *Index) ClearEndpoint(endpoint string) {
 	idx.epMu.Unlock()
 }
 
+// ClearTier drops endpoint's entries in one tier and keeps the others: a
+// block it also holds in another tier stays there. vLLM's AllBlocksCleared
+// is this for the GPU tier: it resets the block pool, not an offloading
+// connector's tiers. Like ClearEndpoint it sweeps the whole index, one
+// shard at a time; it keeps the endpoint's id.
+func (idx *Index) ClearTier(endpoint string, tier Tier) {
+	// Held shared as by Remove: the id cannot be recycled during the sweep.
+	idx.epMu.RLock()
+	defer idx.epMu.RUnlock()
+	id, ok := idx.ids[endpoint]
+	if !ok {
+		return
+	}
+	bit := tier.bit()
+	for _, s := range idx.shards {
+		s.sweepTier(id, bit)
+	}
+}
+
 // Stats is a snapshot of the index's size.
 type Stats struct {
 	Entries   int64  // (block, endpoint) pairs

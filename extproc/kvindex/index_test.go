@@ -11,11 +11,12 @@ import (
 )
 
 type op struct {
-	remove bool
-	clear  bool
-	ep     string
-	tier   Tier
-	hashes []uint64
+	remove    bool
+	clear     bool
+	clearTier bool // only tier
+	ep        string
+	tier      Tier
+	hashes    []uint64
 }
 
 func TestLookup(t *testing.T) {
@@ -124,6 +125,40 @@ func TestLookup(t *testing.T) {
 			matched: 1,
 		},
 		{
+			name: "clearing a tier keeps the endpoint's other tier",
+			ops: []op{
+				{ep: a, hashes: []uint64{1, 2, 3}}, {ep: a, tier: TierCPU, hashes: []uint64{1, 2}},
+				{ep: b, hashes: []uint64{1}}, {clearTier: true, ep: a, tier: TierGPU},
+			},
+			prompt:  []uint64{1, 2, 3},
+			cands:   []string{a, b},
+			want:    []float64{2 * WeightCPU, 1},
+			matched: 2,
+		},
+		{
+			name: "clearing a tier drops the blocks held only there",
+			ops: []op{
+				{ep: a, hashes: []uint64{1, 2}}, {ep: a, tier: TierCPU, hashes: []uint64{2}},
+				{clearTier: true, ep: a, tier: TierGPU},
+			},
+			prompt:  []uint64{1, 2},
+			cands:   []string{a},
+			want:    []float64{0},
+			matched: 0,
+		},
+		{
+			name: "clearing a tier forgets the copies counted in it",
+			ops: []op{
+				{ep: a, hashes: []uint64{1}}, {ep: a, hashes: []uint64{1}}, {ep: a, tier: TierCPU, hashes: []uint64{1}},
+				{clearTier: true, ep: a, tier: TierGPU}, {ep: a, hashes: []uint64{1}},
+				{remove: true, ep: a, hashes: []uint64{1}},
+			},
+			prompt:  []uint64{1},
+			cands:   []string{a},
+			want:    []float64{WeightCPU},
+			matched: 1,
+		},
+		{
 			name: "clearing an endpoint forgets its copies",
 			ops: []op{
 				{ep: a, hashes: []uint64{1}}, {ep: a, hashes: []uint64{1}}, {clear: true, ep: a},
@@ -205,6 +240,8 @@ func apply(t *testing.T, idx *Index, ops []op) {
 		switch {
 		case o.clear:
 			idx.ClearEndpoint(o.ep)
+		case o.clearTier:
+			idx.ClearTier(o.ep, o.tier)
 		case o.remove:
 			idx.Remove(o.ep, o.tier, o.hashes)
 		default:

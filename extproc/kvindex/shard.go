@@ -400,6 +400,35 @@ func (s *shard) sweep(id uint16) {
 	}
 }
 
+// sweepTier drops the tier of bit from endpoint id's entries, with the
+// copies counted in it, and the entries left in no tier. It holds the lock
+// for the whole pass, as sweep does.
+func (s *shard) sweepTier(id, bit uint16) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := 0; i < len(s.slots); {
+		b := &s.slots[i]
+		if b.meta&countMask != 0 {
+			if k := s.indexOf(b, id); k >= 0 {
+				if e := s.entryAt(b, k); e&bit != 0 {
+					if rest := e &^ bit; rest&tierMask != 0 {
+						delete(s.copies, copyKey{b.hash, id | bit})
+						s.setEntry(b, k, rest)
+					} else {
+						s.removeEntry(b, k)
+						if b.n() == 0 {
+							// As in sweep: look at slot i again.
+							s.free(i)
+							continue
+						}
+					}
+				}
+			}
+		}
+		i++
+	}
+}
+
 // bytes estimates the shard's memory: the table and the spill lists (a
 // map slot with its slice header counted as 72 bytes, the backing array
 // rounded up to the allocator's 8-byte size classes).

@@ -94,7 +94,9 @@ type BlockRemoved struct {
 	Medium      string
 }
 
-// AllBlocksCleared reports that the server dropped its whole cache.
+// AllBlocksCleared reports that the server reset its prefix cache: vLLM
+// sends it from its GPU block pool, so it says nothing of the blocks an
+// offloading connector holds (events with another Medium).
 type AllBlocksCleared struct{}
 
 // Type implements Event.
