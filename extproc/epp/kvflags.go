@@ -19,8 +19,9 @@ import (
 type KVEventLimits struct {
 	MaxConns        int
 	MaxMessageBytes int64
-	// MemoryBudgetBytes bounds the bytes read and not yet applied over all
-	// publishers, PublisherMemoryBytes one publisher's.
+	// MemoryBudgetBytes bounds the bytes read and not yet applied (with
+	// what decoding them allocates) over all publishers,
+	// PublisherMemoryBytes one publisher's.
 	MemoryBudgetBytes    int64
 	PublisherMemoryBytes int64
 	// PublisherRate (messages/s) and PublisherBytesPerSecond; negative for
@@ -52,7 +53,7 @@ func defaultKVEventLimits() KVEventLimits {
 func (l *KVEventLimits) flags(fs *flag.FlagSet) {
 	fs.IntVar(&l.MaxConns, "kv-events-max-connections", l.MaxConns, "most open connections on --kv-events-addr")
 	fs.Int64Var(&l.MaxMessageBytes, "kv-events-max-message-bytes", l.MaxMessageBytes, "largest KV-event message; a peer declaring more is disconnected before anything is allocated")
-	fs.Int64Var(&l.MemoryBudgetBytes, "kv-events-memory-budget-bytes", l.MemoryBudgetBytes, "KV-event bytes read and not yet applied, all publishers together (plus 128 KiB per connection)")
+	fs.Int64Var(&l.MemoryBudgetBytes, "kv-events-memory-budget-bytes", l.MemoryBudgetBytes, "KV-event bytes read and not yet applied, with what decoding them allocates, all publishers together (plus 128 KiB per connection)")
 	fs.Int64Var(&l.PublisherMemoryBytes, "kv-events-publisher-memory-bytes", l.PublisherMemoryBytes, "KV-event bytes one publisher may have read and not yet applied; beyond it the connection is closed")
 	fs.Float64Var(&l.PublisherRate, "kv-events-publisher-rate", l.PublisherRate, "KV-event messages per second one publisher is read at, at most (<0: no limit)")
 	fs.Float64Var(&l.PublisherBytesPerSecond, "kv-events-publisher-bytes-per-second", l.PublisherBytesPerSecond, "KV-event bytes per second one publisher is read at, at most (<0: no limit)")

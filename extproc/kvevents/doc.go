@@ -22,10 +22,10 @@
 // Peers: the sockets are kvgate's own ZMTP (internal/zmtp), which bounds
 // what any peer can cost: a message size cap checked before allocation,
 // handshakes off the accept loop under a deadline, a connection cap, a
-// memory budget for messages read but not yet applied (global, per
-// connection, with a small floor each connection always has), a per
-// connection rate limit that slows a fast publisher down instead of
-// queueing its excess, and optional TLS. The central socket admits only
+// memory budget for messages read but not yet applied and for what
+// decoding them allocates (global, per connection, with a small floor each
+// connection always has), a per connection rate limit that slows a fast
+// publisher down instead of queueing its excess, and optional TLS. The central socket admits only
 // peers with the IP of a pool endpoint (or loopback), and a connection may
 // publish only for endpoints with its own IP (Config.TrustedNets adds
 // networks trusted as loopback is; Config.Authorize replaces the rule).

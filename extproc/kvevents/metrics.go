@@ -27,6 +27,9 @@ const (
 	// dropSequenceRegression: a sequence number going back on one
 	// connection; the connection is closed.
 	dropSequenceRegression = "sequence_regression"
+	// dropMemory: a batch whose decoded events the connection's share of
+	// the memory budget could not hold; the endpoint is cleared.
+	dropMemory = "memory"
 )
 
 // Replay outcomes, the result label of kvgate_kvevents_replays_total.
@@ -96,7 +99,7 @@ func newMetrics(reg prometheus.Registerer, idx *kvindex.Index, queued func() int
 	for _, r := range []string{replayOK, replayPartial, replayFailed} {
 		m.replays.WithLabelValues(r)
 	}
-	for _, r := range []string{dropQueueFull, dropBadFrames, dropBadTopic, dropUnknownEndpoint, dropUnauthorized, dropConflictingStream, dropSequenceRegression} {
+	for _, r := range []string{dropQueueFull, dropBadFrames, dropBadTopic, dropUnknownEndpoint, dropUnauthorized, dropConflictingStream, dropSequenceRegression, dropMemory} {
 		m.dropped.WithLabelValues(r)
 	}
 	for _, r := range []string{"admission", "max_conns", "handshake"} {

@@ -64,11 +64,14 @@ type Config struct {
 	// MaxConns bounds the central socket's open connections.
 	MaxConns int
 	// MemoryBudget bounds the bytes of messages read and not yet applied,
-	// over all connections, beyond a floor of 128 KiB each connection may
-	// always hold (so the intake holds at most MemoryBudget + MaxConns ×
-	// 128 KiB); PublisherMemory bounds one connection. A connection that
-	// would exceed either is disconnected (its publisher reconnects and
-	// recovers as from any loss).
+	// and of the batch being decoded and applied for each (which can be 16
+	// times its message), over all connections, beyond a floor of 128 KiB
+	// each connection may always hold (so the intake holds at most
+	// MemoryBudget + MaxConns × 128 KiB); PublisherMemory bounds one
+	// connection. A connection whose next message would exceed either is
+	// disconnected (its publisher reconnects and recovers as from any
+	// loss); a batch whose decoded events would is dropped and its
+	// endpoint cleared.
 	MemoryBudget, PublisherMemory int64
 	// PublisherRate and PublisherBytes bound one connection's messages and
 	// bytes per second; a faster publisher is read more slowly. Negative

@@ -39,6 +39,10 @@ type worker struct {
 	maxEndpoints int
 	tick         uint64           // messages handled, a clock for forgetOldest
 	keys         [keyChunk]uint64 // routing-key buffer, see eachKeys
+	// mem is the budget of the connection whose message is being
+	// handled, which what decoding its batches (and those replayed for
+	// it) allocates is charged to; nil for none.
+	mem *connBudget
 }
 
 // keyChunk is how many routing keys a worker converts at a time: a fixed
@@ -72,7 +76,9 @@ func (w *worker) run() {
 				w.s.idx.ClearEndpoint(it.endpoint)
 				continue
 			}
+			w.mem = it.peer.mem
 			w.handle(it)
+			w.mem = nil
 			it.peer.mem.Release(it.reserved)
 		}
 	}
@@ -312,11 +318,33 @@ func replay(ctx context.Context, addr string, from uint64, cfg zmtp.DialConfig, 
 
 // apply decodes one batch and writes its events to the index. A batch that
 // does not decode is lost like a gap, so the endpoint is cleared.
+//
+// What decoding keeps is charged to the connection's share of the intake
+// memory budget until the batch is applied: a valid payload can decode to
+// 16 times its size (1-byte hashes, each a 16-byte kvwire.Hash), which
+// the bytes read alone would leave out of the budget. A batch the budget
+// cannot hold is lost as one that does not decode.
 func (w *worker) apply(ep string, payload []byte) {
 	m := w.s.m
-	b, skipped, err := kvwire.DecodeOptions{SkipTokenIDs: true}.Decode(payload)
+	opts := kvwire.DecodeOptions{SkipTokenIDs: true}
+	charged := 0
+	if mem := w.mem; mem != nil {
+		opts.Reserve = func(n int) error {
+			if err := mem.Reserve(n); err != nil {
+				return err
+			}
+			charged += n
+			return nil
+		}
+	}
+	b, skipped, err := opts.Decode(payload)
+	defer func() { w.mem.Release(charged) }()
 	if err != nil {
-		m.decodeErrors.Inc()
+		if errors.Is(err, errPublisherBudget) || errors.Is(err, errGlobalBudget) {
+			m.dropped.WithLabelValues(dropMemory).Inc()
+		} else {
+			m.decodeErrors.Inc()
+		}
 		w.s.log.Debug("kv events decode failed", "endpoint", ep, "err", err)
 		w.s.idx.ClearEndpoint(ep)
 		return

@@ -3,6 +3,7 @@ package kvwire
 import (
 	"bytes"
 	"fmt"
+	"unsafe"
 )
 
 // Decode parses one payload. It returns the batch and the number of events
@@ -19,11 +20,19 @@ type DecodeOptions struct {
 	// SkipTokenIDs leaves BlockStored.TokenIDs nil: routing needs only the
 	// hashes, and the token ids are most of a payload.
 	SkipTokenIDs bool
+	// Reserve, when set, is asked for the bytes of what Decode is about
+	// to keep of the batch (the event list, each event, its hashes,
+	// digests and token ids), and a refusal stops Decode with its error.
+	// What it granted, the sum of the calls that returned nil, is about
+	// what Decode allocated: a consumer can count it against a memory
+	// budget, as a payload may decode to 16 times its size (1-byte
+	// integer hashes, each a 16-byte Hash).
+	Reserve func(n int) error
 }
 
 // Decode is the package's Decode with these options.
 func (o DecodeOptions) Decode(payload []byte) (EventBatch, int, error) {
-	r := reader{b: payload, skipTokens: o.SkipTokenIDs}
+	r := reader{b: payload, skipTokens: o.SkipTokenIDs, reserve: o.Reserve}
 	var (
 		b       EventBatch
 		skipped int
@@ -118,7 +127,11 @@ func (r *reader) events(b *EventBatch) (int, error) {
 	}
 	// n only says what the message claims: preallocate no more events than
 	// the bytes left can hold, each kept one taking at least minEventLen.
-	b.Events = make([]Event, 0, min(n, r.left()/minEventLen))
+	capacity := min(n, r.left()/minEventLen)
+	if err := r.charge(capacity * eventSlotBytes); err != nil {
+		return 0, err
+	}
+	b.Events = make([]Event, 0, capacity)
 	skipped := 0
 	for i := range n {
 		c, err := r.peek()
@@ -141,9 +154,40 @@ func (r *reader) events(b *EventBatch) (int, error) {
 			skipped++
 			continue
 		}
+		if err := r.charge(eventBytes(ev)); err != nil {
+			return 0, err
+		}
 		b.Events = append(b.Events, ev)
 	}
 	return skipped, nil
+}
+
+// Sizes Decode charges to DecodeOptions.Reserve.
+const (
+	eventSlotBytes = int(unsafe.Sizeof(Event(nil)))
+	hashBytes      = int(unsafe.Sizeof(Hash{}))
+	// digestBytes is a raw digest's cost besides its bytes: the string
+	// header its Hash points to.
+	digestBytes = int(unsafe.Sizeof(""))
+)
+
+// eventBytes is what an event boxed in an Event holds on the heap besides
+// its hash and token slices (charged as they are read).
+func eventBytes(ev Event) int {
+	switch ev := ev.(type) {
+	case BlockStored:
+		n := int(unsafe.Sizeof(ev)) + len(ev.Medium) + len(ev.LoRAName)
+		if ev.ParentBlockHash != nil {
+			n += hashBytes
+		}
+		if ev.LoRAID != nil {
+			n += int(unsafe.Sizeof(0))
+		}
+		return n
+	case BlockRemoved:
+		return int(unsafe.Sizeof(ev)) + len(ev.Medium)
+	}
+	return 0 // AllBlocksCleared: zero-sized, boxed without allocating
 }
 
 // minEventLen is the fewest bytes an event Decode keeps takes on the wire:
@@ -365,6 +409,9 @@ func (r *reader) hashes() ([]Hash, error) {
 	if err := r.present(n, func() error { _, _, err := r.hashKey(); return err }); err != nil {
 		return nil, err
 	}
+	if err := r.charge(n * hashBytes); err != nil {
+		return nil, err
+	}
 	hs := make([]Hash, n)
 	for i := range hs {
 		if hs[i], err = r.hash(); err != nil {
@@ -404,6 +451,9 @@ func (r *reader) hash() (Hash, error) {
 	if err != nil || raw == nil {
 		return Hash{key: key}, err
 	}
+	if err := r.charge(digestBytes + len(raw)); err != nil {
+		return Hash{}, err
+	}
 	return rawHash(string(raw)), nil
 }
 
@@ -437,6 +487,9 @@ func (r *reader) ints() ([]int, error) {
 		return nil, err
 	}
 	if err := r.present(n, func() error { _, err := r.int(); return err }); err != nil {
+		return nil, err
+	}
+	if err := r.charge(n * int(unsafe.Sizeof(0))); err != nil {
 		return nil, err
 	}
 	vs := make([]int, n)

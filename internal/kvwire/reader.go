@@ -67,6 +67,15 @@ type reader struct {
 	b          []byte
 	off        int
 	skipTokens bool
+	reserve    func(n int) error // DecodeOptions.Reserve; nil for none
+}
+
+// charge asks the reserve, if any, for n bytes about to be kept.
+func (r *reader) charge(n int) error {
+	if r.reserve == nil || n == 0 {
+		return nil
+	}
+	return r.reserve(n)
 }
 
 func (r *reader) left() int { return len(r.b) - r.off }
