@@ -649,9 +649,17 @@ func (p *Picker) endpointsChanged(c endpoints.Change) {
 
 // kvEventSource is where e's KV events come from: its own configuration
 // (endpoints file, pod annotations), else the ports of llm-d's pod
-// discovery (kvEventsConfig.podDiscoveryConfig) on its IP.
+// discovery (kvEventsConfig.podDiscoveryConfig) on its IP. An endpoint of
+// one data-parallel rank of a server (named <pod>-rank-<i>) is placed
+// among the server's ranks, and discovery's ports are offset by its rank:
+// vLLM runs a publisher per rank, on the configured port plus the rank,
+// and its replay socket likewise (ZmqEventPublisher.offset_endpoint_port).
 func (p *Picker) kvEventSource(e *endpoints.Endpoint) kvevents.Source {
 	src := kvevents.Source{Events: e.Spec().KVEvents, Replay: e.Spec().KVEventsReplay}
+	server, rank, dp := endpoints.ParseRankName(e.Name())
+	if dp {
+		src.Server, src.Rank = server, rank
+	}
 	ev := p.built.KVEvents
 	if src.Events != "" || ev.SocketPort <= 0 {
 		return src
@@ -660,9 +668,9 @@ func (p *Picker) kvEventSource(e *endpoints.Endpoint) kvevents.Source {
 	if err != nil {
 		return src
 	}
-	src.Events = "tcp://" + net.JoinHostPort(host, strconv.Itoa(ev.SocketPort))
+	src.Events = "tcp://" + net.JoinHostPort(host, strconv.Itoa(ev.SocketPort+rank))
 	if ev.ReplayPort > 0 {
-		src.Replay = "tcp://" + net.JoinHostPort(host, strconv.Itoa(ev.ReplayPort))
+		src.Replay = "tcp://" + net.JoinHostPort(host, strconv.Itoa(ev.ReplayPort+rank))
 	}
 	return src
 }

@@ -26,6 +26,11 @@ func TestKVEventSource(t *testing.T) {
 		{"endpoint's own source wins", precise.KVEvents{SocketPort: 5556}, endpoints.Spec{Name: "a", Address: "10.0.0.7:8000", KVEvents: "tcp://10.0.0.7:9999"},
 			kvevents.Source{Events: "tcp://10.0.0.7:9999"}},
 		{"no llm-d layout", precise.KVEvents{}, endpoints.Spec{Name: "a", Address: "10.0.0.7:8000"}, kvevents.Source{}},
+		// vLLM's rank r publishes on the configured ports plus r.
+		{"data-parallel rank", precise.KVEvents{SocketPort: 5557, ReplayPort: 5600}, endpoints.Spec{Name: endpoints.RankName("vllm-0", 2), Address: "10.0.0.7:8002"},
+			kvevents.Source{Events: "tcp://10.0.0.7:5559", Replay: "tcp://10.0.0.7:5602", Server: "vllm-0", Rank: 2}},
+		{"data-parallel rank's own source", precise.KVEvents{SocketPort: 5557}, endpoints.Spec{Name: endpoints.RankName("vllm-0", 1), Address: "10.0.0.7:8001", KVEvents: "tcp://10.0.0.7:9999"},
+			kvevents.Source{Events: "tcp://10.0.0.7:9999", Server: "vllm-0", Rank: 1}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -44,6 +44,13 @@
 // restart on a new connection clears the endpoint, as the old entries can
 // no longer be trusted.
 //
+// Data-parallel ranks: vLLM runs a publisher per rank (each on its own
+// port, all with one topic) and tags each batch with its rank. A batch
+// arriving for an endpoint that is one rank of a server (Source.Server)
+// but tagged with another rank is routed, before anything else, to that
+// rank's endpoint on the same IP when the pool has one, so each rank's
+// batches form a stream of their own on its endpoint.
+//
 // Recovery: a gap in an endpoint's sequence numbers on its connection is
 // filled from the publisher's replay socket when one is configured for the
 // endpoint (vLLM's ROUTER protocol); otherwise, or when the replay cannot

@@ -113,6 +113,21 @@ type Source struct {
 	// Replay is the server's replay ROUTER endpoint, empty when it has
 	// none.
 	Replay string
+	// Server and Rank place the endpoint among the data-parallel ranks of
+	// a server that serves each on an endpoint of its own (Server is empty
+	// for a server's only endpoint). vLLM runs a publisher per rank and
+	// tags each batch with its rank (data_parallel_rank): a batch arriving
+	// for this endpoint tagged with another rank of its server is that
+	// rank's, and is applied to the rank's endpoint when the pool has one
+	// on this endpoint's IP.
+	Server string
+	Rank   int
+}
+
+// rankKey names one data-parallel rank of a server.
+type rankKey struct {
+	server string
+	rank   int
 }
 
 // Subscriber feeds a kvindex.Index from KV event streams. Its methods are
@@ -131,8 +146,9 @@ type Subscriber struct {
 	peers   atomic.Uint64  // connection ids
 	wg      sync.WaitGroup // readers and workers
 
-	mu      sync.Mutex // guards sources and hosts
+	mu      sync.Mutex // guards sources, ranks and hosts
 	sources map[string]*source
+	ranks   map[rankKey]string // the endpoint of each rank of a Source.Server
 	hosts   map[netip.Addr]int // configured endpoints per IP
 }
 
@@ -162,6 +178,7 @@ func New(ctx context.Context, idx *kvindex.Index, cfg Config) (*Subscriber, erro
 		seed:    maphash.MakeSeed(),
 		mem:     budget{max: cfg.MemoryBudget},
 		sources: make(map[string]*source),
+		ranks:   make(map[rankKey]string),
 		hosts:   make(map[netip.Addr]int),
 	}
 	m, err := newMetrics(reg, idx, s.queued, func() int64 { return s.mem.used.Load() })
@@ -335,8 +352,12 @@ func (s *Subscriber) AddEndpoint(endpoint string, src Source) {
 	if ok {
 		old.cancel()
 		prev = old.done
+		s.forgetRankLocked(endpoint, old.Source)
 	} else if ip, isIP := endpointIP(endpoint); isIP {
 		s.hosts[ip]++
+	}
+	if src.Server != "" {
+		s.ranks[rankKey{src.Server, src.Rank}] = endpoint
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	sc := &source{Source: src, cancel: cancel, done: make(chan struct{})}
@@ -351,7 +372,7 @@ func (s *Subscriber) AddEndpoint(endpoint string, src Source) {
 			<-prev
 		}
 		if src.Events != "" {
-			s.follow(ctx, endpoint, src.Events, src.Replay)
+			s.follow(ctx, endpoint, src)
 		}
 	})
 }
@@ -365,6 +386,7 @@ func (s *Subscriber) EndpointRemoved(endpoint string) {
 	sc, ok := s.sources[endpoint]
 	if ok {
 		delete(s.sources, endpoint)
+		s.forgetRankLocked(endpoint, sc.Source)
 		if ip, isIP := endpointIP(endpoint); isIP {
 			if s.hosts[ip]--; s.hosts[ip] <= 0 {
 				delete(s.hosts, ip)
@@ -383,11 +405,55 @@ func (s *Subscriber) EndpointRemoved(endpoint string) {
 	}
 }
 
+// forgetRankLocked drops endpoint's place among its server's ranks, unless
+// another endpoint took it since; s.mu must be held.
+func (s *Subscriber) forgetRankLocked(endpoint string, src Source) {
+	if k := (rankKey{src.Server, src.Rank}); src.Server != "" && s.ranks[k] == endpoint {
+		delete(s.ranks, k)
+	}
+}
+
+// rankEndpoint is the endpoint a message arriving for ep belongs to: ep,
+// unless its batch is tagged with another data-parallel rank of ep's
+// server whose endpoint is in the pool, on ep's IP; "" (the drop counted)
+// when the connection may not publish for that endpoint.
+func (s *Subscriber) rankEndpoint(ep string, p *peer, payload []byte) string {
+	// A per-endpoint connection has the source it was opened for, as for
+	// its replay; a central one the source of the endpoint its topic names.
+	src := p.src
+	if !p.fixed {
+		s.mu.Lock()
+		if sc, ok := s.sources[ep]; ok {
+			src = sc.Source
+		}
+		s.mu.Unlock()
+	}
+	if src.Server == "" {
+		return ep
+	}
+	rank, ok := kvwire.DataParallelRank(payload)
+	if !ok || rank == src.Rank {
+		return ep
+	}
+	s.mu.Lock()
+	to := s.ranks[rankKey{src.Server, rank}]
+	s.mu.Unlock()
+	ip, _ := endpointIP(ep)
+	if toIP, ok := endpointIP(to); !ok || toIP != ip {
+		return ep
+	}
+	if !p.fixed && !s.authorized(p.conn.RemoteAddr(), to) {
+		s.m.dropped.WithLabelValues(dropUnauthorized).Inc()
+		return ""
+	}
+	return to
+}
+
 // replayFor is the replay socket address for a message: its per-endpoint
 // source's, or the configured one of a central-socket endpoint.
 func (s *Subscriber) replayFor(it item) string {
 	if it.peer.fixed {
-		return it.peer.replay
+		return it.peer.src.Replay
 	}
 	return s.replayOf(it.endpoint)
 }
@@ -403,11 +469,12 @@ func (s *Subscriber) replayOf(endpoint string) string {
 }
 
 // follow reads one endpoint's own publisher until ctx ends: it keeps a
-// connection to addr (redialing with a bounded backoff), or, for an
+// connection to src.Events (redialing with a bounded backoff), or, for an
 // address vLLM's rule binds, listens there for it. A bound socket never
 // dials.
-func (s *Subscriber) follow(ctx context.Context, endpoint, addr, replay string) {
-	read := func(ctx context.Context, c *zmtp.Conn) { s.readFixed(ctx, c, endpoint, replay) }
+func (s *Subscriber) follow(ctx context.Context, endpoint string, src Source) {
+	addr := src.Events
+	read := func(ctx context.Context, c *zmtp.Conn) { s.readFixed(ctx, c, endpoint, src) }
 	if kvwire.Binds(addr) {
 		srv, err := zmtp.Listen(ctx, addr, s.serverConfig(s.cfg.TLS), read)
 		if err != nil {
@@ -428,16 +495,16 @@ type peer struct {
 	closed atomic.Bool
 	conn   *zmtp.Conn
 	mem    *connBudget
-	// fixed: a per-endpoint source's connection, whose replay address is
-	// the one configured when it was opened (a source replaced meanwhile
-	// does not lend it the new one's).
-	fixed  bool
-	replay string
+	// fixed: a per-endpoint source's connection, whose replay address
+	// and rank are those of the source it was opened for (a source
+	// replaced meanwhile does not lend it the new one's).
+	fixed bool
+	src   Source
 }
 
-// readFixed is read for a per-endpoint source with its replay address.
-func (s *Subscriber) readFixed(ctx context.Context, c *zmtp.Conn, endpoint, replay string) {
-	s.readPeer(ctx, c, endpoint, &peer{fixed: true, replay: replay})
+// readFixed is read for a per-endpoint source.
+func (s *Subscriber) readFixed(ctx context.Context, c *zmtp.Conn, endpoint string, src Source) {
+	s.readPeer(ctx, c, endpoint, &peer{fixed: true, src: src})
 }
 
 // read receives from one connection until it fails or ctx ends. A fixed
@@ -499,6 +566,10 @@ func (s *Subscriber) readPeer(ctx context.Context, c *zmtp.Conn, endpoint string
 			} else {
 				lastTopic, lastEP = string(topic), ep
 			}
+		}
+		if ep = s.rankEndpoint(ep, p, msg.Frames[2]); ep == "" {
+			p.mem.Release(msg.Reserved)
+			continue
 		}
 		it := item{endpoint: ep, seq: binary.BigEndian.Uint64(msg.Frames[1]), payload: msg.Frames[2], peer: p, reserved: msg.Reserved}
 		select {

@@ -504,13 +504,74 @@ func (r *reader) ints() ([]int, error) {
 }
 
 func (r *reader) optInt() (*int, error) {
-	if r.nil() {
-		return nil, nil
-	}
-	v, err := r.int()
-	if err != nil {
+	v, ok, err := r.optIntValue()
+	if !ok {
 		return nil, err
 	}
-	i := int(v)
-	return &i, nil
+	return &v, nil
+}
+
+// optIntValue reads an optional int; ok is false for nil or an error.
+func (r *reader) optIntValue() (v int, ok bool, err error) {
+	if r.nil() {
+		return 0, false, nil
+	}
+	i, err := r.int()
+	return int(i), err == nil, err
+}
+
+// DataParallelRank reads only a batch's data_parallel_rank, without
+// allocating: a consumer can tell which rank's stream a message belongs
+// to before it queues it. vLLM runs one publisher per data-parallel rank
+// and tags every batch with it. ok is false when the batch carries none or
+// does not parse; the array form puts the rank after the events, so it
+// walks them.
+func DataParallelRank(payload []byte) (rank int, ok bool) {
+	r := reader{b: payload}
+	c, err := r.peek()
+	if err != nil {
+		return 0, false
+	}
+	switch {
+	case isArrayCode(c):
+		rank, ok, err = r.arrayRank()
+	case isMapCode(c):
+		rank, ok, err = r.mapRank()
+	}
+	return rank, ok && err == nil
+}
+
+// arrayRank reads the third field of [ts, events, data_parallel_rank, ...].
+func (r *reader) arrayRank() (int, bool, error) {
+	n, err := r.arrayLen()
+	if err != nil || n < 3 {
+		return 0, false, err
+	}
+	for range 2 {
+		if err := r.skip(1); err != nil {
+			return 0, false, err
+		}
+	}
+	return r.optIntValue()
+}
+
+// mapRank finds the "data_parallel_rank" key of a batch map.
+func (r *reader) mapRank() (int, bool, error) {
+	n, err := r.mapLen()
+	if err != nil {
+		return 0, false, err
+	}
+	for range n {
+		key, err := r.str()
+		if err != nil {
+			return 0, false, err
+		}
+		if string(key) == "data_parallel_rank" {
+			return r.optIntValue()
+		}
+		if err := r.skip(1); err != nil {
+			return 0, false, err
+		}
+	}
+	return 0, false, nil
 }

@@ -374,3 +374,46 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestDataParallelRank reads the rank of batches in both encodings
+// without allocating, and reports none where a batch carries none.
+func TestDataParallelRank(t *testing.T) {
+	rank := 3
+	events := []Event{BlockStored{BlockHashes: []Hash{Uint64Hash(1), BytesHash([]byte{1, 2})}, BlockSize: 16}, AllBlocksCleared{}}
+	tests := []struct {
+		name  string
+		batch EventBatch
+		want  int
+		ok    bool
+	}{
+		{"rank", EventBatch{TS: 1, Events: events, DataParallelRank: &rank}, 3, true},
+		{"rank 0", EventBatch{TS: 1, Events: events, DataParallelRank: new(int)}, 0, true},
+		{"none", EventBatch{TS: 1, Events: events}, 0, false},
+	}
+	for _, tt := range tests {
+		for _, enc := range []Encoding{EncodingArray, EncodingMap} {
+			t.Run(tt.name+"/"+enc.String(), func(t *testing.T) {
+				payload, err := Encode(tt.batch, enc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, ok := DataParallelRank(payload); got != tt.want || ok != tt.ok {
+					t.Fatalf("DataParallelRank = %d, %v; want %d, %v", got, ok, tt.want, tt.ok)
+				}
+				if n := testing.AllocsPerRun(10, func() { DataParallelRank(payload) }); n != 0 {
+					t.Fatalf("DataParallelRank allocated %v times", n)
+				}
+				// The array form ends with the rank.
+				if _, ok := DataParallelRank(payload[:len(payload)-1]); ok && enc == EncodingArray {
+					t.Fatal("a truncated batch gave a rank")
+				}
+			})
+		}
+	}
+	// vLLM's array form with a nil rank, and garbage.
+	for _, p := range [][]byte{{0x93, 0x00, 0x90, mNil}, {0xc1}, nil} {
+		if _, ok := DataParallelRank(p); ok {
+			t.Errorf("DataParallelRank(%x) found a rank", p)
+		}
+	}
+}

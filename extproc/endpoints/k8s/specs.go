@@ -6,7 +6,6 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -71,7 +70,7 @@ func rankName(pod string, i, nports int) string {
 	if nports == 1 {
 		return pod
 	}
-	return pod + "-rank-" + strconv.Itoa(i)
+	return endpoints.RankName(pod, i)
 }
 
 // skipped explains why a selected pod produced no endpoint.
