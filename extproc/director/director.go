@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
@@ -226,7 +225,7 @@ func (d *Director) Dispatch(ctx context.Context, req *server.Request, sr *schedu
 func (d *Director) dispatch(ctx context.Context, req *server.Request, sr *scheduling.Request, it *flowcontrol.Item) (*server.Decision, *exchange, error) {
 	dec, ex, err := d.decide(ctx, req, sr)
 	if err == nil && it != nil && d.opts.Admission != nil {
-		ex.flow = it
+		ex.flow, ex.revoked = it, make(chan struct{})
 		d.opts.Admission.Track(it, ex.revoke)
 	}
 	return dec, ex, err
@@ -546,9 +545,10 @@ type exchange struct {
 	port     int
 	released bool
 	// flow is the request's flow-control item, nil without flow control;
-	// revoked is set by the flow controller's goroutine.
+	// revoked, made with it, is closed by the flow controller's goroutine
+	// (at most once: it revokes an item once).
 	flow    *flowcontrol.Item
-	revoked atomic.Bool
+	revoked chan struct{}
 	// hold, when set, is closed when a Holder lets the request go; it is
 	// held at most holdMax.
 	hold    <-chan struct{}
@@ -584,10 +584,11 @@ func (x *exchange) awaitHold(ctx context.Context) error {
 	return nil
 }
 
-func (x *exchange) revoke() { x.revoked.Store(true) }
+func (x *exchange) revoke() { close(x.revoked) }
 
-// Revoked implements server.Revocable.
-func (x *exchange) Revoked() bool { return x.revoked.Load() }
+// Revoked implements server.Revocable: nil without flow control, which
+// revokes nothing.
+func (x *exchange) Revoked() <-chan struct{} { return x.revoked }
 
 var (
 	_ server.Exchange             = (*exchange)(nil)

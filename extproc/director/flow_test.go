@@ -1,10 +1,14 @@
 package director
 
 import (
+	"context"
 	"net/http"
 	"testing"
+	"time"
 
+	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/flowcontrol"
+	"github.com/kvgate/kvgate/extproc/scheduling/schedtest"
 	"github.com/kvgate/kvgate/extproc/server"
 	"github.com/kvgate/kvgate/internal/eppwire"
 )
@@ -60,6 +64,62 @@ func TestFlowRequestBytes(t *testing.T) {
 			sr := d.schedulingRequest(&tc.req)
 			if got := FlowRequest(&tc.req, sr).Bytes; got != tc.want {
 				t.Fatalf("Bytes = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// trackingAdmission dispatches at once, as a tracked flow, and keeps the
+// revoke func the director registers.
+type trackingAdmission struct{ revoke func() }
+
+func (a *trackingAdmission) Admit(_ context.Context, _ flowcontrol.Request, dispatch func(*flowcontrol.Item)) error {
+	dispatch(new(flowcontrol.Item))
+	return nil
+}
+func (a *trackingAdmission) Notify()                               {}
+func (a *trackingAdmission) Track(_ *flowcontrol.Item, rev func()) { a.revoke = rev }
+func (a *trackingAdmission) Finished(*flowcontrol.Item)            {}
+
+// A tracked request's exchange is revocable: flow control's revoke closes
+// the channel the server ends the stream on. Without flow control there
+// is nothing to watch.
+func TestExchangeRevocation(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		adm  *trackingAdmission
+	}{
+		{name: "flow control", adm: &trackingAdmission{}},
+		{name: "none"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts, _ := configuredOptions(t, "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: random-picker\n",
+				pool{schedtest.Endpoint("a", endpoints.Metrics{})}, time.Now)
+			if tc.adm != nil {
+				opts.Admission = tc.adm
+			}
+			_, ex, err := New(opts).HandleRequest(context.Background(), completion("p", true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ex.ResponseDone(context.Background(), server.ResponseSummary{})
+			revoked := ex.(server.Revocable).Revoked()
+			if tc.adm == nil {
+				if revoked != nil {
+					t.Fatal("an exchange without flow control is revocable")
+				}
+				return
+			}
+			select {
+			case <-revoked:
+				t.Fatal("revoked before flow control revoked it")
+			default:
+			}
+			tc.adm.revoke()
+			select {
+			case <-revoked:
+			default:
+				t.Fatal("flow control's revoke did not close Revoked")
 			}
 		})
 	}

@@ -27,7 +27,9 @@
 // bodies of all streams together draw on Options.BodyBudget (503 when it is
 // spent) and are dropped once sent back; a stream silent for
 // RequestIdleTimeout while its request arrives, or ResponseIdleTimeout once
-// routed, is ended (DeadlineExceeded) and its exchange released.
+// routed, is ended (DeadlineExceeded) and its exchange released. A request
+// its Exchange revokes (Revocable) has its stream ended (Aborted) at once,
+// without waiting for Envoy's next message.
 //
 // Concurrency: gRPC runs each stream on its own goroutine, and everything a
 // stream owns (its Request, body buffer and usage scanner) is touched only by

@@ -74,12 +74,30 @@ type Exchange interface {
 }
 
 // Revocable is implemented by exchanges whose request may be revoked while
-// its response streams (flow control evicting a sheddable request): the
-// stream is aborted at the next response chunk, which makes the proxy
-// reset the request and the model server abort it.
+// it is in flight (flow control evicting a sheddable request). Revoked is
+// closed when the request is revoked; nil when it cannot be.
+//
+// The server then ends the stream with codes.Aborted, without waiting for
+// the proxy's next message: a model server prefilling a long prompt sends
+// nothing for seconds, and the request's capacity is what the revocation
+// frees. Ending the stream with an error status is the one way the ext_proc
+// protocol gives a processor to act when no message of the proxy's awaits
+// an answer (an ImmediateResponse answers a message). Envoy under
+// failure_mode_allow false (GIE's FailClose) answers it with a 500, or
+// resets the downstream stream once the response has started, and either
+// way resets the upstream request, which makes the model server abort it.
+// Under failure_mode_allow true (FailOpen) Envoy carries on without the
+// processor: the request runs to its end, past the picker's accounting,
+// however the picker signals the revocation on the stream.
+//
+// A revocation that arrives while the stream handles a message takes effect
+// once that message is handled, before the stream waits for the next.
 type Revocable interface {
-	Revoked() bool
+	Revoked() <-chan struct{}
 }
+
+// errRevoked ends a revoked request's stream.
+var errRevoked = status.Error(codes.Aborted, "request evicted by flow control")
 
 // ResponseHeaderSetter is implemented by exchanges whose plugins set
 // headers on the response to the client (GIE's ResponseHeader
@@ -280,63 +298,93 @@ func (s *Server) Register(g *grpc.Server) {
 // Process serves one HTTP request's ext_proc stream.
 //
 // The stream runs on a goroutine of its own and the handler watches its
-// idle timeout: returning from the handler is the only way to end a gRPC
-// stream whose Recv is blocked, and it makes that Recv return. The timeout
-// runs only while the stream waits in Recv, and a message that arrives as
-// it expires is not handled, so nothing is sent after the handler returned.
+// idle timeout and its revocation: returning from the handler is the only
+// way to end a gRPC stream whose Recv is blocked, and it makes that Recv
+// return. Either ends the stream only while it waits in Recv, and a message
+// that arrives as it does is not handled, so nothing is sent after the
+// handler returned.
 func (s *Server) Process(ps extprocv3.ExternalProcessor_ProcessServer) error {
-	st := &stream{srv: s, ps: ps, ctx: ps.Context(), body: s.budget.Hold()}
+	w := &watch{ended: make(chan struct{}), revocable: make(chan (<-chan struct{}), 1)}
+	st := &stream{srv: s, ps: ps, ctx: ps.Context(), body: s.budget.Hold(), watch: w}
 	st.reqMode, st.respMode = fullDuplex, fullDuplex
-	w := &watch{expired: make(chan struct{})}
 	w.timer = time.AfterFunc(time.Hour, w.expire)
 	w.timer.Stop()
 	done := make(chan error, 1)
-	go func() { done <- st.run(w) }()
-	select {
-	case err := <-done:
-		return err
-	case <-w.expired:
-		return status.Error(codes.DeadlineExceeded, "ext_proc: stream idle past its timeout")
+	go func() { done <- st.run() }()
+	var revoked <-chan struct{}
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-w.ended:
+			return w.err
+		case revoked = <-w.revocable:
+		case <-revoked:
+			revoked = nil
+			// Refused while the stream handles a message: it looks
+			// again before it waits for the next.
+			w.end(errRevoked)
+		}
 	}
 }
 
-// watch is a stream's idle timer. state moves idle -> receiving -> idle
-// around each Recv; the timer firing while receiving moves it to expired
-// for good. deadline (unix ns) tells a callback of an earlier arming, run
-// late, from the current one.
+// watch ends a stream from outside its goroutine. state moves idle ->
+// receiving -> idle around each Recv; the idle timer firing, or a
+// revocation, while receiving moves it to ended for good, with err the
+// handler's answer. deadline (unix ns) tells a timer callback of an earlier
+// arming, run late, from the current one.
 type watch struct {
 	timer    *time.Timer
 	state    atomic.Int32
 	deadline atomic.Int64
-	expired  chan struct{}
+	// ended is closed once err is set.
+	ended chan struct{}
+	err   error
+	// revocable carries the exchange's revocation channel to the handler,
+	// once the request is routed.
+	revocable chan (<-chan struct{})
 }
 
 const (
 	watchIdle int32 = iota
 	watchReceiving
-	watchExpired
+	watchEnded
 )
+
+var errIdle = status.Error(codes.DeadlineExceeded, "ext_proc: stream idle past its timeout")
 
 func (w *watch) expire() {
 	if time.Now().UnixNano() < w.deadline.Load() {
 		return // an earlier arming's callback; the timer is armed again
 	}
-	if w.state.CompareAndSwap(watchReceiving, watchExpired) {
-		close(w.expired)
+	w.end(errIdle)
+}
+
+// end ends the stream with err if it waits in Recv.
+func (w *watch) end(err error) {
+	if w.state.CompareAndSwap(watchReceiving, watchEnded) {
+		w.err = err
+		close(w.ended)
 	}
 }
 
 // run receives and handles the stream's messages until it ends; it owns
-// st. After an expiry it only cleans up: the handler has returned.
-func (st *stream) run(w *watch) error {
-	s := st.srv
+// st. Once the watch has ended the stream it only cleans up: the handler
+// has returned.
+func (st *stream) run() error {
+	s, w := st.srv, st.watch
 	defer st.body.Done()
 	defer st.abort()
 	for {
 		timeout := st.idleTimeout()
-		// Receiving before the timer is armed, or an early expiry is lost.
+		// Receiving before the timer is armed, or an early expiry is lost;
+		// before the revocation is looked at, or one the handler saw while
+		// the last message was handled is lost.
 		w.deadline.Store(math.MaxInt64)
 		w.state.Store(watchReceiving)
+		if st.revoked() && w.state.CompareAndSwap(watchReceiving, watchIdle) {
+			return errRevoked
+		}
 		if timeout > 0 {
 			w.deadline.Store(time.Now().Add(timeout).UnixNano())
 			w.timer.Reset(timeout)
@@ -344,8 +392,14 @@ func (st *stream) run(w *watch) error {
 		msg, err := st.ps.Recv()
 		w.timer.Stop()
 		if !w.state.CompareAndSwap(watchReceiving, watchIdle) {
-			s.log.LogAttrs(st.ctx, slog.LevelWarn, "ext_proc stream idle, ended",
-				slog.String("request_id", st.requestID()), slog.Duration("timeout", timeout), slog.String("phase", st.phase.String()))
+			<-w.ended
+			level := slog.LevelWarn
+			if w.err == errRevoked {
+				level = slog.LevelDebug // flow control's doing, counted there
+			}
+			s.log.LogAttrs(st.ctx, level, "ext_proc stream ended",
+				slog.String("request_id", st.requestID()), slog.String("reason", status.Convert(w.err).Message()),
+				slog.Duration("idle_timeout", timeout), slog.String("phase", st.phase.String()))
 			return nil
 		}
 		if errors.Is(err, io.EOF) {

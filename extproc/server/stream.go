@@ -43,9 +43,10 @@ const (
 // stream is the state of one ext_proc stream. It is owned by the goroutine
 // running Process for that stream.
 type stream struct {
-	srv *Server
-	ps  extprocv3.ExternalProcessor_ProcessServer
-	ctx context.Context
+	srv   *Server
+	ps    extprocv3.ExternalProcessor_ProcessServer
+	ctx   context.Context
+	watch *watch
 
 	reqMode, respMode procmode.ProcessingMode_BodySendMode
 	observeOnly       bool // Envoy ignores responses; send none
@@ -60,12 +61,24 @@ type stream struct {
 
 	// exchange is the routed request's response observer; nil until a
 	// decision was made.
-	exchange  Exchange
-	reported  bool
-	status    int
-	streaming bool
-	usage     openai.UsageScanner
-	served    string
+	exchange Exchange
+	// revocation is the exchange's Revocable channel; nil when it has none.
+	revocation <-chan struct{}
+	reported   bool
+	status     int
+	streaming  bool
+	usage      openai.UsageScanner
+	served     string
+}
+
+// revoked reports whether the routed request was revoked.
+func (st *stream) revoked() bool {
+	select {
+	case <-st.revocation:
+		return true
+	default:
+		return false
+	}
 }
 
 func (st *stream) requestID() string {
@@ -247,6 +260,11 @@ func (st *stream) decide(bodyEOS bool) (bool, error) {
 	}
 	st.exchange = ex
 	st.phase = awaitResponseHeaders
+	if r, ok := ex.(Revocable); ok {
+		if st.revocation = r.Revoked(); st.revocation != nil {
+			st.watch.revocable <- st.revocation
+		}
+	}
 
 	body := st.req.Body
 	rewritten := false
@@ -374,9 +392,6 @@ func (st *stream) onResponseBody(b *extprocv3.HttpBody) error {
 		return st.outOfOrder("response body")
 	}
 	chunk, eos := b.GetBody(), b.GetEndOfStream()
-	if r, ok := st.exchange.(Revocable); ok && !eos && r.Revoked() {
-		return status.Error(codes.Aborted, "request evicted by flow control")
-	}
 	// Pass the chunk on first: the client is waiting for it, the
 	// bookkeeping is not.
 	var resp *extprocv3.BodyResponse
