@@ -98,3 +98,74 @@ schedulingProfiles:
 		t.Fatal("load not released")
 	}
 }
+
+// Under llm-d's data-parallel handler the proxy reports the pod's primary
+// port it connected to, never the rank: a report naming another pod's
+// primary port (a fallback; its sidecar knows no rank by the header's
+// address and refuses it) says nothing of which rank served, and must not
+// move the load to that pod's rank 0, nor one that spells the primary
+// pod's address differently to the primary's rank 0.
+func TestDataParallelServedElsewhereKeepsTheRank(t *testing.T) {
+	c, err := config.Parse([]byte(`
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: queue-scorer
+- type: max-score-picker
+- type: data-parallel-profile-handler
+  parameters: {primaryPort: 8000}
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: queue-scorer
+  - pluginRef: max-score-picker
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	built, err := config.Build(c, all.Registry(), &scheduling.Handle{Services: map[string]any{}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, served := range []string{"10.0.0.8:8000", "[::ffff:10.0.0.7]:8000"} {
+		t.Run(served, func(t *testing.T) {
+			// The datastore, whose lookup reads any spelling of an address.
+			ds := endpoints.NewDatastore()
+			addrs := []string{"10.0.0.7:8000", "10.0.0.7:8001", "10.0.0.8:8000", "10.0.0.8:8001"}
+			specs := make([]endpoints.Spec, len(addrs))
+			for i, a := range addrs {
+				specs[i] = endpoints.Spec{Name: "rank-" + strconv.Itoa(i), Address: a}
+			}
+			if err := ds.Replace(specs); err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range ds.All() {
+				waiting := 5
+				if e.Address() == "10.0.0.7:8001" {
+					waiting = 0 // the rank the queue scorer picks
+				}
+				e.SetMetrics(&endpoints.Metrics{WaitingQueueSize: waiting})
+			}
+			picked := ds.ByAddress("10.0.0.7:8001")
+			d := New(Options{Pool: ds, Scheduler: built.Scheduler, Now: time.Now, Hooks: Hooks{PreRequest: built.PreRequest}})
+			ctx := context.Background()
+			_, ex, err := d.HandleRequest(ctx, completion("a prompt", false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ex.ResponseStarted(ctx, server.ResponseHead{Status: 200, ServedEndpoint: served})
+			if picked.InflightRequests() != 1 {
+				t.Fatalf("the picked rank lost its load to the report of %s", served)
+			}
+			for _, o := range ds.All() {
+				if o != picked && o.InflightRequests() != 0 {
+					t.Fatalf("%s charged on the report of %s", o.Address(), served)
+				}
+			}
+			ex.ResponseDone(ctx, server.ResponseSummary{Status: 200, Complete: true, ServedEndpoint: served})
+			if picked.InflightRequests() != 0 {
+				t.Fatal("load not released")
+			}
+		})
+	}
+}

@@ -639,8 +639,18 @@ func (x *exchange) ResponseMetadata(ctx context.Context, usage openai.Usage, fou
 	return md
 }
 
+// moveTo moves the load to the endpoint the proxy reports it served the
+// request from (a fallback), when that tells which endpoint it was. A
+// request sent to a DestinationPort (llm-d's data-parallel handler: the
+// rank's pod on its primary port, the rank in x-data-parallel-host-port)
+// is reported by that pod's primary port, which names no rank: on the
+// primary's pod the sidecar forwarded it to the rank charged, and on
+// another pod the sidecar knows no rank by the header's address (llm-d's
+// answers 400). The load then stays where it is, rather than on whatever
+// rank listens on the primary port.
 func (x *exchange) moveTo(served string) {
-	if served == "" || x.charge.Endpoint() == nil || served == destination(x.charge.Endpoint().Address(), x.port) {
+	at := x.charge.Endpoint()
+	if served == "" || at == nil || x.port != 0 || served == at.Address() {
 		return
 	}
 	if e := x.d.opts.Pool.ByAddress(served); e != nil {
