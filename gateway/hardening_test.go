@@ -643,3 +643,86 @@ func TestBodySenderStopsBeforeHandlerReturns(t *testing.T) {
 		t.Errorf("%d body bytes still held", budget.Used())
 	}
 }
+
+// TestRevocationAbortsTheUpstream: a request the picker revokes while its
+// model server is still prefilling (response headers sent, no chunk yet)
+// is cut through the proxy at once: the upstream request is cancelled,
+// which is what makes a model server abort it, and the client's response
+// ends short. The picker learns of no chunk to act on: only the end of its
+// stream can do it.
+func TestRevocationAbortsTheUpstream(t *testing.T) {
+	prefilling, cancelled := make(chan struct{}), make(chan struct{})
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("content-type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		close(prefilling)
+		<-r.Context().Done()
+		close(cancelled)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	d := &revocableDirector{oneDirector: oneDirector{endpoint: up.addr(), done: make(chan server.ResponseSummary, 1)},
+		revoke: make(chan struct{}), started: make(chan struct{})}
+	server.New(d, server.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Register(g)
+	go func() { _ = g.Serve(ln) }()
+	t.Cleanup(g.Stop)
+	url := startGateway(t, gateway.Config{ExtProc: ln.Addr().String()})
+
+	read := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, url+"/v1/completions", strings.NewReader(`{"model":"m","prompt":"hi","stream":true}`))
+		resp, err := client.Do(req)
+		if err == nil {
+			_, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		read <- err
+	}()
+	for _, step := range []struct {
+		ch   chan struct{}
+		what string
+	}{{prefilling, "the upstream never got the request"}, {d.started, "the picker never saw the response start"}} {
+		select {
+		case <-step.ch:
+		case <-time.After(10 * time.Second):
+			t.Fatal(step.what)
+		}
+	}
+	close(d.revoke)
+	select {
+	case <-cancelled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the revoked request still runs upstream")
+	}
+	if err := <-read; err == nil {
+		t.Fatal("the revoked response ended as if complete")
+	}
+	if res := <-d.done; res.Complete {
+		t.Fatal("picker saw the revoked response complete")
+	}
+}
+
+// revocableDirector's exchanges are revoked when revoke closes; started
+// closes when the response starts.
+type revocableDirector struct {
+	oneDirector
+	revoke, started chan struct{}
+}
+
+func (d *revocableDirector) HandleRequest(context.Context, *server.Request) (*server.Decision, server.Exchange, error) {
+	return &server.Decision{Endpoints: []string{d.endpoint}}, revocableExchange{oneExchange{&d.oneDirector}, d}, nil
+}
+
+type revocableExchange struct {
+	oneExchange
+	d *revocableDirector
+}
+
+func (x revocableExchange) Revoked() <-chan struct{} { return x.d.revoke }
+func (x revocableExchange) ResponseStarted(context.Context, server.ResponseHead) {
+	close(x.d.started)
+}
