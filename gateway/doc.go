@@ -40,14 +40,19 @@
 // endpoints, each request starting at the next one in turn) or answer 500
 // (504 on a message timeout, also when opening the stream takes longer).
 // The picker connection reconnects with a back-off of at most
-// Config.PickerReconnectMax and is health-checked. An upstream exchange
-// that makes no progress for Config.UpstreamIdleTimeout is cut.
+// Config.PickerReconnectMax and is health-checked. A picker stream that
+// fails while the upstream works on the request (the picker revoked it)
+// fails it at once, as Envoy does without failure_mode_allow: 500, the
+// upstream request cancelled. An upstream exchange that makes no progress
+// for Config.UpstreamIdleTimeout is cut.
 //
 // Where it differs from Envoy: the message timeout (Config.ExtProcTimeout)
 // also bounds each wait in FULL_DUPLEX_STREAMED mode, where Envoy has none;
 // request trailers are not sent to the picker (response trailers are, in
 // place of the body's end-of-stream chunk, as Envoy sends them);
-// mode_override is ignored.
+// mode_override is ignored; a picker that fails while the response body
+// streams through it cuts the response also with FailureModeAllow, where
+// Envoy carries on without the picker.
 //
 // One access-log record per request goes to slog.
 package gateway

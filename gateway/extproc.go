@@ -33,7 +33,10 @@ type processor struct {
 	sendMu sync.Mutex
 
 	msgs    chan *extprocv3.ProcessingResponse
-	recvErr error // written by recvLoop before it closes msgs
+	recvErr error // written by recvLoop before it closes msgs and ended
+	// ended closes when the picker's side of the stream has ended, for a
+	// watcher that must not take its messages.
+	ended chan struct{}
 }
 
 // openProcessor opens the request's stream. Opening waits for a connection
@@ -55,12 +58,13 @@ func openProcessor(ctx context.Context, client extprocv3.ExternalProcessorClient
 	// msgs is small: the picker answers in step with what is sent, so a
 	// few messages in flight suffice and a stalled reader stalls gRPC flow
 	// control rather than memory.
-	p := &processor{stream: stream, cancel: cancel, timeout: timeout, msgs: make(chan *extprocv3.ProcessingResponse, 8)}
+	p := &processor{stream: stream, cancel: cancel, timeout: timeout, msgs: make(chan *extprocv3.ProcessingResponse, 8), ended: make(chan struct{})}
 	go p.recvLoop(sctx)
 	return p, nil
 }
 
 func (p *processor) recvLoop(ctx context.Context) {
+	defer close(p.ended)
 	defer close(p.msgs)
 	for {
 		m, err := p.stream.Recv()
@@ -121,6 +125,20 @@ func (p *processor) wait(ctx context.Context, timeout <-chan time.Time, stop <-c
 		return nil, errStopped
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	}
+}
+
+// watchFailure calls fail if the picker's stream fails before stop closes:
+// it ends with an error status while the request itself goes on (the
+// picker's own clean close, the request's end and its cancellation are no
+// failure). It returns once it will not call fail.
+func (p *processor) watchFailure(ctx context.Context, stop <-chan struct{}, fail func(error)) {
+	select {
+	case <-p.ended:
+		if !errors.Is(p.recvErr, io.EOF) && ctx.Err() == nil {
+			fail(p.recvErr)
+		}
+	case <-stop:
 	}
 }
 

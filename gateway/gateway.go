@@ -643,7 +643,7 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, req *request
 	idle := newIdleWatch(g.cfg.UpstreamIdleTimeout, cancel)
 	defer idle.stop()
 	req.body = idle.reader(req.body)
-	resp, ep, err := g.forward(uctx, req)
+	resp, ep, err := g.forwardWatched(ctx, uctx, cancel, req)
 	// On a failure ep is the endpoint that failed: the access log names it.
 	rec.endpoint = ep
 	if err != nil && idle.fired.Load() {
@@ -677,6 +677,35 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, req *request
 		}
 	}
 	g.responsePhase(ctx, w, req, resp, ep)
+}
+
+// forwardWatched is forward while the picker's stream is watched, as
+// Envoy watches it while the upstream works on the request: with
+// FailureModeAllow off, a picker that ends its stream with an error (a
+// revocation, a crash) fails the request at once, the upstream request
+// cancelled (that is what makes a model server abort it), instead of when
+// the response headers reach the picker.
+func (g *Gateway) forwardWatched(ctx, uctx context.Context, cancel context.CancelFunc, req *request) (*http.Response, string, error) {
+	p := req.proc
+	if p == nil || g.cfg.FailureModeAllow {
+		return g.forward(uctx, req)
+	}
+	var pickerErr error
+	stop, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		p.watchFailure(ctx, stop, func(err error) { pickerErr = err; cancel() })
+	}()
+	resp, ep, err := g.forward(uctx, req)
+	close(stop)
+	<-watched
+	if pickerErr == nil {
+		return resp, ep, err
+	}
+	if err == nil {
+		resp.Body.Close()
+	}
+	return nil, ep, &statusError{status: http.StatusInternalServerError, msg: "endpoint picker failed", err: fmt.Errorf("%w: %w", errProcessor, pickerErr)}
 }
 
 // forward tries the endpoints in order while connecting fails and the body

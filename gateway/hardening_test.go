@@ -645,64 +645,83 @@ func TestBodySenderStopsBeforeHandlerReturns(t *testing.T) {
 }
 
 // TestRevocationAbortsTheUpstream: a request the picker revokes while its
-// model server is still prefilling (response headers sent, no chunk yet)
-// is cut through the proxy at once: the upstream request is cancelled,
-// which is what makes a model server abort it, and the client's response
-// ends short. The picker learns of no chunk to act on: only the end of its
-// stream can do it.
+// model server is still prefilling is cut through the proxy at once, before
+// the response headers as after them: the upstream request is cancelled,
+// which is what makes a model server abort it, and the client is answered
+// 500 or its response ends short. The picker learns of no message to act
+// on: only the end of its stream can do it.
 func TestRevocationAbortsTheUpstream(t *testing.T) {
-	prefilling, cancelled := make(chan struct{}), make(chan struct{})
-	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("content-type", "text/event-stream")
-		w.WriteHeader(http.StatusOK)
-		w.(http.Flusher).Flush()
-		close(prefilling)
-		<-r.Context().Done()
-		close(cancelled)
-	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	d := &revocableDirector{oneDirector: oneDirector{endpoint: up.addr(), done: make(chan server.ResponseSummary, 1)},
-		revoke: make(chan struct{}), started: make(chan struct{})}
-	server.New(d, server.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Register(g)
-	go func() { _ = g.Serve(ln) }()
-	t.Cleanup(g.Stop)
-	url := startGateway(t, gateway.Config{ExtProc: ln.Addr().String()})
+	for _, tc := range []struct {
+		name string
+		// headers: the upstream sends its response headers before it
+		// prefills, as a streaming server does.
+		headers bool
+	}{{"before the response headers", false}, {"before the first chunk", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			prefilling, cancelled := make(chan struct{}), make(chan struct{})
+			up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+				if tc.headers {
+					w.Header().Set("content-type", "text/event-stream")
+					w.WriteHeader(http.StatusOK)
+					w.(http.Flusher).Flush()
+				}
+				close(prefilling)
+				<-r.Context().Done()
+				close(cancelled)
+			})
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := grpc.NewServer()
+			d := &revocableDirector{oneDirector: oneDirector{endpoint: up.addr(), done: make(chan server.ResponseSummary, 1)},
+				revoke: make(chan struct{}), started: make(chan struct{})}
+			server.New(d, server.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}).Register(g)
+			go func() { _ = g.Serve(ln) }()
+			t.Cleanup(g.Stop)
+			url := startGateway(t, gateway.Config{ExtProc: ln.Addr().String()})
 
-	read := make(chan error, 1)
-	go func() {
-		req, _ := http.NewRequest(http.MethodPost, url+"/v1/completions", strings.NewReader(`{"model":"m","prompt":"hi","stream":true}`))
-		resp, err := client.Do(req)
-		if err == nil {
-			_, err = io.ReadAll(resp.Body)
-			resp.Body.Close()
-		}
-		read <- err
-	}()
-	for _, step := range []struct {
-		ch   chan struct{}
-		what string
-	}{{prefilling, "the upstream never got the request"}, {d.started, "the picker never saw the response start"}} {
-		select {
-		case <-step.ch:
-		case <-time.After(10 * time.Second):
-			t.Fatal(step.what)
-		}
-	}
-	close(d.revoke)
-	select {
-	case <-cancelled:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the revoked request still runs upstream")
-	}
-	if err := <-read; err == nil {
-		t.Fatal("the revoked response ended as if complete")
-	}
-	if res := <-d.done; res.Complete {
-		t.Fatal("picker saw the revoked response complete")
+			type answer struct {
+				status int
+				err    error
+			}
+			read := make(chan answer, 1)
+			go func() {
+				req, _ := http.NewRequest(http.MethodPost, url+"/v1/completions", strings.NewReader(`{"model":"m","prompt":"hi","stream":true}`))
+				resp, err := client.Do(req)
+				if err != nil {
+					read <- answer{err: err}
+					return
+				}
+				_, err = io.ReadAll(resp.Body)
+				resp.Body.Close()
+				read <- answer{resp.StatusCode, err}
+			}()
+			await := func(ch chan struct{}, what string) {
+				t.Helper()
+				select {
+				case <-ch:
+				case <-time.After(10 * time.Second):
+					t.Fatal(what)
+				}
+			}
+			await(prefilling, "the upstream never got the request")
+			if tc.headers {
+				await(d.started, "the picker never saw the response start")
+			}
+			close(d.revoke)
+			await(cancelled, "the revoked request still runs upstream")
+			a := <-read
+			switch {
+			case tc.headers && a.err == nil:
+				t.Fatal("the revoked response ended as if complete")
+			case !tc.headers && (a.err != nil || a.status != http.StatusInternalServerError):
+				t.Fatalf("revoked before its headers: status %d, err %v; want 500", a.status, a.err)
+			}
+			if res := <-d.done; res.Complete {
+				t.Fatal("picker saw the revoked response complete")
+			}
+		})
 	}
 }
 
