@@ -399,7 +399,7 @@ func (st *stream) run() error {
 			}
 			s.log.LogAttrs(st.ctx, level, "ext_proc stream ended",
 				slog.String("request_id", st.requestID()), slog.String("reason", status.Convert(w.err).Message()),
-				slog.Duration("idle_timeout", timeout), slog.String("phase", st.phase.String()))
+				slog.Duration("timeout", timeout), slog.String("phase", st.phase.String()))
 			return nil
 		}
 		if errors.Is(err, io.EOF) {
