@@ -377,52 +377,47 @@ func (s *shard) remove(h, m uint64, id, bit uint16) {
 	}
 }
 
-// sweep drops endpoint id from every block of the shard. It holds the lock
-// for the whole pass: deletions move records, so a pass interleaved with
-// other writers could step over one.
+// sweep drops endpoint id from every block of the shard.
 func (s *shard) sweep(id uint16) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i := 0; i < len(s.slots); {
-		b := &s.slots[i]
-		if b.meta&countMask != 0 {
-			if k := s.indexOf(b, id); k >= 0 {
-				s.removeEntry(b, k)
-				if b.n() == 0 {
-					// A record from further on may move into slot i:
-					// look at it again.
-					s.free(i)
-					continue
-				}
-			}
-		}
-		i++
-	}
+	s.sweepEntries(id, func(b *block, k int) bool {
+		s.removeEntry(b, k)
+		return true
+	})
 }
 
 // sweepTier drops the tier of bit from endpoint id's entries, with the
-// copies counted in it, and the entries left in no tier. It holds the lock
-// for the whole pass, as sweep does.
+// copies counted in it, and the entries left in no tier.
 func (s *shard) sweepTier(id, bit uint16) {
+	s.sweepEntries(id, func(b *block, k int) bool {
+		e := s.entryAt(b, k)
+		if e&bit == 0 {
+			return false
+		}
+		if rest := e &^ bit; rest&tierMask != 0 {
+			delete(s.copies, copyKey{b.hash, id | bit})
+			s.setEntry(b, k, rest)
+			return false
+		}
+		s.removeEntry(b, k)
+		return true
+	})
+}
+
+// sweepEntries calls drop on endpoint id's entry in every block of the
+// shard; drop reports whether it removed the entry. It holds the lock for
+// the whole pass: deletions move records, so a pass interleaved with other
+// writers could step over one.
+func (s *shard) sweepEntries(id uint16, drop func(b *block, k int) bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := 0; i < len(s.slots); {
 		b := &s.slots[i]
 		if b.meta&countMask != 0 {
-			if k := s.indexOf(b, id); k >= 0 {
-				if e := s.entryAt(b, k); e&bit != 0 {
-					if rest := e &^ bit; rest&tierMask != 0 {
-						delete(s.copies, copyKey{b.hash, id | bit})
-						s.setEntry(b, k, rest)
-					} else {
-						s.removeEntry(b, k)
-						if b.n() == 0 {
-							// As in sweep: look at slot i again.
-							s.free(i)
-							continue
-						}
-					}
-				}
+			if k := s.indexOf(b, id); k >= 0 && drop(b, k) && b.n() == 0 {
+				// A record from further on may move into slot i: look
+				// at it again.
+				s.free(i)
+				continue
 			}
 		}
 		i++
