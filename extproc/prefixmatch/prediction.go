@@ -224,7 +224,9 @@ func ResolveSource(lookup func(string) (scheduling.Plugin, bool), param, name st
 
 // TokensKey is where a token producer (token-producer) leaves the request's
 // prompt as the model server tokenizes it; the precise matcher uses these
-// tokens before tokenizing the prompt itself.
+// tokens before tokenizing the prompt itself. They are the producers' and
+// scorers' to read: the producer empties them at the decision (its
+// PreRequest), so that a streaming response does not keep them.
 var TokensKey = scheduling.NewKey[*[]int]("tokenized-prompt")
 
 // Matcher is a prefix plugin's matching side: what it produces for a

@@ -3,6 +3,8 @@
 // prefix matchers (the approximate ones hash these tokens in blocks, the
 // precise one needs no tokenizer of its own), and sets the request's prompt
 // length to their count, which the load, latency and P/D plugins read.
+// The tokens last until the decision: the producer's PreRequest drops them,
+// so that a streaming response does not keep them in memory.
 // Two backends, as in llm-d:
 //
 //   - estimate (the default when no vllm block and no modelName is given):

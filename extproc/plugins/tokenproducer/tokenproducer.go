@@ -161,6 +161,19 @@ func (p *Producer) Produce(ctx context.Context, cs *scheduling.CycleState, req *
 	scheduling.Write(cs, prefixmatch.TokensKey, &tokens)
 }
 
+// PreRequest implements scheduling.PreRequest: the decision drops the
+// tokens. Their readers are the matchers' Produce and Score, none of them
+// a hook that runs later, and the cycle state lives until the response
+// ends: a streaming response would otherwise keep 8 bytes a token (twice
+// the prompt's size for estimated tokens, the client's token-id array
+// with the body already dropped) for its whole decode. Their count stays
+// in the request's PromptTokens.
+func (p *Producer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, _ *scheduling.Result) {
+	if tokens, ok := scheduling.Read(cs, prefixmatch.TokensKey); ok && tokens != nil {
+		*tokens = nil
+	}
+}
+
 // renderResponse is one render result.
 type renderResponse struct {
 	TokenIDs []int `json:"token_ids"`
@@ -269,4 +282,5 @@ func multimodal(messages json.RawMessage) bool {
 var (
 	_ scheduling.DataProducer     = (*Producer)(nil)
 	_ scheduling.DataDependencies = (*Producer)(nil)
+	_ scheduling.PreRequest       = (*Producer)(nil)
 )
