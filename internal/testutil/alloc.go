@@ -1,6 +1,9 @@
 package testutil
 
-import "runtime"
+import (
+	"runtime"
+	"weak"
+)
 
 // AllocatedPerByte is the heap bytes f allocates per byte of a payload of
 // payloadLen bytes, averaged over a few runs: the heap's counters, not
@@ -15,4 +18,15 @@ func AllocatedPerByte(payloadLen int, f func()) float64 {
 	}
 	runtime.ReadMemStats(&after)
 	return float64(after.TotalAlloc-before.TotalAlloc) / runs / float64(payloadLen)
+}
+
+// Collected reports whether w's value is gone after the collections that
+// empty a sync.Pool (the first moves a pool's contents to its victim
+// cache, the second drops them): a test's check that nothing but a pool
+// keeps a buffer alive. Nothing should take from the pool meanwhile (no
+// parallel tests).
+func Collected[T any](w weak.Pointer[T]) bool {
+	runtime.GC()
+	runtime.GC()
+	return w.Value() == nil
 }

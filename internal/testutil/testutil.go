@@ -7,7 +7,8 @@
 // whole; WaitFor, the bounded poll; the --memory-limit check of the
 // commands; the agent-style chat body the filter's benchmarks share; and
 // RefusedAddr, a loopback port that refuses connections and stays held;
-// AllocatedPerByte, the heap bytes a function allocates per payload byte.
+// AllocatedPerByte, the heap bytes a function allocates per payload byte;
+// Collected, whether only a pool, if anything, kept a weakly held value.
 package testutil
 
 import (

@@ -150,11 +150,10 @@ type Prompt struct {
 	// when it did not (or it was released).
 	speculated string
 	hashes     []uint64
-	// owner made the prompt and takes it back (Recycle); own and blocks
-	// are the buffers of a prefix hashed from the body.
-	owner  *Scorer
-	own    hints.Prefix
-	blocks []uint64
+	// owner made the prompt and takes it back (Recycle); hashing holds a
+	// prefix hashed from the body until the decision (nil after it).
+	owner   *Scorer
+	hashing *prefixmatch.Hashing
 }
 
 // Recycle implements scheduling.Recycler: the request has ended, so its
@@ -164,8 +163,19 @@ func (p *Prompt) Recycle() {
 	s := p.owner
 	s.release(p)
 	p.prediction.Done()
-	*p = Prompt{owner: s, own: hints.Prefix{Samples: p.own.Samples[:0]}, blocks: p.blocks[:0], hashes: p.hashes[:0]}
+	p.decided()
+	*p = Prompt{owner: s, hashes: p.hashes[:0]}
 	s.prompts.Put(p)
+}
+
+// decided releases what only the decision reads: the prefix's blocks,
+// sample and hashes (p.hashes keep the ones a speculative entry needs).
+func (p *Prompt) decided() {
+	p.prefix = nil
+	if p.hashing != nil {
+		p.hashing.Release()
+		p.hashing = nil
+	}
 }
 
 // Scorer implements precise-prefix-cache-scorer.
@@ -191,7 +201,6 @@ type Scorer struct {
 }
 
 type scratch struct {
-	hashes  []uint64
 	set     candidateSet      // the candidates when no kept set is theirs
 	pending pendingCandidates // a stale set's speculative ids resolved again
 	runs    []int
@@ -327,11 +336,11 @@ func (s *Scorer) multimodal(req *scheduling.Request) (tokens []int, mm []kvhash.
 // scorer's block size and seed). Both paths go through the same sampling,
 // so they score alike. nil when nothing can be matched.
 func (s *Scorer) Prefix(req *scheduling.Request, eps []*endpoints.Endpoint) (*hints.Prefix, int) {
-	return s.prefixInto(&Prompt{}, req, eps)
+	return s.prefixInto(new(prefixmatch.Hashing), req, eps)
 }
 
-// prefixInto is Prefix hashing into p's buffers.
-func (s *Scorer) prefixInto(p *Prompt, req *scheduling.Request, eps []*endpoints.Endpoint) (*hints.Prefix, int) {
+// prefixInto is Prefix hashing into h.
+func (s *Scorer) prefixInto(h *prefixmatch.Hashing, req *scheduling.Request, eps []*endpoints.Endpoint) (*hints.Prefix, int) {
 	if req.Body == nil {
 		if rp := req.Prefix; rp != nil && rp.Mode == hints.Precise && rp.BlockSize == s.params.BlockSize && rp.Seed == s.seedID && rp.Blocks > 0 {
 			return rp, req.PromptTokens
@@ -346,19 +355,14 @@ func (s *Scorer) prefixInto(p *Prompt, req *scheduling.Request, eps []*endpoints
 	if err != nil {
 		return nil, 0 // nothing is known to be cached
 	}
-	p.blocks = s.appendHashes(p.blocks[:0], tokens, kvhash.Extra{LoRA: adapterOf(req.TargetModel, eps), CacheSalt: req.Body.CacheSalt, MM: mm})
-	return s.sample(p), len(tokens)
+	h.Blocks = s.appendHashes(h.Blocks[:0], tokens, kvhash.Extra{LoRA: adapterOf(req.TargetModel, eps), CacheSalt: req.Body.CacheSalt, MM: mm})
+	return s.sample(h), len(tokens)
 }
 
-// sample is the block sample of p.blocks, in p's buffer; nil when there
-// are no blocks.
-func (s *Scorer) sample(p *Prompt) *hints.Prefix {
-	pr, err := hints.NewPrefixInto(p.own.Samples, hints.Precise, s.params.BlockSize, s.seedID, p.blocks, s.params.DenseBlocks)
-	if err != nil || pr.Blocks == 0 {
-		return nil
-	}
-	p.own = pr
-	return &p.own
+// sample is the block sample of h.Blocks, in h; nil when there are no
+// blocks.
+func (s *Scorer) sample(h *prefixmatch.Hashing) *hints.Prefix {
+	return h.Sample(hints.Precise, s.params.BlockSize, s.seedID, s.params.DenseBlocks)
 }
 
 // Produce implements scheduling.DataProducer: the match over every
@@ -383,20 +387,21 @@ func (s *Scorer) Score(_ context.Context, cs *scheduling.CycleState, req *schedu
 // tokens, when one is configured, are read.
 func (s *Scorer) Consumes() []string { return []string{prefixmatch.TokensKey.String()} }
 
-// prefixOf is Prefix into p's buffers, from a token producer's tokens
-// when it left them.
-func (s *Scorer) prefixOf(p *Prompt, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) (*hints.Prefix, int) {
+// prefixOf is Prefix into h, from a token producer's tokens when it left
+// them.
+func (s *Scorer) prefixOf(h *prefixmatch.Hashing, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) (*hints.Prefix, int) {
 	toks, ok := scheduling.Read(cs, prefixmatch.TokensKey)
 	if !ok || toks == nil || len(*toks) == 0 || req.Body == nil {
-		return s.prefixInto(p, req, eps)
+		return s.prefixInto(h, req, eps)
 	}
-	p.blocks = s.appendHashes(p.blocks[:0], *toks, kvhash.Extra{LoRA: adapterOf(req.TargetModel, eps), CacheSalt: req.Body.CacheSalt})
-	return s.sample(p), len(*toks)
+	h.Blocks = s.appendHashes(h.Blocks[:0], *toks, kvhash.Extra{LoRA: adapterOf(req.TargetModel, eps), CacheSalt: req.Body.CacheSalt})
+	return s.sample(h), len(*toks)
 }
 
 func (s *Scorer) produce(cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) *Prompt {
 	p := s.prompts.Get().(*Prompt)
-	prefix, tokens := s.prefixOf(p, cs, req, eps)
+	p.hashing = prefixmatch.AcquireHashing()
+	prefix, tokens := s.prefixOf(p.hashing, cs, req, eps)
 	p.Tokens, p.prefix = tokens, prefix
 	p.prediction = prefixmatch.Prediction{BlockTokens: s.params.BlockSize, PromptTokens: tokens, Exact: tokens > 0}
 	p.prediction.Reset(eps)
@@ -407,7 +412,8 @@ func (s *Scorer) produce(cs *scheduling.CycleState, req *scheduling.Request, eps
 	}
 	sc := s.scratch.Get().(*scratch)
 	defer s.scratch.Put(sc)
-	sc.hashes = prefixmatch.SampleHashes(sc.hashes[:0], prefix)
+	hashes := prefixmatch.SampleHashes(p.hashing.Hashes[:0], prefix)
+	p.hashing.Hashes = hashes
 	set := s.sets.get(s.index, s.pending, eps, &sc.set)
 	if cap(sc.runs) < len(eps) {
 		sc.runs = make([]int, len(eps))
@@ -417,9 +423,9 @@ func (s *Scorer) produce(cs *scheduling.CycleState, req *scheduling.Request, eps
 		sc.weights = make([]float64, len(eps))
 	}
 	sc.weights = sc.weights[:len(eps)]
-	s.index.LookupCandidates(sc.hashes, &set.index, sc.weights, sc.runs)
+	s.index.LookupCandidates(hashes, &set.index, sc.weights, sc.runs)
 	if s.pending != nil {
-		s.pending.extend(&set.pending, set.names, &sc.pending, sc.hashes, sc.runs, sc.weights)
+		s.pending.extend(&set.pending, set.names, &sc.pending, hashes, sc.runs, sc.weights)
 	}
 	if set == &sc.set {
 		clear(sc.set.names) // the pool keeps no endpoint's address
@@ -441,7 +447,7 @@ func (s *Scorer) produce(cs *scheduling.CycleState, req *scheduling.Request, eps
 // PreRequest implements scheduling.PreRequest: it records how many prompt
 // tokens the chosen endpoint is expected to serve from its cache and, with
 // speculative indexing, that the endpoint is now computing the prompt's
-// blocks.
+// blocks. The prompt keeps only what its response's end needs from here.
 func (s *Scorer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, res *scheduling.Result) {
 	p, ok := scheduling.Read(cs, s.key)
 	if !ok {
@@ -450,11 +456,13 @@ func (s *Scorer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *sch
 	target := p.prediction.Predict(res, s.recorder, s.TypedName())
 	p.prediction.Done()
 	if s.pending != nil && target != nil && p.prefix != nil {
-		p.hashes = prefixmatch.SampleHashes(p.hashes[:0], p.prefix)
+		// Kept past the decision, which releases the matched ones.
+		p.hashes = append(p.hashes[:0], p.hashing.Hashes...)
 		if s.pending.add(target.Address(), p.hashes) {
 			p.speculated = target.Address()
 		}
 	}
+	p.decided()
 }
 
 // ResponseComplete implements scheduling.ResponseComplete: the server's

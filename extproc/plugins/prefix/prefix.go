@@ -204,24 +204,33 @@ func NewMatcher(typ, name string, p Params, h *scheduling.Handle) (*Scorer, erro
 
 // hashed is what Score leaves in the cycle state for PreRequest.
 type hashed struct {
-	// prefix is the request's block sample; nil without a prompt. hashes
-	// are its hashes in order, matched in Score and recorded in PreRequest.
+	// prefix is the request's block sample; nil without a prompt (and
+	// after the decision).
 	prefix     *hints.Prefix
-	hashes     []uint64
 	prediction prefixmatch.Prediction
-	// pool is the scorer's; own and blocks are the buffers of a prefix
-	// hashed from the body, reused by the next request.
-	pool   *sync.Pool
-	own    hints.Prefix
-	blocks []uint64
+	// pool is the scorer's; hashing holds a prefix hashed from the body
+	// and the sample's hashes, matched in Score and recorded in
+	// PreRequest, until the decision (nil after it).
+	pool    *sync.Pool
+	hashing *prefixmatch.Hashing
 }
 
 // Recycle implements scheduling.Recycler: the request has ended.
 func (st *hashed) Recycle() {
 	st.prediction.Done()
 	st.prediction = prefixmatch.Prediction{}
-	st.prefix, st.hashes, st.blocks = nil, st.hashes[:0], st.blocks[:0]
+	st.decided()
 	st.pool.Put(st)
+}
+
+// decided releases what only the decision reads: the prefix's blocks,
+// sample and hashes.
+func (st *hashed) decided() {
+	st.prefix = nil
+	if st.hashing != nil {
+		st.hashing.Release()
+		st.hashing = nil
+	}
 }
 
 // SetTokenBounds makes the matcher hash at most maxTokens tokens (0: the
@@ -300,12 +309,11 @@ func (s *Scorer) capacity(e *endpoints.Endpoint) int {
 }
 
 // prefix returns the request's prefix as a block sample: hashed here from
-// the body (into st's buffers; from tokens when a token producer left
-// them), or as the wasm filter sent it on the headers-only path (used only
-// when it was hashed with this scorer's block size). Both paths go through
-// the same sampling, so they score alike. nil when there is nothing to
-// match.
-func (s *Scorer) prefix(st *hashed, req *scheduling.Request, tokens *[]int, blockChars int) *hints.Prefix {
+// the body (into h; from tokens when a token producer left them), or as
+// the wasm filter sent it on the headers-only path (used only when it was
+// hashed with this scorer's block size). Both paths go through the same
+// sampling, so they score alike. nil when there is nothing to match.
+func (s *Scorer) prefix(h *prefixmatch.Hashing, req *scheduling.Request, tokens *[]int, blockChars int) *hints.Prefix {
 	blockTokens := max(1, blockChars/prefixhash.CharsPerToken)
 	switch {
 	case req.Body != nil:
@@ -316,16 +324,11 @@ func (s *Scorer) prefix(st *hashed, req *scheduling.Request, tokens *[]int, bloc
 			// each as for token-id prompts, as llm-d's approximate
 			// producer hashes token-producer's output.
 			seed = prefixhash.Seed(req.Body.Model, req.Body.CacheSalt)
-			st.blocks = prefixhash.AppendBlocks(st.blocks[:0], hp, seed, prefixhash.TokenText(*tokens))
+			h.Blocks = prefixhash.AppendBlocks(h.Blocks[:0], hp, seed, prefixhash.TokenText(*tokens))
 		} else {
-			seed, st.blocks = prefixhash.AppendRequest(st.blocks[:0], hp, req.Body)
+			seed, h.Blocks = prefixhash.AppendRequest(h.Blocks[:0], hp, req.Body)
 		}
-		p, err := hints.NewPrefixInto(st.own.Samples, hints.Approximate, blockTokens, seed, st.blocks, s.params.DenseBlocks)
-		if err != nil || p.Blocks == 0 {
-			return nil
-		}
-		st.own = p
-		return &st.own
+		return h.Sample(hints.Approximate, blockTokens, seed, s.params.DenseBlocks)
 	case req.Prefix != nil && req.Prefix.Mode == hints.Approximate && req.Prefix.BlockSize*prefixhash.CharsPerToken == blockChars && req.Prefix.Blocks > 0:
 		return req.Prefix
 	}
@@ -373,7 +376,8 @@ func (s *Scorer) produce(cs *scheduling.CycleState, req *scheduling.Request, eps
 	chars := s.blockChars(eps)
 	tokens, _ := scheduling.Read(cs, prefixmatch.TokensKey)
 	st := s.states.Get().(*hashed)
-	p := s.prefix(st, req, tokens, chars)
+	st.hashing = prefixmatch.AcquireHashing()
+	p := s.prefix(st.hashing, req, tokens, chars)
 	st.prefix, st.prediction = p, prefixmatch.Prediction{BlockTokens: max(1, chars/prefixhash.CharsPerToken)}
 	st.prediction.Reset(eps)
 	if p != nil {
@@ -386,7 +390,8 @@ func (s *Scorer) produce(cs *scheduling.CycleState, req *scheduling.Request, eps
 	}
 	sc := s.scratch.Get().(*scratch)
 	defer s.scratch.Put(sc)
-	st.hashes = prefixmatch.SampleHashes(st.hashes[:0], p)
+	hashes := prefixmatch.SampleHashes(st.hashing.Hashes[:0], p)
+	st.hashing.Hashes = hashes
 	sc.names = sc.names[:0]
 	for _, e := range eps {
 		sc.names = append(sc.names, e.Address())
@@ -395,7 +400,7 @@ func (s *Scorer) produce(cs *scheduling.CycleState, req *scheduling.Request, eps
 		sc.matched = make([]int, len(eps))
 	}
 	sc.matched = sc.matched[:len(eps)]
-	sc.slot = s.index.match(st.hashes, sc.names, sc.matched, sc.slot)
+	sc.slot = s.index.match(hashes, sc.names, sc.matched, sc.slot)
 	if cap(sc.slot) > maxSlotScratchEndpoints {
 		sc.slot = nil
 	}
@@ -416,8 +421,9 @@ func (s *Scorer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *sch
 	target := st.prediction.Predict(res, s.recorder, s.TypedName())
 	st.prediction.Done()
 	if target != nil && st.prefix != nil {
-		s.index.add(target.Address(), st.hashes, s.capacity(target))
+		s.index.add(target.Address(), st.hashing.Hashes, s.capacity(target))
 	}
+	st.decided()
 }
 
 // ResponseComplete implements scheduling.ResponseComplete: the server's
