@@ -60,6 +60,13 @@
 // extproc/config's TestPickAllocations: zero allocations per decision for
 // the default and the precise profiles.
 //
+// The state lives until the response ends, a streaming response's whole
+// decode: a value that only the decision reads (a prompt's tokens or block
+// hashes, a snapshot per candidate) is dropped, or handed back to its pool,
+// by its plugin's PreRequest, so that a request in flight keeps only what
+// its response hooks read. Such a value has no reader in another plugin's
+// PreRequest, since their order is the configuration's.
+//
 // Plugins that match prompt prefixes share extproc/prefixmatch, which
 // stays outside this package so that the framework knows nothing of them.
 package scheduling

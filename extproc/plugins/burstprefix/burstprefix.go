@@ -176,6 +176,17 @@ func (p *Producer) MatchOf(cs *scheduling.CycleState) (prefixmatch.Match, bool) 
 	return prefixmatch.Match{Prediction: pred, Blocks: pred.PromptTokens / p.blockTokens}, true
 }
 
+// PreRequest implements scheduling.PreRequest: the match's readers (the
+// scorers and producers that name this one) are done with its
+// per-candidate part by the decision, which hands it back to its pool
+// (prefixmatch.Prediction.Done) rather than let a streaming response keep
+// it until it ends.
+func (p *Producer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, _ *scheduling.Result) {
+	if pred, ok := scheduling.Read(cs, p.key); ok {
+		pred.Done()
+	}
+}
+
 // seal closes w to new requests, places its requests and releases them.
 func (p *Producer) seal(w *window) {
 	p.mu.Lock()
@@ -378,4 +389,5 @@ var (
 	_ scheduling.DataProducer     = (*Producer)(nil)
 	_ scheduling.DataDependencies = (*Producer)(nil)
 	_ prefixmatch.Source          = (*Producer)(nil)
+	_ scheduling.PreRequest       = (*Producer)(nil)
 )

@@ -279,3 +279,37 @@ func TestParams(t *testing.T) {
 		t.Fatalf("defaults %+v", p)
 	}
 }
+
+// TestDecisionReturnsMatch: the match's per-candidate part is handed back
+// at the decision (the hook the director runs on every plugin that has it)
+// instead of staying with the request until its response ends.
+func TestDecisionReturnsMatch(t *testing.T) {
+	p := producer(t, `{"windowDurationMs":10000}`)
+	eps := fleet(3)
+	req := prompt(t, "A", 4, 4, "")
+	cs := scheduling.NewCycleState()
+	done := make(chan struct{})
+	go func() { p.Produce(context.Background(), cs, req, eps); close(done) }()
+	for {
+		p.mu.Lock()
+		w := p.open
+		ready := w != nil && len(w.entries) == 1
+		p.mu.Unlock()
+		if ready {
+			p.seal(w)
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	<-done
+	m, ok := p.MatchOf(cs)
+	if !ok || len(m.Prediction.Candidates()) != len(eps) {
+		t.Fatalf("no match over the candidates: %+v", m)
+	}
+	if h, ok := any(p).(scheduling.PreRequest); ok {
+		h.PreRequest(context.Background(), cs, req, &scheduling.Result{})
+	}
+	if m.Prediction.Candidates() != nil {
+		t.Error("the match's per-candidate part is kept past the decision")
+	}
+}

@@ -24,7 +24,8 @@ import (
 // Type is the registered plugin type.
 const Type = "inflight-load-producer"
 
-// Key is where the snapshot is left for the request's other plugins.
+// Key is where the snapshot is left for the request's other plugins, until
+// the decision: the producer's PreRequest drops it.
 var Key = scheduling.NewKey[*endpoints.Loads]("inflight-load")
 
 // Producer implements inflight-load-producer.
@@ -48,10 +49,22 @@ func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, _ *sche
 	scheduling.Write(cs, Key, l)
 }
 
+// PreRequest implements scheduling.PreRequest: the snapshot's reader is the
+// latency producer's Produce, so the decision drops it, rather than let a
+// streaming response keep a load per candidate until it ends.
+func (p *Producer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, _ *scheduling.Result) {
+	if l, ok := scheduling.Read(cs, Key); ok && l != nil {
+		*l = endpoints.Loads{}
+	}
+}
+
 // Produces implements scheduling.DataDependencies.
 func (p *Producer) Produces() []string { return []string{Key.String()} }
 
 // Consumes implements scheduling.DataDependencies.
 func (p *Producer) Consumes() []string { return nil }
 
-var _ scheduling.DataProducer = (*Producer)(nil)
+var (
+	_ scheduling.DataProducer = (*Producer)(nil)
+	_ scheduling.PreRequest   = (*Producer)(nil)
+)

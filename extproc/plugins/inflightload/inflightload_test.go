@@ -2,12 +2,15 @@ package inflightload
 
 import (
 	"context"
+	"runtime"
 	"slices"
 	"testing"
+	"weak"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/scheduling/schedtest"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 func build(t *testing.T) *Producer {
@@ -96,4 +99,23 @@ func TestParams(t *testing.T) {
 	if _, err := scheduling.OrderProducers([]scheduling.DataProducer{p}); err != nil {
 		t.Error(err)
 	}
+}
+
+// TestDecisionDropsLoads: the snapshot is unreachable from the cycle state
+// once the decision's hooks have run.
+func TestDecisionDropsLoads(t *testing.T) {
+	eps := []*endpoints.Endpoint{schedtest.Endpoint("a", endpoints.Metrics{}), schedtest.Endpoint("b", endpoints.Metrics{})}
+	p := build(t)
+	cs := scheduling.NewCycleState()
+	p.Produce(context.Background(), cs, &scheduling.Request{}, eps)
+	l, _ := scheduling.Read(cs, Key)
+	loads := weak.Make(&l.Loads[0])
+	// As the director runs every plugin that has the hook.
+	if h, ok := any(p).(scheduling.PreRequest); ok {
+		h.PreRequest(context.Background(), cs, &scheduling.Request{}, &scheduling.Result{})
+	}
+	if !testutil.Collected(loads) {
+		t.Error("the loads are reachable after the decision")
+	}
+	runtime.KeepAlive(cs)
 }

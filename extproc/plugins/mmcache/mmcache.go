@@ -149,11 +149,17 @@ func (p *Producer) Produce(_ context.Context, cs *scheduling.CycleState, req *sc
 }
 
 // PreRequest implements scheduling.PreRequest: the primary profile's
-// targets now hold the request's items.
+// targets now hold the request's items. It is the match's last reader:
+// the match goes with it, rather than stay with a streaming response (a
+// held count per candidate) until it ends.
 func (p *Producer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, res *scheduling.Result) {
 	m, ok := scheduling.Read(cs, p.key)
+	if !ok {
+		return
+	}
+	defer func() { *m = match{} }()
 	primary := res.Primary()
-	if !ok || primary == nil {
+	if primary == nil {
 		return
 	}
 	p.mu.Lock()

@@ -3,13 +3,16 @@ package mmcache
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
+	"weak"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/plugins/endpointnotification"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/internal/openai"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 func chat(t *testing.T, parts ...string) *scheduling.Request {
@@ -162,4 +165,22 @@ func TestParams(t *testing.T) {
 	if err := pp.(*Producer).AcceptsSource(&endpointnotification.Source{Named: scheduling.NewNamed(endpointnotification.Type, "")}); err != nil {
 		t.Errorf("endpoint notifications refused: %v", err)
 	}
+}
+
+// TestDecisionDropsMatch: the request's items and what every candidate held
+// of them are unreachable from the cycle state once PreRequest has run.
+func TestDecisionDropsMatch(t *testing.T) {
+	p, s := pair(t, "")
+	eps := fleet(2)
+	cs := scheduling.NewCycleState()
+	req := chat(t, image("http://img/a.png"))
+	p.Produce(context.Background(), cs, req, eps)
+	s.Score(context.Background(), cs, req, eps, make([]float64, len(eps)))
+	m, _ := scheduling.Read(cs, p.key)
+	items, held := weak.Make(&m.items[0]), weak.Make(&m.held[0])
+	p.PreRequest(context.Background(), cs, req, &scheduling.Result{PrimaryProfile: "d", Profiles: map[string]*scheduling.ProfileResult{"d": {Targets: eps[:1]}}})
+	if !testutil.Collected(items) || !testutil.Collected(held) {
+		t.Error("the match is reachable after the decision")
+	}
+	runtime.KeepAlive(cs)
 }

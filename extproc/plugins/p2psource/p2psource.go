@@ -178,10 +178,16 @@ func spread(id string) float64 {
 	return float64(h.Sum32()) / (1 << 32)
 }
 
-// PreRequest implements scheduling.PreRequest.
+// PreRequest implements scheduling.PreRequest. It is the state's last
+// reader: the state goes with it, rather than stay with a streaming
+// response (a held count per candidate) until it ends.
 func (p *Producer) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, res *scheduling.Result) {
 	st, ok := scheduling.Read(cs, p.key)
-	if !ok || st.best == nil || res == nil {
+	if !ok {
+		return
+	}
+	defer func() { *st = state{} }()
+	if st.best == nil || res == nil {
 		return
 	}
 	computing := res.Primary()

@@ -3,13 +3,16 @@ package p2psource
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
+	"weak"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/prefixmatch"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/scheduling/schedtest"
 	"github.com/kvgate/kvgate/internal/eppwire"
+	"github.com/kvgate/kvgate/internal/testutil"
 )
 
 // run produces over eps holding held blocks (16 tokens each), then
@@ -92,5 +95,40 @@ func TestSource(t *testing.T) {
 		if _, err := schedtest.Build[*Producer](New, bad); err == nil {
 			t.Errorf("%s accepted", bad)
 		}
+	}
+}
+
+// TestDecisionDropsState: what every candidate held is unreachable from the
+// cycle state once PreRequest has run, whether or not it named a source.
+func TestDecisionDropsState(t *testing.T) {
+	a, b := schedtest.Endpoint("a", endpoints.Metrics{}), schedtest.Endpoint("b", endpoints.Metrics{})
+	for _, tc := range []struct {
+		name string
+		res  *scheduling.Result
+	}{
+		{"source named", result(a, nil)},
+		{"on the source", result(b, nil)},
+		{"no result", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := schedtest.Build[*Producer](New, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cs := scheduling.NewCycleState()
+			m := &prefixmatch.Prediction{BlockTokens: 16, PromptTokens: 1000, Exact: true}
+			m.Reset([]*endpoints.Endpoint{a, b})
+			m.Matched(1, 40)
+			prefixmatch.Publish(cs, m)
+			req := &scheduling.Request{ID: "r", PromptTokens: 1000}
+			p.Produce(context.Background(), cs, req, []*endpoints.Endpoint{a, b})
+			st, _ := scheduling.Read(cs, p.key)
+			held := weak.Make(&st.held[0])
+			p.PreRequest(context.Background(), cs, req, tc.res)
+			if !testutil.Collected(held) {
+				t.Error("the candidates' held tokens are reachable after the decision")
+			}
+			runtime.KeepAlive(cs)
+		})
 	}
 }
