@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
-	"strings"
 	"sync"
 
 	dto "github.com/prometheus/client_model/go"
@@ -203,7 +202,8 @@ func samplePod(m *dto.Metric, pod string) bool {
 	for _, l := range m.GetLabel() {
 		if l.GetName() == "pod" {
 			v := l.GetValue()
-			return v == pod || strings.HasPrefix(pod, v+"-rank-")
+			server, _, ok := endpoints.ParseRankName(pod)
+			return v == pod || ok && server == v
 		}
 	}
 	return true
