@@ -24,12 +24,14 @@ import "slices"
 // (max_tokens), the twin therefore keeps the sequence from its first token
 // to its end (a calendar of at most maxDecoding) and times its end: its
 // tokens so far are the server's steps since its first token (the step
-// clock counts them from the chunks it relays), its expected length its
-// bound times the share of their bound the endpoint's responses use
-// (learned; 1 where servers run to max_tokens, less where they stop at
-// EOS). A projection orders the steps each has left in a min-heap and pops
-// them as its steps pass. Sequences without a bound, or before the share
-// is learned, retire at the mean rate as before.
+// clock counts them from the chunks it relays) times the tokens per
+// counted step the endpoint's completed streams showed (Finished), its
+// expected length its bound times the share of their bound the
+// endpoint's responses use (learned; 1 where servers run to max_tokens,
+// less where they stop at EOS). A projection orders the steps each has
+// left in a min-heap and pops them as its steps pass. Sequences without a
+// bound, or before the share is learned, retire at the mean rate as
+// before.
 
 // outputForget is the per-completion weight of a new output length once
 // the first few have been averaged.
