@@ -243,7 +243,8 @@ func (p *picking) pick(r *scheduling.Request) {
 	cs.Release()
 }
 
-// decide is the decision and its PreRequest hooks.
+// decide is the decision and its PreRequest hooks, as the director runs
+// them.
 func (p *picking) decide(r *scheduling.Request) *scheduling.CycleState {
 	ctx := context.Background()
 	cs := scheduling.AcquireCycleState()
@@ -254,6 +255,7 @@ func (p *picking) decide(r *scheduling.Request) *scheduling.CycleState {
 	for _, h := range p.built.PreRequest {
 		h.PreRequest(ctx, cs, r, res)
 	}
+	cs.Decided()
 	p.done.Endpoint = res.Primary().Targets[0]
 	return cs
 }

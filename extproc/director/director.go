@@ -326,6 +326,9 @@ func (d *Director) decide(ctx context.Context, req *server.Request, sr *scheduli
 			break
 		}
 	}
+	// The decision's last reader has run: what the plugins keep only for
+	// it goes now, not with the response.
+	cs.Decided()
 
 	dec := &server.Decision{Endpoints: make([]string, len(targets)), Headers: res.Headers}
 	for i, t := range targets {

@@ -4,7 +4,8 @@
 // (Admission: the request waits there until dispatched, and is then
 // scheduled on the dispatcher's goroutine), applies the proxy's subset hint
 // and, without flow control, load shedding, runs the
-// scheduler and the PreRequest hooks, charges the chosen endpoint's
+// scheduler, the PreRequest and Hold hooks (then tells the cycle state
+// the decision is made: scheduling.CycleState.Decided), charges the chosen endpoint's
 // in-flight counters, and on the response side measures TTFT, TPOT and
 // inter-chunk latency, releases the in-flight charge and feeds the
 // ResponseComplete hooks.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/kvgate/kvgate/extproc/config"
 	"github.com/kvgate/kvgate/extproc/endpoints"
@@ -118,6 +119,66 @@ func TestAdmissionWokenAfterHooks(t *testing.T) {
 	ex.ResponseChunk(context.Background(), []byte("data: {}\n\n"))
 	ex.ResponseDone(context.Background(), server.ResponseSummary{Status: 200, Complete: true})
 	if got, want := fmt.Sprint(log), "[first-token hook notify complete hook finished]"; got != want {
+		t.Fatalf("order %s, want %s", got, want)
+	}
+}
+
+// decisionValue is a plugin's per-request value that logs when it is told
+// the decision is made.
+type decisionValue struct{ log *eventLog }
+
+func (v decisionValue) Decided() { *v.log = append(*v.log, "decided") }
+
+var decisionKey = scheduling.NewKey[*decisionValue]("decision-value")
+
+// orderPreRequest logs its PreRequest (the first writes the value, the
+// others read it) and its Hold, which lets the request go at once.
+type orderPreRequest struct {
+	scheduling.Named
+	log   *eventLog
+	write bool
+}
+
+func (h orderPreRequest) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, _ *scheduling.Result) {
+	if h.write {
+		scheduling.Write(cs, decisionKey, &decisionValue{h.log})
+	}
+	_, ok := scheduling.Read(cs, decisionKey)
+	*h.log = append(*h.log, fmt.Sprintf("%s reads %v", h.TypedName().Name, ok))
+}
+
+func (h orderPreRequest) Hold(*scheduling.CycleState) (<-chan struct{}, time.Duration) {
+	*h.log = append(*h.log, h.TypedName().Name+" hold")
+	return nil, 0
+}
+
+// The cycle state is told the decision is made once, after every
+// PreRequest and Hold hook and before the response hooks: a value a later
+// plugin's PreRequest reads is still whole there.
+func TestDecidedAfterPreRequestAndHold(t *testing.T) {
+	c, err := config.Parse([]byte("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: random-picker\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	built, err := config.Build(c, all.Registry(), &scheduling.Handle{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log eventLog
+	first := orderPreRequest{Named: scheduling.NewNamed("order", "first"), log: &log, write: true}
+	second := orderPreRequest{Named: scheduling.NewNamed("order", "second"), log: &log}
+	h := orderHook{&log}
+	d := New(Options{Pool: pool{schedtest.Endpoint("a", endpoints.Metrics{})}, Scheduler: built.Scheduler,
+		Hooks: Hooks{PreRequest: []scheduling.PreRequest{first, second}, Hold: []scheduling.Holder{first, second},
+			FirstToken: []scheduling.FirstToken{h}, ResponseComplete: []scheduling.ResponseComplete{h}}})
+	_, ex, err := d.HandleRequest(context.Background(), completion("p", true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex.ResponseChunk(context.Background(), []byte("data: {}\n\n"))
+	ex.ResponseDone(context.Background(), server.ResponseSummary{Status: 200, Complete: true})
+	want := "[first reads true second reads true first hold second hold decided first-token hook complete hook]"
+	if got := fmt.Sprint(log); got != want {
 		t.Fatalf("order %s, want %s", got, want)
 	}
 }

@@ -43,6 +43,19 @@ type Recycler interface {
 	Recycle()
 }
 
+// DecisionScoped is a value stored in a CycleState that keeps a part
+// only the decision reads (a snapshot per candidate) and that another
+// plugin's PreRequest may still read: since the PreRequest hooks run in
+// the configuration's order, its own plugin's PreRequest cannot drop that
+// part, and Decided calls Decided on each such value once every PreRequest
+// and Hold hook of the decision has run. The value then drops the part,
+// or hands it back to its pool, rather than let a streaming response keep
+// it until the response ends. A value stored under two keys is told
+// twice, so Decided must do nothing the second time.
+type DecisionScoped interface {
+	Decided()
+}
+
 var cycleStates = sync.Pool{New: func() any { return new(CycleState) }}
 
 // AcquireCycleState returns an empty state, reusing one that was released.
@@ -56,16 +69,11 @@ func AcquireCycleState() *CycleState { return cycleStates.Get().(*CycleState) }
 // from it (plugin state, the Result, its targets) may be used afterwards.
 // A state that is never released is simply collected.
 func (cs *CycleState) Release() {
-	for i := range cs.n {
-		if r, ok := cs.slots[i].v.(Recycler); ok {
+	cs.each(func(v any) {
+		if r, ok := v.(Recycler); ok {
 			r.Recycle()
 		}
-	}
-	for i := range cs.overflow {
-		if r, ok := cs.overflow[i].v.(Recycler); ok {
-			r.Recycle()
-		}
-	}
+	})
 	clear(cs.slots[:cs.n])
 	cs.n = 0
 	clear(cs.overflow)
@@ -79,6 +87,29 @@ func (cs *CycleState) Release() {
 	cs.targets = cs.targets[:0]
 	cs.next[0] = nil
 	cycleStates.Put(cs)
+}
+
+// Decided tells the stored values that the decision is made: the owner of
+// the request (the director) calls it after the decision's last PreRequest
+// and Hold hook, and every stored DecisionScoped value drops what only the
+// decision reads. The values stay readable; the response hooks read what
+// is left of them.
+func (cs *CycleState) Decided() {
+	cs.each(func(v any) {
+		if d, ok := v.(DecisionScoped); ok {
+			d.Decided()
+		}
+	})
+}
+
+// each calls f on every stored value, in the order they were stored.
+func (cs *CycleState) each(f func(any)) {
+	for i := range cs.n {
+		f(cs.slots[i].v)
+	}
+	for i := range cs.overflow {
+		f(cs.overflow[i].v)
+	}
 }
 
 // profileResults is the scheduler's per-profile result map for this

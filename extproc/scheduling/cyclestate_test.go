@@ -119,6 +119,58 @@ func TestCycleStateRelease(t *testing.T) {
 	}
 }
 
+// decidedValue counts its Decided and Recycle calls.
+type decidedValue struct{ decided, recycled int }
+
+func (d *decidedValue) Decided() { d.decided++ }
+func (d *decidedValue) Recycle() { d.recycled++ }
+
+// Decided tells every DecisionScoped value stored, inline or overflowing,
+// once per call, recycles nothing and keeps the values readable; values
+// that are not DecisionScoped are left alone.
+func TestCycleStateDecided(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		values int
+	}{
+		{"inline", 2},
+		{"overflowing", 6}, // more than the inline slots
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := scheduling.AcquireCycleState()
+			var vals []*decidedValue
+			var keys []scheduling.Key[*decidedValue]
+			for i := range tc.values {
+				v := &decidedValue{}
+				k := scheduling.NewKey[*decidedValue](fmt.Sprint(i))
+				vals, keys = append(vals, v), append(keys, k)
+				scheduling.Write(cs, k, v)
+			}
+			plain := scheduling.NewKey[*recycled]("plain")
+			other := &recycled{}
+			scheduling.Write(cs, plain, other)
+			cs.Decided()
+			for i, v := range vals {
+				if v.decided != 1 || v.recycled != 0 {
+					t.Errorf("value %d: decided %d, recycled %d times, want 1, 0", i, v.decided, v.recycled)
+				}
+				if got, ok := scheduling.Read(cs, keys[i]); !ok || got != v {
+					t.Errorf("value %d unreadable after Decided", i)
+				}
+			}
+			if other.n != 0 {
+				t.Errorf("Decided recycled a Recycler %d times", other.n)
+			}
+			cs.Release()
+			for i, v := range vals {
+				if v.decided != 1 || v.recycled != 1 {
+					t.Errorf("value %d after Release: decided %d, recycled %d times, want 1, 1", i, v.decided, v.recycled)
+				}
+			}
+		})
+	}
+}
+
 // Results made from one state do not share storage: a second result's
 // targets, or a second ProcessResults, leave the first intact.
 func TestCycleStateResultsDistinct(t *testing.T) {

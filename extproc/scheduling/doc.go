@@ -63,9 +63,14 @@
 // The state lives until the response ends, a streaming response's whole
 // decode: a value that only the decision reads (a prompt's tokens or block
 // hashes, a snapshot per candidate) is dropped, or handed back to its pool,
-// by its plugin's PreRequest, so that a request in flight keeps only what
-// its response hooks read. Such a value has no reader in another plugin's
-// PreRequest, since their order is the configuration's.
+// once the decision is made, so that a request in flight keeps only what
+// its response hooks read. Its plugin's PreRequest drops it when no other
+// plugin's PreRequest reads it, since their order is the configuration's.
+// A value that another plugin's PreRequest reads (the transfer-cost
+// decider's snapshot, which p2p-source-producer's PreRequest prices a pull
+// with) implements DecisionScoped instead: the director calls
+// CycleState.Decided after the decision's last PreRequest and Hold hook,
+// and Decided tells each such value to drop it.
 //
 // Plugins that match prompt prefixes share extproc/prefixmatch, which
 // stays outside this package so that the framework knows nothing of them.
