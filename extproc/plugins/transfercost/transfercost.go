@@ -251,7 +251,9 @@ func (m *rateMeter) rate(now time.Time) float64 {
 
 // state is one request's snapshot of every candidate, taken when the data
 // producers run: the latency predictions and the prefix match are recycled
-// before PreRequest, where a P2P pull is decided.
+// before PreRequest, where a P2P pull is decided. It lives until the
+// decision is made (Decided), after p2p-source-producer's PreRequest has
+// priced its pull with it.
 type state struct {
 	prompt     int
 	candidates []*endpoints.Endpoint
@@ -276,6 +278,12 @@ type state struct {
 	// at is when the request was decided.
 	at time.Time
 }
+
+// Decided implements scheduling.DecisionScoped: every reader (the
+// scheduling cycle, the director's prefill charge, a PullPays from
+// another plugin's PreRequest) has run, and a streaming response would
+// otherwise keep a dozen numbers per candidate until it ends.
+func (st *state) Decided() { *st = state{} }
 
 // PrefillFinish implements scheduling.PrefillFinish: a candidate's
 // predicted TTFT from the decision.
@@ -624,7 +632,8 @@ func (d *Decider) Score(ctx context.Context, cs *scheduling.CycleState, req *sch
 
 // PullPays reports whether computing, lacking tokens prompt tokens that
 // source holds, gets them faster over the network than by computing them
-// (p2p-source-producer's pullDecider). Before Produce it says no.
+// (p2p-source-producer's pullDecider). Before Produce, and once the
+// decision is made, it says no.
 func (d *Decider) PullPays(cs *scheduling.CycleState, source, computing *endpoints.Endpoint, tokens int) bool {
 	st, ok := scheduling.Read(cs, d.key)
 	if !ok || tokens <= 0 {
@@ -644,4 +653,5 @@ var (
 	_ scheduling.Resolver         = (*Decider)(nil)
 	_ scheduling.Scorer           = (*Decider)(nil)
 	_ scheduling.PrefillFinish    = (*state)(nil)
+	_ scheduling.DecisionScoped   = (*state)(nil)
 )
