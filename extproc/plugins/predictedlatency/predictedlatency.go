@@ -104,10 +104,11 @@ type Producer struct {
 }
 
 // state is one request's prediction for later stages, owned by the request.
-// The per-candidate arrays live only until PreRequest: the filters and
-// scorers have read them by then, and only the chosen endpoint's estimate
-// and features are kept, so the arrays go back to a pool for the next
-// request instead of being allocated per decision.
+// The per-candidate arrays live only until the decision is made (Decided):
+// the filters, scorers and PreRequest hooks have read them by then, and
+// only the chosen endpoint's estimate and features are kept, so the arrays
+// go back to a pool for the next request instead of being allocated per
+// decision, or kept by a streaming response until it ends.
 type state struct {
 	owner *Producer
 	preds latency.Predictions
@@ -130,6 +131,12 @@ type state struct {
 	ticket latency.Ticket
 }
 
+// Decided implements scheduling.DecisionScoped: the arrays go back to the
+// pool after every PreRequest hook, whichever reads them (the predictions
+// are other plugins' to read, under latency.PredictionsKey) and whether or
+// not the producer's own PreRequest found its target among them.
+func (st *state) Decided() { st.owner.putArrays(st) }
+
 // Recycle implements scheduling.Recycler: the request has ended.
 func (st *state) Recycle() {
 	p := st.owner
@@ -138,7 +145,9 @@ func (st *state) Recycle() {
 	p.states.Put(st)
 }
 
-// putArrays returns st's per-candidate arrays to the pool, once.
+// putArrays returns st's per-candidate arrays to the pool, once: at the
+// decision, or at the request's end for one refused before it (or driven
+// by code that does not report it).
 func (p *Producer) putArrays(st *state) {
 	if st.preds.Estimates == nil {
 		return
@@ -368,7 +377,6 @@ func (p *Producer) PreRequest(_ context.Context, cs *scheduling.CycleState, req 
 	st.target, st.est = target, st.preds.Estimate(chosen)
 	f := st.preds.Features[chosen]
 	st.remote = res.Prefill != nil
-	p.putArrays(st)
 	st.routed = p.now()
 	if st.remote {
 		st.feat = latency.Sample{Features: f}
@@ -472,4 +480,6 @@ var (
 	_ scheduling.ResponseComplete = (*Producer)(nil)
 	_ scheduling.EndpointsRemoved = (*Producer)(nil)
 	_ scheduling.Resolver         = (*Producer)(nil)
+	_ scheduling.DecisionScoped   = (*state)(nil)
+	_ scheduling.Recycler         = (*state)(nil)
 )
