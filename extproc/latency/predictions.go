@@ -9,9 +9,10 @@ import (
 
 // PredictionsKey is the cycle-state key of the predicted-latency-producer's
 // *Predictions, which the latency scorer, the SLO filters and the admitter
-// read. They are valid from the producer stage until PreRequest, when the
-// producer keeps the chosen endpoint's estimate and recycles the arrays:
-// later hooks must not read them.
+// read. They are valid from the producer stage until the decision is made
+// (after every PreRequest and Hold hook, scheduling.CycleState.Decided),
+// when the producer, which kept the chosen endpoint's estimate in its
+// PreRequest, recycles the arrays: response hooks must not read them.
 var PredictionsKey = scheduling.NewKey[*Predictions]("predicted-latency")
 
 // Predictions are one request's estimates on every candidate, in the
