@@ -25,18 +25,8 @@ import (
 	"github.com/kvgate/kvgate/internal/testutil"
 )
 
-// pool is a fixed candidate set.
-type pool []*endpoints.Endpoint
-
-func (p pool) Candidates() []*endpoints.Endpoint { return p }
-func (p pool) ByAddress(addr string) *endpoints.Endpoint {
-	for _, e := range p {
-		if e.Address() == addr {
-			return e
-		}
-	}
-	return nil
-}
+// pool is the package's tests' fixed candidate set.
+type pool = schedtest.Pool
 
 // world is one picker: endpoints, KV index, plugins and director. The
 // body path and the headers path each get their own, built identically,

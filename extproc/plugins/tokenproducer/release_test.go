@@ -22,19 +22,6 @@ import (
 	"github.com/kvgate/kvgate/internal/testutil"
 )
 
-type pool []*endpoints.Endpoint
-
-func (p pool) Candidates() []*endpoints.Endpoint { return p }
-
-func (p pool) ByAddress(addr string) *endpoints.Endpoint {
-	for _, e := range p {
-		if e.Address() == addr {
-			return e
-		}
-	}
-	return nil
-}
-
 // tokensSeen is a PreRequest hook run before the configured ones: it keeps
 // a weak pointer to the tokens the producer left, so that what keeps them
 // alive afterwards is the director's exchange.
@@ -96,7 +83,7 @@ func TestTokensUnreachableWhileResponseStreams(t *testing.T) {
 				t.Fatal(err)
 			}
 			seen := &tokensSeen{Named: scheduling.NewNamed("tokens-seen", "tokens-seen")}
-			eps := pool{schedtest.Endpoint("a", endpoints.Metrics{}), schedtest.Endpoint("b", endpoints.Metrics{})}
+			eps := schedtest.Pool{schedtest.Endpoint("a", endpoints.Metrics{}), schedtest.Endpoint("b", endpoints.Metrics{})}
 			d := director.New(director.Options{Pool: eps, Scheduler: built.Scheduler, Now: time.Now, Hooks: director.Hooks{
 				PreRequest: append([]scheduling.PreRequest{seen}, built.PreRequest...), FirstToken: built.FirstToken,
 				ResponseComplete: built.ResponseComplete, Hold: built.Hold}})

@@ -17,19 +17,6 @@ import (
 	"github.com/kvgate/kvgate/internal/testutil"
 )
 
-type pool []*endpoints.Endpoint
-
-func (p pool) Candidates() []*endpoints.Endpoint { return p }
-
-func (p pool) ByAddress(addr string) *endpoints.Endpoint {
-	for _, e := range p {
-		if e.Address() == addr {
-			return e
-		}
-	}
-	return nil
-}
-
 // pullAfter is a PreRequest hook run after the configured ones: it prices
 // a pull as p2p-source-producer's PreRequest does, wherever the
 // configuration puts it, and keeps a weak pointer to the decider's
@@ -57,7 +44,7 @@ func (o *pullAfter) PreRequest(_ context.Context, cs *scheduling.CycleState, _ *
 // streams.
 func TestSnapshotDroppedAtDecision(t *testing.T) {
 	b := build(t, fleetConfig(true, ""), nil)
-	eps := pool{
+	eps := schedtest.Pool{
 		schedtest.Endpoint("d1", endpoints.Metrics{}, endpoints.RoleLabel, "decode"),
 		schedtest.Endpoint("d2", endpoints.Metrics{}, endpoints.RoleLabel, "decode"),
 		schedtest.Endpoint("p", endpoints.Metrics{}, endpoints.RoleLabel, "prefill"),

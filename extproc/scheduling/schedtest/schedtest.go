@@ -75,3 +75,20 @@ func Names(eps []*endpoints.Endpoint) []string {
 	}
 	return out
 }
+
+// Pool is a fixed candidate set, the endpoint pool a director reads in
+// tests.
+type Pool []*endpoints.Endpoint
+
+// Candidates returns every endpoint.
+func (p Pool) Candidates() []*endpoints.Endpoint { return p }
+
+// ByAddress returns the endpoint at addr, nil when none is.
+func (p Pool) ByAddress(addr string) *endpoints.Endpoint {
+	for _, e := range p {
+		if e.Address() == addr {
+			return e
+		}
+	}
+	return nil
+}
