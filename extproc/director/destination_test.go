@@ -6,9 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/extproc/config"
 	"github.com/kvgate/kvgate/extproc/endpoints"
-	"github.com/kvgate/kvgate/extproc/plugins/all"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/server"
 	"github.com/kvgate/kvgate/internal/eppwire"
@@ -37,7 +35,7 @@ func TestDestination(t *testing.T) {
 // proxy's report of serving it on 8000 does not move its load to rank 0;
 // the rollout screener stamps the rank's labels on the response.
 func TestDataParallelDestination(t *testing.T) {
-	c, err := config.Parse([]byte(`
+	built := buildConfig(t, `
 apiVersion: llm-d.ai/v1alpha1
 kind: EndpointPickerConfig
 plugins:
@@ -56,14 +54,7 @@ schedulingProfiles:
   plugins:
   - pluginRef: queue-scorer
   - pluginRef: max-score-picker
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	built, err := config.Build(c, all.Registry(), &scheduling.Handle{Services: map[string]any{}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+`, &scheduling.Handle{Services: map[string]any{}})
 	rank := func(port, waiting int, slice string) *endpoints.Endpoint {
 		e := endpoints.NewEndpoint(endpoints.Spec{Name: "pod", Address: "10.0.0.7:" + strconv.Itoa(port), Labels: map[string]string{"set": "s", "slice": slice}})
 		e.SetMetrics(&endpoints.Metrics{WaitingQueueSize: waiting})
@@ -106,7 +97,7 @@ schedulingProfiles:
 // move the load to that pod's rank 0, nor one that spells the primary
 // pod's address differently to the primary's rank 0.
 func TestDataParallelServedElsewhereKeepsTheRank(t *testing.T) {
-	c, err := config.Parse([]byte(`
+	built := buildConfig(t, `
 apiVersion: llm-d.ai/v1alpha1
 kind: EndpointPickerConfig
 plugins:
@@ -119,14 +110,7 @@ schedulingProfiles:
   plugins:
   - pluginRef: queue-scorer
   - pluginRef: max-score-picker
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	built, err := config.Build(c, all.Registry(), &scheduling.Handle{Services: map[string]any{}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+`, &scheduling.Handle{Services: map[string]any{}})
 	for _, served := range []string{"10.0.0.8:8000", "[::ffff:10.0.0.7]:8000"} {
 		t.Run(served, func(t *testing.T) {
 			// The datastore, whose lookup reads any spelling of an address.

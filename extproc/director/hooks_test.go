@@ -31,14 +31,7 @@ func (a *recordingAdmission) Finished(*flowcontrol.Item)      {}
 // RequestHeader hooks run before flow control: agent-identity's session
 // id is the flow the request queues in, unless the client names one.
 func TestRequestHeaderHooksBeforeFlowControl(t *testing.T) {
-	c, err := config.Parse([]byte("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: agent-identity\n- type: random-picker\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	built, err := config.Build(c, all.Registry(), &scheduling.Handle{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	built := buildConfig(t, "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: agent-identity\n- type: random-picker\n", &scheduling.Handle{})
 	adm := &recordingAdmission{}
 	d := New(Options{Pool: pool{schedtest.Endpoint("a", endpoints.Metrics{})}, Scheduler: built.Scheduler, Admission: adm,
 		Hooks: Hooks{RequestHeader: built.RequestHeader}})
@@ -100,14 +93,7 @@ func (h orderHook) ResponseComplete(context.Context, *scheduling.CycleState, *sc
 // counts load (class-load-scorer, read by presence-holdback-policy) has
 // released the request's share by the time the dispatch pass looks.
 func TestAdmissionWokenAfterHooks(t *testing.T) {
-	c, err := config.Parse([]byte("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: random-picker\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	built, err := config.Build(c, all.Registry(), &scheduling.Handle{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	built := buildConfig(t, "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: random-picker\n", &scheduling.Handle{})
 	var log eventLog
 	h := orderHook{&log}
 	d := New(Options{Pool: pool{schedtest.Endpoint("a", endpoints.Metrics{})}, Scheduler: built.Scheduler,
@@ -156,14 +142,7 @@ func (h orderPreRequest) Hold(*scheduling.CycleState) (<-chan struct{}, time.Dur
 // PreRequest and Hold hook and before the response hooks: a value a later
 // plugin's PreRequest reads is still whole there.
 func TestDecidedAfterPreRequestAndHold(t *testing.T) {
-	c, err := config.Parse([]byte("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: random-picker\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	built, err := config.Build(c, all.Registry(), &scheduling.Handle{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	built := buildConfig(t, "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: random-picker\n", &scheduling.Handle{})
 	var log eventLog
 	first := orderPreRequest{Named: scheduling.NewNamed("order", "first"), log: &log, write: true}
 	second := orderPreRequest{Named: scheduling.NewNamed("order", "second"), log: &log}
@@ -181,4 +160,19 @@ func TestDecidedAfterPreRequestAndHold(t *testing.T) {
 	if got := fmt.Sprint(log); got != want {
 		t.Fatalf("order %s, want %s", got, want)
 	}
+}
+
+// buildConfig parses and builds a picker config for a test, with every
+// registered plugin and the handle h.
+func buildConfig(t testing.TB, yaml string, h *scheduling.Handle) *config.Built {
+	t.Helper()
+	c, err := config.Parse([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	built, err := config.Build(c, all.Registry(), h, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return built
 }
