@@ -473,33 +473,6 @@ func TestRenderRejects(t *testing.T) {
 	}
 }
 
-// TestEvictionNeedsFailClose: a picker config that revokes in-flight
-// requests renders only with the pool failing closed, since under
-// FailOpen the proxy continues a revoked request without the picker.
-func TestEvictionNeedsFailClose(t *testing.T) {
-	const cfg = "apiVersion: inference.networking.x-k8s.io/v1alpha1\nkind: EndpointPickerConfig\n" +
-		"featureGates: [flowControl]\nflowControl: {enableEviction: true}\n"
-	for _, tc := range []struct {
-		mode, want string
-	}{
-		{"FailOpen", "flowControl.enableEviction"},
-		{"FailClose", ""},
-	} {
-		t.Run(tc.mode, func(t *testing.T) {
-			_, err := renderArgs(t, "default-values.yaml",
-				"--set-string", "inferenceExtension.pluginsCustomConfig.fc\\.yaml="+cfg,
-				"--set", "inferenceExtension.pluginsConfigFile=fc.yaml",
-				"--set", "inferenceExtension.failureMode="+tc.mode)
-			if tc.want == "" && err != nil {
-				t.Fatalf("render: %v", err)
-			}
-			if tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
-				t.Fatalf("render = %v, want an error containing %q", err, tc.want)
-			}
-		})
-	}
-}
-
 // crdFor names the extra CRD file a kind needs; "" means the API is
 // built in or its CRD comes from the GIE module (always installed).
 func crdFor(gvk schema.GroupVersionKind) string {

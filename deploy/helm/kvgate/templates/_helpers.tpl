@@ -127,12 +127,6 @@ kvgate's own plaintext gateway wiring turns it off. */}}
 {{- if and (ne $file "default-plugins.yaml") (not (hasKey ($v.epp.pluginsCustomConfig | default dict) $file)) }}
 {{- fail (printf "inferenceExtension.pluginsConfigFile %q is neither default-plugins.yaml nor a key of pluginsCustomConfig" $file) }}
 {{- end }}
-{{- if ne $file "default-plugins.yaml" }}
-{{- $fc := (index $v.epp.pluginsCustomConfig $file | fromYaml).flowControl | default dict }}
-{{- if and $fc.enableEviction (eq $v.epp.failureMode "FailOpen") }}
-{{- fail (printf "inferenceExtension.pluginsCustomConfig %q sets flowControl.enableEviction, which needs inferenceExtension.failureMode FailClose: under FailOpen the proxy carries a revoked request on without the picker, so eviction frees nothing" $file) }}
-{{- end }}
-{{- end }}
 {{- if not (has .Values.provider.name (list "none" "istio")) }}
 {{- fail (printf "provider.name %q: kvgate's chart renders none or istio (GKE's policies are not rendered)" .Values.provider.name) }}
 {{- end }}
