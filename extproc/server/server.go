@@ -87,8 +87,11 @@ type Exchange interface {
 // resets the downstream stream once the response has started, and either
 // way resets the upstream request, which makes the model server abort it.
 // Under failure_mode_allow true (FailOpen) Envoy carries on without the
-// processor: the request runs to its end, past the picker's accounting,
-// however the picker signals the revocation on the stream.
+// processor, past the picker's accounting, until a body chunk has passed
+// in a direction it streams FULL_DUPLEX_STREAMED (Filter::failureModeAllow):
+// from then on it fails the request as under FailClose. So a revocation
+// works under FailOpen once the request body streamed to the picker, or
+// on the headers-only fast path once the response body started.
 //
 // A revocation that arrives while the stream handles a message takes effect
 // once that message is handled, before the stream waits for the next.
