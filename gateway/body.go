@@ -13,8 +13,6 @@ import (
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-
-	"github.com/kvgate/kvgate/internal/bytebudget"
 )
 
 // chunkSize bounds one body message to the picker; GIE re-sends bodies in
@@ -22,13 +20,12 @@ import (
 const chunkSize = 62_000
 
 // bodySender streams the client's request body to the picker
-// (FULL_DUPLEX_STREAMED). Until the picker's decision it keeps a copy,
-// bounded by max, so that a picker failure can still fail open with the
-// whole body.
+// (FULL_DUPLEX_STREAMED). It keeps no copy of what it sent: Envoy keeps
+// none in this mode, so once the first chunk reached the sender a picker
+// failure cannot fail open any more (see failOpen).
 type bodySender struct {
 	p    *processor
 	src  io.Reader
-	max  int
 	done chan struct{}
 	// readErr is the client body's read error (not EOF), written before
 	// done closes.
@@ -38,15 +35,19 @@ type bodySender struct {
 	// reading, while time spent reading the client is the client's.
 	sendingSince atomic.Int64
 
-	mu        sync.Mutex // guards the fields below
-	retaining bool
-	retained  []byte
-	held      bytebudget.Holder // retained's share of the body budget
-	overflow  bool
+	mu sync.Mutex // guards the fields below
+	// received is Envoy's body_received: the client's body (a chunk or
+	// its end) reached the sender, which sends it on at once.
+	received bool
+	// withdrawn: a picker failure took the body back before any of it
+	// was received (failOpen); the sender then stops, and unsent is what
+	// its last read returned after that.
+	withdrawn bool
+	unsent    []byte
 }
 
-func startBodySender(ctx context.Context, p *processor, src io.Reader, max int, budget *bytebudget.Budget) *bodySender {
-	s := &bodySender{p: p, src: src, max: max, done: make(chan struct{}), retaining: true, held: budget.Hold()}
+func startBodySender(ctx context.Context, p *processor, src io.Reader) *bodySender {
+	s := &bodySender{p: p, src: src, done: make(chan struct{})}
 	go s.run(ctx)
 	return s
 }
@@ -56,14 +57,17 @@ func (s *bodySender) run(ctx context.Context) {
 	buf := make([]byte, chunkSize)
 	for ctx.Err() == nil {
 		n, err := s.src.Read(buf)
+		eof := errors.Is(err, io.EOF)
+		if (n > 0 || eof) && !s.receive(buf[:n]) {
+			return
+		}
 		if n > 0 {
-			s.keep(buf[:n])
 			// Send serializes before returning, so buf may be reused.
 			if s.send(requestBody(buf[:n], false)) != nil {
 				return
 			}
 		}
-		if errors.Is(err, io.EOF) {
+		if eof {
 			_ = s.send(requestBody(nil, true))
 			return
 		}
@@ -74,6 +78,40 @@ func (s *bodySender) run(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// receive records that b (possibly the body's empty end) reached the
+// sender; false means the body was withdrawn first, and b stays unsent.
+func (s *bodySender) receive(b []byte) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.withdrawn {
+		s.unsent = b // the sender stops, so its buffer is not reused
+		return false
+	}
+	s.received = true
+	return true
+}
+
+// failOpen withdraws the body from the picker after a picker failure,
+// when none of it was received yet: Envoy's Filter::failureModeAllow then
+// still lets the request go on without the picker. It answers the same
+// once it has withdrawn the body; false means the picker has some of the
+// body and the failure fails the request.
+func (s *bodySender) failOpen() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.received {
+		s.withdrawn = true
+	}
+	return s.withdrawn
+}
+
+// rest is the whole body again once failOpen has withdrawn it; it waits
+// for the read in progress, whose bytes it starts with.
+func (s *bodySender) rest() io.Reader {
+	<-s.done
+	return io.MultiReader(bytes.NewReader(s.unsent), s.src)
 }
 
 func (s *bodySender) send(m *extprocv3.ProcessingRequest) error {
@@ -97,52 +135,6 @@ func requestBody(b []byte, eos bool) *extprocv3.ProcessingRequest {
 	}}
 }
 
-func (s *bodySender) keep(b []byte) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.retaining {
-		return
-	}
-	n := len(s.retained) + len(b)
-	if n > s.max {
-		s.drop(true)
-		return
-	}
-	var err error
-	if s.retained, err = s.held.Append(s.retained, b, s.max); err != nil {
-		// No memory for a replay copy: the body still streams to the
-		// picker, but this request cannot fail open any more.
-		s.drop(true)
-	}
-}
-
-// drop ends retaining; s.mu is held.
-func (s *bodySender) drop(overflow bool) {
-	s.retaining, s.retained = false, nil
-	s.overflow = s.overflow || overflow
-	s.held.Done()
-}
-
-// decided drops the copy: the picker answered and owns the body now.
-func (s *bodySender) decided() {
-	s.mu.Lock()
-	s.drop(false)
-	s.mu.Unlock()
-}
-
-// abandon waits for the sender to stop (the processor must be closed) and
-// returns the whole body again, or false when the copy overflowed.
-func (s *bodySender) abandon() (io.Reader, bool) {
-	<-s.done
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.overflow {
-		return nil, false
-	}
-	// The copy stays reserved until finish drops it with the request.
-	return io.MultiReader(bytes.NewReader(s.retained), s.src), true
-}
-
 // errUpstreamDone ends a body pump whose upstream stopped reading.
 var errUpstreamDone = errors.New("upstream finished before the request body")
 
@@ -157,26 +149,36 @@ type bodyPump struct {
 
 // startBodyPump starts the pump; sender is the client's body on its way to
 // the picker, which answers with it as it arrives (see awaitPicker).
-func startBodyPump(ctx context.Context, p *processor, sender *bodySender) *bodyPump {
+// failOpen rules on a picker failure: true sends the client's body on
+// untouched, without the picker (only a body none of which reached it).
+func startBodyPump(ctx context.Context, p *processor, sender *bodySender, failOpen func(error) bool) *bodyPump {
 	pr, pw := io.Pipe()
 	b := &bodyPump{reader: pr, done: make(chan struct{})}
-	go b.run(ctx, p, sender, pw)
+	go b.run(ctx, p, sender, failOpen, pw)
 	return b
 }
 
-func (b *bodyPump) run(ctx context.Context, p *processor, sender *bodySender, pw *io.PipeWriter) {
+func (b *bodyPump) run(ctx context.Context, p *processor, sender *bodySender, failOpen func(error) bool, pw *io.PipeWriter) {
 	defer close(b.done)
 	for {
 		m, err := awaitPicker(ctx, p, sender)
+		var sr *extprocv3.StreamedBodyResponse
+		if err == nil {
+			if sr = m.GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse(); sr == nil {
+				err = fmt.Errorf("%w: want a streamed request body, got %T", errProcessor, m.GetResponse())
+			}
+		}
 		if err != nil {
+			if pickerFailed(err) && failOpen(err) {
+				// The picker chose the upstream on the headers and failed
+				// before any of the body reached it: the body goes there
+				// as the client sends it.
+				_, err = io.Copy(pw, sender.rest())
+				pw.CloseWithError(err)
+				return
+			}
 			b.err = err
 			pw.CloseWithError(err)
-			return
-		}
-		sr := m.GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse()
-		if sr == nil {
-			b.err = fmt.Errorf("%w: want a streamed request body, got %T", errProcessor, m.GetResponse())
-			pw.CloseWithError(b.err)
 			return
 		}
 		// A failed write means the upstream is done with the body: keep

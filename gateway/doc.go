@@ -36,23 +36,43 @@
 //     so SSE events are never held back.
 //
 // When the picker cannot be reached or fails, FailureModeAllow decides as
-// Envoy's failure_mode_allow does: continue without it (to the fallback
-// endpoints, each request starting at the next one in turn) or answer 500
-// (504 on a message timeout, also when opening the stream takes longer).
+// Envoy's failure_mode_allow does (ext_proc.cc: Filter::onGrpcError,
+// onMessageTimeout, failureModeAllow):
+//
+//   - Without it every failure fails the request: 500 (504 on a message
+//     timeout, also when opening the stream takes longer) before the
+//     response began, a cut response (connection closed, HTTP/2 stream
+//     reset) after. A picker stream that fails while the upstream works on
+//     the request (the picker revoked it) fails it at once, the upstream
+//     request cancelled.
+//   - With it, and whatever it says after the picker's clean close of its
+//     stream (onGrpcClose), the request goes on without the picker: to the
+//     fallback endpoints (each request starting at the next one in turn)
+//     while the picker has not chosen, else to its choice, the response
+//     passing unprocessed. Not once some of a FULL_DUPLEX_STREAMED body
+//     has reached the picker: Envoy keeps no copy of such a body, so from
+//     its first chunk on, in either direction, a failure fails the request
+//     as without (a request body none of which reached the picker still
+//     goes on whole). A response streaming through the picker is cut
+//     either way.
+//
 // The picker connection reconnects with a back-off of at most
-// Config.PickerReconnectMax and is health-checked. A picker stream that
-// fails while the upstream works on the request (the picker revoked it)
-// fails it at once, as Envoy does without failure_mode_allow: 500, the
-// upstream request cancelled. An upstream exchange that makes no progress
-// for Config.UpstreamIdleTimeout is cut.
+// Config.PickerReconnectMax and is health-checked. An upstream exchange
+// that makes no progress for Config.UpstreamIdleTimeout is cut.
+// mode_override is ignored, as Envoy ignores it without
+// allow_mode_override (which the stand-in does not offer) and always with
+// a FULL_DUPLEX_STREAMED mode configured.
 //
 // Where it differs from Envoy: the message timeout (Config.ExtProcTimeout)
 // also bounds each wait in FULL_DUPLEX_STREAMED mode, where Envoy has none;
 // request trailers are not sent to the picker (response trailers are, in
-// place of the body's end-of-stream chunk, as Envoy sends them);
-// mode_override is ignored; a picker that fails while the response body
-// streams through it cuts the response also with FailureModeAllow, where
-// Envoy carries on without the picker.
+// place of the body's end-of-stream chunk, as Envoy sends them); the
+// response body goes to the picker only once it answered the response
+// headers (Envoy streams it as it arrives), so a failure while that answer
+// is pending finds none of it at the picker and may still fail open; a
+// clean close once part of a FULL_DUPLEX_STREAMED body is with the picker
+// fails the request as an error does, where Envoy goes on without the
+// part the picker kept.
 //
 // One access-log record per request goes to slog.
 package gateway

@@ -20,7 +20,17 @@ import (
 var (
 	errProcessorTimeout = errors.New("ext_proc message timeout")
 	errProcessor        = errors.New("ext_proc stream failed")
+	// errPickerDone is the picker's clean end of the stream (status OK)
+	// with an answer still due: Envoy's onGrpcClose, after which the
+	// request goes on without the picker whatever FailureModeAllow says.
+	errPickerDone = fmt.Errorf("%w: closed by the picker", errProcessor)
 )
+
+// pickerFailed tells the picker's failures (FailureModeAllow rules on
+// them) from the client's and the request's own ends.
+func pickerFailed(err error) bool {
+	return errors.Is(err, errProcessor) || errors.Is(err, errProcessorTimeout)
+}
 
 // processor is the ext_proc stream of one request. Sends come from the
 // request goroutine and the body pump, serialized by sendMu; recvLoop is
@@ -31,6 +41,9 @@ type processor struct {
 	timeout time.Duration
 
 	sendMu sync.Mutex
+	// closed is set once the gateway ends the stream itself: the end a
+	// waiter then sees is no failure of the picker's.
+	closed atomic.Bool
 
 	msgs    chan *extprocv3.ProcessingResponse
 	recvErr error // written by recvLoop before it closes msgs and ended
@@ -97,6 +110,9 @@ func (p *processor) next(ctx context.Context) (*extprocv3.ProcessingResponse, er
 	return p.wait(ctx, t.C, nil)
 }
 
+// errClosed is wait's answer once the gateway closed the stream.
+var errClosed = errors.New("ext_proc stream closed by the gateway")
+
 // errStopped is wait's answer when its stop channel closed first.
 var errStopped = errors.New("stopped waiting for the picker")
 
@@ -112,9 +128,12 @@ func (p *processor) wait(ctx context.Context, timeout <-chan time.Time, stop <-c
 	select {
 	case m, ok := <-p.msgs:
 		if !ok {
+			if p.closed.Load() {
+				return nil, errClosed
+			}
 			err := p.recvErr
 			if err == nil || errors.Is(err, io.EOF) {
-				err = errors.New("stream closed by the picker")
+				return nil, errPickerDone
 			}
 			return nil, fmt.Errorf("%w: %w", errProcessor, err)
 		}
@@ -145,6 +164,7 @@ func (p *processor) watchFailure(ctx context.Context, stop <-chan struct{}, fail
 // close ends the stream; the picker sees the half-close, then the cancel
 // releases the receiver.
 func (p *processor) close() {
+	p.closed.Store(true)
 	if !p.sendMu.TryLock() {
 		// A send is blocked on flow control (the picker stopped reading):
 		// only the cancel releases it.

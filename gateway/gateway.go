@@ -79,8 +79,9 @@ type Config struct {
 	// WasmVMs bounds the filter's VM pool (default 4).
 	WasmVMs   int
 	WasmCache wazero.CompilationCache
-	// FailureModeAllow lets requests continue when the picker fails, to
-	// Fallback.
+	// FailureModeAllow lets requests continue when the picker fails (to
+	// Fallback while it has not chosen), as Envoy's failure_mode_allow:
+	// not once a FULL_DUPLEX_STREAMED body has begun to reach it.
 	FailureModeAllow bool
 	RequestBodyMode  BodyMode
 	ResponseBodyMode BodyMode
@@ -90,13 +91,12 @@ type Config struct {
 	UpstreamTimeout time.Duration
 	// Fallback endpoints (ip:port) take fail-open traffic, in order.
 	Fallback []string
-	// MaxRequestBuffer bounds the body bytes held for the filter and for a
-	// fail-open replay (default 16 MiB).
+	// MaxRequestBuffer bounds the body bytes held for the filter (default
+	// 16 MiB).
 	MaxRequestBuffer int
 	// BodyBudget bounds the request-body bytes all requests hold at once
-	// (the filter's buffer, the replay copy): a body that cannot be held
-	// is refused with 503, a replay copy that cannot is dropped (the
-	// request then cannot fail open). Default DefaultBodyBudgetBytes;
+	// (the filter's buffer, body-based routing's): a body that cannot be
+	// held is refused with 503. Default DefaultBodyBudgetBytes;
 	// bytebudget.New(-1) is unlimited.
 	BodyBudget *bytebudget.Budget
 	// BodyIdleTimeout bounds the wait for the next bytes of a request body
@@ -310,8 +310,10 @@ type request struct {
 }
 
 // finish runs when ServeHTTP returns: nothing may read the client's body
-// after that (net/http forbids it), so a body sender still running is
-// interrupted and waited for, and the buffered body's budget returned.
+// after that (net/http forbids it), so a body sender or pump still running
+// is interrupted and waited for (the pump reads the client itself once it
+// failed open), and the buffered body's budget returned. The picker's
+// stream is closed by then, so the pump's wait for it ends.
 func (req *request) finish() {
 	if req.sender != nil {
 		select {
@@ -320,7 +322,15 @@ func (req *request) finish() {
 			req.client.interrupt()
 			<-req.sender.done
 		}
-		req.sender.decided()
+	}
+	if req.pump != nil {
+		select {
+		case <-req.pump.done:
+		default:
+			req.pump.stop()
+			req.client.interrupt()
+			<-req.pump.done
+		}
 	}
 	req.held.Done()
 }
@@ -528,7 +538,7 @@ func (g *Gateway) requestPhase(ctx context.Context, req *request) (*extprocv3.Im
 	}
 	var sender *bodySender
 	if req.hasBody && g.cfg.RequestBodyMode == FullDuplexStreamed {
-		sender = startBodySender(ctx, p, req.body, g.cfg.MaxRequestBuffer, g.cfg.BodyBudget)
+		sender = startBodySender(ctx, p, req.body)
 		req.sender = sender
 	}
 	m, err := awaitPicker(ctx, p, sender)
@@ -560,22 +570,19 @@ func (g *Gateway) requestPhase(ctx context.Context, req *request) (*extprocv3.Im
 	}
 	if err != nil {
 		p.close()
-		if sender != nil {
-			replay, ok := sender.abandon()
-			if !ok {
-				return nil, &statusError{status: http.StatusInternalServerError, msg: "picker failed after the body outgrew the replay buffer", err: err}
-			}
-			req.body = replay
+		if err := g.failOpen(ctx, req, err); err != nil {
+			return nil, err
 		}
-		return nil, g.failOpen(ctx, req, err)
+		if sender != nil {
+			// After the log line: the rest waits for the client's body.
+			req.body = sender.rest()
+		}
+		return nil, nil
 	}
 	if imm := m.GetImmediateResponse(); imm != nil {
+		// No waiting for the rest of the upload: the sender ends on its
+		// own once its sends fail or the server closes the body.
 		p.close()
-		if sender != nil {
-			// No waiting for the rest of the upload: the sender ends on its
-			// own once its sends fail or the server closes the body.
-			sender.decided()
-		}
 		return imm, nil
 	}
 	req.headers = req.headers.apply(m.GetRequestHeaders().GetResponse().GetHeaderMutation())
@@ -583,21 +590,43 @@ func (g *Gateway) requestPhase(ctx context.Context, req *request) (*extprocv3.Im
 	req.proc = p
 	req.rec.outcome = "routed"
 	if sender != nil {
-		sender.decided()
-		req.pump = startBodyPump(ctx, p, sender)
+		req.pump = startBodyPump(ctx, p, sender, func(err error) bool {
+			if !g.goOnWithout(req, err) {
+				return false
+			}
+			g.log.WarnContext(ctx, "endpoint picker failed, failing open", "err", err, "endpoint", req.endpoints)
+			return true
+		})
 		req.body = req.pump.reader
 	}
 	return nil, nil
 }
 
-// failOpen applies failure_mode_allow to a picker failure.
+// goOnWithout reports whether the request goes on without the picker
+// after the picker's stream ended with err, as Envoy's ext_proc filter
+// rules: after a clean close (onGrpcClose), or a failure with
+// FailureModeAllow (onGrpcError, onMessageTimeout), unless some of a
+// FULL_DUPLEX_STREAMED request body has reached the picker, which owns it
+// then: Envoy keeps no copy (Filter::failureModeAllow). For the response
+// body see streamThroughPicker: the stand-in sends it to the picker only
+// once the picker answered the response headers, and an end after that
+// cuts the response in any case.
+func (g *Gateway) goOnWithout(req *request, err error) bool {
+	if !g.cfg.FailureModeAllow && !errors.Is(err, errPickerDone) {
+		return false
+	}
+	return req.sender == nil || req.sender.failOpen()
+}
+
+// failOpen applies failure_mode_allow to a picker failure before the
+// picker chose an upstream.
 func (g *Gateway) failOpen(ctx context.Context, req *request, cause error) error {
-	if !g.cfg.FailureModeAllow {
-		status := http.StatusInternalServerError
-		if errors.Is(cause, errProcessorTimeout) {
-			status = http.StatusGatewayTimeout
+	if !g.goOnWithout(req, cause) {
+		msg := "endpoint picker failed"
+		if req.sender != nil && g.cfg.FailureModeAllow {
+			msg = "endpoint picker failed after the request body reached it"
 		}
-		return &statusError{status: status, msg: "endpoint picker failed", err: cause}
+		return &statusError{status: statusFor(cause), msg: msg, err: cause}
 	}
 	g.log.WarnContext(ctx, "endpoint picker failed, failing open", "err", cause, "fallback", g.cfg.Fallback)
 	req.rec.outcome = "fail_open"
@@ -680,21 +709,28 @@ func (g *Gateway) proxy(ctx context.Context, w http.ResponseWriter, req *request
 }
 
 // forwardWatched is forward while the picker's stream is watched, as
-// Envoy watches it while the upstream works on the request: with
-// FailureModeAllow off, a picker that ends its stream with an error (a
-// revocation, a crash) fails the request at once, the upstream request
-// cancelled (that is what makes a model server abort it), instead of when
-// the response headers reach the picker.
+// Envoy watches it while the upstream works on the request: unless the
+// request may go on without the picker (goOnWithout), a picker that ends
+// its stream with an error (a revocation, a crash) fails the request at
+// once, the upstream request cancelled (that is what makes a model server
+// abort it), instead of when the response headers reach the picker. When
+// it may, the request goes on and the response passes without the picker.
 func (g *Gateway) forwardWatched(ctx, uctx context.Context, cancel context.CancelFunc, req *request) (*http.Response, string, error) {
 	p := req.proc
-	if p == nil || g.cfg.FailureModeAllow {
+	if p == nil || (g.cfg.FailureModeAllow && req.sender == nil) {
+		// Nothing can take failing open away from this request.
 		return g.forward(uctx, req)
 	}
 	var pickerErr error
 	stop, watched := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(watched)
-		p.watchFailure(ctx, stop, func(err error) { pickerErr = err; cancel() })
+		p.watchFailure(ctx, stop, func(err error) {
+			if !g.goOnWithout(req, err) {
+				pickerErr = err
+				cancel()
+			}
+		})
 	}()
 	resp, ep, err := g.forward(uctx, req)
 	close(stop)
@@ -749,6 +785,10 @@ func (g *Gateway) forward(ctx context.Context, req *request) (*http.Response, st
 			}
 			return resp, ep, nil
 		}
+		if pickerFailed(err) {
+			// The picker failed while streaming the body upstream.
+			return nil, ep, &statusError{status: statusFor(err), msg: "endpoint picker failed on the request body", err: err}
+		}
 		lastErr = err
 		var de *dialError
 		if !errors.As(err, &de) || body.touched.Load() {
@@ -779,21 +819,21 @@ func (g *Gateway) responsePhase(ctx context.Context, w http.ResponseWriter, req 
 	rec, p := req.rec, req.proc
 	rh := responseHeaderList(resp)
 	bodyless := resp.ContentLength == 0
-	err := p.send(&extprocv3.ProcessingRequest{
+	// A send fails only on a stream that has ended, and how it ended (a
+	// clean close or a failure) is what the receiving side reports.
+	_ = p.send(&extprocv3.ProcessingRequest{
 		Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
 			Headers: rh.proto(), EndOfStream: bodyless,
 		}},
 		MetadataContext: &corev3.Metadata{FilterMetadata: servedMetadata(ep)},
 	})
-	var m *extprocv3.ProcessingResponse
-	if err == nil {
-		m, err = p.next(ctx)
-	}
+	m, err := p.next(ctx)
 	if err != nil {
-		if !g.cfg.FailureModeAllow {
+		if !g.goOnWithout(req, err) {
 			g.fail(w, rec, &statusError{status: statusFor(err), msg: "endpoint picker failed on the response", err: err})
 			return
 		}
+		g.log.WarnContext(ctx, "endpoint picker failed on the response headers, the response passes without it", "err", err)
 		g.writeResponse(w, rec, rh, resp.Body, resp.Trailer)
 		return
 	}

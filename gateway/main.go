@@ -97,7 +97,7 @@ func (o *Options) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.ExtProcTimeout, "extproc-timeout", o.ExtProcTimeout, "longest wait for one picker message")
 	fs.DurationVar(&o.UpstreamTimeout, "upstream-timeout", o.UpstreamTimeout, "bound on a whole upstream exchange (0: none)")
 	fs.StringVar(&o.Fallback, "fallback-endpoint", o.Fallback, "comma list of ip:port for fail-open traffic")
-	fs.IntVar(&o.MaxRequestBuffer, "max-request-buffer", o.MaxRequestBuffer, "request body bytes held for the filter or a fail-open replay")
+	fs.IntVar(&o.MaxRequestBuffer, "max-request-buffer", o.MaxRequestBuffer, "request body bytes held for the filter")
 	fs.Int64Var(&o.BodyBudgetBytes, "body-budget-bytes", o.BodyBudgetBytes, "request body bytes all requests together may hold; beyond it new bodies get 503 (<0: unlimited)")
 	fs.Var(memlimit.Value{N: &o.MemoryLimit}, "memory-limit", "Go soft memory limit (bytes, or with KiB/MiB/GiB): auto = --body-budget-bytes + 256 MiB (none if the budget is unlimited), 0 = none; GOMEMLIMIT in the environment wins")
 	fs.DurationVar(&o.BodyIdleTimeout, "body-idle-timeout", o.BodyIdleTimeout, "longest pause in a client's request body before 408 (<0: none)")

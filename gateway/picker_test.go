@@ -12,10 +12,8 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -31,8 +29,6 @@ type testPicker struct {
 	// follows (the body is then echoed at its end, or ignored after an
 	// immediate response).
 	decideOnHeaders bool
-	// failOnBody aborts the stream once the whole request body arrived.
-	failOnBody bool
 	// stall never answers.
 	stall bool
 	// lateEOS re-sends the request body without end of stream and ends it
@@ -64,6 +60,14 @@ func startPicker(t testing.TB, p *testPicker) string {
 	if p.seen == nil {
 		p.seen = make(chan pickerSaw, 64)
 	}
+	return serveProcessor(t, p)
+}
+
+// serveProcessor serves an ext_proc server on loopback, with the health
+// service on the same port as kvgate's picker has it, and returns its
+// address.
+func serveProcessor(t testing.TB, p extprocv3.ExternalProcessorServer) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -165,9 +169,6 @@ func (p *testPicker) Process(stream extprocv3.ExternalProcessor_ProcessServer) e
 			saw.body = append(saw.body, r.RequestBody.GetBody()...)
 			if !r.RequestBody.GetEndOfStream() || p.stall {
 				continue
-			}
-			if p.failOnBody {
-				return status.Error(codes.Internal, "picker crashed")
 			}
 			if !p.decideOnHeaders {
 				if err := decide(); err != nil {
