@@ -30,7 +30,7 @@ func TestArgsRoundTrip(t *testing.T) {
 		CertPath: "/certs", CertReload: true, TLSMinVersion: "VersionTLS13",
 		TLSCipherSuites: "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", MetricsAuth: ToggleOff, Tracing: true,
 		KVEvents: KVEventLimits{MaxConns: 3, MaxMessageBytes: 4, MemoryBudgetBytes: 6, PublisherMemoryBytes: 5, PublisherRate: -1,
-			PublisherBytesPerSecond: 1e6, HandshakeTimeout: time.Second, TrustedCIDRs: "10.0.0.0/8", TLSCertPath: "/kvcerts"},
+			PublisherBytesPerSecond: 1e6, HandshakeTimeout: time.Second, TrustedCIDRs: "10.0.0.0/8", TLSCertPath: "/kvcerts", DataParallelRanks: 2},
 		Telemetry: TelemetryOptions{Agents: []string{"10.0.0.1:7600", "10.0.0.2:7600"}, AgentSelector: "app=kvgate-agent", AgentPort: 7601, Interval: 2 * time.Second},
 		ModelServerMetrics: MetricNames{Queued: "sglang:num_queue_reqs", Running: "sglang:num_running_reqs",
 			KVCache: "sglang:token_usage", CacheInfo: "vllm:cache_config_info"},

@@ -654,6 +654,9 @@ func (p *Picker) endpointsChanged(c endpoints.Change) {
 // among the server's ranks, and discovery's ports are offset by its rank:
 // vLLM runs a publisher per rank, on the configured port plus the rank,
 // and its replay socket likewise (ZmqEventPublisher.offset_endpoint_port).
+// vLLM's rank is global across nodes and i is the port's place in the pod,
+// so a pod whose ranks start at S must configure its ports less S (llm-d's
+// wide-EP contract); the subscriber learns S from the batches' tags.
 func (p *Picker) kvEventSource(e *endpoints.Endpoint) kvevents.Source {
 	src := kvevents.Source{Events: e.Spec().KVEvents, Replay: e.Spec().KVEventsReplay}
 	server, rank, dp := endpoints.ParseRankName(e.Name())

@@ -36,7 +36,15 @@ type KVEventLimits struct {
 	// KV-event socket then accepts only TLS. Empty for plain ZMTP (what
 	// vLLM speaks).
 	TLSCertPath string
+	// DataParallelRanks is how many consecutive ports the bound KV-event
+	// socket takes (kvevents.Config.BindRanks): vLLM's data-parallel rank
+	// r connects its publisher to the configured port plus r.
+	DataParallelRanks int
 }
+
+// maxDataParallelRanks bounds --kv-events-data-parallel-ranks: more ports
+// than any data-parallel deployment has ranks per server is a typo.
+const maxDataParallelRanks = 1024
 
 func defaultKVEventLimits() KVEventLimits {
 	return KVEventLimits{
@@ -47,6 +55,7 @@ func defaultKVEventLimits() KVEventLimits {
 		PublisherRate:           kvevents.DefaultPublisherRate,
 		PublisherBytesPerSecond: kvevents.DefaultPublisherBytes,
 		HandshakeTimeout:        kvevents.DefaultHandshakeTimeout,
+		DataParallelRanks:       1,
 	}
 }
 
@@ -59,6 +68,7 @@ func (l *KVEventLimits) flags(fs *flag.FlagSet) {
 	fs.Float64Var(&l.PublisherBytesPerSecond, "kv-events-publisher-bytes-per-second", l.PublisherBytesPerSecond, "KV-event bytes per second one publisher is read at, at most (<0: no limit)")
 	fs.DurationVar(&l.HandshakeTimeout, "kv-events-handshake-timeout", l.HandshakeTimeout, "longest ZMTP handshake of a KV-event connection")
 	fs.StringVar(&l.TrustedCIDRs, "kv-events-trusted-cidrs", l.TrustedCIDRs, "comma list of networks (e.g. a relay's) whose peers may publish KV events for any endpoint; others only from a pool endpoint's own IP")
+	fs.IntVar(&l.DataParallelRanks, "kv-events-data-parallel-ranks", l.DataParallelRanks, "ports --kv-events-addr binds, from its own on: vLLM's data-parallel rank r connects its publisher to the configured port + r, so set the ranks of a server (pod) that publishes to the picker; its connections then tell their rank")
 	fs.StringVar(&l.TLSCertPath, "kv-events-tls-cert-path", l.TLSCertPath, "directory with tls.crt and tls.key: --kv-events-addr accepts only TLS (for TLS proxies in front of the servers; vLLM itself speaks plain ZMTP)")
 }
 
@@ -75,6 +85,10 @@ func (l KVEventLimits) config(cfg *kvevents.Config) error {
 		return fmt.Errorf("--kv-events-max-message-bytes (%d) ≤ --kv-events-publisher-memory-bytes (%d) ≤ --kv-events-memory-budget-bytes (%d) must hold: one message must fit a publisher's share, and a share the budget",
 			l.MaxMessageBytes, l.PublisherMemoryBytes, l.MemoryBudgetBytes)
 	}
+	if l.DataParallelRanks < 1 || l.DataParallelRanks > maxDataParallelRanks {
+		return fmt.Errorf("--kv-events-data-parallel-ranks must be 1 to %d, got %d", maxDataParallelRanks, l.DataParallelRanks)
+	}
+	cfg.BindRanks = l.DataParallelRanks
 	cfg.MaxConns, cfg.MaxMessageSize = l.MaxConns, l.MaxMessageBytes
 	cfg.MemoryBudget, cfg.PublisherMemory = l.MemoryBudgetBytes, l.PublisherMemoryBytes
 	cfg.PublisherRate, cfg.PublisherBytes = l.PublisherRate, l.PublisherBytesPerSecond

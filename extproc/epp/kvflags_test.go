@@ -62,6 +62,7 @@ func TestKVEventFlagsReachConfig(t *testing.T) {
 		"--kv-events-handshake-timeout", "750ms",
 		"--kv-events-trusted-cidrs", "10.9.1.2/16, fd00:1::/64",
 		"--kv-events-tls-cert-path", certDir,
+		"--kv-events-data-parallel-ranks", "8",
 	)
 	o, err := ParseFlags(args, io.Discard)
 	if err != nil {
@@ -74,7 +75,8 @@ func TestKVEventFlagsReachConfig(t *testing.T) {
 	defer p.Close()
 	cfg := p.kvEventsConfig("tcp://127.0.0.1:0")
 	if cfg.Bind != "tcp://127.0.0.1:0" || cfg.MaxConns != 7 || cfg.MaxMessageSize != 64<<10 || cfg.MemoryBudget != 8<<20 ||
-		cfg.PublisherMemory != 1<<20 || cfg.PublisherRate != 250 || cfg.PublisherBytes != -1 || cfg.HandshakeTimeout != 750*time.Millisecond {
+		cfg.PublisherMemory != 1<<20 || cfg.PublisherRate != 250 || cfg.PublisherBytes != -1 || cfg.HandshakeTimeout != 750*time.Millisecond ||
+		cfg.BindRanks != 8 {
 		t.Errorf("limits not in the Config: %+v", cfg)
 	}
 	wantNets := []netip.Prefix{netip.MustParsePrefix("10.9.0.0/16"), netip.MustParsePrefix("fd00:1::/64")}
@@ -99,7 +101,7 @@ func TestKVEventFlagsReachConfig(t *testing.T) {
 	if def.MaxConns != kvevents.DefaultMaxConns || def.MaxMessageSize != kvevents.DefaultMaxMessageSize ||
 		def.MemoryBudget != kvevents.DefaultMemoryBudget || def.PublisherMemory != kvevents.DefaultPublisherMemory ||
 		def.PublisherRate != kvevents.DefaultPublisherRate || def.PublisherBytes != kvevents.DefaultPublisherBytes ||
-		def.HandshakeTimeout != kvevents.DefaultHandshakeTimeout || def.TLS != nil || def.TrustedNets != nil {
+		def.HandshakeTimeout != kvevents.DefaultHandshakeTimeout || def.TLS != nil || def.TrustedNets != nil || def.BindRanks != 1 {
 		t.Errorf("defaults: %+v", def)
 	}
 }
@@ -147,6 +149,8 @@ func TestKVEventFlagErrors(t *testing.T) {
 		{"--kv-events-publisher-memory-bytes", "1073741824", "--kv-events-memory-budget-bytes", "1048576"},
 		{"--kv-events-trusted-cidrs", "10.0.0.0/33"},
 		{"--kv-events-trusted-cidrs", "10.0.0.1"},
+		{"--kv-events-data-parallel-ranks", "0"},
+		{"--kv-events-data-parallel-ranks", "1025"},
 	} {
 		if _, err := ParseFlags(args, io.Discard); err == nil || !strings.Contains(err.Error(), "kv-events") {
 			t.Errorf("%v: %v, want an error naming the flag", args, err)

@@ -45,11 +45,17 @@
 // no longer be trusted.
 //
 // Data-parallel ranks: vLLM runs a publisher per rank (each on its own
-// port, all with one topic) and tags each batch with its rank. A batch
+// port, the configured one plus the rank, all with one topic) and tags
+// each batch with its rank, global across the deployment's nodes, while
+// an endpoint's Source.Rank is its place in its server. The server's first
+// rank is learned from connections whose rank is known (an endpoint's own
+// socket, a port of a multi-port central bind, Config.BindRanks); a batch
 // arriving for an endpoint that is one rank of a server (Source.Server)
 // but tagged with another rank is routed, before anything else, to that
 // rank's endpoint on the same IP when the pool has one, so each rank's
-// batches form a stream of their own on its endpoint.
+// batches form a stream of their own on its endpoint. Tags that fit no
+// endpoint, or contradict the first rank learned, are counted and logged
+// once per server.
 //
 // Recovery: a gap in an endpoint's sequence numbers on its connection is
 // filled from the publisher's replay socket when one is configured for the

@@ -47,11 +47,14 @@ type metrics struct {
 	replays      *prometheus.CounterVec
 	decodeErrors prometheus.Counter
 	dropped      *prometheus.CounterVec
-	indexErrors  prometheus.Counter
-	forgotten    prometheus.Counter
-	conns        prometheus.Gauge
-	rejected     *prometheus.CounterVec
-	closed       *prometheus.CounterVec
+	// rankMismatches counts data-parallel rank tags that do not fit the
+	// pool (mismatchStart, mismatchNoEndpoint).
+	rankMismatches *prometheus.CounterVec
+	indexErrors    prometheus.Counter
+	forgotten      prometheus.Counter
+	conns          prometheus.Gauge
+	rejected       *prometheus.CounterVec
+	closed         *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, idx *kvindex.Index, queued func() int, queuedBytes func() int64) (*metrics, error) {
@@ -76,6 +79,10 @@ func newMetrics(reg prometheus.Registerer, idx *kvindex.Index, queued func() int
 		}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvgate_kvevents_dropped_total", Help: "Messages not applied, by reason.",
+		}, []string{"reason"}),
+		rankMismatches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvgate_kvevents_rank_mismatches_total",
+			Help: "Batches whose data-parallel rank tag does not fit their server's endpoints, by reason (start: it puts the server's first rank elsewhere than its other connections did; no_endpoint: the server has no endpoint for that rank, and the batch stays where it arrived).",
 		}, []string{"reason"}),
 		indexErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvgate_kvevents_index_errors_total", Help: "Events the index refused (too many endpoints).",
@@ -102,6 +109,9 @@ func newMetrics(reg prometheus.Registerer, idx *kvindex.Index, queued func() int
 	for _, r := range []string{dropQueueFull, dropBadFrames, dropBadTopic, dropUnknownEndpoint, dropUnauthorized, dropConflictingStream, dropSequenceRegression, dropMemory} {
 		m.dropped.WithLabelValues(r)
 	}
+	for _, r := range []string{mismatchStart, mismatchNoEndpoint} {
+		m.rankMismatches.WithLabelValues(r)
+	}
 	for _, r := range []string{"admission", "max_conns", "handshake"} {
 		m.rejected.WithLabelValues(r)
 	}
@@ -115,7 +125,7 @@ func newMetrics(reg prometheus.Registerer, idx *kvindex.Index, queued func() int
 		Name: "kvgate_kvevents_held_bytes", Help: "Bytes of KV-event messages being read or waiting to be applied (bounded by the memory budget).",
 	}, func() float64 { return float64(queuedBytes()) })
 	for _, c := range []prometheus.Collector{
-		m.batches, m.events, m.gaps, m.restarts, m.replays, m.decodeErrors, m.dropped, m.indexErrors,
+		m.batches, m.events, m.gaps, m.restarts, m.replays, m.decodeErrors, m.dropped, m.rankMismatches, m.indexErrors,
 		m.forgotten, m.conns, m.rejected, m.closed, queue, queueBytes, indexCollector{idx},
 	} {
 		if err := reg.Register(c); err != nil {

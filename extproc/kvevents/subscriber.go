@@ -43,6 +43,14 @@ type Config struct {
 	// Bind is the central SUB endpoint servers connect to, e.g.
 	// tcp://*:5557; empty for none.
 	Bind string
+	// BindRanks is how many consecutive ports the central socket binds,
+	// from Bind's on (0 or 1: Bind's alone). vLLM's data-parallel rank r
+	// connects its publisher to the configured port plus r
+	// (kvwire.OffsetPort), so servers of n ranks per pod need n; more than
+	// one needs a numeric port in Bind. A connection's port then tells the
+	// rank its publisher was offset by (see Source.Server). MaxConns is
+	// shared out among the ports.
+	BindRanks int
 	// Workers is the number of ordered apply queues; endpoints are spread
 	// over them by hash.
 	Workers int
@@ -115,19 +123,32 @@ type Source struct {
 	Replay string
 	// Server and Rank place the endpoint among the data-parallel ranks of
 	// a server that serves each on an endpoint of its own (Server is empty
-	// for a server's only endpoint). vLLM runs a publisher per rank and
-	// tags each batch with its rank (data_parallel_rank): a batch arriving
-	// for this endpoint tagged with another rank of its server is that
-	// rank's, and is applied to the rank's endpoint when the pool has one
-	// on this endpoint's IP.
+	// for a server's only endpoint); Rank is the endpoint's place in the
+	// server (its port's), from 0. vLLM runs a publisher per rank and tags
+	// each batch with its rank (data_parallel_rank), which is global
+	// across the nodes of a deployment: a pod serving ranks 8-15 tags
+	// them 8-15. The server's first rank is learned from the tags of a
+	// connection whose rank is known (this endpoint's own Events socket,
+	// or a port of a multi-port central bind, Config.BindRanks); a batch
+	// tagged with another rank of the server is that rank's, and is
+	// applied to its endpoint when the pool has one on this endpoint's
+	// IP. Tags that contradict the learned first rank, or name a rank the
+	// server has no endpoint for, are counted
+	// (kvgate_kvevents_rank_mismatches_total) and logged once per server.
 	Server string
 	Rank   int
 }
 
-// rankKey names one data-parallel rank of a server.
-type rankKey struct {
-	server string
-	rank   int
+// dpServer is the pool's view of one data-parallel server: its ranks'
+// endpoints and the global rank of its first one.
+type dpServer struct {
+	ranks map[int]string // endpoint of each rank, by its place in the server
+	// start is the global rank (vLLM's tag) of the server's rank 0, once
+	// a connection whose rank is known has carried a tagged batch; until
+	// then tags are read as places (start 0).
+	start      int
+	startKnown bool
+	warned     map[string]bool // mismatch reasons logged already
 }
 
 // Subscriber feeds a kvindex.Index from KV event streams. Its methods are
@@ -139,17 +160,17 @@ type Subscriber struct {
 	m       *metrics
 	ctx     context.Context
 	cancel  context.CancelFunc
-	central *zmtp.Server // nil without Config.Bind
+	central []*zmtp.Server // one per bound port; none without Config.Bind
 	workers []*worker
 	seed    maphash.Seed
 	mem     budget
 	peers   atomic.Uint64  // connection ids
 	wg      sync.WaitGroup // readers and workers
 
-	mu      sync.Mutex // guards sources, ranks and hosts
+	mu      sync.Mutex // guards sources, servers and hosts
 	sources map[string]*source
-	ranks   map[rankKey]string // the endpoint of each rank of a Source.Server
-	hosts   map[netip.Addr]int // configured endpoints per IP
+	servers map[string]*dpServer // by Source.Server
+	hosts   map[netip.Addr]int   // configured endpoints per IP
 }
 
 // source is one configured endpoint; its socket belongs to its reader
@@ -178,7 +199,7 @@ func New(ctx context.Context, idx *kvindex.Index, cfg Config) (*Subscriber, erro
 		seed:    maphash.MakeSeed(),
 		mem:     budget{max: cfg.MemoryBudget},
 		sources: make(map[string]*source),
-		ranks:   make(map[rankKey]string),
+		servers: make(map[string]*dpServer),
 		hosts:   make(map[netip.Addr]int),
 	}
 	m, err := newMetrics(reg, idx, s.queued, func() int64 { return s.mem.used.Load() })
@@ -198,16 +219,36 @@ func New(ctx context.Context, idx *kvindex.Index, cfg Config) (*Subscriber, erro
 		s.workers = append(s.workers, w)
 		s.wg.Go(w.run)
 	}
-	if cfg.Bind != "" {
-		s.central, err = zmtp.Listen(ctx, cfg.Bind, s.serverConfig(cfg.TLS), func(ctx context.Context, c *zmtp.Conn) {
-			s.read(ctx, c, "")
-		})
-		if err != nil {
-			s.Close()
-			return nil, fmt.Errorf("kvevents: %w", err)
-		}
+	if err := s.bindCentral(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("kvevents: %w", err)
 	}
 	return s, nil
+}
+
+// bindCentral binds Config.Bind and, for Config.BindRanks, the ports after
+// it, one per data-parallel rank offset.
+func (s *Subscriber) bindCentral(ctx context.Context) error {
+	if s.cfg.Bind == "" {
+		return nil
+	}
+	n := max(s.cfg.BindRanks, 1)
+	cfg := s.serverConfig(s.cfg.TLS)
+	cfg.MaxConns = (s.cfg.MaxConns + n - 1) / n
+	for r := range n {
+		addr, err := kvwire.OffsetPort(s.cfg.Bind, r)
+		if err != nil {
+			return err
+		}
+		srv, err := zmtp.Listen(ctx, addr, cfg, func(ctx context.Context, c *zmtp.Conn) {
+			s.readPeer(ctx, c, "", &peer{offset: r, offsetKnown: n > 1})
+		})
+		if err != nil {
+			return err
+		}
+		s.central = append(s.central, srv)
+	}
+	return nil
 }
 
 func withDefaults(cfg Config) Config {
@@ -323,13 +364,13 @@ func endpointIP(endpoint string) (netip.Addr, bool) {
 	return ap.Addr().Unmap(), true
 }
 
-// Addr is the central socket's bound address (nil without Config.Bind),
-// which tells the port picked for a tcp://host:* endpoint.
+// Addr is the central socket's (first) bound address (nil without
+// Config.Bind), which tells the port picked for a tcp://host:* endpoint.
 func (s *Subscriber) Addr() net.Addr {
-	if s.central == nil {
+	if len(s.central) == 0 {
 		return nil
 	}
-	return s.central.Addr()
+	return s.central[0].Addr()
 }
 
 // AddEndpoint registers an endpoint (its ip:port, the index's key) and how
@@ -357,7 +398,12 @@ func (s *Subscriber) AddEndpoint(endpoint string, src Source) {
 		s.hosts[ip]++
 	}
 	if src.Server != "" {
-		s.ranks[rankKey{src.Server, src.Rank}] = endpoint
+		srv := s.servers[src.Server]
+		if srv == nil {
+			srv = &dpServer{ranks: make(map[int]string)}
+			s.servers[src.Server] = srv
+		}
+		srv.ranks[src.Rank] = endpoint
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	sc := &source{Source: src, cancel: cancel, done: make(chan struct{})}
@@ -406,38 +452,80 @@ func (s *Subscriber) EndpointRemoved(endpoint string) {
 }
 
 // forgetRankLocked drops endpoint's place among its server's ranks, unless
-// another endpoint took it since; s.mu must be held.
+// another endpoint took it since, and the server with its last rank;
+// s.mu must be held.
 func (s *Subscriber) forgetRankLocked(endpoint string, src Source) {
-	if k := (rankKey{src.Server, src.Rank}); src.Server != "" && s.ranks[k] == endpoint {
-		delete(s.ranks, k)
+	srv := s.servers[src.Server]
+	if src.Server == "" || srv == nil || srv.ranks[src.Rank] != endpoint {
+		return
+	}
+	delete(srv.ranks, src.Rank)
+	if len(srv.ranks) == 0 {
+		delete(s.servers, src.Server)
 	}
 }
+
+// Reasons a data-parallel rank tag does not fit the pool, the reason
+// label of kvgate_kvevents_rank_mismatches_total.
+const (
+	// mismatchStart: a connection's tags put the server's first rank
+	// elsewhere than the server's other connections did (an endpoint
+	// subscribed to another rank's socket, or pods of one server with
+	// publisher ports not offset alike); the first one learned stands.
+	mismatchStart = "start"
+	// mismatchNoEndpoint: a batch tagged with a rank the server has no
+	// endpoint for (its first rank not learned yet, as with a central
+	// socket of one port, or more ranks than target ports); it stays on
+	// the endpoint it arrived for.
+	mismatchNoEndpoint = "no_endpoint"
+)
 
 // rankEndpoint is the endpoint a message arriving for ep belongs to: ep,
 // unless its batch is tagged with another data-parallel rank of ep's
 // server whose endpoint is in the pool, on ep's IP; "" (the drop counted)
 // when the connection may not publish for that endpoint.
 func (s *Subscriber) rankEndpoint(ep string, p *peer, payload []byte) string {
+	tag, ok := kvwire.DataParallelRank(payload)
+	if !ok || p.fixed && (p.src.Server == "" || p.ownTag == tag+1) {
+		// Untagged, not a rank's, or this connection's own rank's tag,
+		// checked already.
+		return ep
+	}
+	s.mu.Lock()
 	// A per-endpoint connection has the source it was opened for, as for
 	// its replay; a central one the source of the endpoint its topic names.
 	src := p.src
 	if !p.fixed {
-		s.mu.Lock()
 		if sc, ok := s.sources[ep]; ok {
 			src = sc.Source
 		}
+	}
+	srv := s.servers[src.Server]
+	if src.Server == "" || srv == nil { // srv nil: removed meanwhile
 		s.mu.Unlock()
-	}
-	if src.Server == "" {
 		return ep
 	}
-	rank, ok := kvwire.DataParallelRank(payload)
-	if !ok || rank == src.Rank {
-		return ep
+	if p.offsetKnown {
+		// The connection's publisher was offset by p.offset: its tag less
+		// the offset is the global rank of the server's first rank.
+		if start := tag - p.offset; !srv.startKnown && start >= 0 {
+			srv.start, srv.startKnown = start, true
+		} else if start != srv.start {
+			s.mismatchLocked(srv, src.Server, ep, mismatchStart, "tag", tag, "connection_rank", p.offset, "first_rank", srv.start)
+		}
 	}
-	s.mu.Lock()
-	to := s.ranks[rankKey{src.Server, rank}]
+	place := tag - srv.start
+	to, found := srv.ranks[place]
+	if !found {
+		s.mismatchLocked(srv, src.Server, ep, mismatchNoEndpoint, "tag", tag, "first_rank", srv.start, "first_rank_learned", srv.startKnown)
+	}
 	s.mu.Unlock()
+	if !found || to == ep {
+		if found && p.fixed {
+			p.ownTag = tag + 1
+		}
+		return ep
+	}
 	ip, _ := endpointIP(ep)
 	if toIP, ok := endpointIP(to); !ok || toIP != ip {
 		return ep
@@ -447,6 +535,23 @@ func (s *Subscriber) rankEndpoint(ep string, p *peer, payload []byte) string {
 		return ""
 	}
 	return to
+}
+
+// mismatchLocked counts a rank tag that does not fit server srv, and logs
+// the first of each reason for the server (its endpoints are the pool's,
+// so the log is bounded by the pool, not by the traffic); s.mu must be
+// held.
+func (s *Subscriber) mismatchLocked(srv *dpServer, server, ep, reason string, attrs ...any) {
+	s.m.rankMismatches.WithLabelValues(reason).Inc()
+	if srv.warned[reason] {
+		return
+	}
+	if srv.warned == nil {
+		srv.warned = make(map[string]bool)
+	}
+	srv.warned[reason] = true
+	s.log.Warn("kv events: a data-parallel rank tag does not fit the server's endpoints; its ranks' blocks may be attributed to the wrong rank (vLLM tags and offsets ports by the global rank: pods whose ranks do not start at 0 must subtract their first rank from the configured KV-event ports)",
+		append([]any{"reason", reason, "server", server, "endpoint", ep}, attrs...)...)
 }
 
 // replayFor is the replay socket address for a message: its per-endpoint
@@ -500,20 +605,25 @@ type peer struct {
 	// replaced meanwhile does not lend it the new one's).
 	fixed bool
 	src   Source
+	// offset is the data-parallel rank offset of the connection's
+	// publisher when offsetKnown: a fixed connection's source's rank (its
+	// socket is that rank's), a central one's bound port's place after
+	// Config.Bind's when several are bound.
+	offset      int
+	offsetKnown bool
+	// ownTag is 1 + the rank tag of a fixed connection's batches once
+	// found to be its own rank's (0 before), read by its reader alone.
+	ownTag int
 }
 
 // readFixed is read for a per-endpoint source.
 func (s *Subscriber) readFixed(ctx context.Context, c *zmtp.Conn, endpoint string, src Source) {
-	s.readPeer(ctx, c, endpoint, &peer{fixed: true, src: src})
+	s.readPeer(ctx, c, endpoint, &peer{fixed: true, src: src, offset: src.Rank, offsetKnown: src.Server != ""})
 }
 
-// read receives from one connection until it fails or ctx ends. A fixed
-// endpoint names the sender of every message; otherwise the topic does,
-// and the peer must be authorized for it.
-func (s *Subscriber) read(ctx context.Context, c *zmtp.Conn, endpoint string) {
-	s.readPeer(ctx, c, endpoint, &peer{})
-}
-
+// readPeer receives from one connection until it fails or ctx ends. A
+// fixed endpoint names the sender of every message; otherwise the topic
+// does, and the peer must be authorized for it.
 func (s *Subscriber) readPeer(ctx context.Context, c *zmtp.Conn, endpoint string, p *peer) {
 	p.id, p.conn, p.mem = s.peers.Add(1), c, &connBudget{g: &s.mem, max: s.cfg.PublisherMemory}
 	c.SetAllocator(p.mem)
@@ -644,8 +754,8 @@ func (s *Subscriber) Close() error {
 	s.mu.Lock()
 	s.cancel()
 	s.mu.Unlock()
-	if s.central != nil {
-		_ = s.central.Close()
+	for _, srv := range s.central {
+		_ = srv.Close()
 	}
 	s.wg.Wait()
 	return nil
