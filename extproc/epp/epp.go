@@ -50,6 +50,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/telemetry"
 	"github.com/kvgate/kvgate/internal/bytebudget"
 	"github.com/kvgate/kvgate/internal/cliflag"
+	"github.com/kvgate/kvgate/internal/kvwire"
 	"github.com/kvgate/kvgate/internal/memlimit"
 )
 
@@ -671,10 +672,17 @@ func (p *Picker) kvEventSource(e *endpoints.Endpoint) kvevents.Source {
 	if err != nil {
 		return src
 	}
-	src.Events = "tcp://" + net.JoinHostPort(host, strconv.Itoa(ev.SocketPort+rank))
-	if ev.ReplayPort > 0 {
-		src.Replay = "tcp://" + net.JoinHostPort(host, strconv.Itoa(ev.ReplayPort+rank))
+	events, err := kvwire.OffsetPort("tcp://"+net.JoinHostPort(host, strconv.Itoa(ev.SocketPort)), rank)
+	replay := ""
+	if err == nil && ev.ReplayPort > 0 {
+		replay, err = kvwire.OffsetPort("tcp://"+net.JoinHostPort(host, strconv.Itoa(ev.ReplayPort)), rank)
 	}
+	if err != nil {
+		// No server binds such a port: nothing to subscribe to.
+		p.log.Warn("no KV-event socket for a data-parallel rank", "endpoint", e.Name(), "err", err)
+		return src
+	}
+	src.Events, src.Replay = events, replay
 	return src
 }
 

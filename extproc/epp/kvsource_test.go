@@ -31,10 +31,12 @@ func TestKVEventSource(t *testing.T) {
 			kvevents.Source{Events: "tcp://10.0.0.7:5559", Replay: "tcp://10.0.0.7:5602", Server: "vllm-0", Rank: 2}},
 		{"data-parallel rank's own source", precise.KVEvents{SocketPort: 5557}, endpoints.Spec{Name: endpoints.RankName("vllm-0", 1), Address: "10.0.0.7:8001", KVEvents: "tcp://10.0.0.7:9999"},
 			kvevents.Source{Events: "tcp://10.0.0.7:9999", Server: "vllm-0", Rank: 1}},
+		{"data-parallel rank beyond the last port", precise.KVEvents{SocketPort: 65535}, endpoints.Spec{Name: endpoints.RankName("vllm-0", 1), Address: "10.0.0.7:8001"},
+			kvevents.Source{Server: "vllm-0", Rank: 1}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p := &Picker{built: &config.Built{KVEvents: tc.ev}}
+			p := &Picker{built: &config.Built{KVEvents: tc.ev}, log: quiet}
 			if got := p.kvEventSource(ep(tc.spec)); got != tc.want {
 				t.Fatalf("source %+v, want %+v", got, tc.want)
 			}
