@@ -50,11 +50,14 @@ type metrics struct {
 	// rankMismatches counts data-parallel rank tags that do not fit the
 	// pool (mismatchStart, mismatchNoEndpoint).
 	rankMismatches *prometheus.CounterVec
-	indexErrors    prometheus.Counter
-	forgotten      prometheus.Counter
-	conns          prometheus.Gauge
-	rejected       *prometheus.CounterVec
-	closed         *prometheus.CounterVec
+	// unreachable counts per-endpoint sockets that stayed unreachable
+	// through the longest redial backoff.
+	unreachable prometheus.Counter
+	indexErrors prometheus.Counter
+	forgotten   prometheus.Counter
+	conns       prometheus.Gauge
+	rejected    *prometheus.CounterVec
+	closed      *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, idx *kvindex.Index, queued func() int, queuedBytes func() int64) (*metrics, error) {
@@ -84,6 +87,10 @@ func newMetrics(reg prometheus.Registerer, idx *kvindex.Index, queued func() int
 			Name: "kvgate_kvevents_rank_mismatches_total",
 			Help: "Batches whose data-parallel rank tag does not fit their server's endpoints, by reason (start: it puts the server's first rank elsewhere than its other connections did; no_endpoint: the server has no endpoint for that rank, and the batch stays where it arrived).",
 		}, []string{"reason"}),
+		unreachable: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvgate_kvevents_publishers_unreachable_total",
+			Help: "Times an endpoint's own KV-event socket stayed unreachable through the longest redial backoff (a wrong address or port; for a data-parallel rank, a pod whose ranks do not start at 0 with its ports not moved back by its first rank).",
+		}),
 		indexErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvgate_kvevents_index_errors_total", Help: "Events the index refused (too many endpoints).",
 		}),
@@ -125,7 +132,7 @@ func newMetrics(reg prometheus.Registerer, idx *kvindex.Index, queued func() int
 		Name: "kvgate_kvevents_held_bytes", Help: "Bytes of KV-event messages being read or waiting to be applied (bounded by the memory budget).",
 	}, func() float64 { return float64(queuedBytes()) })
 	for _, c := range []prometheus.Collector{
-		m.batches, m.events, m.gaps, m.restarts, m.replays, m.decodeErrors, m.dropped, m.rankMismatches, m.indexErrors,
+		m.batches, m.events, m.gaps, m.restarts, m.replays, m.decodeErrors, m.dropped, m.rankMismatches, m.unreachable, m.indexErrors,
 		m.forgotten, m.conns, m.rejected, m.closed, queue, queueBytes, indexCollector{idx},
 	} {
 		if err := reg.Register(c); err != nil {

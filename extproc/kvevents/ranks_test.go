@@ -237,3 +237,26 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestUnreachableRankSocketReported: a data-parallel rank subscribed on a
+// port nothing listens on (vLLM moved it by the pod's first rank, not by
+// the endpoint's place) is counted and logged once, naming the endpoint,
+// instead of redialing silently.
+func TestUnreachableRankSocketReported(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := "tcp://" + ln.Addr().String()
+	_ = ln.Close()
+	var logs lockedBuffer
+	f := newFixture(t, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	const place1 = "10.0.0.10:8001"
+	f.sub.AddEndpoint(place1, Source{Events: addr, Server: "vllm-4", Rank: 1})
+	f.eventually("the report", func() bool { return testutil.ToFloat64(f.sub.m.unreachable) == 1 })
+	out := logs.String()
+	if !strings.Contains(out, "publisher is unreachable") || !strings.Contains(out, "endpoint="+place1) || !strings.Contains(out, "server=vllm-4") {
+		t.Fatalf("the log does not name the endpoint and its server:\n%s", out)
+	}
+}

@@ -590,7 +590,19 @@ func (s *Subscriber) follow(ctx context.Context, endpoint string, src Source) {
 		_ = srv.Close()
 		return
 	}
-	zmtp.Redial(ctx, addr, s.dialConfig(zmtp.SUB), read)
+	cfg := s.dialConfig(zmtp.SUB)
+	cfg.Unreachable = func(err error) {
+		s.m.unreachable.Inc()
+		attrs := []any{"endpoint", endpoint, "addr", addr, "err", err}
+		if src.Server != "" {
+			// The likeliest cause with data parallelism: vLLM moved the
+			// rank's socket by its global rank, not its place in the pod.
+			attrs = append(attrs, "server", src.Server, "rank", src.Rank,
+				"hint", "vLLM binds the configured port plus the global data-parallel rank: a pod whose ranks start at S must configure its KV-event ports less S")
+		}
+		s.log.Warn("kv events: the endpoint's publisher is unreachable; retrying", attrs...)
+	}
+	zmtp.Redial(ctx, addr, cfg, read)
 }
 
 // peer is one connection a stream can come from. Its reader marks it

@@ -229,7 +229,12 @@ type DialConfig struct {
 	TLS *tls.Config
 	// RedialMin and RedialMax bound Redial's backoff between attempts.
 	RedialMin, RedialMax time.Duration
-	Logger               *slog.Logger
+	// Unreachable, when set, is called on Redial's goroutine, with the
+	// last error, once attempts have failed all the way to RedialMax
+	// without a connection: a peer that is not there (a wrong port), as
+	// opposed to one restarting. A connection resets it.
+	Unreachable func(err error)
+	Logger      *slog.Logger
 }
 
 func (cfg DialConfig) withDefaults() DialConfig {
@@ -297,18 +302,23 @@ func Dial(ctx context.Context, endpoint string, cfg DialConfig) (*Conn, error) {
 func Redial(ctx context.Context, endpoint string, cfg DialConfig, handler func(context.Context, *Conn)) {
 	cfg = cfg.withDefaults()
 	backoff := cfg.RedialMin
+	reported := false // Unreachable called since the last connection
 	for ctx.Err() == nil {
 		c, err := Dial(ctx, endpoint, cfg)
 		if err == nil {
 			// As libzmq: after a connection that was established, the
 			// next attempt comes after the shortest interval.
-			backoff = cfg.RedialMin
+			backoff, reported = cfg.RedialMin, false
 			stop := context.AfterFunc(ctx, func() { _ = c.Close() })
 			handler(ctx, c)
 			stop()
 			_ = c.Close()
 		} else if ctx.Err() == nil {
 			cfg.Logger.Debug("zmtp connect failed", "endpoint", endpoint, "err", err, "retry_in", backoff)
+			if backoff >= cfg.RedialMax && !reported && cfg.Unreachable != nil {
+				reported = true
+				cfg.Unreachable(err)
+			}
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
 		backoff = min(2*backoff, cfg.RedialMax)
