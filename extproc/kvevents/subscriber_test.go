@@ -488,6 +488,9 @@ func TestSequenceStatesAreBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, ep := range []string{"a:1", "b:1", "c:1"} {
+		f.sub.AddEndpoint(ep, Source{}) // only the pool's endpoints start a stream
+	}
 	p := &peer{}
 	for i, ep := range []string{"a:1", "b:1", "a:1", "c:1"} {
 		w.handle(item{endpoint: ep, seq: uint64(5 + i), payload: payload, peer: p})
@@ -534,5 +537,34 @@ func TestRestartReplaysNewPublishersStart(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(f.sub.m.restarts); got != 1 {
 		t.Fatalf("restarts = %v, want 1", got)
+	}
+}
+
+// TestBatchQueuedAfterRemovalIsDropped: a reader that resolved an endpoint
+// just before EndpointRemoved (a central socket's topic, or a rank's batch
+// rerouted from another rank's connection, whose reader the removal does
+// not wait for) queues its batch behind the removal. The batch must not
+// put entries in the index for an endpoint that left: nothing would ever
+// remove them. The interleaving is made deterministic by queueing the
+// late batch by hand, as that reader would.
+func TestBatchQueuedAfterRemovalIsDropped(t *testing.T) {
+	const gone, stays = "10.0.0.8:8000", "10.0.0.9:8000"
+	f := newFixture(t, Config{Workers: 1})
+	f.sub.AddEndpoint(gone, Source{})
+	f.sub.AddEndpoint(stays, Source{})
+	f.sub.EndpointRemoved(gone)
+	p := &peer{mem: &connBudget{g: &f.sub.mem, max: DefaultPublisherMemory}}
+	for _, ep := range []string{gone, stays} {
+		payload, err := kvwire.Encode(stored("", 60), kvwire.EncodingArray)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.sub.workerOf(ep).q <- item{endpoint: ep, payload: payload, peer: p}
+	}
+	// One worker applies in order: once the second batch is in, the
+	// first was handled.
+	f.eventually("the configured endpoint's batch", func() bool { return f.holds(stays, 60) == 1 })
+	if f.holds(gone, 60) != 0 {
+		t.Fatal("a batch queued after its endpoint's removal put entries in the index")
 	}
 }

@@ -106,6 +106,16 @@ func (w *worker) handle(it item) {
 	st, known := w.states[ep]
 	switch {
 	case !known:
+		// A reader that resolved ep just before EndpointRemoved (a central
+		// topic, or a rank's batch rerouted from another rank's connection,
+		// whose reader the removal does not wait for) queues it behind the
+		// removal: its entries would never be removed. Only the pool's
+		// endpoints start a stream; a removed one has no state, so this
+		// check runs once per stream, not per message.
+		if !w.s.configured(ep) {
+			w.s.m.dropped.WithLabelValues(dropUnknownEndpoint).Inc()
+			return
+		}
 		// Joining mid-stream is normal (slow joiner, picker restart); what
 		// came before is unknown rather than wrong, so nothing is cleared.
 		if len(w.states) >= w.maxEndpoints {
