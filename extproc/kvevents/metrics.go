@@ -16,7 +16,8 @@ const (
 	dropBadFrames = "bad_frames"
 	dropBadTopic  = "bad_topic"
 	// dropUnknownEndpoint: a central-socket message whose topic names no
-	// endpoint of the pool (a pod already removed, or a stray publisher).
+	// endpoint of the pool (a pod already removed, or a stray publisher),
+	// or a message queued for an endpoint just as it was removed.
 	dropUnknownEndpoint = "unknown_endpoint"
 	// dropUnauthorized: a central-socket topic naming an endpoint the
 	// connection may not publish for (Config.Authorize).
