@@ -183,7 +183,7 @@ func (d *Datastore) Replace(specs []Spec) error {
 	var c Change
 	for _, s := range specs {
 		e := old.byName[s.Name]
-		if e == nil || !specEqual(e.spec, s) {
+		if e == nil || !SpecEqual(e.spec, s) {
 			e = NewEndpoint(cloneSpec(s))
 			c.Added = append(c.Added, e)
 			if d.cfg.AwaitFirstScrape && !s.Hostname { // a peer cluster is not scraped
@@ -285,13 +285,22 @@ func healthySubset(all []*Endpoint, unhealthy map[*Endpoint]struct{}) []*Endpoin
 
 func byName(a, b *Endpoint) int { return strings.Compare(a.Name(), b.Name()) }
 
-func specEqual(a, b Spec) bool {
+// SpecEqual reports whether two specs describe the same endpoint in every
+// field: a change of any makes a new Endpoint.
+func SpecEqual(a, b Spec) bool {
 	return a.Name == b.Name && a.Address == b.Address && a.MetricsURL == b.MetricsURL &&
-		a.KVEvents == b.KVEvents && a.KVEventsReplay == b.KVEventsReplay && maps.Equal(a.Labels, b.Labels)
+		a.KVEvents == b.KVEvents && a.KVEventsReplay == b.KVEventsReplay && maps.Equal(a.Labels, b.Labels) &&
+		a.NodeAddress == b.NodeAddress && a.Hostname == b.Hostname &&
+		(a.DataParallel == nil) == (b.DataParallel == nil) && (a.DataParallel == nil || *a.DataParallel == *b.DataParallel)
 }
 
-// cloneSpec detaches the stored spec from the caller's label map.
+// cloneSpec detaches the stored spec from the caller's label map and
+// rank placement.
 func cloneSpec(s Spec) Spec {
 	s.Labels = maps.Clone(s.Labels)
+	if s.DataParallel != nil {
+		dp := *s.DataParallel
+		s.DataParallel = &dp
+	}
 	return s
 }

@@ -548,3 +548,30 @@ func TestByAddressNormalises(t *testing.T) {
 		t.Errorf("an address and its IPv4-mapped spelling: err = %v, want %v", err, ErrDuplicate)
 	}
 }
+
+// TestSpecEqual: every field of a spec counts, the rank placement by
+// value.
+func TestSpecEqual(t *testing.T) {
+	base := func() Spec {
+		return Spec{Name: "a", Address: "10.0.0.1:8000", Labels: map[string]string{"k": "v"}, NodeAddress: "192.168.0.1",
+			DataParallel: &DataParallelRank{Server: "a", Rank: 1}}
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*Spec)
+		equal  bool
+	}{
+		{"the same, another rank pointer", func(s *Spec) { s.DataParallel = &DataParallelRank{Server: "a", Rank: 1} }, true},
+		{"node address", func(s *Spec) { s.NodeAddress = "192.168.0.2" }, false},
+		{"rank", func(s *Spec) { s.DataParallel.Rank = 2 }, false},
+		{"no rank", func(s *Spec) { s.DataParallel = nil }, false},
+		{"label", func(s *Spec) { s.Labels = map[string]string{"k": "w"} }, false},
+		{"hostname", func(s *Spec) { s.Hostname = true }, false},
+	} {
+		b := base()
+		tc.change(&b)
+		if got := SpecEqual(base(), b); got != tc.equal {
+			t.Errorf("%s: SpecEqual = %v, want %v", tc.name, got, tc.equal)
+		}
+	}
+}

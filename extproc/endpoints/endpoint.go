@@ -41,6 +41,19 @@ type Spec struct {
 	// routes on the picker's answer resolves; otherwise Address is a
 	// literal ip:port.
 	Hostname bool `json:"-"`
+	// DataParallel places the endpoint among the data-parallel ranks of
+	// a server that serves one per target port; nil for a server's only
+	// endpoint. Discovery sets it for a pod with several target ports
+	// (named <pod>-rank-<i>): the name alone cannot say, since a one-port
+	// pod may be named x-rank-1. A pointer keeps Endpoint in its 256 bytes.
+	DataParallel *DataParallelRank `json:"dataParallel,omitempty"`
+}
+
+// DataParallelRank is one data-parallel rank's place: its server (the
+// pod) and the port's place in it.
+type DataParallelRank struct {
+	Server string `json:"server"`
+	Rank   int    `json:"rank"`
 }
 
 // Metrics is one immutable snapshot of a model server's state as scraped.
@@ -77,7 +90,12 @@ type Metrics struct {
 // TestEndpointLayout pins this.
 type Endpoint struct {
 	endpointFields
-	_ [endpointSize - unsafe.Sizeof(endpointFields{})]byte
+	_ [endpointSize - unsafe.Sizeof(endpointFields{}) - unsafe.Sizeof(atomic.Pointer[rareState]{})]byte
+	// rare is read by the deciders that price a prefill server's backlog
+	// (PrefillBacklog) and at every charge change, not by every decision.
+	// It comes after the padding: a zero-length array as a struct's last
+	// field would be padded to the next word.
+	rare atomic.Pointer[rareState]
 }
 
 // endpointSize is Endpoint's padded size. The padding is derived from the
@@ -105,9 +123,6 @@ type endpointFields struct {
 	remoteTokens   atomic.Int64
 
 	spec Spec
-	// rare is read by the deciders that price a prefill server's backlog
-	// (PrefillBacklog) and at every charge change, not by every decision.
-	rare atomic.Pointer[rareState]
 }
 
 // NewEndpoint returns an endpoint with an empty metrics snapshot.

@@ -96,6 +96,9 @@ func Validate(specs []Spec) error {
 				return fail("kvEvents", err)
 			}
 		}
+		if dp := s.DataParallel; dp != nil && (dp.Server == "" || dp.Rank < 0) {
+			return fail("dataParallel", fmt.Errorf("server %q, rank %d: want a server and a rank of 0 or more", dp.Server, dp.Rank))
+		}
 	}
 	return nil
 }

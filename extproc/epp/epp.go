@@ -651,18 +651,20 @@ func (p *Picker) endpointsChanged(c endpoints.Change) {
 // kvEventSource is where e's KV events come from: its own configuration
 // (endpoints file, pod annotations), else the ports of llm-d's pod
 // discovery (kvEventsConfig.podDiscoveryConfig) on its IP. An endpoint of
-// one data-parallel rank of a server (named <pod>-rank-<i>) is placed
-// among the server's ranks, and discovery's ports are offset by its rank:
+// one data-parallel rank of a server (Spec.DataParallel: discovery's
+// <pod>-rank-<i>) is placed among the server's ranks, and discovery's
+// ports are offset by its rank:
 // vLLM runs a publisher per rank, on the configured port plus the rank,
 // and its replay socket likewise (ZmqEventPublisher.offset_endpoint_port).
 // vLLM's rank is global across nodes and i is the port's place in the pod,
 // so a pod whose ranks start at S must configure its ports less S (llm-d's
 // wide-EP contract); the subscriber learns S from the batches' tags.
 func (p *Picker) kvEventSource(e *endpoints.Endpoint) kvevents.Source {
-	src := kvevents.Source{Events: e.Spec().KVEvents, Replay: e.Spec().KVEventsReplay}
-	server, rank, dp := endpoints.ParseRankName(e.Name())
-	if dp {
-		src.Server, src.Rank = server, rank
+	spec := e.Spec()
+	src := kvevents.Source{Events: spec.KVEvents, Replay: spec.KVEventsReplay}
+	rank := 0
+	if dp := spec.DataParallel; dp != nil {
+		src.Server, src.Rank, rank = dp.Server, dp.Rank, dp.Rank
 	}
 	ev := p.built.KVEvents
 	if src.Events != "" || ev.SocketPort <= 0 {

@@ -112,12 +112,16 @@ func specsFor(pods []corev1.Pod, ports []int) ([]endpoints.Spec, []skipped) {
 		for r, port := range ports {
 			addr := netip.AddrPortFrom(ip, uint16(port)).String()
 			owner[addr] = p.Name
-			specs = append(specs, endpoints.Spec{
+			s := endpoints.Spec{
 				Name:        rankName(p.Name, r, len(ports)),
 				Address:     addr,
 				Labels:      maps.Clone(p.Labels),
 				NodeAddress: p.Status.HostIP,
-			})
+			}
+			if len(ports) > 1 {
+				s.DataParallel = &endpoints.DataParallelRank{Server: p.Name, Rank: r}
+			}
+			specs = append(specs, s)
 		}
 	}
 	slices.SortFunc(specs, func(a, b endpoints.Spec) int { return strings.Compare(a.Name, b.Name) })
@@ -127,12 +131,7 @@ func specsFor(pods []corev1.Pod, ports []int) ([]endpoints.Spec, []skipped) {
 // sameSpecs reports whether two sorted sets are identical, so that an event
 // that changes nothing routable (a pod's annotation, a status heartbeat)
 // does not reach the datastore.
-func sameSpecs(a, b []endpoints.Spec) bool {
-	return slices.EqualFunc(a, b, func(x, y endpoints.Spec) bool {
-		return x.Name == y.Name && x.Address == y.Address && x.MetricsURL == y.MetricsURL &&
-			x.KVEvents == y.KVEvents && maps.Equal(x.Labels, y.Labels)
-	})
-}
+func sameSpecs(a, b []endpoints.Spec) bool { return slices.EqualFunc(a, b, endpoints.SpecEqual) }
 
 // trimPod is the pod informer's transform: the cache keeps only what
 // discovery reads, which bounds its memory to a few hundred bytes per pod in

@@ -60,10 +60,16 @@ func TestSpecsFor(t *testing.T) {
 			pods:  []corev1.Pod{pod("p", "10.0.0.1", true, lbl)},
 			ports: []int{8000, 8001, 8002},
 			want: []endpoints.Spec{
-				{Name: "p-rank-0", Address: "10.0.0.1:8000", Labels: lbl},
-				{Name: "p-rank-1", Address: "10.0.0.1:8001", Labels: lbl},
-				{Name: "p-rank-2", Address: "10.0.0.1:8002", Labels: lbl},
+				{Name: "p-rank-0", Address: "10.0.0.1:8000", Labels: lbl, DataParallel: &endpoints.DataParallelRank{Server: "p", Rank: 0}},
+				{Name: "p-rank-1", Address: "10.0.0.1:8001", Labels: lbl, DataParallel: &endpoints.DataParallelRank{Server: "p", Rank: 1}},
+				{Name: "p-rank-2", Address: "10.0.0.1:8002", Labels: lbl, DataParallel: &endpoints.DataParallelRank{Server: "p", Rank: 2}},
 			},
+		},
+		{
+			name:  "a one-port pod named like a rank is no rank",
+			pods:  []corev1.Pod{pod("vllm-rank-1", "10.0.0.1", true, nil)},
+			ports: []int{8000},
+			want:  []endpoints.Spec{{Name: "vllm-rank-1", Address: "10.0.0.1:8000"}},
 		},
 		{
 			name:  "IPv6 addresses are bracketed",

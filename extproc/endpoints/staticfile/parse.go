@@ -20,7 +20,7 @@ var ErrUnknownField = errors.New("unknown field")
 
 // The file's keys. Matching is exact: encoding/json's case-insensitive
 // matching would accept "Address" silently, which a strict format must not.
-var entryFields = []string{"name", "address", "labels", "kvEvents", "kvEventsReplay", "metricsURL"}
+var entryFields = []string{"name", "address", "labels", "kvEvents", "kvEventsReplay", "metricsURL", "nodeAddress", "dataParallel"}
 
 // Parse reads a static endpoints file:
 //
@@ -31,6 +31,8 @@ var entryFields = []string{"name", "address", "labels", "kvEvents", "kvEventsRep
 //	    kvEvents: tcp://10.0.0.5:5557   # optional
 //	    kvEventsReplay: tcp://10.0.0.5:5558  # optional
 //	    metricsURL: http://...          # optional
+//	    nodeAddress: 192.168.0.7        # optional
+//	    dataParallel: {server: pod-a, rank: 1}  # optional
 //
 // Unknown or duplicate keys, values of the wrong type, and every check of
 // endpoints.Validate are errors; errors about an entry are
@@ -97,6 +99,15 @@ func parseEntry(raw json.RawMessage, s *endpoints.Spec) *endpoints.SpecError {
 			dst = &s.KVEventsReplay
 		case "metricsURL":
 			dst = &s.MetricsURL
+		case "nodeAddress":
+			dst = &s.NodeAddress
+		case "dataParallel":
+			dp, err := parseDataParallel(fields[k])
+			if err != nil {
+				return &endpoints.SpecError{Name: s.Name, Field: k, Err: err}
+			}
+			s.DataParallel = dp
+			continue
 		default:
 			return &endpoints.SpecError{Name: s.Name, Field: k,
 				Err: fmt.Errorf("%w (want one of %v)", ErrUnknownField, entryFields)}
@@ -106,6 +117,37 @@ func parseEntry(raw json.RawMessage, s *endpoints.Spec) *endpoints.SpecError {
 		}
 	}
 	return nil
+}
+
+// parseDataParallel reads an entry's data-parallel placement, {server,
+// rank}, both required, nothing else.
+func parseDataParallel(raw json.RawMessage) (*endpoints.DataParallelRank, error) {
+	var fields map[string]json.RawMessage
+	if err := decode(raw, &fields); err != nil || fields == nil {
+		return nil, errors.New("want a mapping with server and rank")
+	}
+	dp := &endpoints.DataParallelRank{}
+	for _, k := range sortedKeys(fields) {
+		var dst any
+		switch k {
+		case "server":
+			dst = &dp.Server
+		case "rank":
+			dst = &dp.Rank
+		default:
+			return nil, fmt.Errorf("%w %q (want server, rank)", ErrUnknownField, k)
+		}
+		if err := decode(fields[k], dst); err != nil {
+			return nil, fmt.Errorf("%s: %w", k, err)
+		}
+	}
+	if _, ok := fields["server"]; !ok {
+		return nil, fmt.Errorf("server: %w", endpoints.ErrRequired)
+	}
+	if _, ok := fields["rank"]; !ok {
+		return nil, fmt.Errorf("rank: %w", endpoints.ErrRequired)
+	}
+	return dp, nil
 }
 
 // decode unmarshals one JSON value, refusing null where a value is due.

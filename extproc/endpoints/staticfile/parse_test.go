@@ -23,6 +23,10 @@ endpoints:
       llm-d.ai/role: prefill
       zone: "a"
     metricsURL: http://10.0.0.6:9090/metrics
+  - name: pod-c-rank-1
+    address: 10.0.0.8:8001
+    nodeAddress: 192.168.0.7
+    dataParallel: {server: pod-c, rank: 1}
 `
 
 func TestParse(t *testing.T) {
@@ -33,6 +37,7 @@ func TestParse(t *testing.T) {
 	want := []endpoints.Spec{
 		{Name: "pod-a", Address: "10.0.0.5:8000", Labels: map[string]string{endpoints.RoleLabel: "decode"}, KVEvents: "tcp://10.0.0.5:5557"},
 		{Name: "pod-b", Address: "[fd00::7]:8000", Labels: map[string]string{endpoints.RoleLabel: "prefill", "zone": "a"}, MetricsURL: "http://10.0.0.6:9090/metrics"},
+		{Name: "pod-c-rank-1", Address: "10.0.0.8:8001", NodeAddress: "192.168.0.7", DataParallel: &endpoints.DataParallelRank{Server: "pod-c", Rank: 1}},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Parse =\n%+v\nwant\n%+v", got, want)
@@ -70,6 +75,11 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate address", "endpoints:\n  - {name: a, address: 10.0.0.1:1}\n  - {name: b, address: 10.0.0.1:1}\n", 1, "address", endpoints.ErrDuplicate, ""},
 		{"bad kvEvents", "endpoints:\n  - {name: a, address: 10.0.0.1:1, kvEvents: 'ipc:///tmp/x'}\n", 0, "kvEvents", nil, "tcp"},
 		{"bad metricsURL", "endpoints:\n  - {name: a, address: 10.0.0.1:1, metricsURL: '/metrics'}\n", 0, "metricsURL", nil, ""},
+		{"dataParallel unknown key", "endpoints:\n  - {name: a, address: 10.0.0.1:1, dataParallel: {server: p, rank: 0, rnk: 1}}\n", 0, "dataParallel", ErrUnknownField, "rnk"},
+		{"dataParallel without rank", "endpoints:\n  - {name: a, address: 10.0.0.1:1, dataParallel: {server: p}}\n", 0, "dataParallel", endpoints.ErrRequired, "rank"},
+		{"dataParallel not a mapping", "endpoints:\n  - {name: a, address: 10.0.0.1:1, dataParallel: 1}\n", 0, "dataParallel", nil, "server and rank"},
+		{"negative rank", "endpoints:\n  - {name: a, address: 10.0.0.1:1, dataParallel: {server: p, rank: -1}}\n", 0, "dataParallel", nil, "rank -1"},
+		{"empty server", "endpoints:\n  - {name: a, address: 10.0.0.1:1, dataParallel: {server: '', rank: 0}}\n", 0, "dataParallel", nil, "want a server"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -140,7 +150,8 @@ func TestMarshalRoundTrip(t *testing.T) {
 		{{Name: "sim-0", Address: "127.0.0.1:8001"}},
 		{{Name: "a", Address: "10.0.0.5:8000", Labels: map[string]string{"llm-d.ai/role": "decode"},
 			KVEvents: "tcp://10.0.0.5:5557", KVEventsReplay: "tcp://10.0.0.5:5558", MetricsURL: "http://10.0.0.5:9000/metrics"},
-			{Name: "b", Address: "10.0.0.6:8000"}},
+			{Name: "b", Address: "10.0.0.6:8000"},
+			{Name: "c-rank-2", Address: "10.0.0.7:8002", NodeAddress: "192.168.0.7", DataParallel: &endpoints.DataParallelRank{Server: "c", Rank: 2}}},
 	} {
 		raw, err := Marshal(specs)
 		if err != nil {

@@ -161,7 +161,11 @@ func (x *Extractor) Attributes() []string { return []string{GPUUtilization} }
 
 // Read implements poll.Reader.
 func (x *Extractor) Read(e *endpoints.Endpoint, doc []byte) error {
-	v, ok, err := Utilization(doc, e.Name())
+	pod := e.Name()
+	if dp := e.Spec().DataParallel; dp != nil {
+		pod = dp.Server // one rank of a data-parallel pod
+	}
+	v, ok, err := Utilization(doc, pod)
 	if err != nil {
 		return err
 	}
@@ -201,9 +205,7 @@ func Utilization(page []byte, pod string) (float64, bool, error) {
 func samplePod(m *dto.Metric, pod string) bool {
 	for _, l := range m.GetLabel() {
 		if l.GetName() == "pod" {
-			v := l.GetValue()
-			server, _, ok := endpoints.ParseRankName(pod)
-			return v == pod || ok && server == v
+			return l.GetValue() == pod
 		}
 	}
 	return true

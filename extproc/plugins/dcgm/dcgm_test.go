@@ -38,7 +38,7 @@ func TestUtilization(t *testing.T) {
 	}{
 		{name: "the pod's busiest GPU", page: daemonSetPage, pod: "vllm-0", want: 0.8, ok: true},
 		{name: "another pod on the node", page: daemonSetPage, pod: "vllm-1", want: 0.12, ok: true},
-		{name: "a rank of a multi-rank pod", page: daemonSetPage, pod: "vllm-1-rank-1", want: 0.12, ok: true},
+		{name: "a name is matched whole", page: daemonSetPage, pod: "vllm-1-rank-1"},
 		{name: "a pod without GPUs on the page", page: daemonSetPage, pod: "vllm-9"},
 		{name: "sidecar page without pod labels", page: "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"} 100\nDCGM_FI_DEV_GPU_UTIL{gpu=\"1\"} 7\n", pod: "any", want: 1, ok: true},
 		{name: "over 100 clamps", page: "DCGM_FI_DEV_GPU_UTIL 130\n", pod: "p", want: 1, ok: true},
@@ -55,6 +55,27 @@ func TestUtilization(t *testing.T) {
 				t.Fatalf("got %v %v, want %v %v", v, ok, tc.want, tc.ok)
 			}
 		})
+	}
+}
+
+// TestReadRankOfPod: an endpoint that is one data-parallel rank of a pod
+// reads its pod's GPUs; a one-port pod named like a rank reads its own.
+func TestReadRankOfPod(t *testing.T) {
+	xp, _ := NewExtractor("", nil, nil)
+	x := xp.(*Extractor)
+	rank := endpoints.NewEndpoint(endpoints.Spec{Name: endpoints.RankName("vllm-1", 1), Address: "10.0.0.2:8001",
+		DataParallel: &endpoints.DataParallelRank{Server: "vllm-1", Rank: 1}})
+	lookalike := endpoints.NewEndpoint(endpoints.Spec{Name: endpoints.RankName("vllm-1", 1), Address: "10.0.0.3:8000"})
+	for _, e := range []*endpoints.Endpoint{rank, lookalike} {
+		if err := x.Read(e, []byte(daemonSetPage)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v, ok := x.Attribute(GPUUtilization, rank); !ok || v != 0.12 {
+		t.Errorf("rank 1 of vllm-1: %v %v, want vllm-1's 0.12", v, ok)
+	}
+	if v, ok := x.Attribute(GPUUtilization, lookalike); ok {
+		t.Errorf("a pod named %s: %v, want none (no pod of that name on the page)", lookalike.Name(), v)
 	}
 }
 
