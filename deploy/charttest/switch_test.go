@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -109,7 +108,7 @@ type kubelet struct {
 type pod struct {
 	cmd    *exec.Cmd
 	argv   []string
-	stderr *lockedBuffer
+	stderr *testutil.SyncBuffer
 	exited chan error
 	spec   corev1.PodSpec
 }
@@ -229,7 +228,7 @@ func (k *kubelet) start(d *appsv1.Deployment, configMaps map[string]*corev1.Conf
 	if _, err := fmt.Sscanf(cf.Config.User, "%d:%d", &uid, &gid); err != nil || uid == 0 {
 		t.Fatalf("image user %q: want a numeric non-root uid:gid", cf.Config.User)
 	}
-	p := &pod{argv: append(slices.Clone(entry), c.Args...), stderr: &lockedBuffer{}, exited: make(chan error, 1), spec: spec}
+	p := &pod{argv: append(slices.Clone(entry), c.Args...), stderr: &testutil.SyncBuffer{}, exited: make(chan error, 1), spec: spec}
 	p.cmd = &exec.Cmd{
 		Path: entry[0], Args: p.argv, Env: env, Dir: "/",
 		Stdout: io.Discard, Stderr: p.stderr,
@@ -304,24 +303,6 @@ func (p *pod) awaitProbes(t *testing.T) error {
 			return fmt.Errorf("probes never passed (liveness: %v, readiness: %v): %s", lerr, rerr, p.stderr.String())
 		}
 	}
-}
-
-// lockedBuffer collects a process's stderr while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func requirePortsFree(t *testing.T, c corev1.Container) {

@@ -1,12 +1,10 @@
 package kvevents
 
 import (
-	"bytes"
 	"log/slog"
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 
 	"github.com/kvgate/kvgate/extproc/kvindex"
 	"github.com/kvgate/kvgate/internal/kvwire"
+	ktestutil "github.com/kvgate/kvgate/internal/testutil"
 )
 
 // rankBatch is stored(h) tagged with a data-parallel rank, as each of
@@ -197,7 +196,7 @@ func TestCentralRankPortsShareMaxConns(t *testing.T) {
 // server, naming the endpoint.
 func TestRankTagsThatDoNotFit(t *testing.T) {
 	const place0, place1 = "10.0.0.9:8000", "10.0.0.9:8001"
-	var logs lockedBuffer
+	var logs ktestutil.SyncBuffer
 	f := newFixture(t, Config{Bind: "tcp://127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	f.sub.AddEndpoint(place0, Source{Server: "vllm-3", Rank: 0})
 	f.sub.AddEndpoint(place1, Source{Server: "vllm-3", Rank: 1})
@@ -219,25 +218,6 @@ func TestRankTagsThatDoNotFit(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a log sink the subscriber's goroutines write while the
-// test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestUnreachableRankSocketReported: a data-parallel rank subscribed on a
 // port nothing listens on (vLLM moved it by the pod's first rank, not by
 // the endpoint's place) is counted and logged once, naming the endpoint,
@@ -250,7 +230,7 @@ func TestUnreachableRankSocketReported(t *testing.T) {
 	}
 	addr := "tcp://" + ln.Addr().String()
 	_ = ln.Close()
-	var logs lockedBuffer
+	var logs ktestutil.SyncBuffer
 	f := newFixture(t, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	const place1 = "10.0.0.10:8001"
 	f.sub.AddEndpoint(place1, Source{Events: addr, Server: "vllm-4", Rank: 1})
