@@ -124,7 +124,7 @@ func (c *completionClock) start(w *twin, steps uint32, out outputs, fills bool) 
 	}
 	kept := w.dec[:0]
 	for _, d := range w.dec {
-		tokens := 1 + float64(steps-d.first)*rate // modulo 2³², as the count
+		tokens := 1 + stepsSince(steps, d.first)*rate
 		if stale(tokens, float64(d.bound)) {
 			continue
 		}
@@ -137,6 +137,12 @@ func (c *completionClock) start(w *twin, steps uint32, out outputs, fills bool) 
 		c.down(i)
 	}
 }
+
+// stepsSince is the steps the count moved from then to now, modulo 2³²
+// as the count; 0 where now is behind then: a decision reads the count
+// before it takes twinMu, and a first token recorded in between is
+// later. Read as 2³² less a step, such an entry was dropped as stale.
+func stepsSince(now, then uint32) float64 { return float64(max(0, int32(now-then))) }
 
 // begins adds a queued prompt whose first token came at the end of
 // projection step at, asking for bound tokens (0: unknown).
@@ -220,11 +226,11 @@ func (m *Model) Finished(t *Ticket, steps uint32, tokens int) {
 	if !ok || tokens < 2 {
 		return
 	}
-	n := steps - d.first // modulo 2³², as the count
+	n := stepsSince(steps, d.first)
 	if n == 0 {
 		return
 	}
-	perStep := float64(tokens-1) / float64(n)
+	perStep := float64(tokens-1) / n
 	m.pool.observePerStep(perStep)
 	if e := m.fitOf(t.addr); e != nil {
 		e.observePerStep(perStep)

@@ -224,3 +224,40 @@ func BenchmarkPredictFullBatch(b *testing.B) {
 		})
 	}
 }
+
+// TestCalendarAgesByTheCount: a calendar entry ages by the step count's
+// differences modulo 2³², and one whose first token was recorded after
+// the decision read the count (the count behind the entry's) is as old as
+// its first token, not 2³² steps less one and dropped.
+func TestCalendarAgesByTheCount(t *testing.T) {
+	const addr = "10.0.0.1:8000"
+	now := time.Unix(1_700_000_000, 0)
+	tests := []struct {
+		name        string
+		first, at   uint32
+		want        float64 // steps to the first token of a prompt behind the full batch
+		wantEntries int
+	}{
+		{"50 steps in", 10, 60, 150, maxRunning},
+		{"50 steps in across the wrap", math.MaxUint32 - 19, 30, 150, maxRunning},
+		{"the count read before the first tokens", 11, 10, 200, maxRunning},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := New(Config{})
+			m.ObserveOutput(addr, 200, 200)
+			for i := range maxRunning {
+				tk := m.Routed(addr, now, 0, 100, 200)
+				m.FirstTokenAt(&tk, now, Engine{Decodes: float64(i), DecodeTokens: float64(i) * 100, Steps: tt.first}, nil)
+			}
+			s := m.Sample(addr, Features{Prefill: 100}, now, Engine{Decodes: maxRunning, DecodeTokens: maxRunning * 1000, Steps: tt.at})
+			e := m.fitOf(addr)
+			e.twinMu.Lock()
+			n := len(e.tw.dec)
+			e.twinMu.Unlock()
+			if !s.twin.ok || s.twin.x[0] != tt.want || n != tt.wantEntries {
+				t.Fatalf("first token after %v steps (ok %v), calendar %d; want %v, %d", s.twin.x[0], s.twin.ok, n, tt.want, tt.wantEntries)
+			}
+		})
+	}
+}
