@@ -428,14 +428,19 @@ func (p *Producer) FirstToken(_ context.Context, cs *scheduling.CycleState, req 
 // in streaming mode, from the batch the request joined at its first token.
 func (p *Producer) ResponseComplete(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, res *scheduling.Response) {
 	st, ok := p.trained(cs, res)
-	if ok && res.Complete {
-		// How long responses run there, how much of their bound, and how
-		// many tokens a step counted: the twin frees a full batch's
-		// places by them.
+	if ok && res.Complete && req.Stream {
+		// How many tokens a step counted: only a stream's chunks count
+		// its steps (a response sent whole has its first chunk at its end,
+		// and the steps other streams ended while it was relayed would
+		// teach all its tokens to one or two of them).
 		p.model.Finished(&st.ticket, st.target.Steps(), res.Usage.CompletionTokens)
-		p.model.ObserveOutput(res.Endpoint.Address(), res.Usage.CompletionTokens, req.MaxTokens)
 	} else if other, found := scheduling.Read(cs, p.key); found {
 		p.model.Ended(&other.ticket)
+	}
+	if ok && res.Complete {
+		// How long responses run there, and how much of their bound: the
+		// twin frees a full batch's places by them.
+		p.model.ObserveOutput(res.Endpoint.Address(), res.Usage.CompletionTokens, req.MaxTokens)
 	}
 	if !ok || st.ttft == 0 || res.TPOT <= 0 || !res.Complete {
 		return

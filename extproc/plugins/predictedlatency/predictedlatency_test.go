@@ -331,6 +331,51 @@ func TestLearnsOutputLengths(t *testing.T) {
 	}
 }
 
+// TestLearnsTokensPerStepFromStreams: a completed stream teaches the
+// tokens per step its endpoint's step clock counted from its first token;
+// a response sent whole does not (its first chunk came at its end: the
+// steps other streams ended while it was relayed are not its own).
+func TestLearnsTokensPerStepFromStreams(t *testing.T) {
+	tests := []struct {
+		name   string
+		stream bool
+		want   float64
+	}{
+		{"streamed: 200 tokens after the first in 4 steps", true, 50},
+		{"sent whole", false, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, "")
+			eps := pair()
+			e := eps[0]
+			step := func() {
+				f.clock.t = f.clock.t.Add(ms(10))
+				e.ObserveStep(f.clock.t, 0)
+			}
+			step()
+			req := &scheduling.Request{ID: "r", TargetModel: "m", PromptTokens: prompt, Stream: tt.stream, MaxTokens: 300}
+			cs, _ := f.produce(req, eps)
+			f.p.PreRequest(ctx, cs, req, routedTo(e))
+			f.p.FirstToken(ctx, cs, req, &scheduling.Response{Endpoint: e, TTFT: ms(10)})
+			for range 4 {
+				step()
+			}
+			f.p.ResponseComplete(ctx, cs, req, &scheduling.Response{Endpoint: e, TTFT: ms(10), Complete: true,
+				Usage: openai.Usage{CompletionTokens: 201}})
+			got := -1.0
+			for _, ft := range f.p.Model().Fits() {
+				if ft.Address == e.Address() {
+					got = ft.TokensPerStep
+				}
+			}
+			if got != tt.want {
+				t.Fatalf("tokens per step %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
 func TestTPOTLearnedOnlyInStreamingMode(t *testing.T) {
 	f := newFixture(t, "")
 	eps := pair()
