@@ -610,12 +610,7 @@ func (w *twin) project(out *twinSample, now int64, cached, uncached, hold int64,
 			return
 		}
 		x := s.x(theta)
-		for k := range out.x {
-			out.x[k] += x[k]
-		}
-		if step == 0 {
-			out.first = x
-		}
+		out.add(step, &x)
 		d := nanos(dot(theta, &x))
 		t += d
 		freed = clock.after(step, eng.Decodes)
@@ -625,9 +620,7 @@ func (w *twin) project(out *twinSample, now int64, cached, uncached, hold int64,
 		// projection waits some 150 steps for a wave).
 		for s.tokens == s.seqs && s.finishing == 0 && math.Ceil(s.seqs-freed) >= maxRunning && step+1 < maxTwinSteps {
 			step++
-			for k := range out.x {
-				out.x[k] += x[k]
-			}
+			out.add(step, &x)
 			t += d
 			freed = clock.after(step, eng.Decodes)
 		}
