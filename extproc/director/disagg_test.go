@@ -7,10 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvgate/kvgate/extproc/config"
 	"github.com/kvgate/kvgate/extproc/endpoints"
 	"github.com/kvgate/kvgate/extproc/inferr"
-	"github.com/kvgate/kvgate/extproc/plugins/all"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/extproc/scheduling/schedtest"
 	"github.com/kvgate/kvgate/extproc/server"
@@ -40,14 +38,7 @@ schedulingProfiles:
 // decode server dd.
 func pdDirector(t *testing.T, yaml string) (d *Director, p, dd *endpoints.Endpoint) {
 	t.Helper()
-	c, err := config.Parse([]byte(yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	built, err := config.Build(c, all.Registry(), &scheduling.Handle{Services: map[string]any{}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	built := buildConfig(t, yaml, &scheduling.Handle{Services: map[string]any{}})
 	p = schedtest.Endpoint("p", endpoints.Metrics{}, endpoints.RoleLabel, "prefill")
 	dd = schedtest.Endpoint("d", endpoints.Metrics{}, endpoints.RoleLabel, "decode")
 	d = New(Options{Pool: pool{p, dd}, Scheduler: built.Scheduler,

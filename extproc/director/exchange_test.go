@@ -58,14 +58,7 @@ func configuredDirector(t *testing.T, yaml string, eps pool, now func() time.Tim
 // built, for tests that add to them.
 func configuredOptions(t *testing.T, yaml string, eps pool, now func() time.Time) (Options, *config.Built) {
 	t.Helper()
-	c, err := config.Parse([]byte(yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	built, err := config.Build(c, all.Registry(), &scheduling.Handle{Now: now, Services: map[string]any{}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	built := buildConfig(t, yaml, &scheduling.Handle{Now: now, Services: map[string]any{}})
 	return Options{Pool: eps, Scheduler: built.Scheduler, Now: now,
 		Hooks: Hooks{PreRequest: built.PreRequest, FirstToken: built.FirstToken, ResponseComplete: built.ResponseComplete, Hold: built.Hold}}, built
 }
