@@ -662,9 +662,8 @@ func (p *Picker) endpointsChanged(c endpoints.Change) {
 func (p *Picker) kvEventSource(e *endpoints.Endpoint) kvevents.Source {
 	spec := e.Spec()
 	src := kvevents.Source{Events: spec.KVEvents, Replay: spec.KVEventsReplay}
-	rank := 0
 	if dp := spec.DataParallel; dp != nil {
-		src.Server, src.Rank, rank = dp.Server, dp.Rank, dp.Rank
+		src.Server, src.Rank = dp.Server, dp.Rank
 	}
 	ev := p.built.KVEvents
 	if src.Events != "" || ev.SocketPort <= 0 {
@@ -674,10 +673,10 @@ func (p *Picker) kvEventSource(e *endpoints.Endpoint) kvevents.Source {
 	if err != nil {
 		return src
 	}
-	events, err := kvwire.OffsetPort("tcp://"+net.JoinHostPort(host, strconv.Itoa(ev.SocketPort)), rank)
+	events, err := kvwire.OffsetPort("tcp://"+net.JoinHostPort(host, strconv.Itoa(ev.SocketPort)), src.Rank)
 	replay := ""
 	if err == nil && ev.ReplayPort > 0 {
-		replay, err = kvwire.OffsetPort("tcp://"+net.JoinHostPort(host, strconv.Itoa(ev.ReplayPort)), rank)
+		replay, err = kvwire.OffsetPort("tcp://"+net.JoinHostPort(host, strconv.Itoa(ev.ReplayPort)), src.Rank)
 	}
 	if err != nil {
 		// No server binds such a port: nothing to subscribe to.
