@@ -64,13 +64,14 @@ func podRoutable(p *corev1.Pod) bool {
 	return false
 }
 
-// rankName names the endpoint for a pod's i-th target port: the pod itself
-// when it serves one port, <pod>-rank-<i> when it serves several.
-func rankName(pod string, i, nports int) string {
+// rankOf names the endpoint for a pod's i-th target port and places it:
+// the pod itself when it serves one port, <pod>-rank-<i>, rank i of the
+// pod, when it serves several.
+func rankOf(pod string, i, nports int) (string, *endpoints.DataParallelRank) {
 	if nports == 1 {
-		return pod
+		return pod, nil
 	}
-	return endpoints.RankName(pod, i)
+	return endpoints.RankName(pod, i), &endpoints.DataParallelRank{Server: pod, Rank: i}
 }
 
 // skipped explains why a selected pod produced no endpoint.
@@ -112,16 +113,14 @@ func specsFor(pods []corev1.Pod, ports []int) ([]endpoints.Spec, []skipped) {
 		for r, port := range ports {
 			addr := netip.AddrPortFrom(ip, uint16(port)).String()
 			owner[addr] = p.Name
-			s := endpoints.Spec{
-				Name:        rankName(p.Name, r, len(ports)),
-				Address:     addr,
-				Labels:      maps.Clone(p.Labels),
-				NodeAddress: p.Status.HostIP,
-			}
-			if len(ports) > 1 {
-				s.DataParallel = &endpoints.DataParallelRank{Server: p.Name, Rank: r}
-			}
-			specs = append(specs, s)
+			name, dp := rankOf(p.Name, r, len(ports))
+			specs = append(specs, endpoints.Spec{
+				Name:         name,
+				Address:      addr,
+				Labels:       maps.Clone(p.Labels),
+				NodeAddress:  p.Status.HostIP,
+				DataParallel: dp,
+			})
 		}
 	}
 	slices.SortFunc(specs, func(a, b endpoints.Spec) int { return strings.Compare(a.Name, b.Name) })
