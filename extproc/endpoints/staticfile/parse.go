@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"sigs.k8s.io/yaml"
@@ -17,10 +18,6 @@ const MaxFileBytes = 16 << 20
 
 // ErrUnknownField is wrapped by errors about misspelled or unsupported keys.
 var ErrUnknownField = errors.New("unknown field")
-
-// The file's keys. Matching is exact: encoding/json's case-insensitive
-// matching would accept "Address" silently, which a strict format must not.
-var entryFields = []string{"name", "address", "labels", "kvEvents", "kvEventsReplay", "metricsURL", "nodeAddress", "dataParallel"}
 
 // Parse reads a static endpoints file:
 //
@@ -47,22 +44,15 @@ func Parse(data []byte) ([]endpoints.Spec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("yaml: %w", err)
 	}
-	var top map[string]json.RawMessage
-	if err := decode(js, &top); err != nil {
-		return nil, fmt.Errorf("top level: want a mapping with key \"endpoints\": %w", err)
-	}
-	for k := range top {
-		if k != "endpoints" {
-			return nil, fmt.Errorf("top level: %w %q", ErrUnknownField, k)
-		}
-	}
-	rawList, ok := top["endpoints"]
-	if !ok {
-		return nil, fmt.Errorf("top level: endpoints: %w", endpoints.ErrRequired)
-	}
 	var list []json.RawMessage
-	if err := decode(rawList, &list); err != nil {
-		return nil, fmt.Errorf("endpoints: want a list: %w", err)
+	if k, err := decodeStrict(js, []key{{name: "endpoints", required: true, decode: into(&list)}}); err != nil {
+		switch {
+		case errors.Is(err, errNotMapping):
+			return nil, fmt.Errorf("top level: want a mapping with key \"endpoints\": %w", err)
+		case k == "endpoints" && !errors.Is(err, endpoints.ErrRequired):
+			return nil, fmt.Errorf("endpoints: want a list: %w", err)
+		}
+		return nil, fmt.Errorf("top level: %s: %w", k, err)
 	}
 	specs := make([]endpoints.Spec, len(list))
 	for i, raw := range list {
@@ -78,43 +68,25 @@ func Parse(data []byte) ([]endpoints.Spec, error) {
 }
 
 func parseEntry(raw json.RawMessage, s *endpoints.Spec) *endpoints.SpecError {
-	var fields map[string]json.RawMessage
-	if err := decode(raw, &fields); err != nil || fields == nil {
-		return &endpoints.SpecError{Field: "(entry)", Err: errors.New("want a mapping")}
-	}
-	// Read the name first so that every later error can carry it.
-	_ = decode(fields["name"], &s.Name)
-	for _, k := range sortedKeys(fields) {
-		var dst any
-		switch k {
-		case "name":
-			dst = &s.Name
-		case "address":
-			dst = &s.Address
-		case "labels":
-			dst = &s.Labels
-		case "kvEvents":
-			dst = &s.KVEvents
-		case "kvEventsReplay":
-			dst = &s.KVEventsReplay
-		case "metricsURL":
-			dst = &s.MetricsURL
-		case "nodeAddress":
-			dst = &s.NodeAddress
-		case "dataParallel":
-			dp, err := parseDataParallel(fields[k])
-			if err != nil {
-				return &endpoints.SpecError{Name: s.Name, Field: k, Err: err}
-			}
-			s.DataParallel = dp
-			continue
-		default:
-			return &endpoints.SpecError{Name: s.Name, Field: k,
-				Err: fmt.Errorf("%w (want one of %v)", ErrUnknownField, entryFields)}
-		}
-		if err := decode(fields[k], dst); err != nil {
-			return &endpoints.SpecError{Name: s.Name, Field: k, Err: err}
-		}
+	// name first, so that every later error can carry it.
+	k, err := decodeStrict(raw, []key{
+		{name: "name", decode: into(&s.Name)},
+		{name: "address", decode: into(&s.Address)},
+		{name: "labels", decode: into(&s.Labels)},
+		{name: "kvEvents", decode: into(&s.KVEvents)},
+		{name: "kvEventsReplay", decode: into(&s.KVEventsReplay)},
+		{name: "metricsURL", decode: into(&s.MetricsURL)},
+		{name: "nodeAddress", decode: into(&s.NodeAddress)},
+		{name: "dataParallel", decode: func(raw json.RawMessage) (err error) {
+			s.DataParallel, err = parseDataParallel(raw)
+			return err
+		}},
+	})
+	switch {
+	case errors.Is(err, errNotMapping):
+		return &endpoints.SpecError{Field: "(entry)", Err: err}
+	case err != nil:
+		return &endpoints.SpecError{Name: s.Name, Field: k, Err: err}
 	}
 	return nil
 }
@@ -122,32 +94,71 @@ func parseEntry(raw json.RawMessage, s *endpoints.Spec) *endpoints.SpecError {
 // parseDataParallel reads an entry's data-parallel placement, {server,
 // rank}, both required, nothing else.
 func parseDataParallel(raw json.RawMessage) (*endpoints.DataParallelRank, error) {
-	var fields map[string]json.RawMessage
-	if err := decode(raw, &fields); err != nil || fields == nil {
-		return nil, errors.New("want a mapping with server and rank")
-	}
 	dp := &endpoints.DataParallelRank{}
-	for _, k := range sortedKeys(fields) {
-		var dst any
-		switch k {
-		case "server":
-			dst = &dp.Server
-		case "rank":
-			dst = &dp.Rank
-		default:
-			return nil, fmt.Errorf("%w %q (want server, rank)", ErrUnknownField, k)
-		}
-		if err := decode(fields[k], dst); err != nil {
-			return nil, fmt.Errorf("%s: %w", k, err)
-		}
-	}
-	if _, ok := fields["server"]; !ok {
-		return nil, fmt.Errorf("server: %w", endpoints.ErrRequired)
-	}
-	if _, ok := fields["rank"]; !ok {
-		return nil, fmt.Errorf("rank: %w", endpoints.ErrRequired)
+	k, err := decodeStrict(raw, []key{
+		{name: "server", required: true, decode: into(&dp.Server)},
+		{name: "rank", required: true, decode: into(&dp.Rank)},
+	})
+	switch {
+	case errors.Is(err, errNotMapping):
+		// Not wrapped: the entry's own decodeStrict would take it for its
+		// entry not being a mapping.
+		return nil, errors.New("want a mapping with server and rank")
+	case err != nil:
+		return nil, fmt.Errorf("%s: %w", k, err)
 	}
 	return dp, nil
+}
+
+// errNotMapping is returned by decodeStrict for a value that is not a
+// mapping (null included).
+var errNotMapping = errors.New("want a mapping")
+
+// key is one key a strict mapping may hold.
+type key struct {
+	name     string
+	required bool
+	decode   func(json.RawMessage) error
+}
+
+func into(dst any) func(json.RawMessage) error {
+	return func(raw json.RawMessage) error { return decode(raw, dst) }
+}
+
+// decodeStrict decodes the mapping raw by keys, in their order, then refuses
+// a key not among them (the first in sorted order, so that the error is the
+// same on every run), then a required key missing. Matching is exact: encoding/json's
+// case-insensitive matching would accept "Address" silently, which a strict
+// format must not. It returns the key an error is about.
+func decodeStrict(raw json.RawMessage, keys []key) (string, error) {
+	var fields map[string]json.RawMessage
+	if err := decode(raw, &fields); err != nil || fields == nil {
+		return "", errNotMapping
+	}
+	for _, k := range keys {
+		if v, ok := fields[k.name]; ok {
+			if err := k.decode(v); err != nil {
+				return k.name, err
+			}
+		}
+	}
+	unknown := slices.Sorted(maps.Keys(fields))
+	unknown = slices.DeleteFunc(unknown, func(name string) bool {
+		return slices.ContainsFunc(keys, func(k key) bool { return k.name == name })
+	})
+	if len(unknown) > 0 {
+		names := make([]string, len(keys))
+		for i, k := range keys {
+			names[i] = k.name
+		}
+		return unknown[0], fmt.Errorf("%w %q (want one of %v)", ErrUnknownField, unknown[0], names)
+	}
+	for _, k := range keys {
+		if _, ok := fields[k.name]; k.required && !ok {
+			return k.name, endpoints.ErrRequired
+		}
+	}
+	return "", nil
 }
 
 // decode unmarshals one JSON value, refusing null where a value is due.
@@ -166,15 +177,6 @@ func decode(raw json.RawMessage, dst any) error {
 		return err
 	}
 	return nil
-}
-
-func sortedKeys(m map[string]json.RawMessage) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // file is the document Parse reads.
