@@ -84,6 +84,7 @@ type Agent struct {
 	deadlines leaseHeap   // the leases by deadline
 	expiry    *time.Timer // armed for deadlines' head (see leaseHeap)
 	peers     map[string]*peer
+	peerUses  uint64 // counts pulls per peer lookup, to order peers by last use
 	watchers  map[string]map[chan *agentv1.Release]struct{}
 	stats     Stats
 	leaseSeq  uint64

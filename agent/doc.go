@@ -35,8 +35,9 @@
 // Ownership: one mutex guards the regions, pools, leases, peers and
 // watchers; transfers run outside it (nixl.Agent has its own lock). Every
 // map is bounded: live regions by maxRegions, retired ranges by maxRetired,
-// leases by maxLeases, peers by maxPeers, release watches by maxWatchers
-// per engine and their queues by watchQueue.
+// leases by maxLeases, peers by maxPeers (the least recently used makes
+// room), release watches by maxWatchers per engine and their queues by
+// watchQueue.
 //
 // Idle, the agent does no work: leases expire on one timer armed for the
 // earliest deadline (a heap of them), and release notifications are

@@ -23,19 +23,20 @@ type peer struct {
 	client  agentv1.KVTransferClient
 	regions map[string]*agentv1.RegionInfo
 	cpu     *agentv1.RegionInfo
+	used    uint64 // Agent.peerUses at its last pull: the least recent makes room
 }
 
 // peerFor returns the peer at addr, doing the handshake on first use.
 func (a *Agent) peerFor(ctx context.Context, addr string) (*peer, error) {
 	a.mu.Lock()
 	p, ok := a.peers[addr]
-	n := len(a.peers)
+	if ok {
+		a.peerUses++
+		p.used = a.peerUses
+	}
 	a.mu.Unlock()
 	if ok {
 		return p, nil
-	}
-	if n >= maxPeers {
-		return nil, status.Errorf(codes.ResourceExhausted, "%d peers connected already", maxPeers)
 	}
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -66,12 +67,43 @@ func (a *Agent) peerFor(ctx context.Context, addr string) (*peer, error) {
 		p.regions[r.EngineId] = r
 	}
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	if old, ok := a.peers[addr]; ok { // raced with another handshake
+		a.mu.Unlock()
 		conn.Close()
 		return old, nil
 	}
+	// A peer is forgotten when a transfer with it fails; one that is
+	// simply gone (its pod rescheduled elsewhere) never fails one, so the
+	// table is kept at its bound by dropping the least recently used.
+	// Its NIXL metadata stays loaded while another address names the same
+	// agent (this one, often): the agent did not fail, and dropping it
+	// would fail that address's next pull into a handshake again.
+	var victim *peer
+	shared := false
+	if len(a.peers) >= maxPeers {
+		for _, q := range a.peers {
+			if victim == nil || q.used < victim.used {
+				victim = q
+			}
+		}
+		delete(a.peers, victim.addr)
+	}
+	a.peerUses++
+	p.used = a.peerUses
 	a.peers[addr] = p
+	if victim != nil {
+		for _, q := range a.peers {
+			shared = shared || q.name == victim.name
+		}
+	}
+	a.mu.Unlock()
+	if victim != nil {
+		a.log.Debug("peer table full; forgetting the least recently used", "peer", victim.addr, "bound", maxPeers)
+		victim.conn.Close()
+		if !shared {
+			a.dropMD(victim.name)
+		}
+	}
 	return p, nil
 }
 
@@ -87,8 +119,15 @@ func (a *Agent) forget(p *peer) {
 	}
 	a.mu.Unlock()
 	p.conn.Close()
-	if err := a.nx.InvalidateRemoteMD(p.name); err != nil && !errors.Is(err, nixl.ErrNotFound.Err()) {
-		a.log.Debug("invalidate peer metadata", "peer", p.name, "err", err)
+	a.dropMD(p.name)
+}
+
+// dropMD unloads a peer agent's NIXL metadata and closes its endpoints;
+// NIXL refuses while a transfer with it runs, and the metadata then stays
+// until the next handshake replaces it.
+func (a *Agent) dropMD(name string) {
+	if err := a.nx.InvalidateRemoteMD(name); err != nil && !errors.Is(err, nixl.ErrNotFound.Err()) {
+		a.log.Debug("invalidate peer metadata", "peer", name, "err", err)
 	}
 }
 

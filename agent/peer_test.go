@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/kvgate/kvgate/agent/kvblock"
 	agentv1 "github.com/kvgate/kvgate/proto/kvgate/agent/v1"
 )
 
@@ -125,5 +126,50 @@ func TestRefusedHandshakeLoadsNothing(t *testing.T) {
 	}
 	if loaded := d.a.nx.RemoteAgents(); len(loaded) != 0 {
 		t.Fatalf("metadata still loaded for %q", loaded)
+	}
+}
+
+// TestPeerChurn: peers come and go (prefill pods rescheduled onto new
+// addresses), and a peer is forgotten only when a transfer with it fails,
+// which a peer that is simply gone never gives a chance to. Before, the
+// maxPeers-th address ever pulled from filled the table for good: every
+// pull from a new peer was refused (ResourceExhausted) until the agent
+// restarted. The least recently used peer now makes room.
+func TestPeerChurn(t *testing.T) {
+	d := newNode(t, "d", 0)
+	dmem := d.region(t, "D", blockBytes, 4, "")
+	p := newNode(t, "p", 0)
+	pmem := p.region(t, "P", blockBytes, 4, "")
+	ctx := t.Context()
+	// Each listener is one more address of the same peer agent: to d, a
+	// peer it never saw.
+	for i := range maxPeers + 8 {
+		if _, err := d.a.PullBlocks(ctx, &agentv1.PullBlocksRequest{EngineId: "D", Peer: serveKV(t, p.a), Hashes: []uint64{1},
+			Source: &agentv1.PullBlocksRequest_Cpu{Cpu: &agentv1.CPUSource{}}}); err != nil {
+			t.Fatalf("pull from the %dth peer address: %v", i+1, err)
+		}
+	}
+	d.a.mu.Lock()
+	n := len(d.a.peers)
+	d.a.mu.Unlock()
+	if n > maxPeers {
+		t.Fatalf("%d peers kept, bound %d", n, maxPeers)
+	}
+	// A transfer still works with the peer known under its first, long
+	// evicted, address.
+	st, err := p.client.StoreBlocks(ctx, &agentv1.StoreBlocksRequest{EngineId: "P", Hashes: []uint64{9},
+		Hold: &agentv1.Hold{RequestId: "churn", LeaseMs: 60000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvblock.Fill(slot(pmem, st.Slots[0]), 9)
+	pull, err := d.a.PullBlocks(ctx, &agentv1.PullBlocksRequest{EngineId: "D", Peer: p.addr, Hashes: []uint64{9},
+		Source: &agentv1.PullBlocksRequest_Prefill{Prefill: &agentv1.PrefillSource{RemoteEngineId: "P",
+			RemoteRequestId: "churn", RemoteBlockIds: st.Slots, TpSize: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at := kvblock.Check(slot(dmem, pull.Slots[0]), 9); at >= 0 {
+		t.Fatalf("pulled block differs at byte %d", at)
 	}
 }
