@@ -313,6 +313,11 @@ func (a *Agent) loadRemoteMD(blob []byte, want string) (string, error) {
 	if be == nil {
 		return "", errorf("loadRemoteMD", ErrMismatch, "agent %s has no %s backend in common", md.Name, a.be.Type)
 	}
+	// Checked before anything loaded under the name is replaced.
+	conn, err := u.loadRemote(be)
+	if err != nil {
+		return "", errorf("loadRemoteMD", ErrInvalidParam, "agent %s: %v", md.Name, err)
+	}
 	if old, ok := a.remotes[md.Name]; ok {
 		if bytes.Equal(old.blob, blob) && old.conn.failed() == nil {
 			return md.Name, nil
@@ -323,7 +328,7 @@ func (a *Agent) loadRemoteMD(blob []byte, want string) (string, error) {
 		old.conn.close()
 		delete(a.remotes, md.Name)
 	}
-	a.remotes[md.Name] = &remoteAgent{name: md.Name, md: md, blob: bytes.Clone(blob), regs: be.Regions, conn: u.loadRemote(be)}
+	a.remotes[md.Name] = &remoteAgent{name: md.Name, md: md, blob: bytes.Clone(blob), regs: be.Regions, conn: conn}
 	return md.Name, nil
 }
 

@@ -26,8 +26,10 @@ type backendEngine interface {
 	connInfo() [][]byte
 	// loadRemote takes a peer's section of its metadata, connection info
 	// and regions' public data (loadRemoteConnInfo, loadRemoteMD).
-	// Connecting may be deferred to the first use.
-	loadRemote(md *backendMD) backendPeer
+	// Connecting may be deferred to the first use; a peer refused here
+	// (connection info the backend cannot read safely) leaves nothing to
+	// close, and one returned holds nothing until its first use.
+	loadRemote(md *backendMD) (backendPeer, error)
 	// progress makes at most rounds rounds of progress and reports
 	// whether the backend was still busy (progress).
 	progress(rounds int) (busy bool)

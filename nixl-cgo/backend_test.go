@@ -99,8 +99,11 @@ func TestBackendSeam(t *testing.T) {
 			// The initiator closes its connection by force: the target
 			// does not progress during cleanup.
 			init, target := mk(Params{"ucx_ep_close_force": "true"}), mk(nil)
-			peer := init.eng.loadRemote(&backendMD{Type: name, Workers: target.eng.connInfo(),
+			peer, err := init.eng.loadRemote(&backendMD{Type: name, Workers: target.eng.connInfo(),
 				Regions: []regionMD{{Type: DRAM, Desc: target.reg.Desc(0, target.reg.Len()), RKey: target.mem.publicMD()}}})
+			if err != nil {
+				t.Fatal(err)
+			}
 			t.Cleanup(func() {
 				peer.close()
 				for _, e := range []*end{init, target} {

@@ -2,6 +2,8 @@ package nixl
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"testing"
 )
 
@@ -72,4 +74,38 @@ func FuzzParseNotif(f *testing.F) {
 			t.Fatalf("round trip of %q %q", name, msg)
 		}
 	})
+}
+
+// TestHostileWorkerAddress: a peer's worker address reaches ucp_ep_create,
+// which reads its format version from the first byte's low four bits and
+// aborts the process (a fatal assertion, not an error) on one it does not
+// know. Before, metadata with such an address was loaded and the first
+// transfer or notification to the peer killed the agent; now it is refused
+// at load, and what was loaded under the name before stays usable.
+func TestHostileWorkerAddress(t *testing.T) {
+	t.Setenv("UCX_TLS", "tcp")
+	x, y := newSide(t, "x", 1<<16, nil), newSide(t, "y", 1<<16, nil)
+	connect(t, x, y)
+	blob, err := y.a.LocalMD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, first := range []byte{0xff, 0x02, 0x1f} {
+		t.Run(fmt.Sprintf("%#02x", first), func(t *testing.T) {
+			md, err := decodeMD(blob)
+			if err != nil {
+				t.Fatal(err)
+			}
+			md.Backends[0].Workers[0] = append([]byte{first}, md.Backends[0].Workers[0][1:]...)
+			if _, err := x.a.LoadRemoteMD(md.encode()); !errors.Is(err, ErrInvalidParam.Err()) {
+				t.Fatalf("hostile metadata: %v, want %v", err, ErrInvalidParam)
+			}
+			if err := x.a.GenNotif("y", []byte("still there")); err != nil {
+				t.Fatalf("the metadata loaded before was replaced: %v", err)
+			}
+		})
+	}
+	if got := notifsFrom(t, y.a, "x", 3); len(got) != 3 {
+		t.Fatalf("%d notifications arrived, want 3", len(got))
+	}
 }

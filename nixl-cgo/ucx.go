@@ -284,13 +284,28 @@ type ucxConn struct {
 	unpk  []map[int]C.ucp_rkey_h // per worker: region → rkey
 }
 
-func (b *ucxBackend) loadRemote(md *backendMD) backendPeer {
+// ucxAddrVersionMask and ucxAddrVersionMax read a worker address's header:
+// its low four bits are the format version, and UCP (1.13) unpacks v1 (0)
+// and v2 (1) only; any other value fails an assertion inside ucp_ep_create
+// that aborts the whole process, so a peer's metadata must not reach it.
+const (
+	ucxAddrVersionMask = 0x0f
+	ucxAddrVersionMax  = 1
+)
+
+func (b *ucxBackend) loadRemote(md *backendMD) (backendPeer, error) {
+	for i, w := range md.Workers {
+		// decodeMD refuses an empty address.
+		if v := w[0] & ucxAddrVersionMask; v > ucxAddrVersionMax {
+			return nil, fmt.Errorf("worker address %d has format version %d; UCP reads 0..%d", i, v, ucxAddrVersionMax)
+		}
+	}
 	c := &ucxConn{b: b, addrs: md.Workers, eps: make([]*C.kvg_ep, len(b.workers)),
 		unpk: make([]map[int]C.ucp_rkey_h, len(b.workers))}
 	for _, r := range md.Regions {
 		c.rkeys = append(c.rkeys, r.RKey)
 	}
-	return c
+	return c, nil
 }
 
 func (c *ucxConn) ep(worker int) (*C.kvg_ep, error) {
