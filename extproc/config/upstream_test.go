@@ -42,6 +42,13 @@ type upstreamDoc struct {
 var invalidUpstream = map[string]string{
 	// "- -pluginRef" in GIE v1.0's configuration guide.
 	"gateway-api-inference-extension-v1-0-0-site-src-guides-epp-configuration-config-text-3.yaml": `unknown field "-pluginRef"`,
+	// "  -pluginRef" in GIE v1.1 to v1.3's configuration guide: a key of the
+	// profile, not a list item.
+	"gateway-api-inference-extension-v1-3-1-site-src-guides-epp-configuration-config-text-3.yaml": `unknown field "-pluginRef"`,
+	// llm-d v0.6 and v0.8's architecture guide shows the P/D plugins without
+	// the apiVersion line, which llm-d's loader requires as kvgate does.
+	"llm-d-router-v0-6-1-docs-architecture-3.yaml": "apiVersion must be one of",
+	"llm-d-router-v0-8-0-docs-architecture-3.yaml": "apiVersion must be one of",
 	// The tuning guide's template: maxConcurrency is "<N_active + B>", for the
 	// reader to fill in.
 	"llm-d-guides-flow-control-tuning-1.yaml": "cannot unmarshal string",
@@ -54,6 +61,7 @@ var invalidUpstream = map[string]string{
 // plain; corrected, they must load and run.
 var upstreamFixes = map[string][2]string{
 	"gateway-api-inference-extension-v1-0-0-site-src-guides-epp-configuration-config-text-3.yaml": {"  -pluginRef:", "  - pluginRef:"},
+	"gateway-api-inference-extension-v1-3-1-site-src-guides-epp-configuration-config-text-3.yaml": {"  -pluginRef:", "  - pluginRef:"},
 	"llm-d-router-deploy-config-epp-mm-embeddings-cache-config-1.yaml":                            {"cacheSizeInMB:", "cacheSizeInMBPerServer:"},
 	// The guide's reader fills in N_active + B; any count will do.
 	"llm-d-guides-flow-control-tuning-1.yaml": {"maxConcurrency: <N_active + B>", "maxConcurrency: 96"},
@@ -99,7 +107,7 @@ func withUpstreamFiles(t *testing.T, data []byte) []byte {
 
 // minUpstreamLoaded is how many of the upstream documents load: fewer is a
 // regression. (More: raise it.)
-const minUpstreamLoaded = 96
+const minUpstreamLoaded = 122
 
 // outcome of loading one upstream file.
 type outcome struct {
