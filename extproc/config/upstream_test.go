@@ -49,6 +49,10 @@ var invalidUpstream = map[string]string{
 	// the apiVersion line, which llm-d's loader requires as kvgate does.
 	"llm-d-router-v0-6-1-docs-architecture-3.yaml": "apiVersion must be one of",
 	"llm-d-router-v0-8-0-docs-architecture-3.yaml": "apiVersion must be one of",
+	// llm-d v0.6's P/D samples are envsubst templates: primaryPort is
+	// "${PRIMARY_PORT}" until deployed (and kvgate refuses primaryPort by name).
+	"llm-d-router-v0-6-1-deploy-config-pd-epp-config-1.yaml":     "PDParams.primaryPort of type int",
+	"llm-d-router-v0-6-1-deploy-config-sim-pd-epp-config-1.yaml": "PDParams.primaryPort of type int",
 	// The tuning guide's template: maxConcurrency is "<N_active + B>", for the
 	// reader to fill in.
 	"llm-d-guides-flow-control-tuning-1.yaml": "cannot unmarshal string",
