@@ -3,6 +3,7 @@ package flowpolicy
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"testing"
@@ -244,6 +245,28 @@ func TestProgramAwareMetrics(t *testing.T) {
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("%s = %v, want %v (all: %v)", k, got[k], v, got)
+		}
+	}
+}
+
+// program-aware-fairness refuses a strategy it does not implement by the
+// parameter's name (llm-d's turn-priority guide names one), and accepts las.
+func TestProgramAwareStrategy(t *testing.T) {
+	for _, tc := range []struct {
+		params  string
+		refused bool
+	}{
+		{`{}`, false},
+		{`{"strategy": "las"}`, false},
+		{`{"strategy": "turn-priority"}`, true},
+	} {
+		_, err := NewProgramAware("", json.RawMessage(tc.params), &scheduling.Handle{})
+		var param *scheduling.UnsupportedParameterError
+		switch {
+		case tc.refused && (!errors.As(err, &param) || param.Param != "strategy"):
+			t.Errorf("%s: %v, want strategy refused by name", tc.params, err)
+		case !tc.refused && err != nil:
+			t.Errorf("%s: %v", tc.params, err)
 		}
 	}
 }

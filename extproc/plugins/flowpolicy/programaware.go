@@ -103,7 +103,10 @@ func NewProgramAware(name string, params json.RawMessage, h *scheduling.Handle) 
 	}
 	switch {
 	case p.Strategy != "" && p.Strategy != "las":
-		return nil, fmt.Errorf("parameters.strategy: only \"las\" is supported, got %q", p.Strategy)
+		// llm-d's guides name strategies newer routers add (turn-priority):
+		// refused by name, so that a user sees which parameter to change.
+		return nil, &scheduling.UnsupportedParameterError{Param: "strategy",
+			Reason: fmt.Sprintf("only \"las\" (least attained service) is implemented, got %q", p.Strategy)}
 	case *p.LASWeightService < 0 || *p.LASWeightHeadWait < 0:
 		return nil, fmt.Errorf("parameters: weights must not be negative")
 	case *p.LASHalfLifeSeconds < 0 || *p.EvictionTTLSeconds < 0:
