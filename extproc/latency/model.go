@@ -465,6 +465,10 @@ type Fit struct {
 	// TokensPerStep the tokens a stream produced per step the step clock
 	// counted (0: none seen; completions.go).
 	BoundShare, TokensPerStep float64
+	// Queued is the twin's prompts not yet past their first token and
+	// Decoding its calendar's entries: both leave when their request
+	// ends, so a count that only grows names a lost end.
+	Queued, Decoding int
 }
 
 // Fits reports every tracked endpoint's fit, for reports and debugging.
@@ -477,6 +481,9 @@ func (m *Model) Fits() []Fit {
 		ft := Fit{Address: addr, TTFTSamples: e.t[ttft].samples, TPOTSamples: e.t[tpot].samples, DecodeStep: seconds(c.tpot[0]), MeanOutput: e.output.mean,
 			BoundShare: e.bounded.mean, TokensPerStep: e.perStep.mean}
 		e.mu.Unlock()
+		e.twinMu.Lock()
+		ft.Queued, ft.Decoding = len(e.tw.q), len(e.tw.dec)
+		e.twinMu.Unlock()
 		if c.ttft[1] > 0 {
 			ft.PrefillTokensPerSecond = 1e3 / c.ttft[1]
 		}

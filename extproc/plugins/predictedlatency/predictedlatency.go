@@ -137,9 +137,13 @@ type state struct {
 // not the producer's own PreRequest found its target among them.
 func (st *state) Decided() { st.owner.putArrays(st) }
 
-// Recycle implements scheduling.Recycler: the request has ended.
+// Recycle implements scheduling.Recycler: the request has ended. Its
+// place in the twin goes too (a no-op after ResponseComplete ended it): a
+// driver that releases the state without the response hooks must not
+// leave the entry to age out of the queue or calendar.
 func (st *state) Recycle() {
 	p := st.owner
+	p.model.Ended(&st.ticket)
 	p.putArrays(st)
 	*st = state{owner: p}
 	p.states.Put(st)

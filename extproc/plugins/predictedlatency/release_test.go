@@ -52,3 +52,35 @@ func TestDecisionReturnsArrays(t *testing.T) {
 		})
 	}
 }
+
+// TestReleaseEndsTicket: a request whose state is released without its
+// response hooks (a driver that does not report the end) leaves the
+// engine twin's queue or calendar with it.
+func TestReleaseEndsTicket(t *testing.T) {
+	for _, firstToken := range []bool{false, true} {
+		t.Run(map[bool]string{false: "queued", true: "decoding"}[firstToken], func(t *testing.T) {
+			f := newFixture(t, "")
+			eps := pair()
+			req := &scheduling.Request{ID: "r", TargetModel: "m", PromptTokens: prompt, Stream: true, MaxTokens: 100}
+			cs, _ := f.produce(req, eps)
+			f.p.PreRequest(ctx, cs, req, routedTo(eps[0]))
+			if firstToken {
+				f.p.FirstToken(ctx, cs, req, &scheduling.Response{Endpoint: eps[0], TTFT: ms(10)})
+			}
+			cs.Decided()
+			count := func() (n int) {
+				for _, ft := range f.p.Model().Fits() {
+					n += ft.Queued + ft.Decoding
+				}
+				return n
+			}
+			if got := count(); got != 1 {
+				t.Fatalf("twin holds %d entries before the release, want 1", got)
+			}
+			cs.Release()
+			if got := count(); got != 0 {
+				t.Fatalf("twin holds %d entries after the release, want 0", got)
+			}
+		})
+	}
+}
