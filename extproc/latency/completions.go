@@ -218,19 +218,24 @@ func (w *twin) finished(seq uint64) (decoding, bool) {
 }
 
 // Finished is Ended for a request whose response completed with tokens
-// output tokens, the server's step count then being steps: a stream that
-// was in the calendar teaches how many tokens a stream produces there
-// per step counted.
-func (m *Model) Finished(t *Ticket, steps uint32, tokens int) {
+// output tokens over seqs sequences (OpenAI's n choices; below 1 counts
+// as 1), the server's step count then being steps: a stream that was in
+// the calendar teaches how many tokens a sequence produces there per step
+// counted. The server runs each choice as a sequence of its own, every
+// one producing a token in the same steps, so the tokens a step counted
+// are the usage's (summed over the choices) shared among them: read
+// whole, a stream of n choices taught n times a sequence's rate.
+func (m *Model) Finished(t *Ticket, steps uint32, tokens, seqs int) {
 	d, ok := m.end(t)
-	if !ok || tokens < 2 {
+	seqs = max(1, seqs)
+	if !ok || tokens < 2*seqs {
 		return
 	}
 	n := stepsSince(steps, d.first)
 	if n == 0 {
 		return
 	}
-	perStep := float64(tokens-1) / n
+	perStep := float64(tokens-seqs) / (float64(seqs) * n)
 	m.pool.observePerStep(perStep)
 	if e := m.fitOf(t.addr); e != nil {
 		e.observePerStep(perStep)
@@ -251,23 +256,26 @@ func fills(eng Engine, n int) bool {
 }
 
 // ObserveOutput learns the output length of a response completed on addr
-// that asked for at most bound tokens (0: no bound).
-func (m *Model) ObserveOutput(addr string, tokens, bound int) {
+// with tokens over seqs sequences (n choices; below 1 counts as 1), each
+// asked for at most bound tokens (0: no bound): the twin frees a batch's
+// places by the sequences' lengths, and max_tokens bounds each choice.
+func (m *Model) ObserveOutput(addr string, tokens, seqs, bound int) {
 	if tokens <= 0 {
 		return
 	}
-	m.pool.observeOutput(tokens, bound)
+	perSeq := float64(tokens) / float64(max(1, seqs))
+	m.pool.observeOutput(perSeq, bound)
 	if e := m.fitOf(addr); e != nil {
-		e.observeOutput(tokens, bound)
+		e.observeOutput(perSeq, bound)
 	}
 }
 
-func (f *fit) observeOutput(tokens, bound int) {
+func (f *fit) observeOutput(tokens float64, bound int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.output.observe(float64(tokens))
+	f.output.observe(tokens)
 	if bound > 0 {
-		f.bounded.observe(min(1, float64(tokens)/float64(bound)))
+		f.bounded.observe(min(1, tokens/float64(bound)))
 	}
 	f.publishKindsLocked(0)
 }

@@ -43,7 +43,7 @@ func TestFullBatchWaitsForCompletions(t *testing.T) {
 	steps := func(output, queued int, eng Engine) (float64, bool) {
 		m := New(Config{})
 		if output > 0 {
-			m.ObserveOutput(addr, output, 0)
+			m.ObserveOutput(addr, output, 1, 0)
 		}
 		for range queued {
 			m.Routed(addr, now, 0, 100, 0)
@@ -90,7 +90,7 @@ func TestCalendarTimesTheWave(t *testing.T) {
 		if withBound {
 			b = bound
 		}
-		m.ObserveOutput(addr, int(used*bound), bound)
+		m.ObserveOutput(addr, int(used*bound), 1, bound)
 		for i := range maxRunning {
 			tk := m.Routed(addr, now, 0, 100, b)
 			m.FirstTokenAt(&tk, now, Engine{Decodes: float64(i), DecodeTokens: float64(i) * 100, Steps: 10}, nil)
@@ -136,11 +136,11 @@ func TestTokensPerStepLearned(t *testing.T) {
 	const addr = "10.0.0.1:8000"
 	now := time.Unix(1_700_000_000, 0)
 	m := New(Config{})
-	m.ObserveOutput(addr, 200, 200)
+	m.ObserveOutput(addr, 200, 1, 200)
 	tk := m.Routed(addr, now, 0, 100, 200)
 	m.FirstTokenAt(&tk, now, Engine{Steps: 10}, nil)
-	m.Finished(&tk, 110, 201) // 200 tokens after the first in 100 steps counted
-	m.Finished(&tk, 500, 201) // once only
+	m.Finished(&tk, 110, 201, 1) // 200 tokens after the first in 100 steps counted
+	m.Finished(&tk, 500, 201, 1) // once only
 	if f := m.Fits(); len(f) != 1 || f[0].TokensPerStep != 2 {
 		t.Fatalf("fits %+v, want 2 tokens per step counted", f)
 	}
@@ -163,7 +163,7 @@ func TestCalendarLifecycle(t *testing.T) {
 	const addr = "10.0.0.1:8000"
 	now := time.Unix(1_700_000_000, 0)
 	m := New(Config{})
-	m.ObserveOutput(addr, 100, 100)
+	m.ObserveOutput(addr, 100, 1, 100)
 	first := func(bound int) Ticket {
 		tk := m.Routed(addr, now, 0, 10, bound)
 		m.FirstTokenAt(&tk, now, Engine{Steps: 1}, nil)
@@ -206,7 +206,7 @@ func BenchmarkPredictFullBatch(b *testing.B) {
 			const addr = "10.0.0.1:8000"
 			now := time.Unix(1_700_000_000, 0)
 			m := New(Config{})
-			m.ObserveOutput(addr, 200, 200)
+			m.ObserveOutput(addr, 200, 1, 200)
 			for i := range maxRunning {
 				tk := m.Routed(addr, now, 0, 100, bound)
 				m.FirstTokenAt(&tk, now, Engine{Decodes: float64(i), DecodeTokens: float64(i) * 100, Steps: uint32(1 + i%150)}, nil)
@@ -245,7 +245,7 @@ func TestCalendarAgesByTheCount(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m := New(Config{})
-			m.ObserveOutput(addr, 200, 200)
+			m.ObserveOutput(addr, 200, 1, 200)
 			for i := range maxRunning {
 				tk := m.Routed(addr, now, 0, 100, 200)
 				m.FirstTokenAt(&tk, now, Engine{Decodes: float64(i), DecodeTokens: float64(i) * 100, Steps: tt.first}, nil)

@@ -129,6 +129,9 @@ type state struct {
 	remote bool
 	// ticket is the request's place in the target's engine twin.
 	ticket latency.Ticket
+	// choices is the body's n (OpenAI's choices per prompt; 1 when it
+	// sets none, or on the headers-only path, which carries no body).
+	choices int
 }
 
 // Decided implements scheduling.DecisionScoped: the arrays go back to the
@@ -382,6 +385,7 @@ func (p *Producer) PreRequest(_ context.Context, cs *scheduling.CycleState, req 
 	f := st.preds.Features[chosen]
 	st.remote = res.Prefill != nil
 	st.routed = p.now()
+	st.choices = choicesOf(req)
 	if st.remote {
 		st.feat = latency.Sample{Features: f}
 	} else {
@@ -437,14 +441,14 @@ func (p *Producer) ResponseComplete(_ context.Context, cs *scheduling.CycleState
 		// its steps (a response sent whole has its first chunk at its end,
 		// and the steps other streams ended while it was relayed would
 		// teach all its tokens to one or two of them).
-		p.model.Finished(&st.ticket, st.target.Steps(), res.Usage.CompletionTokens)
+		p.model.Finished(&st.ticket, st.target.Steps(), res.Usage.CompletionTokens, st.choices)
 	} else if other, found := scheduling.Read(cs, p.key); found {
 		p.model.Ended(&other.ticket)
 	}
 	if ok && res.Complete {
 		// How long responses run there, and how much of their bound: the
 		// twin frees a full batch's places by them.
-		p.model.ObserveOutput(res.Endpoint.Address(), res.Usage.CompletionTokens, req.MaxTokens)
+		p.model.ObserveOutput(res.Endpoint.Address(), res.Usage.CompletionTokens, st.choices, req.MaxTokens)
 	}
 	if !ok || st.ttft == 0 || res.TPOT <= 0 || !res.Complete {
 		return
@@ -456,6 +460,28 @@ func (p *Producer) ResponseComplete(_ context.Context, cs *scheduling.CycleState
 	if p.params.StreamingMode {
 		p.model.ObserveTPOT(res.Endpoint.Address(), st.tpotFor, res.TPOT)
 	}
+}
+
+// maxChoices bounds the n read from a body: past it a value is no count
+// of sequences a server would run.
+const maxChoices = 128
+
+// choicesOf is the sequences req's response runs as on the server: its
+// body's n, or 1 where it sets none or one out of range (servers refuse
+// those, so no usage teaches anything then).
+func choicesOf(req *scheduling.Request) int {
+	if req.Body == nil {
+		return 1
+	}
+	raw := req.Body.RawField("n")
+	if raw == nil {
+		return 1
+	}
+	var n int
+	if err := json.Unmarshal(raw, &n); err != nil || n < 1 || n > maxChoices {
+		return 1
+	}
+	return n
 }
 
 // trained returns the request's state when the response is a success from

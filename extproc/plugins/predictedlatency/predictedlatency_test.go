@@ -332,17 +332,26 @@ func TestLearnsOutputLengths(t *testing.T) {
 }
 
 // TestLearnsTokensPerStepFromStreams: a completed stream teaches the
-// tokens per step its endpoint's step clock counted from its first token;
-// a response sent whole does not (its first chunk came at its end: the
-// steps other streams ended while it was relayed are not its own).
+// tokens per step its endpoint's step clock counted from its first token,
+// per sequence: a stream of n choices runs n sequences in the same steps
+// (its usage sums them), and its output length per sequence too; a
+// response sent whole does not teach the rate (its first chunk came at
+// its end: the steps other streams ended while it was relayed are not its
+// own).
 func TestLearnsTokensPerStepFromStreams(t *testing.T) {
 	tests := []struct {
-		name   string
-		stream bool
-		want   float64
+		name       string
+		stream     bool
+		body       string // "": the headers-only path, no body
+		tokens     int
+		want       float64
+		wantOutput float64
 	}{
-		{"streamed: 200 tokens after the first in 4 steps", true, 50},
-		{"sent whole", false, 0},
+		{"streamed: 200 tokens after the first in 4 steps", true, "", 201, 50, 201},
+		{"streamed, n=1", true, `{"model":"m","prompt":"p","n":1}`, 201, 50, 201},
+		{"streamed, n=4: 4 sequences of 201 tokens", true, `{"model":"m","prompt":"p","n":4}`, 804, 50, 201},
+		{"streamed, n out of range", true, `{"model":"m","prompt":"p","n":0}`, 201, 50, 201},
+		{"sent whole", false, "", 201, 0, 201},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -355,22 +364,30 @@ func TestLearnsTokensPerStepFromStreams(t *testing.T) {
 			}
 			step()
 			req := &scheduling.Request{ID: "r", TargetModel: "m", PromptTokens: prompt, Stream: tt.stream, MaxTokens: 300}
+			if tt.body != "" {
+				body, err := openai.Parse(openai.Completions, []byte(tt.body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Body = body
+			}
 			cs, _ := f.produce(req, eps)
 			f.p.PreRequest(ctx, cs, req, routedTo(e))
+			req.Body = nil // as the director drops it after the decision
 			f.p.FirstToken(ctx, cs, req, &scheduling.Response{Endpoint: e, TTFT: ms(10)})
 			for range 4 {
 				step()
 			}
 			f.p.ResponseComplete(ctx, cs, req, &scheduling.Response{Endpoint: e, TTFT: ms(10), Complete: true,
-				Usage: openai.Usage{CompletionTokens: 201}})
-			got := -1.0
+				Usage: openai.Usage{CompletionTokens: tt.tokens}})
+			got, output := -1.0, -1.0
 			for _, ft := range f.p.Model().Fits() {
 				if ft.Address == e.Address() {
-					got = ft.TokensPerStep
+					got, output = ft.TokensPerStep, ft.MeanOutput
 				}
 			}
-			if got != tt.want {
-				t.Fatalf("tokens per step %v, want %v", got, tt.want)
+			if got != tt.want || output != tt.wantOutput {
+				t.Fatalf("tokens per step %v, mean output %v; want %v, %v", got, output, tt.want, tt.wantOutput)
 			}
 		})
 	}
