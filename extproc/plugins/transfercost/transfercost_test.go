@@ -53,7 +53,7 @@ func fleetConfig(predictor bool, params string) string {
 `
 }
 
-func build(t *testing.T, yaml string, view transfercost.NetworkView) *config.Built {
+func build(t testing.TB, yaml string, view transfercost.NetworkView) *config.Built {
 	t.Helper()
 	c, err := config.Parse([]byte(yaml))
 	if err != nil {
@@ -520,5 +520,42 @@ func TestRemotePrefillComputedOnTheWire(t *testing.T) {
 	}
 	if got := remote(); got != base {
 		t.Errorf("settled: remote TTFT %v, want the base %v", got, base)
+	}
+}
+
+// BenchmarkDecision is the decider's work per request on a fleet of
+// decode and prefill servers, the decode servers with a prefill backlog:
+// its snapshot (Produce), the decode profile's scores, the decision on
+// the chosen server and a pull priced, then the decision's and the
+// request's end.
+func BenchmarkDecision(b *testing.B) {
+	for _, n := range []int{4, 32} {
+		b.Run(fmt.Sprint("servers=", 2*n), func(b *testing.B) {
+			built := build(b, fleetConfig(false, ""), nil)
+			d := decider(built)
+			var eps []*endpoints.Endpoint
+			for i := range n {
+				e := schedtest.Endpoint(fmt.Sprint("d", i), endpoints.Metrics{}, endpoints.RoleLabel, "decode")
+				c := e.Charge(0, 20000, 20000, 20000)
+				defer c.Release()
+				eps = append(eps, e)
+			}
+			for i := range n {
+				eps = append(eps, schedtest.Endpoint(fmt.Sprint("p", i), endpoints.Metrics{}, endpoints.RoleLabel, "prefill"))
+			}
+			req := &scheduling.Request{ID: "r", PromptTokens: 8000}
+			scores := make([]float64, len(eps))
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				cs := scheduling.AcquireCycleState()
+				d.Produce(ctx, cs, req, eps)
+				d.Score(ctx, cs, req, eps[:n], scores[:n])
+				d.Disaggregate(ctx, cs, req, eps[0])
+				d.PullPays(cs, eps[1], eps[0], 1000)
+				cs.Decided()
+				cs.Release()
+			}
+		})
 	}
 }
