@@ -214,6 +214,11 @@ type Decider struct {
 	// decided and those disaggregated, for the queueing term.
 	now               func() time.Time
 	arrivals, remotes rateMeter
+	// states recycles the per-request *state once its request has ended
+	// (Recycle), buffers the per-candidate arrays once its decision is
+	// made (Decided): a streaming response keeps its state, emptied, but
+	// not its arrays.
+	states, buffers sync.Pool
 }
 
 // rateSamples is how many recent events a rateMeter holds.
@@ -277,13 +282,79 @@ type state struct {
 	kept []*endpoints.Endpoint
 	// at is when the request was decided.
 	at time.Time
+	// owner is the decider whose pools st and buf go back to; buf holds
+	// the arrays above (nil once returned).
+	owner *Decider
+	buf   *buffers
 }
+
+// buffers is the backing of one request's per-candidate arrays, owned by
+// that request's state from Produce until its decision is made, then by
+// the decider's pool: every array of the state is a slice of one of them.
+type buffers struct {
+	f    []float64
+	held []int
+	// kept is the copy of the candidates the prefill filter reads; cost
+	// the decode profile's cost of each candidate (Score).
+	kept []*endpoints.Endpoint
+	cost []float64
+}
+
+// numbers is how many float64 arrays of the candidates' length the state
+// slices out of buffers.f.
+const numbers = 8
 
 // Decided implements scheduling.DecisionScoped: every reader (the
 // scheduling cycle, the director's prefill charge, a PullPays from
 // another plugin's PreRequest) has run, and a streaming response would
 // otherwise keep a dozen numbers per candidate until it ends.
-func (st *state) Decided() { *st = state{} }
+func (st *state) Decided() { st.owner.putBuffers(st) }
+
+// Recycle implements scheduling.Recycler: the request has ended (its
+// arrays went at the decision, or go now for a request refused before it).
+func (st *state) Recycle() {
+	d := st.owner
+	d.putBuffers(st)
+	d.states.Put(st)
+}
+
+// putBuffers returns st's arrays to the pool and empties st, so that a
+// read after the decision finds no candidate rather than another
+// request's. The candidates the buffers held are cleared: a pooled buffer
+// must not keep endpoints alive.
+func (d *Decider) putBuffers(st *state) {
+	b := st.buf
+	*st = state{owner: d}
+	if b == nil {
+		return
+	}
+	clear(b.kept)
+	b.kept = b.kept[:0]
+	d.buffers.Put(b)
+}
+
+// newState is a request's state for n candidates, its arrays zeroed.
+func (d *Decider) newState(n int) *state {
+	st, _ := d.states.Get().(*state)
+	if st == nil {
+		st = &state{owner: d}
+	}
+	b, _ := d.buffers.Get().(*buffers)
+	if b == nil {
+		b = new(buffers)
+	}
+	st.buf = b
+	b.f = slices.Grow(b.f[:0], numbers*n)[:numbers*n]
+	clear(b.f)
+	b.held = slices.Grow(b.held[:0], n)[:n]
+	clear(b.held)
+	f := b.f
+	at := func(k int) []float64 { return f[k*n : (k+1)*n : (k+1)*n] }
+	st.ttft, st.own, st.stall, st.step, st.decodes = at(0), at(1), at(2), at(3), at(4)
+	st.remote, st.busy, st.chunk = at(5), at(6), at(7)
+	st.held = b.held
+	return st
+}
 
 // PrefillFinish implements scheduling.PrefillFinish: a candidate's
 // predicted TTFT from the decision.
@@ -383,10 +454,8 @@ func (d *Decider) compute(tokens, pairs float64) float64 {
 // Produce implements scheduling.DataProducer: the snapshot of every
 // candidate.
 func (d *Decider) Produce(_ context.Context, cs *scheduling.CycleState, req *scheduling.Request, eps []*endpoints.Endpoint) {
-	n := len(eps)
-	st := &state{candidates: eps, ttft: make([]float64, n), own: make([]float64, n), stall: make([]float64, n), step: make([]float64, n),
-		decodes: make([]float64, n), held: make([]int, n), remote: make([]float64, n),
-		busy: make([]float64, n), chunk: make([]float64, n)}
+	st := d.newState(len(eps))
+	st.candidates = eps
 	st.prompt = req.PromptTokens
 	st.at = d.now()
 	d.arrivals.add(st.at)
@@ -506,10 +575,12 @@ func (d *Decider) Compare(ctx context.Context, cs *scheduling.CycleState, req *s
 	return Costs{Local: seconds(local), Remote: seconds(remote), Prefill: prefill}, true
 }
 
-// prefillServers fills st.kept, once per request.
+// prefillServers fills st.kept, once per request (none after the
+// decision, when the buffers are gone).
 func (d *Decider) prefillServers(ctx context.Context, cs *scheduling.CycleState, req *scheduling.Request, st *state) {
-	if st.kept == nil {
-		st.kept = d.filter.Filter(ctx, cs, req, append([]*endpoints.Endpoint(nil), st.candidates...))
+	if st.kept == nil && st.buf != nil {
+		st.buf.kept = append(st.buf.kept[:0], st.candidates...)
+		st.kept = d.filter.Filter(ctx, cs, req, st.buf.kept)
 	}
 }
 
@@ -601,7 +672,15 @@ func (d *Decider) Score(ctx context.Context, cs *scheduling.CycleState, req *sch
 		}
 	} else {
 		d.prefillServers(ctx, cs, req, st)
-		best := make(map[*endpoints.Endpoint]float64, len(eps))
+		if st.buf == nil {
+			return // the decision is made
+		}
+		// By candidate index, parallel to st.candidates.
+		best := slices.Grow(st.buf.cost[:0], len(st.candidates))[:len(st.candidates)]
+		st.buf.cost = best
+		for j := range best {
+			best[j] = math.MaxFloat64
+		}
 		for _, e := range eps {
 			j := st.index(e)
 			switch {
@@ -609,15 +688,15 @@ func (d *Decider) Score(ctx context.Context, cs *scheduling.CycleState, req *sch
 			case slices.Contains(st.kept, e):
 				// A prefill server before any decision (stageOrder
 				// prefill-first): by its own predicted TTFT.
-				best[e] = st.ttft[j]
+				best[j] = st.ttft[j]
 			default:
 				local, remote, _ := d.compare(ctx, cs, req, st, j)
-				best[e] = min(local, remote)
+				best[j] = min(local, remote)
 			}
 		}
 		cost = func(e *endpoints.Endpoint) float64 {
-			if c, ok := best[e]; ok {
-				return c
+			if j := st.index(e); j >= 0 {
+				return best[j]
 			}
 			return math.MaxFloat64
 		}

@@ -559,3 +559,52 @@ func BenchmarkDecision(b *testing.B) {
 		})
 	}
 }
+
+// TestReusedBuffersDecideAsFresh: the per-candidate arrays a decision
+// leaves to the pool carry nothing into the next one (of more or fewer
+// candidates), and a state read after its decision finds no candidate.
+func TestReusedBuffersDecideAsFresh(t *testing.T) {
+	fleet := func(decoders, prefillers int) []*endpoints.Endpoint {
+		var eps []*endpoints.Endpoint
+		for i := range decoders {
+			eps = append(eps, schedtest.Endpoint(fmt.Sprint("d", i), endpoints.Metrics{}, endpoints.RoleLabel, "decode"))
+		}
+		for i := range prefillers {
+			eps = append(eps, schedtest.Endpoint(fmt.Sprint("p", i), endpoints.Metrics{}, endpoints.RoleLabel, "prefill"))
+		}
+		return eps
+	}
+	big, small := fleet(6, 6), fleet(1, 1)
+	backlog := small[0].Charge(0, 60000, 60000, 60000)
+	defer backlog.Release()
+	reused := build(t, fleetConfig(false, "overhead: 1ms"), nil)
+	for range 3 {
+		decide(t, reused, big, 8000)
+	}
+	tests := []struct {
+		name   string
+		prompt int
+	}{{"long prompt, busy decode server", 8000}, {"short prompt", 10}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fresh := build(t, fleetConfig(false, "overhead: 1ms"), nil)
+			if got, want := decide(t, reused, small, tt.prompt), decide(t, fresh, small, tt.prompt); got != want {
+				t.Errorf("after larger decisions: prefill %q, a fresh decider %q", got, want)
+			}
+		})
+	}
+	d := decider(reused)
+	cs := scheduling.NewCycleState()
+	req := &scheduling.Request{ID: "r", PromptTokens: 8000}
+	d.Produce(context.Background(), cs, req, small)
+	if !d.PullPays(cs, small[1], small[0], 1000) {
+		t.Fatal("no pull priced before the decision")
+	}
+	cs.Decided()
+	if d.PullPays(cs, small[1], small[0], 1000) {
+		t.Error("a pull priced after the decision, from arrays returned to the pool")
+	}
+	if _, ok := d.Compare(context.Background(), cs, req, small[0]); ok {
+		t.Error("a comparison after the decision")
+	}
+}
