@@ -100,6 +100,7 @@ func Registry() *scheduling.Registry {
 		// llm-d's vocabulary: data layer, request parsing, producers.
 		{metricsdatasource.Type, metricsdatasource.New},
 		{coremetrics.Type, coremetrics.New},
+		{coremetrics.GIEType, coremetrics.New},
 		{openaiparser.Type, openaiparser.New},
 		{approxprefix.Type, approxprefix.New},
 		{nohitlru.Type, nohitlru.New},

@@ -5,7 +5,9 @@
 // inference.networking.k8s.io/engine-type); each engine has a table of
 // metric specs, `name` or `name{label=value}`. Built in, as in llm-d:
 // vllm, sglang, trtllm-serve, triton-tensorrt-llm and triton; an
-// engineConfigs entry with a built-in name replaces it.
+// engineConfigs entry with a built-in name replaces it. GIE v1.4 names the
+// same extractor, with the same parameters, model-server-protocol-metrics
+// (GIEType, an alias).
 //
 // Parameters (llm-d's names):
 //
@@ -34,6 +36,10 @@ import (
 
 // Type is the registered plugin type.
 const Type = "core-metrics-extractor"
+
+// GIEType is GIE v1.4's name for the extractor: its engineLabelKey,
+// defaultEngine and engineConfigs are llm-d's.
+const GIEType = "model-server-protocol-metrics"
 
 // Params are the plugin's parameters.
 type Params struct {

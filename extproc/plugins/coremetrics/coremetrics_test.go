@@ -78,3 +78,29 @@ func TestAcceptsSource(t *testing.T) {
 type otherSource struct{ scheduling.Named }
 
 func (otherSource) DataLayerSource() {}
+
+// TestGIEName: GIE v1.4's model-server-protocol-metrics documents load
+// with this extractor's parameters (its guide's example:
+// SGLang as the default engine, the GIE engine label, a triton table).
+func TestGIEName(t *testing.T) {
+	for _, tc := range []struct {
+		params, engine, wantQueue string
+	}{
+		{`{"defaultEngine":"sglang"}`, "", ""},
+		{`{"engineLabelKey":"inference.networking.k8s.io/engine-type","defaultEngine":"vllm","engineConfigs":[
+			{"name":"triton","queuedRequestsSpec":"nv_trt_llm_request_metrics{request_type=waiting}"}]}`, "triton", `nv_trt_llm_request_metrics{request_type="waiting"}`},
+	} {
+		x, err := schedtest.Build[*Extractor](New, tc.params)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.params, err)
+		}
+		ep := schedtest.Endpoint("e", endpoints.Metrics{}, scrape.EngineLabelLegacy, tc.engine)
+		s := x.ScrapeEngines().For(ep)
+		switch {
+		case tc.wantQueue == "" && s != nil:
+			t.Errorf("%s: schema %+v, want SGLang's native parser", tc.params, s)
+		case tc.wantQueue != "" && (s == nil || s.Queue.String() != tc.wantQueue):
+			t.Errorf("%s: schema %+v, want queue %s", tc.params, s, tc.wantQueue)
+		}
+	}
+}
