@@ -10,6 +10,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/attrreporter"
 	"github.com/kvgate/kvgate/extproc/plugins/burstprefix"
 	"github.com/kvgate/kvgate/extproc/plugins/classload"
+	"github.com/kvgate/kvgate/extproc/plugins/contextlengthaware"
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
 	"github.com/kvgate/kvgate/extproc/plugins/dataparallel"
 	"github.com/kvgate/kvgate/extproc/plugins/dcgm"
@@ -109,6 +110,7 @@ func Registry() *scheduling.Registry {
 		{tokenproducer.Type, tokenproducer.New},
 		{sessionaffinity.Type, sessionaffinity.New},
 		{labelselector.Type, labelselector.New},
+		{contextlengthaware.Type, contextlengthaware.New},
 		{labelselector.ByLabelType, labelselector.NewByLabel},
 		{labelselector.Alias, labelselector.NewAlias},
 		// P/D, E/P/D and P2P disaggregation.

@@ -25,6 +25,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/attrreporter"
 	"github.com/kvgate/kvgate/extproc/plugins/burstprefix"
 	"github.com/kvgate/kvgate/extproc/plugins/classload"
+	"github.com/kvgate/kvgate/extproc/plugins/contextlengthaware"
 	"github.com/kvgate/kvgate/extproc/plugins/coremetrics"
 	"github.com/kvgate/kvgate/extproc/plugins/dataparallel"
 	"github.com/kvgate/kvgate/extproc/plugins/dcgm"
@@ -106,6 +107,7 @@ var paramsOf = map[string]any{
 	latencyslo.Type:                   nil,
 	metricsdatasource.Type:            metricsdatasource.Params{},
 	coremetrics.Type:                  coremetrics.Params{},
+	contextlengthaware.Type:           contextlengthaware.Params{},
 	openaiparser.Type:                 nil,
 	approxprefix.Type:                 approxprefix.Params{},
 	nohitlru.Type:                     nohitlru.Params{},
