@@ -64,8 +64,11 @@ type Request struct {
 	Messages       []Message
 	// Input is the responses/embeddings input rendered as text.
 	Input string
-	// MaxTokens is max_tokens, max_completion_tokens or max_output_tokens,
-	// whichever is present (0 when none).
+	// MaxTokens is the output bound: max_completion_tokens, else
+	// max_tokens, else max_output_tokens (0 when none). vLLM's chat API
+	// takes max_completion_tokens over the deprecated max_tokens when a
+	// client sends both, so the picker's output estimate and the
+	// simulator's length read this one field.
 	MaxTokens int
 	CacheSalt string
 
@@ -113,7 +116,7 @@ func (r *Request) decode() error {
 		return err
 	}
 	r.IncludeUsage = so.IncludeUsage
-	for _, k := range []string{"max_tokens", "max_completion_tokens", "max_output_tokens"} {
+	for _, k := range []string{"max_completion_tokens", "max_tokens", "max_output_tokens"} {
 		var n *int
 		if err := r.field(k, &n); err != nil {
 			return err

@@ -109,6 +109,21 @@ func TestParse(t *testing.T) {
 		{name: "null messages", api: ChatCompletions, body: `{"model":"m","messages":null}`, wantErr: true},
 		{name: "messages not array", api: ChatCompletions, body: `{"model":"m","messages":"x"}`, wantErr: true},
 		{name: "negative max tokens", api: Completions, body: `{"model":"m","prompt":"p","max_tokens":-1}`, wantErr: true},
+		// vLLM: max_completion_tokens wins over the deprecated max_tokens.
+		{name: "max_completion_tokens over max_tokens", api: ChatCompletions,
+			body: `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":9,"max_completion_tokens":2}`,
+			check: func(t *testing.T, r *Request) {
+				if r.MaxTokens != 2 {
+					t.Fatalf("MaxTokens %d, want max_completion_tokens' 2", r.MaxTokens)
+				}
+			}},
+		{name: "null max_completion_tokens falls back", api: ChatCompletions,
+			body: `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":9,"max_completion_tokens":null}`,
+			check: func(t *testing.T, r *Request) {
+				if r.MaxTokens != 9 {
+					t.Fatalf("MaxTokens %d, want max_tokens' 9", r.MaxTokens)
+				}
+			}},
 		{name: "stream not bool", api: Completions, body: `{"model":"m","prompt":"p","stream":"yes"}`, wantErr: true},
 		{name: "missing input", api: Embeddings, body: `{"model":"m"}`, wantErr: true},
 		{name: "empty input", api: Responses, body: `{"model":"m","input":""}`, wantErr: true},
