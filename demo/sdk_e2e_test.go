@@ -76,8 +76,15 @@ type sdkUsage struct {
 type sdkChoice struct {
 	Index   int `json:"index"`
 	Message *struct {
-		Role    string  `json:"role"`
-		Content *string `json:"content"`
+		Role      string  `json:"role"`
+		Content   *string `json:"content"`
+		ToolCalls []struct {
+			Type     string `json:"type"`
+			Function struct {
+				Name      string `json:"name"`
+				Arguments string `json:"arguments"`
+			} `json:"function"`
+		} `json:"tool_calls"`
 	} `json:"message"`
 	Delta *struct {
 		Content *string `json:"content"`
@@ -207,7 +214,15 @@ func TestOpenAISDKShapes(t *testing.T) {
 		}},
 		{"sampling", chatOK(4)},
 		{"tools", chatOK(4)},
-		{"tool_named", chatOK(4)},
+		// vLLM's guided decoding forces the named tool's call.
+		{"tool_named", func(t *testing.T, l sdkLine) {
+			m := completion(t, l, "chat.completion", 4).Choices[0].Message
+			var args map[string]any
+			if len(m.ToolCalls) != 1 || m.ToolCalls[0].Type != "function" || m.ToolCalls[0].Function.Name != "get_weather" ||
+				json.Unmarshal([]byte(m.ToolCalls[0].Function.Arguments), &args) != nil {
+				t.Fatalf("message %+v: want one get_weather call with JSON arguments", *m)
+			}
+		}},
 		{"json_schema", chatOK(4)},
 		{"vllm_extra_body", chatOK(4)},
 		// vLLM's engine refuses a priority unless it schedules by priority.

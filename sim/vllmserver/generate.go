@@ -47,6 +47,7 @@ type job struct {
 	// of the prompt that must be cached (locally or by the KV connector)
 	// for the request to run; nil for none.
 	threshold *float64
+	tool      *forcedTool // chat: the tool call tool_choice forces
 }
 
 // engineMaxTokens is what the engine generates: in echo mode no more than
@@ -113,6 +114,7 @@ func (s *Server) prepare(kind apiKind, body []byte) (*job, *apiError) {
 		KV        *vllm.KVTransferParams     `json:"kv_transfer_params"`
 		EC        map[string]json.RawMessage `json:"ec_transfer_params"`
 		Threshold *float64                   `json:"cache_hit_threshold"`
+		Tools     []toolSpec                 `json:"tools"`
 	}
 	if err := json.Unmarshal(body, &ext); err != nil {
 		return nil, badRequest("kv_transfer_params: %v", err)
@@ -138,7 +140,8 @@ func (s *Server) prepare(kind apiKind, body []byte) (*job, *apiError) {
 	if s.opts.Role == RoleEncode && len(j.parts) == 0 {
 		return nil, badRequest("this server's role is encode; it serves chat requests with image_url, audio_url, video_url or input_audio parts")
 	}
-	if aerr := s.applyTransfer(j); aerr != nil {
+	var aerr *apiError
+	if aerr = s.applyTransfer(j); aerr != nil {
 		return nil, aerr
 	}
 	if s.injectFailure() {
@@ -146,6 +149,9 @@ func (s *Server) prepare(kind apiKind, body []byte) (*job, *apiError) {
 	}
 
 	if kind == apiChat {
+		if j.tool, aerr = s.forcedToolOf(ext.Tools, req.RawField("tool_choice")); aerr != nil {
+			return nil, aerr
+		}
 		j.id = s.newID("chatcmpl")
 	} else {
 		j.id = s.newID("cmpl")
@@ -314,8 +320,9 @@ func usageOf(u engine.Usage) *usage {
 }
 
 type message struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role      string     `json:"role,omitempty"`
+	Content   *string    `json:"content,omitempty"`
+	ToolCalls []toolCall `json:"tool_calls,omitempty"`
 }
 
 // choice is a completions or chat choice; the fields of the other API are
@@ -361,6 +368,12 @@ func (o *jsonWriter) finish(fin *engine.Finished, reason string, kv *vllm.KVTran
 	if o.j.kind == apiChat {
 		resp.Object = "chat.completion"
 		c.Message = &message{Role: "assistant", Content: &text}
+		if t := o.j.tool; t != nil {
+			// vLLM answers a forced call with empty content and the call.
+			empty := ""
+			c.Message = &message{Role: "assistant", Content: &empty, ToolCalls: []toolCall{t.call}}
+			reason = t.finishReason(reason)
+		}
 	} else {
 		resp.Object = "text_completion"
 		c.Text = &text

@@ -49,6 +49,8 @@ type sseWriter struct {
 	j     *job
 	detok detokenizer
 	buf   bytes.Buffer
+	// toolSent: a forced tool call went out whole, in place of the text.
+	toolSent bool
 }
 
 func newSSEWriter(s *Server, w http.ResponseWriter, j *job) *sseWriter {
@@ -70,6 +72,15 @@ func (o *sseWriter) start() error {
 }
 
 func (o *sseWriter) tokens(ids []int) error {
+	if t := o.j.tool; t != nil {
+		if o.toolSent {
+			return nil
+		}
+		o.toolSent = true
+		idx, call := 0, t.call
+		call.Index = &idx
+		return o.chunk(choice{Delta: &message{ToolCalls: []toolCall{call}}}, nil)
+	}
 	if text := o.detok.push(ids); text != "" {
 		return o.chunk(o.textChoice(text, nil), nil)
 	}
@@ -77,7 +88,11 @@ func (o *sseWriter) tokens(ids []int) error {
 }
 
 func (o *sseWriter) finish(fin *engine.Finished, reason string, kv *vllm.KVTransferParams) error {
-	if err := o.chunk(o.textChoice(o.detok.flush(), &reason), kv); err != nil {
+	text := o.detok.flush()
+	if t := o.j.tool; t != nil {
+		text, reason = "", t.finishReason(reason)
+	}
+	if err := o.chunk(o.textChoice(text, &reason), kv); err != nil {
 		return err
 	}
 	if o.j.includeUsage {
