@@ -3,9 +3,9 @@ package flowpolicy
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -249,24 +249,90 @@ func TestProgramAwareMetrics(t *testing.T) {
 	}
 }
 
-// program-aware-fairness refuses a strategy it does not implement by the
-// parameter's name (llm-d's turn-priority guide names one), and accepts las.
+// program-aware-fairness accepts las and turn-priority and refuses other
+// strategies and negative turn-priority parameters.
 func TestProgramAwareStrategy(t *testing.T) {
 	for _, tc := range []struct {
-		params  string
-		refused bool
+		params string
+		ok     bool
 	}{
-		{`{}`, false},
-		{`{"strategy": "las"}`, false},
-		{`{"strategy": "turn-priority"}`, true},
+		{`{}`, true},
+		{`{"strategy": "las"}`, true},
+		{`{"strategy": "turn-priority", "turnPriorityTimeWeight": 0.05}`, true},
+		{`{"strategy": "drr"}`, false},
+		{`{"strategy": "turn-priority", "turnPriorityTimeWeight": -1}`, false},
+		{`{"strategy": "turn-priority", "turnPriorityInactivitySeconds": -1}`, false},
 	} {
 		_, err := NewProgramAware("", json.RawMessage(tc.params), &scheduling.Handle{})
-		var param *scheduling.UnsupportedParameterError
-		switch {
-		case tc.refused && (!errors.As(err, &param) || param.Param != "strategy"):
-			t.Errorf("%s: %v, want strategy refused by name", tc.params, err)
-		case !tc.refused && err != nil:
-			t.Errorf("%s: %v", tc.params, err)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: %v, want ok=%v", tc.params, err, tc.ok)
 		}
+	}
+}
+
+// turn-priority dispatches the deepest session first; a head's wait, at
+// turnPriorityTimeWeight turns a second, lets a shallower one overtake; an
+// idle gap from the last completion to the head's arrival resets depth;
+// default-flow has none.
+func TestProgramAwareTurnPriority(t *testing.T) {
+	type prog struct {
+		id      string
+		turns   int           // requests completed
+		doneAgo time.Duration // last completion before the head arrived
+		waited  time.Duration // the head's queue wait
+		open    bool          // one request still in flight
+	}
+	tests := []struct {
+		name   string
+		params string
+		progs  []prog
+		want   string
+	}{
+		{"deeper first", `{"turnPriorityTimeWeight": 0}`, []prog{{id: "shallow", turns: 1}, {id: "deep", turns: 20}}, "deep"},
+		{"wait overcomes depth", `{}`, []prog{{id: "deep", turns: 20}, {id: "new", waited: 50 * time.Second}}, "new"},
+		{"depth beyond the weighted wait", `{}`, []prog{{id: "deep", turns: 60}, {id: "new", waited: 60 * time.Second}}, "deep"},
+		{"idle resets to turn one", `{"turnPriorityTimeWeight": 0}`, []prog{{id: "idle", turns: 30, doneAgo: 10 * time.Minute}, {id: "b", turns: 2}}, "b"},
+		{"queue wait is not idleness", `{"turnPriorityTimeWeight": 0}`, []prog{{id: "a", turns: 40, doneAgo: time.Second, waited: 10 * time.Minute}, {id: "b", turns: 2}}, "a"},
+		{"in flight keeps depth", `{"turnPriorityTimeWeight": 0}`, []prog{{id: "a", turns: 5, doneAgo: 10 * time.Minute, open: true}, {id: "b", turns: 2}}, "a"},
+		{"no inactivity reset", `{"turnPriorityTimeWeight": 0, "turnPriorityInactivitySeconds": 0}`, []prog{{id: "a", turns: 9, doneAgo: 30 * time.Minute}, {id: "b", turns: 2}}, "a"},
+		{"default-flow has no depth", `{"turnPriorityTimeWeight": 0}`, []prog{{id: "default-flow", turns: 500}, {id: "s", turns: 3}}, "s"},
+		{"tie: longer wait", `{"turnPriorityTimeWeight": 0}`, []prog{{id: "later", turns: 3, waited: 2 * time.Second}, {id: "earlier", turns: 3, waited: 10 * time.Second}}, "earlier"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := now
+			params := `{"strategy": "turn-priority"}`
+			if tc.params != `{}` {
+				params = `{"strategy": "turn-priority", ` + strings.TrimPrefix(tc.params, "{")
+			}
+			p := build(t, NewProgramAware, params, func() time.Time { return clock }).(*ProgramAware)
+			band := flowcontrol.BandConfig{Fairness: p, Ordering: build(t, NewFCFS, "", nil).(flowcontrol.OrderingPolicy)}
+			c, err := flowcontrol.New(flowcontrol.Config{DefaultBand: band, DefaultNegativeBand: band,
+				UsageLimit: build(t, NewStaticLimit, "", nil).(flowcontrol.UsageLimitPolicy), Detector: zero{}},
+				flowcontrol.Options{Pool: poolOf{ep(0, 0, 0, 0, 0, 0)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pick := now.Add(48 * time.Hour)
+			for _, pr := range tc.progs {
+				arrived := pick.Add(-pr.waited)
+				clock = arrived.Add(-pr.doneAgo)
+				req := &scheduling.Request{FairnessID: pr.id}
+				for range pr.turns {
+					p.PreRequest(context.Background(), nil, req, nil)
+					p.ResponseComplete(context.Background(), nil, req, &scheduling.Response{})
+				}
+				if pr.open {
+					p.PreRequest(context.Background(), nil, req, nil)
+				}
+				if _, err := c.Enqueue(flowcontrol.Request{ID: pr.id, FairnessID: pr.id}, arrived); err != nil {
+					t.Fatal(err)
+				}
+			}
+			clock = pick
+			if it := c.Next(pick); it == nil || it.Request().FairnessID != tc.want {
+				t.Fatalf("dispatched %v, want %s", it, tc.want)
+			}
+		})
 	}
 }

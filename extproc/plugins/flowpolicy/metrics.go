@@ -22,7 +22,9 @@ type programMetrics struct {
 	service *prometheus.GaugeVec
 }
 
-func newProgramMetrics(reg prometheus.Registerer) (*programMetrics, error) {
+// newProgramMetrics registers the service gauge only when withService
+// (las): its absence is how llm-d's guide tells turn-priority runs.
+func newProgramMetrics(reg prometheus.Registerer, withService bool) (*programMetrics, error) {
 	m := &programMetrics{
 		jain: prometheus.NewGauge(prometheus.GaugeOpts{Name: "llm_d_epp_program_aware_jains_fairness_index",
 			Help: "Jain's fairness index over the programs' mean flow-control wait; 1 is perfectly equal."}),
@@ -42,6 +44,9 @@ func newProgramMetrics(reg prometheus.Registerer) (*programMetrics, error) {
 		m.wait = are.ExistingCollector.(*prometheus.GaugeVec)
 	} else if err != nil {
 		return nil, err
+	}
+	if !withService {
+		return m, nil
 	}
 	if err := reg.Register(m.service); errors.As(err, &are) {
 		m.service = are.ExistingCollector.(*prometheus.GaugeVec)

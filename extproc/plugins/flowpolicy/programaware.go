@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvgate/kvgate/extproc/flowcontrol"
 	"github.com/kvgate/kvgate/extproc/scheduling"
+	"github.com/kvgate/kvgate/extproc/server"
 )
 
 // MaxPrograms bounds the programs program-aware-fairness keeps state for;
@@ -33,14 +34,28 @@ const MaxPrograms = 4096
 // llm_d_epp_program_aware_{jains_fairness_index, avg_wait_time_milliseconds,
 // attained_service_tokens}.
 //
+// The turn-priority strategy (llm-d's) scores a flow instead by
+//
+//	turnNumber + turnPriorityTimeWeight·(head wait, seconds)
+//
+// where turnNumber is the program's dispatched requests plus one: deeper
+// sessions, whose prefix is most likely still cached, dispatch first and a
+// shallower one ages up while its head waits (equal scores: the longer
+// wait). A program with nothing in flight whose head arrived more than
+// turnPriorityInactivitySeconds after its last completion, the shared
+// default-flow and a program without state score turn one. It keeps no
+// attained service and exports no attained_service_tokens.
+//
 // Parameters:
 //
-//	strategy: string  only "las" (default las)
+//	strategy: string  "las" or "turn-priority" (default las)
 //	lasWeightService: float  weight of the inverted attained service (default 0.8)
 //	lasWeightHeadWait: float  weight of the head request's wait (default 0.2)
 //	lasHalfLifeSeconds: float  half-life of attained service, 0 for none (default 60)
 //	evictionTtlSeconds: float  idle time after which a program is forgotten (default 3600)
 //	evictionSweepSeconds: float  interval of the idle sweep, > 0 (default 300)
+//	turnPriorityTimeWeight: float  turns a second of head wait is worth (default 0.5)
+//	turnPriorityInactivitySeconds: float  idle gap that resets a program to turn one, 0 for none (default 120)
 type ProgramAware struct {
 	scheduling.Named
 	p   ProgramAwareParams
@@ -62,13 +77,21 @@ type ProgramAwareParams struct {
 	LASHalfLifeSeconds   *float64 `json:"lasHalfLifeSeconds"`
 	EvictionTTLSeconds   *float64 `json:"evictionTtlSeconds"`
 	EvictionSweepSeconds *float64 `json:"evictionSweepSeconds"`
+
+	TurnPriorityTimeWeight        *float64 `json:"turnPriorityTimeWeight"`
+	TurnPriorityInactivitySeconds *float64 `json:"turnPriorityInactivitySeconds"`
 }
+
+// TurnPriority is program-aware-fairness's turn-priority strategy name.
+const TurnPriority = "turn-priority"
 
 type program struct {
 	service  float64
 	at       time.Time // when service was last decayed
 	last     time.Time // last completion (or first sight)
 	inFlight int
+	// dispatched counts its requests routed (turn-priority's depth).
+	dispatched int64
 	// meanWait is the running mean of its dispatched requests' queue wait
 	// (ms) over waits of them.
 	meanWait float64
@@ -100,13 +123,15 @@ func NewProgramAware(name string, params json.RawMessage, h *scheduling.Handle) 
 		LASHalfLifeSeconds:   def(raw.LASHalfLifeSeconds, 60),
 		EvictionTTLSeconds:   def(raw.EvictionTTLSeconds, 3600),
 		EvictionSweepSeconds: def(raw.EvictionSweepSeconds, 300),
+
+		TurnPriorityTimeWeight:        def(raw.TurnPriorityTimeWeight, 0.5),
+		TurnPriorityInactivitySeconds: def(raw.TurnPriorityInactivitySeconds, 120),
 	}
 	switch {
-	case p.Strategy != "" && p.Strategy != "las":
-		// llm-d's guides name strategies newer routers add (turn-priority):
-		// refused by name, so that a user sees which parameter to change.
-		return nil, &scheduling.UnsupportedParameterError{Param: "strategy",
-			Reason: fmt.Sprintf("only \"las\" (least attained service) is implemented, got %q", p.Strategy)}
+	case p.Strategy != "" && p.Strategy != "las" && p.Strategy != TurnPriority:
+		return nil, fmt.Errorf("parameters.strategy must be \"las\" or %q, got %q", TurnPriority, p.Strategy)
+	case *p.TurnPriorityTimeWeight < 0 || *p.TurnPriorityInactivitySeconds < 0:
+		return nil, fmt.Errorf("parameters: turnPriorityTimeWeight and turnPriorityInactivitySeconds must not be negative")
 	case *p.LASWeightService < 0 || *p.LASWeightHeadWait < 0:
 		return nil, fmt.Errorf("parameters: weights must not be negative")
 	case *p.LASHalfLifeSeconds < 0 || *p.EvictionTTLSeconds < 0:
@@ -116,7 +141,7 @@ func NewProgramAware(name string, params json.RawMessage, h *scheduling.Handle) 
 	}
 	a := &ProgramAware{Named: scheduling.NewNamed(ProgramAwareType, name), p: p, now: scheduling.NowOf(h), programs: map[string]*program{}}
 	if reg, ok := scheduling.Service[prometheus.Registerer](h, ServiceRegisterer); ok {
-		m, err := newProgramMetrics(reg)
+		m, err := newProgramMetrics(reg, p.Strategy != TurnPriority)
 		if err != nil {
 			return nil, fmt.Errorf("program-aware-fairness metrics: %w", err)
 		}
@@ -182,6 +207,11 @@ func (a *ProgramAware) Pick(b flowcontrol.Band) *flowcontrol.Flow {
 		return flows[0]
 	}
 	a.sweep(now, false)
+	if a.p.Strategy == TurnPriority {
+		best := a.deepest(flows, now)
+		a.dispatched(best, now)
+		return best
+	}
 	a.scratch = a.scratch[:0]
 	minS, maxS, minW, maxW := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
 	for _, f := range flows {
@@ -211,6 +241,36 @@ func (a *ProgramAware) Pick(b flowcontrol.Band) *flowcontrol.Flow {
 	return best
 }
 
+// deepest is turn-priority's pick: the highest turn number plus weighted
+// head wait, the longer wait on a tie.
+func (a *ProgramAware) deepest(flows []*flowcontrol.Flow, now time.Time) *flowcontrol.Flow {
+	var best *flowcontrol.Flow
+	bestScore, bestWait := math.Inf(-1), math.Inf(-1)
+	for _, f := range flows {
+		enq := f.Head().EnqueueTime()
+		wait := max(0, now.Sub(enq).Seconds())
+		score := float64(a.turn(f.FairnessID(), enq)) + *a.p.TurnPriorityTimeWeight*wait
+		if score > bestScore || (score == bestScore && wait > bestWait) {
+			best, bestScore, bestWait = f, score, wait
+		}
+	}
+	return best
+}
+
+// turn is the turn number of a program's head request that arrived at
+// arrived: the idle gap runs to its arrival, so its own queue wait does not
+// reset the program. default-flow sums unrelated clients: no session depth.
+func (a *ProgramAware) turn(id string, arrived time.Time) int64 {
+	pr, ok := a.programs[id]
+	if !ok || id == server.DefaultFairnessID {
+		return 1
+	}
+	if idle := *a.p.TurnPriorityInactivitySeconds; idle > 0 && pr.inFlight == 0 && arrived.Sub(pr.last).Seconds() > idle {
+		return 1
+	}
+	return pr.dispatched + 1
+}
+
 // dispatched records the wait of the request f dispatches now (its head).
 func (a *ProgramAware) dispatched(f *flowcontrol.Flow, now time.Time) {
 	pr := a.get(f.FairnessID(), now)
@@ -233,6 +293,7 @@ func (a *ProgramAware) PreRequest(_ context.Context, _ *scheduling.CycleState, r
 	defer a.mu.Unlock()
 	if pr := a.get(req.FairnessID, a.now()); pr != nil {
 		pr.inFlight++
+		pr.dispatched++
 	}
 }
 
@@ -247,9 +308,12 @@ func (a *ProgramAware) ResponseComplete(_ context.Context, _ *scheduling.CycleSt
 		return
 	}
 	pr.inFlight = max(0, pr.inFlight-1)
+	pr.last = now
+	if a.p.Strategy == TurnPriority {
+		return
+	}
 	a.decayed(pr, now)
 	pr.service += float64(res.Usage.PromptTokens) + 2*float64(res.Usage.CompletionTokens)
-	pr.last = now
 	if a.metrics != nil {
 		a.metrics.service.WithLabelValues(req.FairnessID).Set(finite(pr.service))
 	}
