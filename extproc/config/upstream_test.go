@@ -59,6 +59,10 @@ var invalidUpstream = map[string]string{
 	// mm-embeddings-cache-producer has no cacheSizeInMB (its parameter is
 	// cacheSizeInMBPerServer): llm-d ignores the field, kvgate names it.
 	"llm-d-router-deploy-config-epp-mm-embeddings-cache-config-1.yaml": `unknown field "cacheSizeInMB"`,
+	// Not an upstream mistake but a kvgate gap: a band's own
+	// defaultRequestTTL (flowcontrol.go's band fields, the controller's single
+	// TTL). Corrected below without it, the guide's turn-priority loads.
+	"llm-d-guides-turn-priority-fairness-router-turn-priority-fairness-values-1.yaml": `unknown field "defaultRequestTTL"`,
 }
 
 // upstreamFixes correct the invalid upstream documents whose intent is
@@ -68,7 +72,8 @@ var upstreamFixes = map[string][2]string{
 	"gateway-api-inference-extension-v1-3-1-site-src-guides-epp-configuration-config-text-3.yaml": {"  -pluginRef:", "  - pluginRef:"},
 	"llm-d-router-deploy-config-epp-mm-embeddings-cache-config-1.yaml":                            {"cacheSizeInMB:", "cacheSizeInMBPerServer:"},
 	// The guide's reader fills in N_active + B; any count will do.
-	"llm-d-guides-flow-control-tuning-1.yaml": {"maxConcurrency: <N_active + B>", "maxConcurrency: 96"},
+	"llm-d-guides-flow-control-tuning-1.yaml":                                         {"maxConcurrency: <N_active + B>", "maxConcurrency: 96"},
+	"llm-d-guides-turn-priority-fairness-router-turn-priority-fairness-values-1.yaml": {`    defaultRequestTTL: "9000s"` + "\n", ""},
 }
 
 func TestUpstreamFixed(t *testing.T) {
