@@ -166,13 +166,7 @@ func TestProgramAwareLeastAttainedService(t *testing.T) {
 		t.Fatalf("after one half-life %v, want 1000", got)
 	}
 
-	band := flowcontrol.BandConfig{Fairness: p, Ordering: build(t, NewFCFS, "", nil).(flowcontrol.OrderingPolicy)}
-	c, err := flowcontrol.New(flowcontrol.Config{DefaultBand: band, DefaultNegativeBand: band,
-		UsageLimit: build(t, NewStaticLimit, "", nil).(flowcontrol.UsageLimitPolicy), Detector: zero{}},
-		flowcontrol.Options{Pool: poolOf{ep(0, 0, 0, 0, 0, 0)}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := controllerOf(t, p)
 	// heavy's requests arrived first, yet light is served first.
 	for i, id := range []string{"heavy", "heavy", "light"} {
 		if _, err := c.Enqueue(flowcontrol.Request{ID: fmt.Sprint(id, i), FairnessID: id}, clock); err != nil {
@@ -182,6 +176,20 @@ func TestProgramAwareLeastAttainedService(t *testing.T) {
 	if it := c.Next(clock); it == nil || it.Request().FairnessID != "light" {
 		t.Fatalf("dispatched %v, want light", it)
 	}
+}
+
+// controllerOf is a flow controller of one never-saturated endpoint whose
+// bands use fairness.
+func controllerOf(t *testing.T, fairness flowcontrol.FairnessPolicy) *flowcontrol.Controller {
+	t.Helper()
+	band := flowcontrol.BandConfig{Fairness: fairness, Ordering: build(t, NewFCFS, "", nil).(flowcontrol.OrderingPolicy)}
+	c, err := flowcontrol.New(flowcontrol.Config{DefaultBand: band, DefaultNegativeBand: band,
+		UsageLimit: build(t, NewStaticLimit, "", nil).(flowcontrol.UsageLimitPolicy), Detector: zero{}},
+		flowcontrol.Options{Pool: poolOf{ep(0, 0, 0, 0, 0, 0)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 type zero struct{}
@@ -208,13 +216,7 @@ func TestProgramAwareMetrics(t *testing.T) {
 	req := &scheduling.Request{FairnessID: "tenant-a"}
 	a.PreRequest(context.Background(), nil, req, nil)
 	a.ResponseComplete(context.Background(), nil, req, &scheduling.Response{Usage: openai.Usage{PromptTokens: 10, CompletionTokens: 5}})
-	band := flowcontrol.BandConfig{Fairness: a, Ordering: build(t, NewFCFS, "", nil).(flowcontrol.OrderingPolicy)}
-	c, err := flowcontrol.New(flowcontrol.Config{DefaultBand: band, DefaultNegativeBand: band,
-		UsageLimit: build(t, NewStaticLimit, "", nil).(flowcontrol.UsageLimitPolicy), Detector: zero{}},
-		flowcontrol.Options{Pool: poolOf{ep(0, 0, 0, 0, 0, 0)}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := controllerOf(t, a)
 	for _, id := range []string{"tenant-a", "tenant-b"} {
 		if _, err := c.Enqueue(flowcontrol.Request{ID: id, FairnessID: id}, now.Add(-time.Second)); err != nil {
 			t.Fatal(err)
@@ -306,13 +308,7 @@ func TestProgramAwareTurnPriority(t *testing.T) {
 				params = `{"strategy": "turn-priority", ` + strings.TrimPrefix(tc.params, "{")
 			}
 			p := build(t, NewProgramAware, params, func() time.Time { return clock }).(*ProgramAware)
-			band := flowcontrol.BandConfig{Fairness: p, Ordering: build(t, NewFCFS, "", nil).(flowcontrol.OrderingPolicy)}
-			c, err := flowcontrol.New(flowcontrol.Config{DefaultBand: band, DefaultNegativeBand: band,
-				UsageLimit: build(t, NewStaticLimit, "", nil).(flowcontrol.UsageLimitPolicy), Detector: zero{}},
-				flowcontrol.Options{Pool: poolOf{ep(0, 0, 0, 0, 0, 0)}})
-			if err != nil {
-				t.Fatal(err)
-			}
+			c := controllerOf(t, p)
 			pick := now.Add(48 * time.Hour)
 			for _, pr := range tc.progs {
 				arrived := pick.Add(-pr.waited)
