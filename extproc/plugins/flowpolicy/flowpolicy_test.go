@@ -332,3 +332,61 @@ func TestProgramAwareTurnPriority(t *testing.T) {
 		})
 	}
 }
+
+// Sessions of several turns share one slot, each turn asked for as the
+// previous one ends: under global-strict (arrival order) every session
+// advances a turn per round and all finish near the end; turn-priority
+// serves the deepest first, so sessions finish one after another (llm-d's
+// guide: "serving the deepest first lets sessions finish").
+func TestTurnPriorityFinishesSessions(t *testing.T) {
+	const sessions, turns = 8, 6
+	run := func(fairness flowcontrol.FairnessPolicy, hooks *ProgramAware) (finishedHalfway int, meanDone float64) {
+		c := controllerOf(t, fairness)
+		clock := now
+		left := map[string]int{}
+		for i := range sessions {
+			id := fmt.Sprint("s", i)
+			left[id] = turns
+			if _, err := c.Enqueue(flowcontrol.Request{ID: id, FairnessID: id}, clock.Add(time.Duration(i)*time.Millisecond)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		clock = clock.Add(time.Second)
+		for step := 1; ; step++ {
+			it := c.Next(clock)
+			if it == nil {
+				break
+			}
+			id := it.Request().FairnessID
+			req := &scheduling.Request{FairnessID: id}
+			if hooks != nil {
+				hooks.PreRequest(context.Background(), nil, req, nil)
+			}
+			clock = clock.Add(time.Second) // one turn's service
+			if hooks != nil {
+				hooks.ResponseComplete(context.Background(), nil, req, &scheduling.Response{})
+			}
+			if left[id]--; left[id] > 0 {
+				if _, err := c.Enqueue(flowcontrol.Request{ID: fmt.Sprint(id, step), FairnessID: id}, clock); err != nil {
+					t.Fatal(err)
+				}
+				continue
+			}
+			meanDone += float64(step) / sessions
+			if step <= sessions*turns/2 {
+				finishedHalfway++
+			}
+		}
+		return finishedHalfway, meanDone
+	}
+	tp := build(t, NewProgramAware, `{"strategy": "turn-priority"}`, func() time.Time { return now }).(*ProgramAware)
+	fcfsHalf, fcfsMean := run(build(t, NewGlobalStrict, "", nil).(flowcontrol.FairnessPolicy), nil)
+	tpHalf, tpMean := run(tp, tp)
+	low := build(t, NewProgramAware, `{"strategy": "turn-priority", "turnPriorityTimeWeight": 0.05}`, func() time.Time { return now }).(*ProgramAware)
+	lowHalf, lowMean := run(low, low)
+	t.Logf("%d sessions × %d turns, one slot: finished by half-time global-strict %d, turn-priority %d (weight 0.05: %d); mean finish (turns served) %.1f, %.1f (%.1f)",
+		sessions, turns, fcfsHalf, tpHalf, lowHalf, fcfsMean, tpMean, lowMean)
+	if tpHalf <= fcfsHalf || tpMean >= fcfsMean {
+		t.Errorf("turn-priority finished %d by half-time (mean %.1f), global-strict %d (mean %.1f)", tpHalf, tpMean, fcfsHalf, fcfsMean)
+	}
+}
