@@ -49,9 +49,7 @@ func (e *UnsupportedError) Error() string {
 // knownPluginTypes are upstream plugin types kvgate's registry lacks, with
 // the feature they belong to, so that the error says why; a type in
 // neither the registry nor this table is an unknown type.
-var knownPluginTypes = map[string]UnsupportedError{
-	"header-profile-handler": {Feature: FeaturePD},
-}
+var knownPluginTypes = map[string]UnsupportedError{}
 
 // unknownType turns the registry's unknown-type error for typ into an
 // UnsupportedError when typ is a known upstream plugin.

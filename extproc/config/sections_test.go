@@ -72,7 +72,6 @@ func TestSectionErrors(t *testing.T) {
 		// GIE's earlier name of the section holds the same fields.
 		{"peer discovery under data", llmdHead + "data:\n  peerDiscovery: {pluginRef: dns}\n", `data.peerDiscovery`, FeatureOther},
 		{"cross replica under data", llmdHead + "data:\n  crossReplicaSyncInterval: 5s\n", `data.crossReplicaSyncInterval`, FeatureOther},
-		{"header profile handler", llmdHead + "plugins:\n- type: header-profile-handler\n", `"header-profile-handler"`, FeaturePD},
 		{"unknown type", llmdHead + "plugins:\n- type: sglanghttp-parser\n", `unknown plugin type "sglanghttp-parser"`, ""},
 		{"parser not configured", llmdHead + ms + "requestHandler:\n  parsers:\n  - pluginRef: my-parser\n", `requestHandler.parsers[0].pluginRef: "my-parser" is not a configured plugin nor a parser type`, ""},
 		{"parser after fallback", llmdHead + ms + "requestHandler:\n  parsers:\n  - pluginRef: passthrough-parser\n  - pluginRef: openai-parser\n", "must be last", ""},

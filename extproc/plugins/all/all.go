@@ -22,6 +22,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/gpuhealth"
 	"github.com/kvgate/kvgate/extproc/plugins/headerfilter"
 	"github.com/kvgate/kvgate/extproc/plugins/headerlabelaffinity"
+	"github.com/kvgate/kvgate/extproc/plugins/headerprofile"
 	"github.com/kvgate/kvgate/extproc/plugins/inflightload"
 	"github.com/kvgate/kvgate/extproc/plugins/joinhold"
 	"github.com/kvgate/kvgate/extproc/plugins/kvcacheutil"
@@ -88,6 +89,7 @@ func Registry() *scheduling.Registry {
 		{picker.WeightedRandomType, picker.NewWeightedRandom},
 		{picker.RoundRobinType, picker.NewRoundRobin},
 		{profilehandler.SingleType, profilehandler.NewSingle},
+		{headerprofile.Type, headerprofile.New},
 		{rolefilter.DecodeType, rolefilter.NewDecode},
 		{rolefilter.PrefillType, rolefilter.NewPrefill},
 		{rolefilter.EncodeType, rolefilter.NewEncode},

@@ -37,6 +37,7 @@ import (
 	"github.com/kvgate/kvgate/extproc/plugins/gpuhealth"
 	"github.com/kvgate/kvgate/extproc/plugins/headerfilter"
 	"github.com/kvgate/kvgate/extproc/plugins/headerlabelaffinity"
+	"github.com/kvgate/kvgate/extproc/plugins/headerprofile"
 	"github.com/kvgate/kvgate/extproc/plugins/inflightload"
 	"github.com/kvgate/kvgate/extproc/plugins/joinhold"
 	"github.com/kvgate/kvgate/extproc/plugins/labelselector"
@@ -96,6 +97,7 @@ var paramsOf = map[string]any{
 	picker.WeightedRandomType:         picker.Params{},
 	picker.RoundRobinType:             picker.Params{},
 	"single-profile-handler":          nil,
+	headerprofile.Type:                headerprofile.Params{},
 	"decode-filter":                   nil,
 	"prefill-filter":                  nil,
 	"encode-filter":                   nil,

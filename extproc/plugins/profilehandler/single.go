@@ -40,12 +40,21 @@ func (s *Single) Pick(_ context.Context, cs *scheduling.CycleState, _ *schedulin
 
 // ProcessResults implements scheduling.ProfileHandler.
 func (s *Single) ProcessResults(_ context.Context, cs *scheduling.CycleState, _ *scheduling.Request, results map[string]*scheduling.ProfileResult) (*scheduling.Result, error) {
-	for name := range results {
-		res := scheduling.NewResult(cs)
-		res.PrimaryProfile, res.Profiles = name, results
+	if res := OnlyResult(cs, results); res != nil {
 		return res, nil
 	}
 	return nil, fmt.Errorf("%s: no profile ran", SingleType)
+}
+
+// OnlyResult is the result of a handler that runs one profile: the profile
+// that ran is primary; nil when none ran.
+func OnlyResult(cs *scheduling.CycleState, results map[string]*scheduling.ProfileResult) *scheduling.Result {
+	for name := range results {
+		res := scheduling.NewResult(cs)
+		res.PrimaryProfile, res.Profiles = name, results
+		return res
+	}
+	return nil
 }
 
 // ValidateProfiles implements scheduling.ProfileValidator.
