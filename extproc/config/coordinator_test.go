@@ -2,13 +2,10 @@ package config
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/kvgate/kvgate/extproc/endpoints"
-	"github.com/kvgate/kvgate/extproc/plugins/all"
 	"github.com/kvgate/kvgate/extproc/scheduling"
 	"github.com/kvgate/kvgate/internal/openai"
 )
@@ -17,18 +14,7 @@ import (
 // call per stage, naming it in EPP-Profile; each call must land on its
 // stage's server, and a call naming no stage on a decode server.
 func TestCoordinatorProfiles(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("testdata", "upstream", "llm-d-guides-coord-disaggregation-router-coord-disaggregation-values-1.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := Parse(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := Build(c, all.Registry(), &scheduling.Handle{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := buildUpstream(t, "llm-d-guides-coord-disaggregation-router-coord-disaggregation-values-1.yaml")
 	var eps []*endpoints.Endpoint
 	for _, role := range []string{"encode", "prefill", "decode"} {
 		e := endpoints.NewEndpoint(endpoints.Spec{Name: role, Address: role + ":8000", Labels: map[string]string{"llm-d.ai/role": role}})

@@ -381,10 +381,10 @@ func firstWord(s string) string {
 	return w
 }
 
-// TestTopologyNearDecode: llm-d's P/D topology config places the prefill
-// on the decode pick's host, though another prefill server is idler.
-func TestTopologyNearDecode(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("testdata", "upstream", "llm-d-router-deploy-config-pd-topology-epp-config-1.yaml"))
+// buildUpstream parses and builds one document of the upstream corpus.
+func buildUpstream(t *testing.T, file string) *Built {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", "upstream", file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,6 +396,13 @@ func TestTopologyNearDecode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return b
+}
+
+// TestTopologyNearDecode: llm-d's P/D topology config places the prefill
+// on the decode pick's host, though another prefill server is idler.
+func TestTopologyNearDecode(t *testing.T) {
+	b := buildUpstream(t, "llm-d-router-deploy-config-pd-topology-epp-config-1.yaml")
 	server := func(name, role, host string, waiting int) *endpoints.Endpoint {
 		e := endpoints.NewEndpoint(endpoints.Spec{Name: name, Address: name + ":8000",
 			Labels: map[string]string{"llm-d.ai/role": role, "kubernetes.io/hostname": host}})
